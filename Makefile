@@ -1,0 +1,69 @@
+# zerotrain — build, test and bench.
+#   make            build ./zerotrain (with the CUDA backend when nvcc is found; CUDA=0 leaves it out)
+#   make test       build and run the whole test suite (ends with "N passed, N failed")
+#   make bench      run the benchmarks (timing lives here, never in tests)
+#   make demo       tokenize the bundled corpus, train the demo model, print a sample
+
+CC      := mpicc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA    ?= $(if $(NVCC),1,0)
+BUILD   := build
+
+CFLAGS  ?= -O3 -march=native
+CFLAGS  += -std=gnu11 -fopenmp -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP
+LDLIBS  := -lopenblas -lyaml -lpcre2-8 -lm
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-serial 2>/dev/null)
+HDF5_LIBS   := $(shell pkg-config --libs hdf5-serial 2>/dev/null || echo -lhdf5)
+CFLAGS  += $(HDF5_CFLAGS)
+LDLIBS  += $(HDF5_LIBS)
+
+ENGINE_SRCS := $(filter-out src/main.c src/backend_cuda_absent.c,$(wildcard src/*.c model/*.c))
+ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/%.o)
+
+ifeq ($(CUDA),1)
+CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NVCCFLAGS   ?= -O3 -std=c++17 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
+               -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings -ccbin g++
+CUDA_SRCS   := $(wildcard cuda/*.cu)
+BACKEND_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+else
+BACKEND_OBJS := $(BUILD)/src/backend_cuda_absent.o
+endif
+
+TEST_SRCS := $(wildcard test/test_*.c)
+TEST_BINS := $(TEST_SRCS:test/%.c=$(BUILD)/test/%)
+BENCH_SRCS := $(wildcard test/bench_*.c)
+BENCH_BINS := $(BENCH_SRCS:test/%.c=$(BUILD)/test/%)
+
+.PHONY: all test bench demo clean
+all: zerotrain $(TEST_BINS) $(BENCH_BINS)
+
+zerotrain: $(BUILD)/src/main.o $(ENGINE_OBJS) $(BACKEND_OBJS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/cuda/%.o: cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+$(BUILD)/test/%: test/%.c $(ENGINE_OBJS) $(BACKEND_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -Imodel -o $@ $(filter %.c %.o,$^) $(LDLIBS)
+
+test: all
+	@test/run.sh
+
+bench: all
+	@test/bench.sh
+
+demo: all
+	@scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD) zerotrain
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,296 @@
+/* backend_cuda.cu — the CUDA backend's entry point: picks the GPU, creates the compute stream and
+ * the cuBLASLt handle, implements memory (cudaMalloc + zero, pinned host memory, copies) and fills
+ * the op table of src/backend.h with the kernels of kernels.cu and the GEMMs of gemm.cu.
+ *
+ * zt_backend_cuda() is safe to call on a machine without a GPU or driver: it returns NULL with the
+ * reason in *why and never aborts. The first call decides (device = local rank, from
+ * OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, modulo the visible device count); later calls return
+ * the same answer.
+ *
+ * Copies: H2D and D2H are synchronous from the host's point of view (the host buffer may be reused
+ * or read as soon as copy() returns, like the CPU backend's memcpy); D2D is stream-ordered. */
+#include "cuda_common.cuh"
+#include <cstring>
+
+zt_cuda_state g_zt;
+
+static zt_backend g_backend;
+static int g_init_state = 0; /* 0 = not tried, 1 = usable, -1 = not usable */
+static char g_why[512];
+
+/* ---------------------------------------------------------------- errors */
+void zt_cuda_fatal(const char *what, const char *detail, const char *file, int line) {
+    fprintf(stderr, "zerotrain: error: CUDA: %s failed: %s (%s:%d)\n", what, detail, file, line);
+    fflush(stderr);
+    exit(1);
+}
+
+void zt_cuda_after_launch(const char *what, const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && g_zt.debug_sync) e = cudaStreamSynchronize(g_zt.stream);
+    if (e != cudaSuccess) zt_cuda_fatal(what, cudaGetErrorString(e), file, line);
+}
+
+extern "C" void *zt_cuda_compute_stream(void) { return g_init_state == 1 ? (void *)g_zt.stream : NULL; }
+
+/* ---------------------------------------------------------------- scratch */
+static void *g_scratch[ZT_SCR_COUNT];
+static size_t g_scratch_size[ZT_SCR_COUNT];
+static void *g_hscratch[ZT_HSCR_COUNT];
+static size_t g_hscratch_size[ZT_HSCR_COUNT];
+
+void *zt_scratch(zt_scratch_slot slot, size_t bytes) {
+    if (bytes <= g_scratch_size[slot]) return g_scratch[slot];
+    size_t want = bytes + bytes / 4; /* grow with some headroom */
+    want = (want + 255) & ~(size_t)255;
+    if (g_scratch[slot]) {
+        ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); /* pending kernels may still use it */
+        ZT_CUDA_CHECK(cudaFree(g_scratch[slot]));
+        g_scratch[slot] = NULL;
+        g_scratch_size[slot] = 0;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e != cudaSuccess) {
+        size_t freeb = 0, total = 0;
+        (void)cudaGetLastError();
+        cudaMemGetInfo(&freeb, &total);
+        fprintf(stderr,
+                "zerotrain: error: CUDA: out of GPU memory for %.1f MiB of backend scratch (slot %d): %s "
+                "(free %.1f MiB of %.1f MiB)\n",
+                want / 1048576.0, (int)slot, cudaGetErrorString(e), freeb / 1048576.0, total / 1048576.0);
+        exit(1);
+    }
+    g_scratch[slot] = p;
+    g_scratch_size[slot] = want;
+    return p;
+}
+
+void *zt_host_scratch(zt_host_slot slot, size_t bytes) {
+    if (bytes <= g_hscratch_size[slot]) return g_hscratch[slot];
+    size_t want = bytes + bytes / 4 + 64;
+    if (g_hscratch[slot]) {
+        ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
+        ZT_CUDA_CHECK(cudaFreeHost(g_hscratch[slot]));
+    }
+    void *p = NULL;
+    ZT_CUDA_CHECK(cudaHostAlloc(&p, want, cudaHostAllocDefault));
+    g_hscratch[slot] = p;
+    g_hscratch_size[slot] = want;
+    return p;
+}
+
+/* ---------------------------------------------------------------- memory */
+static void *cu_alloc(size_t bytes) {
+    if (bytes == 0) bytes = 1; /* a valid, distinct pointer even for empty tensors */
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        size_t freeb = 0, total = 0;
+        (void)cudaGetLastError(); /* out-of-memory is not sticky: clear it */
+        cudaMemGetInfo(&freeb, &total);
+        fprintf(stderr, "zerotrain: cuda: cudaMalloc of %.1f MiB failed on GPU %d: %s (free %.1f MiB of %.1f MiB)\n",
+                bytes / 1048576.0, g_zt.device, cudaGetErrorString(e), freeb / 1048576.0, total / 1048576.0);
+        return NULL;
+    }
+    ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g_zt.stream));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
+    return p;
+}
+
+static void cu_free(void *p) {
+    if (!p) return;
+    ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); /* it may still be in use by queued kernels */
+    ZT_CUDA_CHECK(cudaFree(p));
+}
+
+static void *cu_host_alloc(size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        fprintf(stderr, "zerotrain: cuda: cudaHostAlloc (pinned) of %.1f MiB failed: %s\n", bytes / 1048576.0,
+                cudaGetErrorString(e));
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cu_host_free(void *p) {
+    if (!p) return;
+    ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
+    ZT_CUDA_CHECK(cudaFreeHost(p));
+}
+
+static void cu_memset_zero(void *p, size_t bytes) {
+    if (!bytes) return;
+    ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g_zt.stream));
+    ZT_LAUNCH_CHECK("memset_zero");
+}
+
+static void cu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (!bytes) return;
+    cudaMemcpyKind k = kind == ZT_H2D ? cudaMemcpyHostToDevice
+                     : kind == ZT_D2H ? cudaMemcpyDeviceToHost
+                                      : cudaMemcpyDeviceToDevice;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, g_zt.stream));
+    if (kind != ZT_D2D) ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
+    else ZT_LAUNCH_CHECK("copy D2D");
+}
+
+static void cu_synchronize(void) { ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); }
+
+/* ---------------------------------------------------------------- device selection */
+__global__ void zt_probe_kernel(int *p) {
+    if (p) *p = 1;
+}
+
+static int local_rank_from_env(void) {
+    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *s = getenv(names[i]);
+        if (s && *s) {
+            int r = atoi(s);
+            if (r >= 0) return r;
+        }
+    }
+    return 0;
+}
+
+static const char *count_error_text(cudaError_t e) {
+    int drv = 0;
+    cudaDriverGetVersion(&drv);
+    (void)cudaGetLastError();
+    switch (e) {
+    case cudaErrorNoDevice:
+        snprintf(g_why, sizeof g_why, "no CUDA-capable GPU is visible (CUDA_VISIBLE_DEVICES=%s)",
+                 getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "<unset>");
+        break;
+    case cudaErrorInsufficientDriver:
+        if (drv == 0)
+            snprintf(g_why, sizeof g_why, "no NVIDIA driver found (libcuda.so could not be loaded)");
+        else
+            snprintf(g_why, sizeof g_why,
+                     "the NVIDIA driver supports CUDA %d.%d but this binary was built with CUDA %d.%d: "
+                     "update the driver",
+                     drv / 1000, (drv % 1000) / 10, CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+        break;
+    case cudaErrorSystemDriverMismatch:
+        snprintf(g_why, sizeof g_why,
+                 "the NVIDIA kernel module and user-space driver versions do not match (reboot or reinstall the driver)");
+        break;
+    case cudaErrorCompatNotSupportedOnDevice:
+        snprintf(g_why, sizeof g_why, "the CUDA forward-compatibility driver does not support this GPU");
+        break;
+    default:
+        snprintf(g_why, sizeof g_why, "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    return g_why;
+}
+
+/* returns NULL on success or the reason */
+static const char *init_device(void) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return count_error_text(e);
+    if (count <= 0) {
+        snprintf(g_why, sizeof g_why, "no CUDA-capable GPU found");
+        return g_why;
+    }
+    int dev = local_rank_from_env() % count;
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
+        snprintf(g_why, sizeof g_why, "cudaGetDeviceProperties(%d) failed: %s", dev, cudaGetErrorString(e));
+        return g_why;
+    }
+    if (prop.major < 8) {
+        snprintf(g_why, sizeof g_why, "GPU %d (%s) has compute capability %d.%d; bf16 training needs 8.0 or newer",
+                 dev, prop.name, prop.major, prop.minor);
+        return g_why;
+    }
+    if ((e = cudaSetDevice(dev)) != cudaSuccess) {
+        snprintf(g_why, sizeof g_why, "cudaSetDevice(%d) failed: %s", dev, cudaGetErrorString(e));
+        return g_why;
+    }
+    g_zt.device = dev;
+    g_zt.sm_count = prop.multiProcessorCount;
+    if ((e = cudaStreamCreate(&g_zt.stream)) != cudaSuccess) {
+        snprintf(g_why, sizeof g_why, "cannot create a CUDA stream on GPU %d (%s): %s", dev, prop.name,
+                 cudaGetErrorString(e));
+        return g_why;
+    }
+    /* the binary carries sm_80 and sm_90 code only: check a kernel actually loads on this GPU */
+    zt_probe_kernel<<<1, 1, 0, g_zt.stream>>>(NULL);
+    e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g_zt.stream);
+    if (e != cudaSuccess) {
+        snprintf(g_why, sizeof g_why,
+                 "cannot run kernels on GPU %d (%s, compute capability %d.%d): %s (this binary has code for sm_80 "
+                 "and sm_90 only)",
+                 dev, prop.name, prop.major, prop.minor, cudaGetErrorString(e));
+        return g_why;
+    }
+    cublasStatus_t s = cublasLtCreate(&g_zt.lt);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        snprintf(g_why, sizeof g_why, "cublasLtCreate failed: %s", cublasGetStatusString(s));
+        return g_why;
+    }
+    g_zt.lt_workspace_size = (size_t)32 << 20;
+    if ((e = cudaMalloc(&g_zt.lt_workspace, g_zt.lt_workspace_size)) != cudaSuccess) {
+        snprintf(g_why, sizeof g_why, "cannot allocate the 32 MiB cuBLASLt workspace on GPU %d: %s", dev,
+                 cudaGetErrorString(e));
+        return g_why;
+    }
+    const char *dbg = getenv("ZT_CUDA_SYNC");
+    g_zt.debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
+    return NULL;
+}
+
+extern "C" const zt_backend *zt_backend_cuda(const char **why) {
+    if (g_init_state == 0) {
+        const char *reason = init_device();
+        if (reason) {
+            (void)cudaGetLastError();
+            g_init_state = -1;
+        } else {
+            zt_backend *b = &g_backend;
+            memset(b, 0, sizeof *b);
+            b->name = "cuda";
+            b->compute_dtype = ZT_BF16;
+            b->alloc = cu_alloc;
+            b->free = cu_free;
+            b->host_alloc = cu_host_alloc;
+            b->host_free = cu_host_free;
+            b->memset_zero = cu_memset_zero;
+            b->copy = cu_copy;
+            b->synchronize = cu_synchronize;
+            b->to_compute = zt_cu_to_compute;
+            b->to_f32 = zt_cu_to_f32;
+            b->embedding_forward = zt_cu_embedding_forward;
+            b->embedding_backward = zt_cu_embedding_backward;
+            b->layernorm_forward = zt_cu_layernorm_forward;
+            b->layernorm_backward = zt_cu_layernorm_backward;
+            b->matmul_forward = zt_cu_matmul_forward;
+            b->matmul_backward = zt_cu_matmul_backward;
+            b->attention_forward = zt_cu_attention_forward;
+            b->attention_backward = zt_cu_attention_backward;
+            b->gelu_forward = zt_cu_gelu_forward;
+            b->gelu_backward = zt_cu_gelu_backward;
+            b->residual_forward = zt_cu_residual_forward;
+            b->accumulate = zt_cu_accumulate;
+            b->softmax_xent = zt_cu_softmax_xent;
+            b->adamw = zt_cu_adamw;
+            b->sumsq = zt_cu_sumsq;
+            b->scale = zt_cu_scale;
+            g_init_state = 1;
+        }
+    }
+    if (g_init_state == 1) {
+        if (why) *why = NULL;
+        return &g_backend;
+    }
+    if (why) *why = g_why;
+    return NULL;
+}

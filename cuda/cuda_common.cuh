@@ -1,0 +1,151 @@
+/* cuda_common.cuh — shared pieces of the CUDA backend (the .cu files in cuda/): error checks, the backend's
+ * global state (device, compute stream, cuBLASLt handle), lazily grown scratch buffers, bf16 and
+ * 16-byte vector helpers, warp/block reductions, and the declarations of every op so that
+ * backend_cuda.cu can fill the op table of src/backend.h.
+ *
+ * Conventions: every `void *` tensor is __nv_bfloat16 (compute dtype ZT_BF16), every `float *` is
+ * fp32. All work is issued on one compute stream (g_zt.stream); all math inside kernels is fp32,
+ * the per-element formulas come from model/opmath.h so the CPU backend and the GPU run the same
+ * arithmetic. Any CUDA/cuBLAS failure inside an op is fatal: the op table has no error return, so
+ * we print "zerotrain: error: CUDA ..." with the call site and exit(1). Set ZT_CUDA_SYNC=1 to
+ * synchronize after every op, which pins an asynchronous kernel fault on the op that caused it. */
+#ifndef ZT_CUDA_COMMON_CUH
+#define ZT_CUDA_COMMON_CUH
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+/* backend.h has no extern "C" guard: declare the C entry points with C linkage first; the
+ * declarations inside backend.h then inherit it. */
+struct zt_backend;
+extern "C" const struct zt_backend *zt_backend_cuda(const char **why);
+extern "C" const struct zt_backend *zt_backend_cpu(void);
+#include "../src/backend.h"
+
+/* Extra entry point for the engine's NCCL code: the compute stream as an opaque pointer
+ * (a cudaStream_t), NULL before zt_backend_cuda() succeeded. */
+extern "C" void *zt_cuda_compute_stream(void);
+
+typedef __nv_bfloat16 bf16;
+
+/* ---------------------------------------------------------------- errors */
+void zt_cuda_fatal(const char *what, const char *detail, const char *file, int line);
+#define ZT_CUDA_CHECK(call)                                                              \
+    do {                                                                                 \
+        cudaError_t zt_e_ = (call);                                                      \
+        if (zt_e_ != cudaSuccess) zt_cuda_fatal(#call, cudaGetErrorString(zt_e_), __FILE__, __LINE__); \
+    } while (0)
+#define ZT_CUBLAS_CHECK(call)                                                            \
+    do {                                                                                 \
+        cublasStatus_t zt_s_ = (call);                                                   \
+        if (zt_s_ != CUBLAS_STATUS_SUCCESS) zt_cuda_fatal(#call, cublasGetStatusString(zt_s_), __FILE__, __LINE__); \
+    } while (0)
+/* after every kernel launch: launch errors now, execution errors too when ZT_CUDA_SYNC=1 */
+void zt_cuda_after_launch(const char *what, const char *file, int line);
+#define ZT_LAUNCH_CHECK(what) zt_cuda_after_launch((what), __FILE__, __LINE__)
+
+/* ---------------------------------------------------------------- global state */
+struct zt_cuda_state {
+    int device;
+    int sm_count;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    cublasHandle_t blas;      /* created lazily, only for the GEMM fallback path */
+    void *lt_workspace;
+    size_t lt_workspace_size;
+    int debug_sync;           /* ZT_CUDA_SYNC=1 */
+};
+extern zt_cuda_state g_zt;
+
+/* Scratch buffers owned by the backend, one per purpose, grown on demand (contents are not kept
+ * when they grow). Stream ordering makes reuse across ops safe: every op runs on g_zt.stream. */
+enum zt_scratch_slot {
+    ZT_SCR_COLSUM = 0,   /* fp32 per-block column partials (layernorm dw/db, matmul dbias) */
+    ZT_SCR_REDUCE,       /* sumsq partials + result */
+    ZT_SCR_ATT_QKV,      /* attention: q, k, v permuted to [B,NH,T,hs] */
+    ZT_SCR_ATT_Y,        /* attention: y / dy [B,NH,T,hs] */
+    ZT_SCR_ATT_DQKV,     /* attention backward: dq, dk, dv [B,NH,T,hs] */
+    ZT_SCR_ATT_F32,      /* attention: fp32 scores / datt for one chunk of heads */
+    ZT_SCR_EMB_IDX,      /* embedding backward: bucketed positions per token */
+    ZT_SCR_COUNT
+};
+void *zt_scratch(zt_scratch_slot slot, size_t bytes);
+/* pinned host scratch (embedding backward bucketing, sumsq result) */
+enum zt_host_slot { ZT_HSCR_TOKENS = 0, ZT_HSCR_EMB_IDX, ZT_HSCR_RESULT, ZT_HSCR_COUNT };
+void *zt_host_scratch(zt_host_slot slot, size_t bytes);
+
+/* ---------------------------------------------------------------- launch helpers */
+static inline unsigned zt_blocks(size_t work, unsigned threads, unsigned cap_per_sm = 32) {
+    size_t b = (work + threads - 1) / threads;
+    size_t cap = (size_t)(g_zt.sm_count > 0 ? g_zt.sm_count : 132) * cap_per_sm;
+    if (b > cap) b = cap;
+    if (b < 1) b = 1;
+    return (unsigned)b;
+}
+static inline bool zt_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ---------------------------------------------------------------- device helpers */
+__device__ __forceinline__ float zt_ld(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ bf16 zt_bf(float x) { return __float2bfloat16_rn(x); }
+
+/* 8 bf16 = 16 bytes, loaded/stored with one 128-bit access (llm.c's x128) */
+struct alignas(16) bf16x8 { bf16 v[8]; };
+
+__device__ __forceinline__ float zt_warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ double zt_warp_sum_d(double x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float zt_warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* ---------------------------------------------------------------- ops (see backend.h) */
+/* kernels.cu */
+void zt_cu_to_compute(void *dst, const float *src, size_t n);
+void zt_cu_to_f32(float *dst, const void *src, size_t n);
+void zt_cu_embedding_forward(void *out, const int *tokens, const void *wte, const void *wpe, int B, int T, int C);
+void zt_cu_embedding_backward(void *dwte, void *dwpe, const void *dout, const int *tokens, int B, int T, int C);
+void zt_cu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b,
+                             int N, int C);
+void zt_cu_layernorm_backward(void *dinp, void *dw, void *db, const void *dout, const void *inp, const void *w,
+                              const float *mean, const float *rstd, int N, int C);
+void zt_cu_gelu_forward(void *out, const void *inp, size_t n);
+void zt_cu_gelu_backward(void *dinp, const void *inp, const void *dout, size_t n);
+void zt_cu_residual_forward(void *out, const void *a, const void *b, size_t n);
+void zt_cu_accumulate(void *dst, const void *src, size_t n);
+void zt_cu_softmax_xent(float *losses, void *dlogits, const void *logits, const int *targets, int N, int V, int Vp,
+                        float dloss);
+void zt_cu_adamw(float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
+                 const zt_adam_step *step);
+double zt_cu_sumsq(const void *x, size_t n);
+void zt_cu_scale(void *x, float s, size_t n);
+/* deterministic column sums over N rows of a row-major [N, C] bf16 matrix with row stride ld:
+ * db[c] += sum_i dout[i,c]; with inp/mean/rstd also dw[c] += sum_i dout[i,c] * xhat[i,c]. */
+void zt_cu_colsum(void *dw, void *db, const bf16 *dout, int ld, const bf16 *inp, const float *mean,
+                  const float *rstd, int N, int C);
+/* out[i, c] += bias[c] for a row-major [N, C] matrix with row stride ld (GEMM fallback path) */
+void zt_cu_add_bias(bf16 *out, const bf16 *bias, int N, int C, int ld);
+
+/* gemm.cu */
+void zt_cu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
+                          int w_transposed, int ldout);
+void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
+                           int N, int C, int OC, int w_transposed, int lddout);
+void zt_cu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
+void zt_cu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
+                              int B, int T, int C, int NH);
+void zt_cu_gemm_release(void);
+
+#endif

@@ -1,0 +1,362 @@
+/* gemm.cu — the CUDA backend's matrix products: matmul forward/backward (cuBLASLt, bf16 inputs,
+ * fp32 accumulation, bias epilogue) and causal self-attention built from strided-batched GEMMs
+ * plus fused softmax kernels.
+ *
+ * Row-major to column-major: cuBLAS is column-major, and a row-major [r, c] buffer read as
+ * column-major is its transpose. So the row-major product C[M,N] = op(A)[M,K] op(B)[K,N] is issued
+ * as the column-major product C^T[N,M] = op(B)^T op(A)^T, i.e. with the operands swapped
+ * (gemm_rm below); every caller then thinks in row-major only.
+ *
+ * cuBLASLt plans (descriptors + heuristic algorithm) are cached per shape / leading dimensions /
+ * pointer alignment. When the heuristic finds no algorithm we fall back to
+ * cublasGemmStridedBatchedEx (and a separate bias kernel), so odd shapes still work.
+ *
+ * Attention (qkv [B,T,3C] with heads interleaved as in GPT-2):
+ *   forward:  permute q,k,v to [B,NH,T,hs] (scratch); S = q k^T in fp32 (scratch, processed in
+ *             chunks of heads to bound memory); att = causal softmax(S / sqrt(hs)) in fp32, stored
+ *             bf16 with zeros above the diagonal; y = att v; un-permute y into out [B,T,C].
+ *   backward: dy = permute(dout); dv = att^T dy; dA = dy v^T in fp32 (chunked scratch);
+ *             dS = att * (dA - rowsum(att * dA)) / sqrt(hs) stored bf16 in datt;
+ *             dq = dS k; dk = dS^T q; scatter dq|dk|dv into dqkv (overwrite). */
+#include "cuda_common.cuh"
+#include <cstring>
+
+/* ================================================================ cuBLASLt plans */
+struct lt_key {
+    int opa, opb, m, n, k, lda, ldb, ldc, batch;
+    long long sa, sb, sc;
+    int ctype, epilogue;
+    int align_a, align_b, align_c, align_bias;
+};
+struct lt_plan {
+    lt_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    bool have_algo;
+};
+#define ZT_LT_CACHE 128
+static lt_plan g_plans[ZT_LT_CACHE];
+static int g_nplans = 0;
+
+static int ptr_align(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    int a = 256;
+    while (a > 2 && (u % (uintptr_t)a) != 0) a >>= 1;
+    return a;
+}
+
+static void layout_batch(cublasLtMatrixLayout_t l, int batch, long long stride) {
+    if (batch <= 1) return;
+    int32_t b = batch;
+    int64_t s = stride;
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s));
+}
+
+static void plan_build(lt_plan *p) {
+    const lt_key &k = p->key;
+    cublasOperation_t opa = (cublasOperation_t)k.opa, opb = (cublasOperation_t)k.opb;
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    cublasLtEpilogue_t epi = (cublasLtEpilogue_t)k.epilogue;
+    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (epi == CUBLASLT_EPILOGUE_BIAS) {
+        int32_t bt = CUDA_R_16BF;
+        ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    /* stored shapes (before op): A is m x k (or k x m when transposed), B is k x n (or n x k) */
+    int ar = opa == CUBLAS_OP_N ? k.m : k.k, ac = opa == CUBLAS_OP_N ? k.k : k.m;
+    int br = opb == CUBLAS_OP_N ? k.k : k.n, bc = opb == CUBLAS_OP_N ? k.n : k.k;
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, k.lda));
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, k.ldb));
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, (cudaDataType_t)k.ctype, k.m, k.n, k.ldc));
+    layout_batch(p->la, k.batch, k.sa);
+    layout_batch(p->lb, k.batch, k.sb);
+    layout_batch(p->lc, k.batch, k.sc);
+
+    cublasLtMatmulPreference_t pref;
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = g_zt.lt_workspace_size;
+    ZT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    uint32_t al[4] = {(uint32_t)k.align_a, (uint32_t)k.align_b, (uint32_t)k.align_c, (uint32_t)k.align_bias};
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], 4));
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4));
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4));
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], 4));
+    cublasLtMatmulHeuristicResult_t heur;
+    memset(&heur, 0, sizeof heur);
+    int nres = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(g_zt.lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &heur,
+                                                      &nres);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p->have_algo = s == CUBLAS_STATUS_SUCCESS && nres > 0 && heur.state == CUBLAS_STATUS_SUCCESS;
+    if (p->have_algo) p->algo = heur.algo;
+}
+
+static void plan_destroy(lt_plan *p) {
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->desc);
+}
+
+void zt_cu_gemm_release(void) {
+    for (int i = 0; i < g_nplans; i++) plan_destroy(&g_plans[i]);
+    g_nplans = 0;
+}
+
+/* Column-major D[m,n] (ldc, batch stride sc) = alpha op(A) op(B) + beta D (+ bias[m] per row of D),
+ * A and B bf16, D bf16 or fp32 (ctype). */
+static void gemm_cm(bool ta, bool tb, int m, int n, int k, const bf16 *A, int lda, long long sa, const bf16 *B,
+                    int ldb, long long sb, void *D, cudaDataType_t ctype, int ldc, long long sc, int batch, float alpha,
+                    float beta, const bf16 *bias) {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    if (k <= 0) { /* empty sum: D = beta D (+ bias); never happens in the model, keep it simple */
+        zt_cuda_fatal("gemm", "k == 0 is not supported", __FILE__, __LINE__);
+    }
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    key.opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.batch = batch;
+    key.sa = batch > 1 ? sa : 0, key.sb = batch > 1 ? sb : 0, key.sc = batch > 1 ? sc : 0;
+    key.ctype = (int)ctype;
+    key.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    key.align_a = ptr_align(A), key.align_b = ptr_align(B), key.align_c = ptr_align(D);
+    key.align_bias = bias ? ptr_align(bias) : 0;
+
+    lt_plan *plan = NULL, tmp;
+    for (int i = 0; i < g_nplans; i++)
+        if (memcmp(&g_plans[i].key, &key, sizeof key) == 0) {
+            plan = &g_plans[i];
+            break;
+        }
+    bool cached = true;
+    if (!plan) {
+        if (g_nplans < ZT_LT_CACHE) plan = &g_plans[g_nplans++];
+        else {
+            plan = &tmp;
+            cached = false;
+        }
+        plan->key = key;
+        plan_build(plan);
+    }
+
+    if (plan->have_algo) {
+        if (bias)
+            ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                           sizeof bias));
+        ZT_CUBLAS_CHECK(cublasLtMatmul(g_zt.lt, plan->desc, &alpha, A, plan->la, B, plan->lb, &beta, D, plan->lc, D,
+                                       plan->lc, &plan->algo, g_zt.lt_workspace, g_zt.lt_workspace_size, g_zt.stream));
+        ZT_LAUNCH_CHECK("cublasLtMatmul");
+    } else {
+        /* fallback: classic cuBLAS (handles any shape / alignment), bias added by a kernel */
+        if (!g_zt.blas) {
+            ZT_CUBLAS_CHECK(cublasCreate(&g_zt.blas));
+            ZT_CUBLAS_CHECK(cublasSetStream(g_zt.blas, g_zt.stream));
+        }
+        ZT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(g_zt.blas, (cublasOperation_t)key.opa, (cublasOperation_t)key.opb,
+                                                   m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb,
+                                                   &beta, D, ctype, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+                                                   CUBLAS_GEMM_DEFAULT));
+        ZT_LAUNCH_CHECK("cublasGemmStridedBatchedEx");
+        if (bias) {
+            if (ctype != CUDA_R_16BF || batch != 1) zt_cuda_fatal("gemm", "bias fallback needs bf16, batch 1", __FILE__, __LINE__);
+            /* column-major m x n with ldc == row-major n x m with row stride ldc; bias per column m */
+            zt_cu_add_bias((bf16 *)D, bias, n, m, ldc);
+        }
+    }
+    if (!cached) plan_destroy(plan);
+}
+
+/* Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C (+ bias[N] added to every row).
+ * A stored [M,K] (or [K,M] when ta) with row stride lda; B stored [K,N] (or [N,K] when tb). */
+static void gemm_rm(bool ta, bool tb, int M, int N, int K, const bf16 *A, int lda, long long sa, const bf16 *B,
+                    int ldb, long long sb, void *C, cudaDataType_t ctype, int ldc, long long sc, int batch, float alpha,
+                    float beta, const bf16 *bias) {
+    gemm_cm(tb, ta, N, M, K, B, ldb, sb, A, lda, sa, C, ctype, ldc, sc, batch, alpha, beta, bias);
+}
+
+/* ================================================================ matmul */
+void zt_cu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
+                          int w_transposed, int ldout) {
+    /* out[N,OC] = inp[N,C] W; W stored [C,OC] (ld OC) or, transposed, [OC,C] (ld C) */
+    gemm_rm(false, w_transposed != 0, N, OC, C, (const bf16 *)inp, C, 0, (const bf16 *)w, w_transposed ? C : OC, 0,
+            out, CUDA_R_16BF, ldout, 0, 1, 1.0f, 0.0f, (const bf16 *)bias);
+}
+
+void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
+                           int N, int C, int OC, int w_transposed, int lddout) {
+    const bf16 *dY = (const bf16 *)dout, *X = (const bf16 *)inp, *W = (const bf16 *)w;
+    if (dinp) {
+        /* dinp[N,C] = dout[N,OC] W^T: W stored [C,OC] -> op T; stored [OC,C] -> op N */
+        gemm_rm(false, w_transposed == 0, N, C, OC, dY, lddout, 0, W, w_transposed ? C : OC, 0, dinp, CUDA_R_16BF, C,
+                0, 1, 1.0f, 0.0f, NULL);
+    }
+    if (dw) {
+        if (!w_transposed) /* dW[C,OC] += inp^T[C,N] dout[N,OC] */
+            gemm_rm(true, false, C, OC, N, X, C, 0, dY, lddout, 0, dw, CUDA_R_16BF, OC, 0, 1, 1.0f, 1.0f, NULL);
+        else /* dW[OC,C] += dout^T[OC,N] inp[N,C] */
+            gemm_rm(true, false, OC, C, N, dY, lddout, 0, X, C, 0, dw, CUDA_R_16BF, C, 0, 1, 1.0f, 1.0f, NULL);
+    }
+    if (dbias) zt_cu_colsum(NULL, dbias, dY, lddout, NULL, NULL, NULL, N, OC);
+}
+
+/* ================================================================ attention kernels */
+/* qkv [B,T,3,NH,hs] -> q,k,v [B,NH,T,hs]; one thread per (b,h,t,d) */
+__global__ void k_permute_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, int B, int T, int NH, int hs) {
+    size_t total = (size_t)B * NH * T * hs;
+    int C = NH * hs;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int d = (int)(i % hs);
+        size_t r = i / hs;
+        int t = (int)(r % T);
+        r /= T;
+        int h = (int)(r % NH);
+        int b = (int)(r / NH);
+        size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+        q[i] = qkv[src];
+        k[i] = qkv[src + C];
+        v[i] = qkv[src + 2 * C];
+    }
+}
+/* dq,dk,dv [B,NH,T,hs] -> dqkv [B,T,3C]; one thread per element of dqkv (covers every element) */
+__global__ void k_unpermute_dqkv(bf16 *dqkv, const bf16 *dq, const bf16 *dk, const bf16 *dv, int B, int T, int NH,
+                                 int hs) {
+    int C = NH * hs;
+    size_t total = (size_t)B * T * 3 * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int c3 = (int)(i % (3 * C));
+        size_t bt = i / (3 * C);
+        int t = (int)(bt % T), b = (int)(bt / T);
+        int which = c3 / C, c = c3 % C, h = c / hs, d = c % hs;
+        size_t src = (((size_t)b * NH + h) * T + t) * hs + d;
+        const bf16 *s = which == 0 ? dq : which == 1 ? dk : dv;
+        dqkv[i] = s[src];
+    }
+}
+/* [B,NH,T,hs] <-> [B,T,C]: dir 0: y -> out (un-permute), dir 1: out -> y (permute) */
+__global__ void k_permute_heads(bf16 *bnth, bf16 *btc, int B, int T, int NH, int hs, int to_btc) {
+    int C = NH * hs;
+    size_t total = (size_t)B * T * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % C);
+        size_t bt = i / C;
+        int t = (int)(bt % T), b = (int)(bt / T);
+        int h = c / hs, d = c % hs;
+        size_t j = (((size_t)b * NH + h) * T + t) * hs + d;
+        if (to_btc) btc[i] = bnth[j];
+        else bnth[j] = btc[i];
+    }
+}
+/* causal softmax, one warp per row of one head: att[t, j] = softmax_j<=t(scale * S[t, j]), 0 for j > t */
+__global__ void k_attn_softmax(bf16 *att, const float *S, int rows, int T, float scale) {
+    int lane = threadIdx.x & 31;
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= rows) return;
+    int t = r % T;
+    const float *s = S + (size_t)r * T;
+    bf16 *a = att + (size_t)r * T;
+    float m = -INFINITY;
+    for (int j = lane; j <= t; j += 32) m = fmaxf(m, s[j] * scale);
+    m = zt_warp_max(m);
+    float sum = 0.0f;
+    for (int j = lane; j <= t; j += 32) sum += expf(s[j] * scale - m);
+    float inv = 1.0f / zt_warp_sum(sum);
+    for (int j = lane; j < T; j += 32) a[j] = zt_bf(j <= t ? expf(s[j] * scale - m) * inv : 0.0f);
+}
+/* softmax backward, one warp per row: dS[t,j] = scale * att[t,j] * (dA[t,j] - sum_k<=t att[t,k] dA[t,k]) */
+__global__ void k_attn_softmax_bwd(bf16 *dS, const bf16 *att, const float *dA, int rows, int T, float scale) {
+    int lane = threadIdx.x & 31;
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= rows) return;
+    int t = r % T;
+    const bf16 *a = att + (size_t)r * T;
+    const float *g = dA + (size_t)r * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= t; j += 32) dot += zt_ld(a + j) * g[j];
+    dot = zt_warp_sum(dot);
+    bf16 *o = dS + (size_t)r * T;
+    for (int j = lane; j < T; j += 32) o[j] = zt_bf(j <= t ? scale * zt_ld(a + j) * (g[j] - dot) : 0.0f);
+}
+
+/* heads per chunk for the fp32 T x T scratch: at most ~256 MiB, at least one head */
+static int att_chunk(int BH, int T) {
+    size_t per = (size_t)T * T * sizeof(float);
+    size_t cap = (size_t)256 << 20;
+    size_t n = cap / per;
+    if (n < 1) n = 1;
+    if (n > (size_t)BH) n = (size_t)BH;
+    return (int)n;
+}
+
+void zt_cu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+    if (B <= 0 || T <= 0) return;
+    int hs = C / NH, BH = B * NH;
+    size_t nqkv = (size_t)B * T * C; /* elements of each of q, k, v */
+    bf16 *q = (bf16 *)zt_scratch(ZT_SCR_ATT_QKV, 3 * nqkv * sizeof(bf16));
+    bf16 *k = q + nqkv, *v = k + nqkv;
+    bf16 *y = (bf16 *)zt_scratch(ZT_SCR_ATT_Y, nqkv * sizeof(bf16));
+    bf16 *A = (bf16 *)att;
+    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const bf16 *)qkv, B, T, NH, hs);
+    ZT_LAUNCH_CHECK("attention_forward(permute)");
+    float scale = 1.0f / sqrtf((float)hs);
+    long long sqk = (long long)T * hs, stt = (long long)T * T;
+    int chunk = att_chunk(BH, T);
+    float *S = (float *)zt_scratch(ZT_SCR_ATT_F32, (size_t)chunk * T * T * sizeof(float));
+    for (int h0 = 0; h0 < BH; h0 += chunk) {
+        int nb = BH - h0 < chunk ? BH - h0 : chunk;
+        /* S[T,T] = q[T,hs] k[T,hs]^T, fp32 out */
+        gemm_rm(false, true, T, T, hs, q + (size_t)h0 * sqk, hs, sqk, k + (size_t)h0 * sqk, hs, sqk, S, CUDA_R_32F, T,
+                stt, nb, 1.0f, 0.0f, NULL);
+        int rows = nb * T;
+        k_attn_softmax<<<(rows + 7) / 8, 256, 0, g_zt.stream>>>(A + (size_t)h0 * stt, S, rows, T, scale);
+        ZT_LAUNCH_CHECK("attention_forward(softmax)");
+    }
+    /* y[T,hs] = att[T,T] v[T,hs] */
+    gemm_rm(false, false, T, hs, T, A, T, stt, v, hs, sqk, y, CUDA_R_16BF, hs, sqk, BH, 1.0f, 0.0f, NULL);
+    k_permute_heads<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(y, (bf16 *)out, B, T, NH, hs, 1);
+    ZT_LAUNCH_CHECK("attention_forward(unpermute)");
+}
+
+void zt_cu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
+                              int B, int T, int C, int NH) {
+    if (B <= 0 || T <= 0) return;
+    int hs = C / NH, BH = B * NH;
+    size_t nqkv = (size_t)B * T * C;
+    bf16 *q = (bf16 *)zt_scratch(ZT_SCR_ATT_QKV, 3 * nqkv * sizeof(bf16));
+    bf16 *k = q + nqkv, *v = k + nqkv;
+    bf16 *dy = (bf16 *)zt_scratch(ZT_SCR_ATT_Y, nqkv * sizeof(bf16));
+    bf16 *dq = (bf16 *)zt_scratch(ZT_SCR_ATT_DQKV, 3 * nqkv * sizeof(bf16));
+    bf16 *dk = dq + nqkv, *dv = dk + nqkv;
+    const bf16 *A = (const bf16 *)att;
+    bf16 *dS = (bf16 *)datt;
+    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const bf16 *)qkv, B, T, NH, hs);
+    ZT_LAUNCH_CHECK("attention_backward(permute qkv)");
+    k_permute_heads<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(dy, (bf16 *)dout, B, T, NH, hs, 0);
+    ZT_LAUNCH_CHECK("attention_backward(permute dout)");
+    float scale = 1.0f / sqrtf((float)hs);
+    long long sqk = (long long)T * hs, stt = (long long)T * T;
+    /* dv[T,hs] = att^T[T,T] dy[T,hs] */
+    gemm_rm(true, false, T, hs, T, A, T, stt, dy, hs, sqk, dv, CUDA_R_16BF, hs, sqk, BH, 1.0f, 0.0f, NULL);
+    int chunk = att_chunk(BH, T);
+    float *dA = (float *)zt_scratch(ZT_SCR_ATT_F32, (size_t)chunk * T * T * sizeof(float));
+    for (int h0 = 0; h0 < BH; h0 += chunk) {
+        int nb = BH - h0 < chunk ? BH - h0 : chunk;
+        /* dA[T,T] = dy[T,hs] v[T,hs]^T, fp32 out */
+        gemm_rm(false, true, T, T, hs, dy + (size_t)h0 * sqk, hs, sqk, v + (size_t)h0 * sqk, hs, sqk, dA, CUDA_R_32F,
+                T, stt, nb, 1.0f, 0.0f, NULL);
+        int rows = nb * T;
+        k_attn_softmax_bwd<<<(rows + 7) / 8, 256, 0, g_zt.stream>>>(dS + (size_t)h0 * stt, A + (size_t)h0 * stt, dA,
+                                                                     rows, T, scale);
+        ZT_LAUNCH_CHECK("attention_backward(softmax)");
+    }
+    /* dq[T,hs] = dS[T,T] k[T,hs];  dk[T,hs] = dS^T[T,T] q[T,hs] */
+    gemm_rm(false, false, T, hs, T, dS, T, stt, k, hs, sqk, dq, CUDA_R_16BF, hs, sqk, BH, 1.0f, 0.0f, NULL);
+    gemm_rm(true, false, T, hs, T, dS, T, stt, q, hs, sqk, dk, CUDA_R_16BF, hs, sqk, BH, 1.0f, 0.0f, NULL);
+    k_unpermute_dqkv<<<zt_blocks(3 * nqkv, 256), 256, 0, g_zt.stream>>>((bf16 *)dqkv, dq, dk, dv, B, T, NH, hs);
+    ZT_LAUNCH_CHECK("attention_backward(unpermute)");
+}

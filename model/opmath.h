@@ -1,0 +1,78 @@
+/* opmath.h — the per-element and per-row math of every op, written once.
+ * Both the CPU backend (C11) and the CUDA backend (CUDA C++) include this header, so the
+ * CPU unit tests check the exact formulas the GPU kernels run. Everything here is
+ * `static inline`, branch-light and free of I/O. */
+#ifndef ZT_OPMATH_H
+#define ZT_OPMATH_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define ZT_HD __host__ __device__ __forceinline__
+#else
+#define ZT_HD static inline
+#endif
+
+/* GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2's "gelu_new"):
+ *   gelu(x) = 0.5 x (1 + tanh(s (x + 0.044715 x^3))),  s = sqrt(2/pi)                         */
+#define ZT_GELU_SCALE 0.7978845608028654f
+ZT_HD float zt_gelu(float x) {
+    float cube = 0.044715f * x * x * x;
+    return 0.5f * x * (1.0f + tanhf(ZT_GELU_SCALE * (x + cube)));
+}
+/* d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) s (1 + 3 * 0.044715 x^2),  t = tanh(s (x + 0.044715 x^3)) */
+ZT_HD float zt_gelu_grad(float x) {
+    float cube = 0.044715f * x * x * x;
+    float t = tanhf(ZT_GELU_SCALE * (x + cube));
+    float sech2 = 1.0f - t * t;
+    return 0.5f * (1.0f + t) + 0.5f * x * sech2 * ZT_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* LayerNorm (Ba et al. 2016) with eps = 1e-5 as in GPT-2:
+ *   y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps),  var is the biased variance. */
+#define ZT_LN_EPS 1e-5f
+ZT_HD float zt_rstd(float var) { return 1.0f / sqrtf(var + ZT_LN_EPS); }
+
+/* LayerNorm backward for one row, given xhat_i = (x_i - mean) * rstd and dnorm_i = dy_i * w_i:
+ *   dx_i = rstd * (dnorm_i - mean(dnorm) - xhat_i * mean(dnorm * xhat))                        */
+ZT_HD float zt_layernorm_dx(float dnorm, float xhat, float rstd, float dnorm_mean, float dnorm_xhat_mean) {
+    return rstd * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
+}
+
+/* AdamW (Loshchilov & Hutter 2019, decoupled weight decay), one element, bias-corrected:
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+ *   p = p - lr * ( (m / bc1) / (sqrt(v / bc2) + eps) + wd * p ),  bc_k = 1 - b_k^t
+ * g arrives already multiplied by the grad scale (clip coefficient / loss-scale inverse).
+ * This is PyTorch's torch.optim.AdamW update, term for term. */
+typedef struct zt_adam_step {
+    float lr, beta1, beta2, eps, weight_decay;
+    float bias_correction1, bias_correction2; /* 1 - beta^t */
+    float grad_scale;                         /* multiplies every gradient before use */
+} zt_adam_step;
+
+ZT_HD void zt_adamw_element(float *p, float *m, float *v, float g, const zt_adam_step *s) {
+    g *= s->grad_scale;
+    float mi = s->beta1 * *m + (1.0f - s->beta1) * g;
+    float vi = s->beta2 * *v + (1.0f - s->beta2) * g * g;
+    float mhat = mi / s->bias_correction1;
+    float vhat = vi / s->bias_correction2;
+    *m = mi;
+    *v = vi;
+    *p -= s->lr * (mhat / (sqrtf(vhat) + s->eps) + s->weight_decay * *p);
+}
+
+/* bf16 <-> fp32 with round-to-nearest-even (what cuBLAS and PyTorch do). */
+ZT_HD unsigned short zt_f32_to_bf16_bits(float f) {
+    union { float f; unsigned int u; } x;
+    x.f = f;
+    if ((x.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x.u >> 16) | 0x40u); /* NaN stays NaN */
+    unsigned int rounding = 0x7fffu + ((x.u >> 16) & 1u);
+    return (unsigned short)((x.u + rounding) >> 16);
+}
+ZT_HD float zt_bf16_bits_to_f32(unsigned short h) {
+    union { float f; unsigned int u; } x;
+    x.u = ((unsigned int)h) << 16;
+    return x.f;
+}
+
+#endif

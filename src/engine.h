@@ -1,0 +1,95 @@
+/* engine.h — ZeRO: owns the flat parameter, gradient and optimizer-state buffers of one rank,
+ * their partition across data-parallel ranks (stages 0-3), the gradient reduction (bucketed,
+ * optionally overlapped with backward), parameter gathering for stage 3, the global gradient norm,
+ * clipping and the AdamW step, and the byte accounting of all of it.
+ *
+ * Partition: the flat vector (total elements) is padded to padded_total = world * shard, shard a
+ * multiple of ZT_SHARD_ALIGN; rank r owns [r*shard, (r+1)*shard) ∩ [0, total). */
+#ifndef ZT_ENGINE_H
+#define ZT_ENGINE_H
+
+#include "../model/gpt2.h"
+#include "backend.h"
+#include "comm.h"
+#include "util.h"
+
+#define ZT_SHARD_ALIGN 128 /* elements: 512 B in fp32, whole cache lines and 16-byte GPU vectors */
+
+enum { ZT_MEM_PARAMS, ZT_MEM_GRADS, ZT_MEM_OPTIM, ZT_MEM_ACTS, ZT_MEM_COMM, ZT_MEM_NCAT };
+extern const char *const zt_mem_category_names[ZT_MEM_NCAT];
+
+typedef struct zt_mem_account {
+    size_t device[ZT_MEM_NCAT];
+    size_t host[ZT_MEM_NCAT];
+    size_t params_peak; /* stage 3: most parameter bytes held at once (shard + gathered) */
+} zt_mem_account;
+
+typedef struct zt_engine_opts {
+    int stage;
+    int overlap_comm;
+    double reduce_bucket_size;                /* elements per reduction (a bucket never spans segments) */
+    double stage3_param_persistence_threshold; /* stage 3: segments smaller than this stay gathered */
+    float beta1, beta2, eps, weight_decay;
+    int decay_all_params;
+} zt_engine_opts;
+
+typedef struct zt_inflight zt_inflight;
+typedef struct zt_gather_buf zt_gather_buf;
+
+typedef struct zt_engine {
+    const zt_backend *be;
+    zt_comm *comm;
+    const zt_param_table *table;
+    zt_engine_opts opt;
+    int rank, world;
+    size_t total, padded_total, shard, lo, hi; /* hi = min((rank+1)*shard, total) */
+    size_t opt_lo, opt_hi;                     /* the range this rank's optimizer updates */
+
+    void *params;       /* stages 0-2: full padded vector; stage 3: this rank's shard (compute dtype) */
+    void *grads_full;   /* stages 0-1: full padded gradient vector */
+    void *grad_shard;   /* gradients of [opt_lo, opt_hi) (aliases grads_full for stages 0-1) */
+    float *master;      /* fp32 master weights of [opt_lo, opt_hi) (aliases params on fp32 backends) */
+    float *adam_m, *adam_v;
+    void *recv_tmp;     /* reduce-scatter landing zone, one shard */
+    long adam_t;        /* optimizer steps taken */
+
+    /* stages 2-3: gradient buffers handed to backward, per segment */
+    void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */
+    void *grad_pool[3]; /* [0] for segment 0 (embeddings, used at both ends), [1..2] rotate */
+    int grad_pool_seg[3];
+    int grad_rotate;
+    /* stage 3: gathered parameters */
+    zt_gather_buf *gather; int n_gather;
+    int *seg_gather;    /* [n_segments] index into gather or -1 */
+
+    zt_inflight *inflight; int n_inflight, cap_inflight;
+    int reduce_now;     /* this micro-step's gradients are reduced (last micro-step, or stage >= 2) */
+    double comm_seconds; /* time spent waiting on collectives this step */
+    zt_mem_account mem;
+} zt_engine;
+
+/* Creates the buffers and initialises parameters from init_f32 (the full fp32 vector, GPT-2 init
+ * or imported weights; every rank passes the same one). */
+int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
+                     const zt_engine_opts *opt, const float *init_f32, zt_err *err);
+void zt_engine_destroy(zt_engine *e);
+
+/* The parameter source the model runs on. */
+zt_param_source zt_engine_param_source(zt_engine *e);
+
+/* Call before each micro-step's forward: first = first micro-step of an optimizer step (zeroes
+ * gradients), last = last one (stages 0-1 reduce then). */
+void zt_engine_begin_micro(zt_engine *e, int first, int last);
+/* After the last micro-step's backward: waits for reductions, computes the global gradient norm,
+ * clips to max_norm (0 = off) and takes the AdamW step with learning rate lr; stages 1-2 then
+ * all-gather the updated parameters. Returns the global gradient norm before clipping. */
+double zt_engine_step(zt_engine *e, float lr, float max_norm);
+
+/* Copies the full fp32 parameter vector to host (gathering shards when sharded): for export/eval. */
+void zt_engine_gather_params(zt_engine *e, float *out_f32);
+/* Expected model-state bytes per rank from the ZeRO formulas for this backend (see engine.c). */
+size_t zt_engine_model_state_formula(const zt_engine *e);
+size_t zt_engine_model_state_bytes(const zt_engine *e);
+void zt_engine_print_memory(const zt_engine *e, size_t act_bytes);
+
+#endif

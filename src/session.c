@@ -1,0 +1,70 @@
+/* session.c — see session.h */
+#include "session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
+    if (cfg->device == ZT_DEVICE_CPU) return zt_backend_cpu();
+    const char *why = NULL;
+    const zt_backend *be = zt_backend_cuda(&why);
+    if (be) return be;
+    if (cfg->device == ZT_DEVICE_CUDA) {
+        zt_fail(err, "device: cuda requested but unavailable: %s", why ? why : "unknown reason");
+        return NULL;
+    }
+    return zt_backend_cpu();
+}
+
+zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
+    zt_gpt2_shape s = {cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->n_positions, 0};
+    s.padded_vocab = (cfg->vocab_size + 127) / 128 * 128;
+    return s;
+}
+
+int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const float *init_f32, int B, int T,
+                    zt_err *err) {
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->comm = comm;
+    s->be = zt_pick_backend(cfg, err);
+    if (!s->be) return -1;
+    s->shape = zt_shape_from_config(cfg);
+    if (zt_gpt2_param_table(&s->table, &s->shape, err)) return -1;
+    float *init = NULL;
+    if (!init_f32) {
+        init = zt_xmalloc(s->table.total * sizeof(float));
+        zt_gpt2_init(&s->table, &s->shape, init, cfg->seed);
+        init_f32 = init;
+    }
+    zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
+                         cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
+                         cfg->weight_decay, cfg->decay_all_params};
+    int rc = zt_engine_create(&s->engine, s->be, comm, &s->table, &eo, init_f32, err);
+    free(init);
+    if (rc) { zt_param_table_free(&s->table); return -1; }
+    s->src = zt_engine_param_source(&s->engine);
+    if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
+                       err)) {
+        zt_engine_destroy(&s->engine);
+        zt_param_table_free(&s->table);
+        return -1;
+    }
+    s->engine.mem.device[ZT_MEM_ACTS] = s->model.act_bytes;
+    return 0;
+}
+
+void zt_session_close(zt_session *s) {
+    zt_gpt2_destroy(&s->model);
+    zt_engine_destroy(&s->engine);
+    zt_param_table_free(&s->table);
+}
+
+int zt_fail_together(zt_comm *comm, int rc, const zt_err *err) {
+    int failed_rank = rc ? comm->rank : comm->world; /* lowest failed rank prints */
+    int any = comm->agree_max(comm, rc ? 1 : 0);
+    if (!any) return 0;
+    int lowest = comm->world - comm->agree_max(comm, comm->world - failed_rank);
+    if (rc && comm->rank == lowest) zt_print_error(err);
+    return 1;
+}

@@ -1,0 +1,44 @@
+/* util.h — error values, checked allocation, the process-wide logger and small helpers.
+ * Every failure path fills a zt_err and returns; only main() decides to exit. Messages follow
+ * "zerotrain: error: FILE:LINE:COL: what" when a position is known. */
+#ifndef ZT_UTIL_H
+#define ZT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct zt_err {
+    char msg[1024]; /* without the "zerotrain: error: " prefix */
+} zt_err;
+
+/* Formats into err->msg (when err != NULL) and returns -1, so callers write `return zt_fail(err, ...)`. */
+int zt_fail(zt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "zerotrain: error: MSG" to stderr. */
+void zt_print_error(const zt_err *err);
+
+/* malloc/calloc that abort with a message: out-of-host-memory is not a recoverable input error. */
+void *zt_xmalloc(size_t bytes);
+void *zt_xcalloc(size_t count, size_t size);
+char *zt_xstrdup(const char *s);
+
+/* Logger: rank 0 prints info; every rank prints warnings and errors with its rank. */
+void zt_log_set_rank(int rank);
+int zt_log_rank(void);
+void zt_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void zt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Monotonic wall clock in seconds. */
+double zt_now(void);
+
+/* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). */
+char *zt_read_file(const char *path, size_t *len, zt_err *err);
+
+/* Deterministic RNG (xorshift64* seeded by splitmix64) for init, data order and sampling. */
+typedef struct zt_rng { uint64_t state; } zt_rng;
+void zt_rng_seed(zt_rng *rng, uint64_t seed);
+uint64_t zt_rng_u64(zt_rng *rng);
+float zt_rng_uniform(zt_rng *rng);           /* [0, 1) with 24 random bits */
+float zt_rng_normal(zt_rng *rng);            /* Box-Muller, one value per call */
+
+#endif

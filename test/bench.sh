@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# bench.sh — `make bench`: timing figures against this machine's own limits, measured in the same
+# run (timing never lives in tests). Prints each bench's output, then a summary.
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+threads=$(nproc)
+out=build/bench; mkdir -p "$out"
+/usr/bin/python3 - <<'PY'
+import sys; sys.path.insert(0, "test"); import ztlib; ztlib.ensure_shakespeare()
+PY
+
+for b in build/test/bench_*; do
+  [[ -x $b ]] || continue
+  echo "== $(basename "$b")"
+  OMP_NUM_THREADS=$threads "$b" | tee "$out/$(basename "$b").txt"
+done
+
+echo "== training step time (CPU backend, fp32, $threads threads)"
+OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_train.py

@@ -1,0 +1,215 @@
+/* bench_ops.c — CPU backend op timings at GPT-2 124M training shapes (B=4 T=64 C=768 NH=12
+ * V=50257 padded to 50304), and the OpenBLAS SGEMM peak they are measured against.
+ * Every number is the median of several runs after a warm-up. Prints a table and an estimated
+ * training step time (the sum of the ops one step runs); always exits 0.
+ * Usage: bench_ops [reps]   (OMP_NUM_THREADS picks the thread count, like the trainer) */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+
+static const zt_backend *be;
+static int reps = 7;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+/* median seconds of `reps` runs of the statement, after one warm-up run */
+#define TIME(var, stmt)                                          \
+    do {                                                         \
+        double ts_[64];                                          \
+        stmt;                                                    \
+        for (int r_ = 0; r_ < reps; r_++) {                      \
+            double t0_ = now();                                  \
+            stmt;                                                \
+            ts_[r_] = now() - t0_;                               \
+        }                                                        \
+        qsort(ts_, reps, sizeof(double), cmp_d);                 \
+        var = ts_[reps / 2];                                     \
+        t_min = ts_[0];                                          \
+    } while (0)
+static double t_min; /* fastest run of the last TIME(), printed beside the median: the build
+                      * machine is shared, and the minimum shows the op undisturbed */
+
+static float *frand(size_t n, float scale) {
+    float *p = be->alloc(n * sizeof(float));
+    unsigned s = 12345;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        p[i] = scale * ((float)(s >> 8) / 16777216.0f - 0.5f);
+    }
+    return p;
+}
+
+static double peak_gflops = 0;
+static void row_flops(const char *op, const char *shape, double sec, double flops, double count) {
+    double g = flops / sec / 1e9;
+    printf("%-24s %-26s %9.3f ms (min %8.3f)  %7.1f GFLOP/s  %5.0f%% of peak  x%-3.0f\n", op, shape, sec * 1e3,
+           t_min * 1e3, g, peak_gflops > 0 ? 100 * g / peak_gflops : 0.0, count);
+}
+static void row_bytes(const char *op, const char *shape, double sec, double bytes, double count) {
+    printf("%-24s %-26s %9.3f ms (min %8.3f)  %7.1f GB/s                    x%-3.0f\n", op, shape, sec * 1e3, t_min * 1e3,
+           bytes / sec / 1e9, count);
+}
+
+/* ------------------------------------------------------------------ SGEMM peak */
+
+/* C[M,N] = A[M,K] op(B): tb = B stored [N,K] (the tied LM head's shape) */
+static double sgemm_blas(int M, int N, int K, int tb, const float *A, const float *B, float *C) {
+    double t;
+    TIME(t, cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, K, B, tb ? K : N,
+                        0.0f, C, N));
+    return 2.0 * M * N * K / t / 1e9;
+}
+static double sgemm_backend(int M, int N, int K, int tb, const float *A, const float *B, float *C) {
+    double t;
+    TIME(t, be->matmul_forward(C, A, B, NULL, M, K, N, tb, N));
+    return 2.0 * M * N * K / t / 1e9;
+}
+static const int shapes[][4] = {{2048, 2048, 2048, 0}, {256, 2304, 768, 0}, {256, 3072, 768, 0}, {256, 768, 3072, 0},
+                                {256, 50257, 768, 1}};
+enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
+/* threaded = 0: the backend's path (OpenMP panels of single-threaded OpenBLAS), which sets the
+ * peak; threaded = 1: OpenBLAS's own pthreads, for comparison. That one runs LAST: after a
+ * threaded call, the pthreads build of OpenBLAS 0.3.21 leaves a worker busy-waiting even when set
+ * back to one thread, which halves the speed of everything that follows on a 2-core machine. */
+static void bench_sgemm(int threaded) {
+    int nthreads = omp_get_max_threads();
+    if (threaded) printf("\nSGEMM with OpenBLAS's own threading (%d threads), GFLOP/s (median of %d):\n", nthreads, reps);
+    else printf("SGEMM as the backend runs it (OpenMP panels of 1-thread OpenBLAS, %d threads), GFLOP/s (median of %d):\n",
+                nthreads, reps);
+    for (int s = 0; s < NSHAPES; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], tb = shapes[s][3];
+        float *A = frand((size_t)M * K, 1), *B = frand((size_t)K * N, 1), *C = frand((size_t)M * N, 1);
+        double g;
+        if (threaded) {
+            openblas_set_num_threads(nthreads);
+            g = sgemm_blas(M, N, K, tb, A, B, C);
+            openblas_set_num_threads(1);
+        } else {
+            g = sgemm_backend(M, N, K, tb, A, B, C);
+            if (g > peak_gflops) peak_gflops = g;
+        }
+        printf("  M=%-5d N=%-6d K=%-5d %s  %7.1f\n", M, N, K, tb ? "B^T" : "B  ", g);
+        be->free(A), be->free(B), be->free(C);
+    }
+    if (!threaded) printf("SGEMM peak (best of the above): %.1f GFLOP/s\n\n", peak_gflops);
+}
+
+/* ------------------------------------------------------------------ ops */
+
+int main(int argc, char **argv) {
+    if (argc > 1) reps = atoi(argv[1]);
+    if (reps < 1) reps = 1;
+    if (reps > 64) reps = 64;
+    be = zt_backend_cpu();
+    printf("zerotrain CPU backend bench: %d OpenMP threads, OpenBLAS %s\n\n", omp_get_max_threads(), openblas_get_config());
+    bench_sgemm(0);
+
+    const int B = 4, T = 64, C = 768, NH = 12, V = 50257, Vp = 50304, L = 12;
+    const int N = B * T;
+    const size_t NC = (size_t)N * C;
+    float *wte = frand((size_t)Vp * C, 0.1f), *wpe = frand((size_t)1024 * C, 0.1f), *dwte = frand((size_t)Vp * C, 0);
+    float *dwpe = frand((size_t)1024 * C, 0), *x = frand(NC, 1), *y = frand(NC, 1), *dy = frand(NC, 1), *dx = frand(NC, 1);
+    float *lw = frand(C, 1), *lb = frand(C, 1), *dlw = frand(C, 0), *dlb = frand(C, 0), *mean = frand(N, 0), *rstd = frand(N, 0);
+    float *w = frand((size_t)C * 4 * C, 0.05f), *dw = frand((size_t)C * 4 * C, 0), *bias = frand(4 * C, 0.1f), *dbias = frand(4 * C, 0);
+    float *big = frand(4 * NC, 1), *big2 = frand(4 * NC, 1), *dbig = frand(4 * NC, 1);
+    float *qkv = frand(3 * NC, 1), *dqkv = frand(3 * NC, 0), *att = frand((size_t)B * NH * T * T, 0);
+    float *datt = frand((size_t)B * NH * T * T, 0), *logits = frand((size_t)N * Vp, 4), *losses = frand(N, 0);
+    int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tok[i] = (i * 7919) % V, tgt[i] = (i * 104729) % V;
+
+    double t, step = 0, step_min = 0;
+    char shape[64];
+    printf("%-24s %-26s %12s %15s  %15s  %14s  %s\n", "op", "shape", "median", "", "rate (median)", "", "per step");
+#define ADD(sec, count) step += (sec) * (count), step_min += t_min * (count)
+
+    snprintf(shape, sizeof shape, "B%d T%d C%d", B, T, C);
+    TIME(t, be->embedding_forward(x, tok, wte, wpe, B, T, C));
+    row_bytes("embedding_forward", shape, t, 3.0 * NC * 4, 1), ADD(t, 1);
+    TIME(t, be->embedding_backward(dwte, dwpe, dy, tok, B, T, C));
+    row_bytes("embedding_backward", shape, t, 5.0 * NC * 4, 1), ADD(t, 1);
+
+    snprintf(shape, sizeof shape, "N%d C%d", N, C);
+    TIME(t, be->layernorm_forward(y, mean, rstd, x, lw, lb, N, C));
+    row_bytes("layernorm_forward", shape, t, 2.0 * NC * 4, 2 * L + 1), ADD(t, 2 * L + 1);
+    TIME(t, be->layernorm_backward(dx, dlw, dlb, dy, x, lw, mean, rstd, N, C));
+    row_bytes("layernorm_backward", shape, t, 4.0 * NC * 4, 2 * L + 1), ADD(t, 2 * L + 1);
+
+    struct { const char *name; int c, oc; } mm[] = {{"qkv", C, 3 * C}, {"attn proj", C, C}, {"fc", C, 4 * C}, {"fc proj", 4 * C, C}};
+    for (int k = 0; k < 4; k++) {
+        char name[64];
+        float *in = mm[k].c == C ? x : big, *out = mm[k].oc == C ? y : big2;
+        snprintf(shape, sizeof shape, "N%d C%d OC%d", N, mm[k].c, mm[k].oc);
+        double fl = 2.0 * N * mm[k].c * mm[k].oc;
+        snprintf(name, sizeof name, "matmul_fwd %s", mm[k].name);
+        TIME(t, be->matmul_forward(out, in, w, bias, N, mm[k].c, mm[k].oc, 0, mm[k].oc));
+        row_flops(name, shape, t, fl, L), ADD(t, L);
+        snprintf(name, sizeof name, "matmul_bwd %s", mm[k].name);
+        TIME(t, be->matmul_backward(mm[k].c == C ? dx : dbig, dw, dbias, out, in, w, N, mm[k].c, mm[k].oc, 0, mm[k].oc));
+        row_flops(name, shape, t, 2 * fl, L), ADD(t, L);
+    }
+    snprintf(shape, sizeof shape, "N%d C%d V%d Vp%d", N, C, V, Vp);
+    TIME(t, be->matmul_forward(logits, x, wte, NULL, N, C, V, 1, Vp));
+    row_flops("matmul_fwd lm_head (w^T)", shape, t, 2.0 * N * C * V, 1), ADD(t, 1);
+    TIME(t, be->matmul_backward(dx, dwte, NULL, logits, x, wte, N, C, V, 1, Vp));
+    row_flops("matmul_bwd lm_head (w^T)", shape, t, 4.0 * N * C * V, 1), ADD(t, 1);
+
+    snprintf(shape, sizeof shape, "B%d T%d C%d NH%d", B, T, C, NH);
+    double afl = 2.0 * 2 * B * NH * (double)T * T * (C / NH); /* QK^T and att V, full T x T */
+    TIME(t, be->attention_forward(y, att, qkv, B, T, C, NH));
+    row_flops("attention_forward", shape, t, afl, L), ADD(t, L);
+    TIME(t, be->attention_backward(dqkv, datt, dy, qkv, att, B, T, C, NH));
+    row_flops("attention_backward", shape, t, 2 * afl, L), ADD(t, L);
+
+    snprintf(shape, sizeof shape, "n=%zu", 4 * NC);
+    TIME(t, be->gelu_forward(big2, big, 4 * NC));
+    row_bytes("gelu_forward", shape, t, 2.0 * 4 * NC * 4, L), ADD(t, L);
+    TIME(t, be->gelu_backward(dbig, big, dbig, 4 * NC));
+    row_bytes("gelu_backward", shape, t, 3.0 * 4 * NC * 4, L), ADD(t, L);
+    snprintf(shape, sizeof shape, "n=%zu", NC);
+    TIME(t, be->residual_forward(y, x, dy, NC));
+    row_bytes("residual_forward", shape, t, 3.0 * NC * 4, 0);
+    TIME(t, be->accumulate(y, x, NC));
+    row_bytes("accumulate", shape, t, 3.0 * NC * 4, 2 * L), ADD(t, 2 * L);
+
+    snprintf(shape, sizeof shape, "N%d V%d Vp%d", N, V, Vp);
+    float *dl = frand((size_t)N * Vp, 0);
+    TIME(t, be->softmax_xent(losses, dl, logits, tgt, N, V, Vp, 1.0f / N));
+    row_bytes("softmax_xent", shape, t, 2.0 * N * Vp * 4, 1), ADD(t, 1);
+
+    /* the optimizer over GPT-2 124M's parameter count (fp32 master = params on the CPU) */
+    size_t np = 124439808;
+    float *p = frand(np, 0.1f), *m = frand(np, 0), *v = frand(np, 0), *g = frand(np, 0.01f);
+    snprintf(shape, sizeof shape, "n=%zu", np);
+    int reps_save = reps;
+    reps = reps < 3 ? reps : 3;
+    TIME(t, be->sumsq(g, np));
+    row_bytes("sumsq", shape, t, 4.0 * np, 1), ADD(t, 1);
+    TIME(t, be->scale(g, 1.0f, np));
+    row_bytes("scale", shape, t, 8.0 * np, 0);
+    zt_adam_step st = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
+    TIME(t, be->adamw(p, m, v, g, p, np, &st));
+    row_bytes("adamw", shape, t, 7.0 * 4 * np, 1), ADD(t, 1);
+    reps = reps_save;
+
+    printf("\nestimated training step (the ops above x their count per step): %.3f s with median times, %.3f s with minimum times\n",
+           step, step_min);
+    printf("model FLOPs per step ~ %.1f GFLOP -> %.1f GFLOP/s = %.0f%% of SGEMM peak\n",
+           6.0 * N * (85e6 + (double)V * C) / 1e9 + 3.0 * L * afl / 1e9,
+           (6.0 * N * (85e6 + (double)V * C) + 3.0 * L * afl) / step / 1e9,
+           100 * (6.0 * N * (85e6 + (double)V * C) + 3.0 * L * afl) / step / 1e9 / peak_gflops);
+    bench_sgemm(1);
+    return 0;
+}

@@ -1,0 +1,70 @@
+"""bench_train.py — training throughput for `make bench`:
+  (a) GPT-2 124M, B4 T64 and (b) small L6 C384, B8 T128 on one rank with all threads: ms/step,
+      forward and backward separately, tokens/s and GFLOP/s as a fraction of the OpenBLAS SGEMM peak
+      measured by bench_ops in the same `make bench` run;
+  ZeRO: config (b) on 2 ranks x 1 thread for stages 0-3 relative to 1 rank x 2 threads, with the
+      time spent waiting on collectives per step.
+Medians over the timed steps (the first step, warm-up, is dropped)."""
+import os
+import re
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ztlib  # noqa: E402
+
+ztlib.ensure_shakespeare()
+threads = os.cpu_count() or 2
+
+
+def sgemm_peak():
+    path = os.path.join(ztlib.ROOT, "build/bench/bench_ops.txt")
+    try:
+        text = open(path).read()
+    except OSError:
+        return None
+    m = re.search(r"SGEMM peak \(best of the above\): ([0-9.]+)", text)
+    return float(m.group(1)) if m else None
+
+
+def flops_per_token(L, C, V, T):
+    return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C
+
+
+def bench(config, sets=(), ranks=0, omp=threads):
+    ztlib.ENV["OMP_NUM_THREADS"] = str(omp)
+    p, rows = ztlib.train(config, sets, ranks=ranks, timeout=900)
+    if p.returncode != 0 or len(rows) < 2:
+        print(p.stdout[-2000:], p.stderr[-2000:])
+        return None
+    timed = rows[1:]
+    med = lambda k: statistics.median(r.get(k, 0.0) for r in timed)
+    return {k: med(k) for k in ("step_ms", "tokens_per_s", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms")}
+
+
+peak = sgemm_peak()
+print(f"OpenBLAS SGEMM peak (bench_ops, this run): {peak if peak else 'n/a'} GFLOP/s")
+shapes = {"a": ("configs/bench_124m.yaml", 12, 768, 50257, 64, 4),
+          "b": ("configs/bench_small.yaml", 6, 384, 50257, 128, 8)}
+for name, (cfg, L, C, V, T, B) in shapes.items():
+    r = bench(cfg)
+    if not r:
+        print(f"({name}) failed")
+        continue
+    gflops = flops_per_token(L, C, V, T) * B * T / (r["step_ms"] / 1e3) / 1e9
+    frac = f" = {100 * gflops / peak:.0f}% of SGEMM peak" if peak else ""
+    print(f"({name}) {cfg}: {r['step_ms']:.0f} ms/step (forward {r['forward_ms']:.0f} ms, backward "
+          f"{r['backward_ms']:.0f} ms, optimizer {r['optimizer_ms']:.0f} ms), {r['tokens_per_s']:.0f} tokens/s, "
+          f"{gflops:.1f} GFLOP/s{frac}")
+
+print("ZeRO on config (b): 2 ranks x 1 thread vs 1 rank x 2 threads")
+one = bench(shapes["b"][0], omp=2)
+for stage in (0, 1, 2, 3):
+    r = bench(shapes["b"][0], [f"zero_optimization.stage={stage}", "train_batch_size=16",
+                               "zero_optimization.overlap_comm=true"], ranks=2, omp=1)
+    if not r or not one:
+        print(f"  stage {stage}: failed")
+        continue
+    print(f"  stage {stage}: {r['tokens_per_s']:.0f} tokens/s = {r['tokens_per_s'] / one['tokens_per_s']:.2f}x of "
+          f"1 rank x 2 threads ({one['tokens_per_s']:.0f}); waiting on collectives {r['comm_ms']:.0f} ms of "
+          f"{r['step_ms']:.0f} ms/step")

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# t_config_errors.sh — config errors as a user sees them: one "zerotrain: error: FILE:LINE:COL: ..."
+# line on stderr and a non-zero exit, both through the config driver in build/test/test_config
+# (exact text) and through `zerotrain train CONFIG [--set ...]` (the line must appear, nothing
+# may start training). Also: the effective config printed by the driver loads back unchanged.
+set -u
+cd "$(dirname "$0")/.."
+drv=build/test/test_config
+bin=./zerotrain
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/zt_t_config.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; }
+
+if [[ ! -x $drv ]]; then fail config_driver "$drv not built (make all)"; exit 1; fi
+
+# case NAME FILE-TEXT EXPECTED-STDERR [--set K=V]...   (FILE is $tmp/NAME.yaml; EXPECTED uses @ for it)
+case_() {
+  local name=$1 text=$2 want=$3; shift 3
+  local f="$tmp/$name.yaml"
+  printf '%s' "$text" >"$f"
+  want=${want//@/$f}
+  local err rc
+  err=$("$drv" --load "$f" "$@" 2>&1 >/dev/null); rc=$?
+  if (( rc != 0 )) && [[ $err == "$want" ]]; then pass "$name"
+  else fail "$name" "rc $rc; got [$err]; want [$want]"; fi
+}
+
+case_ unknown_top_key $'model:\n  n_layer: 2\nzero_optimisation:\n  stage: 1\n' \
+  "zerotrain: error: @:3:1: unknown key 'zero_optimisation' (did you mean 'zero_optimization'?)"
+case_ unknown_key_case $'Train_Iters: 10\n' \
+  "zerotrain: error: @:1:1: unknown key 'Train_Iters' (did you mean 'train_iters'?)"
+case_ wrong_type_bool $'zero_optimization:\n  overlap_comm: 1\n' \
+  "zerotrain: error: @:2:17: zero_optimization.overlap_comm: expected true or false, got 1"
+case_ wrong_type_scalar_for_section $'optimizer: AdamW\n' \
+  "zerotrain: error: @:1:12: optimizer: expected a mapping, got string 'AdamW'"
+case_ negative_clip $'gradient_clipping: -1\n' \
+  "zerotrain: error: @:1:20: gradient_clipping: expected a number >= 0, got -1"
+case_ betas_range $'optimizer:\n  params:\n    betas: [0.9, 1.0]\n' \
+  "zerotrain: error: @:3:18: optimizer.params.betas: beta2: expected a number in [0, 1), got 1.0"
+case_ int_overflow $'model:\n  n_embd: 99999999999\n' \
+  "zerotrain: error: @:2:11: model.n_embd: expected an integer >= 1, got 99999999999"
+case_ duplicate_top $'train_iters: 10\nseed: 1\ntrain_iters: 20\n' \
+  "zerotrain: error: @:3:1: duplicate key 'train_iters' (first at line 1)"
+case_ yaml_tab_indent $'model:\n\tn_layer: 2\n' \
+  "zerotrain: error: @:2:1: found character that cannot start any token (while scanning for the next token that starts at 2:1)"
+case_ two_documents $'seed: 1\n---\nseed: 2\n' \
+  "zerotrain: error: @:3:1: expected one YAML document, found a second one"
+case_ ds_unsupported_top $'{"amp": {"enabled": true}}\n' \
+  "zerotrain: error: @:1:2: amp is a DeepSpeed key zerotrain does not support"
+case_ ds_unsupported_scheduler $'{"scheduler": {"type": "OneCycle"}}\n' \
+  "zerotrain: error: @:1:24: scheduler.type: OneCycle is a DeepSpeed scheduler zerotrain does not support (expected WarmupLR, WarmupDecayLR or WarmupCosineLR)"
+case_ nvme_offload $'zero_optimization:\n  offload_optimizer: {device: nvme}\n' \
+  "zerotrain: error: @:2:31: zero_optimization.offload_optimizer.device: nvme offload is not supported by zerotrain (expected none or cpu)"
+case_ cpu_checkpointing $'activation_checkpointing: {cpu_checkpointing: true}\n' \
+  "zerotrain: error: @:1:47: activation_checkpointing.cpu_checkpointing: true is not supported by zerotrain (only false)"
+case_ number_checkpoints_over_layers $'model: {n_layer: 2}\nactivation_checkpointing: {number_checkpoints: 3}\n' \
+  "zerotrain: error: @:2:48: activation_checkpointing.number_checkpoints: expected an integer in [0, model.n_layer = 2], got 3"
+case_ set_unknown $'seed: 1\n' \
+  "zerotrain: error: --set optimizer.param.lr: unknown key 'param' in optimizer (did you mean 'params'?)" \
+  --set optimizer.param.lr=1e-3
+case_ set_wrong_type $'seed: 1\n' \
+  "zerotrain: error: --set zero_optimization.stage: expected an integer in [0, 3], got string 'three'" \
+  --set zero_optimization.stage=three
+case_ set_bad_flow $'seed: 1\n' \
+  "zerotrain: error: --set optimizer.params.betas: cannot parse value '[0.9,': did not find expected node content" \
+  --set 'optimizer.params.betas=[0.9,'
+case_ set_cross_check_blames_last $'model: {n_head: 12}\n' \
+  "zerotrain: error: --set model.n_embd: expected a multiple of model.n_head (12), got 100" \
+  --set model.n_embd=100
+
+# the effective config loads back to itself (through the driver, i.e. the printed text)
+f="$tmp/rt.yaml"
+printf '%s' $'{"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},\n "scheduler": {"type": "WarmupLR"}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu", "ratio": "auto", "device_memory": "2GiB"}},\n "data": {"train": "a \\"quoted\\" path*.bin"}}\n' >"$f"
+if "$drv" --load "$f" --set seed=7 >"$tmp/rt1.yaml" 2>"$tmp/rt.err" && "$drv" --load "$tmp/rt1.yaml" >"$tmp/rt2.yaml" 2>>"$tmp/rt.err" &&
+   diff <(tail -n +2 "$tmp/rt1.yaml") <(tail -n +2 "$tmp/rt2.yaml") >"$tmp/rt.diff"; then
+  pass effective_config_round_trip
+else
+  fail effective_config_round_trip "$(cat "$tmp/rt.err" "$tmp/rt.diff" | head -5)"
+fi
+
+# through the real command: the same line, a non-zero status, and no training
+if [[ ! -x $bin ]]; then
+  fail zerotrain_train_config_error "$bin not built (make all)"
+else
+  f="$tmp/cli.yaml"
+  printf 'model:\n  n_layer: 2\nzero_optimisation:\n  stage: 1\n' >"$f"
+  err=$(OMPI_MCA_btl=self timeout 60 "$bin" train "$f" 2>&1 >"$tmp/cli.out"); rc=$?
+  want="zerotrain: error: $f:3:1: unknown key 'zero_optimisation' (did you mean 'zero_optimization'?)"
+  if (( rc != 0 && rc != 124 )) && grep -qxF "$want" <<<"$err"; then pass zerotrain_train_config_error
+  else fail zerotrain_train_config_error "rc $rc; stderr [$(head -3 <<<"$err")]"; fi
+
+  printf 'seed: 1\n' >"$f"
+  err=$(OMPI_MCA_btl=self timeout 60 "$bin" train "$f" --set optimizer.params.lr=-1 2>&1 >"$tmp/cli.out"); rc=$?
+  want="zerotrain: error: --set optimizer.params.lr: expected a number >= 0, got -1"
+  if (( rc != 0 && rc != 124 )) && grep -qxF "$want" <<<"$err"; then pass zerotrain_train_set_error
+  else fail zerotrain_train_set_error "rc $rc; stderr [$(head -3 <<<"$err")]"; fi
+fi

@@ -1,0 +1,657 @@
+/* test_ops.c — the CPU backend's ops against independent double-precision references.
+ *
+ * For every op: the backend's forward (fp32) is compared with a double-precision reference
+ * written here from the formulas (none of the backend's code is reused), and its backward with
+ * central finite differences of that reference: for the scalar L = sum(G * out) with a fixed
+ * random G, dL/dx by FD equals the backward given dout = G. FD runs in double with step
+ * h = 1e-5 * max(1,|x|): truncation error ~h^2 and rounding ~1e-16 |L| / h, both ~1e-10, far
+ * below the fp32 errors being measured, so the FD gradient is effectively exact.
+ *
+ * Errors are normwise: max|got - want| / max|want|. Tolerances:
+ *   forward 1e-5  — fp32 has eps 6e-8; sums of <= 32 terms and one exp/tanh/sqrt stay < 1e-6,
+ *                   1e-5 leaves margin;
+ *   backward 1e-4 — one more level of fp32 arithmetic (LayerNorm's dx subtracts two means and
+ *                   multiplies by rstd, softmax backward subtracts a row sum), so ~10x forward.
+ * Observed errors are all below 1e-6 (each check prints its error), so a real bug — a wrong
+ * index, a missed term, a skipped accumulation — shows up as O(1), far above either tolerance.
+ * Backward ops that accumulate get a random prefill R and are checked as (got - R) vs FD; ops
+ * that overwrite get a NaN prefill, which would propagate if it were ever read.
+ * Determinism: every op run twice gives bit-identical output, and the same with 1, 2 and 3
+ * OpenMP threads (this backend never splits a reduction across threads). */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check.h"
+
+static const zt_backend *be;
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static double urand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / (double)(1ull << 52) - 1.0;
+}
+/* every test buffer is registered here and freed at the end (keeps sanitizer runs clean) */
+static void *owned[4096];
+static int n_owned, owned_is_be[4096];
+static void *own(void *p, int from_be) {
+    if (p && n_owned < 4096) owned_is_be[n_owned] = from_be, owned[n_owned++] = p;
+    return p;
+}
+static void free_all(void) {
+    while (n_owned--) owned_is_be[n_owned] ? be->free(owned[n_owned]) : free(owned[n_owned]);
+}
+static float *falloc(size_t n) { return own(be->alloc(n * sizeof(float) + 4), 1); }
+static float *frand(size_t n, double scale) {
+    float *p = falloc(n);
+    for (size_t i = 0; i < n; i++) p[i] = (float)(scale * urand());
+    return p;
+}
+static double *dalloc(size_t n) { return own(calloc(n + 1, sizeof(double)), 0); }
+static double *todouble(const float *x, size_t n) {
+    double *d = dalloc(n);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static void fill(float *x, size_t n, float v) {
+    for (size_t i = 0; i < n; i++) x[i] = v;
+}
+/* max|got - want| / max|want|  (strided: rows of `cols` values every `ld`) */
+static double relerr_ld(const float *got, const double *want, int rows, int cols, int ld_got, int ld_want) {
+    double num = 0, den = 1e-30;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            double g = got[(size_t)i * ld_got + j], w = want[(size_t)i * ld_want + j];
+            double e = fabs(g - w);
+            if (!(e <= num)) num = e; /* NaN propagates */
+            if (fabs(w) > den) den = fabs(w);
+        }
+    return num / den;
+}
+static double relerr(const float *got, const double *want, size_t n) { return relerr_ld(got, want, 1, (int)n, 0, 0); }
+/* (got - base) vs want: for accumulating outputs */
+static double relerr_acc(const float *got, const float *base, const double *want, size_t n) {
+    double *d = calloc(n + 1, sizeof(double)); /* temporary: not registered */
+    for (size_t i = 0; i < n; i++) d[i] = (double)got[i] - (double)base[i];
+    double num = 0, den = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(d[i] - want[i]);
+        if (!(e <= num)) num = e;
+        if (fabs(want[i]) > den) den = fabs(want[i]);
+    }
+    free(d);
+    return num / den;
+}
+static float *fcopy(const float *x, size_t n) {
+    float *p = falloc(n);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+static void check_err(double err, double tol, const char *name) {
+    if (err <= tol) printf("  error %.2g (tolerance %.0g)\n", err, tol);
+    CHECK(err <= tol, name, "normwise error %.3g > %.1g", err, tol);
+}
+#define CHECK_ERR(err, tol, name) check_err((err), (tol), (name))
+
+#define TOL_FWD 1e-5
+#define TOL_BWD 1e-4
+
+/* central finite differences of loss(ctx) with respect to x[0..n) */
+typedef double (*loss_fn)(void *ctx);
+static void fd_grad(loss_fn f, void *ctx, double *x, size_t n, double *g) {
+    for (size_t i = 0; i < n; i++) {
+        double xi = x[i], h = 1e-5 * fmax(1.0, fabs(xi));
+        x[i] = xi + h;
+        double lp = f(ctx);
+        x[i] = xi - h;
+        double lm = f(ctx);
+        x[i] = xi;
+        g[i] = (lp - lm) / (2 * h);
+    }
+}
+static double dot(const double *a, const double *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+typedef struct { int B, T, C; const int *tok; double *wte, *wpe, *G, *out; } emb_ctx;
+static void ref_embedding(emb_ctx *c) {
+    for (int b = 0; b < c->B; b++)
+        for (int t = 0; t < c->T; t++)
+            for (int k = 0; k < c->C; k++)
+                c->out[((size_t)b * c->T + t) * c->C + k] = c->wte[(size_t)c->tok[b * c->T + t] * c->C + k] + c->wpe[(size_t)t * c->C + k];
+}
+static double emb_loss(void *p) {
+    emb_ctx *c = p;
+    ref_embedding(c);
+    return dot(c->out, c->G, (size_t)c->B * c->T * c->C);
+}
+static void test_embedding(void) {
+    int B = 2, T = 5, C = 19, V = 7;
+    int tok[10] = {3, 1, 3, 6, 0, 3, 3, 1, 2, 6}; /* repeats, within and across rows */
+    size_t N = (size_t)B * T;
+    float *wte = frand((size_t)V * C, 1), *wpe = frand((size_t)T * C, 1), *out = falloc(N * C), *G = frand(N * C, 1);
+    be->embedding_forward(out, tok, wte, wpe, B, T, C);
+    emb_ctx c = {B, T, C, tok, todouble(wte, (size_t)V * C), todouble(wpe, (size_t)T * C), todouble(G, N * C), dalloc(N * C)};
+    ref_embedding(&c);
+    CHECK_ERR(relerr(out, c.out, N * C), TOL_FWD, "embedding_forward");
+    double *gte = dalloc((size_t)V * C), *gpe = dalloc((size_t)T * C);
+    fd_grad(emb_loss, &c, c.wte, (size_t)V * C, gte);
+    fd_grad(emb_loss, &c, c.wpe, (size_t)T * C, gpe);
+    float *dwte = frand((size_t)V * C, 0.5), *dwpe = frand((size_t)T * C, 0.5);
+    float *r_te = fcopy(dwte, (size_t)V * C), *r_pe = fcopy(dwpe, (size_t)T * C);
+    be->embedding_backward(dwte, dwpe, G, tok, B, T, C);
+    CHECK_ERR(relerr_acc(dwte, r_te, gte, (size_t)V * C), TOL_BWD, "embedding_backward dwte (accumulates, repeated tokens)");
+    CHECK_ERR(relerr_acc(dwpe, r_pe, gpe, (size_t)T * C), TOL_BWD, "embedding_backward dwpe (accumulates)");
+}
+
+/* ------------------------------------------------------------------ layernorm */
+
+typedef struct { int N, C; double *x, *w, *b, *G, *out, *mean, *rstd; } ln_ctx;
+static void ref_layernorm(ln_ctx *c) {
+    for (int i = 0; i < c->N; i++) {
+        const double *x = c->x + (size_t)i * c->C;
+        double m = 0, v = 0;
+        for (int k = 0; k < c->C; k++) m += x[k];
+        m /= c->C;
+        for (int k = 0; k < c->C; k++) v += (x[k] - m) * (x[k] - m);
+        v /= c->C;
+        double r = 1.0 / sqrt(v + 1e-5);
+        for (int k = 0; k < c->C; k++) c->out[(size_t)i * c->C + k] = (x[k] - m) * r * c->w[k] + c->b[k];
+        c->mean[i] = m;
+        c->rstd[i] = r;
+    }
+}
+static double ln_loss(void *p) {
+    ln_ctx *c = p;
+    ref_layernorm(c);
+    return dot(c->out, c->G, (size_t)c->N * c->C);
+}
+static void test_layernorm(int N, int C) {
+    char name[128];
+    size_t n = (size_t)N * C;
+    float *x = frand(n, 2), *w = frand(C, 1), *b = frand(C, 1), *G = frand(n, 1), *out = falloc(n);
+    for (size_t i = 0; i < n; i++) x[i] += 3.0f; /* a non-zero mean */
+    float *mean = falloc(N), *rstd = falloc(N);
+    be->layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    ln_ctx c = {N, C, todouble(x, n), todouble(w, C), todouble(b, C), todouble(G, n), dalloc(n), dalloc(N), dalloc(N)};
+    ref_layernorm(&c);
+    snprintf(name, sizeof name, "layernorm_forward N=%d C=%d", N, C);
+    CHECK_ERR(relerr(out, c.out, n), TOL_FWD, name);
+    snprintf(name, sizeof name, "layernorm_forward mean,rstd N=%d C=%d", N, C);
+    double e = fmax(relerr(mean, c.mean, N), relerr(rstd, c.rstd, N));
+    CHECK_ERR(e, TOL_FWD, name);
+    double *gx = dalloc(n), *gw = dalloc(C), *gb = dalloc(C);
+    fd_grad(ln_loss, &c, c.x, n, gx);
+    fd_grad(ln_loss, &c, c.w, C, gw);
+    fd_grad(ln_loss, &c, c.b, C, gb);
+    float *dx = frand(n, 0.5), *dw = frand(C, 0.5), *db = frand(C, 0.5);
+    float *rx = fcopy(dx, n), *rw = fcopy(dw, C), *rb = fcopy(db, C);
+    be->layernorm_backward(dx, dw, db, G, x, w, mean, rstd, N, C);
+    snprintf(name, sizeof name, "layernorm_backward dinp (accumulates) N=%d C=%d", N, C);
+    CHECK_ERR(relerr_acc(dx, rx, gx, n), TOL_BWD, name);
+    snprintf(name, sizeof name, "layernorm_backward dw (accumulates) N=%d C=%d", N, C);
+    CHECK_ERR(relerr_acc(dw, rw, gw, C), TOL_BWD, name);
+    snprintf(name, sizeof name, "layernorm_backward db (accumulates) N=%d C=%d", N, C);
+    CHECK_ERR(relerr_acc(db, rb, gb, C), TOL_BWD, name);
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+typedef struct { int N, C, OC, wt; double *x, *w, *bias, *G, *out; } mm_ctx;
+static void ref_matmul(mm_ctx *c) { /* out[N,OC] = x W + bias; W [C,OC] or, if wt, [OC,C] */
+    for (int i = 0; i < c->N; i++)
+        for (int o = 0; o < c->OC; o++) {
+            double s = c->bias ? c->bias[o] : 0;
+            for (int k = 0; k < c->C; k++)
+                s += c->x[(size_t)i * c->C + k] * (c->wt ? c->w[(size_t)o * c->C + k] : c->w[(size_t)k * c->OC + o]);
+            c->out[(size_t)i * c->OC + o] = s;
+        }
+}
+static double mm_loss(void *p) {
+    mm_ctx *c = p;
+    ref_matmul(c);
+    return dot(c->out, c->G, (size_t)c->N * c->OC);
+}
+static void test_matmul(int N, int C, int OC, int wt, int ld, int with_bias, int with_dinp) {
+    char tag[96], name[192];
+    snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s ld=%d%s%s", N, C, OC, wt ? " w_transposed" : "", ld,
+             with_bias ? "" : " no-bias", with_dinp ? "" : " no-dinp");
+    size_t nw = (size_t)C * OC;
+    float *x = frand((size_t)N * C, 1), *w = frand(nw, 1), *bias = with_bias ? frand(OC, 1) : NULL;
+    float *out = falloc((size_t)N * ld), *G = falloc((size_t)N * ld);
+    fill(out, (size_t)N * ld, 12345.0f);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < ld; j++) G[(size_t)i * ld + j] = j < OC ? (float)urand() : NAN; /* padding must never be read */
+    be->matmul_forward(out, x, w, bias, N, C, OC, wt, ld);
+    double *Gd = dalloc((size_t)N * OC);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) Gd[(size_t)i * OC + o] = G[(size_t)i * ld + o];
+    mm_ctx c = {N, C, OC, wt, todouble(x, (size_t)N * C), todouble(w, nw), bias ? todouble(bias, OC) : NULL, Gd,
+                dalloc((size_t)N * OC)};
+    ref_matmul(&c);
+    snprintf(name, sizeof name, "matmul_forward %s", tag);
+    CHECK_ERR(relerr_ld(out, c.out, N, OC, ld, OC), TOL_FWD, name);
+    int untouched = 1;
+    for (int i = 0; i < N; i++)
+        for (int j = OC; j < ld; j++) untouched &= out[(size_t)i * ld + j] == 12345.0f;
+    snprintf(name, sizeof name, "matmul_forward padding columns untouched %s", tag);
+    CHECK(untouched, name, "a column >= OC of out was written");
+
+    double *gx = dalloc((size_t)N * C), *gw = dalloc(nw), *gb = dalloc(OC);
+    if ((size_t)N * C * OC <= 20000) {
+        fd_grad(mm_loss, &c, c.x, (size_t)N * C, gx);
+        fd_grad(mm_loss, &c, c.w, nw, gw);
+        if (bias) fd_grad(mm_loss, &c, c.bias, OC, gb);
+    } else { /* too big for FD (~1e10 flops): the analytic double backward dinp = G W^T,
+              * dW = x^T G, dbias = colsum(G) — the same gradient the small cases check by FD */
+        for (int i = 0; i < N; i++)
+            for (int o = 0; o < OC; o++) {
+                double g = Gd[(size_t)i * OC + o];
+                gb[o] += g;
+                for (int k = 0; k < C; k++) {
+                    size_t wi = wt ? (size_t)o * C + k : (size_t)k * OC + o;
+                    gx[(size_t)i * C + k] += g * c.w[wi];
+                    gw[wi] += g * c.x[(size_t)i * C + k];
+                }
+            }
+    }
+    float *dx = falloc((size_t)N * C), *dw = frand(nw, 0.5), *db = frand(OC, 0.5);
+    fill(dx, (size_t)N * C, NAN); /* overwritten, so the NaN must not survive */
+    float *rw = fcopy(dw, nw), *rb = fcopy(db, OC);
+    be->matmul_backward(with_dinp ? dx : NULL, dw, bias ? db : NULL, G, x, w, N, C, OC, wt, ld);
+    if (with_dinp) {
+        snprintf(name, sizeof name, "matmul_backward dinp (overwrites) %s", tag);
+        CHECK_ERR(relerr(dx, gx, (size_t)N * C), TOL_BWD, name);
+    }
+    snprintf(name, sizeof name, "matmul_backward dw (accumulates) %s", tag);
+    CHECK_ERR(relerr_acc(dw, rw, gw, nw), TOL_BWD, name);
+    if (bias) {
+        snprintf(name, sizeof name, "matmul_backward dbias (accumulates) %s", tag);
+        CHECK_ERR(relerr_acc(db, rb, gb, OC), TOL_BWD, name);
+    }
+}
+
+/* ------------------------------------------------------------------ attention */
+
+typedef struct { int B, T, C, NH; double *qkv, *G, *out, *att; } att_ctx;
+static void ref_attention(att_ctx *c) {
+    int B = c->B, T = c->T, C = c->C, NH = c->NH, hs = C / NH;
+    double sc = 1.0 / sqrt((double)hs), *s = calloc(T, sizeof(double)); /* temporary */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = c->qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = c->qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    s[j] = 0;
+                    for (int d = 0; d < hs; d++) s[j] += q[d] * k[d];
+                    s[j] *= sc;
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += (s[j] = exp(s[j] - mx));
+                double *a = c->att + (((size_t)b * NH + h) * T + t) * T;
+                for (int j = 0; j < T; j++) a[j] = j <= t ? s[j] / sum : 0;
+                double *o = c->out + ((size_t)b * T + t) * C + h * hs;
+                for (int d = 0; d < hs; d++) {
+                    o[d] = 0;
+                    for (int j = 0; j <= t; j++) o[d] += a[j] * c->qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + d];
+                }
+            }
+    free(s);
+}
+static double att_loss(void *p) {
+    att_ctx *c = p;
+    ref_attention(c);
+    return dot(c->out, c->G, (size_t)c->B * c->T * c->C);
+}
+static void test_attention(int B, int T, int C, int NH, int do_backward) {
+    char tag[64], name[160];
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *qkv = frand(nq, 1.5), *out = falloc(no), *att = falloc(na), *G = frand(no, 1);
+    fill(att, na, NAN);
+    be->attention_forward(out, att, qkv, B, T, C, NH);
+    att_ctx c = {B, T, C, NH, todouble(qkv, nq), todouble(G, no), dalloc(no), dalloc(na)};
+    ref_attention(&c);
+    snprintf(name, sizeof name, "attention_forward out %s", tag);
+    CHECK_ERR(relerr(out, c.out, no), TOL_FWD, name);
+    snprintf(name, sizeof name, "attention_forward att (causal, zeros above diagonal) %s", tag);
+    double e = relerr(att, c.att, na);
+    int zeros = 1;
+    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
+        for (int t = 0; t < T; t++)
+            for (int j = t + 1; j < T; j++) zeros &= att[(bh * T + t) * T + j] == 0.0f;
+    CHECK(e <= TOL_FWD && zeros, name, "normwise error %.3g, zeros above diagonal %d", e, zeros);
+    if (!do_backward) return;
+    double *g = dalloc(nq);
+    fd_grad(att_loss, &c, c.qkv, nq, g);
+    float *dqkv = falloc(nq), *datt = falloc(na);
+    fill(dqkv, nq, NAN);
+    fill(datt, na, NAN);
+    be->attention_backward(dqkv, datt, G, qkv, att, B, T, C, NH);
+    snprintf(name, sizeof name, "attention_backward dqkv (overwrites) %s", tag);
+    CHECK_ERR(relerr(dqkv, g, nq), TOL_BWD, name);
+}
+
+/* ------------------------------------------------------------------ gelu, residual, accumulate, scale */
+
+static double ref_gelu(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+typedef struct { size_t n; double *x, *G; } gelu_ctx;
+static double gelu_loss(void *p) {
+    gelu_ctx *c = p;
+    double s = 0;
+    for (size_t i = 0; i < c->n; i++) s += c->G[i] * ref_gelu(c->x[i]);
+    return s;
+}
+static void test_gelu(void) {
+    size_t n = 1000;
+    float *x = frand(n, 5), *out = falloc(n), *G = frand(n, 1), *dx = falloc(n);
+    x[0] = 0, x[1] = 1e-30f, x[2] = -20, x[3] = 20;
+    be->gelu_forward(out, x, n);
+    double *want = dalloc(n);
+    for (size_t i = 0; i < n; i++) want[i] = ref_gelu(x[i]);
+    CHECK_ERR(relerr(out, want, n), TOL_FWD, "gelu_forward");
+    gelu_ctx c = {n, todouble(x, n), todouble(G, n)};
+    double *g = dalloc(n);
+    fd_grad(gelu_loss, &c, c.x, n, g);
+    fill(dx, n, NAN);
+    be->gelu_backward(dx, x, G, n);
+    CHECK_ERR(relerr(dx, g, n), TOL_BWD, "gelu_backward (overwrites)");
+    float *alias = fcopy(G, n);
+    be->gelu_backward(alias, x, alias, n);
+    CHECK(memcmp(alias, dx, n * sizeof(float)) == 0, "gelu_backward dinp aliasing dout", "differs from the unaliased run");
+}
+
+static void test_pointwise(void) {
+    size_t n = 1037;
+    float *a = frand(n, 1), *b = frand(n, 1), *out = falloc(n);
+    double *want = dalloc(n);
+    be->residual_forward(out, a, b, n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)a[i] + b[i];
+    CHECK_ERR(relerr(out, want, n), 1e-7, "residual_forward"); /* one rounding: <= eps/2 */
+    float *dst = fcopy(a, n);
+    be->accumulate(dst, b, n);
+    CHECK_ERR(relerr(dst, want, n), 1e-7, "accumulate (dst += src)");
+    float *s = fcopy(a, n);
+    be->scale(s, 0.37f, n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)a[i] * 0.37f;
+    CHECK_ERR(relerr(s, want, n), 1e-7, "scale");
+    float *t = falloc(n), *u = falloc(n);
+    be->to_compute(t, a, n);
+    be->to_f32(u, t, n);
+    CHECK(memcmp(u, a, n * sizeof(float)) == 0, "to_compute/to_f32 round trip (fp32 identity)", "not identical");
+    float *z = frand(n, 1);
+    be->memset_zero(z, n * sizeof(float));
+    int allz = 1;
+    for (size_t i = 0; i < n; i++) allz &= z[i] == 0.0f;
+    float *cp = falloc(n);
+    be->copy(cp, a, n * sizeof(float), ZT_D2D);
+    CHECK(allz && memcmp(cp, a, n * sizeof(float)) == 0, "memset_zero, copy", "wrong contents");
+    unsigned char *big = be->alloc(1 << 20);
+    int zero_alloc = big && ((uintptr_t)big & 63) == 0;
+    for (size_t i = 0; zero_alloc && i < (1 << 20); i++) zero_alloc &= big[i] == 0;
+    unsigned char *odd = be->host_alloc(37);
+    zero_alloc &= odd && ((uintptr_t)odd & 63) == 0;
+    for (int i = 0; zero_alloc && i < 37; i++) zero_alloc &= odd[i] == 0;
+    CHECK(zero_alloc, "alloc/host_alloc zero-filled and 64-byte aligned", "not zeroed or misaligned");
+    be->free(big);
+    be->host_free(odd);
+    be->synchronize();
+}
+
+/* ------------------------------------------------------------------ softmax + cross-entropy */
+
+typedef struct { int N, V; const int *tgt; double dloss, *x, *loss; } sx_ctx;
+static double sx_loss(void *p) { /* dloss * sum_i loss_i, whose gradient is dlogits */
+    sx_ctx *c = p;
+    double L = 0;
+    for (int i = 0; i < c->N; i++) {
+        const double *x = c->x + (size_t)i * c->V;
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < c->V; j++) mx = fmax(mx, x[j]);
+        for (int j = 0; j < c->V; j++) s += exp(x[j] - mx);
+        c->loss[i] = log(s) + mx - x[c->tgt[i]];
+        L += c->dloss * c->loss[i];
+    }
+    return L;
+}
+static void test_softmax_xent(double offset) {
+    char name[160];
+    int N = 5, V = 11, Vp = 16;
+    int tgt[5] = {0, 10, 3, 3, 7};
+    float dloss = 1.0f / N;
+    float *logits = falloc((size_t)N * Vp), *losses = falloc(N), *dl = falloc((size_t)N * Vp);
+    double *xd = dalloc((size_t)N * V);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < Vp; j++) {
+            float v = j < V ? (float)(offset + 4 * urand()) : NAN; /* padding must never be read */
+            logits[(size_t)i * Vp + j] = v;
+            if (j < V) xd[(size_t)i * V + j] = v;
+        }
+    fill(dl, (size_t)N * Vp, NAN);
+    be->softmax_xent(losses, dl, logits, tgt, N, V, Vp, dloss);
+    sx_ctx c = {N, V, tgt, dloss, xd, dalloc(N)};
+    sx_loss(&c);
+    snprintf(name, sizeof name, "softmax_xent losses (logits around %+g, NaN padding)", offset);
+    CHECK_ERR(relerr(losses, c.loss, N), TOL_FWD, name);
+    double *g = dalloc((size_t)N * V);
+    fd_grad(sx_loss, &c, c.x, (size_t)N * V, g);
+    snprintf(name, sizeof name, "softmax_xent dlogits (logits around %+g)", offset);
+    CHECK_ERR(relerr_ld(dl, g, N, V, Vp, V), TOL_BWD, name);
+    int padz = 1;
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) padz &= dl[(size_t)i * Vp + j] == 0.0f;
+    snprintf(name, sizeof name, "softmax_xent dlogits padding zeroed (logits around %+g)", offset);
+    CHECK(padz, name, "a padding column of dlogits is not 0");
+    /* dlogits aliasing logits gives the same values; dlogits NULL gives the same losses */
+    float *al = fcopy(logits, (size_t)N * Vp), *l2 = falloc(N), *l3 = falloc(N);
+    be->softmax_xent(l2, al, al, tgt, N, V, Vp, dloss);
+    be->softmax_xent(l3, NULL, logits, tgt, N, V, Vp, dloss);
+    snprintf(name, sizeof name, "softmax_xent aliased dlogits and NULL dlogits (logits around %+g)", offset);
+    CHECK(memcmp(al, dl, (size_t)N * Vp * 4) == 0 && memcmp(l2, losses, N * 4) == 0 && memcmp(l3, losses, N * 4) == 0, name,
+          "results differ from the separate-buffer run");
+}
+
+/* ------------------------------------------------------------------ adamw */
+
+static void test_adamw(float wd) {
+    char name[160];
+    size_t n = 257;
+    float *p = frand(n, 1), *m = falloc(n), *v = falloc(n), *g = frand(n, 0.1), *out = falloc(n);
+    for (size_t i = 0; i < n; i += 7) g[i] = 0.0f;    /* zero gradients */
+    for (size_t i = 3; i < n; i += 11) g[i] = 1e-40f; /* denormal gradients */
+    for (size_t i = 5; i < n; i += 13) p[i] = 3e-39f; /* denormal parameters */
+    p[1] = 0.0f;
+    double *pd = todouble(p, n), *md = dalloc(n), *vd = dalloc(n);
+    float b1 = 0.9f, b2 = 0.95f;
+    double errp = 0, errm = 0, errv = 0;
+    int copied = 1;
+    for (int t = 1; t <= 3; t++) {
+        zt_adam_step s = {.lr = 1e-3f, .beta1 = b1, .beta2 = b2, .eps = 1e-8f, .weight_decay = wd,
+                          .bias_correction1 = (float)(1 - pow(b1, t)), .bias_correction2 = (float)(1 - pow(b2, t)),
+                          .grad_scale = 0.5f};
+        be->adamw(p, m, v, g, out, n, &s);
+        for (size_t i = 0; i < n; i++) { /* PyTorch AdamW, in double, from the same fp32 hyper-parameters */
+            double gi = (double)g[i] * s.grad_scale;
+            md[i] = (double)s.beta1 * md[i] + (1 - (double)s.beta1) * gi;
+            vd[i] = (double)s.beta2 * vd[i] + (1 - (double)s.beta2) * gi * gi;
+            double mh = md[i] / s.bias_correction1, vh = vd[i] / s.bias_correction2;
+            pd[i] -= (double)s.lr * (mh / (sqrt(vh) + s.eps) + (double)s.weight_decay * pd[i]);
+            copied &= out[i] == p[i];
+        }
+    }
+    /* per-element relative error, floored at 1e-30 (denormal moments): fp32 arithmetic, ~10 roundings */
+    for (size_t i = 0; i < n; i++) {
+        errp = fmax(errp, fabs(p[i] - pd[i]) / fmax(fabs(pd[i]), 1e-3 * 1e-3)); /* floor: lr * 1e-3 */
+        errm = fmax(errm, fabs(m[i] - md[i]) / fmax(fabs(md[i]), 1e-30));
+        errv = fmax(errv, fabs(v[i] - vd[i]) / fmax(fabs(vd[i]), 1e-30));
+    }
+    snprintf(name, sizeof name, "adamw 3 steps wd=%g params (zero and denormal grads)", wd);
+    CHECK(errp <= 1e-5, name, "relative error %.3g", errp);
+    snprintf(name, sizeof name, "adamw 3 steps wd=%g moments", wd);
+    CHECK(errm <= 1e-5 && errv <= 1e-5, name, "relative error m %.3g v %.3g", errm, errv);
+    snprintf(name, sizeof name, "adamw wd=%g params_out mirrors master", wd);
+    CHECK(copied, name, "params_out differs from master");
+    /* params_out NULL and aliasing master give the same master */
+    float *p2 = fcopy(p, n), *m2 = fcopy(m, n), *v2 = fcopy(v, n), *p3 = fcopy(p, n), *m3 = fcopy(m, n), *v3 = fcopy(v, n);
+    zt_adam_step s = {1e-3f, b1, b2, 1e-8f, wd, 0.5f, 0.3f, 1.0f};
+    be->adamw(p2, m2, v2, g, NULL, n, &s);
+    be->adamw(p3, m3, v3, g, p3, n, &s);
+    snprintf(name, sizeof name, "adamw wd=%g params_out NULL and aliasing master", wd);
+    CHECK(memcmp(p2, p3, n * 4) == 0 && memcmp(m2, m3, n * 4) == 0 && memcmp(v2, v3, n * 4) == 0, name, "differ");
+}
+
+/* ------------------------------------------------------------------ sumsq */
+
+static void test_sumsq(size_t n) {
+    char name[96];
+    float *x = frand(n, 3);
+    double want = 0;
+    for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
+    double got = be->sumsq(x, n);
+    /* fp32 squares are exact in double; only ~n double roundings of relative 1e-16 remain */
+    double e = fabs(got - want) / fmax(want, 1e-300);
+    snprintf(name, sizeof name, "sumsq n=%zu vs double sum", n);
+    CHECK(e <= 1e-12 || (n == 0 && got == 0), name, "got %.17g want %.17g", got, want);
+}
+
+/* ------------------------------------------------------------------ determinism */
+
+/* Runs every op once on fixed inputs at shapes that make the backend split work across
+ * threads (GEMMs above its threading threshold, several column blocks), writing every output
+ * into one buffer; returns its length. */
+typedef struct { int B, T, C, NH, V, Vp; int *tok, *tgt; float *in[12]; } det_inputs;
+enum { DET_OPS = 13 };
+static const char *det_names[DET_OPS] = {"embedding_forward", "embedding_backward", "layernorm_forward",
+                                         "layernorm_backward", "matmul_forward", "matmul_backward",
+                                         "matmul w_transposed fwd+bwd", "attention_forward", "attention_backward",
+                                         "gelu_forward+backward", "softmax_xent", "adamw", "sumsq"};
+static size_t det_run(const det_inputs *d, int op, float *o) {
+    int B = d->B, T = d->T, C = d->C, NH = d->NH, V = d->V, Vp = d->Vp, N = B * T;
+    size_t nc = (size_t)N * C;
+    float *const *in = d->in; /* 0 wte[V,C] 1 wpe 2 x[N,C] 3 dout[N,4C] 4 w[C,4C] 5 bias[4C] 6 qkv[N,3C] 7 dy[N,3C] 8 logits[N,Vp] 9 g[N,4C] */
+    switch (op) {
+    case 0: be->embedding_forward(o, d->tok, in[0], in[1], B, T, C); return nc;
+    case 1: memset(o, 0, ((size_t)V + T) * C * 4); be->embedding_backward(o, o + (size_t)V * C, in[2], d->tok, B, T, C); return ((size_t)V + T) * C;
+    case 2: be->layernorm_forward(o, o + nc, o + nc + N, in[2], in[1], in[1] + C, N, C); return nc + 2 * N;
+    case 3: {
+        float *mean = o + nc + 2 * C, *rstd = mean + N;
+        be->layernorm_forward(o, mean, rstd, in[2], in[1], in[1] + C, N, C);
+        memset(o, 0, (nc + 2 * C) * 4);
+        be->layernorm_backward(o, o + nc, o + nc + C, in[3], in[2], in[1], mean, rstd, N, C);
+        return nc + 2 * C + 2 * N;
+    }
+    case 4: be->matmul_forward(o, in[2], in[4], in[5], N, C, 4 * C, 0, 4 * C); return nc * 4;
+    case 5: memset(o, 0, (4 * (size_t)C * C + 4 * C) * 4);
+        be->matmul_backward(o + 4 * (size_t)C * C + 4 * C, o, o + 4 * (size_t)C * C, in[3], in[2], in[4], N, C, 4 * C, 0, 4 * C);
+        return 4 * (size_t)C * C + 4 * C + nc;
+    case 6: be->matmul_forward(o, in[2], in[0], NULL, N, C, V, 1, Vp);
+        memset(o + (size_t)N * Vp, 0, (size_t)V * C * 4);
+        be->matmul_backward(o + (size_t)N * Vp + (size_t)V * C, o + (size_t)N * Vp, NULL, in[8], in[2], in[0], N, C, V, 1, Vp);
+        return (size_t)N * Vp + (size_t)V * C + nc;
+    case 7: be->attention_forward(o, o + nc, in[6], B, T, C, NH); return nc + (size_t)B * NH * T * T;
+    case 8: {
+        float *att = o + 3 * nc, *datt = att + (size_t)B * NH * T * T;
+        be->attention_forward(o, att, in[6], B, T, C, NH);
+        be->attention_backward(o, datt, in[7], in[6], att, B, T, C, NH);
+        return 3 * nc + 2 * (size_t)B * NH * T * T;
+    }
+    case 9: be->gelu_forward(o, in[3], 4 * nc); be->gelu_backward(o + 4 * nc, in[3], in[9], 4 * nc); return 8 * nc;
+    case 10: memcpy(o + N, in[8], (size_t)N * Vp * 4); be->softmax_xent(o, o + N, o + N, d->tgt, N, V, Vp, 0.25f);
+        return N + (size_t)N * Vp;
+    case 11: {
+        size_t n = 4 * (size_t)C * C;
+        memcpy(o, in[4], n * 4); memset(o + n, 0, 2 * n * 4);
+        zt_adam_step s = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 0.7f};
+        for (int k = 0; k < 2; k++) be->adamw(o, o + n, o + 2 * n, in[9], o + 3 * n, n, &s);
+        return 4 * n;
+    }
+    case 12: { double s = be->sumsq(in[9], 4 * nc); memcpy(o, &s, 8); return 2; }
+    }
+    return 0;
+}
+static void test_determinism(void) {
+    det_inputs d = {.B = 2, .T = 64, .C = 128, .NH = 4, .V = 1000, .Vp = 1024};
+    int N = d.B * d.T, C = d.C;
+    size_t sizes[10] = {(size_t)d.V * C, (size_t)d.T * C + 2 * C, (size_t)N * C, (size_t)N * 4 * C, 4 * (size_t)C * C,
+                        4 * (size_t)C, (size_t)N * 3 * C, (size_t)N * 3 * C, (size_t)N * d.Vp, (size_t)N * 4 * C};
+    for (int i = 0; i < 10; i++) d.in[i] = frand(sizes[i], 1);
+    d.tok = own(malloc(N * sizeof(int)), 0);
+    d.tgt = own(malloc(N * sizeof(int)), 0);
+    for (int i = 0; i < N; i++) d.tok[i] = (int)((urand() + 1) * 0.5 * 50) % 50; /* many repeats */
+    for (int i = 0; i < N; i++) d.tgt[i] = (int)((urand() + 1) * 0.5 * d.V) % d.V;
+    size_t cap = 8 * (size_t)N * C + 4 * (size_t)d.V * C;
+    float *ref = falloc(cap), *again = falloc(cap);
+    int threads[3] = {2, 1, 3};
+    for (int op = 0; op < DET_OPS; op++) {
+        char name[128];
+        omp_set_num_threads(2);
+        memset(ref, 0, cap * 4);
+        size_t n = det_run(&d, op, ref);
+        memset(again, 0, cap * 4);
+        det_run(&d, op, again);
+        snprintf(name, sizeof name, "deterministic: %s run twice bit-identical", det_names[op]);
+        CHECK(memcmp(ref, again, n * 4) == 0, name, "outputs differ between two identical runs");
+        int same = 1;
+        for (int k = 1; k < 3; k++) {
+            omp_set_num_threads(threads[k]);
+            memset(again, 0, cap * 4);
+            det_run(&d, op, again);
+            same &= memcmp(ref, again, n * 4) == 0;
+        }
+        snprintf(name, sizeof name, "thread-count independent: %s with 1, 2, 3 OpenMP threads", det_names[op]);
+        CHECK(same, name, "outputs depend on the number of threads");
+    }
+    omp_set_num_threads(2);
+}
+
+int main(void) {
+    be = zt_backend_cpu();
+    CHECK(be && be->compute_dtype == ZT_F32 && strcmp(be->name, "cpu") == 0, "cpu backend table", "bad table");
+    /* every entry filled */
+    const void *const *slot = (const void *const *)&be->alloc;
+    int n_entries = (int)((sizeof(zt_backend) - offsetof(zt_backend, alloc)) / sizeof(void *)), filled = 1;
+    for (int i = 0; i < n_entries; i++) filled &= slot[i] != NULL;
+    CHECK(filled, "cpu backend: every op entry non-NULL", "a NULL entry");
+
+    test_embedding();
+    test_layernorm(6, 16);
+    test_layernorm(3, 37);
+    test_matmul(5, 7, 19, 0, 19, 1, 1);
+    test_matmul(5, 7, 19, 0, 24, 1, 1);  /* padded output stride */
+    test_matmul(6, 9, 11, 1, 16, 0, 1);  /* tied LM head: W [V,C], V=11 of Vp=16 */
+    test_matmul(6, 9, 11, 1, 16, 0, 0);  /* ... without dinp */
+    test_matmul(4, 5, 70, 0, 70, 1, 1);      /* more than one 64-column dbias block, with a tail */
+    test_matmul(40, 64, 413, 0, 413, 1, 1);  /* big enough for the backend to split the GEMMs across threads */
+    test_matmul(40, 64, 413, 1, 432, 0, 1);  /* ... and transposed with a padded stride */
+    test_attention(2, 5, 8, 2, 1);
+    test_attention(1, 9, 12, 3, 1);
+    test_attention(2, 64, 64, 4, 0);      /* longer rows, forward only (FD would be slow) */
+    test_gelu();
+    test_pointwise();
+    test_softmax_xent(0.0);
+    test_softmax_xent(80.0); /* exp(80+) overflows fp32 without max subtraction */
+    test_softmax_xent(-80.0);
+    test_adamw(0.0f);
+    test_adamw(0.1f);
+    test_sumsq(0);
+    test_sumsq(1);
+    test_sumsq(3 * 4096 + 123);
+    test_sumsq((size_t)4096 * 1024 + 5000); /* crosses the backend's 1024-chunk batches */
+    test_determinism();
+    free_all();
+    return zt_check_exit();
+}

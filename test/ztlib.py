@@ -1,0 +1,78 @@
+"""ztlib.py — helpers for the Python integration tests: paths, test data, running zerotrain alone
+or under mpirun, reading metrics, and the PASS/FAIL protocol of test/run.sh."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "zerotrain")
+TESTDATA = os.path.join(ROOT, "build", "testdata")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
+failed = 0
+
+
+def check(ok, name, why=""):
+    global failed
+    if ok:
+        print(f"PASS {name}", flush=True)
+    else:
+        failed += 1
+        print(f"FAIL {name}: {why}", flush=True)
+    return ok
+
+
+def finish():
+    sys.exit(1 if failed else 0)
+
+
+def ensure_shakespeare():
+    """Tokenized tiny Shakespeare shards under build/testdata (made once by zerotrain tokenize)."""
+    os.makedirs(TESTDATA, exist_ok=True)
+    prefix = os.path.join(TESTDATA, "shakespeare")
+    if not os.path.exists(prefix + "_val.bin"):
+        subprocess.run([BIN, "tokenize", "--vocab", os.path.join(ROOT, "data/gpt2"),
+                        os.path.join(ROOT, "data/tinyshakespeare.txt"), "-o", prefix],
+                       check=True, env=ENV, stdout=subprocess.DEVNULL)
+    return prefix
+
+
+def run(args, ranks=0, timeout=300, env=None):
+    """Runs zerotrain ARGS (under mpirun -np RANKS when ranks > 0); returns CompletedProcess."""
+    cmd = [BIN] + list(args)
+    if ranks:
+        cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none"] + cmd
+    return subprocess.run(cmd, cwd=ROOT, env=dict(ENV, **(env or {})), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def train(config, sets=(), ranks=0, metrics=None, timeout=300):
+    """Trains; returns (CompletedProcess, list of metric dicts)."""
+    tmp = None
+    if metrics is None:
+        tmp = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False)
+        metrics = tmp.name
+        tmp.close()
+    args = ["train", config, "--set", f"metrics_file={metrics}"]
+    for s in sets:
+        args += ["--set", s]
+    p = run(args, ranks=ranks, timeout=timeout)
+    rows = []
+    if os.path.exists(metrics):
+        with open(metrics) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    if tmp:
+        os.unlink(metrics)
+    return p, rows
+
+
+def losses(rows):
+    return [r["loss"] for r in rows]
+
+
+def max_rel_diff(a, b):
+    if len(a) != len(b) or not a:
+        return float("inf")
+    return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
