@@ -106,7 +106,7 @@ double zt_gpt2_flops_per_token(const zt_gpt2_shape *s, int T) {
 
 /* ---------------------------------------------------------------- buffers */
 
-static size_t esz(const zt_gpt2 *m) { return zt_dtype_size(m->be->compute_dtype); }
+static size_t esz(const zt_gpt2 *m) { return m->elem_size; }
 static void *at(const zt_gpt2 *m, const void *base, size_t elems) { return (char *)base + elems * esz(m); }
 
 /* offsets of one layer slot's activations, in compute-dtype elements */
@@ -142,14 +142,13 @@ static scratch_layout scratch_of(const zt_gpt2 *m) {
     return s;
 }
 
-int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
-                   int B, int T, int recompute, int number_checkpoints, zt_err *err) {
+int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, int recompute, int number_checkpoints,
+                 size_t elem_size, zt_err *err) {
     memset(m, 0, sizeof *m);
-    m->be = be;
     m->shape = *shape;
-    m->table = table;
     m->B = B;
     m->T = T;
+    m->elem_size = elem_size;
     int L = shape->n_layer;
     if (T > shape->n_positions) return zt_fail(err, "seq_len %d exceeds model.n_positions %d", T, shape->n_positions);
     m->recompute = recompute;
@@ -159,15 +158,28 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
     size_t N = (size_t)B * T, C = shape->n_embd, Vp = shape->padded_vocab;
     slot_layout sl = layout_of(m);
     m->layer_act_elems = sl.total;
-    scratch_layout sc = scratch_of(m);
-    m->scratch_elems = sc.total;
-    size_t e = esz(m);
+    m->scratch_elems = scratch_of(m).total;
+    size_t e = elem_size;
     size_t residual_bytes = (size_t)(L + 1) * N * C * e;
     size_t slot_bytes = sl.total * e + 4 * N * sizeof(float);
     size_t head_bytes = N * C * e + 2 * N * sizeof(float) + N * Vp * e + N * sizeof(float);
     m->act_bytes_full = residual_bytes + (size_t)L * slot_bytes + head_bytes;
     m->act_bytes_ckpt = residual_bytes + slot_bytes + head_bytes;
     m->act_bytes = residual_bytes + (size_t)m->segment_layers * slot_bytes + head_bytes;
+    m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int);
+    return 0;
+}
+
+int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
+                   int B, int T, int recompute, int number_checkpoints, zt_err *err) {
+    if (zt_gpt2_plan(m, shape, B, T, recompute, number_checkpoints, zt_dtype_size(be->compute_dtype), err)) return -1;
+    m->be = be;
+    m->table = table;
+    int L = shape->n_layer;
+    size_t N = (size_t)B * T, C = shape->n_embd, Vp = shape->padded_vocab, e = m->elem_size;
+    slot_layout sl = layout_of(m);
+    scratch_layout sc = scratch_of(m);
+    size_t residual_bytes = (size_t)(L + 1) * N * C * e;
 
     m->tokens = be->alloc(N * sizeof(int));
     m->targets = be->alloc(N * sizeof(int));

@@ -67,6 +67,8 @@ typedef struct zt_gpt2 {
     size_t act_bytes;       /* device bytes of activations kept (with the setting in use) */
     size_t act_bytes_full;  /* ... and what keeping everything would take */
     size_t act_bytes_ckpt;  /* ... and what checkpointing every block would take */
+    size_t scratch_bytes;   /* gradient scratch and token buffers, besides act_bytes */
+    size_t elem_size;       /* bytes of the compute dtype */
 
     /* device buffers */
     int *tokens, *targets;  /* [B*T] */
@@ -86,6 +88,9 @@ typedef struct zt_gpt2 {
 int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
                    int B, int T, int recompute, int number_checkpoints, zt_err *err);
 void zt_gpt2_destroy(zt_gpt2 *m);
+/* Fills only the shape and byte counts of create (no backend, nothing allocated): for estimates. */
+int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, int recompute, int number_checkpoints,
+                 size_t elem_size, zt_err *err);
 
 /* Forward over host tokens [B*T] (and targets, or NULL for logits only). Returns the mean loss over
  * the B*T positions (0 when targets is NULL). With dloss != 0 (d total loss / d token loss: 1 / tokens

@@ -8,5 +8,7 @@ int zt_cmd_tokenize(int argc, char **argv); /* src/cmd_tokenize.c */
 int zt_cmd_sample(int argc, char **argv);   /* src/cmd_sample.c */
 int zt_cmd_eval(int argc, char **argv);     /* src/cmd_sample.c */
 int zt_cmd_selftest(int argc, char **argv); /* src/selftest.c */
+int zt_cmd_estimate(int argc, char **argv); /* src/cmd_estimate.c */
+int zt_cmd_run(int argc, char **argv);      /* src/cmd_run.c */
 
 #endif

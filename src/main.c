@@ -13,6 +13,8 @@ static void usage(FILE *f) {
             "  tokenize --vocab DIR INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N]\n"
             "  sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S]\n"
             "  eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE]\n"
+            "  run -n N [--hostfile FILE] CONFIG [--set KEY=VALUE]...   start mpirun/srun for train\n"
+            "  estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB]   memory per rank per ZeRO stage\n"
             "  selftest [--device cuda]            GPU ops against the CPU backend\n");
 }
 
@@ -21,7 +23,8 @@ typedef struct { const char *name; int (*run)(int, char **); int needs_mpi; } co
 int main(int argc, char **argv) {
     static const command commands[] = {
         {"train", zt_cmd_train, 1},   {"tokenize", zt_cmd_tokenize, 0}, {"sample", zt_cmd_sample, 1},
-        {"eval", zt_cmd_eval, 1},     {"selftest", zt_cmd_selftest, 1},
+        {"eval", zt_cmd_eval, 1},     {"selftest", zt_cmd_selftest, 1}, {"estimate", zt_cmd_estimate, 0},
+        {"run", zt_cmd_run, 0},
     };
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);

@@ -119,6 +119,10 @@ static int run(trainer *t) {
             fprintf(t->metrics, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"step_ms\": %.3f, "
                                 "\"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
                     step + 1, loss, lr, norm, dt * 1e3, tokens_per_step / dt, t->s.engine.comm_seconds * 1e3);
+            const zt_mem_account *mem = &t->s.engine.mem;
+            for (int c = 0; c < ZT_MEM_NCAT; c++)
+                fprintf(t->metrics, ", \"mem_%s_mib\": %.3f", zt_mem_category_names[c], mem->device[c] / 1048576.0);
+            fprintf(t->metrics, ", \"params_peak_mib\": %.3f", mem->params_peak / 1048576.0);
             if (cfg->wall_clock_breakdown)
                 fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",
                         t_fwd * 1e3, t_bwd * 1e3, t_opt * 1e3);
