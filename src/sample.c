@@ -248,12 +248,14 @@ int zt_cmd_eval(int argc, char **argv) {
 int zt_cmd_sample(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *vocab = NULL;
     long max_tokens = 64, top_k = 40, seed = 1337;
+    int print_ids = 0;
     double temperature = 1.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--prompt") && v) prompt = v, i++;
         else if (!strcmp(a, "--vocab") && v) vocab = v, i++;
+        else if (!strcmp(a, "--print-ids")) print_ids = 1, v = a;
         else if (!strcmp(a, "--max-tokens") && v) bad = parse_int(v, 1, 1 << 20, &max_tokens), i++;
         else if (!strcmp(a, "--top-k") && v) bad = parse_int(v, 0, 1 << 30, &top_k), i++;
         else if (!strcmp(a, "--seed") && v) bad = parse_int(v, 0, 0x7fffffffffffffffL, &seed), i++;
@@ -262,12 +264,12 @@ int zt_cmd_sample(int argc, char **argv) {
         else bad = 1;
         if (bad || (!v && a[0] == '-')) {
             fprintf(stderr, "zerotrain: error: sample: bad argument '%s'\n"
-                            "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR]\n", a);
+                            "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids]\n", a);
             return 2;
         }
     }
     if (!model) {
-        fprintf(stderr, "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR]\n");
+        fprintf(stderr, "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids]\n");
         return 2;
     }
     zt_err err = {{0}};
@@ -291,7 +293,9 @@ int zt_cmd_sample(int argc, char **argv) {
     if (ids.n == 0) zt_ids_push(&ids, ZT_TOKEN_EOT);
     zt_sample_opts o = {(int)max_tokens, (float)temperature, (int)top_k, (uint64_t)seed};
     rc = zt_generate(&s, ids.data, (int)ids.n, &o, &out, &err);
-    if (!rc && comm->rank == 0) {
+    if (!rc && comm->rank == 0 && print_ids) {
+        for (size_t i = 0; i < out.n; i++) printf("%d%c", out.data[i], i + 1 < out.n ? ' ' : '\n');
+    } else if (!rc && comm->rank == 0) {
         char *text = zt_tokenizer_decode_alloc(tok, out.data, out.n, NULL);
         printf("%s%s\n", prompt ? prompt : "", text);
         free(text);

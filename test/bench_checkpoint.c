@@ -85,26 +85,35 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < e.opt_hi - e.opt_lo; i++) { e.adam_m[i] = (float)i * 1e-9f; e.adam_v[i] = (float)i * 1e-12f; }
     size_t bytes = 12 * table.total;
     mkdir(dir, 0777);
-    char base[1024];
+    char base[1024], sd[1100];
     snprintf(base, sizeof base, "%s/baseline.bin", dir);
-    double tw, tr;
-    if (baseline(base, bytes, &tw, &tr)) return 1;
-
-    zt_train_state st = {1, 0, 0, 0, 1.0, 0, 0};
-    double t0 = zt_now();
-    if (zt_checkpoint_save(dir, &e, &shape, &st, "bench: true\n", 1, &err)) { zt_print_error(&err); return 1; }
-    double ts = zt_now() - t0;
-    char sd[1024];
     snprintf(sd, sizeof sd, "%s/step_00000001", dir);
-    drop_dir(sd);
-    memset(e.adam_m, 0, (e.opt_hi - e.opt_lo) * sizeof(float));
-    t0 = zt_now();
-    if (zt_checkpoint_load(sd, &e, &st, NULL, &err)) { zt_print_error(&err); return 1; }
-    double tl = zt_now() - t0;
-    int ok = e.adam_m[12345] == 12345 * 1e-9f;
+    /* two rounds of baseline, save, load: the disk of a VM is noisy; the best of each is reported */
+    double tw = 1e9, tr = 1e9, ts = 1e9, tl = 1e9;
+    int ok = 1;
+    for (int round = 0; round < 2; round++) {
+        double w, r;
+        if (baseline(base, bytes, &w, &r)) return 1;
+        tw = w < tw ? w : tw;
+        tr = r < tr ? r : tr;
+        zt_train_state st = {1, 0, 0, 0, 1.0, 0, 0};
+        double t0 = zt_now();
+        if (zt_checkpoint_save(dir, &e, &shape, &st, "bench: true\n", 1, &err)) { zt_print_error(&err); return 1; }
+        double t = zt_now() - t0;
+        ts = t < ts ? t : ts;
+        drop_dir(sd);
+        memset(e.adam_m, 0, (e.opt_hi - e.opt_lo) * sizeof(float));
+        t0 = zt_now();
+        if (zt_checkpoint_load(sd, &e, &st, NULL, &err)) { zt_print_error(&err); return 1; }
+        t = zt_now() - t0;
+        tl = t < tl ? t : tl;
+        ok &= e.adam_m[12345] == 12345 * 1e-9f;
+        printf("  round %d: baseline write %.2f s, read %.2f s; save %.2f s, load %.2f s\n", round + 1, w, r, ts, t);
+    }
 
     double gb = (double)bytes / 1e9;
-    printf("checkpoint of GPT-2 124M (%zu parameters, %.2f GB of fp32 master + Adam m, v), 1 rank, %s\n", table.total, gb, dir);
+    printf("checkpoint of GPT-2 124M (%zu parameters, %.2f GB of fp32 master + Adam m, v), 1 rank, %s (best of 2)\n",
+           table.total, gb, dir);
     printf("  disk baseline: write+fsync %.2f s (%.2f GB/s), read %.2f s (%.2f GB/s)\n", tw, gb / tw, tr, gb / tr);
     printf("  save: %.2f s (%.2f GB/s) = %.0f%% of the write bandwidth\n", ts, gb / ts, 100.0 * tw / ts);
     printf("  load: %.2f s (%.2f GB/s) = %.0f%% of the read bandwidth%s\n", tl, gb / tl, 100.0 * tr / tl,
