@@ -75,4 +75,43 @@ ZT_HD float zt_bf16_bits_to_f32(unsigned short h) {
     return x.f;
 }
 
+/* IEEE binary16 <-> fp32 with round-to-nearest-even (F16C's vcvtps2ph, CUDA's __float2half_rn). */
+ZT_HD unsigned short zt_f32_to_f16_bits(float f) {
+    union { float f; unsigned int u; } x;
+    x.f = f;
+    unsigned int sign = (x.u >> 16) & 0x8000u, a = x.u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN stays (quiet) NaN */
+    if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u); /* >= 65520 (the tie above 65504) -> inf */
+    if (a >= 0x38800000u) {                                         /* normal half: >= 2^-14 */
+        unsigned int h = ((a >> 23) - 127 + 15) << 10 | ((a & 0x7fffffu) >> 13);
+        unsigned int rem = a & 0x1fffu;
+        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is correct */
+        return (unsigned short)(sign | h);
+    }
+    if (a <= 0x33000000u) return (unsigned short)sign; /* <= 2^-25: the tie at 2^-25 rounds to even (zero) */
+    /* subnormal half: value / 2^-24 = mant * 2^(e - 126), e = biased fp32 exponent (102..112) */
+    unsigned int e = a >> 23, mant = (a & 0x7fffffu) | 0x800000u;
+    unsigned int shift = 126 - e; /* 14..24 */
+    unsigned int h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) h++; /* 0x3ff + 1 = 0x400 is the smallest normal */
+    return (unsigned short)(sign | h);
+}
+ZT_HD float zt_f16_bits_to_f32(unsigned short h) {
+    unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else if (e != 0) {
+        u = sign | ((e - 15 + 127) << 23) | (m << 13);
+    } else if (m == 0) {
+        u = sign;
+    } else { /* subnormal: normalise */
+        int shift = 0;
+        while (!(m & 0x400u)) { m <<= 1; shift++; }
+        u = sign | ((unsigned int)(127 - 15 + 1 - shift) << 23) | ((m & 0x3ffu) << 13);
+    }
+    union { unsigned int u; float f; } x;
+    x.u = u;
+    return x.f;
+}
+
 #endif

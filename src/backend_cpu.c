@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_adam.h"
 
 /* Vector math. glibc's libmvec (x86-64, glibc >= 2.35 for tanhf) has SIMD versions of expf and
  * tanhf; declaring them as such lets the compiler vectorize the GELU (opmath.h's formula, via
@@ -421,17 +422,12 @@ static void cpu_softmax_xent(float *losses, void *dlogits_, const void *logits_,
 
 /* ------------------------------------------------------------------ optimizer, reductions */
 
+/* the SIMD host AdamW of cpu_adam.c (the same roundings as zt_adamw_element, bit for bit) */
 static void cpu_adamw(float *master, float *m, float *v, const void *grad_, void *params_out_, size_t n,
                       const zt_adam_step *step) {
-    const float *grad = grad_;
     float *out = params_out_;
-    if (out == master) out = NULL;
-    zt_adam_step s = *step;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        zt_adamw_element(&master[i], &m[i], &v[i], grad[i], &s);
-        if (out) out[i] = master[i];
-    }
+    zt_cpu_adamw(master, m, v, grad_, n, step, NULL, ZT_F32, 0);
+    if (out && out != master) memcpy(out, master, n * sizeof(float));
 }
 
 /* Fixed 4096-element chunks, each summed with 16 interleaved double accumulators combined in a

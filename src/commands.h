@@ -10,5 +10,7 @@ int zt_cmd_eval(int argc, char **argv);     /* src/cmd_sample.c */
 int zt_cmd_selftest(int argc, char **argv); /* src/selftest.c */
 int zt_cmd_estimate(int argc, char **argv); /* src/cmd_estimate.c */
 int zt_cmd_run(int argc, char **argv);      /* src/cmd_run.c */
+int zt_cmd_export(int argc, char **argv);   /* src/cmd_checkpoint.c */
+int zt_cmd_info(int argc, char **argv);     /* src/cmd_checkpoint.c */
 
 #endif

@@ -25,44 +25,6 @@
 
 /* ---------------------------------------------------------------- fp16 */
 
-uint16_t zt_f32_to_f16_bits(float f) {
-    union { float f; uint32_t u; } x = {f};
-    uint16_t sign = (uint16_t)((x.u >> 16) & 0x8000u);
-    uint32_t a = x.u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u | (uint16_t)((a >> 13) & 0x3ffu); /* NaN: quiet, keep payload top */
-    if (a >= 0x477ff000u) return sign | 0x7c00u; /* >= 65520 (the tie above 65504) rounds to inf; inf stays inf */
-    if (a >= 0x38800000u) {                      /* normal half: >= 2^-14 */
-        uint32_t h = ((a >> 23) - 127 + 15) << 10 | ((a & 0x7fffffu) >> 13);
-        uint32_t rem = a & 0x1fffu;
-        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* carry into the exponent is correct */
-        return sign | (uint16_t)h;
-    }
-    if (a <= 0x33000000u) return sign; /* <= 2^-25: the tie at 2^-25 rounds to even (zero) */
-    /* subnormal half: value / 2^-24 = mant * 2^(e - 126), e = biased fp32 exponent (102..112) */
-    uint32_t e = a >> 23, mant = (a & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - e; /* 14..24 */
-    uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u))) h++; /* 0x3ff + 1 = 0x400 is the smallest normal */
-    return sign | (uint16_t)h;
-}
-
-float zt_f16_bits_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    if (e == 0x1f) {
-        u = sign | 0x7f800000u | (m << 13);
-    } else if (e != 0) {
-        u = sign | ((e - 15 + 127) << 23) | (m << 13);
-    } else if (m == 0) {
-        u = sign;
-    } else { /* subnormal: normalise */
-        int shift = 0;
-        while (!(m & 0x400u)) { m <<= 1; shift++; }
-        u = sign | ((uint32_t)(127 - 15 + 1 - shift) << 23) | ((m & 0x3ffu) << 13);
-    }
-    union { uint32_t u; float f; } x = {u};
-    return x.f;
-}
-
 /* ---------------------------------------------------------------- JSON */
 
 enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };

@@ -46,9 +46,5 @@ int zt_hf_save(const char *dir, const zt_param_table *table, const zt_gpt2_shape
 /* 1 when DIR holds model.safetensors and config.json (regular files), else 0. */
 int zt_hf_probe(const char *dir);
 
-/* fp32 <-> IEEE binary16 with round-to-nearest-even; overflow goes to inf, NaN stays NaN (quiet),
- * values below the smallest subnormal round to (signed) zero. Exposed for tests. */
-uint16_t zt_f32_to_f16_bits(float f);
-float zt_f16_bits_to_f32(uint16_t h);
 
 #endif

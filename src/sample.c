@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "commands.h"
 #include "data.h"
 #include "hf.h"
@@ -137,11 +138,38 @@ void zt_sample_print(zt_session *s, int n_tokens, uint64_t seed) {
 
 /* ---------------------------------------------------------------- sample / eval commands */
 
-/* A config for running a Hugging Face GPT-2 directory on one rank, stage 0. */
+/* The full fp32 parameter vector of a checkpoint (a checkpoint directory's latest, or a step
+ * directory), read through the index's virtual datasets with checksums verified. */
+static float *weights_from_checkpoint(const char *step_dir, zt_gpt2_shape *shape, zt_err *err) {
+    zt_checkpoint_reader *r = zt_checkpoint_open(step_dir, err);
+    if (!r) return NULL;
+    const zt_checkpoint_meta *meta = zt_checkpoint_reader_meta(r);
+    *shape = meta->shape;
+    float *w = zt_xmalloc(meta->total * sizeof *w);
+    if (zt_checkpoint_read(r, ZT_CKPT_MASTER, 0, meta->total, w, err)) {
+        free(w);
+        w = NULL;
+    }
+    zt_checkpoint_close(r);
+    return w;
+}
+
+/* A config for running a model on one rank, stage 0: MODEL is a zerotrain checkpoint (directory or
+ * step directory) or a Hugging Face GPT-2 directory. */
 static int model_from_dir(const char *dir, zt_config *cfg, float **weights, int T, zt_err *err) {
     zt_gpt2_shape shape;
-    if (!zt_hf_probe(dir)) return zt_fail(err, "%s: not a model directory (expected model.safetensors and config.json)", dir);
-    if (zt_hf_read_config(dir, &shape, err)) return -1;
+    char step_dir[4096];
+    float *from_checkpoint = NULL;
+    int found = zt_hf_probe(dir) ? 0 : zt_checkpoint_resolve(dir, step_dir, sizeof step_dir, err);
+    if (found < 0) return -1;
+    if (found > 0) {
+        from_checkpoint = weights_from_checkpoint(step_dir, &shape, err);
+        if (!from_checkpoint) return -1;
+    } else if (!zt_hf_probe(dir)) {
+        return zt_fail(err, "%s: not a model (expected a zerotrain checkpoint, or model.safetensors and config.json)", dir);
+    } else if (zt_hf_read_config(dir, &shape, err)) {
+        return -1;
+    }
     zt_config_defaults(cfg);
     cfg->n_layer = shape.n_layer;
     cfg->n_head = shape.n_head;
@@ -150,8 +178,14 @@ static int model_from_dir(const char *dir, zt_config *cfg, float **weights, int 
     cfg->n_positions = shape.n_positions;
     cfg->seq_len = T > 0 ? T : shape.n_positions;
     cfg->device = ZT_DEVICE_AUTO;
-    if (cfg->seq_len > shape.n_positions)
+    if (cfg->seq_len > shape.n_positions) {
+        free(from_checkpoint);
         return zt_fail(err, "--seq-len %d exceeds the model's n_positions %d", cfg->seq_len, shape.n_positions);
+    }
+    if (from_checkpoint) {
+        *weights = from_checkpoint;
+        return 0;
+    }
     zt_param_table table;
     zt_gpt2_shape s = zt_shape_from_config(cfg);
     if (zt_gpt2_param_table(&table, &s, err)) return -1;

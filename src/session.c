@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf.h"
+
 const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
     if (cfg->device == ZT_DEVICE_CPU) return zt_backend_cpu();
     const char *why = NULL;
@@ -32,9 +34,17 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     s->shape = zt_shape_from_config(cfg);
     if (zt_gpt2_param_table(&s->table, &s->shape, err)) return -1;
     float *init = NULL;
-    if (!init_f32) {
+    if (!init_f32) { /* model.init_from (fine-tuning a Hugging Face GPT-2) or GPT-2 init */
         init = zt_xmalloc(s->table.total * sizeof(float));
-        zt_gpt2_init(&s->table, &s->shape, init, cfg->seed);
+        if (cfg->init_from) {
+            if (zt_hf_init_from(cfg->init_from, &s->shape, &s->table, init, err)) {
+                free(init);
+                zt_param_table_free(&s->table);
+                return -1;
+            }
+        } else {
+            zt_gpt2_init(&s->table, &s->shape, init, cfg->seed);
+        }
         init_f32 = init;
     }
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
@@ -58,6 +68,31 @@ void zt_session_close(zt_session *s) {
     zt_gpt2_destroy(&s->model);
     zt_engine_destroy(&s->engine);
     zt_param_table_free(&s->table);
+}
+
+int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,
+                    zt_err *err) {
+    /* PATH is model.safetensors (its config.json beside it) or the directory holding both */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    size_t n = strlen(dir);
+    if (n > 12 && !strcmp(dir + n - 12, ".safetensors")) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+    }
+    zt_gpt2_shape theirs;
+    if (zt_hf_read_config(dir, &theirs, err)) return -1;
+    if (theirs.n_layer != shape->n_layer || theirs.n_head != shape->n_head || theirs.n_embd != shape->n_embd ||
+        theirs.vocab_size != shape->vocab_size || theirs.n_positions < shape->n_positions)
+        return zt_fail(err, "%s/config.json: model.init_from is GPT-2 L%d H%d C%d V%d P%d, the config asks for "
+                            "L%d H%d C%d V%d P%d", dir, theirs.n_layer, theirs.n_head, theirs.n_embd,
+                       theirs.vocab_size, theirs.n_positions, shape->n_layer, shape->n_head, shape->n_embd,
+                       shape->vocab_size, shape->n_positions);
+    if (theirs.n_positions != shape->n_positions)
+        return zt_fail(err, "%s/config.json: n_positions %d differs from model.n_positions %d (wpe shapes must match)",
+                       dir, theirs.n_positions, shape->n_positions);
+    return zt_hf_load(path, table, out, err);
 }
 
 int zt_fail_together(zt_comm *comm, int rc, const zt_err *err) {

@@ -2,9 +2,11 @@
  * builds the session, and for each step runs the micro-batches of this rank through forward and
  * backward, lets the ZeRO engine reduce, clip and update, and logs the step line and metrics. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "commands.h"
 #include "config.h"
 #include "data.h"
@@ -20,8 +22,25 @@ typedef struct trainer {
     int has_val;
     FILE *metrics;
     int *inputs, *targets; /* host micro-batch [B*T] */
-    double start_time;
+    long start_step;       /* 0, or the step a resumed run continues after */
+    long samples_at_start; /* training-stream samples consumed before start_step */
 } trainer;
+
+/* Exit status of a run stopped by SIGUSR1/SIGTERM after saving its checkpoint: the Slurm scripts
+ * requeue the job on it, and the requeued job resumes from `latest`. */
+#define ZT_EXIT_PREEMPTED 99
+
+static volatile sig_atomic_t stop_requested = 0; /* set by the signal handler only */
+static void on_stop_signal(int sig) { stop_requested = sig; }
+
+static void install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
 
 static void usage(void) {
     fprintf(stderr, "usage: zerotrain train CONFIG [--set KEY=VALUE]...\n");
@@ -45,6 +64,56 @@ static double evaluate(trainer *t) {
     return acc[0] / acc[1];
 }
 
+static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
+    zt_train_state st = {0};
+    st.step = step;
+    st.data_samples = samples;
+    st.tokens_seen = samples * (long)t->cfg.seq_len;
+    st.loss_scale = 1.0;
+    if (zt_checkpoint_save(t->cfg.checkpoint_dir, &t->s.engine, &t->s.shape, &st, t->cfg.effective_text,
+                           t->cfg.keep_last, err)) {
+        if (t->comm->rank == 0) zt_print_error(err);
+        return -1;
+    }
+    return 0;
+}
+
+/* resume: auto (from checkpoint.dir/latest when there is one), never, or PATH. Tells the user what
+ * differs from the run that saved it. */
+static int maybe_resume(trainer *t, zt_err *err) {
+    zt_config *cfg = &t->cfg;
+    const char *path = cfg->resume_mode == ZT_RESUME_PATH ? cfg->resume_path : cfg->checkpoint_dir;
+    if (cfg->resume_mode == ZT_RESUME_NEVER || !path) return 0;
+    char step_dir[4096];
+    int found = zt_checkpoint_resolve(path, step_dir, sizeof step_dir, err);
+    if (found < 0) return -1;
+    if (found == 0) {
+        if (cfg->resume_mode == ZT_RESUME_PATH) return zt_fail(err, "%s: resume: no checkpoint there", path);
+        return 0; /* auto: fresh start */
+    }
+    zt_train_state st;
+    zt_checkpoint_meta meta;
+    if (zt_checkpoint_load(step_dir, &t->s.engine, &st, &meta, err)) return -1;
+    t->start_step = st.step;
+    t->samples_at_start = st.data_samples;
+    const char *restarts = getenv("SLURM_RESTART_COUNT");
+    zt_info("resumed from %s at step %ld (%ld tokens seen)%s%s%s", step_dir, st.step, st.tokens_seen,
+            restarts ? " (SLURM_RESTART_COUNT=" : "", restarts ? restarts : "", restarts ? ")" : "");
+    int W = t->comm->world;
+    if (meta.world_size != W || meta.zero_stage != cfg->zero_stage)
+        zt_info("resume: resharded from %d rank%s at ZeRO stage %d to %d rank%s at stage %d", meta.world_size,
+                meta.world_size > 1 ? "s" : "", meta.zero_stage, W, W > 1 ? "s" : "", cfg->zero_stage);
+    long gb = (long)cfg->train_micro_batch_size_per_gpu * cfg->gradient_accumulation_steps * W;
+    if (st.step > 0 && st.data_samples != st.step * gb)
+        zt_info("resume: global batch is now %ld sequences (the saved run averaged %.1f); the data stream continues "
+                "at sample %ld", gb, (double)st.data_samples / st.step, st.data_samples);
+    zt_checkpoint_meta_free(&meta);
+    if (st.step >= cfg->train_iters)
+        zt_info("resume: the checkpoint is at step %ld, train_iters is %ld: nothing left to train", st.step,
+                cfg->train_iters);
+    return 0;
+}
+
 static void format_eta(double seconds, char *buf, size_t cap) {
     long s = (long)(seconds + 0.5);
     if (s >= 3600) snprintf(buf, cap, "%ldh%02ldm", s / 3600, (s / 60) % 60);
@@ -64,7 +133,7 @@ static int run(trainer *t) {
     double train_start = zt_now();
     long first_timed = 0;
 
-    for (long step = 0; step < steps; step++) {
+    for (long step = t->start_step; step < steps; step++) {
         double t0 = zt_now();
         float lr = zt_lr_at(cfg, step);
         double loss_sum = 0, t_fwd = 0, t_bwd = 0;
@@ -72,7 +141,8 @@ static int run(trainer *t) {
             zt_engine_begin_micro(&t->s.engine, a == 0, a == A - 1);
             /* the global batch of step s is samples [s*GB, (s+1)*GB) of the stream; rank r takes its
              * B*A contiguous ones, micro-step a the a-th B of those */
-            uint64_t base = (uint64_t)step * global_batch + (uint64_t)r * B * A + (uint64_t)a * B;
+            uint64_t base = (uint64_t)t->samples_at_start + (uint64_t)(step - t->start_step) * global_batch +
+                            (uint64_t)r * B * A + (uint64_t)a * B;
             for (int b = 0; b < B; b++)
                 zt_dataset_sample(&t->train, base + b, t->inputs + b * T, t->targets + b * T);
             double ta = zt_now();
@@ -93,7 +163,7 @@ static int run(trainer *t) {
         double loss = loss_acc[0] / W;
         t->s.be->synchronize();
         double dt = zt_now() - t0;
-        if (step == 1) { first_timed = 1; train_start = t0; } /* step 0 includes warm-up; ETA from step 1 */
+        if (step == t->start_step + 1) { first_timed = step; train_start = t0; } /* first step warms up */
 
         int last = step == steps - 1;
         double val_loss = NAN;
@@ -102,7 +172,7 @@ static int run(trainer *t) {
         if (r == 0 && ((step + 1) % cfg->steps_per_print == 0 || step == 0 || last)) {
             double done = (double)(step + 1) / steps;
             double elapsed = zt_now() - train_start;
-            long timed = step + 1 - first_timed;
+            long timed = first_timed ? step + 1 - first_timed : 0;
             double eta = timed > 0 ? elapsed / timed * (steps - step - 1) : 0;
             char eta_s[32];
             format_eta(eta, eta_s, sizeof eta_s);
@@ -132,6 +202,20 @@ static int run(trainer *t) {
         }
         if (cfg->sample_interval > 0 && ((step + 1) % cfg->sample_interval == 0) && !last)
             zt_sample_print(&t->s, cfg->sample_tokens, cfg->seed + (uint64_t)step);
+
+        /* every rank stops at the same step when any rank got SIGUSR1/SIGTERM */
+        int stop = t->comm->agree_max(t->comm, stop_requested ? 1 : 0);
+        long done_samples = t->samples_at_start + (step + 1 - t->start_step) * global_batch;
+        int periodic = cfg->save_interval > 0 && (step + 1) % cfg->save_interval == 0;
+        if (cfg->checkpoint_dir && (periodic || last || stop)) {
+            zt_err err = {{0}};
+            if (save_checkpoint(t, step + 1, done_samples, &err)) return 1;
+        }
+        if (stop) {
+            zt_info("zerotrain: stopped by signal after step %ld%s; exiting with status %d (requeue to resume)",
+                    step + 1, cfg->checkpoint_dir ? ", checkpoint saved" : "", ZT_EXIT_PREEMPTED);
+            return ZT_EXIT_PREEMPTED;
+        }
     }
     if (cfg->sample_tokens > 0) zt_sample_print(&t->s, cfg->sample_tokens, cfg->seed);
     return 0;
@@ -192,18 +276,21 @@ int zt_cmd_train(int argc, char **argv) {
     zt_log_set_rank(t.comm->rank);
     int rc = setup(&t, argc, argv, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
-    if (t.cfg.metrics_file && t.comm->rank == 0) {
-        t.metrics = fopen(t.cfg.metrics_file, "w");
-        rc = t.metrics ? 0 : zt_fail(&err, "%s: cannot open metrics_file for writing", t.cfg.metrics_file);
-    }
-    if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     rc = zt_session_open(&t.s, &t.cfg, t.comm, NULL, t.cfg.train_micro_batch_size_per_gpu, t.cfg.seq_len, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     print_banner(&t);
+    rc = maybe_resume(&t, &err);
+    if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
+    if (t.cfg.metrics_file && t.comm->rank == 0) { /* a resumed run appends to its metrics */
+        t.metrics = fopen(t.cfg.metrics_file, t.start_step > 0 ? "a" : "w");
+        rc = t.metrics ? 0 : zt_fail(&err, "%s: cannot open metrics_file for writing", t.cfg.metrics_file);
+    }
+    if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
+    install_stop_handlers();
     size_t n = (size_t)t.cfg.train_micro_batch_size_per_gpu * t.cfg.seq_len;
     t.inputs = zt_xcalloc(n, sizeof(int));
     t.targets = zt_xcalloc(n, sizeof(int));
-    run(&t);
+    rc = run(&t);
     zt_session_close(&t.s);
     free(t.inputs);
     free(t.targets);
@@ -212,7 +299,7 @@ int zt_cmd_train(int argc, char **argv) {
     zt_dataset_close(&t.val);
     zt_config_free(&t.cfg);
     t.comm->destroy(t.comm);
-    return 0;
+    return rc;
 done_fail:
     if (t.metrics) fclose(t.metrics);
     t.comm->destroy(t.comm);
