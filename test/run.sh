@@ -21,6 +21,7 @@ run_one() { # run_one NAME CMD...
   if (( rc != 0 && f == 0 )); then f=1; echo "FAIL $name: exit status $rc" >>"$log"; fi
   passed=$((passed + p)); failed=$((failed + f))
   printf '%-28s %4d passed %3d failed  (%ds)\n' "$name" "$p" "$f" $((SECONDS - start))
+  grep '^SKIP ' "$log" | sed 's/^/    /'
   if (( f > 0 )); then
     failed_names+=("$name"); grep -E '^FAIL ' "$log" | head -20 | sed 's/^/    /'
     tail -n 15 "$log" | grep -v '^\(PASS\|FAIL\) ' | sed 's/^/    | /'
