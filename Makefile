@@ -17,7 +17,7 @@ HDF5_LIBS   := $(shell pkg-config --libs hdf5-serial 2>/dev/null || echo -lhdf5)
 CFLAGS  += $(HDF5_CFLAGS)
 LDLIBS  += $(HDF5_LIBS)
 
-ENGINE_SRCS := $(filter-out src/main.c src/backend_cuda_absent.c,$(wildcard src/*.c model/*.c))
+ENGINE_SRCS := $(filter-out src/main.c src/backend_cuda_absent.c src/comm_nccl_absent.c,$(wildcard src/*.c model/*.c))
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/%.o)
 
 ifeq ($(CUDA),1)
@@ -28,7 +28,7 @@ CUDA_SRCS   := $(wildcard cuda/*.cu)
 BACKEND_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
 else
-BACKEND_OBJS := $(BUILD)/src/backend_cuda_absent.o
+BACKEND_OBJS := $(BUILD)/src/backend_cuda_absent.o $(BUILD)/src/comm_nccl_absent.o
 endif
 
 TEST_SRCS := $(wildcard test/test_*.c)
@@ -46,7 +46,7 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/cuda/%.o: cuda/%.cu
+$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 

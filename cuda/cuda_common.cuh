@@ -73,12 +73,14 @@ enum zt_scratch_slot {
     ZT_SCR_ATT_Y,        /* attention: y / dy [B,NH,T,hs] */
     ZT_SCR_ATT_DQKV,     /* attention backward: dq, dk, dv [B,NH,T,hs] */
     ZT_SCR_ATT_F32,      /* attention: fp32 scores / datt for one chunk of heads */
-    ZT_SCR_EMB_IDX,      /* embedding backward: bucketed positions per token */
+    ZT_SCR_EMB_IDX,      /* embedding backward: sorted tokens/positions + radix-sort temp */
+    ZT_SCR_HEAD_W,       /* LM head: wte copied with zero rows up to a multiple of 64 */
+    ZT_SCR_HEAD_DW,      /* LM head: fp32 gradient of the padded wte copy */
     ZT_SCR_COUNT
 };
 void *zt_scratch(zt_scratch_slot slot, size_t bytes);
-/* pinned host scratch (embedding backward bucketing, sumsq result) */
-enum zt_host_slot { ZT_HSCR_TOKENS = 0, ZT_HSCR_EMB_IDX, ZT_HSCR_RESULT, ZT_HSCR_COUNT };
+/* pinned host scratch (sumsq result) */
+enum zt_host_slot { ZT_HSCR_RESULT = 0, ZT_HSCR_COUNT };
 void *zt_host_scratch(zt_host_slot slot, size_t bytes);
 
 /* ---------------------------------------------------------------- launch helpers */
@@ -143,9 +145,15 @@ void zt_cu_matmul_forward(void *out, const void *inp, const void *w, const void 
                           int w_transposed, int ldout);
 void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
                            int N, int C, int OC, int w_transposed, int lddout);
+/* the GEMM + softmax attention (any head size; att holds the probabilities) */
+void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
+void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
+                                    int B, int T, int C, int NH);
+void zt_cu_gemm_release(void);
+
+/* attention.cu: flash attention for head sizes 32/64, else the naive path (att is private scratch) */
 void zt_cu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
 void zt_cu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
                               int B, int T, int C, int NH);
-void zt_cu_gemm_release(void);
 
 #endif

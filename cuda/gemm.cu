@@ -11,7 +11,8 @@
  * pointer alignment. When the heuristic finds no algorithm we fall back to
  * cublasGemmStridedBatchedEx (and a separate bias kernel), so odd shapes still work.
  *
- * Attention (qkv [B,T,3C] with heads interleaved as in GPT-2):
+ * Attention, naive path (attention.cu's flash kernels are used instead for head sizes 32 and 64;
+ * this path is the fallback and what ZT_ATTN=naive selects). qkv [B,T,3C], heads interleaved:
  *   forward:  permute q,k,v to [B,NH,T,hs] (scratch); S = q k^T in fp32 (scratch, processed in
  *             chunks of heads to bound memory); att = causal softmax(S / sqrt(hs)) in fp32, stored
  *             bf16 with zeros above the diagonal; y = att v; un-permute y into out [B,T,C].
@@ -181,26 +182,61 @@ static void gemm_rm(bool ta, bool tb, int M, int N, int K, const bf16 *A, int ld
 }
 
 /* ================================================================ matmul */
+
+/* The tied LM head multiplies by wte [V, C] with V = 50257: an odd GEMM dimension keeps cuBLASLt off
+ * its fast tensor-core kernels (measured on an H100: 97 TFLOP/s forward against 600+ for the block
+ * GEMMs). When the output row stride leaves room, the head runs on a copy of W padded with zero rows
+ * to a multiple of 64 (OCp <= ldout): the padded logit columns come out 0, which the op contract
+ * allows (padding is never read), and the padded rows contribute nothing to dinp. */
+static int padded_rows(int OC, int ld, int w_transposed) {
+    int p = (OC + 63) / 64 * 64;
+    return (w_transposed && OC % 8 != 0 && p <= ld) ? p : OC;
+}
+
+static const bf16 *padded_weight(const void *w, int OC, int OCp, int C) {
+    bf16 *wp = (bf16 *)zt_scratch(ZT_SCR_HEAD_W, (size_t)OCp * C * sizeof(bf16));
+    ZT_CUDA_CHECK(cudaMemcpyAsync(wp, w, (size_t)OC * C * sizeof(bf16), cudaMemcpyDeviceToDevice, g_zt.stream));
+    ZT_CUDA_CHECK(cudaMemsetAsync(wp + (size_t)OC * C, 0, (size_t)(OCp - OC) * C * sizeof(bf16), g_zt.stream));
+    return wp;
+}
+
+/* dst += src with one rounding to bf16 (src is an fp32 GEMM result) */
+__global__ void k_add_f32_to_bf16(bf16 *dst, const float *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = zt_bf(zt_ld(dst + i) + src[i]);
+}
+
 void zt_cu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
                           int w_transposed, int ldout) {
     /* out[N,OC] = inp[N,C] W; W stored [C,OC] (ld OC) or, transposed, [OC,C] (ld C) */
-    gemm_rm(false, w_transposed != 0, N, OC, C, (const bf16 *)inp, C, 0, (const bf16 *)w, w_transposed ? C : OC, 0,
+    int OCp = padded_rows(OC, ldout, w_transposed);
+    const bf16 *W = OCp != OC ? padded_weight(w, OC, OCp, C) : (const bf16 *)w;
+    gemm_rm(false, w_transposed != 0, N, OCp, C, (const bf16 *)inp, C, 0, W, w_transposed ? C : OC, 0,
             out, CUDA_R_16BF, ldout, 0, 1, 1.0f, 0.0f, (const bf16 *)bias);
 }
 
 void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
                            int N, int C, int OC, int w_transposed, int lddout) {
     const bf16 *dY = (const bf16 *)dout, *X = (const bf16 *)inp, *W = (const bf16 *)w;
+    int OCp = padded_rows(OC, lddout, w_transposed);
     if (dinp) {
-        /* dinp[N,C] = dout[N,OC] W^T: W stored [C,OC] -> op T; stored [OC,C] -> op N */
-        gemm_rm(false, w_transposed == 0, N, C, OC, dY, lddout, 0, W, w_transposed ? C : OC, 0, dinp, CUDA_R_16BF, C,
+        /* dinp[N,C] = dout[N,OC] W^T: W stored [C,OC] -> op T; stored [OC,C] -> op N (padded rows are 0) */
+        if (OCp != OC) W = padded_weight(w, OC, OCp, C);
+        gemm_rm(false, w_transposed == 0, N, C, OCp, dY, lddout, 0, W, w_transposed ? C : OC, 0, dinp, CUDA_R_16BF, C,
                 0, 1, 1.0f, 0.0f, NULL);
     }
     if (dw) {
-        if (!w_transposed) /* dW[C,OC] += inp^T[C,N] dout[N,OC] */
+        if (!w_transposed) { /* dW[C,OC] += inp^T[C,N] dout[N,OC] */
             gemm_rm(true, false, C, OC, N, X, C, 0, dY, lddout, 0, dw, CUDA_R_16BF, OC, 0, 1, 1.0f, 1.0f, NULL);
-        else /* dW[OC,C] += dout^T[OC,N] inp[N,C] */
+        } else if (OCp == OC) { /* dW[OC,C] += dout^T[OC,N] inp[N,C] */
             gemm_rm(true, false, OC, C, N, dY, lddout, 0, X, C, 0, dw, CUDA_R_16BF, C, 0, 1, 1.0f, 1.0f, NULL);
+        } else { /* padded head: fp32 dWp[OCp,C] = dout^T inp, then dW += its first OC rows, rounded once */
+            float *dwp = (float *)zt_scratch(ZT_SCR_HEAD_DW, (size_t)OCp * C * sizeof(float));
+            gemm_rm(true, false, OCp, C, N, dY, lddout, 0, X, C, 0, dwp, CUDA_R_32F, C, 0, 1, 1.0f, 0.0f, NULL);
+            size_t n = (size_t)OC * C;
+            k_add_f32_to_bf16<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>((bf16 *)dw, dwp, n);
+            ZT_LAUNCH_CHECK("k_add_f32_to_bf16");
+        }
     }
     if (dbias) zt_cu_colsum(NULL, dbias, dY, lddout, NULL, NULL, NULL, N, OC);
 }
@@ -293,7 +329,7 @@ static int att_chunk(int BH, int T) {
     return (int)n;
 }
 
-void zt_cu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
     if (B <= 0 || T <= 0) return;
     int hs = C / NH, BH = B * NH;
     size_t nqkv = (size_t)B * T * C; /* elements of each of q, k, v */
@@ -322,7 +358,7 @@ void zt_cu_attention_forward(void *out, void *att, const void *qkv, int B, int T
     ZT_LAUNCH_CHECK("attention_forward(unpermute)");
 }
 
-void zt_cu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
+void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
                               int B, int T, int C, int NH) {
     if (B <= 0 || T <= 0) return;
     int hs = C / NH, BH = B * NH;

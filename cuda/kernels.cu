@@ -6,12 +6,12 @@
  *
  * Determinism: every reduction has a fixed order for a given shape (no atomics), so results are
  * bitwise reproducible run to run on the same GPU model: LayerNorm dw/db and matmul dbias use
- * per-block column partials in fp32 and a second pass in fixed order; embedding backward buckets
- * positions by token on the host (one small D2H of the token ids + stream sync per call) and sums
- * each token's rows in position order; sumsq uses a grid size that depends only on n. */
+ * per-block column partials in fp32 and a second pass in fixed order (the split depends on the
+ * shape only); embedding backward buckets positions by token with a stable device radix sort (no
+ * host round trip) and sums each token's rows in position order; sumsq uses a grid size that
+ * depends only on n. Memory-bound kernels use 16-byte accesses when shapes and pointers allow. */
 #include "cuda_common.cuh"
-#include <algorithm>
-#include <vector>
+#include <cub/device/device_radix_sort.cuh>
 
 /* ================================================================ elementwise (bf16) */
 /* out[i] = f(a[i], b[i]); 8 elements per thread with 16-byte accesses when all pointers are
@@ -82,20 +82,38 @@ void zt_cu_to_f32(float *dst, const void *src, size_t n) {
 }
 
 /* ================================================================ embedding */
+/* out[i, :] = wte[tokens[i], :] + wpe[i % T, :]; 8 channels per thread when C % 8 == 0 and all
+ * pointers are 16-byte aligned (then every row start is too), one channel otherwise. */
+template <bool VEC>
 __global__ void k_embedding_fwd(bf16 *out, const int *tokens, const bf16 *wte, const bf16 *wpe, int BT, int T, int C) {
-    size_t total = (size_t)BT * C;
+    int W = VEC ? 8 : 1, per_row = C / W;
+    size_t total = (size_t)BT * per_row;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        int row = (int)(i / C), c = (int)(i % C);
+        int row = (int)(i / per_row), c = (int)(i % per_row) * W;
         int t = row % T;
-        int tok = tokens[row];
-        out[i] = zt_bf(zt_ld(wte + (size_t)tok * C + c) + zt_ld(wpe + (size_t)t * C + c));
+        size_t tok = (size_t)tokens[row];
+        if (VEC) {
+            bf16x8 a = *reinterpret_cast<const bf16x8 *>(wte + tok * C + c);
+            bf16x8 p = *reinterpret_cast<const bf16x8 *>(wpe + (size_t)t * C + c);
+            bf16x8 o;
+#pragma unroll
+            for (int k = 0; k < 8; k++) o.v[k] = zt_bf(__bfloat162float(a.v[k]) + __bfloat162float(p.v[k]));
+            *reinterpret_cast<bf16x8 *>(out + (size_t)row * C + c) = o;
+        } else {
+            out[(size_t)row * C + c] = zt_bf(zt_ld(wte + tok * C + c) + zt_ld(wpe + (size_t)t * C + c));
+        }
     }
 }
 void zt_cu_embedding_forward(void *out, const int *tokens, const void *wte, const void *wpe, int B, int T, int C) {
     size_t total = (size_t)B * T * C;
     if (!total) return;
-    k_embedding_fwd<<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>((bf16 *)out, tokens, (const bf16 *)wte,
-                                                                     (const bf16 *)wpe, B * T, T, C);
+    bool vec = C % 8 == 0 && zt_aligned16(out) && zt_aligned16(wte) && zt_aligned16(wpe);
+    if (vec)
+        k_embedding_fwd<true><<<zt_blocks(total / 8, 256), 256, 0, g_zt.stream>>>((bf16 *)out, tokens, (const bf16 *)wte,
+                                                                                  (const bf16 *)wpe, B * T, T, C);
+    else
+        k_embedding_fwd<false><<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>((bf16 *)out, tokens, (const bf16 *)wte,
+                                                                               (const bf16 *)wpe, B * T, T, C);
     ZT_LAUNCH_CHECK("embedding_forward");
 }
 
@@ -108,16 +126,38 @@ __global__ void k_embedding_bwd_wpe(bf16 *dwpe, const bf16 *dout, int B, int T, 
         dwpe[i] = zt_bf(zt_ld(dwpe + i) + s);
     }
 }
-/* one block (x) per distinct token: idx = [seg_start[U+1] | seg_token[U] | pos[N]] */
-__global__ void k_embedding_bwd_wte(bf16 *dwte, const bf16 *dout, const int *idx, int U, int C) {
-    const int *seg_start = idx, *seg_token = idx + U + 1, *pos = idx + 2 * U + 1;
-    int u = blockIdx.x;
-    int s0 = seg_start[u], s1 = seg_start[u + 1];
-    size_t tok = (size_t)seg_token[u];
-    for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < C; c += gridDim.y * blockDim.x) {
-        float s = 0.0f;
-        for (int k = s0; k < s1; k++) s += zt_ld(dout + (size_t)pos[k] * C + c);
-        dwte[tok * C + c] = zt_bf(zt_ld(dwte + tok * C + c) + s);
+__global__ void k_iota(int *p, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = i;
+}
+/* One block per sorted slot i; the block whose slot starts a run of equal tokens sums the run's rows
+ * (positions ascending: the radix sort is stable) in fp32 and adds once into dwte. Other blocks exit. */
+__global__ void k_embedding_bwd_wte(bf16 *dwte, const bf16 *dout, const int *stok, const int *spos, int N, int C,
+                                    bool vec) {
+    int i = blockIdx.x;
+    int tok = stok[i];
+    if (i > 0 && stok[i - 1] == tok) return;
+    int end = i + 1;
+    while (end < N && stok[end] == tok) end++;
+    bf16 *dst = dwte + (size_t)tok * C;
+    if (vec) {
+        for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
+            float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int k = i; k < end; k++) {
+                bf16x8 x = *reinterpret_cast<const bf16x8 *>(dout + (size_t)spos[k] * C + c);
+#pragma unroll
+                for (int e = 0; e < 8; e++) s[e] += __bfloat162float(x.v[e]);
+            }
+            bf16x8 d = *reinterpret_cast<bf16x8 *>(dst + c);
+#pragma unroll
+            for (int e = 0; e < 8; e++) d.v[e] = zt_bf(__bfloat162float(d.v[e]) + s[e]);
+            *reinterpret_cast<bf16x8 *>(dst + c) = d;
+        }
+    } else {
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float s = 0.0f;
+            for (int k = i; k < end; k++) s += zt_ld(dout + (size_t)spos[k] * C + c);
+            dst[c] = zt_bf(zt_ld(dst + c) + s);
+        }
     }
 }
 void zt_cu_embedding_backward(void *dwte, void *dwpe, const void *dout, const int *tokens, int B, int T, int C) {
@@ -129,41 +169,87 @@ void zt_cu_embedding_backward(void *dwte, void *dwpe, const void *dout, const in
         ZT_LAUNCH_CHECK("embedding_backward(dwpe)");
     }
     if (!dwte) return;
-    /* bucket positions by token on the host: sort (token, position) keys */
-    int *htok = (int *)zt_host_scratch(ZT_HSCR_TOKENS, (size_t)N * sizeof(int));
-    ZT_CUDA_CHECK(cudaMemcpyAsync(htok, tokens, (size_t)N * sizeof(int), cudaMemcpyDeviceToHost, g_zt.stream));
-    ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); /* also: the previous call's H2D of hidx is done */
-    std::vector<uint64_t> keys((size_t)N);
-    for (int i = 0; i < N; i++) keys[i] = ((uint64_t)(uint32_t)htok[i] << 32) | (uint32_t)i;
-    std::sort(keys.begin(), keys.end());
-    int U = 0;
-    for (int i = 0; i < N; i++)
-        if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) U++;
-    size_t nidx = (size_t)(2 * U + 1 + N);
-    int *hidx = (int *)zt_host_scratch(ZT_HSCR_EMB_IDX, nidx * sizeof(int));
-    int *seg_start = hidx, *seg_token = hidx + U + 1, *pos = hidx + 2 * U + 1;
-    int u = 0;
-    for (int i = 0; i < N; i++) {
-        if (i == 0 || (keys[i] >> 32) != (keys[i - 1] >> 32)) {
-            seg_start[u] = i;
-            seg_token[u] = (int)(keys[i] >> 32);
-            u++;
-        }
-        pos[i] = (int)(keys[i] & 0xffffffffu);
-    }
-    seg_start[U] = N;
-    int *didx = (int *)zt_scratch(ZT_SCR_EMB_IDX, nidx * sizeof(int));
-    ZT_CUDA_CHECK(cudaMemcpyAsync(didx, hidx, nidx * sizeof(int), cudaMemcpyHostToDevice, g_zt.stream));
-    int threads = C >= 256 ? 256 : ((C + 31) / 32) * 32;
-    int ychunks = (C + threads - 1) / threads;
-    if (ychunks > 65535) ychunks = 65535;
-    dim3 grid((unsigned)U, (unsigned)ychunks);
-    k_embedding_bwd_wte<<<grid, threads, 0, g_zt.stream>>>((bf16 *)dwte, (const bf16 *)dout, didx, U, C);
+    /* bucket positions by token on the device: stable radix sort of (token, position) pairs */
+    size_t temp_bytes = 0;
+    ZT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const int *)NULL, (int *)NULL, (const int *)NULL,
+                                                  (int *)NULL, N, 0, 32, g_zt.stream));
+    size_t ints = ((size_t)3 * N + 63) & ~(size_t)63;
+    int *buf = (int *)zt_scratch(ZT_SCR_EMB_IDX, ints * sizeof(int) + temp_bytes);
+    int *pos_in = buf, *stok = buf + N, *spos = buf + 2 * (size_t)N;
+    void *temp = buf + ints;
+    k_iota<<<zt_blocks(N, 256), 256, 0, g_zt.stream>>>(pos_in, N);
+    ZT_LAUNCH_CHECK("embedding_backward(iota)");
+    ZT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, stok, pos_in, spos, N, 0, 32, g_zt.stream));
+    ZT_LAUNCH_CHECK("embedding_backward(sort)");
+    bool vec = C % 8 == 0 && zt_aligned16(dwte) && zt_aligned16(dout);
+    int threads = vec ? (C / 8 >= 128 ? 128 : ((C / 8 + 31) / 32) * 32) : (C >= 256 ? 256 : ((C + 31) / 32) * 32);
+    k_embedding_bwd_wte<<<N, threads, 0, g_zt.stream>>>((bf16 *)dwte, (const bf16 *)dout, stok, spos, N, C, vec);
     ZT_LAUNCH_CHECK("embedding_backward(dwte)");
 }
 
 /* ================================================================ LayerNorm */
-/* one warp per row: two-pass mean / biased variance in fp32, y = (x - mean) * rstd * w + b */
+/* Vectorized path: one warp per row, the row held in registers as bf16x8 chunks (chunk k of lane l
+ * is columns (k*32 + l)*8 ...); needs C % 8 == 0, C <= 32*8*ZT_LN_MAXV and 16-byte aligned rows.
+ * The scalar kernels below handle everything else. */
+#define ZT_LN_MAXV 8
+static bool ln_vec_ok(int C, const void *a, const void *b, const void *c, const void *d) {
+    return C % 8 == 0 && C <= 256 * ZT_LN_MAXV && zt_aligned16(a) && zt_aligned16(b) && (!c || zt_aligned16(c)) &&
+           (!d || zt_aligned16(d));
+}
+
+__global__ void k_layernorm_fwd_vec(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w, const bf16 *b,
+                                    int N, int C) {
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;
+    int nch = C / 8;
+    const bf16 *x = inp + (size_t)row * C;
+    bf16x8 xv[ZT_LN_MAXV];
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ZT_LN_MAXV; k++) {
+        int ch = k * 32 + lane;
+        if (ch < nch) {
+            xv[k] = *reinterpret_cast<const bf16x8 *>(x + ch * 8);
+#pragma unroll
+            for (int e = 0; e < 8; e++) s += __bfloat162float(xv[k].v[e]);
+        }
+    }
+    float m = zt_warp_sum(s) / C;
+    float v = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ZT_LN_MAXV; k++)
+        if (k * 32 + lane < nch)
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float d = __bfloat162float(xv[k].v[e]) - m;
+                v += d * d;
+            }
+    float rs = zt_rstd(zt_warp_sum(v) / C);
+    bf16 *o = out + (size_t)row * C;
+#pragma unroll
+    for (int k = 0; k < ZT_LN_MAXV; k++) {
+        int ch = k * 32 + lane;
+        if (ch < nch) {
+            bf16x8 wv = *reinterpret_cast<const bf16x8 *>(w + ch * 8), ov;
+            bf16x8 bv;
+            if (b) bv = *reinterpret_cast<const bf16x8 *>(b + ch * 8);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float y = (__bfloat162float(xv[k].v[e]) - m) * rs;
+                y = y * __bfloat162float(wv.v[e]) + (b ? __bfloat162float(bv.v[e]) : 0.0f);
+                ov.v[e] = zt_bf(y);
+            }
+            *reinterpret_cast<bf16x8 *>(o + ch * 8) = ov;
+        }
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
+/* scalar fallback: one warp per row, two-pass mean / biased variance in fp32 */
 __global__ void k_layernorm_fwd(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w, const bf16 *b,
                                 int N, int C) {
     int lane = threadIdx.x & 31;
@@ -194,12 +280,63 @@ void zt_cu_layernorm_forward(void *out, float *mean, float *rstd, const void *in
                              int N, int C) {
     if (N <= 0) return;
     const int warps = 8;
-    k_layernorm_fwd<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
-        (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+    if (ln_vec_ok(C, out, inp, w, b))
+        k_layernorm_fwd_vec<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
+            (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+    else
+        k_layernorm_fwd<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
+            (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
     ZT_LAUNCH_CHECK("layernorm_forward");
 }
 
-/* one warp per row: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w */
+/* dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w; vectorized,
+ * the row's x and dout in registers */
+__global__ void k_layernorm_bwd_dx_vec(bf16 *dinp, const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
+                                       const float *rstd, int N, int C) {
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;
+    int nch = C / 8;
+    const bf16 *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float m = mean[row], rs = rstd[row];
+    bf16x8 xv[ZT_LN_MAXV], dv[ZT_LN_MAXV];
+    float sd = 0.0f, sdx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ZT_LN_MAXV; k++) {
+        int ch = k * 32 + lane;
+        if (ch < nch) {
+            xv[k] = *reinterpret_cast<const bf16x8 *>(x + ch * 8);
+            dv[k] = *reinterpret_cast<const bf16x8 *>(dy + ch * 8);
+            bf16x8 wv = *reinterpret_cast<const bf16x8 *>(w + ch * 8);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float xhat = (__bfloat162float(xv[k].v[e]) - m) * rs;
+                float dnorm = __bfloat162float(dv[k].v[e]) * __bfloat162float(wv.v[e]);
+                sd += dnorm;
+                sdx += dnorm * xhat;
+            }
+        }
+    }
+    float dnorm_mean = zt_warp_sum(sd) / C;
+    float dnorm_xhat_mean = zt_warp_sum(sdx) / C;
+    bf16 *dx = dinp + (size_t)row * C;
+#pragma unroll
+    for (int k = 0; k < ZT_LN_MAXV; k++) {
+        int ch = k * 32 + lane;
+        if (ch < nch) {
+            bf16x8 wv = *reinterpret_cast<const bf16x8 *>(w + ch * 8);
+            bf16x8 ov = *reinterpret_cast<const bf16x8 *>(dx + ch * 8);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float xhat = (__bfloat162float(xv[k].v[e]) - m) * rs;
+                float dnorm = __bfloat162float(dv[k].v[e]) * __bfloat162float(wv.v[e]);
+                ov.v[e] = zt_bf(__bfloat162float(ov.v[e]) + zt_layernorm_dx(dnorm, xhat, rs, dnorm_mean, dnorm_xhat_mean));
+            }
+            *reinterpret_cast<bf16x8 *>(dx + ch * 8) = ov;
+        }
+    }
+}
+/* scalar fallback, one warp per row */
 __global__ void k_layernorm_bwd_dx(bf16 *dinp, const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
                                    const float *rstd, int N, int C) {
     int lane = threadIdx.x & 31;
@@ -228,8 +365,12 @@ void zt_cu_layernorm_backward(void *dinp, void *dw, void *db, const void *dout, 
     if (N <= 0) return;
     if (dinp) {
         const int warps = 8;
-        k_layernorm_bwd_dx<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
-            (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C);
+        if (ln_vec_ok(C, dinp, dout, inp, w))
+            k_layernorm_bwd_dx_vec<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
+                (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C);
+        else
+            k_layernorm_bwd_dx<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
+                (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C);
         ZT_LAUNCH_CHECK("layernorm_backward(dinp)");
     }
     if (dw || db)
@@ -237,32 +378,50 @@ void zt_cu_layernorm_backward(void *dinp, void *dw, void *db, const void *dout, 
 }
 
 /* ================================================================ column sums (dw, db, dbias) */
-/* Stage 1: block (32 x 8 threads) owns 32 columns and the rows i = y*8 + ty (mod nsplit*8); it
- * writes its fp32 column sums to part_b[y][c] (and part_w[y][c] = sum dout * xhat when LN). */
+/* Stage 1: block (32 x 8 threads) owns 32 column groups of W columns (W = 8 with 16-byte loads,
+ * else 1) and the rows i = y*8 + ty (mod nsplit*8); it writes its fp32 column sums to
+ * part_b[y][c] (and part_w[y][c] = sum dout * xhat for LayerNorm). nsplit depends on the shape
+ * only, so the summation order (and the result) is the same on every GPU. */
 #define ZT_COLSUM_TY 8
-template <bool LN>
+template <bool LN, int W>
 __global__ void k_colsum_partial(float *part_w, float *part_b, const bf16 *dout, int ld, const bf16 *inp,
                                  const float *mean, const float *rstd, int N, int C) {
-    __shared__ float sw[ZT_COLSUM_TY][33], sb[ZT_COLSUM_TY][33];
+    __shared__ float sw[ZT_COLSUM_TY][32 * W + 1], sb[ZT_COLSUM_TY][32 * W + 1];
     int tx = threadIdx.x, ty = threadIdx.y;
-    int c = blockIdx.x * 32 + tx;
-    float aw = 0.0f, ab = 0.0f;
-    if (c < C) {
+    int c0 = (blockIdx.x * 32 + tx) * W;
+    float aw[W], ab[W];
+#pragma unroll
+    for (int e = 0; e < W; e++) aw[e] = ab[e] = 0.0f;
+    if (c0 < C) {
         for (int i = blockIdx.y * ZT_COLSUM_TY + ty; i < N; i += gridDim.y * ZT_COLSUM_TY) {
-            float d = zt_ld(dout + (size_t)i * ld + c);
-            ab += d;
-            if (LN) aw += d * ((zt_ld(inp + (size_t)i * C + c) - mean[i]) * rstd[i]);
+            if (W == 8) {
+                bf16x8 d = *reinterpret_cast<const bf16x8 *>(dout + (size_t)i * ld + c0);
+                bf16x8 x;
+                float m = 0.0f, rs = 0.0f;
+                if (LN) x = *reinterpret_cast<const bf16x8 *>(inp + (size_t)i * C + c0), m = mean[i], rs = rstd[i];
+#pragma unroll
+                for (int e = 0; e < W; e++) {
+                    float dd = __bfloat162float(d.v[e]);
+                    ab[e] += dd;
+                    if (LN) aw[e] += dd * ((__bfloat162float(x.v[e]) - m) * rs);
+                }
+            } else {
+                float dd = zt_ld(dout + (size_t)i * ld + c0);
+                ab[0] += dd;
+                if (LN) aw[0] += dd * ((zt_ld(inp + (size_t)i * C + c0) - mean[i]) * rstd[i]);
+            }
         }
     }
-    sw[ty][tx] = aw;
-    sb[ty][tx] = ab;
+#pragma unroll
+    for (int e = 0; e < W; e++) sw[ty][tx * W + e] = aw[e], sb[ty][tx * W + e] = ab[e];
     __syncthreads();
-    if (ty == 0 && c < C) {
+    /* 256 threads finalize up to 32*W columns of the block, summing the 8 row groups in order */
+    int t = ty * 32 + tx;
+    for (int cc = t; cc < 32 * W; cc += 32 * ZT_COLSUM_TY) {
+        int c = blockIdx.x * 32 * W + cc;
+        if (c >= C) continue;
         float tw = 0.0f, tb = 0.0f;
-        for (int k = 0; k < ZT_COLSUM_TY; k++) {
-            tw += sw[k][tx];
-            tb += sb[k][tx];
-        }
+        for (int k = 0; k < ZT_COLSUM_TY; k++) tw += sw[k][cc], tb += sb[k][cc];
         part_b[(size_t)blockIdx.y * C + c] = tb;
         if (LN) part_w[(size_t)blockIdx.y * C + c] = tw;
     }
@@ -283,16 +442,25 @@ void zt_cu_colsum(void *dw, void *db, const bf16 *dout, int ld, const bf16 *inp,
                   int N, int C) {
     if (N <= 0 || C <= 0 || (!dw && !db)) return;
     bool ln = dw != NULL && inp != NULL;
-    int nsplit = (N + 127) / 128; /* ~16 rows per thread */
-    if (nsplit > 128) nsplit = 128;
+    bool vec = C % 8 == 0 && ld % 8 == 0 && zt_aligned16(dout) && (!ln || zt_aligned16(inp));
+    int nsplit = (N + 63) / 64; /* 8 rows per thread */
+    if (nsplit > 256) nsplit = 256;
     if (nsplit < 1) nsplit = 1;
     float *part = (float *)zt_scratch(ZT_SCR_COLSUM, (size_t)2 * nsplit * C * sizeof(float));
     float *part_w = part, *part_b = part + (size_t)nsplit * C;
-    dim3 block(32, ZT_COLSUM_TY), grid((unsigned)((C + 31) / 32), (unsigned)nsplit);
-    if (ln)
-        k_colsum_partial<true><<<grid, block, 0, g_zt.stream>>>(part_w, part_b, dout, ld, inp, mean, rstd, N, C);
-    else
-        k_colsum_partial<false><<<grid, block, 0, g_zt.stream>>>(part_w, part_b, dout, ld, NULL, NULL, NULL, N, C);
+    int W = vec ? 8 : 1;
+    dim3 block(32, ZT_COLSUM_TY), grid((unsigned)((C + 32 * W - 1) / (32 * W)), (unsigned)nsplit);
+    if (vec) {
+        if (ln)
+            k_colsum_partial<true, 8><<<grid, block, 0, g_zt.stream>>>(part_w, part_b, dout, ld, inp, mean, rstd, N, C);
+        else
+            k_colsum_partial<false, 8><<<grid, block, 0, g_zt.stream>>>(part_w, part_b, dout, ld, NULL, NULL, NULL, N, C);
+    } else {
+        if (ln)
+            k_colsum_partial<true, 1><<<grid, block, 0, g_zt.stream>>>(part_w, part_b, dout, ld, inp, mean, rstd, N, C);
+        else
+            k_colsum_partial<false, 1><<<grid, block, 0, g_zt.stream>>>(part_w, part_b, dout, ld, NULL, NULL, NULL, N, C);
+    }
     ZT_LAUNCH_CHECK("colsum(partial)");
     k_colsum_final<<<(C + 255) / 256, 256, 0, g_zt.stream>>>(ln ? (bf16 *)dw : NULL, (bf16 *)db, part_w, part_b,
                                                               nsplit, C);
@@ -315,10 +483,21 @@ void zt_cu_add_bias(bf16 *out, const bf16 *bias, int N, int C, int ld) {
 }
 
 /* ================================================================ softmax + cross-entropy */
-/* one block per row; online max/sum in fp32 (one read), then the gradient pass. In-place safe:
- * each element is read and then written by the same thread, after the row's reductions.
- * A target outside [0,V) gives a NaN loss and no one-hot term (as the CPU backend does). */
+/* one block per row; online max/sum in fp32 (one read), then the gradient pass (which re-reads the
+ * row, mostly from L2). With VEC (Vp % 8 == 0, 16-byte aligned rows) each thread handles 8
+ * consecutive columns per step with one 16-byte load and merges them into its running (max, sum)
+ * with a single rescale. In-place safe: each element is read and then written by the same thread,
+ * after the row's reductions. A target outside [0,V) gives a NaN loss and no one-hot term (as the
+ * CPU backend does). */
 #define ZT_XENT_THREADS 512
+__device__ __forceinline__ void xent_merge(float &m, float &s, float m2, float s2) {
+    float M = fmaxf(m, m2);
+    float a = (m == -INFINITY) ? 0.0f : s * expf(m - M);
+    float b = (m2 == -INFINITY) ? 0.0f : s2 * expf(m2 - M);
+    m = M;
+    s = a + b;
+}
+template <bool VEC>
 __global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses, bf16 *dlogits, const bf16 *logits,
                                                                   const int *targets, int V, int Vp, float dloss) {
     __shared__ float sm[32], ss[32];
@@ -329,23 +508,35 @@ __global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses,
     bool valid = tgt >= 0 && tgt < V;
     if (threadIdx.x == 0) s_target_logit = valid ? zt_ld(x + tgt) : 0.0f;
     float m = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = zt_ld(x + j);
-        if (v > m) {
-            s = s * expf(m - v) + 1.0f; /* m = -inf first time: expf(-inf) = 0 */
-            m = v;
-        } else {
-            s += expf(v - m);
+    if (VEC) {
+        for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
+            bf16x8 v = *reinterpret_cast<const bf16x8 *>(x + j);
+            float f[8], lm = -INFINITY;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                f[e] = j + e < V ? __bfloat162float(v.v[e]) : -INFINITY;
+                lm = fmaxf(lm, f[e]);
+            }
+            float ls = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) ls += j + e < V ? expf(f[e] - lm) : 0.0f;
+            xent_merge(m, s, lm, ls);
+        }
+    } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) {
+            float v = zt_ld(x + j);
+            if (v > m) {
+                s = s * expf(m - v) + 1.0f; /* m = -inf first time: expf(-inf) = 0 */
+                m = v;
+            } else {
+                s += expf(v - m);
+            }
         }
     }
     /* combine (m, s) pairs: warp, then block */
     for (int o = 16; o > 0; o >>= 1) {
         float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        float M = fmaxf(m, m2);
-        float a = (m == -INFINITY) ? 0.0f : s * expf(m - M);
-        float b = (m2 == -INFINITY) ? 0.0f : s2 * expf(m2 - M);
-        m = M;
-        s = a + b;
+        xent_merge(m, s, m2, s2);
     }
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nwarps = blockDim.x / 32;
     if (lane == 0) {
@@ -363,20 +554,42 @@ __global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses,
     if (!dlogits) return;
     bf16 *dx = dlogits + (size_t)row * Vp;
     float invS = 1.0f / S;
-    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-        float g = 0.0f;
-        if (j < V) {
-            float p = expf(zt_ld(x + j) - M) * invS;
-            g = (p - (j == tgt ? 1.0f : 0.0f)) * dloss;
+    if (VEC) {
+        for (int j = threadIdx.x * 8; j < Vp; j += blockDim.x * 8) {
+            bf16x8 v, o;
+            if (j < V) v = *reinterpret_cast<const bf16x8 *>(x + j);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float g = 0.0f;
+                if (j + e < V) {
+                    float p = expf(__bfloat162float(v.v[e]) - M) * invS;
+                    g = (p - (j + e == tgt ? 1.0f : 0.0f)) * dloss;
+                }
+                o.v[e] = zt_bf(g);
+            }
+            *reinterpret_cast<bf16x8 *>(dx + j) = o;
         }
-        dx[j] = zt_bf(g);
+    } else {
+        for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+            float g = 0.0f;
+            if (j < V) {
+                float p = expf(zt_ld(x + j) - M) * invS;
+                g = (p - (j == tgt ? 1.0f : 0.0f)) * dloss;
+            }
+            dx[j] = zt_bf(g);
+        }
     }
 }
 void zt_cu_softmax_xent(float *losses, void *dlogits, const void *logits, const int *targets, int N, int V, int Vp,
                         float dloss) {
     if (N <= 0) return;
-    k_softmax_xent<<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V,
-                                                           Vp, dloss);
+    bool vec = Vp % 8 == 0 && zt_aligned16(logits) && (!dlogits || zt_aligned16(dlogits));
+    if (vec)
+        k_softmax_xent<true><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (bf16 *)dlogits, (const bf16 *)logits,
+                                                                     targets, V, Vp, dloss);
+    else
+        k_softmax_xent<false><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (bf16 *)dlogits, (const bf16 *)logits,
+                                                                      targets, V, Vp, dloss);
     ZT_LAUNCH_CHECK("softmax_xent");
 }
 

@@ -53,10 +53,12 @@ typedef struct zt_backend {
     /* dinp = dout W^T (overwrites, skipped if NULL); dw += inp^T dout; dbias += colsum(dout) (if non-NULL) */
     void (*matmul_backward)(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
                             int N, int C, int OC, int w_transposed, int lddout);
-    /* causal self-attention. qkv [B,T,3C] (q|k|v, heads of size C/NH), out [B,T,C],
-     * att [B,NH,T,T] holds the softmax probabilities for backward. */
+    /* causal self-attention. qkv [B,T,3C] (q|k|v, heads of size C/NH), out [B,T,C]. att ([B,NH,T,T]
+     * elements) is backend-private scratch handed from forward to backward of the same layer and qkv:
+     * the CPU backend keeps the softmax probabilities there, the CUDA flash path keeps the per-row
+     * log-sum-exp and a copy of out; callers never read or write it. */
     void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
-    /* dqkv overwritten; datt is scratch of att's size */
+    /* dqkv overwritten; datt is scratch of att's size (contents undefined afterwards) */
     void (*attention_backward)(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
                                int B, int T, int C, int NH);
     void (*gelu_forward)(void *out, const void *inp, size_t n);

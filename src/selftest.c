@@ -11,8 +11,9 @@
  *   TOL_BF16  1e-2  outputs built from reductions (LayerNorm, GEMMs with K-term fp32 accumulation
  *                   whose result is rounded once, softmax + cross-entropy gradients, column sums):
  *                   still one final rounding, plus fp32 summation-order noise on cancelling sums.
- *   TOL_ATTN  2e-2  attention backward compounds three bf16 roundings (att, dS = d softmax, then
- *                   dq/dk/dv from GEMMs over dS), each ~2^-9.
+ *   TOL_ATTN  2e-2  attention backward compounds three bf16 roundings (P, dS = d softmax, then
+ *                   dq/dk/dv from GEMMs over dS), each ~2^-9. Attention forward uses TOL_BF16: the
+ *                   flash kernel rounds P to bf16 before P V (one rounding, averaged over keys).
  *   TOL_F32   1e-5  fp32 outputs from the same inputs with fp32 math (LayerNorm mean/rstd, losses,
  *                   AdamW master/m/v): only operation order and FMA contraction differ (~1e-7).
  *   sumsq     1e-6  relative, double accumulation of squares that are exact in fp32.
@@ -24,6 +25,8 @@
 #include <string.h>
 
 #include "backend.h"
+#include "comm.h"
+#include "comm_nccl.h"
 #include "commands.h"
 #include "selftest.h"
 #include "util.h"
@@ -36,10 +39,12 @@
 /* ---------------------------------------------------------------- helpers */
 void zt_selftest_check(zt_selftest *st, const char *name, double err, double tol) {
     if (err <= tol) {
-        printf("PASS %s (err %.2e <= tol %.1e)\n", name, err, tol);
+        if (st->verbose) printf("PASS %s (err %.2e <= tol %.1e)\n", name, err, tol);
         st->passed++;
     } else {
-        printf("FAIL %s: err %.3e > tol %.1e\n", name, err, tol);
+        /* failures are printed by every rank, with its rank when there are several */
+        if (zt_mpi_world_size() > 1) printf("FAIL [rank %d] %s: err %.3e > tol %.1e\n", zt_mpi_world_rank(), name, err, tol);
+        else printf("FAIL %s: err %.3e > tol %.1e\n", name, err, tol);
         st->failed++;
     }
     fflush(stdout);
@@ -158,8 +163,9 @@ static void run_embedding(const zt_backend *be, const int *tok, const float *wte
     down_c(be, dwpe, gwpe, (size_t)T * C);
     be->free(dtok), be->free(dwte_w), be->free(dwpe_w), be->free(dout_d), be->free(o), be->free(gwte), be->free(gwpe);
 }
-static void test_embedding(zt_selftest *st, zt_rng *rng) {
-    int V = 50, B = 3, T = 40, C = 300; /* few tokens: many repeats; C > 256 spans two blocks */
+static void test_embedding(zt_selftest *st, zt_rng *rng, int V, int B, int T, int C) {
+    char name[128], tag[64];
+    snprintf(tag, sizeof tag, "V=%d B=%d T=%d C=%d", V, B, T, C);
     size_t BTC = (size_t)B * T * C;
     int *tok = zt_xmalloc((size_t)B * T * sizeof(int));
     for (int i = 0; i < B * T; i++) tok[i] = (int)(zt_rng_u64(rng) % (uint64_t)V);
@@ -170,10 +176,14 @@ static void test_embedding(zt_selftest *st, zt_rng *rng) {
     run_embedding(st->ref, tok, wte, wpe, dout, dwte0, dwpe0, V, B, T, C, o[0], gte[0], gpe[0]);
     run_embedding(st->dev, tok, wte, wpe, dout, dwte0, dwpe0, V, B, T, C, o[1], gte[1], gpe[1]);
     run_embedding(st->dev, tok, wte, wpe, dout, dwte0, dwpe0, V, B, T, C, o[2], gte[2], gpe[2]);
-    check_rel(st, "embedding_forward", o[1], o[0], BTC, TOL_ROUND);
-    check_rel(st, "embedding_backward(dwte)", gte[1], gte[0], (size_t)V * C, TOL_BF16);
-    check_rel(st, "embedding_backward(dwpe)", gpe[1], gpe[0], (size_t)T * C, TOL_BF16);
-    zt_selftest_check(st, "embedding_backward(deterministic, mismatches)",
+    snprintf(name, sizeof name, "embedding_forward %s", tag);
+    check_rel(st, name, o[1], o[0], BTC, TOL_ROUND);
+    snprintf(name, sizeof name, "embedding_backward(dwte) %s", tag);
+    check_rel(st, name, gte[1], gte[0], (size_t)V * C, TOL_BF16);
+    snprintf(name, sizeof name, "embedding_backward(dwpe) %s", tag);
+    check_rel(st, name, gpe[1], gpe[0], (size_t)T * C, TOL_BF16);
+    snprintf(name, sizeof name, "embedding_backward(deterministic, mismatches) %s", tag);
+    zt_selftest_check(st, name,
                       (double)(count_diff(gte[1], gte[2], (size_t)V * C) + count_diff(gpe[1], gpe[2], (size_t)T * C)),
                       0);
     for (int k = 0; k < 3; k++) free(o[k]), free(gte[k]), free(gpe[k]);
@@ -298,56 +308,53 @@ static void test_matmul(zt_selftest *st, zt_rng *rng, int N, int C, int OC, int 
 }
 
 /* ---------------------------------------------------------------- attention */
-static void mask_upper(float *att, int B, int NH, int T) {
-    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
-        for (int t = 0; t < T; t++)
-            for (int j = t + 1; j < T; j++) att[(bh * T + t) * T + j] = 0.0f;
-}
-static void run_attn_fwd(const zt_backend *be, const float *qkv, int B, int T, int C, int NH, float *out, float *att) {
-    size_t es = zt_dtype_size(be->compute_dtype), natt = (size_t)B * NH * T * T;
-    void *dq = up_c(be, qkv, (size_t)B * T * 3 * C);
-    void *o = st_alloc(be, (size_t)B * T * C * es), *a = st_alloc(be, natt * es);
-    be->attention_forward(o, a, dq, B, T, C, NH);
-    down_c(be, out, o, (size_t)B * T * C);
-    down_c(be, att, a, natt);
-    be->free(dq), be->free(o), be->free(a);
-}
-static void run_attn_bwd(const zt_backend *be, const float *qkv, const float *att, const float *dout, int B, int T,
-                         int C, int NH, float *dqkv) {
+/* att is backend-private scratch (the CUDA flash path keeps row statistics there, not
+ * probabilities), so each backend runs forward then backward with its own att; out and dqkv are
+ * compared. Shapes cover the flash path (head size 32 and 64, T a multiple of the 64-row tile
+ * and not, several tiles) and the GEMM fallback (T too small for the flash scratch). */
+static void run_attn(const zt_backend *be, const float *qkv, const float *dout, int B, int T, int C, int NH, float *out,
+                     float *dqkv) {
     size_t es = zt_dtype_size(be->compute_dtype), natt = (size_t)B * NH * T * T, n3 = (size_t)B * T * 3 * C;
-    void *dq = up_c(be, qkv, n3), *a = up_c(be, att, natt), *dd = up_c(be, dout, (size_t)B * T * C);
-    void *g = st_alloc(be, n3 * es), *datt = st_alloc(be, natt * es);
+    void *dq = up_c(be, qkv, n3), *dd = up_c(be, dout, (size_t)B * T * C);
+    void *o = st_alloc(be, (size_t)B * T * C * es), *a = st_alloc(be, natt * es), *datt = st_alloc(be, natt * es);
+    void *g = st_alloc(be, n3 * es);
+    be->attention_forward(o, a, dq, B, T, C, NH);
     be->attention_backward(g, datt, dd, dq, a, B, T, C, NH);
+    down_c(be, out, o, (size_t)B * T * C);
     down_c(be, dqkv, g, n3);
-    be->free(dq), be->free(a), be->free(dd), be->free(g), be->free(datt);
+    be->free(dq), be->free(dd), be->free(o), be->free(a), be->free(datt), be->free(g);
 }
-static void test_attention(zt_selftest *st, zt_rng *rng, int B, int T, int C, int NH) {
+static void test_attention(zt_selftest *st, zt_rng *rng, int B, int T, int C, int NH, float qk_scale) {
     char name[128], tag[64];
-    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    size_t n3 = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d hs=%d", B, T, C, NH, C / NH);
+    size_t n3 = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     float *qkv = rnd(rng, n3, 1, 0), *dout = rnd(rng, nout, 1, 0);
-    float *out[2], *att[2], *g[2];
-    for (int k = 0; k < 2; k++) out[k] = zeros(nout), att[k] = zeros(natt), g[k] = zeros(n3);
-    run_attn_fwd(st->ref, qkv, B, T, C, NH, out[0], att[0]);
-    run_attn_fwd(st->dev, qkv, B, T, C, NH, out[1], att[1]);
-    mask_upper(att[0], B, NH, T); /* the reference need not write above the diagonal */
-    float upper = 0.0f;           /* the device must: its backward uses full T x T GEMMs */
-    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
-        for (int t = 0; t < T; t++)
-            for (int j = t + 1; j < T; j++) upper = fmaxf(upper, fabsf(att[1][(bh * T + t) * T + j]));
+    /* larger q, k give peaked softmax rows (exercises the online max rescaling) */
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int c = 0; c < 2 * C; c++) qkv[r * 3 * C + c] = bf16r(qkv[r * 3 * C + c] * qk_scale);
+    float *out[3], *g[3];
+    for (int k = 0; k < 3; k++) out[k] = zeros(nout), g[k] = zeros(n3);
+    run_attn(st->ref, qkv, dout, B, T, C, NH, out[0], g[0]);
+    run_attn(st->dev, qkv, dout, B, T, C, NH, out[1], g[1]);
+    run_attn(st->dev, qkv, dout, B, T, C, NH, out[2], g[2]);
     snprintf(name, sizeof name, "attention_forward(out) %s", tag);
     check_rel(st, name, out[1], out[0], nout, TOL_BF16);
-    snprintf(name, sizeof name, "attention_forward(att) %s", tag);
-    check_rel(st, name, att[1], att[0], natt, TOL_BF16);
-    snprintf(name, sizeof name, "attention_forward(att zero above diagonal, max abs) %s", tag);
-    zt_selftest_check(st, name, upper, 0);
-    /* backward from the reference's probabilities rounded to bf16, identical for both */
-    for (size_t i = 0; i < natt; i++) att[0][i] = bf16r(att[0][i]);
-    run_attn_bwd(st->ref, qkv, att[0], dout, B, T, C, NH, g[0]);
-    run_attn_bwd(st->dev, qkv, att[0], dout, B, T, C, NH, g[1]);
     snprintf(name, sizeof name, "attention_backward(dqkv) %s", tag);
     check_rel(st, name, g[1], g[0], n3, TOL_ATTN);
-    for (int k = 0; k < 2; k++) free(out[k]), free(att[k]), free(g[k]);
+    /* each third of dqkv (dq, dk, dv) on its own, so that one small part cannot hide in the norm */
+    static const char *part[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++) {
+        float *a = zeros(nout), *b = zeros(nout);
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int c = 0; c < C; c++)
+                a[r * C + c] = g[1][r * 3 * C + p * C + c], b[r * C + c] = g[0][r * 3 * C + p * C + c];
+        snprintf(name, sizeof name, "attention_backward(%s) %s", part[p], tag);
+        check_rel(st, name, a, b, nout, TOL_ATTN);
+        free(a), free(b);
+    }
+    snprintf(name, sizeof name, "attention(deterministic, mismatches) %s", tag);
+    zt_selftest_check(st, name, (double)(count_diff(out[1], out[2], nout) + count_diff(g[1], g[2], n3)), 0);
+    for (int k = 0; k < 3; k++) free(out[k]), free(g[k]);
     free(qkv), free(dout);
 }
 
@@ -485,46 +492,483 @@ void zt_selftest_ops(zt_selftest *st) {
     zt_rng rng;
     zt_rng_seed(&rng, st->seed);
     test_conversions(st, &rng);
-    test_embedding(st, &rng);
+    test_embedding(st, &rng, 50, 3, 40, 300);  /* few tokens: many repeats; C % 8 != 0: scalar path */
+    test_embedding(st, &rng, 100, 4, 64, 256); /* 16-byte path */
     test_layernorm(st, &rng, 64, 128);
-    test_layernorm(st, &rng, 50, 100);
+    test_layernorm(st, &rng, 50, 100);  /* C % 8 != 0: scalar path */
+    test_layernorm(st, &rng, 33, 768);  /* GPT-2 width, 16-byte path */
     test_matmul(st, &rng, 128, 128, 384, 0, 384, 1);   /* Conv1D with bias (qkv-like) */
     test_matmul(st, &rng, 96, 128, 250, 1, 256, 0);    /* tied LM head: wte [V,C], padded rows */
     test_matmul(st, &rng, 37, 40, 52, 0, 52, 1);       /* odd shapes */
     test_matmul(st, &rng, 33, 24, 19, 1, 21, 1);       /* odd shapes, transposed, odd ld */
-    test_attention(st, &rng, 2, 64, 128, 4);
-    test_attention(st, &rng, 1, 33, 96, 3);
+    test_attention(st, &rng, 2, 64, 128, 4, 1.0f);   /* hs 32, one tile */
+    test_attention(st, &rng, 1, 33, 96, 3, 1.0f);    /* T too small for flash scratch: GEMM path */
+    test_attention(st, &rng, 2, 100, 256, 4, 1.0f);  /* hs 64, partial second tile */
+    test_attention(st, &rng, 1, 200, 64, 2, 2.0f);   /* hs 32, four tiles, peaked softmax */
+    test_attention(st, &rng, 1, 1024, 128, 2, 1.0f); /* hs 64 at GPT-2's T: 16 tiles */
     test_elementwise(st, &rng);
     test_xent(st, &rng, 64, 250, 256);
     test_xent(st, &rng, 4, 50257, 50304);
+    test_xent(st, &rng, 5, 100, 101); /* Vp % 8 != 0: scalar path */
     test_adamw(st, &rng);
     test_sumsq(st, &rng);
+}
+
+/* ---------------------------------------------------------------- NCCL against MPI */
+/* Runs only under mpirun with more than one rank and the CUDA backend: every collective of the
+ * NCCL table on device buffers against the MPI table on host buffers, from the same per-rank
+ * random inputs. fp32 sums may be added in another order (tolerance 1e-6 relative); bf16 sums are
+ * checked against the fp32 MPI sum of the same bf16 inputs (TOL_BF16); gathers and broadcasts
+ * move bits and must match exactly. Each rank checks its own result; the errors are summed over
+ * ranks before the PASS/FAIL line (printed by rank 0). */
+static double comm_err_all(zt_comm *mpi, double err) {
+    double v = isfinite(err) ? err : 1e30;
+    mpi->allreduce_host_double(mpi, &v, 1);
+    return v;
+}
+static void comm_check(zt_selftest *st, zt_comm *mpi, zt_comm *nc, const char *what, double err, double tol) {
+    char name[160];
+    snprintf(name, sizeof name, "%s %s", nc->name, what);
+    zt_selftest_check(st, name, comm_err_all(mpi, err), tol);
+}
+/* pieces of n elements: equal, or rank r gets (r % 3) + r * 5 + 1 (rank 1 gets 0 when `zero`) */
+static void comm_counts(size_t *counts, int world, int equal, int zero) {
+    for (int r = 0; r < world; r++) counts[r] = equal ? 1000 : (size_t)((r % 3) + r * 5 + 1);
+    if (zero && world > 1) counts[1] = 0;
+}
+static size_t sum_counts(const size_t *c, int world) {
+    size_t s = 0;
+    for (int r = 0; r < world; r++) s += c[r];
+    return s;
+}
+static void test_comm_pair(zt_selftest *st, zt_comm *mpi, zt_comm *nc, zt_rng *rng) {
+    const zt_backend *be = st->dev;
+    int world = mpi->world, rank = mpi->rank;
+    char name[128];
+    /* allreduce, fp32 and bf16 */
+    size_t n = 100003;
+    float *x = rnd(rng, n, 1, 0), *want = zeros(n), *got = zeros(n);
+    memcpy(want, x, n * sizeof(float));
+    mpi->wait(mpi, mpi->allreduce_sum(mpi, want, n, ZT_F32));
+    float *d = up_f(be, x, n);
+    nc->wait(nc, nc->allreduce_sum(nc, d, n, ZT_F32));
+    down_f(be, got, d, n);
+    comm_check(st, mpi, nc, "allreduce_sum f32 vs mpi", zt_selftest_rel_err(got, want, n), 1e-6);
+    be->free(d);
+    void *dc = up_c(be, x, n);
+    nc->wait(nc, nc->allreduce_sum(nc, dc, n, be->compute_dtype));
+    down_c(be, got, dc, n);
+    comm_check(st, mpi, nc, "allreduce_sum compute dtype vs mpi f32", zt_selftest_rel_err(got, want, n), TOL_BF16);
+    be->free(dc);
+    free(x), free(want), free(got);
+
+    size_t counts[64];
+    for (int variant = 0; variant < 3; variant++) {
+        int equal = variant == 0, zero = variant == 2;
+        const char *tag = equal ? "equal counts" : zero ? "variable counts, one empty" : "variable counts";
+        comm_counts(counts, world, equal, zero);
+        size_t total = sum_counts(counts, world), off = 0;
+        for (int r = 0; r < rank; r++) off += counts[r];
+        /* reduce-scatter */
+        float *s = rnd(rng, total, 1, 0), *w = zeros(counts[rank] + 1), *g = zeros(counts[rank] + 1);
+        mpi->wait(mpi, mpi->reduce_scatter_sum(mpi, s, w, counts, ZT_F32));
+        float *ds = up_f(be, s, total), *dr = st_alloc(be, (counts[rank] + 1) * sizeof(float));
+        nc->wait(nc, nc->reduce_scatter_sum(nc, ds, dr, counts, ZT_F32));
+        down_f(be, g, dr, counts[rank]);
+        snprintf(name, sizeof name, "reduce_scatter_sum f32 vs mpi (%s)", tag);
+        comm_check(st, mpi, nc, name, zt_selftest_rel_err(g, w, counts[rank]), 1e-6);
+        be->free(ds), be->free(dr), free(s), free(w), free(g);
+        /* all-gather, out of place and in place */
+        float *mine = rnd(rng, counts[rank] + 1, 1, 0), *aw = zeros(total), *ag = zeros(total);
+        mpi->wait(mpi, mpi->allgather(mpi, mine, aw, counts, ZT_F32));
+        float *dm = up_f(be, mine, counts[rank] + 1), *da = st_alloc(be, total * sizeof(float));
+        nc->wait(nc, nc->allgather(nc, dm, da, counts, ZT_F32));
+        down_f(be, ag, da, total);
+        snprintf(name, sizeof name, "allgather f32 vs mpi (%s, mismatches)", tag);
+        comm_check(st, mpi, nc, name, (double)count_diff(ag, aw, total), 0);
+        float *pre = zeros(total);
+        memcpy(pre + off, mine, counts[rank] * sizeof(float));
+        be->free(da);
+        da = up_f(be, pre, total);
+        nc->wait(nc, nc->allgather(nc, da + off, da, counts, ZT_F32));
+        down_f(be, ag, da, total);
+        snprintf(name, sizeof name, "allgather in place f32 vs mpi (%s, mismatches)", tag);
+        comm_check(st, mpi, nc, name, (double)count_diff(ag, aw, total), 0);
+        be->free(dm), be->free(da), free(mine), free(aw), free(ag), free(pre);
+    }
+    /* broadcast from the last rank */
+    size_t nb = 4097;
+    float *b = rnd(rng, nb, 1, (float)rank), *bw = zeros(nb), *bg = zeros(nb);
+    memcpy(bw, b, nb * sizeof(float));
+    mpi->wait(mpi, mpi->broadcast(mpi, bw, nb * sizeof(float), world - 1));
+    float *db = up_f(be, b, nb);
+    nc->wait(nc, nc->broadcast(nc, db, nb * sizeof(float), world - 1));
+    down_f(be, bg, db, nb);
+    comm_check(st, mpi, nc, "broadcast vs mpi (mismatches)", (double)count_diff(bg, bw, nb), 0);
+    be->free(db), free(b), free(bw), free(bg);
+    /* host-side calls */
+    double hv[2] = {rank + 0.5, 1.0}, want_sum = world * (world - 1) / 2.0 + 0.5 * world;
+    nc->allreduce_host_double(nc, hv, 2);
+    comm_check(st, mpi, nc, "allreduce_host_double", fabs(hv[0] - want_sum) + fabs(hv[1] - world), 0);
+    comm_check(st, mpi, nc, "agree_max", (double)abs(nc->agree_max(nc, rank * 3) - (world - 1) * 3), 0);
+    nc->barrier(nc);
+}
+void zt_selftest_comm(zt_selftest *st) {
+    if (zt_mpi_world_size() < 2) {
+        if (st->verbose) printf("selftest: NCCL vs MPI skipped (run under mpirun with 2+ ranks to check it)\n");
+        return;
+    }
+    zt_err err;
+    memset(&err, 0, sizeof err);
+    zt_comm *mpi = zt_comm_mpi(NULL, &err);
+    /* on the cpu backend a second MPI comm stands in for NCCL: that checks the harness itself */
+    int cpu = !strcmp(st->dev->name, "cpu");
+    zt_comm *nc = cpu ? zt_comm_mpi(NULL, &err) : zt_comm_nccl(st->dev, &err);
+    if (!nc) {
+        char name[1200];
+        snprintf(name, sizeof name, "nccl comm created (%s)", err.msg);
+        zt_selftest_check(st, name, 1, 0);
+        mpi->destroy(mpi);
+        return;
+    }
+    zt_rng rng;
+    zt_rng_seed(&rng, st->seed * 7919u + (uint64_t)mpi->rank);
+    test_comm_pair(st, mpi, nc, &rng);
+    nc->destroy(nc);
+    mpi->destroy(mpi);
+}
+
+/* ---------------------------------------------------------------- training trajectories */
+int zt_selftest_check_losses(zt_selftest *st, const char *name, const float *dev, const float *ref, int n, double tol) {
+    double worst = 0.0;
+    int at = 0;
+    for (int i = 0; i < n; i++) {
+        double e = fabs((double)dev[i] - (double)ref[i]) / fmax(fabs((double)ref[i]), 1e-6);
+        if (!isfinite(dev[i])) e = INFINITY;
+        if (e > worst || !isfinite(e)) worst = e, at = i;
+    }
+    char full[256];
+    snprintf(full, sizeof full, "%s (worst step %d: %.6f vs %.6f)", name, at + 1, n ? dev[at] : 0.0f,
+             n ? ref[at] : 0.0f);
+    int before = st->failed;
+    zt_selftest_check(st, full, worst, tol);
+    return st->failed == before ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- benchmark */
+/* `zerotrain selftest --bench`: times each op of the table at GPT-2 124M shapes (C 768, NH 12,
+ * V 50257 padded to 50304, B x T rows) and prints ms per call and TFLOP/s (GEMMs, attention) or
+ * GB/s (memory-bound ops, counting the bytes each op must move at least once). Also measures a
+ * bf16 GEMM peak and estimates one training step from the per-op times. Timing only: the inputs
+ * are random and nothing is checked. */
+typedef struct {
+    const zt_backend *be;
+    double min_s; /* time each op for at least this long */
+} bench_ctx;
+
+static void *bench_buf(bench_ctx *bc, size_t n, float scale, zt_rng *rng) {
+    const zt_backend *be = bc->be;
+    size_t es = zt_dtype_size(be->compute_dtype);
+    void *d = st_alloc(be, n * es);
+    size_t chunk = n < ((size_t)1 << 22) ? n : ((size_t)1 << 22);
+    float *h = zt_xmalloc(chunk * sizeof(float));
+    for (size_t i = 0; i < chunk; i++) h[i] = scale * zt_rng_normal(rng);
+    float *t = up_f(be, h, chunk);
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t k = n - off < chunk ? n - off : chunk;
+        if (be->compute_dtype == ZT_F32) be->copy((char *)d + off * es, t, k * es, ZT_D2D);
+        else be->to_compute((char *)d + off * es, t, k);
+    }
+    be->synchronize();
+    be->free(t), free(h);
+    return d;
+}
+
+/* the op under test, as a closure over the bench's buffers */
+typedef struct bench_op bench_op;
+struct bench_op {
+    void (*run)(const zt_backend *be, bench_op *op);
+    void *p[8];
+    const int *ip;
+    float *fp[2];
+    int i[8];
+    size_t n;
+};
+
+static double bench_time(bench_ctx *bc, bench_op *op) {
+    const zt_backend *be = bc->be;
+    op->run(be, op); /* warm-up (plans, scratch growth) */
+    be->synchronize();
+    double t0 = zt_now();
+    op->run(be, op);
+    be->synchronize();
+    double one = zt_now() - t0;
+    int iters = one > 0 ? (int)(bc->min_s / one) : 10;
+    if (iters < 2) iters = 2;
+    if (iters > 50) iters = 50;
+    t0 = zt_now();
+    for (int k = 0; k < iters; k++) op->run(be, op);
+    be->synchronize();
+    return (zt_now() - t0) / iters;
+}
+
+static void bench_report(const char *name, double s, double flops, double bytes) {
+    if (flops > 0) printf("BENCH %-44s %9.3f ms %8.1f TFLOP/s\n", name, s * 1e3, flops / s * 1e-12);
+    else printf("BENCH %-44s %9.3f ms %8.1f GB/s\n", name, s * 1e3, bytes / s * 1e-9);
+    fflush(stdout);
+}
+
+static void run_mm_fwd(const zt_backend *be, bench_op *o) {
+    be->matmul_forward(o->p[0], o->p[1], o->p[2], o->p[3], o->i[0], o->i[1], o->i[2], o->i[3], o->i[4]);
+}
+static void run_mm_bwd(const zt_backend *be, bench_op *o) {
+    be->matmul_backward(o->p[4], o->p[5], o->p[6], o->p[0], o->p[1], o->p[2], o->i[0], o->i[1], o->i[2], o->i[3],
+                        o->i[4]);
+}
+static void run_att_fwd(const zt_backend *be, bench_op *o) {
+    be->attention_forward(o->p[0], o->p[1], o->p[2], o->i[0], o->i[1], o->i[2], o->i[3]);
+}
+static void run_att_bwd(const zt_backend *be, bench_op *o) {
+    be->attention_backward(o->p[3], o->p[4], o->p[5], o->p[2], o->p[1], o->i[0], o->i[1], o->i[2], o->i[3]);
+}
+static void run_ln_fwd_b(const zt_backend *be, bench_op *o) {
+    be->layernorm_forward(o->p[0], o->fp[0], o->fp[1], o->p[1], o->p[2], o->p[3], o->i[0], o->i[1]);
+}
+static void run_ln_bwd_b(const zt_backend *be, bench_op *o) {
+    be->layernorm_backward(o->p[4], o->p[5], o->p[6], o->p[7], o->p[1], o->p[2], o->fp[0], o->fp[1], o->i[0], o->i[1]);
+}
+static void run_gelu_f(const zt_backend *be, bench_op *o) { be->gelu_forward(o->p[0], o->p[1], o->n); }
+static void run_gelu_b(const zt_backend *be, bench_op *o) { be->gelu_backward(o->p[0], o->p[1], o->p[2], o->n); }
+static void run_resid(const zt_backend *be, bench_op *o) { be->residual_forward(o->p[0], o->p[1], o->p[2], o->n); }
+static void run_accum(const zt_backend *be, bench_op *o) { be->accumulate(o->p[0], o->p[1], o->n); }
+static void run_xent_b(const zt_backend *be, bench_op *o) {
+    be->softmax_xent(o->fp[0], o->p[0], o->p[0], o->ip, o->i[0], o->i[1], o->i[2], 1.0f / o->i[0]);
+}
+static void run_emb_f(const zt_backend *be, bench_op *o) {
+    be->embedding_forward(o->p[0], o->ip, o->p[1], o->p[2], o->i[0], o->i[1], o->i[2]);
+}
+static void run_emb_b(const zt_backend *be, bench_op *o) {
+    be->embedding_backward(o->p[3], o->p[4], o->p[0], o->ip, o->i[0], o->i[1], o->i[2]);
+}
+static void run_adam(const zt_backend *be, bench_op *o) {
+    zt_adam_step s = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
+    be->adamw((float *)o->p[0], (float *)o->p[1], (float *)o->p[2], o->p[3], o->p[4], o->n, &s);
+}
+
+int zt_selftest_bench(const zt_backend *be, int B, int T) {
+    const int C = 768, NH = 12, V = 50257, Vp = 50304, L = 12;
+    int N = B * T;
+    size_t es = zt_dtype_size(be->compute_dtype);
+    bench_ctx bc = {be, 0.2};
+    int small = !strcmp(be->name, "cpu"); /* the cpu backend: smaller peak GEMM and optimizer */
+    zt_rng rng;
+    zt_rng_seed(&rng, 42);
+    printf("selftest --bench: %s backend, GPT-2 124M shapes B=%d T=%d C=%d NH=%d V=%d (Vp %d)\n", be->name, B, T, C,
+           NH, V, Vp);
+    double step_fwd = 0, step_bwd = 0; /* estimated per-step seconds from the ops below */
+    bench_op o;
+
+    /* ---- GEMM peak: square bf16 product */
+    {
+        int M = small ? 1024 : 8192;
+        void *a = bench_buf(&bc, (size_t)M * M, 1, &rng), *w = bench_buf(&bc, (size_t)M * M, 0.02f, &rng);
+        void *out = st_alloc(be, (size_t)M * M * es);
+        memset(&o, 0, sizeof o);
+        o.run = run_mm_fwd, o.p[0] = out, o.p[1] = a, o.p[2] = w, o.i[0] = M, o.i[1] = M, o.i[2] = M, o.i[4] = M;
+        double t = bench_time(&bc, &o);
+        char name[64];
+        snprintf(name, sizeof name, "gemm peak %d^3 (matmul_forward)", M);
+        bench_report(name, t, 2.0 * M * M * M, 0);
+        be->free(a), be->free(w), be->free(out);
+    }
+    /* ---- the model's GEMMs: name, C_in, C_out, count per step, transposed (LM head) */
+    struct { const char *name; int cin, cout, per_step, wt, ld, bias; } mm[] = {
+        {"qkv    N x 768 -> 2304", C, 3 * C, L, 0, 3 * C, 1},
+        {"attproj N x 768 -> 768", C, C, L, 0, C, 1},
+        {"fc     N x 768 -> 3072", C, 4 * C, L, 0, 4 * C, 1},
+        {"fcproj N x 3072 -> 768", 4 * C, C, L, 0, C, 1},
+        {"lmhead N x 768 -> 50257 (wte^T, ld 50304)", C, V, 1, 1, Vp, 0},
+    };
+    for (size_t k = 0; k < sizeof mm / sizeof mm[0]; k++) {
+        size_t nw = (size_t)mm[k].cin * mm[k].cout;
+        void *inp = bench_buf(&bc, (size_t)N * mm[k].cin, 1, &rng), *w = bench_buf(&bc, nw, 0.02f, &rng);
+        void *bias = mm[k].bias ? bench_buf(&bc, mm[k].cout, 0.02f, &rng) : NULL;
+        void *out = bench_buf(&bc, (size_t)N * mm[k].ld, 0.1f, &rng);
+        void *dinp = st_alloc(be, (size_t)N * mm[k].cin * es), *dw = st_alloc(be, nw * es);
+        void *db = mm[k].bias ? st_alloc(be, mm[k].cout * es) : NULL;
+        memset(&o, 0, sizeof o);
+        o.p[0] = out, o.p[1] = inp, o.p[2] = w, o.p[3] = bias, o.p[4] = dinp, o.p[5] = dw, o.p[6] = db;
+        o.i[0] = N, o.i[1] = mm[k].cin, o.i[2] = mm[k].cout, o.i[3] = mm[k].wt, o.i[4] = mm[k].ld;
+        double fl = 2.0 * N * mm[k].cin * mm[k].cout;
+        char name[96];
+        o.run = run_mm_fwd;
+        double t = bench_time(&bc, &o);
+        snprintf(name, sizeof name, "matmul_fwd %s", mm[k].name);
+        bench_report(name, t, fl, 0);
+        step_fwd += t * mm[k].per_step;
+        o.run = run_mm_bwd;
+        t = bench_time(&bc, &o);
+        snprintf(name, sizeof name, "matmul_bwd %s", mm[k].name);
+        bench_report(name, t, 2 * fl, 0);
+        step_bwd += t * mm[k].per_step;
+        be->free(inp), be->free(w), be->free(out), be->free(dinp), be->free(dw);
+        if (bias) be->free(bias), be->free(db);
+    }
+    /* ---- attention */
+    {
+        size_t natt = (size_t)B * NH * T * T;
+        void *qkv = bench_buf(&bc, (size_t)N * 3 * C, 1, &rng), *out = st_alloc(be, (size_t)N * C * es);
+        void *att = st_alloc(be, natt * es), *datt = st_alloc(be, natt * es);
+        void *dqkv = st_alloc(be, (size_t)N * 3 * C * es), *dout = bench_buf(&bc, (size_t)N * C, 1, &rng);
+        memset(&o, 0, sizeof o);
+        o.p[0] = out, o.p[1] = att, o.p[2] = qkv, o.p[3] = dqkv, o.p[4] = datt, o.p[5] = dout;
+        o.i[0] = B, o.i[1] = T, o.i[2] = C, o.i[3] = NH;
+        double fl = 4.0 * B * NH * (double)T * T * (C / NH) * 0.5; /* causal: half of QK^T and PV */
+        o.run = run_att_fwd;
+        double t = bench_time(&bc, &o);
+        bench_report("attention_forward (causal FLOPs)", t, fl, 0);
+        step_fwd += t * L;
+        o.run = run_att_bwd;
+        t = bench_time(&bc, &o);
+        bench_report("attention_backward (2.5x fwd FLOPs)", t, 2.5 * fl, 0);
+        step_bwd += t * L;
+        be->free(qkv), be->free(out), be->free(att), be->free(datt), be->free(dqkv), be->free(dout);
+    }
+    /* ---- memory-bound ops */
+    {
+        size_t NC = (size_t)N * C;
+        void *x = bench_buf(&bc, NC, 1, &rng), *w = bench_buf(&bc, C, 0.1f, &rng), *b = bench_buf(&bc, C, 0.1f, &rng);
+        void *y = st_alloc(be, NC * es), *dy = bench_buf(&bc, NC, 1, &rng), *dx = st_alloc(be, NC * es);
+        void *dw = st_alloc(be, C * es), *db = st_alloc(be, C * es);
+        float *mean = st_alloc(be, N * sizeof(float)), *rstd = st_alloc(be, N * sizeof(float));
+        memset(&o, 0, sizeof o);
+        o.p[0] = y, o.p[1] = x, o.p[2] = w, o.p[3] = b, o.p[4] = dx, o.p[5] = dw, o.p[6] = db, o.p[7] = dy;
+        o.fp[0] = mean, o.fp[1] = rstd, o.i[0] = N, o.i[1] = C;
+        o.run = run_ln_fwd_b;
+        double t = bench_time(&bc, &o);
+        bench_report("layernorm_forward N x 768", t, 0, 2.0 * NC * es);
+        step_fwd += t * (2 * L + 1);
+        o.run = run_ln_bwd_b;
+        t = bench_time(&bc, &o);
+        bench_report("layernorm_backward N x 768 (dx, dw, db)", t, 0, 4.0 * NC * es);
+        step_bwd += t * (2 * L + 1);
+        memset(&o, 0, sizeof o);
+        o.p[0] = y, o.p[1] = x, o.p[2] = dy, o.n = NC;
+        o.run = run_resid;
+        t = bench_time(&bc, &o);
+        bench_report("residual_forward N x 768", t, 0, 3.0 * NC * es);
+        step_fwd += t * 2 * L;
+        o.p[0] = dx, o.p[1] = dy, o.run = run_accum;
+        t = bench_time(&bc, &o);
+        bench_report("accumulate N x 768", t, 0, 3.0 * NC * es);
+        step_bwd += t * 2 * L;
+        be->free(x), be->free(w), be->free(b), be->free(y), be->free(dy), be->free(dx), be->free(dw), be->free(db);
+        be->free(mean), be->free(rstd);
+
+        size_t n4 = 4 * NC;
+        void *h = bench_buf(&bc, n4, 1, &rng), *g = st_alloc(be, n4 * es), *dg = bench_buf(&bc, n4, 1, &rng);
+        memset(&o, 0, sizeof o);
+        o.p[0] = g, o.p[1] = h, o.p[2] = dg, o.n = n4;
+        o.run = run_gelu_f;
+        t = bench_time(&bc, &o);
+        bench_report("gelu_forward N x 3072", t, 0, 2.0 * n4 * es);
+        step_fwd += t * L;
+        o.p[0] = dg, o.run = run_gelu_b; /* in place, as the engine may do */
+        t = bench_time(&bc, &o);
+        bench_report("gelu_backward N x 3072", t, 0, 3.0 * n4 * es);
+        step_bwd += t * L;
+        be->free(h), be->free(g), be->free(dg);
+    }
+    /* ---- softmax + cross-entropy, embedding */
+    {
+        size_t nl = (size_t)N * Vp;
+        void *logits = bench_buf(&bc, nl, 2, &rng);
+        int *tg = zt_xmalloc((size_t)N * sizeof(int));
+        for (int i = 0; i < N; i++) tg[i] = (int)(zt_rng_u64(&rng) % (uint64_t)V);
+        int *dt = up_i(be, tg, N);
+        float *losses = st_alloc(be, (size_t)N * sizeof(float));
+        memset(&o, 0, sizeof o);
+        o.p[0] = logits, o.ip = dt, o.fp[0] = losses, o.i[0] = N, o.i[1] = V, o.i[2] = Vp;
+        o.run = run_xent_b;
+        double t = bench_time(&bc, &o);
+        bench_report("softmax_xent N x 50304 (in place, read+write)", t, 0, 2.0 * nl * es);
+        step_fwd += t;
+        be->free(logits), be->free(losses);
+
+        void *wte = bench_buf(&bc, (size_t)V * C, 0.02f, &rng), *wpe = bench_buf(&bc, (size_t)T * C, 0.02f, &rng);
+        void *out = st_alloc(be, (size_t)N * C * es), *dwte = st_alloc(be, (size_t)V * C * es);
+        void *dwpe = st_alloc(be, (size_t)T * C * es);
+        memset(&o, 0, sizeof o);
+        o.p[0] = out, o.p[1] = wte, o.p[2] = wpe, o.p[3] = dwte, o.p[4] = dwpe, o.ip = dt;
+        o.i[0] = B, o.i[1] = T, o.i[2] = C;
+        o.run = run_emb_f;
+        t = bench_time(&bc, &o);
+        bench_report("embedding_forward N x 768", t, 0, 3.0 * N * C * es);
+        step_fwd += t;
+        o.run = run_emb_b;
+        t = bench_time(&bc, &o);
+        bench_report("embedding_backward N x 768 (sort + sums)", t, 0, 3.0 * N * C * es);
+        step_bwd += t;
+        be->free(wte), be->free(wpe), be->free(out), be->free(dwte), be->free(dwpe), be->free(dt);
+        free(tg);
+    }
+    /* ---- optimizer over 124M parameters */
+    double step_opt = 0;
+    {
+        size_t n = small ? ((size_t)1 << 22) : 124439808;
+        float *p = st_alloc(be, n * 4), *m = st_alloc(be, n * 4), *v = st_alloc(be, n * 4);
+        void *g = bench_buf(&bc, n, 0.01f, &rng), *po = st_alloc(be, n * es);
+        memset(&o, 0, sizeof o);
+        o.p[0] = p, o.p[1] = m, o.p[2] = v, o.p[3] = g, o.p[4] = po, o.n = n, o.run = run_adam;
+        step_opt = bench_time(&bc, &o);
+        bench_report("adamw (124M params; 4M on the cpu backend)", step_opt, 0, (double)n * (24 + 2 * es));
+        if (small) step_opt *= 124439808.0 / (double)n;
+        be->free(p), be->free(m), be->free(v), be->free(g), be->free(po);
+    }
+    double model_flops = 6.0 * 124439808.0 * N + 6.0 * L * (double)T * C * N; /* 6 P N + attention */
+    double step = step_fwd + step_bwd + step_opt;
+    printf("BENCH estimated step (sum of ops, no recompute): forward %.1f ms, backward %.1f ms, optimizer %.1f ms, "
+           "total %.1f ms = %.0f tokens/s, %.1f TFLOP/s model FLOPs\n",
+           step_fwd * 1e3, step_bwd * 1e3, step_opt * 1e3, step * 1e3, N / step, model_flops / step * 1e-12);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- command */
 int zt_cmd_selftest(int argc, char **argv) {
     const char *device = "cuda";
     unsigned long long seed = 1234;
-    int allow_skip = 0;
+    int allow_skip = 0, bench = 0, bench_b = 16, bench_t = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--allow-skip")) allow_skip = 1;
+        else if (!strcmp(argv[i], "--bench")) bench = 1;
+        else if (!strcmp(argv[i], "--bench-B") && i + 1 < argc) bench_b = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bench-T") && i + 1 < argc) bench_t = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: zerotrain selftest [--device cuda|cpu] [--seed N] [--allow-skip]\n"
-                   "  compares every backend op with the CPU reference backend on random inputs;\n"
+                   "       zerotrain selftest --bench [--device cuda|cpu] [--bench-B 16] [--bench-T 1024]\n"
+                   "  compares every backend op with the CPU reference backend on random inputs, then\n"
+                   "  (under mpirun with 2+ ranks) the NCCL collectives with the MPI ones;\n"
                    "  --device cpu checks the CPU backend against itself (exercises the harness);\n"
-                   "  --allow-skip exits 0 when no GPU is usable.\n");
+                   "  --allow-skip exits 0 when no GPU is usable;\n"
+                   "  --bench times every op at GPT-2 124M shapes instead (ms, TFLOP/s or GB/s).\n");
             return 0;
         } else {
             fprintf(stderr, "zerotrain: error: selftest: unknown argument '%s' (try --help)\n", argv[i]);
             return 2;
         }
     }
+    if (bench_b < 1 || bench_t < 2) {
+        fprintf(stderr, "zerotrain: error: selftest: --bench-B must be >= 1 and --bench-T >= 2\n");
+        return 2;
+    }
     zt_selftest st;
     memset(&st, 0, sizeof st);
     st.seed = seed;
     st.ref = zt_backend_cpu();
+    int rank = zt_mpi_world_rank();
+    st.verbose = rank == 0;
     if (!strcmp(device, "cuda")) {
         const char *why = NULL;
         st.dev = zt_backend_cuda(&why);
@@ -538,9 +982,12 @@ int zt_cmd_selftest(int argc, char **argv) {
         fprintf(stderr, "zerotrain: error: selftest: --device must be cuda or cpu, not '%s'\n", device);
         return 2;
     }
-    printf("selftest: %s backend (%s) vs cpu reference, seed %llu\n", st.dev->name,
-           st.dev->compute_dtype == ZT_BF16 ? "bf16" : st.dev->compute_dtype == ZT_F16 ? "fp16" : "fp32", seed);
+    if (bench) return rank == 0 ? zt_selftest_bench(st.dev, bench_b, bench_t) : 0;
+    if (st.verbose)
+        printf("selftest: %s backend (%s) vs cpu reference, seed %llu\n", st.dev->name,
+               st.dev->compute_dtype == ZT_BF16 ? "bf16" : st.dev->compute_dtype == ZT_F16 ? "fp16" : "fp32", seed);
     zt_selftest_ops(&st);
-    printf("selftest: %d passed, %d failed\n", st.passed, st.failed);
+    zt_selftest_comm(&st);
+    if (st.verbose) printf("selftest: %d passed, %d failed\n", st.passed, st.failed);
     return st.failed ? 1 : 0;
 }

@@ -13,6 +13,7 @@ typedef struct zt_selftest {
     const zt_backend *dev; /* backend under test */
     uint64_t seed;
     int passed, failed;
+    int verbose;           /* print PASS lines (rank 0); FAIL lines are always printed */
 } zt_selftest;
 
 /* Prints "PASS name (err E <= tol T)" or "FAIL name: err E > tol T" and counts it. */
@@ -22,5 +23,17 @@ double zt_selftest_rel_err(const float *a, const float *b, size_t n);
 
 /* Every op of the table on random inputs (rounded to bf16 so both backends see the same numbers). */
 void zt_selftest_ops(zt_selftest *st);
+
+/* NCCL collectives (device buffers) against the MPI ones (host buffers) on random per-rank data.
+ * Needs st->dev to be the CUDA backend; does nothing (a note on rank 0) with a single rank. */
+void zt_selftest_comm(zt_selftest *st);
+
+/* For the training part of the selftest: checks a device loss trajectory against the reference
+ * one step by step; err = max_i |dev_i - ref_i| / |ref_i| (inf if a device loss is not finite).
+ * Prints one PASS/FAIL line naming the worst step; returns 0 on pass, -1 on failure. */
+int zt_selftest_check_losses(zt_selftest *st, const char *name, const float *dev, const float *ref, int n, double tol);
+
+/* `selftest --bench`: times every op at GPT-2 124M shapes with B x T rows; prints "BENCH" lines. */
+int zt_selftest_bench(const zt_backend *be, int B, int T);
 
 #endif

@@ -1,0 +1,217 @@
+/* comm_nccl.cu — the NCCL collectives table of src/comm_nccl.h for the CUDA backend.
+ *
+ * Bootstrap: an MPI comm table (zt_comm_mpi, on host memory) broadcasts rank 0's ncclUniqueId, and
+ * then serves the host-side calls (barrier, allreduce_host_double, agree_max), so this file needs
+ * no MPI header. Device collectives run on a dedicated high-priority stream:
+ *   compute stream --event--> comm stream: NCCL op --event--> (wait) compute stream
+ * so communication overlaps with whatever the compute stream does next, and a wait() costs the
+ * host nothing. Variable counts: when every rank's piece has the same size, one
+ * ncclReduceScatter / ncclAllGather; otherwise one ncclReduce / ncclBroadcast per root inside a
+ * ncclGroupStart/End (pieces of size 0 are skipped on every rank alike). */
+#include "cuda_common.cuh"
+#include <nccl.h>
+#include <cstring>
+
+extern "C" {
+#include "../src/util.h"
+#include "../src/comm.h"
+#include "../src/comm_nccl.h"
+}
+
+#define ZT_NCCL_CHECK(call)                                                                                   \
+    do {                                                                                                      \
+        ncclResult_t zt_r_ = (call);                                                                          \
+        if (zt_r_ != ncclSuccess) zt_cuda_fatal(#call, ncclGetErrorString(zt_r_), __FILE__, __LINE__);       \
+    } while (0)
+
+struct zt_comm_req {
+    cudaEvent_t done; /* recorded on the comm stream after the operation */
+};
+
+struct nccl_impl {
+    ncclComm_t nccl;
+    cudaStream_t stream;  /* communication stream */
+    cudaEvent_t ready;    /* compute-stream position the next operation starts after */
+    zt_comm *mpi;         /* host-side helper and bootstrap */
+};
+
+static nccl_impl *impl_of(zt_comm *c) { return (nccl_impl *)c->impl; }
+
+static ncclDataType_t nccl_type(zt_dtype t) {
+    switch (t) {
+    case ZT_F32: return ncclFloat32;
+    case ZT_BF16: return ncclBfloat16;
+    default: return ncclFloat16;
+    }
+}
+
+/* the comm stream waits for all work queued so far on the compute stream */
+static void begin_op(nccl_impl *m) {
+    ZT_CUDA_CHECK(cudaEventRecord(m->ready, g_zt.stream));
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->ready, 0));
+}
+static zt_comm_req *end_op(nccl_impl *m) {
+    zt_comm_req *r = (zt_comm_req *)zt_xcalloc(1, sizeof *r);
+    ZT_CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    ZT_CUDA_CHECK(cudaEventRecord(r->done, m->stream));
+    if (g_zt.debug_sync) ZT_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return r;
+}
+
+static bool equal_counts(const zt_comm *c, const size_t *counts) {
+    for (int r = 1; r < c->world; r++)
+        if (counts[r] != counts[0]) return false;
+    return true;
+}
+
+static zt_comm_req *nccl_allreduce_sum(zt_comm *c, void *buf, size_t count, zt_dtype t) {
+    nccl_impl *m = impl_of(c);
+    begin_op(m);
+    if (count) ZT_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, m->nccl, m->stream));
+    return end_op(m);
+}
+
+static zt_comm_req *nccl_reduce_scatter_sum(zt_comm *c, const void *send, void *recv, const size_t *counts,
+                                            zt_dtype t) {
+    nccl_impl *m = impl_of(c);
+    size_t es = zt_dtype_size(t);
+    begin_op(m);
+    if (equal_counts(c, counts)) {
+        if (counts[0])
+            ZT_NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], nccl_type(t), ncclSum, m->nccl, m->stream));
+    } else {
+        /* rank r's piece is the sum of every rank's r-th piece: a reduce rooted at r */
+        ZT_NCCL_CHECK(ncclGroupStart());
+        size_t off = 0;
+        for (int r = 0; r < c->world; r++) {
+            if (counts[r])
+                ZT_NCCL_CHECK(ncclReduce((const char *)send + off * es, recv, counts[r], /* recv: used at root r only */
+                                         nccl_type(t), ncclSum, r, m->nccl, m->stream));
+            off += counts[r];
+        }
+        ZT_NCCL_CHECK(ncclGroupEnd());
+    }
+    return end_op(m);
+}
+
+static zt_comm_req *nccl_allgather(zt_comm *c, const void *send, void *recv, const size_t *counts, zt_dtype t) {
+    nccl_impl *m = impl_of(c);
+    size_t es = zt_dtype_size(t);
+    begin_op(m);
+    if (equal_counts(c, counts)) {
+        /* in place when send is this rank's piece of recv (NCCL supports exactly that case) */
+        if (counts[0]) ZT_NCCL_CHECK(ncclAllGather(send, recv, counts[0], nccl_type(t), m->nccl, m->stream));
+    } else {
+        ZT_NCCL_CHECK(ncclGroupStart());
+        size_t off = 0;
+        for (int r = 0; r < c->world; r++) {
+            if (counts[r])
+                ZT_NCCL_CHECK(ncclBroadcast(r == c->rank ? send : (char *)recv + off * es, (char *)recv + off * es, counts[r],
+                                            nccl_type(t), r, m->nccl, m->stream));
+            off += counts[r];
+        }
+        ZT_NCCL_CHECK(ncclGroupEnd());
+    }
+    return end_op(m);
+}
+
+static zt_comm_req *nccl_broadcast(zt_comm *c, void *buf, size_t bytes, int root) {
+    nccl_impl *m = impl_of(c);
+    begin_op(m);
+    if (bytes) ZT_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
+    return end_op(m);
+}
+
+static void nccl_wait(zt_comm *c, zt_comm_req *r) {
+    if (!r) return;
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(g_zt.stream, r->done, 0));
+    ZT_CUDA_CHECK(cudaEventDestroy(r->done)); /* released once the event has completed */
+    free(r);
+}
+
+static void nccl_barrier(zt_comm *c) {
+    nccl_impl *m = impl_of(c);
+    ZT_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    m->mpi->barrier(m->mpi);
+}
+
+static void nccl_allreduce_host_double(zt_comm *c, double *vals, int n) {
+    nccl_impl *m = impl_of(c);
+    m->mpi->allreduce_host_double(m->mpi, vals, n);
+}
+
+static int nccl_agree_max(zt_comm *c, int status) {
+    nccl_impl *m = impl_of(c);
+    return m->mpi->agree_max(m->mpi, status);
+}
+
+static void nccl_destroy(zt_comm *c) {
+    if (!c) return;
+    nccl_impl *m = impl_of(c);
+    cudaStreamSynchronize(m->stream);
+    ncclCommDestroy(m->nccl);
+    cudaEventDestroy(m->ready);
+    cudaStreamDestroy(m->stream);
+    m->mpi->destroy(m->mpi);
+    free(m);
+    free(c);
+}
+
+extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
+    const char *why = NULL;
+    if (!be || be != zt_backend_cuda(&why)) {
+        zt_fail(err, "the NCCL comm needs the CUDA backend%s%s", why ? ": " : "", why ? why : "");
+        return NULL;
+    }
+    zt_comm *mpi = zt_comm_mpi(NULL, err);
+    if (!mpi) return NULL;
+    /* rank 0 creates the id; everybody learns whether that worked before going on */
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    int bad = 0;
+    ncclResult_t res = ncclSuccess;
+    if (mpi->rank == 0) {
+        res = ncclGetUniqueId(&id);
+        bad = res != ncclSuccess;
+    }
+    if (mpi->agree_max(mpi, bad)) {
+        zt_fail(err, "ncclGetUniqueId failed on rank 0%s%s", mpi->rank == 0 ? ": " : "",
+                mpi->rank == 0 ? ncclGetErrorString(res) : "");
+        mpi->destroy(mpi);
+        return NULL;
+    }
+    mpi->wait(mpi, mpi->broadcast(mpi, &id, sizeof id, 0)); /* host memory: the MPI table */
+
+    nccl_impl *m = (nccl_impl *)zt_xcalloc(1, sizeof *m);
+    m->mpi = mpi;
+    res = ncclCommInitRank(&m->nccl, mpi->world, id, mpi->rank);
+    bad = res != ncclSuccess;
+    if (mpi->agree_max(mpi, bad)) {
+        zt_fail(err, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s", mpi->rank, mpi->world, g_zt.device,
+                bad ? ncclGetErrorString(res) : "on another rank");
+        if (!bad) ncclCommDestroy(m->nccl);
+        mpi->destroy(mpi);
+        free(m);
+        return NULL;
+    }
+    int lo = 0, hi = 0;
+    ZT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    ZT_CUDA_CHECK(cudaStreamCreateWithPriority(&m->stream, cudaStreamNonBlocking, hi));
+    ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m->ready, cudaEventDisableTiming));
+
+    zt_comm *c = (zt_comm *)zt_xcalloc(1, sizeof *c);
+    c->name = "nccl";
+    c->rank = mpi->rank;
+    c->world = mpi->world;
+    c->impl = m;
+    c->allreduce_sum = nccl_allreduce_sum;
+    c->reduce_scatter_sum = nccl_reduce_scatter_sum;
+    c->allgather = nccl_allgather;
+    c->broadcast = nccl_broadcast;
+    c->wait = nccl_wait;
+    c->barrier = nccl_barrier;
+    c->allreduce_host_double = nccl_allreduce_host_double;
+    c->agree_max = nccl_agree_max;
+    c->destroy = nccl_destroy;
+    return c;
+}
