@@ -68,3 +68,34 @@ for stage in (0, 1, 2, 3):
     print(f"  stage {stage}: {r['tokens_per_s']:.0f} tokens/s = {r['tokens_per_s'] / one['tokens_per_s']:.2f}x of "
           f"1 rank x 2 threads ({one['tokens_per_s']:.0f}); waiting on collectives {r['comm_ms']:.0f} ms of "
           f"{r['step_ms']:.0f} ms/step")
+
+# checkpoint save/load of GPT-2 124M on 2 ranks (stage 2) against the disk bandwidth bench_checkpoint
+# measured in this run (plain write()+fsync / read() of the same number of bytes)
+import shutil
+import tempfile
+
+base = None
+try:
+    text = open(os.path.join(ztlib.ROOT, "build/bench/bench_checkpoint.txt")).read()
+    m = re.search(r"disk baseline: write\+fsync [0-9.]+ s \(([0-9.]+) GB/s\), read [0-9.]+ s \(([0-9.]+) GB/s\)", text)
+    base = (float(m.group(1)), float(m.group(2))) if m else None
+except OSError:
+    pass
+d = tempfile.mkdtemp(dir=os.path.join(ztlib.ROOT, "build"))
+ztlib.ENV["OMP_NUM_THREADS"] = "1"
+sets = ["train_iters=1", f"checkpoint.dir={d}", "zero_optimization.stage=2", "train_batch_size=8"]
+p, _ = ztlib.train(shapes["a"][0], sets, ranks=2, timeout=900)
+save = re.search(r"checkpoint: saved \S+ \(([0-9.]+) GB in ([0-9.]+) s", p.stdout)
+p2, _ = ztlib.train(shapes["a"][0], sets[:-1] + ["train_batch_size=8", "train_iters=2", "checkpoint.save_interval=0"],
+                    ranks=2, timeout=900)
+load = re.search(r"checkpoint: loaded \S+ in ([0-9.]+) s", p2.stdout)
+shutil.rmtree(d, ignore_errors=True)
+if save and load:
+    gb, ts, tl = float(save.group(1)), float(save.group(2)), float(load.group(1))
+    line = f"checkpoint 124M, 2 ranks: save {gb:.2f} GB in {ts:.2f} s ({gb / ts:.2f} GB/s), load {tl:.2f} s ({gb / tl:.2f} GB/s)"
+    if base:
+        line += f"; disk write {base[0]:.2f} GB/s, read {base[1]:.2f} GB/s -> save {100 * gb / ts / base[0]:.0f}%, " \
+                f"load {100 * gb / tl / base[1]:.0f}% of the disk"
+    print(line)
+else:
+    print("checkpoint bench failed:", p.stderr[-800:], p2.stderr[-800:])
