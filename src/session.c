@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_nccl.h"
 #include "hf.h"
 
 const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
@@ -32,6 +33,14 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     s->be = zt_pick_backend(cfg, err);
     if (!s->be) return -1;
     s->shape = zt_shape_from_config(cfg);
+    /* device buffers travel over NCCL between GPUs; MPI only ever sees host memory */
+    int gpu = s->be->compute_dtype != ZT_F32;
+    int nccl_failed = gpu && comm->world > 1 && !(s->device_comm = zt_comm_nccl(s->be, err));
+    if (comm->agree_max(comm, nccl_failed)) {
+        if (!nccl_failed) zt_fail(err, "NCCL failed to initialise on another rank");
+        if (s->device_comm) s->device_comm->destroy(s->device_comm);
+        return -1;
+    }
     if (zt_gpt2_param_table(&s->table, &s->shape, err)) return -1;
     float *init = NULL;
     if (!init_f32) { /* model.init_from (fine-tuning a Hugging Face GPT-2) or GPT-2 init */
@@ -50,7 +59,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
                          cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
                          cfg->weight_decay, cfg->decay_all_params};
-    int rc = zt_engine_create(&s->engine, s->be, comm, &s->table, &eo, init_f32, err);
+    int rc = zt_engine_create(&s->engine, s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, init_f32, err);
     free(init);
     if (rc) { zt_param_table_free(&s->table); return -1; }
     s->src = zt_engine_param_source(&s->engine);
@@ -68,6 +77,7 @@ void zt_session_close(zt_session *s) {
     zt_gpt2_destroy(&s->model);
     zt_engine_destroy(&s->engine);
     zt_param_table_free(&s->table);
+    if (s->device_comm) s->device_comm->destroy(s->device_comm);
 }
 
 int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,

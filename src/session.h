@@ -12,7 +12,8 @@
 typedef struct zt_session {
     const zt_config *cfg;
     const zt_backend *be;
-    zt_comm *comm;
+    zt_comm *comm;         /* host-side comm of the caller (MPI) */
+    zt_comm *device_comm;  /* NCCL for a CUDA backend on several ranks, else NULL (the engine uses comm) */
     zt_gpt2_shape shape;
     zt_param_table table;
     zt_engine engine;
