@@ -12,7 +12,9 @@ packages=(
   libhdf5-dev hdf5-tools   # checkpoints (h5dump for tests)
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-torch python3-h5py python3-regex   # reference cross-checks
+  python3-matplotlib       # scripts/plot
 )
+# a single-node Slurm for test/t_slurm.py (which calls this script with --with-slurm itself)
 [[ " $* " == *" --with-slurm "* ]] && packages+=(slurm-wlm munge)
 
 missing=()
