@@ -408,11 +408,21 @@ static int write_rank_file(const char *tmpdir, zt_engine *e, long step, zt_err *
     if (!rc && (put_u64(f, "lo", e->lo) || put_u64(f, "hi", e->hi) || put_i64(f, "rank", e->rank) ||
                 put_i64(f, "world_size", e->world) || put_i64(f, "step", step) || put_str(f, "format", ZT_CKPT_FORMAT)))
         rc = zt_fail(err, "%s: cannot write attributes: %s", path, h5_why(why));
-    /* the optimizer range starts at opt_lo: this rank's partition [lo, hi) starts lo - opt_lo into it */
+    /* the optimizer range starts at opt_lo: this rank's partition [lo, hi) starts lo - opt_lo into it.
+     * With Twin-Flow offload the range is split between host and device memory: gather this rank's
+     * partition into one host buffer through the engine (a shard of host memory, once per vector). */
     const float *vecs[3] = {e->master, e->adam_m, e->adam_v};
-    for (int v = 0; v < 3 && !rc; v++)
-        rc = write_vector(f, path, vec_names[v], be, vecs[v] + (e->lo - e->opt_lo), e->hi - e->lo, stage,
-                          ZT_STAGE_ELEMS, err);
+    float *gathered = e->host_n ? zt_xmalloc(max_sz(e->hi - e->lo, 1) * sizeof(float)) : NULL;
+    for (int v = 0; v < 3 && !rc; v++) {
+        if (gathered) {
+            zt_engine_state_read(e, v, e->lo - e->opt_lo, e->hi - e->lo, gathered);
+            rc = write_vector(f, path, vec_names[v], be, gathered, e->hi - e->lo, NULL, ZT_STAGE_ELEMS, err);
+        } else {
+            rc = write_vector(f, path, vec_names[v], be, vecs[v] + (e->lo - e->opt_lo), e->hi - e->lo, stage,
+                              ZT_STAGE_ELEMS, err);
+        }
+    }
+    free(gathered);
     if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = zt_fail(err, "%s: cannot close: %s", path, h5_why(why));
     if (stage) be->host_free(stage);
     if (!rc) rc = fsync_path(path, err);
@@ -1139,7 +1149,15 @@ static int sink_convert(void *ctx, size_t off, const float *host, size_t n) {
     be->copy(c->tmp, host, n * sizeof(float), ZT_H2D);
     be->to_compute((char *)c->dst + (off - c->base) * zt_dtype_size(be->compute_dtype), c->tmp, n);
     size_t x = max_sz(off, c->opt_lo), y = min_sz(off + n, c->opt_hi);
-    if (x < y) be->copy(c->master + (x - c->opt_lo), c->tmp + (x - off), (y - x) * sizeof(float), ZT_D2D);
+    if (c->master && x < y) be->copy(c->master + (x - c->opt_lo), c->tmp + (x - off), (y - x) * sizeof(float), ZT_D2D);
+    return 0;
+}
+
+/* Twin-Flow: optimizer state goes wherever the engine keeps it (host part, device part) */
+typedef struct { zt_engine *e; int which; } state_ctx;
+static int sink_state(void *ctx, size_t off, const float *host, size_t n) {
+    state_ctx *c = ctx;
+    zt_engine_state_write(c->e, c->which, off - c->e->opt_lo, n, host);
     return 0;
 }
 
@@ -1180,7 +1198,8 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
     float *tmp = NULL;
     /* parameters: the full vector at stages 0-2, the shard at stage 3 */
     size_t pa = e->opt.stage == 3 ? e->lo : 0, pb = e->opt.stage == 3 ? e->hi : e->total;
-    load_ctx pc = {be, e->params, pa, NULL, e->master, e->opt_lo, e->opt_hi};
+    int split = e->host_n > 0; /* Twin-Flow: master/m/v of the optimizer range through the engine */
+    load_ctx pc = {be, e->params, pa, NULL, split ? NULL : e->master, e->opt_lo, e->opt_hi};
     target pt = {NULL, sink_f32, &pc};
     if (!fp32) {
         /* staged pieces are at most the staging size (whole chunks): the scratch matches it */
@@ -1193,12 +1212,17 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
         pt.direct = (float *)e->params; /* fp32: master aliases params, so this fills both */
     }
     if (!rc) rc = read_range(r, ZT_CKPT_MASTER, pa, pb, &pt, err);
-    /* Adam moments of the optimizer range */
+    /* Adam moments of the optimizer range (and with Twin-Flow the master too) */
     float *mv[2] = {e->adam_m, e->adam_v};
-    for (int k = 0; k < 2 && !rc; k++) {
+    for (int k = 0; k < 2 && !rc && !split; k++) {
         load_ctx c = {be, mv[k], e->opt_lo, NULL, NULL, 0, 0};
         target t = {host ? mv[k] : NULL, sink_f32, &c};
         rc = read_range(r, ZT_CKPT_ADAM_M + k, e->opt_lo, e->opt_hi, &t, err);
+    }
+    for (int v = 0; v < 3 && !rc && split; v++) {
+        state_ctx c = {e, v};
+        target t = {NULL, sink_state, &c};
+        rc = read_range(r, v, e->opt_lo, e->opt_hi, &t, err);
     }
     be->synchronize();
     if (tmp) be->free(tmp);

@@ -8,12 +8,24 @@
  *   stage 3: as 2, and parameters are sharded too: each segment is all-gathered just before use
  *            (the next one prefetched), and released after
  * A "segment" is the model's unit of use (embeddings, one block, final LayerNorm); reductions and
- * gathers go segment by segment, split into buckets of at most reduce_bucket_size elements. */
+ * gathers go segment by segment, split into buckets of at most reduce_bucket_size elements.
+ *
+ * Twin-Flow step (see engine.h for the split): three lanes run at once,
+ *   main thread     device Adam of [split, opt_hi)
+ *   transfer thread D2H of the host part's gradients chunk by chunk (into host_grad), and H2D of
+ *                   each chunk's updated parameters as soon as the CPU Adam has finished it
+ *   host-adam thread SIMD CPU Adam of chunk c once its gradients have arrived
+ * so the H2D of chunk c overlaps the CPU Adam of chunk c+1 and the D2H of chunk c+2 (ZeRO-Offload's
+ * pipeline), and the whole host pipeline overlaps the device Adam. On the CPU backend the "device"
+ * is host memory and be->copy a memcpy, but the code path is the same. */
 #include "engine.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cpu_adam.h"
 
 const char *const zt_mem_category_names[ZT_MEM_NCAT] = {"params", "grads", "optimizer", "activations", "comm"};
 
@@ -61,7 +73,10 @@ static void range_counts(const zt_engine *e, size_t a, size_t b, size_t *counts)
 static void finish(zt_engine *e, zt_inflight *f) {
     double t0 = zt_now();
     e->comm->wait(e->comm, f->req);
-    e->comm_seconds += zt_now() - t0;
+    double t1 = zt_now();
+    e->comm_seconds += t1 - t0;
+    e->timing.reduce_scatter += t1 - t0;
+    zt_trace_complete(e->trace, ZT_LANE_COMM, e->opt.stage == 0 ? "all-reduce wait" : "reduce-scatter wait", t0, t1);
     if (f->count && f->accumulate == 1)
         e->be->accumulate(at(e, e->grad_shard, f->shard_off), at(e, e->recv_tmp, f->shard_off), f->count);
     else if (f->count && f->accumulate == 2)
@@ -119,6 +134,21 @@ static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
         push_inflight(e, f);
     }
     free(counts);
+}
+
+/* ---------------------------------------------------------------- memory counters */
+
+static size_t sum_cat(const size_t *a) {
+    size_t t = 0;
+    for (int c = 0; c < ZT_MEM_NCAT; c++) t += a[c];
+    return t;
+}
+
+/* device bytes in use now: allocations (stage 3 gather buffers counted whole) + activations */
+static void trace_memory(zt_engine *e) {
+    if (!e->trace) return;
+    zt_trace_counter(e->trace, "memory (MiB)", zt_now(), "device", (double)sum_cat(e->mem.device) / 1048576.0, "host",
+                     (double)sum_cat(e->mem.host) / 1048576.0);
 }
 
 /* ---------------------------------------------------------------- parameter source */
@@ -182,12 +212,17 @@ static void *src_acquire(void *ctx, int seg) {
     if (g->req) {
         double t0 = zt_now();
         e->comm->wait(e->comm, g->req);
-        e->comm_seconds += zt_now() - t0;
+        double t1 = zt_now();
+        e->comm_seconds += t1 - t0;
+        e->timing.allgather += t1 - t0;
+        zt_trace_complete(e->trace, ZT_LANE_COMM, "all-gather wait", t0, t1);
         g->req = NULL;
     }
     g->held = 1;
     size_t held = params_held_bytes(e);
     if (held > e->mem.params_peak) e->mem.params_peak = held;
+    if (e->trace) zt_trace_counter(e->trace, "stage-3 params held (MiB)", zt_now(), "held", held / 1048576.0, "peak",
+                                   e->mem.params_peak / 1048576.0);
     return g->buf;
 }
 
@@ -231,11 +266,166 @@ zt_param_source zt_engine_param_source(zt_engine *e) {
     return s;
 }
 
+/* ---------------------------------------------------------------- Twin-Flow: split and host buffers */
+
+/* host_n for ratio r of n elements: round(r n) to a multiple of ZT_TWIN_ALIGN (all of n at r = 1) */
+static size_t split_elements(size_t n, double r) {
+    if (r >= 1.0) return n;
+    size_t x = (size_t)llround(r * (double)n);
+    x = (x + ZT_TWIN_ALIGN / 2) / ZT_TWIN_ALIGN * ZT_TWIN_ALIGN;
+    return min_sz(x, n);
+}
+
+static void *host_buf(zt_engine *e, size_t bytes, int transfer, int category) {
+    if (bytes == 0) bytes = 64;
+    void *p;
+    if (transfer && e->host_pinned) {
+        p = e->be->host_alloc(bytes);
+    } else {
+        size_t sz = (bytes + 63) & ~(size_t)63;
+        p = aligned_alloc(64, sz);
+        if (p) memset(p, 0, sz);
+    }
+    if (p) e->mem.host[category] += bytes;
+    return p;
+}
+
+static void host_buf_free(zt_engine *e, void *p, int transfer) {
+    if (!p) return;
+    if (transfer && e->host_pinned) e->be->host_free(p);
+    else free(p);
+}
+
+/* Transfer buffers (gradients down, parameters up) are pinned when pin_memory asks; m and v are
+ * only touched by the CPU, and so is the 16-bit backends' master (the fp32 backends' master is
+ * the H2D source itself). */
+static int host_part_alloc(zt_engine *e) {
+    int fp32 = e->be->compute_dtype == ZT_F32;
+    size_t n = e->host_n, E = esz(e);
+    e->host_pinned = e->off.pin_memory;
+    /* chunks of n/8 (so the CPU Adam starts after an eighth of the D2H), at least 64 Ki elements
+     * (long enough to amortise a copy's start-up) and at most 1 Mi (4 MiB of fp32 in flight) */
+    size_t chunk = (n / 8 + ZT_TWIN_ALIGN - 1) / ZT_TWIN_ALIGN * ZT_TWIN_ALIGN;
+    e->host_chunk = max_sz(min_sz(max_sz(chunk, (size_t)1 << 16), (size_t)1 << 20), 1);
+    e->host_master = host_buf(e, n * sizeof(float), fp32, ZT_MEM_OPTIM);
+    e->host_m = host_buf(e, n * sizeof(float), 0, ZT_MEM_OPTIM);
+    e->host_v = host_buf(e, n * sizeof(float), 0, ZT_MEM_OPTIM);
+    e->host_grad = host_buf(e, n * E, 1, ZT_MEM_GRADS);
+    if (!fp32) {
+        e->host_grad32 = host_buf(e, e->host_chunk * sizeof(float), 0, ZT_MEM_GRADS);
+        e->host_params16 = host_buf(e, n * E, 1, ZT_MEM_COMM);
+    }
+    if (!e->host_master || !e->host_m || !e->host_v || !e->host_grad || (!fp32 && (!e->host_grad32 || !e->host_params16)))
+        return -1;
+    return 0;
+}
+
+static void host_part_free(zt_engine *e) {
+    int fp32 = e->be->compute_dtype == ZT_F32;
+    host_buf_free(e, e->host_master, fp32);
+    host_buf_free(e, e->host_m, 0);
+    host_buf_free(e, e->host_v, 0);
+    host_buf_free(e, e->host_grad, 1);
+    host_buf_free(e, e->host_grad32, 0);
+    host_buf_free(e, e->host_params16, 1);
+}
+
+/* ---------------------------------------------------------------- Twin-Flow: ratio auto */
+
+/* best of 3 timed runs (after a warm-up) of one measurement */
+#define BEST_OF_3(var, stmt)                             \
+    do {                                                 \
+        stmt;                                            \
+        var = 1e30;                                      \
+        for (int r_ = 0; r_ < 3; r_++) {                 \
+            double t0_ = zt_now();                       \
+            stmt;                                        \
+            double d_ = zt_now() - t0_;                  \
+            if (d_ < var) var = d_;                      \
+        }                                                \
+    } while (0)
+
+/* Measures, on scratch buffers of up to 2^20 elements, the CPU Adam (elements/s), the device Adam
+ * and both copy directions (bytes/s), averages them over ranks (so every rank picks the same
+ * ratio), and picks r for the optimizer step time model
+ *   host lane   t_h(r) = r N / H,  H = min(CPU Adam, D2H bw / E, H2D bw / E)   (pipelined chunks)
+ *   device lane t_d(r) = (1 - r) N / D
+ * whose maximum is smallest where t_h = t_d: r* = H / (H + D). The device-memory budget then
+ * requires the device part's optimizer bytes (1 - r) N K_dev (K_dev = 8: m, v; + 4 for the master on
+ * 16-bit backends) to fit in what the engine's other device buffers leave: r >= r_min. */
+static double choose_ratio(zt_engine *e) {
+    const zt_backend *be = e->be;
+    size_t N = e->opt_hi - e->opt_lo, n = max_sz(min_sz(N, (size_t)1 << 20), 4096), E = esz(e);
+    int fp32 = be->compute_dtype == ZT_F32;
+    float *hp = zt_xcalloc(n, 4), *hm = zt_xcalloc(n, 4), *hv = zt_xcalloc(n, 4), *hg = zt_xcalloc(n, 4);
+    float *dp = be->alloc(n * 4), *dm = be->alloc(n * 4), *dv = be->alloc(n * 4);
+    void *dg = be->alloc(n * E), *dout = fp32 ? NULL : be->alloc(n * E);
+    void *pin = be->host_alloc(n * E);
+    double rates[4] = {0, 0, 0, 0}; /* host adam el/s, device adam el/s, D2H B/s, H2D B/s */
+    if (dp && dm && dv && dg && pin && (fp32 || dout)) {
+        zt_adam_step st = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f};
+        double th, td, tdown, tup;
+        BEST_OF_3(th, zt_cpu_adamw(hp, hm, hv, hg, n, &st, NULL, ZT_F32, e->off.host_threads));
+        BEST_OF_3(td, (be->adamw(dp, dm, dv, dg, dout, n, &st), be->synchronize()));
+        BEST_OF_3(tdown, be->copy(pin, dg, n * E, ZT_D2H));
+        BEST_OF_3(tup, be->copy(dg, pin, n * E, ZT_H2D));
+        double tiny = 1e-9;
+        rates[0] = n / (th + tiny), rates[1] = n / (td + tiny), rates[2] = n * E / (tdown + tiny), rates[3] = n * E / (tup + tiny);
+    }
+    free(hp); free(hm); free(hv); free(hg);
+    void *dbufs[] = {dp, dm, dv, dg, dout};
+    for (int i = 0; i < 5; i++)
+        if (dbufs[i]) be->free(dbufs[i]);
+    if (pin) be->host_free(pin);
+    e->comm->allreduce_host_double(e->comm, rates, 4);
+    for (int i = 0; i < 4; i++) rates[i] /= e->world;
+    if (!(rates[0] > 0 && rates[1] > 0)) {
+        zt_warn("twin-flow: ratio auto: calibration failed (out of memory?); using ratio 1 (full offload)");
+        return 1.0;
+    }
+    double H = fmin(rates[0], fmin(rates[2] / E, rates[3] / E)), D = rates[1];
+    double r = H / (H + D);
+    double r_min = 0;
+    double K = fp32 ? 8 : 12, budget = e->off.device_memory;
+    char why_mem[200] = "no device-memory budget (offload_optimizer.device_memory is 0)";
+    if (budget > 0 && N > 0) {
+        double other = (double)sum_cat(e->mem.device); /* params, grads, comm buffers allocated so far */
+        r_min = 1.0 - (budget - other) / ((double)N * K);
+        snprintf(why_mem, sizeof why_mem, "budget %.1f MiB, other device buffers %.1f MiB: at least %.3f must go to the host",
+                 budget / 1048576.0, other / 1048576.0, fmax(r_min, 0.0));
+        if (r_min > 1) zt_warn("twin-flow: even with everything offloaded the device needs %.1f MiB > budget %.1f MiB",
+                               other / 1048576.0, budget / 1048576.0);
+        r = fmax(r, r_min);
+    }
+    r = fmin(fmax(r, 0.0), 1.0);
+    zt_info("twin-flow: ratio auto = %.3f: CPU Adam %.0f M el/s, device Adam %.0f M el/s, D2H %.2f GB/s, H2D %.2f GB/s; "
+            "host pipeline %.0f M el/s -> balanced ratio H/(H+D) = %.3f; %s",
+            r, rates[0] * 1e-6, D * 1e-6, rates[2] * 1e-9, rates[3] * 1e-9, H * 1e-6, H / (H + D), why_mem);
+    return r;
+}
+
 /* ---------------------------------------------------------------- lifecycle */
 
 int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
                      const zt_engine_opts *opt, const float *init_f32, zt_err *err) {
+    return zt_engine_create_offload(e, be, comm, table, opt, NULL, init_f32, err);
+}
+
+int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err) {
+    if (e->trace) zt_trace_close(e->trace, NULL);
+    e->trace = zt_trace_open(path, e->rank, err);
+    if (!e->trace) return -1;
+    trace_memory(e);
+    return 0;
+}
+
+int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
+                             const zt_engine_opts *opt, const zt_engine_offload *off, const float *init_f32,
+                             zt_err *err) {
     memset(e, 0, sizeof *e);
+    if (off) e->off = *off;
+    if (e->off.enabled && !(e->off.ratio <= 1.0)) /* NaN too */
+        return zt_fail(err, "zero_optimization.offload_optimizer.ratio must be in [0, 1] or auto, got %g", e->off.ratio);
     e->be = be;
     e->comm = comm;
     e->table = table;
@@ -273,13 +463,6 @@ int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt
         e->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_grad);
     }
     if (stage >= 2 || (stage == 1 && e->world > 1)) e->recv_tmp = dev_alloc(e, e->shard * E, ZT_MEM_COMM);
-    /* optimizer states: fp32 master (aliasing the fp32 params), Adam moments */
-    if (fp32)
-        e->master = stage == 3 ? (float *)e->params : (float *)at(e, e->params, e->opt_lo);
-    else
-        e->master = dev_alloc(e, opt_n * sizeof(float), ZT_MEM_OPTIM);
-    e->adam_m = dev_alloc(e, opt_n * sizeof(float), ZT_MEM_OPTIM);
-    e->adam_v = dev_alloc(e, opt_n * sizeof(float), ZT_MEM_OPTIM);
     /* stage 3 gather buffers: segment 0's own, two rotating for the rest, and one per persistent segment */
     if (stage == 3) {
         e->seg_gather = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_gather);
@@ -307,6 +490,21 @@ int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt
         for (int i = 0; i < e->n_gather; i++)
             if (!e->gather[i].buf) goto oom;
     }
+    /* Twin-Flow split, then the optimizer states: the host part's in host memory, the device
+     * part's on the device (fp32 master aliasing the fp32 params there) */
+    if (e->off.enabled) {
+        if (e->off.ratio < 0) e->offload_ratio = choose_ratio(e);
+        else e->offload_ratio = e->off.ratio;
+        e->host_n = split_elements(e->opt_hi - e->opt_lo, e->offload_ratio);
+    }
+    size_t dev_n = opt_n - e->host_n;
+    if (fp32)
+        e->master = stage == 3 ? (float *)at(e, e->params, e->host_n) : (float *)at(e, e->params, e->opt_lo + e->host_n);
+    else
+        e->master = dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
+    e->adam_m = dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
+    e->adam_v = dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
+    if (e->host_n && host_part_alloc(e)) goto oom;
     if (!e->params || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
         (e->opt.stage >= 1 && !e->recv_tmp && (stage >= 2 || e->world > 1)) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
         goto oom;
@@ -319,9 +517,10 @@ int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt
     } else if (fp32) {
         be->copy(e->params, init_f32, e->total * 4, ZT_H2D);
     }
+    if (e->host_n) memcpy(e->host_master, init_f32 + e->opt_lo, e->host_n * sizeof(float));
     if (!fp32) { /* master from fp32, compute copy converted on the device */
         size_t n = e->opt_hi - e->opt_lo;
-        be->copy(e->master, init_f32 + e->opt_lo, n * sizeof(float), ZT_H2D);
+        if (n > e->host_n) be->copy(e->master, init_f32 + e->opt_lo + e->host_n, (n - e->host_n) * sizeof(float), ZT_H2D);
         if (stage == 3) {
             be->to_compute(e->params, e->master, n);
         } else {
@@ -333,12 +532,19 @@ int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt
         }
     }
     e->mem.params_peak = stage == 3 ? e->shard * E : param_n * E;
+    if (e->off.enabled)
+        zt_info("twin-flow: rank %d updates %zu of %zu optimizer elements on the host (ratio %.3f, split at %zu), "
+                "the rest on the %s; CPU Adam path %s", e->rank, e->host_n, e->opt_hi - e->opt_lo, e->offload_ratio,
+                e->opt_lo + e->host_n, be->name, zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
     return 0;
 oom:
     {
+        int host_failed = e->host_n && (!e->host_master || !e->host_m || !e->host_v || !e->host_grad);
+        size_t host_n = e->host_n;
         size_t total = 0;
         for (int c = 0; c < ZT_MEM_NCAT; c++) total += e->mem.device[c];
         zt_engine_destroy(e);
+        if (host_failed) return zt_fail(err, "out of host memory for the offloaded optimizer states (%zu elements)", host_n);
         return zt_fail(err, "out of %s memory for model states (stage %d, %zu parameters; allocated %.1f MiB before failing)",
                        be->name, stage, table->total, (double)total / 1048576.0);
     }
@@ -365,6 +571,8 @@ void zt_engine_destroy(zt_engine *e) {
         if (bufs[i]) be->free(bufs[i]);
     for (int i = 0; i < e->n_gather; i++)
         if (e->gather[i].buf) be->free(e->gather[i].buf);
+    host_part_free(e);
+    zt_trace_close(e->trace, NULL);
     free(e->gather);
     free(e->seg_gather);
     free(e->seg_grad);
@@ -374,9 +582,186 @@ void zt_engine_destroy(zt_engine *e) {
 
 /* ---------------------------------------------------------------- step */
 
+/* ---------------------------------------------------------------- Twin-Flow: the split update */
+
+static float decay_of(const zt_engine *e, const zt_param_info *p) {
+    return (p->decay || e->opt.decay_all_params) ? e->opt.weight_decay : 0.0f;
+}
+
+/* where the compute-dtype parameters of optimizer offset off live */
+static void *params_at_opt(const zt_engine *e, size_t off) {
+    return e->opt.stage == 3 ? at(e, e->params, off) : at(e, e->params, e->opt_lo + off);
+}
+
+typedef struct twin_flow {
+    zt_engine *e;
+    zt_adam_step st;
+    size_t nchunks;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go;                     /* st is set: the CPU Adam may start */
+    size_t d2h_done, adam_done; /* chunks */
+    double adam_busy, d2h_busy, h2d_busy;
+} twin_flow;
+
+static void chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b) {
+    *a = c * tf->e->host_chunk;
+    *b = min_sz(tf->e->host_n, *a + tf->e->host_chunk);
+}
+
+/* host-adam lane: CPU Adam of each chunk once its gradients are down, per tensor piece (weight decay
+ * differs per tensor); 16-bit backends widen the gradients first and write the rounded params */
+static void *host_adam_lane(void *arg) {
+    twin_flow *tf = arg;
+    zt_engine *e = tf->e;
+    const zt_param_table *tab = e->table;
+    int fp32 = e->be->compute_dtype == ZT_F32;
+    for (size_t c = 0; c < tf->nchunks; c++) {
+        pthread_mutex_lock(&tf->mu);
+        while (!tf->go || tf->d2h_done <= c) pthread_cond_wait(&tf->cv, &tf->mu);
+        pthread_mutex_unlock(&tf->mu);
+        double t0 = zt_now();
+        size_t a, b;
+        chunk_range(tf, c, &a, &b);
+        const float *g = (const float *)e->host_grad + a;
+        if (!fp32) {
+            zt_cpu_to_f32(e->host_grad32, at(e, e->host_grad, a), b - a, e->be->compute_dtype);
+            g = e->host_grad32;
+        }
+        for (int i = 0; i < tab->count; i++) {
+            const zt_param_info *p = &tab->params[i];
+            size_t x = max_sz(p->offset, e->opt_lo + a), y = min_sz(p->offset + p->numel, e->opt_lo + b);
+            if (y <= x) continue;
+            size_t off = x - e->opt_lo;
+            zt_adam_step st = tf->st;
+            st.weight_decay = decay_of(e, p);
+            zt_cpu_adamw(e->host_master + off, e->host_m + off, e->host_v + off, g + (off - a), y - x, &st,
+                         fp32 ? NULL : at(e, e->host_params16, off), e->be->compute_dtype, e->off.host_threads);
+        }
+        double t1 = zt_now();
+        tf->adam_busy += t1 - t0;
+        zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "host adam", t0, t1);
+        pthread_mutex_lock(&tf->mu);
+        tf->adam_done = c + 1;
+        pthread_cond_broadcast(&tf->cv);
+        pthread_mutex_unlock(&tf->mu);
+    }
+    return NULL;
+}
+
+/* transfer lane: keeps the D2H of gradients up to two chunks ahead of the CPU Adam, and sends each
+ * finished chunk's parameters up as soon as it is done */
+static void *transfer_lane(void *arg) {
+    twin_flow *tf = arg;
+    zt_engine *e = tf->e;
+    int fp32 = e->be->compute_dtype == ZT_F32;
+    size_t d2h = 0, h2d = 0, E = esz(e);
+    while (h2d < tf->nchunks) {
+        pthread_mutex_lock(&tf->mu);
+        int down, up;
+        for (;;) {
+            down = d2h < tf->nchunks && d2h < tf->adam_done + 2;
+            up = tf->adam_done > h2d;
+            if (down || up) break;
+            pthread_cond_wait(&tf->cv, &tf->mu);
+        }
+        pthread_mutex_unlock(&tf->mu);
+        size_t a, b;
+        double t0 = zt_now();
+        if (down) {
+            chunk_range(tf, d2h, &a, &b);
+            e->be->copy(at(e, e->host_grad, a), at(e, e->grad_shard, a), (b - a) * E, ZT_D2H);
+            double t1 = zt_now();
+            tf->d2h_busy += t1 - t0;
+            zt_trace_complete(e->trace, ZT_LANE_TRANSFER, "D2H grads", t0, t1);
+            pthread_mutex_lock(&tf->mu);
+            tf->d2h_done = ++d2h;
+            pthread_cond_broadcast(&tf->cv);
+            pthread_mutex_unlock(&tf->mu);
+        } else {
+            chunk_range(tf, h2d, &a, &b);
+            const void *src = fp32 ? (const void *)(e->host_master + a) : at(e, e->host_params16, a);
+            e->be->copy(params_at_opt(e, a), src, (b - a) * E, ZT_H2D);
+            double t1 = zt_now();
+            tf->h2d_busy += t1 - t0;
+            zt_trace_complete(e->trace, ZT_LANE_TRANSFER, "H2D params", t0, t1);
+            h2d++;
+        }
+    }
+    return NULL;
+}
+
+/* device Adam of [opt_lo + host_n, opt_hi), one call per tensor piece */
+static void device_adam(zt_engine *e, zt_adam_step st) {
+    const zt_backend *be = e->be;
+    int fp32 = be->compute_dtype == ZT_F32;
+    size_t split = e->opt_lo + e->host_n;
+    for (int i = 0; i < e->table->count; i++) {
+        const zt_param_info *p = &e->table->params[i];
+        size_t a = max_sz(p->offset, split), b = min_sz(p->offset + p->numel, e->opt_hi);
+        if (b <= a) continue;
+        size_t off = a - e->opt_lo, doff = a - split;
+        st.weight_decay = decay_of(e, p);
+        be->adamw(e->master + doff, e->adam_m + doff, e->adam_v + doff, at(e, e->grad_shard, off),
+                  fp32 ? NULL : params_at_opt(e, off), b - a, &st);
+    }
+    be->synchronize();
+}
+
+/* The host lanes start as soon as the gradients are final (the D2H needs no clip coefficient), the
+ * CPU Adam once twin_go has set the step; the device part runs on this thread meanwhile. */
+static int twin_start(zt_engine *e, twin_flow *tf, pthread_t th[2]) {
+    memset(tf, 0, sizeof *tf);
+    tf->e = e;
+    tf->nchunks = e->host_n ? (e->host_n + e->host_chunk - 1) / e->host_chunk : 0;
+    if (!tf->nchunks) return 0;
+    pthread_mutex_init(&tf->mu, NULL);
+    pthread_cond_init(&tf->cv, NULL);
+    if (pthread_create(&th[0], NULL, host_adam_lane, tf) || pthread_create(&th[1], NULL, transfer_lane, tf)) {
+        fprintf(stderr, "zerotrain: error: cannot start the Twin-Flow host threads\n");
+        abort();
+    }
+    return 1;
+}
+
+static void twin_go(twin_flow *tf, int threads, const zt_adam_step *st) {
+    if (!threads) return;
+    pthread_mutex_lock(&tf->mu);
+    tf->st = *st;
+    tf->go = 1;
+    pthread_cond_broadcast(&tf->cv);
+    pthread_mutex_unlock(&tf->mu);
+}
+
+static void split_update(zt_engine *e, twin_flow *tf, int threads, pthread_t th[2], double t0, const zt_adam_step *st) {
+    twin_go(tf, threads, st);
+    double td0 = zt_now();
+    device_adam(e, *st);
+    double td1 = zt_now();
+    if (e->opt_hi > e->opt_lo + e->host_n) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device adam", td0, td1);
+    if (threads) {
+        pthread_join(th[0], NULL);
+        pthread_join(th[1], NULL);
+        pthread_mutex_destroy(&tf->mu);
+        pthread_cond_destroy(&tf->cv);
+    }
+    double t1 = zt_now();
+    zt_engine_timing *tm = &e->timing;
+    tm->device_adam = td1 - td0;
+    tm->host_adam = tf->adam_busy;
+    tm->d2h = tf->d2h_busy;
+    tm->h2d = tf->h2d_busy;
+    tm->optimizer = t1 - t0;
+    tm->device_idle = t1 - td1;
+    tm->host_idle = threads ? (t1 - t0) - tf->adam_busy : 0;
+    if (threads && t1 > td1 + 1e-6) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device idle (host part)", td1, t1);
+}
+
 void zt_engine_begin_micro(zt_engine *e, int first, int last) {
     if (first) {
         e->comm_seconds = 0;
+        memset(&e->timing, 0, sizeof e->timing);
+        trace_memory(e);
         size_t n = e->opt.stage < 2 ? e->padded_total : e->shard;
         e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
@@ -386,6 +771,10 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last) {
 double zt_engine_step(zt_engine *e, float lr, float max_norm) {
     const zt_backend *be = e->be;
     finish_all(e);
+    twin_flow tf;
+    pthread_t th[2];
+    double tn0 = zt_now();
+    int threads = twin_start(e, &tf, th);
     /* global gradient norm: stage 0 holds the full reduced gradient on every rank; otherwise each
      * rank sums the squares of its shard and the partial sums are added across ranks */
     double sumsq = be->sumsq(e->grad_shard, e->opt_hi - e->opt_lo);
@@ -393,22 +782,14 @@ double zt_engine_step(zt_engine *e, float lr, float max_norm) {
     double norm = sqrt(sumsq);
     float clip = 1.0f;
     if (max_norm > 0 && norm > max_norm) clip = (float)(max_norm / (norm + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
+    double tn1 = zt_now();
+    e->timing.grad_norm = tn1 - tn0;
+    zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm", tn0, tn1);
 
     e->adam_t++;
     zt_adam_step st = {lr, e->opt.beta1, e->opt.beta2, e->opt.eps, 0.0f,
                        1.0f - powf(e->opt.beta1, (float)e->adam_t), 1.0f - powf(e->opt.beta2, (float)e->adam_t), clip};
-    int fp32 = be->compute_dtype == ZT_F32;
-    /* one AdamW call per tensor piece in [opt_lo, opt_hi): weight decay differs per tensor */
-    for (int i = 0; i < e->table->count; i++) {
-        const zt_param_info *p = &e->table->params[i];
-        size_t a = max_sz(p->offset, e->opt_lo), b = min_sz(p->offset + p->numel, e->opt_hi);
-        if (b <= a) continue;
-        size_t off = a - e->opt_lo;
-        st.weight_decay = (p->decay || e->opt.decay_all_params) ? e->opt.weight_decay : 0.0f;
-        void *out = NULL;
-        if (!fp32) out = e->opt.stage == 3 ? at(e, e->params, off) : at(e, e->params, a);
-        be->adamw(e->master + off, e->adam_m + off, e->adam_v + off, at(e, e->grad_shard, off), out, b - a, &st);
-    }
+    split_update(e, &tf, threads, th, tn0, &st);
     /* stages 1-2: everyone needs everyone's updated parameters */
     if ((e->opt.stage == 1 || e->opt.stage == 2) && e->world > 1) {
         size_t *counts = zt_xcalloc((size_t)e->world, sizeof *counts);
@@ -416,10 +797,14 @@ double zt_engine_step(zt_engine *e, float lr, float max_norm) {
         double t0 = zt_now();
         e->comm->wait(e->comm, e->comm->allgather(e->comm, at(e, e->params, e->lo), e->params, counts,
                                                   be->compute_dtype));
-        e->comm_seconds += zt_now() - t0;
+        double t1 = zt_now();
+        e->comm_seconds += t1 - t0;
+        e->timing.allgather += t1 - t0;
+        zt_trace_complete(e->trace, ZT_LANE_COMM, "all-gather params", t0, t1);
         free(counts);
     }
     if (e->opt.stage == 3) stage3_reset_residents(e);
+    trace_memory(e);
     return norm;
 }
 
@@ -436,10 +821,12 @@ void zt_engine_gather_params(zt_engine *e, float *out) {
     for (int r = 0; r < e->world; r++) counts[r] = e->shard;
     float *full = be->alloc(e->padded_total * sizeof(float));
     size_t own = e->opt.stage == 0 ? e->total : e->hi - e->lo;
-    if (e->opt.stage == 0) {
-        be->copy(full, e->master, own * 4, ZT_D2D);
-    } else {
-        be->copy((char *)full + e->lo * 4, e->master, own * 4, ZT_D2D);
+    /* this rank's master, host part then device part, into full at opt_lo */
+    size_t h = min_sz(e->host_n, own);
+    float *mine = full + e->opt_lo;
+    if (h) be->copy(mine, e->host_master, h * 4, ZT_H2D);
+    if (own > h) be->copy(mine + h, e->master, (own - h) * 4, ZT_D2D);
+    if (e->opt.stage != 0) {
         e->comm->wait(e->comm, e->comm->allgather(e->comm, (char *)full + e->lo * 4, full, counts, ZT_F32));
     }
     be->copy(out, full, e->total * 4, ZT_D2H);
@@ -483,7 +870,60 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
                       (double)b / 1048576.0, c + 1 < ZT_MEM_NCAT ? "," : "");
     }
     zt_info("%s", line);
+    n = snprintf(line, sizeof line, "memory per rank (host):");
+    for (int c = 0; c < ZT_MEM_NCAT; c++)
+        n += snprintf(line + n, sizeof line - (size_t)n, " %s %.1f MiB%s", zt_mem_category_names[c],
+                      (double)e->mem.host[c] / 1048576.0, c + 1 < ZT_MEM_NCAT ? "," : "");
+    zt_info("%s", line);
+    if (e->off.enabled)
+        zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements in host memory "
+                "(%.1f MiB, %s transfer buffers)", e->offload_ratio, e->host_n, e->opt_hi - e->opt_lo,
+                (double)e->mem.host[ZT_MEM_OPTIM] / 1048576.0, e->host_pinned ? "pinned" : "pageable");
     zt_info("model states: %.1f MiB allocated, ZeRO formula %.1f MiB (stage %d, %d ranks, shard %zu of %zu elements)",
             (double)zt_engine_model_state_bytes(e) / 1048576.0, (double)zt_engine_model_state_formula(e) / 1048576.0,
             e->opt.stage, e->world, e->shard, e->total);
+}
+
+/* ---------------------------------------------------------------- state access, timing */
+
+static float *state_host(zt_engine *e, int which) { return which == 0 ? e->host_master : which == 1 ? e->host_m : e->host_v; }
+static float *state_device(zt_engine *e, int which) { return which == 0 ? e->master : which == 1 ? e->adam_m : e->adam_v; }
+
+void zt_engine_state_read(zt_engine *e, int which, size_t off, size_t n, float *host_out) {
+    size_t end = off + n;
+    if (off < e->host_n) { /* host part */
+        size_t k = min_sz(end, e->host_n) - off;
+        memcpy(host_out, state_host(e, which) + off, k * sizeof(float));
+        host_out += k;
+        off += k;
+    }
+    if (end > off) e->be->copy(host_out, state_device(e, which) + (off - e->host_n), (end - off) * sizeof(float), ZT_D2H);
+}
+
+void zt_engine_state_write(zt_engine *e, int which, size_t off, size_t n, const float *host_in) {
+    size_t end = off + n;
+    if (off < e->host_n) {
+        size_t k = min_sz(end, e->host_n) - off;
+        memcpy(state_host(e, which) + off, host_in, k * sizeof(float));
+        if (which == 0 && e->be->compute_dtype == ZT_F32) /* the device params mirror the host master */
+            e->be->copy(params_at_opt(e, off), host_in, k * sizeof(float), ZT_H2D);
+        host_in += k;
+        off += k;
+    }
+    if (end > off) e->be->copy(state_device(e, which) + (off - e->host_n), host_in, (end - off) * sizeof(float), ZT_H2D);
+}
+
+void zt_engine_phase(zt_engine *e, const char *name, double t0, double t1) {
+    if (!strcmp(name, "forward")) e->timing.forward += t1 - t0;
+    else if (!strcmp(name, "backward")) e->timing.backward += t1 - t0;
+    zt_trace_complete(e->trace, ZT_LANE_MAIN, name, t0, t1);
+}
+
+void zt_engine_print_timing(const zt_engine *e) {
+    const zt_engine_timing *t = &e->timing;
+    zt_info("      time (ms): forward %.1f | backward %.1f | reduce-scatter %.1f | grad norm %.1f | host adam %.1f | "
+            "device adam %.1f | D2H %.1f | H2D %.1f | all-gather %.1f | optimizer %.1f (host idle %.1f, device idle %.1f)",
+            t->forward * 1e3, t->backward * 1e3, t->reduce_scatter * 1e3, t->grad_norm * 1e3, t->host_adam * 1e3,
+            t->device_adam * 1e3, t->d2h * 1e3, t->h2d * 1e3, t->allgather * 1e3, t->optimizer * 1e3,
+            t->host_idle * 1e3, t->device_idle * 1e3);
 }

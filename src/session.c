@@ -59,7 +59,10 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
                          cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
                          cfg->weight_decay, cfg->decay_all_params};
-    int rc = zt_engine_create(&s->engine, s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, init_f32, err);
+    zt_engine_offload off = {cfg->offload_device == ZT_OFFLOAD_CPU, cfg->offload_ratio, cfg->offload_pin_memory,
+                             cfg->offload_device_memory, 0};
+    int rc = zt_engine_create_offload(&s->engine, s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off,
+                                      init_f32, err);
     free(init);
     if (rc) { zt_param_table_free(&s->table); return -1; }
     s->src = zt_engine_param_source(&s->engine);

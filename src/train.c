@@ -151,8 +151,11 @@ static int run(trainer *t) {
             double tb = zt_now();
             zt_gpt2_backward(&t->s.model, &t->s.src);
             if (cfg->wall_clock_breakdown) t->s.be->synchronize();
+            double tb2 = zt_now();
+            zt_engine_phase(&t->s.engine, "forward", ta, tb);
+            zt_engine_phase(&t->s.engine, "backward", tb, tb2);
             t_fwd += tb - ta;
-            t_bwd += zt_now() - tb;
+            t_bwd += tb2 - tb;
             loss_sum += loss;
         }
         double tc = zt_now();
@@ -183,8 +186,7 @@ static int run(trainer *t) {
                     flops_per_step / dt * 1e-9, eta_s);
         }
         if (r == 0 && cfg->wall_clock_breakdown && ((step + 1) % cfg->steps_per_print == 0 || step == 0 || last))
-            zt_info("      time: forward %.1f ms | backward %.1f ms | optimizer step %.1f ms | waiting on collectives %.1f ms",
-                    t_fwd * 1e3, t_bwd * 1e3, t_opt * 1e3, t->s.engine.comm_seconds * 1e3);
+            zt_engine_print_timing(&t->s.engine);
         if (t->metrics) {
             fprintf(t->metrics, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"step_ms\": %.3f, "
                                 "\"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
@@ -278,6 +280,8 @@ int zt_cmd_train(int argc, char **argv) {
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     rc = zt_session_open(&t.s, &t.cfg, t.comm, NULL, t.cfg.train_micro_batch_size_per_gpu, t.cfg.seq_len, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
+    if (t.cfg.trace_file) rc = zt_engine_open_trace(&t.s.engine, t.cfg.trace_file, &err);
+    if (zt_fail_together(t.comm, rc, &err)) { zt_session_close(&t.s); goto done_fail; }
     print_banner(&t);
     rc = maybe_resume(&t, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;

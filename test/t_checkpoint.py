@@ -50,6 +50,26 @@ for ranks in (1, 2):
         ztlib.check(ok and ztlib.losses(rows) == ztlib.losses(straight), f"resume_bit_identical_ranks{ranks}_stage{stage}",
                     f"{ztlib.losses(rows)[8:12]} vs {ztlib.losses(straight)[8:12]}; {p2.stderr[-800:]}")
 
+# ---- with Twin-Flow offload (half of each rank's optimizer shard in host memory)
+for ranks, stage in ((1, 2), (2, 3)):
+    sets = [f"zero_optimization.stage={stage}", "zero_optimization.offload_optimizer.device=cpu",
+            "zero_optimization.offload_optimizer.ratio=0.5"]
+    _, straight = ztlib.train(tiny, sets, ranks=ranks)
+    d = ck(f"offload_{ranks}_{stage}")
+    m = d + ".jsonl"
+    p1, _ = ztlib.train(tiny, sets + [f"checkpoint.dir={d}", "train_iters=10"], ranks=ranks, metrics=m)
+    p2, rows = ztlib.train(tiny, sets + [f"checkpoint.dir={d}"], ranks=ranks, metrics=m)
+    ztlib.check(p2.returncode == 0 and "resumed from" in p2.stdout and ztlib.losses(rows) == ztlib.losses(straight),
+                f"resume_with_offload_bit_identical_ranks{ranks}_stage{stage}", p1.stderr[-500:] + p2.stderr[-800:])
+# a checkpoint saved with offload resumes without it, and the other way round
+d = ck("offload_to_none")
+p1, _ = ztlib.train(tiny, ["zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
+                           "zero_optimization.offload_optimizer.ratio=0.5", f"checkpoint.dir={d}", "train_iters=10"])
+_, straight = ztlib.train(tiny, ["zero_optimization.stage=2"])
+p2, rows = ztlib.train(tiny, ["zero_optimization.stage=2", f"checkpoint.dir={d}"])
+ztlib.check(p2.returncode == 0 and ztlib.losses(rows) == ztlib.losses(straight)[10:], "offload_checkpoint_resumes_without_offload",
+            f"{ztlib.losses(rows)[:3]} vs {ztlib.losses(straight)[10:13]} {p2.stderr[-500:]}")
+
 # ---- reshard 4 ranks stage 2 -> 2 ranks stage 3 and 1 rank stage 0
 src = ck("reshard")
 p, _ = ztlib.train(tiny, ["zero_optimization.stage=2", f"checkpoint.dir={src}", "train_iters=10"], ranks=4)
