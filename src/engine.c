@@ -768,18 +768,38 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last) {
     e->reduce_now = e->opt.stage >= 2 || last;
 }
 
+/* global gradient norm: stage 0 holds the full reduced gradient on every rank; otherwise each rank
+ * sums the squares of its shard and the partial sums are added across ranks */
+static double global_grad_norm(zt_engine *e) {
+    double sumsq = e->be->sumsq(e->grad_shard, e->opt_hi - e->opt_lo);
+    if (e->opt.stage >= 1 && e->world > 1) e->comm->allreduce_host_double(e->comm, &sumsq, 1);
+    return sqrt(sumsq);
+}
+
+void zt_engine_finish_reductions(zt_engine *e) { finish_all(e); }
+
 double zt_engine_step(zt_engine *e, float lr, float max_norm) {
+    int skipped;
+    return zt_engine_step_scaled(e, lr, max_norm, 1.0, &skipped);
+}
+
+double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped) {
     const zt_backend *be = e->be;
     finish_all(e);
     twin_flow tf;
     pthread_t th[2];
     double tn0 = zt_now();
+    *skipped = 0;
+    /* with loss scaling the step may be skipped (overflow), so the norm comes before the host
+     * threads start moving gradients; without it the first transfers overlap the norm */
+    double norm = loss_scale != 1.0 ? global_grad_norm(e) / loss_scale : -1.0;
+    if (!isfinite(norm)) {
+        *skipped = 1;
+        zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_now());
+        return norm;
+    }
     int threads = twin_start(e, &tf, th);
-    /* global gradient norm: stage 0 holds the full reduced gradient on every rank; otherwise each
-     * rank sums the squares of its shard and the partial sums are added across ranks */
-    double sumsq = be->sumsq(e->grad_shard, e->opt_hi - e->opt_lo);
-    if (e->opt.stage >= 1 && e->world > 1) e->comm->allreduce_host_double(e->comm, &sumsq, 1);
-    double norm = sqrt(sumsq);
+    if (norm < 0) norm = global_grad_norm(e);
     float clip = 1.0f;
     if (max_norm > 0 && norm > max_norm) clip = (float)(max_norm / (norm + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
     double tn1 = zt_now();
@@ -788,7 +808,8 @@ double zt_engine_step(zt_engine *e, float lr, float max_norm) {
 
     e->adam_t++;
     zt_adam_step st = {lr, e->opt.beta1, e->opt.beta2, e->opt.eps, 0.0f,
-                       1.0f - powf(e->opt.beta1, (float)e->adam_t), 1.0f - powf(e->opt.beta2, (float)e->adam_t), clip};
+                       1.0f - powf(e->opt.beta1, (float)e->adam_t), 1.0f - powf(e->opt.beta2, (float)e->adam_t),
+                       (float)(clip / loss_scale)};
     split_update(e, &tf, threads, th, tn0, &st);
     /* stages 1-2: everyone needs everyone's updated parameters */
     if ((e->opt.stage == 1 || e->opt.stage == 2) && e->world > 1) {

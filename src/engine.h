@@ -135,6 +135,12 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last);
  * clips to max_norm (0 = off) and takes the AdamW step with learning rate lr; stages 1-2 then
  * all-gather the updated parameters. Returns the global gradient norm before clipping. */
 double zt_engine_step(zt_engine *e, float lr, float max_norm);
+/* Waits for the gradient reductions in flight (the step does it too); after it grad_shard is final. */
+void zt_engine_finish_reductions(zt_engine *e);
+/* The same for gradients of a loss multiplied by loss_scale (fp16 loss scaling): the norm returned
+ * and clipped is that of the unscaled gradients; a non-finite norm (overflow) skips the update
+ * (*skipped = 1, nothing changes, the norm is returned). */
+double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped);
 
 /* Copies the full fp32 parameter vector to host (gathering shards when sharded): for export/eval. */
 void zt_engine_gather_params(zt_engine *e, float *out_f32);

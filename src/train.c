@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "config.h"
 #include "data.h"
+#include "loss_scale.h"
 #include "sample.h"
 #include "schedule.h"
 #include "session.h"
@@ -24,6 +25,7 @@ typedef struct trainer {
     int *inputs, *targets; /* host micro-batch [B*T] */
     long start_step;       /* 0, or the step a resumed run continues after */
     long samples_at_start; /* training-stream samples consumed before start_step */
+    zt_loss_scaler scaler; /* fp16 loss scaling (scale 1, never skipping, otherwise) */
 } trainer;
 
 /* Exit status of a run stopped by SIGUSR1/SIGTERM after saving its checkpoint: the Slurm scripts
@@ -64,12 +66,28 @@ static double evaluate(trainer *t) {
     return acc[0] / acc[1];
 }
 
+/* Fault injection for tests of the loss scaler: ZEROTRAIN_INJECT_OVERFLOW="3,7" puts an inf into the
+ * reduced gradients of those (1-based) steps on every rank, as an fp16 overflow would. */
+static int inject_overflow_at(long step) {
+    const char *spec = getenv("ZEROTRAIN_INJECT_OVERFLOW");
+    for (const char *p = spec; p && *p;) {
+        char *end;
+        long s = strtol(p, &end, 10);
+        if (end == p) break;
+        if (s == step) return 1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
 static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     zt_train_state st = {0};
     st.step = step;
     st.data_samples = samples;
     st.tokens_seen = samples * (long)t->cfg.seq_len;
-    st.loss_scale = 1.0;
+    st.loss_scale = t->scaler.scale;
+    st.loss_scale_good_steps = (int)t->scaler.good_steps;
+    st.hysteresis_left = t->scaler.hysteresis_left;
     if (zt_checkpoint_save(t->cfg.checkpoint_dir, &t->s.engine, &t->s.shape, &st, t->cfg.effective_text,
                            t->cfg.keep_last, err)) {
         if (t->comm->rank == 0) zt_print_error(err);
@@ -96,6 +114,11 @@ static int maybe_resume(trainer *t, zt_err *err) {
     if (zt_checkpoint_load(step_dir, &t->s.engine, &st, &meta, err)) return -1;
     t->start_step = st.step;
     t->samples_at_start = st.data_samples;
+    if (cfg->fp16_enabled && st.loss_scale > 0) {
+        t->scaler.scale = st.loss_scale;
+        t->scaler.good_steps = st.loss_scale_good_steps;
+        t->scaler.hysteresis_left = st.hysteresis_left;
+    }
     const char *restarts = getenv("SLURM_RESTART_COUNT");
     zt_info("resumed from %s at step %ld (%ld tokens seen)%s%s%s", step_dir, st.step, st.tokens_seen,
             restarts ? " (SLURM_RESTART_COUNT=" : "", restarts ? restarts : "", restarts ? ")" : "");
@@ -146,7 +169,10 @@ static int run(trainer *t) {
             for (int b = 0; b < B; b++)
                 zt_dataset_sample(&t->train, base + b, t->inputs + b * T, t->targets + b * T);
             double ta = zt_now();
-            float loss = zt_gpt2_forward(&t->s.model, &t->s.src, t->inputs, t->targets, dloss);
+            /* fp16: the loss is multiplied by the scale so small gradients survive 16 bits; the engine
+             * divides it out of the norm and the update */
+            float loss = zt_gpt2_forward(&t->s.model, &t->s.src, t->inputs, t->targets,
+                                         (float)(dloss * t->scaler.scale));
             if (cfg->wall_clock_breakdown) t->s.be->synchronize();
             double tb = zt_now();
             zt_gpt2_backward(&t->s.model, &t->s.src);
@@ -159,7 +185,17 @@ static int run(trainer *t) {
             loss_sum += loss;
         }
         double tc = zt_now();
-        double norm = zt_engine_step(&t->s.engine, lr, cfg->gradient_clipping);
+        if (inject_overflow_at(step + 1)) {
+            zt_engine_finish_reductions(&t->s.engine);
+            t->s.be->scale(t->s.engine.grad_shard, INFINITY, 1);
+        }
+        int skipped = 0;
+        double scale_used = t->scaler.scale;
+        double norm = zt_engine_step_scaled(&t->s.engine, lr, cfg->gradient_clipping, scale_used, &skipped);
+        zt_loss_scaler_update(&t->scaler, skipped);
+        if (skipped)
+            zt_info("step %ld: gradient overflow at loss scale %g, update skipped; loss scale now %g", step + 1,
+                    scale_used, t->scaler.scale);
         double t_opt = zt_now() - tc;
         double loss_acc[1] = {loss_sum / A};
         if (W > 1) t->comm->allreduce_host_double(t->comm, loss_acc, 1);
@@ -188,13 +224,17 @@ static int run(trainer *t) {
         if (r == 0 && cfg->wall_clock_breakdown && ((step + 1) % cfg->steps_per_print == 0 || step == 0 || last))
             zt_engine_print_timing(&t->s.engine);
         if (t->metrics) {
-            fprintf(t->metrics, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"step_ms\": %.3f, "
+            char norm_s[32] = "null"; /* JSON has no inf: an overflowing step's norm is null */
+            if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.9g", norm);
+            fprintf(t->metrics, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"step_ms\": %.3f, "
                                 "\"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
-                    step + 1, loss, lr, norm, dt * 1e3, tokens_per_step / dt, t->s.engine.comm_seconds * 1e3);
+                    step + 1, loss, lr, norm_s, dt * 1e3, tokens_per_step / dt, t->s.engine.comm_seconds * 1e3);
             const zt_mem_account *mem = &t->s.engine.mem;
             for (int c = 0; c < ZT_MEM_NCAT; c++)
                 fprintf(t->metrics, ", \"mem_%s_mib\": %.3f", zt_mem_category_names[c], mem->device[c] / 1048576.0);
             fprintf(t->metrics, ", \"params_peak_mib\": %.3f", mem->params_peak / 1048576.0);
+            if (cfg->fp16_enabled)
+                fprintf(t->metrics, ", \"loss_scale\": %g, \"skipped\": %d", scale_used, skipped);
             if (cfg->wall_clock_breakdown)
                 fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",
                         t_fwd * 1e3, t_bwd * 1e3, t_opt * 1e3);
@@ -283,6 +323,11 @@ int zt_cmd_train(int argc, char **argv) {
     if (t.cfg.trace_file) rc = zt_engine_open_trace(&t.s.engine, t.cfg.trace_file, &err);
     if (zt_fail_together(t.comm, rc, &err)) { zt_session_close(&t.s); goto done_fail; }
     print_banner(&t);
+    if (t.cfg.fp16_enabled)
+        zt_loss_scaler_init(&t.scaler, t.cfg.loss_scale, t.cfg.initial_scale_power, t.cfg.loss_scale_window,
+                            t.cfg.hysteresis, t.cfg.min_loss_scale);
+    else
+        zt_loss_scaler_off(&t.scaler);
     rc = maybe_resume(&t, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     if (t.cfg.metrics_file && t.comm->rank == 0) { /* a resumed run appends to its metrics */
