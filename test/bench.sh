@@ -18,3 +18,10 @@ done
 
 echo "== training step time (CPU backend, fp32, $threads threads)"
 OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_train.py
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "== GPU"
+  test/bench_gpu.sh
+else
+  echo "== GPU: no NVIDIA GPU on this machine, GPU benchmarks skipped"
+fi
