@@ -9,10 +9,9 @@
 #include "../model/gpt2.h"
 #include "commands.h"
 #include "config.h"
+#include "engine.h"
 #include "session.h"
 #include "zero_formula.h"
-
-#define SHARD_ALIGN 128 /* = ZT_SHARD_ALIGN of engine.h */
 
 static int parse_bytes(const char *s, double *out) {
     char *end;
@@ -94,7 +93,7 @@ int zt_cmd_estimate(int argc, char **argv) {
         zt_config_free(&cfg);
         return 1;
     }
-    size_t shard = zt_zero_shard(table.total, (int)ranks, SHARD_ALIGN);
+    size_t shard = zt_zero_shard(table.total, (int)ranks, ZT_SHARD_ALIGN);
     size_t seg0 = table.segment_lo[1], block = table.segment_lo[2] - table.segment_lo[1];
     double acts = (double)(plan.act_bytes + plan.scratch_bytes);
     printf("zerotrain estimate: %s — GPT-2 L%d H%d C%d V%d, %.2fM parameters, micro-batch %d x T %d, %s "

@@ -19,6 +19,7 @@
  * pipeline), and the whole host pipeline overlaps the device Adam. On the CPU backend the "device"
  * is host memory and be->copy a memcpy, but the code path is the same. */
 #include "engine.h"
+#include "zero_formula.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -433,8 +434,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     e->rank = comm->rank;
     e->world = comm->world;
     e->total = table->total;
-    size_t per = (e->total + (size_t)e->world - 1) / (size_t)e->world;
-    e->shard = (per + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN;
+    e->shard = zt_zero_shard(e->total, e->world, ZT_SHARD_ALIGN);
     e->padded_total = e->shard * (size_t)e->world;
     e->lo = min_sz((size_t)e->rank * e->shard, e->total);
     e->hi = min_sz(e->lo + e->shard, e->total);
@@ -863,13 +863,8 @@ void zt_engine_gather_params(zt_engine *e, float *out) {
  * vector (padded_total); segment gradient buffers, gather buffers and reduce landing zones are
  * counted separately (grads pool, comm). */
 size_t zt_engine_model_state_formula(const zt_engine *e) {
-    size_t P = esz(e), K = e->be->compute_dtype == ZT_F32 ? 8 : 12, psi = e->padded_total, sh = e->shard;
-    switch (e->opt.stage) {
-    case 0: return (2 * P + K) * psi;
-    case 1: return 2 * P * psi + K * sh;
-    case 2: return P * psi + (P + K) * sh;
-    default: return (2 * P + K) * sh;
-    }
+    size_t K = e->be->compute_dtype == ZT_F32 ? 8 : 12;
+    return zt_zero_model_state_bytes(e->opt.stage, esz(e), K, e->shard, e->world);
 }
 
 /* the bytes of the same model states as allocated (excluding pools and comm buffers) */
