@@ -46,5 +46,9 @@ int zt_hf_save(const char *dir, const zt_param_table *table, const zt_gpt2_shape
 /* 1 when DIR holds model.safetensors and config.json (regular files), else 0. */
 int zt_hf_probe(const char *dir);
 
+/* Loads a Hugging Face GPT-2 (PATH = model.safetensors or its directory) into OUT after checking its
+ * config.json against SHAPE. */
+int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,
+                    zt_err *err);
 
 #endif

@@ -261,10 +261,21 @@ int zt_cmd_eval(int argc, char **argv) {
     if (grads_path && comm->rank == 0) {
         size_t n = s.table.total;
         float *g = zt_xmalloc(n * sizeof *g);
-        if (s.be->compute_dtype == ZT_F32) s.be->copy(g, s.engine.grads_full, n * 4, ZT_D2H);
-        else s.be->to_f32(g, s.engine.grads_full, n); /* device-side conversion into a host buffer is not allowed */
-        FILE *f = fopen(grads_path, "wb");
-        if (!f || fwrite(g, sizeof *g, n, f) != n) {
+        if (s.be->compute_dtype == ZT_F32) {
+            s.be->copy(g, s.engine.grads_full, n * 4, ZT_D2H);
+        } else { /* 16-bit gradients: widen on the device, then copy down */
+            float *wide = s.be->alloc(n * sizeof *wide);
+            if (wide) {
+                s.be->to_f32(wide, s.engine.grads_full, n);
+                s.be->copy(g, wide, n * sizeof *wide, ZT_D2H);
+                s.be->free(wide);
+            } else {
+                fprintf(stderr, "zerotrain: error: out of %s memory widening the gradients\n", s.be->name);
+                rc = 1;
+            }
+        }
+        FILE *f = rc ? NULL : fopen(grads_path, "wb");
+        if (!rc && (!f || fwrite(g, sizeof *g, n, f) != n)) {
             fprintf(stderr, "zerotrain: error: %s: cannot write gradients\n", grads_path);
             rc = 1;
         }

@@ -83,31 +83,6 @@ void zt_session_close(zt_session *s) {
     if (s->device_comm) s->device_comm->destroy(s->device_comm);
 }
 
-int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,
-                    zt_err *err) {
-    /* PATH is model.safetensors (its config.json beside it) or the directory holding both */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    size_t n = strlen(dir);
-    if (n > 12 && !strcmp(dir + n - 12, ".safetensors")) {
-        char *slash = strrchr(dir, '/');
-        if (slash) *slash = '\0';
-        else snprintf(dir, sizeof dir, ".");
-    }
-    zt_gpt2_shape theirs;
-    if (zt_hf_read_config(dir, &theirs, err)) return -1;
-    if (theirs.n_layer != shape->n_layer || theirs.n_head != shape->n_head || theirs.n_embd != shape->n_embd ||
-        theirs.vocab_size != shape->vocab_size || theirs.n_positions < shape->n_positions)
-        return zt_fail(err, "%s/config.json: model.init_from is GPT-2 L%d H%d C%d V%d P%d, the config asks for "
-                            "L%d H%d C%d V%d P%d", dir, theirs.n_layer, theirs.n_head, theirs.n_embd,
-                       theirs.vocab_size, theirs.n_positions, shape->n_layer, shape->n_head, shape->n_embd,
-                       shape->vocab_size, shape->n_positions);
-    if (theirs.n_positions != shape->n_positions)
-        return zt_fail(err, "%s/config.json: n_positions %d differs from model.n_positions %d (wpe shapes must match)",
-                       dir, theirs.n_positions, shape->n_positions);
-    return zt_hf_load(path, table, out, err);
-}
-
 int zt_fail_together(zt_comm *comm, int rc, const zt_err *err) {
     int failed_rank = rc ? comm->rank : comm->world; /* lowest failed rank prints */
     int any = comm->agree_max(comm, rc ? 1 : 0);

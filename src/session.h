@@ -31,11 +31,6 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
                     zt_err *err);
 void zt_session_close(zt_session *s);
 
-/* Loads a Hugging Face GPT-2 (PATH = model.safetensors or its directory) into OUT after checking its
- * config.json against SHAPE. */
-int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,
-                    zt_err *err);
-
 /* If any rank failed (rc != 0), every rank returns non-zero; the lowest failed rank prints its
  * error. Use after every step that can fail on some ranks only. */
 int zt_fail_together(zt_comm *comm, int rc, const zt_err *err);
