@@ -24,8 +24,11 @@ ifeq ($(CUDA),1)
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS   ?= -O3 -std=c++17 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings -ccbin g++
-CUDA_SRCS   := $(wildcard cuda/*.cu)
-BACKEND_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+# the kernels are written once for a 16-bit type and compiled twice: bf16 and fp16 (cuda_common.cuh)
+CUDA_DTYPE_SRCS := cuda/kernels.cu cuda/gemm.cu cuda/attention.cu
+CUDA_SRCS   := $(filter-out $(CUDA_DTYPE_SRCS),$(wildcard cuda/*.cu))
+BACKEND_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.bf16.o) \
+                $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.f16.o)
 LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
 else
 BACKEND_OBJS := $(BUILD)/src/backend_cuda_absent.o $(BUILD)/src/comm_nccl_absent.o
@@ -49,6 +52,14 @@ $(BUILD)/%.o: %.c
 $(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+$(BUILD)/cuda/%.bf16.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DZT_CU_FP16=0 -c -o $@ $<
+
+$(BUILD)/cuda/%.f16.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DZT_CU_FP16=1 -c -o $@ $<
 
 $(BUILD)/test/%: test/%.c $(ENGINE_OBJS) $(BACKEND_OBJS)
 	@mkdir -p $(dir $@)

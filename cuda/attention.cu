@@ -1,14 +1,14 @@
 /* attention.cu — fused causal self-attention for the CUDA backend (flash-attention-2 style):
- * tiled over 64 queries x 64 keys, online softmax in fp32, bf16 tensor cores (mma.sync m16n8k16,
- * fp32 accumulation), reading q, k, v straight from the [B,T,3C] qkv layout. No T x T matrix is
- * ever stored. Head sizes 32 and 64 take this path; anything else (and ZT_ATTN=naive) uses the
+ * tiled over 64 queries x 64 keys, online softmax in fp32, 16-bit tensor cores (mma.sync m16n8k16,
+ * fp32 accumulation; the same code serves bf16 and fp16), reading q, k, v straight from the
+ * [B,T,3C] qkv layout. No T x T matrix is ever stored. Head sizes 32 and 64 take this path; anything else (and ZT_ATTN=naive) uses the
  * GEMM + softmax path of gemm.cu.
  *
  * The `att` buffer of the op table is backend-private scratch here (the engine allocates B*NH*T*T
  * elements for it and only hands it from forward to backward). The flash path stores in it:
  *   lse2[B*NH*T] fp32   per query row, log2 of the softmax denominator in base-2 units:
  *                       lse2 = max_j(s_j) + log2(sum_j 2^(s_j - max)),  s_j = (q.k_j) * scale * log2(e)
- *   o[B*NH*T*hs] bf16   a copy of the forward output, head-major, for D = rowsum(dO * O).
+ *   o[B*NH*T*hs] 16-bit  a copy of the forward output, head-major, for D = rowsum(dO * O).
  * Backward recomputes P = 2^(s - lse2) tile by tile. It is deterministic (no atomics): one kernel
  * owns a key tile and loops over query tiles for dK, dV; another owns a query tile and loops
  * over key tiles for dQ (S and dP are computed twice; 7 tile GEMMs instead of 5).
@@ -17,7 +17,7 @@
  *   dV = P^T dO;  dP = dO V^T;  D_i = sum_j P_ij dP_ij = dO_i . O_i;  dS = P * (dP - D);
  *   dQ = scale dS K;  dK = scale dS^T Q.
  *
- * Fragment layouts (PTX ISA, mma.m16n8k16 bf16; g = lane/4, c = lane%4):
+ * Fragment layouts (PTX ISA, mma.m16n8k16 bf16/f16; g = lane/4, c = lane%4):
  *   A (16x16, row-major): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..)
  *   B (16x8, k x n):      b0 = (k 2c..2c+1, n g), b1 = (k 2c+8.., n g)
  *   C (16x8 fp32):        c0,c1 = (g, 2c..2c+1), c2,c3 = (g+8, 2c..2c+1)
@@ -28,26 +28,28 @@
 #include "cuda_common.cuh"
 #include <cstring>
 
+namespace ZT_CU_NS {
+
 #define FA_TILE 64    /* queries per block and keys per tile */
 #define FA_THREADS 128 /* 4 warps, 16 query (or key) rows each */
 
 /* ================================================================ PTX helpers */
 __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low 16 bits) = lo */
+    auto v = zt_to16x2(lo, hi); /* .x (low 16 bits) = lo */
     return *reinterpret_cast<uint32_t *>(&v);
 }
-__device__ __forceinline__ uint32_t fa_ld32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+__device__ __forceinline__ uint32_t fa_ld32(const zt16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
 
-/* c += a b, 16x8x16, bf16 in, fp32 accumulate */
+/* c += a b, 16x8x16, 16-bit (bf16 or fp16) in, fp32 accumulate */
 __device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ZT_PTX_16 "." ZT_PTX_16 ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Four transposed 8x8 bf16 matrices: lane l gives the address of row (l%8) of matrix l/8. */
-__device__ __forceinline__ void fa_ldsm_x4_t(uint32_t r[4], const bf16 *p) {
+/* Four transposed 8x8 16-bit matrices: lane l gives the address of row (l%8) of matrix l/8. */
+__device__ __forceinline__ void fa_ldsm_x4_t(uint32_t r[4], const zt16 *p) {
     uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -56,7 +58,7 @@ __device__ __forceinline__ void fa_ldsm_x4_t(uint32_t r[4], const bf16 *p) {
 }
 
 /* 16-byte global -> shared copy that bypasses registers; src_bytes 0 writes zeros */
-__device__ __forceinline__ void fa_cp16(bf16 *smem, const bf16 *gmem, bool valid) {
+__device__ __forceinline__ void fa_cp16(zt16 *smem, const zt16 *gmem, bool valid) {
     uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
@@ -68,7 +70,7 @@ __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0
 /* ================================================================ tile pieces */
 /* rows row0..row0+63 of a [T, HS] matrix with row stride ld into shared [64][HS+8]; rows >= T are 0 */
 template <int HS>
-__device__ __forceinline__ void fa_load_tile(bf16 *s, const bf16 *g, int row0, int T, size_t ld) {
+__device__ __forceinline__ void fa_load_tile(zt16 *s, const zt16 *g, int row0, int T, size_t ld) {
     constexpr int CH = HS / 8, LDS = HS + 8;
     for (int i = threadIdx.x; i < FA_TILE * CH; i += FA_THREADS) {
         int r = i / CH, c = (i % CH) * 8;
@@ -80,12 +82,12 @@ __device__ __forceinline__ void fa_load_tile(bf16 *s, const bf16 *g, int row0, i
 
 /* A fragments of the 16 x HS block at shared rows r0.. (one per 16-column step) */
 template <int HS>
-__device__ __forceinline__ void fa_frag_a(uint32_t f[HS / 16][4], const bf16 *s, int r0, int lane) {
+__device__ __forceinline__ void fa_frag_a(uint32_t f[HS / 16][4], const zt16 *s, int r0, int lane) {
     constexpr int LDS = HS + 8;
     int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int ks = 0; ks < HS / 16; ks++) {
-        const bf16 *p = s + (r0 + g) * LDS + ks * 16 + 2 * c;
+        const zt16 *p = s + (r0 + g) * LDS + ks * 16 + 2 * c;
         f[ks][0] = fa_ld32(p);
         f[ks][1] = fa_ld32(p + 8 * LDS);
         f[ks][2] = fa_ld32(p + 8);
@@ -96,7 +98,7 @@ __device__ __forceinline__ void fa_frag_a(uint32_t f[HS / 16][4], const bf16 *s,
 /* acc[16 x 64] = A[16 x HS] * M^T where M is the shared [64][HS+8] tile (n = its row index):
  * the "q k^T" shape. acc is zeroed first. */
 template <int HS>
-__device__ __forceinline__ void fa_mm_abt(float acc[8][4], const uint32_t a[HS / 16][4], const bf16 *s, int lane) {
+__device__ __forceinline__ void fa_mm_abt(float acc[8][4], const uint32_t a[HS / 16][4], const zt16 *s, int lane) {
     constexpr int LDS = HS + 8;
     int g = lane >> 2, c = lane & 3;
 #pragma unroll
@@ -105,15 +107,15 @@ __device__ __forceinline__ void fa_mm_abt(float acc[8][4], const uint32_t a[HS /
     for (int ks = 0; ks < HS / 16; ks++)
 #pragma unroll
         for (int nt = 0; nt < 8; nt++) {
-            const bf16 *p = s + (nt * 8 + g) * LDS + ks * 16 + 2 * c;
+            const zt16 *p = s + (nt * 8 + g) * LDS + ks * 16 + 2 * c;
             fa_mma(acc[nt], a[ks], fa_ld32(p), fa_ld32(p + 8));
         }
 }
 
-/* acc[16 x HS] += P[16 x 64] * M where P is in accumulator layout (rounded to bf16 here) and M is
+/* acc[16 x HS] += P[16 x 64] * M where P is in accumulator layout (rounded to 16 bits here) and M is
  * the shared [64][HS+8] tile (k = its row index): the "p v" shape. */
 template <int HS>
-__device__ __forceinline__ void fa_mm_ab(float acc[HS / 8][4], const float p[8][4], const bf16 *s, int lane) {
+__device__ __forceinline__ void fa_mm_ab(float acc[HS / 8][4], const float p[8][4], const zt16 *s, int lane) {
     constexpr int LDS = HS + 8;
     int mrow = (lane & 7) + ((lane >> 3) & 1) * 8, mcol = (lane >> 4) * 8;
 #pragma unroll
@@ -133,9 +135,9 @@ __device__ __forceinline__ void fa_mm_ab(float acc[HS / 8][4], const float p[8][
     }
 }
 
-/* store a 16 x HS accumulator block, times mul, as bf16 rows r (< T) of a matrix with row stride ld */
+/* store a 16 x HS accumulator block, times mul, as 16-bit rows r (< T) of a matrix with row stride ld */
 template <int HS>
-__device__ __forceinline__ void fa_store(bf16 *dst, size_t ld, const float acc[HS / 8][4], int row0, int T, float mul0,
+__device__ __forceinline__ void fa_store(zt16 *dst, size_t ld, const float acc[HS / 8][4], int row0, int T, float mul0,
                                          float mul1, int lane) {
     int g = lane >> 2, c = lane & 3;
     int r0 = row0 + g, r1 = r0 + 8;
@@ -152,17 +154,17 @@ __device__ __forceinline__ void fa_store(bf16 *dst, size_t ld, const float acc[H
 /* ================================================================ forward */
 /* grid (query tiles, B*NH); the longest (last) query tiles are scheduled first */
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS) k_flash_fwd(bf16 *out, float *lse2, bf16 *ocopy, const bf16 *qkv, int T,
+__global__ void __launch_bounds__(FA_THREADS) k_flash_fwd(zt16 *out, float *lse2, zt16 *ocopy, const zt16 *qkv, int T,
                                                           int NH, float sl2) {
     constexpr int LDS = HS + 8, TS = FA_TILE * LDS;
-    __shared__ __align__(16) bf16 sm[5 * TS];
-    bf16 *sQ = sm, *sK = sm + TS, *sV = sm + 3 * TS; /* K, V double-buffered */
+    __shared__ __align__(16) zt16 sm[5 * TS];
+    zt16 *sQ = sm, *sK = sm + TS, *sV = sm + 3 * TS; /* K, V double-buffered */
     int nq = (T + FA_TILE - 1) / FA_TILE;
     int qt = nq - 1 - (int)blockIdx.x;
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int C = NH * HS;
     size_t ld = (size_t)3 * C;
-    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const zt16 *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 
     fa_load_tile<HS>(sQ, base, qt * FA_TILE, T, ld);
@@ -249,7 +251,7 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash_fwd(bf16 *out, float *lse2
 /* ================================================================ backward */
 /* D[bh, t] = sum_d dout[b, t, h*HS + d] * o[bh, t, d]; HS/8 threads per row, 8 elements each */
 template <int HS>
-__global__ void k_flash_bwd_dot(float *D, const bf16 *dout, const bf16 *ocopy, int B, int T, int NH) {
+__global__ void k_flash_bwd_dot(float *D, const zt16 *dout, const zt16 *ocopy, int B, int T, int NH) {
     constexpr int TPR = HS / 8;
     size_t rows = (size_t)B * NH * T;
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -259,10 +261,10 @@ __global__ void k_flash_bwd_dot(float *D, const bf16 *dout, const bf16 *ocopy, i
     if (row < rows) {
         size_t bh = row / T;
         int t = (int)(row % T), b = (int)(bh / NH), h = (int)(bh % NH);
-        bf16x8 x = *reinterpret_cast<const bf16x8 *>(dout + ((size_t)b * T + t) * NH * HS + h * HS + part * 8);
-        bf16x8 y = *reinterpret_cast<const bf16x8 *>(ocopy + row * HS + part * 8);
+        zt16x8 x = *reinterpret_cast<const zt16x8 *>(dout + ((size_t)b * T + t) * NH * HS + h * HS + part * 8);
+        zt16x8 y = *reinterpret_cast<const zt16x8 *>(ocopy + row * HS + part * 8);
 #pragma unroll
-        for (int k = 0; k < 8; k++) acc += __bfloat162float(x.v[k]) * __bfloat162float(y.v[k]);
+        for (int k = 0; k < 8; k++) acc += zt_f(x.v[k]) * zt_f(y.v[k]);
     }
 #pragma unroll
     for (int o = TPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -271,20 +273,20 @@ __global__ void k_flash_bwd_dot(float *D, const bf16 *dout, const bf16 *ocopy, i
 
 /* dK, dV for one key tile (grid (key tiles, B*NH)); loops over the query tiles at or after it */
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dkv(bf16 *dqkv, const bf16 *qkv, const bf16 *dout,
+__global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dkv(zt16 *dqkv, const zt16 *qkv, const zt16 *dout,
                                                               const float *lse2, const float *D, int T, int NH,
                                                               float sl2, float scale) {
     constexpr int LDS = HS + 8, TS = FA_TILE * LDS;
-    __shared__ __align__(16) bf16 sm[4 * TS];
+    __shared__ __align__(16) zt16 sm[4 * TS];
     __shared__ float sL[FA_TILE], sD[FA_TILE];
-    bf16 *sQ = sm, *sdO = sm + 2 * TS; /* each double-buffered: [buf][TS] */
+    zt16 *sQ = sm, *sdO = sm + 2 * TS; /* each double-buffered: [buf][TS] */
     int nq = (T + FA_TILE - 1) / FA_TILE;
     int kt = blockIdx.x; /* tile 0 has the most work: launched first */
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int C = NH * HS;
     size_t ld = (size_t)3 * C;
-    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
-    const bf16 *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    const zt16 *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const zt16 *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 
     /* K and V of this tile go through buffer 1 into registers; query tile kt goes to buffer 0 */
@@ -322,7 +324,7 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dkv(bf16 *dqkv, const 
         }
         fa_wait<1>();
         __syncthreads();
-        const bf16 *q_s = sQ + buf * TS, *do_s = sdO + buf * TS;
+        const zt16 *q_s = sQ + buf * TS, *do_s = sdO + buf * TS;
 
         /* P^T[key, q] = 2^(s - lse2[q]) for q < T and key <= q, else 0 */
         float p[8][4];
@@ -346,26 +348,26 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dkv(bf16 *dqkv, const 
         __syncthreads();
     }
     int row0 = kt * FA_TILE + warp * 16;
-    bf16 *dst = dqkv + (size_t)b * T * ld + (size_t)h * HS;
+    zt16 *dst = dqkv + (size_t)b * T * ld + (size_t)h * HS;
     fa_store<HS>(dst + C, ld, dk, row0, T, scale, scale, lane);
     fa_store<HS>(dst + 2 * C, ld, dv, row0, T, 1.0f, 1.0f, lane);
 }
 
 /* dQ for one query tile (grid (query tiles, B*NH)); loops over the key tiles at or before it */
 template <int HS>
-__global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dq(bf16 *dqkv, const bf16 *qkv, const bf16 *dout,
+__global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dq(zt16 *dqkv, const zt16 *qkv, const zt16 *dout,
                                                              const float *lse2, const float *D, int T, int NH,
                                                              float sl2, float scale) {
     constexpr int LDS = HS + 8, TS = FA_TILE * LDS;
-    __shared__ __align__(16) bf16 sm[4 * TS];
-    bf16 *sK = sm, *sV = sm + 2 * TS; /* each double-buffered */
+    __shared__ __align__(16) zt16 sm[4 * TS];
+    zt16 *sK = sm, *sV = sm + 2 * TS; /* each double-buffered */
     int nq = (T + FA_TILE - 1) / FA_TILE;
     int qt = nq - 1 - (int)blockIdx.x;
     int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int C = NH * HS;
     size_t ld = (size_t)3 * C;
-    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
-    const bf16 *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    const zt16 *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const zt16 *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 
     /* Q and dO of this tile go through buffer 1 into registers; key tile 0 goes to buffer 0 */
@@ -398,7 +400,7 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dq(bf16 *dqkv, const b
         fa_commit();
         fa_wait<1>();
         __syncthreads();
-        const bf16 *k_s = sK + buf * TS, *v_s = sV + buf * TS;
+        const zt16 *k_s = sK + buf * TS, *v_s = sV + buf * TS;
         float p[8][4];
         fa_mm_abt<HS>(p, qf, k_s, lane); /* S = Q K^T */
 #pragma unroll
@@ -442,18 +444,18 @@ static bool fa_usable(const void *att, const void *qkv, int B, int T, int C, int
     if (!fa_mode || NH <= 0 || C % NH) return false;
     int hs = C / NH;
     if (hs != 32 && hs != 64) return false;
-    size_t need = fa_ocopy_offset(B, NH, T) + (size_t)B * NH * T * hs * sizeof(bf16);
-    size_t have = (size_t)B * NH * T * T * sizeof(bf16);
+    size_t need = fa_ocopy_offset(B, NH, T) + (size_t)B * NH * T * hs * sizeof(zt16);
+    size_t have = (size_t)B * NH * T * T * sizeof(zt16);
     return need <= have && zt_aligned16(att) && zt_aligned16(qkv);
 }
 
 template <int HS>
 static void fa_forward(void *out, void *att, const void *qkv, int B, int T, int NH) {
     float *lse2 = (float *)att;
-    bf16 *ocopy = (bf16 *)((char *)att + fa_ocopy_offset(B, NH, T));
+    zt16 *ocopy = (zt16 *)((char *)att + fa_ocopy_offset(B, NH, T));
     float sl2 = (1.0f / sqrtf((float)HS)) * 1.4426950408889634f;
     dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
-    k_flash_fwd<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((bf16 *)out, lse2, ocopy, (const bf16 *)qkv, T, NH, sl2);
+    k_flash_fwd<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((zt16 *)out, lse2, ocopy, (const zt16 *)qkv, T, NH, sl2);
     ZT_LAUNCH_CHECK("attention_forward(flash)");
 }
 
@@ -461,18 +463,18 @@ template <int HS>
 static void fa_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B, int T,
                         int NH) {
     const float *lse2 = (const float *)att;
-    const bf16 *ocopy = (const bf16 *)((const char *)att + fa_ocopy_offset(B, NH, T));
-    float *D = (float *)datt; /* B*NH*T floats: fits in datt (B*NH*T*T bf16) since fa_usable held */
+    const zt16 *ocopy = (const zt16 *)((const char *)att + fa_ocopy_offset(B, NH, T));
+    float *D = (float *)datt; /* B*NH*T floats: fits in datt (B*NH*T*T 16-bit) since fa_usable held */
     float scale = 1.0f / sqrtf((float)HS), sl2 = scale * 1.4426950408889634f;
     size_t threads = (size_t)B * NH * T * (HS / 8);
-    k_flash_bwd_dot<HS><<<(unsigned)((threads + 255) / 256), 256, 0, g_zt.stream>>>(D, (const bf16 *)dout, ocopy, B,
+    k_flash_bwd_dot<HS><<<(unsigned)((threads + 255) / 256), 256, 0, g_zt.stream>>>(D, (const zt16 *)dout, ocopy, B,
                                                                                     T, NH);
     ZT_LAUNCH_CHECK("attention_backward(flash D)");
     dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
-    k_flash_bwd_dkv<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((bf16 *)dqkv, (const bf16 *)qkv, (const bf16 *)dout, lse2,
+    k_flash_bwd_dkv<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((zt16 *)dqkv, (const zt16 *)qkv, (const zt16 *)dout, lse2,
                                                               D, T, NH, sl2, scale);
     ZT_LAUNCH_CHECK("attention_backward(flash dk dv)");
-    k_flash_bwd_dq<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((bf16 *)dqkv, (const bf16 *)qkv, (const bf16 *)dout, lse2, D,
+    k_flash_bwd_dq<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((zt16 *)dqkv, (const zt16 *)qkv, (const zt16 *)dout, lse2, D,
                                                              T, NH, sl2, scale);
     ZT_LAUNCH_CHECK("attention_backward(flash dq)");
 }
@@ -500,3 +502,5 @@ void zt_cu_attention_backward(void *dqkv, void *datt, const void *dout, const vo
     if (C / NH == 64) fa_backward<64>(dqkv, datt, dout, qkv, att, B, T, NH);
     else fa_backward<32>(dqkv, datt, dout, qkv, att, B, T, NH);
 }
+
+} // namespace ZT_CU_NS

@@ -1,6 +1,7 @@
-/* backend_cuda.cu — the CUDA backend's entry point: picks the GPU, creates the compute stream and
- * the cuBLASLt handle, implements memory (cudaMalloc + zero, pinned host memory, copies) and fills
- * the op table of src/backend.h with the kernels of kernels.cu and the GEMMs of gemm.cu.
+/* backend_cuda.cu — the CUDA backend's entry point: picks the GPU, creates the streams (compute,
+ * device-to-host, host-to-device) and the cuBLASLt handle, implements memory (cudaMalloc + zero,
+ * pinned host memory, copies, transfers) and builds the two op tables of src/backend.h, bf16 and
+ * fp16, whose ops come from the two compilations of kernels.cu, gemm.cu and attention.cu.
  *
  * zt_backend_cuda() is safe to call on a machine without a GPU or driver: it returns NULL with the
  * reason in *why and never aborts. The first call decides (device = local rank, from
@@ -8,13 +9,15 @@
  * the same answer.
  *
  * Copies: H2D and D2H are synchronous from the host's point of view (the host buffer may be reused
- * or read as soon as copy() returns, like the CPU backend's memcpy); D2D is stream-ordered. */
+ * or read as soon as copy() returns, like the CPU backend's memcpy); D2D is stream-ordered.
+ * transfer() uses the D2H or H2D stream instead of the compute stream, so Twin-Flow's gradient and
+ * parameter traffic neither waits for nor delays the device Adam queued on the compute stream. */
 #include "cuda_common.cuh"
 #include <cstring>
 
 zt_cuda_state g_zt;
 
-static zt_backend g_backend;
+static zt_backend g_backend[2]; /* [0] bf16, [1] fp16 */
 static int g_init_state = 0; /* 0 = not tried, 1 = usable, -1 = not usable */
 static char g_why[512];
 
@@ -140,7 +143,22 @@ static void cu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind)
     else ZT_LAUNCH_CHECK("copy D2D");
 }
 
+static void cu_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (!bytes) return;
+    if (kind == ZT_D2D) {
+        cu_copy(dst, src, bytes, kind);
+        return;
+    }
+    cudaStream_t s = kind == ZT_H2D ? g_zt.h2d : g_zt.d2h;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind == ZT_H2D ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
 static void cu_synchronize(void) { ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); }
+
+static void cu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    ZT_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
 
 /* ---------------------------------------------------------------- device selection */
 __global__ void zt_probe_kernel(int *p) {
@@ -216,7 +234,9 @@ static const char *init_device(void) {
     }
     g_zt.device = dev;
     g_zt.sm_count = prop.multiProcessorCount;
-    if ((e = cudaStreamCreate(&g_zt.stream)) != cudaSuccess) {
+    if ((e = cudaStreamCreate(&g_zt.stream)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&g_zt.d2h, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&g_zt.h2d, cudaStreamNonBlocking)) != cudaSuccess) {
         snprintf(g_why, sizeof g_why, "cannot create a CUDA stream on GPU %d (%s): %s", dev, prop.name,
                  cudaGetErrorString(e));
         return g_why;
@@ -248,48 +268,36 @@ static const char *init_device(void) {
     return NULL;
 }
 
-extern "C" const zt_backend *zt_backend_cuda(const char **why) {
+static void fill_table(zt_backend *b, void (*fill_ops)(zt_backend *)) {
+    memset(b, 0, sizeof *b);
+    b->name = "cuda";
+    b->alloc = cu_alloc;
+    b->free = cu_free;
+    b->host_alloc = cu_host_alloc;
+    b->host_free = cu_host_free;
+    b->memset_zero = cu_memset_zero;
+    b->copy = cu_copy;
+    b->transfer = cu_transfer;
+    b->synchronize = cu_synchronize;
+    b->mem_info = cu_mem_info;
+    fill_ops(b);
+}
+
+extern "C" const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why) {
     if (g_init_state == 0) {
         const char *reason = init_device();
         if (reason) {
             (void)cudaGetLastError();
             g_init_state = -1;
         } else {
-            zt_backend *b = &g_backend;
-            memset(b, 0, sizeof *b);
-            b->name = "cuda";
-            b->compute_dtype = ZT_BF16;
-            b->alloc = cu_alloc;
-            b->free = cu_free;
-            b->host_alloc = cu_host_alloc;
-            b->host_free = cu_host_free;
-            b->memset_zero = cu_memset_zero;
-            b->copy = cu_copy;
-            b->synchronize = cu_synchronize;
-            b->to_compute = zt_cu_to_compute;
-            b->to_f32 = zt_cu_to_f32;
-            b->embedding_forward = zt_cu_embedding_forward;
-            b->embedding_backward = zt_cu_embedding_backward;
-            b->layernorm_forward = zt_cu_layernorm_forward;
-            b->layernorm_backward = zt_cu_layernorm_backward;
-            b->matmul_forward = zt_cu_matmul_forward;
-            b->matmul_backward = zt_cu_matmul_backward;
-            b->attention_forward = zt_cu_attention_forward;
-            b->attention_backward = zt_cu_attention_backward;
-            b->gelu_forward = zt_cu_gelu_forward;
-            b->gelu_backward = zt_cu_gelu_backward;
-            b->residual_forward = zt_cu_residual_forward;
-            b->accumulate = zt_cu_accumulate;
-            b->softmax_xent = zt_cu_softmax_xent;
-            b->adamw = zt_cu_adamw;
-            b->sumsq = zt_cu_sumsq;
-            b->scale = zt_cu_scale;
+            fill_table(&g_backend[0], zt_cu_bf16::fill_ops);
+            fill_table(&g_backend[1], zt_cu_f16::fill_ops);
             g_init_state = 1;
         }
     }
     if (g_init_state == 1) {
         if (why) *why = NULL;
-        return &g_backend;
+        return &g_backend[dtype == ZT_F16 ? 1 : 0];
     }
     if (why) *why = g_why;
     return NULL;

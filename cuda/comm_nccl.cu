@@ -159,7 +159,7 @@ static void nccl_destroy(zt_comm *c) {
 
 extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     const char *why = NULL;
-    if (!be || be != zt_backend_cuda(&why)) {
+    if (!be || be != zt_backend_cuda(be ? be->compute_dtype : ZT_BF16, &why)) {
         zt_fail(err, "the NCCL comm needs the CUDA backend%s%s", why ? ": " : "", why ? why : "");
         return NULL;
     }

@@ -3,8 +3,12 @@
  * 16-byte vector helpers, warp/block reductions, and the declarations of every op so that
  * backend_cuda.cu can fill the op table of src/backend.h.
  *
- * Conventions: every `void *` tensor is __nv_bfloat16 (compute dtype ZT_BF16), every `float *` is
- * fp32. All work is issued on one compute stream (g_zt.stream); all math inside kernels is fp32,
+ * Conventions: every `void *` tensor is in the 16-bit compute dtype `zt16`, every `float *` is fp32.
+ * kernels.cu, gemm.cu and attention.cu are written once for `zt16` and compiled twice (see the
+ * Makefile): with ZT_CU_FP16=0 zt16 is __nv_bfloat16 and their code lives in namespace zt_cu_bf16,
+ * with ZT_CU_FP16=1 it is __half in namespace zt_cu_f16. Each namespace's fill_ops() puts its
+ * kernels into an op table; backend_cuda.cu (compiled once) owns the device, the streams and
+ * memory, shared by both tables. All work is issued on one compute stream (g_zt.stream); all math inside kernels is fp32,
  * the per-element formulas come from model/opmath.h so the CPU backend and the GPU run the same
  * arithmetic. Any CUDA/cuBLAS failure inside an op is fatal: the op table has no error return, so
  * we print "zerotrain: error: CUDA ..." with the call site and exit(1). Set ZT_CUDA_SYNC=1 to
@@ -19,21 +23,24 @@
 #include <cmath>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
-/* backend.h has no extern "C" guard: declare the C entry points with C linkage first; the
- * declarations inside backend.h then inherit it. */
-struct zt_backend;
-extern "C" const struct zt_backend *zt_backend_cuda(const char **why);
-extern "C" const struct zt_backend *zt_backend_cpu(void);
+/* backend.h has no extern "C" guard: its C entry points get C linkage from the block below, while
+ * opmath.h's inline math (included first, so backend.h's include of it is a no-op) stays C++. */
+#include "../model/opmath.h"
+extern "C" {
 #include "../src/backend.h"
+}
 
 /* Extra entry point for the engine's NCCL code: the compute stream as an opaque pointer
  * (a cudaStream_t), NULL before zt_backend_cuda() succeeded. */
 extern "C" void *zt_cuda_compute_stream(void);
 
-typedef __nv_bfloat16 bf16;
+#ifndef ZT_CU_FP16
+#define ZT_CU_FP16 0
+#endif
 
 /* ---------------------------------------------------------------- errors */
 void zt_cuda_fatal(const char *what, const char *detail, const char *file, int line);
@@ -55,7 +62,8 @@ void zt_cuda_after_launch(const char *what, const char *file, int line);
 struct zt_cuda_state {
     int device;
     int sm_count;
-    cudaStream_t stream;
+    cudaStream_t stream;      /* compute: every op */
+    cudaStream_t d2h, h2d;    /* transfer(): one stream per direction, non-blocking */
     cublasLtHandle_t lt;
     cublasHandle_t blas;      /* created lazily, only for the GEMM fallback path */
     void *lt_workspace;
@@ -93,13 +101,6 @@ static inline unsigned zt_blocks(size_t work, unsigned threads, unsigned cap_per
 }
 static inline bool zt_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* ---------------------------------------------------------------- device helpers */
-__device__ __forceinline__ float zt_ld(const bf16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ bf16 zt_bf(float x) { return __float2bfloat16_rn(x); }
-
-/* 8 bf16 = 16 bytes, loaded/stored with one 128-bit access (llm.c's x128) */
-struct alignas(16) bf16x8 { bf16 v[8]; };
-
 __device__ __forceinline__ float zt_warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
@@ -112,6 +113,39 @@ __device__ __forceinline__ float zt_warp_max(float x) {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
+
+/* ---------------------------------------------------------------- the 16-bit compute type */
+/* fill_ops of each compilation (kernels.cu): the op-table entries and compute_dtype of that dtype */
+namespace zt_cu_bf16 { void fill_ops(zt_backend *b); }
+namespace zt_cu_f16 { void fill_ops(zt_backend *b); }
+
+__device__ __forceinline__ float zt_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float zt_f(__half x) { return __half2float(x); }
+
+#if ZT_CU_FP16
+#define ZT_CU_NS zt_cu_f16
+typedef __half zt16;
+#define ZT_CUDA_R_16 CUDA_R_16F
+#define ZT_PTX_16 "f16"            /* operand type of mma.sync */
+#define ZT_COMPUTE_DTYPE ZT_F16
+/* two floats -> packed 16-bit pair, .x (low half) = lo; round-to-nearest-even like opmath.h */
+__device__ __forceinline__ __half2 zt_to16x2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+__device__ __forceinline__ __half zt_to16(float x) { return __float2half_rn(x); }
+#else
+#define ZT_CU_NS zt_cu_bf16
+typedef __nv_bfloat16 zt16;
+#define ZT_CUDA_R_16 CUDA_R_16BF
+#define ZT_PTX_16 "bf16"
+#define ZT_COMPUTE_DTYPE ZT_BF16
+__device__ __forceinline__ __nv_bfloat162 zt_to16x2(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+__device__ __forceinline__ __nv_bfloat16 zt_to16(float x) { return __float2bfloat16_rn(x); }
+#endif
+
+namespace ZT_CU_NS {
+__device__ __forceinline__ float zt_ld(const zt16 *p) { return zt_f(*p); }
+
+/* 8 x 16-bit = 16 bytes, loaded/stored with one 128-bit access (llm.c's x128) */
+struct alignas(16) zt16x8 { zt16 v[8]; };
 
 /* ---------------------------------------------------------------- ops (see backend.h) */
 /* kernels.cu */
@@ -133,12 +167,12 @@ void zt_cu_adamw(float *master, float *m, float *v, const void *grad, void *para
                  const zt_adam_step *step);
 double zt_cu_sumsq(const void *x, size_t n);
 void zt_cu_scale(void *x, float s, size_t n);
-/* deterministic column sums over N rows of a row-major [N, C] bf16 matrix with row stride ld:
+/* deterministic column sums over N rows of a row-major [N, C] 16-bit matrix with row stride ld:
  * db[c] += sum_i dout[i,c]; with inp/mean/rstd also dw[c] += sum_i dout[i,c] * xhat[i,c]. */
-void zt_cu_colsum(void *dw, void *db, const bf16 *dout, int ld, const bf16 *inp, const float *mean,
+void zt_cu_colsum(void *dw, void *db, const zt16 *dout, int ld, const zt16 *inp, const float *mean,
                   const float *rstd, int N, int C);
 /* out[i, c] += bias[c] for a row-major [N, C] matrix with row stride ld (GEMM fallback path) */
-void zt_cu_add_bias(bf16 *out, const bf16 *bias, int N, int C, int ld);
+void zt_cu_add_bias(zt16 *out, const zt16 *bias, int N, int C, int ld);
 
 /* gemm.cu */
 void zt_cu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
@@ -155,5 +189,7 @@ void zt_cu_gemm_release(void);
 void zt_cu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
 void zt_cu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
                               int B, int T, int C, int NH);
+
+} // namespace ZT_CU_NS
 
 #endif

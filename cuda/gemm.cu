@@ -1,4 +1,4 @@
-/* gemm.cu — the CUDA backend's matrix products: matmul forward/backward (cuBLASLt, bf16 inputs,
+/* gemm.cu — the CUDA backend's matrix products: matmul forward/backward (cuBLASLt, 16-bit inputs,
  * fp32 accumulation, bias epilogue) and causal self-attention built from strided-batched GEMMs
  * plus fused softmax kernels.
  *
@@ -15,12 +15,14 @@
  * this path is the fallback and what ZT_ATTN=naive selects). qkv [B,T,3C], heads interleaved:
  *   forward:  permute q,k,v to [B,NH,T,hs] (scratch); S = q k^T in fp32 (scratch, processed in
  *             chunks of heads to bound memory); att = causal softmax(S / sqrt(hs)) in fp32, stored
- *             bf16 with zeros above the diagonal; y = att v; un-permute y into out [B,T,C].
+ *             16-bit with zeros above the diagonal; y = att v; un-permute y into out [B,T,C].
  *   backward: dy = permute(dout); dv = att^T dy; dA = dy v^T in fp32 (chunked scratch);
- *             dS = att * (dA - rowsum(att * dA)) / sqrt(hs) stored bf16 in datt;
+ *             dS = att * (dA - rowsum(att * dA)) / sqrt(hs) stored 16-bit in datt;
  *             dq = dS k; dk = dS^T q; scatter dq|dk|dv into dqkv (overwrite). */
 #include "cuda_common.cuh"
 #include <cstring>
+
+namespace ZT_CU_NS {
 
 /* ================================================================ cuBLASLt plans */
 struct lt_key {
@@ -64,14 +66,14 @@ static void plan_build(lt_plan *p) {
     cublasLtEpilogue_t epi = (cublasLtEpilogue_t)k.epilogue;
     ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (epi == CUBLASLT_EPILOGUE_BIAS) {
-        int32_t bt = CUDA_R_16BF;
+        int32_t bt = ZT_CUDA_R_16;
         ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
     /* stored shapes (before op): A is m x k (or k x m when transposed), B is k x n (or n x k) */
     int ar = opa == CUBLAS_OP_N ? k.m : k.k, ac = opa == CUBLAS_OP_N ? k.k : k.m;
     int br = opb == CUBLAS_OP_N ? k.k : k.n, bc = opb == CUBLAS_OP_N ? k.n : k.k;
-    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, k.lda));
-    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, k.ldb));
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, ZT_CUDA_R_16, ar, ac, k.lda));
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, ZT_CUDA_R_16, br, bc, k.ldb));
     ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, (cudaDataType_t)k.ctype, k.m, k.n, k.ldc));
     layout_batch(p->la, k.batch, k.sa);
     layout_batch(p->lb, k.batch, k.sb);
@@ -110,10 +112,10 @@ void zt_cu_gemm_release(void) {
 }
 
 /* Column-major D[m,n] (ldc, batch stride sc) = alpha op(A) op(B) + beta D (+ bias[m] per row of D),
- * A and B bf16, D bf16 or fp32 (ctype). */
-static void gemm_cm(bool ta, bool tb, int m, int n, int k, const bf16 *A, int lda, long long sa, const bf16 *B,
+ * A and B 16-bit, D 16-bit or fp32 (ctype). */
+static void gemm_cm(bool ta, bool tb, int m, int n, int k, const zt16 *A, int lda, long long sa, const zt16 *B,
                     int ldb, long long sb, void *D, cudaDataType_t ctype, int ldc, long long sc, int batch, float alpha,
-                    float beta, const bf16 *bias) {
+                    float beta, const zt16 *bias) {
     if (m <= 0 || n <= 0 || batch <= 0) return;
     if (k <= 0) { /* empty sum: D = beta D (+ bias); never happens in the model, keep it simple */
         zt_cuda_fatal("gemm", "k == 0 is not supported", __FILE__, __LINE__);
@@ -160,14 +162,14 @@ static void gemm_cm(bool ta, bool tb, int m, int n, int k, const bf16 *A, int ld
             ZT_CUBLAS_CHECK(cublasSetStream(g_zt.blas, g_zt.stream));
         }
         ZT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(g_zt.blas, (cublasOperation_t)key.opa, (cublasOperation_t)key.opb,
-                                                   m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb,
+                                                   m, n, k, &alpha, A, ZT_CUDA_R_16, lda, sa, B, ZT_CUDA_R_16, ldb, sb,
                                                    &beta, D, ctype, ldc, sc, batch, CUBLAS_COMPUTE_32F,
                                                    CUBLAS_GEMM_DEFAULT));
         ZT_LAUNCH_CHECK("cublasGemmStridedBatchedEx");
         if (bias) {
-            if (ctype != CUDA_R_16BF || batch != 1) zt_cuda_fatal("gemm", "bias fallback needs bf16, batch 1", __FILE__, __LINE__);
+            if (ctype != ZT_CUDA_R_16 || batch != 1) zt_cuda_fatal("gemm", "bias fallback needs 16-bit output, batch 1", __FILE__, __LINE__);
             /* column-major m x n with ldc == row-major n x m with row stride ldc; bias per column m */
-            zt_cu_add_bias((bf16 *)D, bias, n, m, ldc);
+            zt_cu_add_bias((zt16 *)D, bias, n, m, ldc);
         }
     }
     if (!cached) plan_destroy(plan);
@@ -175,9 +177,9 @@ static void gemm_cm(bool ta, bool tb, int m, int n, int k, const bf16 *A, int ld
 
 /* Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C (+ bias[N] added to every row).
  * A stored [M,K] (or [K,M] when ta) with row stride lda; B stored [K,N] (or [N,K] when tb). */
-static void gemm_rm(bool ta, bool tb, int M, int N, int K, const bf16 *A, int lda, long long sa, const bf16 *B,
+static void gemm_rm(bool ta, bool tb, int M, int N, int K, const zt16 *A, int lda, long long sa, const zt16 *B,
                     int ldb, long long sb, void *C, cudaDataType_t ctype, int ldc, long long sc, int batch, float alpha,
-                    float beta, const bf16 *bias) {
+                    float beta, const zt16 *bias) {
     gemm_cm(tb, ta, N, M, K, B, ldb, sb, A, lda, sa, C, ctype, ldc, sc, batch, alpha, beta, bias);
 }
 
@@ -193,49 +195,49 @@ static int padded_rows(int OC, int ld, int w_transposed) {
     return (w_transposed && OC % 8 != 0 && p <= ld) ? p : OC;
 }
 
-static const bf16 *padded_weight(const void *w, int OC, int OCp, int C) {
-    bf16 *wp = (bf16 *)zt_scratch(ZT_SCR_HEAD_W, (size_t)OCp * C * sizeof(bf16));
-    ZT_CUDA_CHECK(cudaMemcpyAsync(wp, w, (size_t)OC * C * sizeof(bf16), cudaMemcpyDeviceToDevice, g_zt.stream));
-    ZT_CUDA_CHECK(cudaMemsetAsync(wp + (size_t)OC * C, 0, (size_t)(OCp - OC) * C * sizeof(bf16), g_zt.stream));
+static const zt16 *padded_weight(const void *w, int OC, int OCp, int C) {
+    zt16 *wp = (zt16 *)zt_scratch(ZT_SCR_HEAD_W, (size_t)OCp * C * sizeof(zt16));
+    ZT_CUDA_CHECK(cudaMemcpyAsync(wp, w, (size_t)OC * C * sizeof(zt16), cudaMemcpyDeviceToDevice, g_zt.stream));
+    ZT_CUDA_CHECK(cudaMemsetAsync(wp + (size_t)OC * C, 0, (size_t)(OCp - OC) * C * sizeof(zt16), g_zt.stream));
     return wp;
 }
 
-/* dst += src with one rounding to bf16 (src is an fp32 GEMM result) */
-__global__ void k_add_f32_to_bf16(bf16 *dst, const float *src, size_t n) {
+/* dst += src with one rounding to 16 bits (src is an fp32 GEMM result) */
+__global__ void k_add_f32_to_16(zt16 *dst, const float *src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = zt_bf(zt_ld(dst + i) + src[i]);
+        dst[i] = zt_to16(zt_ld(dst + i) + src[i]);
 }
 
 void zt_cu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
                           int w_transposed, int ldout) {
     /* out[N,OC] = inp[N,C] W; W stored [C,OC] (ld OC) or, transposed, [OC,C] (ld C) */
     int OCp = padded_rows(OC, ldout, w_transposed);
-    const bf16 *W = OCp != OC ? padded_weight(w, OC, OCp, C) : (const bf16 *)w;
-    gemm_rm(false, w_transposed != 0, N, OCp, C, (const bf16 *)inp, C, 0, W, w_transposed ? C : OC, 0,
-            out, CUDA_R_16BF, ldout, 0, 1, 1.0f, 0.0f, (const bf16 *)bias);
+    const zt16 *W = OCp != OC ? padded_weight(w, OC, OCp, C) : (const zt16 *)w;
+    gemm_rm(false, w_transposed != 0, N, OCp, C, (const zt16 *)inp, C, 0, W, w_transposed ? C : OC, 0,
+            out, ZT_CUDA_R_16, ldout, 0, 1, 1.0f, 0.0f, (const zt16 *)bias);
 }
 
 void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
                            int N, int C, int OC, int w_transposed, int lddout) {
-    const bf16 *dY = (const bf16 *)dout, *X = (const bf16 *)inp, *W = (const bf16 *)w;
+    const zt16 *dY = (const zt16 *)dout, *X = (const zt16 *)inp, *W = (const zt16 *)w;
     int OCp = padded_rows(OC, lddout, w_transposed);
     if (dinp) {
         /* dinp[N,C] = dout[N,OC] W^T: W stored [C,OC] -> op T; stored [OC,C] -> op N (padded rows are 0) */
         if (OCp != OC) W = padded_weight(w, OC, OCp, C);
-        gemm_rm(false, w_transposed == 0, N, C, OCp, dY, lddout, 0, W, w_transposed ? C : OC, 0, dinp, CUDA_R_16BF, C,
+        gemm_rm(false, w_transposed == 0, N, C, OCp, dY, lddout, 0, W, w_transposed ? C : OC, 0, dinp, ZT_CUDA_R_16, C,
                 0, 1, 1.0f, 0.0f, NULL);
     }
     if (dw) {
         if (!w_transposed) { /* dW[C,OC] += inp^T[C,N] dout[N,OC] */
-            gemm_rm(true, false, C, OC, N, X, C, 0, dY, lddout, 0, dw, CUDA_R_16BF, OC, 0, 1, 1.0f, 1.0f, NULL);
+            gemm_rm(true, false, C, OC, N, X, C, 0, dY, lddout, 0, dw, ZT_CUDA_R_16, OC, 0, 1, 1.0f, 1.0f, NULL);
         } else if (OCp == OC) { /* dW[OC,C] += dout^T[OC,N] inp[N,C] */
-            gemm_rm(true, false, OC, C, N, dY, lddout, 0, X, C, 0, dw, CUDA_R_16BF, C, 0, 1, 1.0f, 1.0f, NULL);
+            gemm_rm(true, false, OC, C, N, dY, lddout, 0, X, C, 0, dw, ZT_CUDA_R_16, C, 0, 1, 1.0f, 1.0f, NULL);
         } else { /* padded head: fp32 dWp[OCp,C] = dout^T inp, then dW += its first OC rows, rounded once */
             float *dwp = (float *)zt_scratch(ZT_SCR_HEAD_DW, (size_t)OCp * C * sizeof(float));
             gemm_rm(true, false, OCp, C, N, dY, lddout, 0, X, C, 0, dwp, CUDA_R_32F, C, 0, 1, 1.0f, 0.0f, NULL);
             size_t n = (size_t)OC * C;
-            k_add_f32_to_bf16<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>((bf16 *)dw, dwp, n);
-            ZT_LAUNCH_CHECK("k_add_f32_to_bf16");
+            k_add_f32_to_16<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>((zt16 *)dw, dwp, n);
+            ZT_LAUNCH_CHECK("k_add_f32_to_16");
         }
     }
     if (dbias) zt_cu_colsum(NULL, dbias, dY, lddout, NULL, NULL, NULL, N, OC);
@@ -243,7 +245,7 @@ void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, 
 
 /* ================================================================ attention kernels */
 /* qkv [B,T,3,NH,hs] -> q,k,v [B,NH,T,hs]; one thread per (b,h,t,d) */
-__global__ void k_permute_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, int B, int T, int NH, int hs) {
+__global__ void k_permute_qkv(zt16 *q, zt16 *k, zt16 *v, const zt16 *qkv, int B, int T, int NH, int hs) {
     size_t total = (size_t)B * NH * T * hs;
     int C = NH * hs;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -260,7 +262,7 @@ __global__ void k_permute_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, int B,
     }
 }
 /* dq,dk,dv [B,NH,T,hs] -> dqkv [B,T,3C]; one thread per element of dqkv (covers every element) */
-__global__ void k_unpermute_dqkv(bf16 *dqkv, const bf16 *dq, const bf16 *dk, const bf16 *dv, int B, int T, int NH,
+__global__ void k_unpermute_dqkv(zt16 *dqkv, const zt16 *dq, const zt16 *dk, const zt16 *dv, int B, int T, int NH,
                                  int hs) {
     int C = NH * hs;
     size_t total = (size_t)B * T * 3 * C;
@@ -270,12 +272,12 @@ __global__ void k_unpermute_dqkv(bf16 *dqkv, const bf16 *dq, const bf16 *dk, con
         int t = (int)(bt % T), b = (int)(bt / T);
         int which = c3 / C, c = c3 % C, h = c / hs, d = c % hs;
         size_t src = (((size_t)b * NH + h) * T + t) * hs + d;
-        const bf16 *s = which == 0 ? dq : which == 1 ? dk : dv;
+        const zt16 *s = which == 0 ? dq : which == 1 ? dk : dv;
         dqkv[i] = s[src];
     }
 }
 /* [B,NH,T,hs] <-> [B,T,C]: dir 0: y -> out (un-permute), dir 1: out -> y (permute) */
-__global__ void k_permute_heads(bf16 *bnth, bf16 *btc, int B, int T, int NH, int hs, int to_btc) {
+__global__ void k_permute_heads(zt16 *bnth, zt16 *btc, int B, int T, int NH, int hs, int to_btc) {
     int C = NH * hs;
     size_t total = (size_t)B * T * C;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -289,34 +291,34 @@ __global__ void k_permute_heads(bf16 *bnth, bf16 *btc, int B, int T, int NH, int
     }
 }
 /* causal softmax, one warp per row of one head: att[t, j] = softmax_j<=t(scale * S[t, j]), 0 for j > t */
-__global__ void k_attn_softmax(bf16 *att, const float *S, int rows, int T, float scale) {
+__global__ void k_attn_softmax(zt16 *att, const float *S, int rows, int T, float scale) {
     int lane = threadIdx.x & 31;
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (r >= rows) return;
     int t = r % T;
     const float *s = S + (size_t)r * T;
-    bf16 *a = att + (size_t)r * T;
+    zt16 *a = att + (size_t)r * T;
     float m = -INFINITY;
     for (int j = lane; j <= t; j += 32) m = fmaxf(m, s[j] * scale);
     m = zt_warp_max(m);
     float sum = 0.0f;
     for (int j = lane; j <= t; j += 32) sum += expf(s[j] * scale - m);
     float inv = 1.0f / zt_warp_sum(sum);
-    for (int j = lane; j < T; j += 32) a[j] = zt_bf(j <= t ? expf(s[j] * scale - m) * inv : 0.0f);
+    for (int j = lane; j < T; j += 32) a[j] = zt_to16(j <= t ? expf(s[j] * scale - m) * inv : 0.0f);
 }
 /* softmax backward, one warp per row: dS[t,j] = scale * att[t,j] * (dA[t,j] - sum_k<=t att[t,k] dA[t,k]) */
-__global__ void k_attn_softmax_bwd(bf16 *dS, const bf16 *att, const float *dA, int rows, int T, float scale) {
+__global__ void k_attn_softmax_bwd(zt16 *dS, const zt16 *att, const float *dA, int rows, int T, float scale) {
     int lane = threadIdx.x & 31;
     int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (r >= rows) return;
     int t = r % T;
-    const bf16 *a = att + (size_t)r * T;
+    const zt16 *a = att + (size_t)r * T;
     const float *g = dA + (size_t)r * T;
     float dot = 0.0f;
     for (int j = lane; j <= t; j += 32) dot += zt_ld(a + j) * g[j];
     dot = zt_warp_sum(dot);
-    bf16 *o = dS + (size_t)r * T;
-    for (int j = lane; j < T; j += 32) o[j] = zt_bf(j <= t ? scale * zt_ld(a + j) * (g[j] - dot) : 0.0f);
+    zt16 *o = dS + (size_t)r * T;
+    for (int j = lane; j < T; j += 32) o[j] = zt_to16(j <= t ? scale * zt_ld(a + j) * (g[j] - dot) : 0.0f);
 }
 
 /* heads per chunk for the fp32 T x T scratch: at most ~256 MiB, at least one head */
@@ -333,11 +335,11 @@ void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B,
     if (B <= 0 || T <= 0) return;
     int hs = C / NH, BH = B * NH;
     size_t nqkv = (size_t)B * T * C; /* elements of each of q, k, v */
-    bf16 *q = (bf16 *)zt_scratch(ZT_SCR_ATT_QKV, 3 * nqkv * sizeof(bf16));
-    bf16 *k = q + nqkv, *v = k + nqkv;
-    bf16 *y = (bf16 *)zt_scratch(ZT_SCR_ATT_Y, nqkv * sizeof(bf16));
-    bf16 *A = (bf16 *)att;
-    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const bf16 *)qkv, B, T, NH, hs);
+    zt16 *q = (zt16 *)zt_scratch(ZT_SCR_ATT_QKV, 3 * nqkv * sizeof(zt16));
+    zt16 *k = q + nqkv, *v = k + nqkv;
+    zt16 *y = (zt16 *)zt_scratch(ZT_SCR_ATT_Y, nqkv * sizeof(zt16));
+    zt16 *A = (zt16 *)att;
+    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const zt16 *)qkv, B, T, NH, hs);
     ZT_LAUNCH_CHECK("attention_forward(permute)");
     float scale = 1.0f / sqrtf((float)hs);
     long long sqk = (long long)T * hs, stt = (long long)T * T;
@@ -353,8 +355,8 @@ void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B,
         ZT_LAUNCH_CHECK("attention_forward(softmax)");
     }
     /* y[T,hs] = att[T,T] v[T,hs] */
-    gemm_rm(false, false, T, hs, T, A, T, stt, v, hs, sqk, y, CUDA_R_16BF, hs, sqk, BH, 1.0f, 0.0f, NULL);
-    k_permute_heads<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(y, (bf16 *)out, B, T, NH, hs, 1);
+    gemm_rm(false, false, T, hs, T, A, T, stt, v, hs, sqk, y, ZT_CUDA_R_16, hs, sqk, BH, 1.0f, 0.0f, NULL);
+    k_permute_heads<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(y, (zt16 *)out, B, T, NH, hs, 1);
     ZT_LAUNCH_CHECK("attention_forward(unpermute)");
 }
 
@@ -363,21 +365,21 @@ void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, co
     if (B <= 0 || T <= 0) return;
     int hs = C / NH, BH = B * NH;
     size_t nqkv = (size_t)B * T * C;
-    bf16 *q = (bf16 *)zt_scratch(ZT_SCR_ATT_QKV, 3 * nqkv * sizeof(bf16));
-    bf16 *k = q + nqkv, *v = k + nqkv;
-    bf16 *dy = (bf16 *)zt_scratch(ZT_SCR_ATT_Y, nqkv * sizeof(bf16));
-    bf16 *dq = (bf16 *)zt_scratch(ZT_SCR_ATT_DQKV, 3 * nqkv * sizeof(bf16));
-    bf16 *dk = dq + nqkv, *dv = dk + nqkv;
-    const bf16 *A = (const bf16 *)att;
-    bf16 *dS = (bf16 *)datt;
-    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const bf16 *)qkv, B, T, NH, hs);
+    zt16 *q = (zt16 *)zt_scratch(ZT_SCR_ATT_QKV, 3 * nqkv * sizeof(zt16));
+    zt16 *k = q + nqkv, *v = k + nqkv;
+    zt16 *dy = (zt16 *)zt_scratch(ZT_SCR_ATT_Y, nqkv * sizeof(zt16));
+    zt16 *dq = (zt16 *)zt_scratch(ZT_SCR_ATT_DQKV, 3 * nqkv * sizeof(zt16));
+    zt16 *dk = dq + nqkv, *dv = dk + nqkv;
+    const zt16 *A = (const zt16 *)att;
+    zt16 *dS = (zt16 *)datt;
+    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const zt16 *)qkv, B, T, NH, hs);
     ZT_LAUNCH_CHECK("attention_backward(permute qkv)");
-    k_permute_heads<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(dy, (bf16 *)dout, B, T, NH, hs, 0);
+    k_permute_heads<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(dy, (zt16 *)dout, B, T, NH, hs, 0);
     ZT_LAUNCH_CHECK("attention_backward(permute dout)");
     float scale = 1.0f / sqrtf((float)hs);
     long long sqk = (long long)T * hs, stt = (long long)T * T;
     /* dv[T,hs] = att^T[T,T] dy[T,hs] */
-    gemm_rm(true, false, T, hs, T, A, T, stt, dy, hs, sqk, dv, CUDA_R_16BF, hs, sqk, BH, 1.0f, 0.0f, NULL);
+    gemm_rm(true, false, T, hs, T, A, T, stt, dy, hs, sqk, dv, ZT_CUDA_R_16, hs, sqk, BH, 1.0f, 0.0f, NULL);
     int chunk = att_chunk(BH, T);
     float *dA = (float *)zt_scratch(ZT_SCR_ATT_F32, (size_t)chunk * T * T * sizeof(float));
     for (int h0 = 0; h0 < BH; h0 += chunk) {
@@ -391,8 +393,10 @@ void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, co
         ZT_LAUNCH_CHECK("attention_backward(softmax)");
     }
     /* dq[T,hs] = dS[T,T] k[T,hs];  dk[T,hs] = dS^T[T,T] q[T,hs] */
-    gemm_rm(false, false, T, hs, T, dS, T, stt, k, hs, sqk, dq, CUDA_R_16BF, hs, sqk, BH, 1.0f, 0.0f, NULL);
-    gemm_rm(true, false, T, hs, T, dS, T, stt, q, hs, sqk, dk, CUDA_R_16BF, hs, sqk, BH, 1.0f, 0.0f, NULL);
-    k_unpermute_dqkv<<<zt_blocks(3 * nqkv, 256), 256, 0, g_zt.stream>>>((bf16 *)dqkv, dq, dk, dv, B, T, NH, hs);
+    gemm_rm(false, false, T, hs, T, dS, T, stt, k, hs, sqk, dq, ZT_CUDA_R_16, hs, sqk, BH, 1.0f, 0.0f, NULL);
+    gemm_rm(true, false, T, hs, T, dS, T, stt, q, hs, sqk, dk, ZT_CUDA_R_16, hs, sqk, BH, 1.0f, 0.0f, NULL);
+    k_unpermute_dqkv<<<zt_blocks(3 * nqkv, 256), 256, 0, g_zt.stream>>>((zt16 *)dqkv, dq, dk, dv, B, T, NH, hs);
     ZT_LAUNCH_CHECK("attention_backward(unpermute)");
 }
+
+} // namespace ZT_CU_NS

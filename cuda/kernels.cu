@@ -1,8 +1,9 @@
 /* kernels.cu — the CUDA backend's non-GEMM ops: dtype conversion, embedding, LayerNorm, GELU,
  * residual/accumulate/scale, fused softmax + cross-entropy, AdamW and the sum of squares.
  *
- * Numerics: bf16 tensors are read into fp32, all arithmetic is fp32 (double for sumsq), each output
- * is rounded to bf16 once (round-to-nearest-even). Per-element formulas come from model/opmath.h.
+ * Numerics: 16-bit tensors (bf16 or fp16, see cuda_common.cuh) are read into fp32, all arithmetic
+ * is fp32 (double for sumsq), each output is rounded to 16 bits once (round-to-nearest-even).
+ * Per-element formulas come from model/opmath.h.
  *
  * Determinism: every reduction has a fixed order for a given shape (no atomics), so results are
  * bitwise reproducible run to run on the same GPU model: LayerNorm dw/db and matmul dbias use
@@ -13,23 +14,25 @@
 #include "cuda_common.cuh"
 #include <cub/device/device_radix_sort.cuh>
 
-/* ================================================================ elementwise (bf16) */
+namespace ZT_CU_NS {
+
+/* ================================================================ elementwise (16-bit) */
 /* out[i] = f(a[i], b[i]); 8 elements per thread with 16-byte accesses when all pointers are
  * 16-byte aligned, scalar otherwise (and for the tail). out may alias a or b. */
 template <class F>
-__global__ void k_map2(bf16 *out, const bf16 *a, const bf16 *b, size_t n, bool vec, F f) {
+__global__ void k_map2(zt16 *out, const zt16 *a, const zt16 *b, size_t n, bool vec, F f) {
     size_t groups = (n + 7) / 8;
     for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (size_t)gridDim.x * blockDim.x) {
         size_t i0 = g * 8;
         if (vec && i0 + 8 <= n) {
-            bf16x8 va = *reinterpret_cast<const bf16x8 *>(a + i0);
-            bf16x8 vb = *reinterpret_cast<const bf16x8 *>(b + i0);
-            bf16x8 vo;
+            zt16x8 va = *reinterpret_cast<const zt16x8 *>(a + i0);
+            zt16x8 vb = *reinterpret_cast<const zt16x8 *>(b + i0);
+            zt16x8 vo;
 #pragma unroll
-            for (int k = 0; k < 8; k++) vo.v[k] = zt_bf(f(__bfloat162float(va.v[k]), __bfloat162float(vb.v[k])));
-            *reinterpret_cast<bf16x8 *>(out + i0) = vo;
+            for (int k = 0; k < 8; k++) vo.v[k] = zt_to16(f(zt_f(va.v[k]), zt_f(vb.v[k])));
+            *reinterpret_cast<zt16x8 *>(out + i0) = vo;
         } else {
-            for (size_t i = i0; i < n && i < i0 + 8; i++) out[i] = zt_bf(f(zt_ld(a + i), zt_ld(b + i)));
+            for (size_t i = i0; i < n && i < i0 + 8; i++) out[i] = zt_to16(f(zt_ld(a + i), zt_ld(b + i)));
         }
     }
 }
@@ -39,7 +42,7 @@ static void map2(const char *name, void *out, const void *a, const void *b, size
     if (!n) return;
     bool vec = zt_aligned16(out) && zt_aligned16(a) && zt_aligned16(b);
     size_t groups = (n + 7) / 8;
-    k_map2<<<zt_blocks(groups, 256), 256, 0, g_zt.stream>>>((bf16 *)out, (const bf16 *)a, (const bf16 *)b, n, vec, f);
+    k_map2<<<zt_blocks(groups, 256), 256, 0, g_zt.stream>>>((zt16 *)out, (const zt16 *)a, (const zt16 *)b, n, vec, f);
     ZT_LAUNCH_CHECK(name);
 }
 
@@ -62,22 +65,22 @@ void zt_cu_accumulate(void *dst, const void *src, size_t n) { map2("accumulate",
 void zt_cu_scale(void *x, float s, size_t n) { map2("scale", x, x, x, n, f_scale{s}); }
 
 /* ================================================================ conversions */
-__global__ void k_to_bf16(bf16 *dst, const float *src, size_t n) {
+__global__ void k_to_16(zt16 *dst, const float *src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i]); /* RNE, same as zt_f32_to_bf16_bits */
+        dst[i] = zt_to16(src[i]); /* RNE, same as zt_f32_to_bf16_bits / zt_f32_to_f16_bits */
 }
-__global__ void k_to_f32(float *dst, const bf16 *src, size_t n) {
+__global__ void k_to_f32(float *dst, const zt16 *src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __bfloat162float(src[i]);
+        dst[i] = zt_f(src[i]);
 }
 void zt_cu_to_compute(void *dst, const float *src, size_t n) {
     if (!n) return;
-    k_to_bf16<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>((bf16 *)dst, src, n);
+    k_to_16<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>((zt16 *)dst, src, n);
     ZT_LAUNCH_CHECK("to_compute");
 }
 void zt_cu_to_f32(float *dst, const void *src, size_t n) {
     if (!n) return;
-    k_to_f32<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>(dst, (const bf16 *)src, n);
+    k_to_f32<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>(dst, (const zt16 *)src, n);
     ZT_LAUNCH_CHECK("to_f32");
 }
 
@@ -85,7 +88,7 @@ void zt_cu_to_f32(float *dst, const void *src, size_t n) {
 /* out[i, :] = wte[tokens[i], :] + wpe[i % T, :]; 8 channels per thread when C % 8 == 0 and all
  * pointers are 16-byte aligned (then every row start is too), one channel otherwise. */
 template <bool VEC>
-__global__ void k_embedding_fwd(bf16 *out, const int *tokens, const bf16 *wte, const bf16 *wpe, int BT, int T, int C) {
+__global__ void k_embedding_fwd(zt16 *out, const int *tokens, const zt16 *wte, const zt16 *wpe, int BT, int T, int C) {
     int W = VEC ? 8 : 1, per_row = C / W;
     size_t total = (size_t)BT * per_row;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -93,14 +96,14 @@ __global__ void k_embedding_fwd(bf16 *out, const int *tokens, const bf16 *wte, c
         int t = row % T;
         size_t tok = (size_t)tokens[row];
         if (VEC) {
-            bf16x8 a = *reinterpret_cast<const bf16x8 *>(wte + tok * C + c);
-            bf16x8 p = *reinterpret_cast<const bf16x8 *>(wpe + (size_t)t * C + c);
-            bf16x8 o;
+            zt16x8 a = *reinterpret_cast<const zt16x8 *>(wte + tok * C + c);
+            zt16x8 p = *reinterpret_cast<const zt16x8 *>(wpe + (size_t)t * C + c);
+            zt16x8 o;
 #pragma unroll
-            for (int k = 0; k < 8; k++) o.v[k] = zt_bf(__bfloat162float(a.v[k]) + __bfloat162float(p.v[k]));
-            *reinterpret_cast<bf16x8 *>(out + (size_t)row * C + c) = o;
+            for (int k = 0; k < 8; k++) o.v[k] = zt_to16(zt_f(a.v[k]) + zt_f(p.v[k]));
+            *reinterpret_cast<zt16x8 *>(out + (size_t)row * C + c) = o;
         } else {
-            out[(size_t)row * C + c] = zt_bf(zt_ld(wte + tok * C + c) + zt_ld(wpe + (size_t)t * C + c));
+            out[(size_t)row * C + c] = zt_to16(zt_ld(wte + tok * C + c) + zt_ld(wpe + (size_t)t * C + c));
         }
     }
 }
@@ -109,21 +112,21 @@ void zt_cu_embedding_forward(void *out, const int *tokens, const void *wte, cons
     if (!total) return;
     bool vec = C % 8 == 0 && zt_aligned16(out) && zt_aligned16(wte) && zt_aligned16(wpe);
     if (vec)
-        k_embedding_fwd<true><<<zt_blocks(total / 8, 256), 256, 0, g_zt.stream>>>((bf16 *)out, tokens, (const bf16 *)wte,
-                                                                                  (const bf16 *)wpe, B * T, T, C);
+        k_embedding_fwd<true><<<zt_blocks(total / 8, 256), 256, 0, g_zt.stream>>>((zt16 *)out, tokens, (const zt16 *)wte,
+                                                                                  (const zt16 *)wpe, B * T, T, C);
     else
-        k_embedding_fwd<false><<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>((bf16 *)out, tokens, (const bf16 *)wte,
-                                                                               (const bf16 *)wpe, B * T, T, C);
+        k_embedding_fwd<false><<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>((zt16 *)out, tokens, (const zt16 *)wte,
+                                                                               (const zt16 *)wpe, B * T, T, C);
     ZT_LAUNCH_CHECK("embedding_forward");
 }
 
 /* dwpe[t,c] += sum_b dout[b,t,c], b in order */
-__global__ void k_embedding_bwd_wpe(bf16 *dwpe, const bf16 *dout, int B, int T, int C) {
+__global__ void k_embedding_bwd_wpe(zt16 *dwpe, const zt16 *dout, int B, int T, int C) {
     size_t total = (size_t)T * C;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
         for (int b = 0; b < B; b++) s += zt_ld(dout + (size_t)b * T * C + i);
-        dwpe[i] = zt_bf(zt_ld(dwpe + i) + s);
+        dwpe[i] = zt_to16(zt_ld(dwpe + i) + s);
     }
 }
 __global__ void k_iota(int *p, int n) {
@@ -131,32 +134,32 @@ __global__ void k_iota(int *p, int n) {
 }
 /* One block per sorted slot i; the block whose slot starts a run of equal tokens sums the run's rows
  * (positions ascending: the radix sort is stable) in fp32 and adds once into dwte. Other blocks exit. */
-__global__ void k_embedding_bwd_wte(bf16 *dwte, const bf16 *dout, const int *stok, const int *spos, int N, int C,
+__global__ void k_embedding_bwd_wte(zt16 *dwte, const zt16 *dout, const int *stok, const int *spos, int N, int C,
                                     bool vec) {
     int i = blockIdx.x;
     int tok = stok[i];
     if (i > 0 && stok[i - 1] == tok) return;
     int end = i + 1;
     while (end < N && stok[end] == tok) end++;
-    bf16 *dst = dwte + (size_t)tok * C;
+    zt16 *dst = dwte + (size_t)tok * C;
     if (vec) {
         for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
             float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             for (int k = i; k < end; k++) {
-                bf16x8 x = *reinterpret_cast<const bf16x8 *>(dout + (size_t)spos[k] * C + c);
+                zt16x8 x = *reinterpret_cast<const zt16x8 *>(dout + (size_t)spos[k] * C + c);
 #pragma unroll
-                for (int e = 0; e < 8; e++) s[e] += __bfloat162float(x.v[e]);
+                for (int e = 0; e < 8; e++) s[e] += zt_f(x.v[e]);
             }
-            bf16x8 d = *reinterpret_cast<bf16x8 *>(dst + c);
+            zt16x8 d = *reinterpret_cast<zt16x8 *>(dst + c);
 #pragma unroll
-            for (int e = 0; e < 8; e++) d.v[e] = zt_bf(__bfloat162float(d.v[e]) + s[e]);
-            *reinterpret_cast<bf16x8 *>(dst + c) = d;
+            for (int e = 0; e < 8; e++) d.v[e] = zt_to16(zt_f(d.v[e]) + s[e]);
+            *reinterpret_cast<zt16x8 *>(dst + c) = d;
         }
     } else {
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
             float s = 0.0f;
             for (int k = i; k < end; k++) s += zt_ld(dout + (size_t)spos[k] * C + c);
-            dst[c] = zt_bf(zt_ld(dst + c) + s);
+            dst[c] = zt_to16(zt_ld(dst + c) + s);
         }
     }
 }
@@ -165,7 +168,7 @@ void zt_cu_embedding_backward(void *dwte, void *dwpe, const void *dout, const in
     if (N <= 0 || C <= 0) return;
     if (dwpe) {
         size_t total = (size_t)T * C;
-        k_embedding_bwd_wpe<<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>((bf16 *)dwpe, (const bf16 *)dout, B, T, C);
+        k_embedding_bwd_wpe<<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>((zt16 *)dwpe, (const zt16 *)dout, B, T, C);
         ZT_LAUNCH_CHECK("embedding_backward(dwpe)");
     }
     if (!dwte) return;
@@ -183,12 +186,12 @@ void zt_cu_embedding_backward(void *dwte, void *dwpe, const void *dout, const in
     ZT_LAUNCH_CHECK("embedding_backward(sort)");
     bool vec = C % 8 == 0 && zt_aligned16(dwte) && zt_aligned16(dout);
     int threads = vec ? (C / 8 >= 128 ? 128 : ((C / 8 + 31) / 32) * 32) : (C >= 256 ? 256 : ((C + 31) / 32) * 32);
-    k_embedding_bwd_wte<<<N, threads, 0, g_zt.stream>>>((bf16 *)dwte, (const bf16 *)dout, stok, spos, N, C, vec);
+    k_embedding_bwd_wte<<<N, threads, 0, g_zt.stream>>>((zt16 *)dwte, (const zt16 *)dout, stok, spos, N, C, vec);
     ZT_LAUNCH_CHECK("embedding_backward(dwte)");
 }
 
 /* ================================================================ LayerNorm */
-/* Vectorized path: one warp per row, the row held in registers as bf16x8 chunks (chunk k of lane l
+/* Vectorized path: one warp per row, the row held in registers as zt16x8 chunks (chunk k of lane l
  * is columns (k*32 + l)*8 ...); needs C % 8 == 0, C <= 32*8*ZT_LN_MAXV and 16-byte aligned rows.
  * The scalar kernels below handle everything else. */
 #define ZT_LN_MAXV 8
@@ -197,22 +200,22 @@ static bool ln_vec_ok(int C, const void *a, const void *b, const void *c, const 
            (!d || zt_aligned16(d));
 }
 
-__global__ void k_layernorm_fwd_vec(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w, const bf16 *b,
+__global__ void k_layernorm_fwd_vec(zt16 *out, float *mean, float *rstd, const zt16 *inp, const zt16 *w, const zt16 *b,
                                     int N, int C) {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
     int nch = C / 8;
-    const bf16 *x = inp + (size_t)row * C;
-    bf16x8 xv[ZT_LN_MAXV];
+    const zt16 *x = inp + (size_t)row * C;
+    zt16x8 xv[ZT_LN_MAXV];
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < ZT_LN_MAXV; k++) {
         int ch = k * 32 + lane;
         if (ch < nch) {
-            xv[k] = *reinterpret_cast<const bf16x8 *>(x + ch * 8);
+            xv[k] = *reinterpret_cast<const zt16x8 *>(x + ch * 8);
 #pragma unroll
-            for (int e = 0; e < 8; e++) s += __bfloat162float(xv[k].v[e]);
+            for (int e = 0; e < 8; e++) s += zt_f(xv[k].v[e]);
         }
     }
     float m = zt_warp_sum(s) / C;
@@ -222,25 +225,25 @@ __global__ void k_layernorm_fwd_vec(bf16 *out, float *mean, float *rstd, const b
         if (k * 32 + lane < nch)
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                float d = __bfloat162float(xv[k].v[e]) - m;
+                float d = zt_f(xv[k].v[e]) - m;
                 v += d * d;
             }
     float rs = zt_rstd(zt_warp_sum(v) / C);
-    bf16 *o = out + (size_t)row * C;
+    zt16 *o = out + (size_t)row * C;
 #pragma unroll
     for (int k = 0; k < ZT_LN_MAXV; k++) {
         int ch = k * 32 + lane;
         if (ch < nch) {
-            bf16x8 wv = *reinterpret_cast<const bf16x8 *>(w + ch * 8), ov;
-            bf16x8 bv;
-            if (b) bv = *reinterpret_cast<const bf16x8 *>(b + ch * 8);
+            zt16x8 wv = *reinterpret_cast<const zt16x8 *>(w + ch * 8), ov;
+            zt16x8 bv;
+            if (b) bv = *reinterpret_cast<const zt16x8 *>(b + ch * 8);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                float y = (__bfloat162float(xv[k].v[e]) - m) * rs;
-                y = y * __bfloat162float(wv.v[e]) + (b ? __bfloat162float(bv.v[e]) : 0.0f);
-                ov.v[e] = zt_bf(y);
+                float y = (zt_f(xv[k].v[e]) - m) * rs;
+                y = y * zt_f(wv.v[e]) + (b ? zt_f(bv.v[e]) : 0.0f);
+                ov.v[e] = zt_to16(y);
             }
-            *reinterpret_cast<bf16x8 *>(o + ch * 8) = ov;
+            *reinterpret_cast<zt16x8 *>(o + ch * 8) = ov;
         }
     }
     if (lane == 0) {
@@ -250,12 +253,12 @@ __global__ void k_layernorm_fwd_vec(bf16 *out, float *mean, float *rstd, const b
 }
 
 /* scalar fallback: one warp per row, two-pass mean / biased variance in fp32 */
-__global__ void k_layernorm_fwd(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w, const bf16 *b,
+__global__ void k_layernorm_fwd(zt16 *out, float *mean, float *rstd, const zt16 *inp, const zt16 *w, const zt16 *b,
                                 int N, int C) {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
-    const bf16 *x = inp + (size_t)row * C;
+    const zt16 *x = inp + (size_t)row * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) s += zt_ld(x + c);
     float m = zt_warp_sum(s) / C;
@@ -265,11 +268,11 @@ __global__ void k_layernorm_fwd(bf16 *out, float *mean, float *rstd, const bf16 
         v += d * d;
     }
     float rs = zt_rstd(zt_warp_sum(v) / C);
-    bf16 *o = out + (size_t)row * C;
+    zt16 *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
         float y = (zt_ld(x + c) - m) * rs;
         y = y * zt_ld(w + c) + (b ? zt_ld(b + c) : 0.0f);
-        o[c] = zt_bf(y);
+        o[c] = zt_to16(y);
     }
     if (lane == 0) {
         if (mean) mean[row] = m;
@@ -282,36 +285,36 @@ void zt_cu_layernorm_forward(void *out, float *mean, float *rstd, const void *in
     const int warps = 8;
     if (ln_vec_ok(C, out, inp, w, b))
         k_layernorm_fwd_vec<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
-            (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+            (zt16 *)out, mean, rstd, (const zt16 *)inp, (const zt16 *)w, (const zt16 *)b, N, C);
     else
         k_layernorm_fwd<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
-            (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+            (zt16 *)out, mean, rstd, (const zt16 *)inp, (const zt16 *)w, (const zt16 *)b, N, C);
     ZT_LAUNCH_CHECK("layernorm_forward");
 }
 
 /* dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w; vectorized,
  * the row's x and dout in registers */
-__global__ void k_layernorm_bwd_dx_vec(bf16 *dinp, const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
+__global__ void k_layernorm_bwd_dx_vec(zt16 *dinp, const zt16 *dout, const zt16 *inp, const zt16 *w, const float *mean,
                                        const float *rstd, int N, int C) {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
     int nch = C / 8;
-    const bf16 *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    const zt16 *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float m = mean[row], rs = rstd[row];
-    bf16x8 xv[ZT_LN_MAXV], dv[ZT_LN_MAXV];
+    zt16x8 xv[ZT_LN_MAXV], dv[ZT_LN_MAXV];
     float sd = 0.0f, sdx = 0.0f;
 #pragma unroll
     for (int k = 0; k < ZT_LN_MAXV; k++) {
         int ch = k * 32 + lane;
         if (ch < nch) {
-            xv[k] = *reinterpret_cast<const bf16x8 *>(x + ch * 8);
-            dv[k] = *reinterpret_cast<const bf16x8 *>(dy + ch * 8);
-            bf16x8 wv = *reinterpret_cast<const bf16x8 *>(w + ch * 8);
+            xv[k] = *reinterpret_cast<const zt16x8 *>(x + ch * 8);
+            dv[k] = *reinterpret_cast<const zt16x8 *>(dy + ch * 8);
+            zt16x8 wv = *reinterpret_cast<const zt16x8 *>(w + ch * 8);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                float xhat = (__bfloat162float(xv[k].v[e]) - m) * rs;
-                float dnorm = __bfloat162float(dv[k].v[e]) * __bfloat162float(wv.v[e]);
+                float xhat = (zt_f(xv[k].v[e]) - m) * rs;
+                float dnorm = zt_f(dv[k].v[e]) * zt_f(wv.v[e]);
                 sd += dnorm;
                 sdx += dnorm * xhat;
             }
@@ -319,30 +322,30 @@ __global__ void k_layernorm_bwd_dx_vec(bf16 *dinp, const bf16 *dout, const bf16 
     }
     float dnorm_mean = zt_warp_sum(sd) / C;
     float dnorm_xhat_mean = zt_warp_sum(sdx) / C;
-    bf16 *dx = dinp + (size_t)row * C;
+    zt16 *dx = dinp + (size_t)row * C;
 #pragma unroll
     for (int k = 0; k < ZT_LN_MAXV; k++) {
         int ch = k * 32 + lane;
         if (ch < nch) {
-            bf16x8 wv = *reinterpret_cast<const bf16x8 *>(w + ch * 8);
-            bf16x8 ov = *reinterpret_cast<const bf16x8 *>(dx + ch * 8);
+            zt16x8 wv = *reinterpret_cast<const zt16x8 *>(w + ch * 8);
+            zt16x8 ov = *reinterpret_cast<const zt16x8 *>(dx + ch * 8);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                float xhat = (__bfloat162float(xv[k].v[e]) - m) * rs;
-                float dnorm = __bfloat162float(dv[k].v[e]) * __bfloat162float(wv.v[e]);
-                ov.v[e] = zt_bf(__bfloat162float(ov.v[e]) + zt_layernorm_dx(dnorm, xhat, rs, dnorm_mean, dnorm_xhat_mean));
+                float xhat = (zt_f(xv[k].v[e]) - m) * rs;
+                float dnorm = zt_f(dv[k].v[e]) * zt_f(wv.v[e]);
+                ov.v[e] = zt_to16(zt_f(ov.v[e]) + zt_layernorm_dx(dnorm, xhat, rs, dnorm_mean, dnorm_xhat_mean));
             }
-            *reinterpret_cast<bf16x8 *>(dx + ch * 8) = ov;
+            *reinterpret_cast<zt16x8 *>(dx + ch * 8) = ov;
         }
     }
 }
 /* scalar fallback, one warp per row */
-__global__ void k_layernorm_bwd_dx(bf16 *dinp, const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
+__global__ void k_layernorm_bwd_dx(zt16 *dinp, const zt16 *dout, const zt16 *inp, const zt16 *w, const float *mean,
                                    const float *rstd, int N, int C) {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
-    const bf16 *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    const zt16 *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float m = mean[row], rs = rstd[row];
     float sd = 0.0f, sdx = 0.0f;
     for (int c = lane; c < C; c += 32) {
@@ -353,11 +356,11 @@ __global__ void k_layernorm_bwd_dx(bf16 *dinp, const bf16 *dout, const bf16 *inp
     }
     float dnorm_mean = zt_warp_sum(sd) / C;
     float dnorm_xhat_mean = zt_warp_sum(sdx) / C;
-    bf16 *dx = dinp + (size_t)row * C;
+    zt16 *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
         float xhat = (zt_ld(x + c) - m) * rs;
         float dnorm = zt_ld(dy + c) * zt_ld(w + c);
-        dx[c] = zt_bf(zt_ld(dx + c) + zt_layernorm_dx(dnorm, xhat, rs, dnorm_mean, dnorm_xhat_mean));
+        dx[c] = zt_to16(zt_ld(dx + c) + zt_layernorm_dx(dnorm, xhat, rs, dnorm_mean, dnorm_xhat_mean));
     }
 }
 void zt_cu_layernorm_backward(void *dinp, void *dw, void *db, const void *dout, const void *inp, const void *w,
@@ -367,14 +370,14 @@ void zt_cu_layernorm_backward(void *dinp, void *dw, void *db, const void *dout, 
         const int warps = 8;
         if (ln_vec_ok(C, dinp, dout, inp, w))
             k_layernorm_bwd_dx_vec<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
-                (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C);
+                (zt16 *)dinp, (const zt16 *)dout, (const zt16 *)inp, (const zt16 *)w, mean, rstd, N, C);
         else
             k_layernorm_bwd_dx<<<(N + warps - 1) / warps, warps * 32, 0, g_zt.stream>>>(
-                (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C);
+                (zt16 *)dinp, (const zt16 *)dout, (const zt16 *)inp, (const zt16 *)w, mean, rstd, N, C);
         ZT_LAUNCH_CHECK("layernorm_backward(dinp)");
     }
     if (dw || db)
-        zt_cu_colsum(dw, db, (const bf16 *)dout, C, dw ? (const bf16 *)inp : NULL, mean, rstd, N, C);
+        zt_cu_colsum(dw, db, (const zt16 *)dout, C, dw ? (const zt16 *)inp : NULL, mean, rstd, N, C);
 }
 
 /* ================================================================ column sums (dw, db, dbias) */
@@ -384,7 +387,7 @@ void zt_cu_layernorm_backward(void *dinp, void *dw, void *db, const void *dout, 
  * only, so the summation order (and the result) is the same on every GPU. */
 #define ZT_COLSUM_TY 8
 template <bool LN, int W>
-__global__ void k_colsum_partial(float *part_w, float *part_b, const bf16 *dout, int ld, const bf16 *inp,
+__global__ void k_colsum_partial(float *part_w, float *part_b, const zt16 *dout, int ld, const zt16 *inp,
                                  const float *mean, const float *rstd, int N, int C) {
     __shared__ float sw[ZT_COLSUM_TY][32 * W + 1], sb[ZT_COLSUM_TY][32 * W + 1];
     int tx = threadIdx.x, ty = threadIdx.y;
@@ -395,15 +398,15 @@ __global__ void k_colsum_partial(float *part_w, float *part_b, const bf16 *dout,
     if (c0 < C) {
         for (int i = blockIdx.y * ZT_COLSUM_TY + ty; i < N; i += gridDim.y * ZT_COLSUM_TY) {
             if (W == 8) {
-                bf16x8 d = *reinterpret_cast<const bf16x8 *>(dout + (size_t)i * ld + c0);
-                bf16x8 x;
+                zt16x8 d = *reinterpret_cast<const zt16x8 *>(dout + (size_t)i * ld + c0);
+                zt16x8 x;
                 float m = 0.0f, rs = 0.0f;
-                if (LN) x = *reinterpret_cast<const bf16x8 *>(inp + (size_t)i * C + c0), m = mean[i], rs = rstd[i];
+                if (LN) x = *reinterpret_cast<const zt16x8 *>(inp + (size_t)i * C + c0), m = mean[i], rs = rstd[i];
 #pragma unroll
                 for (int e = 0; e < W; e++) {
-                    float dd = __bfloat162float(d.v[e]);
+                    float dd = zt_f(d.v[e]);
                     ab[e] += dd;
-                    if (LN) aw[e] += dd * ((__bfloat162float(x.v[e]) - m) * rs);
+                    if (LN) aw[e] += dd * ((zt_f(x.v[e]) - m) * rs);
                 }
             } else {
                 float dd = zt_ld(dout + (size_t)i * ld + c0);
@@ -426,8 +429,8 @@ __global__ void k_colsum_partial(float *part_w, float *part_b, const bf16 *dout,
         if (LN) part_w[(size_t)blockIdx.y * C + c] = tw;
     }
 }
-/* Stage 2: one thread per column sums the nsplit partials in order and adds into the bf16 grads */
-__global__ void k_colsum_final(bf16 *dw, bf16 *db, const float *part_w, const float *part_b, int nsplit, int C) {
+/* Stage 2: one thread per column sums the nsplit partials in order and adds into the 16-bit grads */
+__global__ void k_colsum_final(zt16 *dw, zt16 *db, const float *part_w, const float *part_b, int nsplit, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float tw = 0.0f, tb = 0.0f;
@@ -435,10 +438,10 @@ __global__ void k_colsum_final(bf16 *dw, bf16 *db, const float *part_w, const fl
         if (dw) tw += part_w[(size_t)k * C + c];
         tb += part_b[(size_t)k * C + c];
     }
-    if (dw) dw[c] = zt_bf(zt_ld(dw + c) + tw);
-    if (db) db[c] = zt_bf(zt_ld(db + c) + tb);
+    if (dw) dw[c] = zt_to16(zt_ld(dw + c) + tw);
+    if (db) db[c] = zt_to16(zt_ld(db + c) + tb);
 }
-void zt_cu_colsum(void *dw, void *db, const bf16 *dout, int ld, const bf16 *inp, const float *mean, const float *rstd,
+void zt_cu_colsum(void *dw, void *db, const zt16 *dout, int ld, const zt16 *inp, const float *mean, const float *rstd,
                   int N, int C) {
     if (N <= 0 || C <= 0 || (!dw && !db)) return;
     bool ln = dw != NULL && inp != NULL;
@@ -462,20 +465,20 @@ void zt_cu_colsum(void *dw, void *db, const bf16 *dout, int ld, const bf16 *inp,
             k_colsum_partial<false, 1><<<grid, block, 0, g_zt.stream>>>(part_w, part_b, dout, ld, NULL, NULL, NULL, N, C);
     }
     ZT_LAUNCH_CHECK("colsum(partial)");
-    k_colsum_final<<<(C + 255) / 256, 256, 0, g_zt.stream>>>(ln ? (bf16 *)dw : NULL, (bf16 *)db, part_w, part_b,
+    k_colsum_final<<<(C + 255) / 256, 256, 0, g_zt.stream>>>(ln ? (zt16 *)dw : NULL, (zt16 *)db, part_w, part_b,
                                                               nsplit, C);
     ZT_LAUNCH_CHECK("colsum(final)");
 }
 
-__global__ void k_add_bias(bf16 *out, const bf16 *bias, int N, int C, int ld) {
+__global__ void k_add_bias(zt16 *out, const zt16 *bias, int N, int C, int ld) {
     size_t total = (size_t)N * C;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / C, c = i % C;
-        bf16 *p = out + r * ld + c;
-        *p = zt_bf(zt_ld(p) + zt_ld(bias + c));
+        zt16 *p = out + r * ld + c;
+        *p = zt_to16(zt_ld(p) + zt_ld(bias + c));
     }
 }
-void zt_cu_add_bias(bf16 *out, const bf16 *bias, int N, int C, int ld) {
+void zt_cu_add_bias(zt16 *out, const zt16 *bias, int N, int C, int ld) {
     size_t total = (size_t)N * C;
     if (!total) return;
     k_add_bias<<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>(out, bias, N, C, ld);
@@ -498,23 +501,23 @@ __device__ __forceinline__ void xent_merge(float &m, float &s, float m2, float s
     s = a + b;
 }
 template <bool VEC>
-__global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses, bf16 *dlogits, const bf16 *logits,
+__global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses, zt16 *dlogits, const zt16 *logits,
                                                                   const int *targets, int V, int Vp, float dloss) {
     __shared__ float sm[32], ss[32];
     __shared__ float s_target_logit;
     int row = blockIdx.x;
-    const bf16 *x = logits + (size_t)row * Vp;
+    const zt16 *x = logits + (size_t)row * Vp;
     int tgt = targets[row];
     bool valid = tgt >= 0 && tgt < V;
     if (threadIdx.x == 0) s_target_logit = valid ? zt_ld(x + tgt) : 0.0f;
     float m = -INFINITY, s = 0.0f;
     if (VEC) {
         for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
-            bf16x8 v = *reinterpret_cast<const bf16x8 *>(x + j);
+            zt16x8 v = *reinterpret_cast<const zt16x8 *>(x + j);
             float f[8], lm = -INFINITY;
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                f[e] = j + e < V ? __bfloat162float(v.v[e]) : -INFINITY;
+                f[e] = j + e < V ? zt_f(v.v[e]) : -INFINITY;
                 lm = fmaxf(lm, f[e]);
             }
             float ls = 0.0f;
@@ -552,22 +555,22 @@ __global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses,
     float logS = logf(S);
     if (threadIdx.x == 0) losses[row] = valid ? (logS + M - s_target_logit) : NAN;
     if (!dlogits) return;
-    bf16 *dx = dlogits + (size_t)row * Vp;
+    zt16 *dx = dlogits + (size_t)row * Vp;
     float invS = 1.0f / S;
     if (VEC) {
         for (int j = threadIdx.x * 8; j < Vp; j += blockDim.x * 8) {
-            bf16x8 v, o;
-            if (j < V) v = *reinterpret_cast<const bf16x8 *>(x + j);
+            zt16x8 v, o;
+            if (j < V) v = *reinterpret_cast<const zt16x8 *>(x + j);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 float g = 0.0f;
                 if (j + e < V) {
-                    float p = expf(__bfloat162float(v.v[e]) - M) * invS;
+                    float p = expf(zt_f(v.v[e]) - M) * invS;
                     g = (p - (j + e == tgt ? 1.0f : 0.0f)) * dloss;
                 }
-                o.v[e] = zt_bf(g);
+                o.v[e] = zt_to16(g);
             }
-            *reinterpret_cast<bf16x8 *>(dx + j) = o;
+            *reinterpret_cast<zt16x8 *>(dx + j) = o;
         }
     } else {
         for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
@@ -576,7 +579,7 @@ __global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses,
                 float p = expf(zt_ld(x + j) - M) * invS;
                 g = (p - (j == tgt ? 1.0f : 0.0f)) * dloss;
             }
-            dx[j] = zt_bf(g);
+            dx[j] = zt_to16(g);
         }
     }
 }
@@ -585,41 +588,41 @@ void zt_cu_softmax_xent(float *losses, void *dlogits, const void *logits, const 
     if (N <= 0) return;
     bool vec = Vp % 8 == 0 && zt_aligned16(logits) && (!dlogits || zt_aligned16(dlogits));
     if (vec)
-        k_softmax_xent<true><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (bf16 *)dlogits, (const bf16 *)logits,
+        k_softmax_xent<true><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (zt16 *)dlogits, (const zt16 *)logits,
                                                                      targets, V, Vp, dloss);
     else
-        k_softmax_xent<false><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (bf16 *)dlogits, (const bf16 *)logits,
+        k_softmax_xent<false><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (zt16 *)dlogits, (const zt16 *)logits,
                                                                       targets, V, Vp, dloss);
     ZT_LAUNCH_CHECK("softmax_xent");
 }
 
 /* ================================================================ AdamW */
-__global__ void k_adamw(float *master, float *m, float *v, const bf16 *grad, bf16 *params_out, size_t n,
+__global__ void k_adamw(float *master, float *m, float *v, const zt16 *grad, zt16 *params_out, size_t n,
                         zt_adam_step step) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float p = master[i], mi = m[i], vi = v[i];
-        zt_adamw_element(&p, &mi, &vi, __bfloat162float(grad[i]), &step);
+        zt_adamw_element(&p, &mi, &vi, zt_f(grad[i]), &step);
         master[i] = p;
         m[i] = mi;
         v[i] = vi;
-        if (params_out) params_out[i] = __float2bfloat16_rn(p);
+        if (params_out) params_out[i] = zt_to16(p);
     }
 }
 void zt_cu_adamw(float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
                  const zt_adam_step *step) {
     if (!n) return;
-    k_adamw<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>(master, m, v, (const bf16 *)grad, (bf16 *)params_out, n, *step);
+    k_adamw<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>(master, m, v, (const zt16 *)grad, (zt16 *)params_out, n, *step);
     ZT_LAUNCH_CHECK("adamw");
 }
 
 /* ================================================================ sum of squares */
 #define ZT_SUMSQ_THREADS 256
 #define ZT_SUMSQ_MAX_BLOCKS 1024
-__global__ void k_sumsq_partial(double *partial, const bf16 *x, size_t n) {
+__global__ void k_sumsq_partial(double *partial, const zt16 *x, size_t n) {
     __shared__ double sh[ZT_SUMSQ_THREADS / 32];
     double acc = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        double v = (double)__bfloat162float(x[i]);
+        double v = (double)zt_f(x[i]);
         acc += v * v;
     }
     acc = zt_warp_sum_d(acc);
@@ -644,7 +647,7 @@ double zt_cu_sumsq(const void *x, size_t n) {
     size_t nb = (n + ZT_SUMSQ_THREADS - 1) / ZT_SUMSQ_THREADS;
     if (nb > ZT_SUMSQ_MAX_BLOCKS) nb = ZT_SUMSQ_MAX_BLOCKS;
     double *d = (double *)zt_scratch(ZT_SCR_REDUCE, (ZT_SUMSQ_MAX_BLOCKS + 1) * sizeof(double));
-    k_sumsq_partial<<<(unsigned)nb, ZT_SUMSQ_THREADS, 0, g_zt.stream>>>(d, (const bf16 *)x, n);
+    k_sumsq_partial<<<(unsigned)nb, ZT_SUMSQ_THREADS, 0, g_zt.stream>>>(d, (const zt16 *)x, n);
     ZT_LAUNCH_CHECK("sumsq(partial)");
     k_sumsq_final<<<1, 32, 0, g_zt.stream>>>(d + ZT_SUMSQ_MAX_BLOCKS, d, (int)nb);
     ZT_LAUNCH_CHECK("sumsq(final)");
@@ -653,3 +656,30 @@ double zt_cu_sumsq(const void *x, size_t n) {
     ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
     return *h;
 }
+
+/* ================================================================ op table */
+/* the compute-dtype half of the op table: everything but memory, copies and synchronisation,
+ * which backend_cuda.cu fills once for both dtypes */
+void fill_ops(zt_backend *b) {
+    b->compute_dtype = ZT_COMPUTE_DTYPE;
+    b->to_compute = zt_cu_to_compute;
+    b->to_f32 = zt_cu_to_f32;
+    b->embedding_forward = zt_cu_embedding_forward;
+    b->embedding_backward = zt_cu_embedding_backward;
+    b->layernorm_forward = zt_cu_layernorm_forward;
+    b->layernorm_backward = zt_cu_layernorm_backward;
+    b->matmul_forward = zt_cu_matmul_forward;
+    b->matmul_backward = zt_cu_matmul_backward;
+    b->attention_forward = zt_cu_attention_forward;
+    b->attention_backward = zt_cu_attention_backward;
+    b->gelu_forward = zt_cu_gelu_forward;
+    b->gelu_backward = zt_cu_gelu_backward;
+    b->residual_forward = zt_cu_residual_forward;
+    b->accumulate = zt_cu_accumulate;
+    b->softmax_xent = zt_cu_softmax_xent;
+    b->adamw = zt_cu_adamw;
+    b->sumsq = zt_cu_sumsq;
+    b->scale = zt_cu_scale;
+}
+
+} // namespace ZT_CU_NS

@@ -75,10 +75,17 @@ void zt_param_table_free(zt_param_table *t) {
     memset(t, 0, sizeof *t);
 }
 
+/* GPT-2's init: LayerNorm weights 1, biases 0, other weights N(0, 0.02) (residual projections
+ * N(0, 0.02/sqrt(2L))), drawn from one RNG stream in parameter order. Big models have billions of
+ * weights, so the stream is cut into pieces that threads generate after jumping the RNG to each
+ * piece's start (2 draws per value): the result is bit-identical for any thread count. */
+enum { ZT_INIT_PIECE = 1 << 20 };
+
 void zt_gpt2_init(const zt_param_table *t, const zt_gpt2_shape *s, float *params, uint64_t seed) {
-    zt_rng rng;
-    zt_rng_seed(&rng, seed);
+    zt_rng base;
+    zt_rng_seed(&base, seed);
     const float std = 0.02f, residual_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
+    uint64_t draws_before = 0; /* RNG draws used by the random tensors before this one */
     for (int i = 0; i < t->count; i++) {
         const zt_param_info *p = &t->params[i];
         float *x = params + p->offset;
@@ -90,7 +97,15 @@ void zt_gpt2_init(const zt_param_table *t, const zt_gpt2_shape *s, float *params
             for (size_t k = 0; k < p->numel; k++) x[k] = 1.0f;
         } else {
             float sd = strstr(p->name, "c_proj.weight") ? residual_std : std;
-            for (size_t k = 0; k < p->numel; k++) x[k] = sd * zt_rng_normal(&rng);
+            long pieces = (long)((p->numel + ZT_INIT_PIECE - 1) / ZT_INIT_PIECE);
+#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
+            for (long c = 0; c < pieces; c++) {
+                size_t a = (size_t)c * ZT_INIT_PIECE, b = a + ZT_INIT_PIECE < p->numel ? a + ZT_INIT_PIECE : p->numel;
+                zt_rng rng = base;
+                zt_rng_jump(&rng, draws_before + 2 * (uint64_t)a);
+                for (size_t k = a; k < b; k++) x[k] = sd * zt_rng_normal(&rng);
+            }
+            draws_before += 2 * (uint64_t)p->numel;
         }
     }
 }

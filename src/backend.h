@@ -30,8 +30,17 @@ typedef struct zt_backend {
     void *(*host_alloc)(size_t bytes);            /* zero-filled host memory for transfers (pinned on GPUs) */
     void (*host_free)(void *ptr);
     void (*memset_zero)(void *ptr, size_t bytes);
+    /* ordered after all work queued so far; H2D/D2H return once the host buffer may be reused/read */
     void (*copy)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    /* H2D or D2H on the backend's own stream for that direction (the CUDA backend has one each), so
+     * it runs while compute work (the device part of Twin-Flow's Adam) does and the two directions
+     * run at the same time. It is NOT ordered after queued compute work: the caller synchronize()s
+     * after the source was last written on the device and keeps the device from touching dst
+     * until it returns. Returns once the copy is complete, like copy(); safe from any thread. */
+    void (*transfer)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
     void (*synchronize)(void);
+    /* free and total device memory in bytes; 0 and 0 where device memory is host memory (CPU) */
+    void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
     /* fp32 <-> compute dtype conversion on the device (identity copy on the CPU backend) */
     void (*to_compute)(void *dst, const float *src, size_t n);
     void (*to_f32)(float *dst, const void *src, size_t n);
@@ -85,9 +94,10 @@ typedef struct zt_backend {
     void (*scale)(void *x, float s, size_t n);
 } zt_backend;
 
-/* The backends compiled into this binary. zt_backend_cuda() returns NULL when built without CUDA
- * or when no usable GPU is present (with the reason in *why). */
+/* The backends compiled into this binary. zt_backend_cuda(dtype) returns the CUDA backend computing
+ * in dtype (ZT_BF16 or ZT_F16; both tables share one device, its streams and its memory), or NULL
+ * when built without CUDA or when no usable GPU is present (with the reason in *why). */
 const zt_backend *zt_backend_cpu(void);
-const zt_backend *zt_backend_cuda(const char **why);
+const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why);
 
 #endif

@@ -66,6 +66,7 @@ static void cpu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 static void cpu_synchronize(void) {}
+static void cpu_mem_info(size_t *free_bytes, size_t *total_bytes) { *free_bytes = *total_bytes = 0; }
 static void cpu_to_compute(void *dst, const float *src, size_t n) { cpu_copy(dst, src, n * sizeof(float), ZT_D2D); }
 static void cpu_to_f32(float *dst, const void *src, size_t n) { cpu_copy(dst, src, n * sizeof(float), ZT_D2D); }
 
@@ -473,7 +474,9 @@ static const zt_backend cpu_backend = {
     .host_free = cpu_free,
     .memset_zero = cpu_memset_zero,
     .copy = cpu_copy,
+    .transfer = cpu_copy,
     .synchronize = cpu_synchronize,
+    .mem_info = cpu_mem_info,
     .to_compute = cpu_to_compute,
     .to_f32 = cpu_to_f32,
     .embedding_forward = cpu_embedding_forward,

@@ -346,17 +346,21 @@ static void host_part_free(zt_engine *e) {
         }                                                \
     } while (0)
 
-/* Measures, on scratch buffers of up to 2^20 elements, the CPU Adam (elements/s), the device Adam
+/* Measures, on scratch buffers of up to 2^24 elements, the CPU Adam (elements/s), the device Adam
  * and both copy directions (bytes/s), averages them over ranks (so every rank picks the same
  * ratio), and picks r for the optimizer step time model
  *   host lane   t_h(r) = r N / H,  H = min(CPU Adam, D2H bw / E, H2D bw / E)   (pipelined chunks)
  *   device lane t_d(r) = (1 - r) N / D
- * whose maximum is smallest where t_h = t_d: r* = H / (H + D). The device-memory budget then
- * requires the device part's optimizer bytes (1 - r) N K_dev (K_dev = 8: m, v; + 4 for the master on
- * 16-bit backends) to fit in what the engine's other device buffers leave: r >= r_min. */
+ * whose maximum is smallest where t_h = t_d: r* = H / (H + D) (D2H, CPU Adam and H2D are separate
+ * lanes, so the slowest of the three sets H). The device part's optimizer bytes (1 - r) N K_dev
+ * (K_dev = 8: m, v; + 4 for the master on 16-bit backends) must then fit, r >= r_min: in
+ * device_memory less the engine's other buffers when that is set, else in the device's free memory
+ * less offload.device_reserve (activations and scratch, allocated after the engine). */
 static double choose_ratio(zt_engine *e) {
     const zt_backend *be = e->be;
-    size_t N = e->opt_hi - e->opt_lo, n = max_sz(min_sz(N, (size_t)1 << 20), 4096), E = esz(e);
+    /* 2^24 elements (256 MiB of fp32 master, m, v, grads): beyond any CPU cache, so the CPU Adam is
+     * timed at its memory-bound speed; at 2^20 it ran from cache 5x faster than in real steps */
+    size_t N = e->opt_hi - e->opt_lo, n = max_sz(min_sz(N, (size_t)1 << 24), 4096), E = esz(e);
     int fp32 = be->compute_dtype == ZT_F32;
     float *hp = zt_xcalloc(n, 4), *hm = zt_xcalloc(n, 4), *hv = zt_xcalloc(n, 4), *hg = zt_xcalloc(n, 4);
     float *dp = be->alloc(n * 4), *dm = be->alloc(n * 4), *dv = be->alloc(n * 4);
@@ -368,8 +372,8 @@ static double choose_ratio(zt_engine *e) {
         double th, td, tdown, tup;
         BEST_OF_3(th, zt_cpu_adamw(hp, hm, hv, hg, n, &st, NULL, ZT_F32, e->off.host_threads));
         BEST_OF_3(td, (be->adamw(dp, dm, dv, dg, dout, n, &st), be->synchronize()));
-        BEST_OF_3(tdown, be->copy(pin, dg, n * E, ZT_D2H));
-        BEST_OF_3(tup, be->copy(dg, pin, n * E, ZT_H2D));
+        BEST_OF_3(tdown, be->transfer(pin, dg, n * E, ZT_D2H));
+        BEST_OF_3(tup, be->transfer(dg, pin, n * E, ZT_H2D));
         double tiny = 1e-9;
         rates[0] = n / (th + tiny), rates[1] = n / (td + tiny), rates[2] = n * E / (tdown + tiny), rates[3] = n * E / (tup + tiny);
     }
@@ -386,18 +390,32 @@ static double choose_ratio(zt_engine *e) {
     }
     double H = fmin(rates[0], fmin(rates[2] / E, rates[3] / E)), D = rates[1];
     double r = H / (H + D);
+    /* the device part's optimizer bytes must fit: in device_memory less the engine's other device
+     * buffers when it is set, else in what the device has free now less what the caller reserved */
     double r_min = 0;
-    double K = fp32 ? 8 : 12, budget = e->off.device_memory;
-    char why_mem[200] = "no device-memory budget (offload_optimizer.device_memory is 0)";
-    if (budget > 0 && N > 0) {
+    double K = fp32 ? 8 : 12, budget = e->off.device_memory, avail = -1;
+    size_t free_now = 0, total_dev = 0;
+    if (be->mem_info) be->mem_info(&free_now, &total_dev);
+    char why_mem[240] = "device memory is host memory: no device budget";
+    if (budget > 0) {
         double other = (double)sum_cat(e->mem.device); /* params, grads, comm buffers allocated so far */
-        r_min = 1.0 - (budget - other) / ((double)N * K);
-        snprintf(why_mem, sizeof why_mem, "budget %.1f MiB, other device buffers %.1f MiB: at least %.3f must go to the host",
-                 budget / 1048576.0, other / 1048576.0, fmax(r_min, 0.0));
-        if (r_min > 1) zt_warn("twin-flow: even with everything offloaded the device needs %.1f MiB > budget %.1f MiB",
-                               other / 1048576.0, budget / 1048576.0);
-        r = fmax(r, r_min);
+        avail = budget - other;
+        snprintf(why_mem, sizeof why_mem, "budget %.1f MiB (device_memory), other device buffers %.1f MiB",
+                 budget / 1048576.0, other / 1048576.0);
+    } else if (total_dev > 0) {
+        avail = (double)free_now - e->off.device_reserve;
+        snprintf(why_mem, sizeof why_mem, "%.1f MiB free on the device, %.1f MiB kept for activations and scratch",
+                 free_now / 1048576.0, e->off.device_reserve / 1048576.0);
     }
+    if (avail > -1 && N > 0) {
+        r_min = 1.0 - avail / ((double)N * K);
+        size_t len = strlen(why_mem);
+        snprintf(why_mem + len, sizeof why_mem - len, ": at least %.3f must go to the host", fmax(r_min, 0.0));
+    }
+    /* every rank takes the largest (in millionths, rounded up) */
+    r_min = e->comm->agree_max(e->comm, (int)ceil(fmin(fmax(r_min, 0.0), 2.0) * 1e6)) / 1e6;
+    if (r_min > 1) zt_warn("twin-flow: the device is short of memory even with everything offloaded (%s)", why_mem);
+    r = fmax(r, r_min);
     r = fmin(fmax(r, 0.0), 1.0);
     zt_info("twin-flow: ratio auto = %.3f: CPU Adam %.0f M el/s, device Adam %.0f M el/s, D2H %.2f GB/s, H2D %.2f GB/s; "
             "host pipeline %.0f M el/s -> balanced ratio H/(H+D) = %.3f; %s",
@@ -523,11 +541,15 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         if (n > e->host_n) be->copy(e->master, init_f32 + e->opt_lo + e->host_n, (n - e->host_n) * sizeof(float), ZT_H2D);
         if (stage == 3) {
             be->to_compute(e->params, e->master, n);
-        } else {
-            float *tmp = be->alloc(e->total * sizeof(float));
+        } else { /* through a bounded fp32 staging buffer: a whole-model one would not fit big models */
+            size_t step = min_sz(e->total, (size_t)1 << 24);
+            float *tmp = be->alloc(max_sz(step, 1) * sizeof(float));
             if (!tmp) goto oom;
-            be->copy(tmp, init_f32, e->total * sizeof(float), ZT_H2D);
-            be->to_compute(e->params, tmp, e->total);
+            for (size_t a = 0; a < e->total; a += step) {
+                size_t k = min_sz(step, e->total - a);
+                be->copy(tmp, init_f32 + a, k * sizeof(float), ZT_H2D);
+                be->to_compute(at(e, e->params, a), tmp, k);
+            }
             be->free(tmp);
         }
     }
@@ -541,12 +563,20 @@ oom:
     {
         int host_failed = e->host_n && (!e->host_master || !e->host_m || !e->host_v || !e->host_grad);
         size_t host_n = e->host_n;
-        size_t total = 0;
+        size_t total = 0, shard = e->shard;
+        int world = e->world;
         for (int c = 0; c < ZT_MEM_NCAT; c++) total += e->mem.device[c];
         zt_engine_destroy(e);
         if (host_failed) return zt_fail(err, "out of host memory for the offloaded optimizer states (%zu elements)", host_n);
-        return zt_fail(err, "out of %s memory for model states (stage %d, %zu parameters; allocated %.1f MiB before failing)",
-                       be->name, stage, table->total, (double)total / 1048576.0);
+        /* what the model states need on this device: the ZeRO formula minus the offloaded part */
+        size_t K = fp32 ? 8 : 12;
+        double need = (double)zt_zero_model_state_bytes(stage, E, K, shard, world) - (double)K * host_n;
+        return zt_fail(err,
+                       "out of %s memory for model states: stage %d with %zu parameters on %d rank(s) needs about "
+                       "%.2f GiB of them per device (allocated %.2f GiB before failing); offload the optimizer "
+                       "(zero_optimization.offload_optimizer: {device: cpu, ratio: auto}), use a higher stage or "
+                       "more ranks (zerotrain estimate CONFIG --ranks N shows the options)",
+                       be->name, stage, table->total, world, need / 1073741824.0, (double)total / 1073741824.0);
     }
 }
 
@@ -609,6 +639,24 @@ static void chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b) {
     *b = min_sz(tf->e->host_n, *a + tf->e->host_chunk);
 }
 
+/* a lane has finished `chunks` chunks: tell the lanes waiting on it */
+static void publish(twin_flow *tf, size_t *counter, size_t chunks) {
+    pthread_mutex_lock(&tf->mu);
+    *counter = chunks;
+    pthread_cond_broadcast(&tf->cv);
+    pthread_mutex_unlock(&tf->mu);
+}
+
+/* one chunk's transfer on the backend's stream for that direction, timed and traced on its lane */
+static void timed_transfer(twin_flow *tf, int lane, const char *what, void *dst, const void *src, size_t bytes,
+                           zt_copy_kind kind, double *busy) {
+    double t0 = zt_now();
+    tf->e->be->transfer(dst, src, bytes, kind);
+    double t1 = zt_now();
+    *busy += t1 - t0;
+    zt_trace_complete(tf->e->trace, lane, what, t0, t1);
+}
+
 /* host-adam lane: CPU Adam of each chunk once its gradients are down, per tensor piece (weight decay
  * differs per tensor); 16-bit backends widen the gradients first and write the rounded params */
 static void *host_adam_lane(void *arg) {
@@ -641,52 +689,42 @@ static void *host_adam_lane(void *arg) {
         double t1 = zt_now();
         tf->adam_busy += t1 - t0;
         zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "host adam", t0, t1);
-        pthread_mutex_lock(&tf->mu);
-        tf->adam_done = c + 1;
-        pthread_cond_broadcast(&tf->cv);
-        pthread_mutex_unlock(&tf->mu);
+        publish(tf, &tf->adam_done, c + 1);
     }
     return NULL;
 }
 
-/* transfer lane: keeps the D2H of gradients up to two chunks ahead of the CPU Adam, and sends each
- * finished chunk's parameters up as soon as it is done */
-static void *transfer_lane(void *arg) {
+/* D2H lane: brings every chunk's gradients down in order, as fast as the link allows (host_grad
+ * holds them all, so it never waits for the CPU Adam) */
+static void *d2h_lane(void *arg) {
+    twin_flow *tf = arg;
+    zt_engine *e = tf->e;
+    size_t E = esz(e);
+    for (size_t c = 0; c < tf->nchunks; c++) {
+        size_t a, b;
+        chunk_range(tf, c, &a, &b);
+        timed_transfer(tf, ZT_LANE_D2H, "D2H grads", at(e, e->host_grad, a), at(e, e->grad_shard, a), (b - a) * E,
+                       ZT_D2H, &tf->d2h_busy);
+        publish(tf, &tf->d2h_done, c + 1);
+    }
+    return NULL;
+}
+
+/* H2D lane: sends each chunk's updated parameters up as soon as the CPU Adam has finished it; on
+ * its own stream, so it runs alongside the D2H of later chunks and the device Adam */
+static void *h2d_lane(void *arg) {
     twin_flow *tf = arg;
     zt_engine *e = tf->e;
     int fp32 = e->be->compute_dtype == ZT_F32;
-    size_t d2h = 0, h2d = 0, E = esz(e);
-    while (h2d < tf->nchunks) {
+    size_t E = esz(e);
+    for (size_t c = 0; c < tf->nchunks; c++) {
         pthread_mutex_lock(&tf->mu);
-        int down, up;
-        for (;;) {
-            down = d2h < tf->nchunks && d2h < tf->adam_done + 2;
-            up = tf->adam_done > h2d;
-            if (down || up) break;
-            pthread_cond_wait(&tf->cv, &tf->mu);
-        }
+        while (tf->adam_done <= c) pthread_cond_wait(&tf->cv, &tf->mu);
         pthread_mutex_unlock(&tf->mu);
         size_t a, b;
-        double t0 = zt_now();
-        if (down) {
-            chunk_range(tf, d2h, &a, &b);
-            e->be->copy(at(e, e->host_grad, a), at(e, e->grad_shard, a), (b - a) * E, ZT_D2H);
-            double t1 = zt_now();
-            tf->d2h_busy += t1 - t0;
-            zt_trace_complete(e->trace, ZT_LANE_TRANSFER, "D2H grads", t0, t1);
-            pthread_mutex_lock(&tf->mu);
-            tf->d2h_done = ++d2h;
-            pthread_cond_broadcast(&tf->cv);
-            pthread_mutex_unlock(&tf->mu);
-        } else {
-            chunk_range(tf, h2d, &a, &b);
-            const void *src = fp32 ? (const void *)(e->host_master + a) : at(e, e->host_params16, a);
-            e->be->copy(params_at_opt(e, a), src, (b - a) * E, ZT_H2D);
-            double t1 = zt_now();
-            tf->h2d_busy += t1 - t0;
-            zt_trace_complete(e->trace, ZT_LANE_TRANSFER, "H2D params", t0, t1);
-            h2d++;
-        }
+        chunk_range(tf, c, &a, &b);
+        const void *src = fp32 ? (const void *)(e->host_master + a) : at(e, e->host_params16, a);
+        timed_transfer(tf, ZT_LANE_H2D, "H2D params", params_at_opt(e, a), src, (b - a) * E, ZT_H2D, &tf->h2d_busy);
     }
     return NULL;
 }
@@ -710,14 +748,17 @@ static void device_adam(zt_engine *e, zt_adam_step st) {
 
 /* The host lanes start as soon as the gradients are final (the D2H needs no clip coefficient), the
  * CPU Adam once twin_go has set the step; the device part runs on this thread meanwhile. */
-static int twin_start(zt_engine *e, twin_flow *tf, pthread_t th[2]) {
+static int twin_start(zt_engine *e, twin_flow *tf, pthread_t th[3]) {
     memset(tf, 0, sizeof *tf);
     tf->e = e;
     tf->nchunks = e->host_n ? (e->host_n + e->host_chunk - 1) / e->host_chunk : 0;
     if (!tf->nchunks) return 0;
+    /* transfer() is not ordered after queued device work: the gradients must be complete first */
+    e->be->synchronize();
     pthread_mutex_init(&tf->mu, NULL);
     pthread_cond_init(&tf->cv, NULL);
-    if (pthread_create(&th[0], NULL, host_adam_lane, tf) || pthread_create(&th[1], NULL, transfer_lane, tf)) {
+    if (pthread_create(&th[0], NULL, host_adam_lane, tf) || pthread_create(&th[1], NULL, d2h_lane, tf) ||
+        pthread_create(&th[2], NULL, h2d_lane, tf)) {
         fprintf(stderr, "zerotrain: error: cannot start the Twin-Flow host threads\n");
         abort();
     }
@@ -733,15 +774,14 @@ static void twin_go(twin_flow *tf, int threads, const zt_adam_step *st) {
     pthread_mutex_unlock(&tf->mu);
 }
 
-static void split_update(zt_engine *e, twin_flow *tf, int threads, pthread_t th[2], double t0, const zt_adam_step *st) {
+static void split_update(zt_engine *e, twin_flow *tf, int threads, pthread_t th[3], double t0, const zt_adam_step *st) {
     twin_go(tf, threads, st);
     double td0 = zt_now();
     device_adam(e, *st);
     double td1 = zt_now();
     if (e->opt_hi > e->opt_lo + e->host_n) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device adam", td0, td1);
     if (threads) {
-        pthread_join(th[0], NULL);
-        pthread_join(th[1], NULL);
+        for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
         pthread_mutex_destroy(&tf->mu);
         pthread_cond_destroy(&tf->cv);
     }
@@ -787,7 +827,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     const zt_backend *be = e->be;
     finish_all(e);
     twin_flow tf;
-    pthread_t th[2];
+    pthread_t th[3];
     double tn0 = zt_now();
     *skipped = 0;
     /* with loss scaling the step may be skipped (overflow), so the norm comes before the host

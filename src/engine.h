@@ -47,8 +47,10 @@ typedef struct zt_engine_offload {
     int enabled;          /* device cpu */
     double ratio;         /* [0, 1]; < 0 = auto (calibrated at creation) */
     int pin_memory;       /* transfer buffers from be->host_alloc (pinned on GPUs) */
-    double device_memory; /* bytes: device budget for ratio auto; 0 = no limit known */
+    double device_memory; /* bytes: device budget for ratio auto; 0 = what the device has free */
     int host_threads;     /* CPU Adam threads; 0 = OpenMP's default */
+    double device_reserve; /* bytes the caller allocates on the device after the engine (activations,
+                              backend scratch): ratio auto leaves them free */
 } zt_engine_offload;
 
 /* Seconds spent in each part of the current step (reset by zt_engine_begin_micro(first)).

@@ -1,9 +1,12 @@
 /* selftest.c — `zerotrain selftest [--device cuda|cpu] [--seed N] [--allow-skip]`: runs every op of
  * the backend op table on random inputs on the CPU reference backend (fp32) and on the device
- * backend (bf16 on GPUs), and compares them. Uses the op table only, so it builds without CUDA.
+ * backend, and compares them: on a GPU both CUDA tables, bf16 then fp16, each followed by 20 steps
+ * of tiny training. Uses the op table only, so it builds without CUDA.
  *
- * Inputs are rounded to bf16 before use, so both backends start from identical numbers and the
- * differences measure only the device's own rounding. Errors are norm-wise relative,
+ * Inputs are rounded to the 16-bit type under test before use, so both backends start from
+ * identical numbers and the differences measure only the device's own rounding. The limits below
+ * are derived for bf16 and applied to fp16 unchanged: fp16 keeps 11 significant bits, so its
+ * roundings are 8x smaller (its range is what loss scaling is for, not precision). Errors are norm-wise relative,
  * err = ||dev - ref|| / ||ref||, against these tolerances:
  *   TOL_ROUND 4e-3  one bf16 rounding of an fp32-exact result: bf16 keeps 8 significant bits, so
  *                   round-to-nearest is off by at most 2^-9 ~ 2e-3 relative per element; 2^-8
@@ -40,13 +43,15 @@
 
 /* ---------------------------------------------------------------- helpers */
 void zt_selftest_check(zt_selftest *st, const char *name, double err, double tol) {
+    const char *tag = st->tag ? st->tag : "";
     if (err <= tol) {
-        if (st->verbose) printf("PASS %s (err %.2e <= tol %.1e)\n", name, err, tol);
+        if (st->verbose) printf("PASS %s%s (err %.2e <= tol %.1e)\n", tag, name, err, tol);
         st->passed++;
     } else {
         /* failures are printed by every rank, with its rank when there are several */
-        if (zt_mpi_world_size() > 1) printf("FAIL [rank %d] %s: err %.3e > tol %.1e\n", zt_mpi_world_rank(), name, err, tol);
-        else printf("FAIL %s: err %.3e > tol %.1e\n", name, err, tol);
+        if (zt_mpi_world_size() > 1)
+            printf("FAIL [rank %d] %s%s: err %.3e > tol %.1e\n", zt_mpi_world_rank(), tag, name, err, tol);
+        else printf("FAIL %s%s: err %.3e > tol %.1e\n", tag, name, err, tol);
         st->failed++;
     }
     fflush(stdout);
@@ -64,9 +69,15 @@ double zt_selftest_rel_err(const float *a, const float *b, size_t n) {
     return sqrt(num) / (den > 0.0 ? sqrt(den) : 1e-30);
 }
 
-static float bf16r(float x) { return zt_bf16_bits_to_f32(zt_f32_to_bf16_bits(x)); }
+/* The 16-bit type inputs are rounded to (bf16, or fp16 when that table is under test), so both
+ * backends start from the same numbers; set by zt_selftest_ops. */
+static zt_dtype g_input_dtype = ZT_BF16;
+static float bf16r(float x) {
+    if (g_input_dtype == ZT_F16) return zt_f16_bits_to_f32(zt_f32_to_f16_bits(x));
+    return zt_bf16_bits_to_f32(zt_f32_to_bf16_bits(x));
+}
 
-/* n normal(0, scale) + offset values, rounded to bf16 */
+/* n normal(0, scale) + offset values, rounded to the input dtype */
 static float *rnd(zt_rng *rng, size_t n, float scale, float offset) {
     float *h = zt_xmalloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) h[i] = bf16r(offset + scale * zt_rng_normal(rng));
@@ -422,7 +433,9 @@ static void test_xent(zt_selftest *st, zt_rng *rng, int N, int V, int Vp) {
         for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = 1e4f; /* padding must never be read */
     int *tgt = zt_xmalloc(N * sizeof(int));
     for (int i = 0; i < N; i++) tgt[i] = (int)(zt_rng_u64(rng) % (uint64_t)V);
-    float dloss = 1.0f / N;
+    /* fp16 training scales the loss (loss_scale), which keeps dlogits ~ 1/(N V) out of fp16's
+     * subnormals; the test does the same */
+    float dloss = (st->dev->compute_dtype == ZT_F16 ? 1024.0f : 1.0f) / N;
     float *l0[2], *l[2], *g[2];
     for (int k = 0; k < 2; k++) l0[k] = zeros(N), l[k] = zeros(N), g[k] = zeros(n);
     run_xent(st->ref, logits, tgt, N, V, Vp, dloss, l0[0], l[0], g[0]);
@@ -491,6 +504,7 @@ static void test_sumsq(zt_selftest *st, zt_rng *rng) {
 }
 
 void zt_selftest_ops(zt_selftest *st) {
+    g_input_dtype = st->dev->compute_dtype == ZT_F16 ? ZT_F16 : ZT_BF16;
     zt_rng rng;
     zt_rng_seed(&rng, st->seed);
     test_conversions(st, &rng);
@@ -943,16 +957,18 @@ int zt_selftest_bench(const zt_backend *be, int B, int T) {
  * backend: the loss trajectories must agree to a relative 3e-2 per step. bf16 rounds activations and
  * gradients to 8 bits of mantissa (relative 2^-9 per rounding); AdamW's normalised update keeps the
  * parameter paths close, and the observed gap on an H100 is printed in the PASS line. */
-static int train_tiny(const zt_backend *be, zt_comm *comm, int device, float *losses, int steps, zt_err *err) {
+static int train_tiny(zt_comm *comm, int device, int fp16, float *losses, int steps, zt_err *err) {
     zt_config cfg;
     zt_config_defaults(&cfg);
     cfg.n_layer = 2, cfg.n_head = 2, cfg.n_embd = 64, cfg.vocab_size = 512, cfg.n_positions = 64;
     cfg.seq_len = 32, cfg.device = device, cfg.seed = 7, cfg.weight_decay = 0.1f;
+    cfg.fp16_enabled = fp16; /* picks the fp16 CUDA table; the CPU computes in fp32 either way */
+    /* fp16 runs with a static loss scale of 2^10 on both backends (the same fp32 scaling on the CPU) */
+    double scale = fp16 ? 1024.0 : 1.0;
     enum { B = 4, T = 32 };
     zt_session s;
     int rc = zt_session_open(&s, &cfg, comm, NULL, B, T, err);
     if (rc) { zt_config_free(&cfg); return -1; }
-    (void)be;
     zt_rng rng;
     zt_rng_seed(&rng, 99);
     int in[B * T], tg[B * T];
@@ -966,13 +982,18 @@ static int train_tiny(const zt_backend *be, zt_comm *comm, int device, float *lo
             }
         }
         zt_engine_begin_micro(&s.engine, 1, 1);
-        losses[step] = zt_gpt2_forward(&s.model, &s.src, in, tg, 1.0f / (B * T));
+        losses[step] = zt_gpt2_forward(&s.model, &s.src, in, tg, (float)(scale / (B * T)));
         zt_gpt2_backward(&s.model, &s.src);
-        zt_engine_step(&s.engine, 3e-3f, 1.0f);
+        int skipped = 0;
+        zt_engine_step_scaled(&s.engine, 3e-3f, 1.0f, scale, &skipped);
+        if (skipped) {
+            zt_fail(err, "step %d overflowed at loss scale %g", step + 1, scale);
+            break;
+        }
     }
     zt_session_close(&s);
     zt_config_free(&cfg);
-    return 0;
+    return err->msg[0] ? -1 : 0;
 }
 
 static void selftest_training(zt_selftest *st) {
@@ -985,9 +1006,9 @@ static void selftest_training(zt_selftest *st) {
     zt_err err = {{0}};
     zt_comm *comm = zt_comm_mpi(NULL, &err);
     int dev_kind = strcmp(st->dev->name, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
-    if (train_tiny(st->ref, comm, ZT_DEVICE_CPU, ref, STEPS, &err) ||
-        train_tiny(st->dev, comm, dev_kind, dev, STEPS, &err)) {
-        printf("FAIL training_20_steps: %s\n", err.msg);
+    int fp16 = st->dev->compute_dtype == ZT_F16;
+    if (train_tiny(comm, ZT_DEVICE_CPU, fp16, ref, STEPS, &err) || train_tiny(comm, dev_kind, fp16, dev, STEPS, &err)) {
+        printf("FAIL %straining_20_steps: %s\n", st->tag ? st->tag : "", err.msg);
         st->failed++;
     } else {
         zt_selftest_check_losses(st, "training_20_steps_loss_trajectory", dev, ref, STEPS, 3e-2);
@@ -1001,22 +1022,25 @@ static void selftest_training(zt_selftest *st) {
 int zt_cmd_selftest(int argc, char **argv) {
     const char *device = "cuda";
     unsigned long long seed = 1234;
-    int allow_skip = 0, bench = 0, bench_b = 16, bench_t = 1024;
+    int allow_skip = 0, bench = 0, bench_b = 16, bench_t = 1024, bench_fp16 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--allow-skip")) allow_skip = 1;
         else if (!strcmp(argv[i], "--bench")) bench = 1;
+        else if (!strcmp(argv[i], "--fp16")) bench_fp16 = 1;
         else if (!strcmp(argv[i], "--bench-B") && i + 1 < argc) bench_b = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bench-T") && i + 1 < argc) bench_t = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: zerotrain selftest [--device cuda|cpu] [--seed N] [--allow-skip]\n"
-                   "       zerotrain selftest --bench [--device cuda|cpu] [--bench-B 16] [--bench-T 1024]\n"
-                   "  compares every backend op with the CPU reference backend on random inputs, then\n"
-                   "  (under mpirun with 2+ ranks) the NCCL collectives with the MPI ones;\n"
+                   "       zerotrain selftest --bench [--device cuda|cpu] [--fp16] [--bench-B 16] [--bench-T 1024]\n"
+                   "  compares every backend op with the CPU reference backend on random inputs and trains\n"
+                   "  20 tiny steps against the CPU (on a GPU: bf16, then fp16), then (under mpirun with\n"
+                   "  2+ ranks) the NCCL collectives with the MPI ones;\n"
                    "  --device cpu checks the CPU backend against itself (exercises the harness);\n"
                    "  --allow-skip exits 0 when no GPU is usable;\n"
-                   "  --bench times every op at GPT-2 124M shapes instead (ms, TFLOP/s or GB/s).\n");
+                   "  --bench times every op at GPT-2 124M shapes instead (ms, TFLOP/s or GB/s), in bf16\n"
+                   "  or with --fp16 in fp16.\n");
             return 0;
         } else {
             fprintf(stderr, "zerotrain: error: selftest: unknown argument '%s' (try --help)\n", argv[i]);
@@ -1033,9 +1057,11 @@ int zt_cmd_selftest(int argc, char **argv) {
     st.ref = zt_backend_cpu();
     int rank = zt_mpi_world_rank();
     st.verbose = rank == 0;
+    const zt_backend *fp16_dev = NULL; /* the second CUDA table, checked after the bf16 one */
     if (!strcmp(device, "cuda")) {
         const char *why = NULL;
-        st.dev = zt_backend_cuda(&why);
+        st.dev = zt_backend_cuda(ZT_BF16, &why);
+        fp16_dev = zt_backend_cuda(ZT_F16, NULL);
         if (!st.dev) {
             printf("selftest: SKIPPED: %s\n", why ? why : "the CUDA backend is not available");
             return allow_skip ? 0 : 1;
@@ -1046,13 +1072,22 @@ int zt_cmd_selftest(int argc, char **argv) {
         fprintf(stderr, "zerotrain: error: selftest: --device must be cuda or cpu, not '%s'\n", device);
         return 2;
     }
-    if (bench) return rank == 0 ? zt_selftest_bench(st.dev, bench_b, bench_t) : 0;
+    if (bench) return rank == 0 ? zt_selftest_bench(bench_fp16 && fp16_dev ? fp16_dev : st.dev, bench_b, bench_t) : 0;
     if (st.verbose)
         printf("selftest: %s backend (%s) vs cpu reference, seed %llu\n", st.dev->name,
                st.dev->compute_dtype == ZT_BF16 ? "bf16" : st.dev->compute_dtype == ZT_F16 ? "fp16" : "fp32", seed);
+    if (fp16_dev) st.tag = "bf16 ";
     zt_selftest_ops(&st);
     selftest_training(&st);
     zt_selftest_comm(&st);
+    if (fp16_dev) {
+        st.dev = fp16_dev;
+        st.tag = "fp16 ";
+        if (st.verbose) printf("selftest: %s backend (fp16) vs cpu reference, seed %llu\n", st.dev->name, seed);
+        zt_selftest_ops(&st);
+        selftest_training(&st);
+        zt_selftest_comm(&st);
+    }
     if (st.verbose) printf("selftest: %d passed, %d failed\n", st.passed, st.failed);
     return st.failed ? 1 : 0;
 }

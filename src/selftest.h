@@ -14,6 +14,7 @@ typedef struct zt_selftest {
     uint64_t seed;
     int passed, failed;
     int verbose;           /* print PASS lines (rank 0); FAIL lines are always printed */
+    const char *tag;       /* prefix of every check's name ("bf16 ", "fp16 "), or NULL */
 } zt_selftest;
 
 /* Prints "PASS name (err E <= tol T)" or "FAIL name: err E > tol T" and counts it. */
@@ -21,7 +22,8 @@ void zt_selftest_check(zt_selftest *st, const char *name, double err, double tol
 /* Norm-wise relative error ||a - b|| / ||b|| (b is the reference); inf if a has a non-finite value. */
 double zt_selftest_rel_err(const float *a, const float *b, size_t n);
 
-/* Every op of the table on random inputs (rounded to bf16 so both backends see the same numbers). */
+/* Every op of the table on random inputs (rounded to the device's 16-bit type, bf16 for fp32, so
+ * both backends see the same numbers). */
 void zt_selftest_ops(zt_selftest *st);
 
 /* NCCL collectives (device buffers) against the MPI ones (host buffers) on random per-rank data.

@@ -10,7 +10,8 @@
 const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
     if (cfg->device == ZT_DEVICE_CPU) return zt_backend_cpu();
     const char *why = NULL;
-    const zt_backend *be = zt_backend_cuda(&why);
+    /* GPUs compute in bf16 unless fp16.enabled asks for fp16 (with dynamic loss scaling) */
+    const zt_backend *be = zt_backend_cuda(cfg->fp16_enabled ? ZT_F16 : ZT_BF16, &why);
     if (be) return be;
     if (cfg->device == ZT_DEVICE_CUDA) {
         zt_fail(err, "device: cuda requested but unavailable: %s", why ? why : "unknown reason");
@@ -59,8 +60,15 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
                          cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
                          cfg->weight_decay, cfg->decay_all_params};
+    /* ratio auto keeps room for what is allocated after the engine: the model's activations and
+     * gradient scratch, plus 2 GiB for cuBLASLt's workspace and the CUDA backend's own scratch */
+    zt_gpt2 plan;
+    double reserve = 0;
+    if (zt_gpt2_plan(&plan, &s->shape, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
+                     zt_dtype_size(s->be->compute_dtype), err) == 0)
+        reserve = (double)(plan.act_bytes + plan.scratch_bytes) + (gpu ? 2.0 * 1073741824.0 : 0.0);
     zt_engine_offload off = {cfg->offload_device == ZT_OFFLOAD_CPU, cfg->offload_ratio, cfg->offload_pin_memory,
-                             cfg->offload_device_memory, 0};
+                             cfg->offload_device_memory, 0, reserve};
     int rc = zt_engine_create_offload(&s->engine, s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off,
                                       init_f32, err);
     free(init);

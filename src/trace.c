@@ -15,7 +15,8 @@ struct zt_trace {
     pthread_mutex_t mu;
 };
 
-static const char *const lane_names[] = {NULL, "main / device", "host adam", "transfers (D2H, H2D)", "comm"};
+static const char *const lane_names[] = {NULL, "main / device", "host adam", "D2H (gradients down)", "comm",
+                                              "H2D (parameters up)"};
 
 zt_trace *zt_trace_open(const char *path, int rank, zt_err *err) {
     size_t n = strlen(path);
@@ -36,7 +37,7 @@ zt_trace *zt_trace_open(const char *path, int rank, zt_err *err) {
     t->t0 = zt_now();
     pthread_mutex_init(&t->mu, NULL);
     fprintf(f, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
-    for (int l = ZT_LANE_MAIN; l <= ZT_LANE_COMM; l++)
+    for (int l = ZT_LANE_MAIN; l <= ZT_LANE_LAST; l++)
         fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", rank, l,
                 lane_names[l]);
     return t;

@@ -8,7 +8,7 @@
 #include "util.h"
 
 /* lanes ("tid") of a rank's process ("pid" = rank) */
-enum { ZT_LANE_MAIN = 1, ZT_LANE_HOST_ADAM = 2, ZT_LANE_TRANSFER = 3, ZT_LANE_COMM = 4 };
+enum { ZT_LANE_MAIN = 1, ZT_LANE_HOST_ADAM = 2, ZT_LANE_D2H = 3, ZT_LANE_COMM = 4, ZT_LANE_H2D = 5, ZT_LANE_LAST = 5 };
 
 typedef struct zt_trace zt_trace;
 

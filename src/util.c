@@ -134,6 +134,40 @@ uint64_t zt_rng_u64(zt_rng *rng) {
 
 float zt_rng_uniform(zt_rng *rng) { return (float)(zt_rng_u64(rng) >> 40) / 16777216.0f; }
 
+/* A GF(2)-linear map of 64-bit words, stored as the images of the 64 unit vectors. */
+typedef struct { uint64_t col[64]; } bitmat64;
+
+static uint64_t bitmat_apply(const bitmat64 *m, uint64_t x) {
+    uint64_t y = 0;
+    for (int i = 0; x; i++, x >>= 1)
+        if (x & 1) y ^= m->col[i];
+    return y;
+}
+
+/* a then b: (b o a)(x) = b(a(x)) */
+static bitmat64 bitmat_then(const bitmat64 *a, const bitmat64 *b) {
+    bitmat64 r;
+    for (int i = 0; i < 64; i++) r.col[i] = bitmat_apply(b, a->col[i]);
+    return r;
+}
+
+void zt_rng_jump(zt_rng *rng, uint64_t draws) {
+    bitmat64 step; /* one xorshift state transition, column by column */
+    for (int i = 0; i < 64; i++) {
+        uint64_t x = 1ull << i;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        step.col[i] = x;
+    }
+    uint64_t state = rng->state;
+    for (; draws; draws >>= 1) { /* square-and-multiply: apply step^(2^k) for each set bit k */
+        if (draws & 1) state = bitmat_apply(&step, state);
+        if (draws > 1) step = bitmat_then(&step, &step);
+    }
+    rng->state = state;
+}
+
 float zt_rng_normal(zt_rng *rng) {
     float u1 = zt_rng_uniform(rng), u2 = zt_rng_uniform(rng);
     if (u1 < 1e-12f) u1 = 1e-12f;

@@ -39,6 +39,9 @@ typedef struct zt_rng { uint64_t state; } zt_rng;
 void zt_rng_seed(zt_rng *rng, uint64_t seed);
 uint64_t zt_rng_u64(zt_rng *rng);
 float zt_rng_uniform(zt_rng *rng);           /* [0, 1) with 24 random bits */
-float zt_rng_normal(zt_rng *rng);            /* Box-Muller, one value per call */
+float zt_rng_normal(zt_rng *rng);            /* Box-Muller, one value per call (two u64 draws) */
+/* Advances the state by `draws` zt_rng_u64 calls in O(log draws): xorshift is linear over GF(2), so
+ * the jump is a 64x64 bit-matrix power. Lets threads generate disjoint pieces of one sequence. */
+void zt_rng_jump(zt_rng *rng, uint64_t draws);
 
 #endif

@@ -45,6 +45,46 @@ static float loss_and_grads(rig *r, const int *in, const int *tg, float *grads) 
     return loss;
 }
 
+/* the RNG jump must land where that many sequential draws do */
+static void check_rng_jump(void) {
+    const uint64_t jumps[] = {0, 1, 2, 63, 64, 1000, 123457};
+    int ok = 1;
+    for (size_t j = 0; j < sizeof jumps / sizeof jumps[0]; j++) {
+        zt_rng a, b;
+        zt_rng_seed(&a, 99), zt_rng_seed(&b, 99);
+        for (uint64_t k = 0; k < jumps[j]; k++) zt_rng_u64(&a);
+        zt_rng_jump(&b, jumps[j]);
+        ok &= zt_rng_u64(&a) == zt_rng_u64(&b);
+    }
+    CHECK(ok, "rng_jump_equals_sequential_draws", "a jump landed elsewhere");
+}
+
+/* The threaded init (pieces of 2^20 values, each from a jumped RNG) equals one sequential stream
+ * in parameter order: wte of V 50257 x C 32 spans two pieces. */
+static void check_init_matches_sequential(void) {
+    zt_gpt2_shape shape = {1, 2, 32, 50257, 64, 50304};
+    zt_param_table t;
+    zt_err err = {{0}};
+    if (zt_gpt2_param_table(&t, &shape, &err)) {
+        CHECK(0, "init_threaded_equals_sequential", "%s", err.msg);
+        return;
+    }
+    float *got = malloc(t.total * 4), *want = malloc(t.total * 4);
+    zt_gpt2_init(&t, &shape, got, 5);
+    zt_rng rng;
+    zt_rng_seed(&rng, 5);
+    for (int i = 0; i < t.count; i++) {
+        const zt_param_info *p = &t.params[i];
+        const char *leaf = strrchr(p->name, '.') + 1;
+        float sd = strstr(p->name, "c_proj.weight") ? 0.02f / sqrtf(2.0f) : 0.02f;
+        for (size_t k = 0; k < p->numel; k++)
+            want[p->offset + k] = !strcmp(leaf, "bias") ? 0.0f : strstr(p->name, "ln_") ? 1.0f : sd * zt_rng_normal(&rng);
+    }
+    CHECK(memcmp(got, want, t.total * 4) == 0, "init_threaded_equals_sequential", "values differ");
+    free(got), free(want);
+    zt_param_table_free(&t);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     zt_err err;
@@ -140,6 +180,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < w->numel; i++) sd += (double)init[w->offset + i] * init[w->offset + i];
     sd = sqrt(sd / w->numel);
     CHECK(fabs(sd - 0.02) < 0.004, "init_std", "std %.4f", sd);
+
+    check_rng_jump();
+    check_init_matches_sequential();
 
     free(init); free(init2); free(g_full); free(g_ckpt); free(g_two); free(g_again);
     zt_param_table_free(&table);
