@@ -179,6 +179,10 @@ void zt_cu_matmul_forward(void *out, const void *inp, const void *w, const void 
                           int w_transposed, int ldout);
 void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
                            int N, int C, int OC, int w_transposed, int lddout);
+void zt_cu_matmul_forward_gelu(void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int C,
+                               int OC);
+void zt_cu_matmul_backward_dgelu(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
+                                 const void *gelu_pre, int N, int C, int OC);
 /* the GEMM + softmax attention (any head size; att holds the probabilities) */
 void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
 void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,

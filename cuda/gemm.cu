@@ -29,7 +29,7 @@ struct lt_key {
     int opa, opb, m, n, k, lda, ldb, ldc, batch;
     long long sa, sb, sc;
     int ctype, epilogue;
-    int align_a, align_b, align_c, align_bias;
+    int align_a, align_b, align_c, align_bias, align_aux;
 };
 struct lt_plan {
     lt_key key;
@@ -65,9 +65,13 @@ static void plan_build(lt_plan *p) {
     ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     cublasLtEpilogue_t epi = (cublasLtEpilogue_t)k.epilogue;
     ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (epi == CUBLASLT_EPILOGUE_BIAS) {
+    if (epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         int32_t bt = ZT_CUDA_R_16;
         ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epi == CUBLASLT_EPILOGUE_DGELU) {
+        int64_t ld = k.ldc; /* the pre-activation has D's shape and leading dimension */
+        ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     /* stored shapes (before op): A is m x k (or k x m when transposed), B is k x n (or n x k) */
     int ar = opa == CUBLAS_OP_N ? k.m : k.k, ac = opa == CUBLAS_OP_N ? k.k : k.m;
@@ -111,11 +115,19 @@ void zt_cu_gemm_release(void) {
     g_nplans = 0;
 }
 
+/* GELU fused into the GEMM's epilogue (cuBLASLt computes the same tanh GELU as model/opmath.h) */
+enum gelu_mode {
+    GELU_NONE = 0,
+    GELU_FORWARD,  /* aux = result (+ bias), the pre-activation; D = gelu(aux) */
+    GELU_BACKWARD, /* D = gelu'(aux) * result: the GELU's backward applied to an input gradient */
+};
+
 /* Column-major D[m,n] (ldc, batch stride sc) = alpha op(A) op(B) + beta D (+ bias[m] per row of D),
- * A and B 16-bit, D 16-bit or fp32 (ctype). */
+ * A and B 16-bit, D 16-bit or fp32 (ctype); with a gelu mode, aux is the 16-bit pre-activation
+ * (D's shape and ldc; batch 1, beta 0). */
 static void gemm_cm(bool ta, bool tb, int m, int n, int k, const zt16 *A, int lda, long long sa, const zt16 *B,
                     int ldb, long long sb, void *D, cudaDataType_t ctype, int ldc, long long sc, int batch, float alpha,
-                    float beta, const zt16 *bias) {
+                    float beta, const zt16 *bias, gelu_mode gelu = GELU_NONE, zt16 *aux = NULL) {
     if (m <= 0 || n <= 0 || batch <= 0) return;
     if (k <= 0) { /* empty sum: D = beta D (+ bias); never happens in the model, keep it simple */
         zt_cuda_fatal("gemm", "k == 0 is not supported", __FILE__, __LINE__);
@@ -127,9 +139,15 @@ static void gemm_cm(bool ta, bool tb, int m, int n, int k, const zt16 *A, int ld
     key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.batch = batch;
     key.sa = batch > 1 ? sa : 0, key.sb = batch > 1 ? sb : 0, key.sc = batch > 1 ? sc : 0;
     key.ctype = (int)ctype;
-    key.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (gelu != GELU_NONE && (batch != 1 || beta != 0.0f || ctype != ZT_CUDA_R_16 || !aux))
+        zt_cuda_fatal("gemm", "a GELU epilogue needs batch 1, beta 0, a 16-bit output and aux", __FILE__, __LINE__);
+    if (gelu == GELU_FORWARD) key.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    else if (gelu == GELU_BACKWARD) key.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    else key.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (gelu == GELU_BACKWARD && bias) zt_cuda_fatal("gemm", "no bias with the GELU backward epilogue", __FILE__, __LINE__);
     key.align_a = ptr_align(A), key.align_b = ptr_align(B), key.align_c = ptr_align(D);
     key.align_bias = bias ? ptr_align(bias) : 0;
+    key.align_aux = aux ? ptr_align(aux) : 0;
 
     lt_plan *plan = NULL, tmp;
     for (int i = 0; i < g_nplans; i++)
@@ -152,25 +170,33 @@ static void gemm_cm(bool ta, bool tb, int m, int n, int k, const zt16 *A, int ld
         if (bias)
             ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                            sizeof bias));
+        if (gelu != GELU_NONE)
+            ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                           sizeof aux));
         ZT_CUBLAS_CHECK(cublasLtMatmul(g_zt.lt, plan->desc, &alpha, A, plan->la, B, plan->lb, &beta, D, plan->lc, D,
                                        plan->lc, &plan->algo, g_zt.lt_workspace, g_zt.lt_workspace_size, g_zt.stream));
         ZT_LAUNCH_CHECK("cublasLtMatmul");
     } else {
-        /* fallback: classic cuBLAS (handles any shape / alignment), bias added by a kernel */
+        /* fallback: classic cuBLAS (handles any shape / alignment), bias and GELU by kernels; the
+         * forward GEMM then writes the pre-activation into aux (the GELU kernels need ldc == m) */
         if (!g_zt.blas) {
             ZT_CUBLAS_CHECK(cublasCreate(&g_zt.blas));
             ZT_CUBLAS_CHECK(cublasSetStream(g_zt.blas, g_zt.stream));
         }
+        if (gelu != GELU_NONE && ldc != m) zt_cuda_fatal("gemm", "GELU fallback needs ldc == m", __FILE__, __LINE__);
+        void *out = gelu == GELU_FORWARD ? (void *)aux : D;
         ZT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(g_zt.blas, (cublasOperation_t)key.opa, (cublasOperation_t)key.opb,
                                                    m, n, k, &alpha, A, ZT_CUDA_R_16, lda, sa, B, ZT_CUDA_R_16, ldb, sb,
-                                                   &beta, D, ctype, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+                                                   &beta, out, ctype, ldc, sc, batch, CUBLAS_COMPUTE_32F,
                                                    CUBLAS_GEMM_DEFAULT));
         ZT_LAUNCH_CHECK("cublasGemmStridedBatchedEx");
         if (bias) {
             if (ctype != ZT_CUDA_R_16 || batch != 1) zt_cuda_fatal("gemm", "bias fallback needs 16-bit output, batch 1", __FILE__, __LINE__);
             /* column-major m x n with ldc == row-major n x m with row stride ldc; bias per column m */
-            zt_cu_add_bias((zt16 *)D, bias, n, m, ldc);
+            zt_cu_add_bias((zt16 *)out, bias, n, m, ldc);
         }
+        if (gelu == GELU_FORWARD) zt_cu_gelu_forward(D, aux, (size_t)m * n);
+        if (gelu == GELU_BACKWARD) zt_cu_gelu_backward(D, aux, D, (size_t)m * n);
     }
     if (!cached) plan_destroy(plan);
 }
@@ -179,8 +205,8 @@ static void gemm_cm(bool ta, bool tb, int m, int n, int k, const zt16 *A, int ld
  * A stored [M,K] (or [K,M] when ta) with row stride lda; B stored [K,N] (or [N,K] when tb). */
 static void gemm_rm(bool ta, bool tb, int M, int N, int K, const zt16 *A, int lda, long long sa, const zt16 *B,
                     int ldb, long long sb, void *C, cudaDataType_t ctype, int ldc, long long sc, int batch, float alpha,
-                    float beta, const zt16 *bias) {
-    gemm_cm(tb, ta, N, M, K, B, ldb, sb, A, lda, sa, C, ctype, ldc, sc, batch, alpha, beta, bias);
+                    float beta, const zt16 *bias, gelu_mode gelu = GELU_NONE, zt16 *aux = NULL) {
+    gemm_cm(tb, ta, N, M, K, B, ldb, sb, A, lda, sa, C, ctype, ldc, sc, batch, alpha, beta, bias, gelu, aux);
 }
 
 /* ================================================================ matmul */
@@ -241,6 +267,23 @@ void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, 
         }
     }
     if (dbias) zt_cu_colsum(NULL, dbias, dY, lddout, NULL, NULL, NULL, N, OC);
+}
+
+/* MLP up-projection with the GELU in cuBLASLt's epilogue: pre = inp W + bias, out = gelu(pre) in
+ * one pass over the output instead of a GEMM plus a GELU kernel */
+void zt_cu_matmul_forward_gelu(void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int C,
+                               int OC) {
+    gemm_rm(false, false, N, OC, C, (const zt16 *)inp, C, 0, (const zt16 *)w, OC, 0, out, ZT_CUDA_R_16, OC, 0, 1, 1.0f,
+            0.0f, (const zt16 *)bias, GELU_FORWARD, (zt16 *)pre);
+}
+
+/* MLP down-projection backward whose input was gelu(pre): dinp = gelu'(pre) * (dout W^T) with the
+ * GELU's derivative in the epilogue; dw and dbias as in matmul_backward */
+void zt_cu_matmul_backward_dgelu(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
+                                 const void *gelu_pre, int N, int C, int OC) {
+    gemm_rm(false, true, N, C, OC, (const zt16 *)dout, OC, 0, (const zt16 *)w, OC, 0, dinp, ZT_CUDA_R_16, C, 0, 1,
+            1.0f, 0.0f, NULL, GELU_BACKWARD, (zt16 *)gelu_pre);
+    zt_cu_matmul_backward(NULL, dw, dbias, dout, inp, w, N, C, OC, 0, OC);
 }
 
 /* ================================================================ attention kernels */

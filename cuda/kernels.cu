@@ -670,6 +670,8 @@ void fill_ops(zt_backend *b) {
     b->layernorm_backward = zt_cu_layernorm_backward;
     b->matmul_forward = zt_cu_matmul_forward;
     b->matmul_backward = zt_cu_matmul_backward;
+    b->matmul_forward_gelu = zt_cu_matmul_forward_gelu;
+    b->matmul_backward_dgelu = zt_cu_matmul_backward_dgelu;
     b->attention_forward = zt_cu_attention_forward;
     b->attention_backward = zt_cu_attention_backward;
     b->gelu_forward = zt_cu_gelu_forward;

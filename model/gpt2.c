@@ -267,8 +267,7 @@ static void block_forward(zt_gpt2 *m, int l, const block_params *bp) {
     be->matmul_forward(a.res2, a.atty, bp->p[P_PROJW], bp->p[P_PROJB], N, C, C, 0, C);
     be->accumulate(a.res2, in, (size_t)N * C);
     be->layernorm_forward(a.ln2, a.mean2, a.rstd2, a.res2, bp->p[P_LN2W], bp->p[P_LN2B], N, C);
-    be->matmul_forward(a.fch, a.ln2, bp->p[P_FCW], bp->p[P_FCB], N, C, 4 * C, 0, 4 * C);
-    be->gelu_forward(a.fchg, a.fch, (size_t)N * 4 * C);
+    be->matmul_forward_gelu(a.fchg, a.fch, a.ln2, bp->p[P_FCW], bp->p[P_FCB], N, C, 4 * C);
     be->matmul_forward(out, a.fchg, bp->p[P_FCPROJW], bp->p[P_FCPROJB], N, 4 * C, C, 0, C);
     be->accumulate(out, a.res2, (size_t)N * C);
 }
@@ -283,8 +282,8 @@ static void block_backward(zt_gpt2 *m, int l, const block_params *bp, const bloc
     void *dbig = at(m, m->scratch, sc.dbig), *datt = at(m, m->scratch, sc.datt);
     void *in = residual_at(m, l);
     /* MLP: res_{l+1} = res2 + gelu(ln2 Wfc + bfc) Wfcproj + bfcproj */
-    be->matmul_backward(dbig, gp->p[P_FCPROJW], gp->p[P_FCPROJB], dres, a.fchg, bp->p[P_FCPROJW], N, 4 * C, C, 0, C);
-    be->gelu_backward(dbig, a.fch, dbig, (size_t)N * 4 * C);
+    be->matmul_backward_dgelu(dbig, gp->p[P_FCPROJW], gp->p[P_FCPROJB], dres, a.fchg, bp->p[P_FCPROJW], a.fch, N,
+                              4 * C, C);
     be->matmul_backward(dsmall, gp->p[P_FCW], gp->p[P_FCB], dbig, a.ln2, bp->p[P_FCW], N, C, 4 * C, 0, 4 * C);
     be->layernorm_backward(dres, gp->p[P_LN2W], gp->p[P_LN2B], dsmall, a.res2, bp->p[P_LN2W], a.mean2, a.rstd2, N, C);
     /* attention: res2 = res_l + attention(ln1 Wqkv + bqkv) Wproj + bproj */

@@ -62,6 +62,14 @@ typedef struct zt_backend {
     /* dinp = dout W^T (overwrites, skipped if NULL); dw += inp^T dout; dbias += colsum(dout) (if non-NULL) */
     void (*matmul_backward)(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
                             int N, int C, int OC, int w_transposed, int lddout);
+    /* the MLP's up-projection with its GELU (W [C,OC], row stride OC): pre = inp W + bias (kept for
+     * backward), out = gelu(pre); the CUDA backend fuses the GELU into the GEMM's epilogue */
+    void (*matmul_forward_gelu)(void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int C,
+                                int OC);
+    /* matmul_backward (W [C,OC], not transposed) of a layer whose input was inp = gelu(gelu_pre), with
+     * the GELU's backward folded in: dinp = gelu'(gelu_pre) * (dout W^T) (overwrites) */
+    void (*matmul_backward_dgelu)(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
+                                  const void *gelu_pre, int N, int C, int OC);
     /* causal self-attention. qkv [B,T,3C] (q|k|v, heads of size C/NH), out [B,T,C]. att ([B,NH,T,T]
      * elements) is backend-private scratch handed from forward to backward of the same layer and qkv:
      * the CPU backend keeps the softmax probabilities there, the CUDA flash path keeps the per-row

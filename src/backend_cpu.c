@@ -357,6 +357,18 @@ static void cpu_gelu_backward(void *dinp_, const void *inp_, const void *dout_, 
     }
 }
 
+/* the fused MLP ops are their two parts here: the CPU gains nothing from fusing them */
+static void cpu_matmul_forward_gelu(void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int C,
+                                    int OC) {
+    cpu_matmul_forward(pre, inp, w, bias, N, C, OC, 0, OC);
+    cpu_gelu_forward(out, pre, (size_t)N * OC);
+}
+static void cpu_matmul_backward_dgelu(void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                                      const void *w, const void *gelu_pre, int N, int C, int OC) {
+    cpu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, 0, OC);
+    cpu_gelu_backward(dinp, gelu_pre, dinp, (size_t)N * C);
+}
+
 static void cpu_residual_forward(void *out_, const void *a_, const void *b_, size_t n) {
     float *out = out_;
     const float *a = a_, *b = b_;
@@ -485,6 +497,8 @@ static const zt_backend cpu_backend = {
     .layernorm_backward = cpu_layernorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
+    .matmul_forward_gelu = cpu_matmul_forward_gelu,
+    .matmul_backward_dgelu = cpu_matmul_backward_dgelu,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .gelu_forward = cpu_gelu_forward,

@@ -571,12 +571,15 @@ oom:
         /* what the model states need on this device: the ZeRO formula minus the offloaded part */
         size_t K = fp32 ? 8 : 12;
         double need = (double)zt_zero_model_state_bytes(stage, E, K, shard, world) - (double)K * host_n;
+        const char *offload = fp32 ? "" /* the CPU backend: device memory is host memory */
+                                   : "offload the optimizer (zero_optimization.offload_optimizer: {device: cpu, "
+                                     "ratio: auto}), ";
         return zt_fail(err,
                        "out of %s memory for model states: stage %d with %zu parameters on %d rank(s) needs about "
-                       "%.2f GiB of them per device (allocated %.2f GiB before failing); offload the optimizer "
-                       "(zero_optimization.offload_optimizer: {device: cpu, ratio: auto}), use a higher stage or "
+                       "%.2f GiB of them per rank (allocated %.2f GiB before failing); %suse a higher stage or "
                        "more ranks (zerotrain estimate CONFIG --ranks N shows the options)",
-                       be->name, stage, table->total, world, need / 1073741824.0, (double)total / 1073741824.0);
+                       be->name, stage, table->total, world, need / 1073741824.0, (double)total / 1073741824.0,
+                       offload);
     }
 }
 

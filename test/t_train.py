@@ -1,11 +1,13 @@
 """t_train.py — single-rank training end to end on the CPU backend: learning, determinism,
 activation checkpointing, metrics, the demo config on real text, and every bad-input case of the
-trainer (bad shards, batch rule, config errors) with 1 and 2 ranks: one clear line naming the file,
+trainer (bad shards, batch rule, config errors, model states that do not fit in memory) with 1 and 2 ranks: one clear line naming the file,
 a non-zero exit on every rank, no hang."""
 import json
 import math
 import os
+import resource
 import struct
+import subprocess
 import tempfile
 
 import ztlib
@@ -87,4 +89,21 @@ p = ztlib.run(["train", cfgfile], ranks=2, timeout=60)
 line = [l for l in p.stderr.splitlines() if l.startswith("zerotrain: error:")]
 ztlib.check(p.returncode != 0 and len(line) == 1 and f"{cfgfile}:" in line[0] and "stage" in line[0],
             "stage_out_of_range_file_line_col", p.stderr[-600:])
+
+# model states that do not fit: under a 3 GiB address-space limit a 203M-parameter model (3.02 GiB
+# of fp32 model states at stage 0) fails on every rank with one line naming what it needed
+def limit_3gib():
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+for ranks in (1, 2):
+    cmd = [ztlib.BIN, "train", tiny, "--set", "model.n_layer=12", "--set", "model.n_head=16", "--set",
+           "model.n_embd=1024"]
+    if ranks > 1:
+        cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none"] + cmd
+    p = subprocess.run(cmd, cwd=ztlib.ROOT, env=ztlib.ENV, capture_output=True, text=True, timeout=120,
+                       preexec_fn=limit_3gib)
+    line = [l for l in p.stderr.splitlines() if l.startswith("zerotrain: error:")]
+    ztlib.check(p.returncode != 0 and len(line) == 1 and "out of cpu memory for model states" in line[0]
+                and "needs about 3.02 GiB" in line[0], f"model_states_out_of_memory_ranks{ranks}", p.stderr[-800:])
 ztlib.finish()
