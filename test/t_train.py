@@ -1,7 +1,7 @@
 """t_train.py — single-rank training end to end on the CPU backend: learning, determinism,
 activation checkpointing, metrics, the demo config on real text, and every bad-input case of the
-trainer (bad shards, batch rule, config errors, model states that do not fit in memory) with 1 and 2 ranks: one clear line naming the file,
-a non-zero exit on every rank, no hang."""
+trainer (bad shards, batch rule, config errors, model states that do not fit in memory) with 1 and
+2 ranks: one clear line naming the file, a non-zero exit on every rank, no hang."""
 import json
 import math
 import os
