@@ -27,7 +27,7 @@ double zt_selftest_rel_err(const float *a, const float *b, size_t n);
 void zt_selftest_ops(zt_selftest *st);
 
 /* NCCL collectives (device buffers) against the MPI ones (host buffers) on random per-rank data.
- * Needs st->dev to be the CUDA backend; does nothing (a note on rank 0) with a single rank. */
+ * Needs st->dev to be the CUDA backend; with a single rank both are one-rank communicators. */
 void zt_selftest_comm(zt_selftest *st);
 
 /* For the training part of the selftest: checks a device loss trajectory against the reference
