@@ -1,18 +1,18 @@
 /* cuda_common.cuh — shared pieces of the CUDA backend (the .cu files in cuda/): error checks, the backend's
- * global state (device, compute stream, cuBLASLt handle), lazily grown scratch buffers, bf16 and
- * 16-byte vector helpers, warp/block reductions, and the declarations of every op so that
- * backend_cuda.cu can fill the op table of src/backend.h.
+ * global state (device, streams, cuBLASLt handle), lazily grown scratch buffers, the 16-bit compute
+ * type and 16-byte vector helpers, warp reductions, and the declarations of every op.
  *
  * Conventions: every `void *` tensor is in the 16-bit compute dtype `zt16`, every `float *` is fp32.
  * kernels.cu, gemm.cu and attention.cu are written once for `zt16` and compiled twice (see the
  * Makefile): with ZT_CU_FP16=0 zt16 is __nv_bfloat16 and their code lives in namespace zt_cu_bf16,
  * with ZT_CU_FP16=1 it is __half in namespace zt_cu_f16. Each namespace's fill_ops() puts its
  * kernels into an op table; backend_cuda.cu (compiled once) owns the device, the streams and
- * memory, shared by both tables. All work is issued on one compute stream (g_zt.stream); all math inside kernels is fp32,
- * the per-element formulas come from model/opmath.h so the CPU backend and the GPU run the same
- * arithmetic. Any CUDA/cuBLAS failure inside an op is fatal: the op table has no error return, so
- * we print "zerotrain: error: CUDA ..." with the call site and exit(1). Set ZT_CUDA_SYNC=1 to
- * synchronize after every op, which pins an asynchronous kernel fault on the op that caused it. */
+ * memory, shared by both tables. Every op is issued on the compute stream (g_zt.stream); only
+ * transfer() uses the two copy streams. All math inside kernels is fp32, the per-element formulas
+ * come from model/opmath.h so the CPU backend and the GPU run the same arithmetic. Any CUDA/cuBLAS
+ * failure inside an op is fatal: the op table has no error return, so we print "zerotrain: error:
+ * CUDA ..." with the call site and exit(1). Set ZT_CUDA_SYNC=1 to synchronize after every op,
+ * which pins an asynchronous kernel fault on the op that caused it. */
 #ifndef ZT_CUDA_COMMON_CUH
 #define ZT_CUDA_COMMON_CUH
 
