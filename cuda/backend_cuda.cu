@@ -133,24 +133,21 @@ static void cu_memset_zero(void *p, size_t bytes) {
     ZT_LAUNCH_CHECK("memset_zero");
 }
 
+static cudaMemcpyKind memcpy_kind(zt_copy_kind kind) {
+    return kind == ZT_H2D ? cudaMemcpyHostToDevice : kind == ZT_D2H ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+}
+
 static void cu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    cudaMemcpyKind k = kind == ZT_H2D ? cudaMemcpyHostToDevice
-                     : kind == ZT_D2H ? cudaMemcpyDeviceToHost
-                                      : cudaMemcpyDeviceToDevice;
-    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, g_zt.stream));
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.stream));
     if (kind != ZT_D2D) ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
     else ZT_LAUNCH_CHECK("copy D2D");
 }
 
 static void cu_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    if (kind == ZT_D2D) {
-        cu_copy(dst, src, bytes, kind);
-        return;
-    }
-    cudaStream_t s = kind == ZT_H2D ? g_zt.h2d : g_zt.d2h;
-    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind == ZT_H2D ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
+    cudaStream_t s = kind == ZT_H2D ? g_zt.h2d : kind == ZT_D2H ? g_zt.d2h : g_zt.stream;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), s));
     ZT_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 

@@ -393,9 +393,10 @@ static double choose_ratio(zt_engine *e) {
     /* the device part's optimizer bytes must fit: in device_memory less the engine's other device
      * buffers when it is set, else in what the device has free now less what the caller reserved */
     double r_min = 0;
-    double K = fp32 ? 8 : 12, budget = e->off.device_memory, avail = -1;
+    double K = fp32 ? 8 : 12, budget = e->off.device_memory, avail = 0;
+    int limited = budget > 0; /* whether avail bounds the device part */
     size_t free_now = 0, total_dev = 0;
-    if (be->mem_info) be->mem_info(&free_now, &total_dev);
+    be->mem_info(&free_now, &total_dev);
     char why_mem[240] = "device memory is host memory: no device budget";
     if (budget > 0) {
         double other = (double)sum_cat(e->mem.device); /* params, grads, comm buffers allocated so far */
@@ -403,11 +404,12 @@ static double choose_ratio(zt_engine *e) {
         snprintf(why_mem, sizeof why_mem, "budget %.1f MiB (device_memory), other device buffers %.1f MiB",
                  budget / 1048576.0, other / 1048576.0);
     } else if (total_dev > 0) {
+        limited = 1;
         avail = (double)free_now - e->off.device_reserve;
         snprintf(why_mem, sizeof why_mem, "%.1f MiB free on the device, %.1f MiB kept for activations and scratch",
                  free_now / 1048576.0, e->off.device_reserve / 1048576.0);
     }
-    if (avail > -1 && N > 0) {
+    if (limited && N > 0) {
         r_min = 1.0 - avail / ((double)N * K);
         size_t len = strlen(why_mem);
         snprintf(why_mem + len, sizeof why_mem - len, ": at least %.3f must go to the host", fmax(r_min, 0.0));

@@ -72,7 +72,7 @@ double zt_selftest_rel_err(const float *a, const float *b, size_t n) {
 /* The 16-bit type inputs are rounded to (bf16, or fp16 when that table is under test), so both
  * backends start from the same numbers; set by zt_selftest_ops. */
 static zt_dtype g_input_dtype = ZT_BF16;
-static float bf16r(float x) {
+static float round_input(float x) {
     if (g_input_dtype == ZT_F16) return zt_f16_bits_to_f32(zt_f32_to_f16_bits(x));
     return zt_bf16_bits_to_f32(zt_f32_to_bf16_bits(x));
 }
@@ -80,7 +80,7 @@ static float bf16r(float x) {
 /* n normal(0, scale) + offset values, rounded to the input dtype */
 static float *rnd(zt_rng *rng, size_t n, float scale, float offset) {
     float *h = zt_xmalloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) h[i] = bf16r(offset + scale * zt_rng_normal(rng));
+    for (size_t i = 0; i < n; i++) h[i] = round_input(offset + scale * zt_rng_normal(rng));
     return h;
 }
 static float *zeros(size_t n) { return zt_xcalloc(n ? n : 1, sizeof(float)); }
@@ -151,7 +151,7 @@ static void test_conversions(zt_selftest *st, zt_rng *rng) {
     t.u = 0x3f818000u; h[1] = t.f; /* tie, rounds up to even */
     t.u = 0xbf808000u; h[2] = t.f;
     h[3] = 0.0f, h[4] = -0.0f, h[5] = 1e-40f /* subnormal */, h[6] = 3.0e38f, h[7] = -65504.0f;
-    for (size_t i = 0; i < n; i++) want[i] = bf16r(h[i]);
+    for (size_t i = 0; i < n; i++) want[i] = round_input(h[i]);
     void *d = up_c(be, h, n);
     down_c(be, back, d, n);
     double err = be->compute_dtype == ZT_F32 ? (double)count_diff(back, h, n) : (double)count_diff(back, want, n);
@@ -383,7 +383,7 @@ static void test_attention(zt_selftest *st, zt_rng *rng, int B, int T, int C, in
     float *qkv = rnd(rng, n3, 1, 0), *dout = rnd(rng, nout, 1, 0);
     /* larger q, k give peaked softmax rows (exercises the online max rescaling) */
     for (size_t r = 0; r < (size_t)B * T; r++)
-        for (int c = 0; c < 2 * C; c++) qkv[r * 3 * C + c] = bf16r(qkv[r * 3 * C + c] * qk_scale);
+        for (int c = 0; c < 2 * C; c++) qkv[r * 3 * C + c] = round_input(qkv[r * 3 * C + c] * qk_scale);
     float *out[3], *g[3];
     for (int k = 0; k < 3; k++) out[k] = zeros(nout), g[k] = zeros(n3);
     run_attn(st->ref, qkv, dout, B, T, C, NH, out[0], g[0]);
@@ -506,7 +506,7 @@ static void run_adamw(const zt_backend *be, const float *p, const float *m, cons
     down_f(be, vo, dv, n);
     if (o) down_c(be, out, o, n);
     else
-        for (size_t i = 0; i < n; i++) out[i] = bf16r(po[i]);
+        for (size_t i = 0; i < n; i++) out[i] = round_input(po[i]);
     be->free(dp), be->free(dm), be->free(dv), be->free(dg);
     if (o) be->free(o);
 }

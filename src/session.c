@@ -43,6 +43,15 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
         return -1;
     }
     if (zt_gpt2_param_table(&s->table, &s->shape, err)) return -1;
+    /* the model's activation and scratch sizes, known before any memory is taken: ratio auto keeps
+     * room for them (plus 2 GiB for cuBLASLt's workspace and the CUDA backend's own scratch) */
+    zt_gpt2 plan;
+    if (zt_gpt2_plan(&plan, &s->shape, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
+                     zt_dtype_size(s->be->compute_dtype), err)) {
+        zt_param_table_free(&s->table);
+        return -1;
+    }
+    double reserve = (double)(plan.act_bytes + plan.scratch_bytes) + (gpu ? 2.0 * 1073741824.0 : 0.0);
     float *init = NULL;
     if (!init_f32) { /* model.init_from (fine-tuning a Hugging Face GPT-2) or GPT-2 init */
         init = zt_xmalloc(s->table.total * sizeof(float));
@@ -60,13 +69,6 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
                          cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
                          cfg->weight_decay, cfg->decay_all_params};
-    /* ratio auto keeps room for what is allocated after the engine: the model's activations and
-     * gradient scratch, plus 2 GiB for cuBLASLt's workspace and the CUDA backend's own scratch */
-    zt_gpt2 plan;
-    double reserve = 0;
-    if (zt_gpt2_plan(&plan, &s->shape, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
-                     zt_dtype_size(s->be->compute_dtype), err) == 0)
-        reserve = (double)(plan.act_bytes + plan.scratch_bytes) + (gpu ? 2.0 * 1073741824.0 : 0.0);
     zt_engine_offload off = {cfg->offload_device == ZT_OFFLOAD_CPU, cfg->offload_ratio, cfg->offload_pin_memory,
                              cfg->offload_device_memory, 0, reserve};
     int rc = zt_engine_create_offload(&s->engine, s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off,
