@@ -3,19 +3,24 @@
 #   make test       build and run the whole test suite (ends with "N passed, N failed")
 #   make bench      run the benchmarks (timing lives here, never in tests)
 #   make demo       tokenize the bundled corpus, train the demo model, print a sample
+#   make MARCH=native   tune the C code for the build machine (the default, x86-64-v2, runs on
+#                   any x86-64 CPU of the last 15 years: a binary built on a cluster's login node
+#                   runs on its compute nodes; OpenBLAS and the CPU Adam pick their instructions
+#                   at run time either way). OPT=... sets the optimization flags, CFLAGS=... adds.
 
 CC      := mpicc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA    ?= $(if $(NVCC),1,0)
 BUILD   := build
 
-CFLAGS  ?= -O3 -march=native
-CFLAGS  += -std=gnu11 -fopenmp -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP
-LDLIBS  := -lopenblas -lyaml -lpcre2-8 -lm
+OPT     ?= -O3
+MARCH   ?= x86-64-v2
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-serial 2>/dev/null)
 HDF5_LIBS   := $(shell pkg-config --libs hdf5-serial 2>/dev/null || echo -lhdf5)
-CFLAGS  += $(HDF5_CFLAGS)
-LDLIBS  += $(HDF5_LIBS)
+# the project's own flags live in ZT_CFLAGS so that `make CFLAGS=...` adds to them, never replaces them
+ZT_CFLAGS := $(OPT) -march=$(MARCH) -std=gnu11 -fopenmp -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP \
+             $(HDF5_CFLAGS) $(CFLAGS)
+LDLIBS  := -lopenblas -lyaml -lpcre2-8 -lm $(HDF5_LIBS)
 
 ENGINE_SRCS := $(filter-out src/main.c src/backend_cuda_absent.c src/comm_nccl_absent.c,$(wildcard src/*.c model/*.c))
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/%.o)
@@ -34,36 +39,42 @@ else
 BACKEND_OBJS := $(BUILD)/src/backend_cuda_absent.o $(BUILD)/src/comm_nccl_absent.o
 endif
 
+# objects depend on a stamp named after the flags, so changing MARCH or OPT rebuilds them
+FLAGS_STAMP := $(BUILD)/flags.$(shell echo '$(ZT_CFLAGS) $(NVCCFLAGS)' | md5sum | cut -c1-8)
+$(FLAGS_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/flags.* && touch $@
+
 TEST_SRCS := $(wildcard test/test_*.c)
 TEST_BINS := $(TEST_SRCS:test/%.c=$(BUILD)/test/%)
 BENCH_SRCS := $(wildcard test/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:test/%.c=$(BUILD)/test/%)
 
 .PHONY: all test bench demo clean
+.DEFAULT_GOAL := all
 all: zerotrain $(TEST_BINS) $(BENCH_BINS)
 
 zerotrain: $(BUILD)/src/main.o $(ENGINE_OBJS) $(BACKEND_OBJS)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(ZT_CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(ZT_CFLAGS) -c -o $@ $<
 
-$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h
+$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
-$(BUILD)/cuda/%.bf16.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h
+$(BUILD)/cuda/%.bf16.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DZT_CU_FP16=0 -c -o $@ $<
 
-$(BUILD)/cuda/%.f16.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h
+$(BUILD)/cuda/%.f16.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DZT_CU_FP16=1 -c -o $@ $<
 
 $(BUILD)/test/%: test/%.c $(ENGINE_OBJS) $(BACKEND_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -Imodel -o $@ $(filter %.c %.o,$^) $(LDLIBS)
+	$(CC) $(ZT_CFLAGS) -Isrc -Imodel -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
 test: all
 	@test/run.sh

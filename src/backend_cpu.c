@@ -4,14 +4,16 @@
  * Threading. Debian's libopenblas0 is the pthreads build: inside an OpenMP region its own
  * thread pool would oversubscribe the cores (and its idle workers spin for a while after every
  * call, stealing cycles from the OpenMP region that follows). So this backend sets OpenBLAS to
- * ONE thread once and does all parallelism with OpenMP: a large SGEMM is split into per-thread
- * column (or row) panels, each one a single-threaded cblas_sgemm; attention runs one head per
+ * ONE thread once and does all parallelism with OpenMP: a large SGEMM is cut into column (or row)
+ * panels whose boundaries depend on the shape only, each one a single-threaded cblas_sgemm that
+ * one thread computes whole (see gemm_plan); attention runs one head per
  * OpenMP thread. Measured on the 2-core build machine the split SGEMM is as fast as OpenBLAS's
  * own threading (test/bench_ops.c prints both).
  *
  * Determinism. Every op gives bit-identical results run to run, and — because no reduction is
  * ever split across threads — also for any OpenMP thread count:
- *   - SGEMM panels split only M or N, never K, so each output element is one kernel's sum;
+ *   - SGEMM panels split only M or N, never K, so each output element is one kernel's sum, and
+ *     the same call computes it whatever the thread count (gemm_plan);
  *   - column reductions (dbias, LayerNorm dw/db, dwpe, dwte) are parallel over columns, each
  *     column summing its rows in row order;
  *   - row reductions (LayerNorm statistics, softmax) run inside one thread, vectorized with
@@ -83,38 +85,67 @@ static void zt_split(int n, int nt, int id, int blk, int *lo, int *hi) {
     *hi = b1 * blk < n ? b1 * blk : n;
 }
 
+/* GEMM panels. A large SGEMM is cut into panels along the larger of M and N, each one a
+ * single-threaded cblas_sgemm, and the OpenMP threads take whole panels. The panel boundaries
+ * follow the shape alone, never the thread count: OpenBLAS's micro-kernels treat a call's edge
+ * rows and columns with other code (another FMA order) than its interior, so the bits of an
+ * output column depend on where it sits inside its call. With boundaries that moved with the
+ * thread count, 1, 2 and 3 threads gave three different answers on an AVX2 Zen; with these, every
+ * output element comes out of the same call — same shape, same operands — for any thread count and
+ * on any CPU. The count is a power of two (so 1, 2, 4, 8 or 16 threads share the panels evenly),
+ * at most GEMM_MAX_PANELS, with at least GEMM_PANEL_FLOPS of work and GEMM_MIN_WIDTH rows or
+ * columns a panel: each panel packs the whole of the other operand again, which costs 2-12 % of
+ * one core's SGEMM speed at 8 panels and more at 32 when panels get narrow (measured on the
+ * 2-core Zen build machine for GPT-2's shapes). Widths are whole multiples of 16 floats (64-byte
+ * lines of C, so no two threads write one line). */
+enum { GEMM_MAX_PANELS = 16, GEMM_MIN_WIDTH = 128, GEMM_ALIGN = 16 };
+#define GEMM_PANEL_FLOPS 32e6
+
+typedef struct {
+    int split_n;      /* panels are column ranges of C (else row ranges) */
+    int width, count; /* panel width along the split dimension, number of panels */
+} gemm_panels;
+
+static gemm_panels gemm_plan(int M, int N, int K) {
+    gemm_panels p = {.split_n = N >= M};
+    int dim = p.split_n ? N : M;
+    double flops = 2.0 * M * N * (K > 0 ? K : 1);
+    int count = 1;
+    while (count * 2 <= GEMM_MAX_PANELS && flops / (count * 2) >= GEMM_PANEL_FLOPS && dim / (count * 2) >= GEMM_MIN_WIDTH)
+        count *= 2;
+    int width = (dim + count - 1) / count;
+    p.width = (width + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
+    p.count = (dim + p.width - 1) / p.width;
+    return p;
+}
+
 /* Row-major C[M,N] = alpha op(A) op(B) + beta C with op(A) [M,K], op(B) [K,N]; when bias is
- * non-NULL (and beta == 0) C's rows start as bias[N] instead. Split over OpenMP threads along
- * the larger of M and N; called outside any parallel region. */
+ * non-NULL (and beta == 0) C's rows start as bias[N] instead. Panels as above; called outside
+ * any parallel region. */
 static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                  float beta, float *C, int ldc, const float *bias) {
     if (M <= 0 || N <= 0) return;
-    int split_n = N >= M;
-    /* each panel at least ~1 MFLOP, else threading costs more than it gains */
-    double flops = 2.0 * M * N * K;
-    int maxt = flops < 2e6 ? 1 : omp_get_max_threads();
-#pragma omp parallel num_threads(maxt)
-    {
-        int lo, hi;
-        zt_split(split_n ? N : M, omp_get_num_threads(), omp_get_thread_num(), 16, &lo, &hi);
-        if (hi > lo) {
-            int m = split_n ? M : hi - lo, n = split_n ? hi - lo : N;
-            const float *a = A, *b = B;
-            float *c = split_n ? C + lo : C + (size_t)lo * ldc;
-            if (split_n) b = tb ? B + (size_t)lo * ldb : B + lo;
-            else a = ta ? A + lo : A + (size_t)lo * lda;
-            float be = beta;
-            if (bias) {
-                for (int i = 0; i < m; i++) memcpy(c + (size_t)i * ldc, bias + (split_n ? lo : 0), (size_t)n * sizeof(float));
-                be = 1.0f;
-            }
-            if (K > 0)
-                cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, K, alpha,
-                            a, lda, b, ldb, be, c, ldc);
-            else if (!bias && beta != 1.0f)
-                for (int i = 0; i < m; i++)
-                    for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+    gemm_panels p = gemm_plan(M, N, K);
+    int dim = p.split_n ? N : M, nt = omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(p.count < nt ? p.count : nt)
+    for (int panel = 0; panel < p.count; panel++) {
+        int lo = panel * p.width, hi = lo + p.width < dim ? lo + p.width : dim;
+        int m = p.split_n ? M : hi - lo, n = p.split_n ? hi - lo : N;
+        const float *a = A, *b = B;
+        float *c = p.split_n ? C + lo : C + (size_t)lo * ldc;
+        if (p.split_n) b = tb ? B + (size_t)lo * ldb : B + lo;
+        else a = ta ? A + lo : A + (size_t)lo * lda;
+        float be = beta;
+        if (bias) {
+            for (int i = 0; i < m; i++) memcpy(c + (size_t)i * ldc, bias + (p.split_n ? lo : 0), (size_t)n * sizeof(float));
+            be = 1.0f;
         }
+        if (K > 0)
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, K, alpha, a, lda,
+                        b, ldb, be, c, ldc);
+        else if (!bias && beta != 1.0f)
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
     }
 }
 

@@ -531,8 +531,8 @@ static void test_sumsq(size_t n) {
 /* ------------------------------------------------------------------ determinism */
 
 /* Runs every op once on fixed inputs at shapes that make the backend split work across
- * threads (GEMMs above its threading threshold, several column blocks), writing every output
- * into one buffer; returns its length. */
+ * threads (every GEMM of op 4-6 big enough to be cut into 2-4 panels by backend_cpu.c's
+ * gemm_plan, several column blocks), writing every output into one buffer; returns its length. */
 typedef struct { int B, T, C, NH, V, Vp; int *tok, *tgt; float *in[12]; } det_inputs;
 enum { DET_OPS = 13 };
 static const char *det_names[DET_OPS] = {"embedding_forward", "embedding_backward", "layernorm_forward",
@@ -583,8 +583,9 @@ static size_t det_run(const det_inputs *d, int op, float *o) {
     }
     return 0;
 }
+static const char *det_tag = ""; /* appended to the check names: the OpenBLAS core type under test */
 static void test_determinism(void) {
-    det_inputs d = {.B = 2, .T = 64, .C = 128, .NH = 4, .V = 1000, .Vp = 1024};
+    det_inputs d = {.B = 2, .T = 128, .C = 256, .NH = 4, .V = 1000, .Vp = 1024};
     int N = d.B * d.T, C = d.C;
     size_t sizes[10] = {(size_t)d.V * C, (size_t)d.T * C + 2 * C, (size_t)N * C, (size_t)N * 4 * C, 4 * (size_t)C * C,
                         4 * (size_t)C, (size_t)N * 3 * C, (size_t)N * 3 * C, (size_t)N * d.Vp, (size_t)N * 4 * C};
@@ -603,7 +604,7 @@ static void test_determinism(void) {
         size_t n = det_run(&d, op, ref);
         memset(again, 0, cap * 4);
         det_run(&d, op, again);
-        snprintf(name, sizeof name, "deterministic: %s run twice bit-identical", det_names[op]);
+        snprintf(name, sizeof name, "deterministic: %s run twice bit-identical%s%s", det_names[op], *det_tag ? " on " : "", det_tag);
         CHECK(memcmp(ref, again, n * 4) == 0, name, "outputs differ between two identical runs");
         int same = 1;
         for (int k = 1; k < 3; k++) {
@@ -612,14 +613,25 @@ static void test_determinism(void) {
             det_run(&d, op, again);
             same &= memcmp(ref, again, n * 4) == 0;
         }
-        snprintf(name, sizeof name, "thread-count independent: %s with 1, 2, 3 OpenMP threads", det_names[op]);
+        snprintf(name, sizeof name, "thread-count independent: %s with 1, 2, 3 OpenMP threads%s%s", det_names[op], *det_tag ? " on " : "", det_tag);
         CHECK(same, name, "outputs depend on the number of threads");
     }
     omp_set_num_threads(2);
 }
 
-int main(void) {
+/* `test_ops --determinism`: only the run-twice and thread-count checks, their names tagged with
+ * the OpenBLAS core type in use, for test/t_gemm_coretypes.sh, which runs them under every
+ * OPENBLAS_CORETYPE this CPU can execute. */
+char *openblas_get_corename(void);
+
+int main(int argc, char **argv) {
     be = zt_backend_cpu();
+    if (argc > 1 && strcmp(argv[1], "--determinism") == 0) {
+        det_tag = openblas_get_corename();
+        test_determinism();
+        free_all();
+        return zt_check_exit();
+    }
     CHECK(be && be->compute_dtype == ZT_F32 && strcmp(be->name, "cpu") == 0, "cpu backend table", "bad table");
     /* every entry filled */
     const void *const *slot = (const void *const *)&be->alloc;
