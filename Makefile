@@ -18,16 +18,19 @@ MARCH   ?= x86-64-v2
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-serial 2>/dev/null)
 HDF5_LIBS   := $(shell pkg-config --libs hdf5-serial 2>/dev/null || echo -lhdf5)
 # the project's own flags live in ZT_CFLAGS so that `make CFLAGS=...` adds to them, never replaces them
-ZT_CFLAGS := $(OPT) -march=$(MARCH) -std=gnu11 -fopenmp -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP \
+ZT_CFLAGS := $(OPT) -march=$(MARCH) -Isrc -std=gnu11 -fopenmp -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP \
              $(HDF5_CFLAGS) $(CFLAGS)
 LDLIBS  := -lopenblas -lyaml -lpcre2-8 -lm $(HDF5_LIBS)
 
-ENGINE_SRCS := $(filter-out src/main.c src/backend_cuda_absent.c src/comm_nccl_absent.c,$(wildcard src/*.c model/*.c))
-ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/%.o)
+# src/<part>/: the library every program links (engine, model, backend, comm, io, config, util);
+# src/cmd/: the commands, linked into ./zerotrain only. Includes are written from src/: "io/hf.h".
+LIB_SRCS := $(filter-out src/cmd/% src/backend/backend_cuda_absent.c src/comm/comm_nccl_absent.c,$(wildcard src/*/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+CMD_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/cmd/*.c))
 
 ifeq ($(CUDA),1)
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-NVCCFLAGS   ?= -O3 -std=c++17 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
+NVCCFLAGS   ?= -O3 -std=c++17 -Isrc -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings -ccbin g++
 # the kernels are written once for a 16-bit type and compiled twice: bf16 and fp16 (cuda_common.cuh)
 CUDA_DTYPE_SRCS := cuda/kernels.cu cuda/gemm.cu cuda/attention.cu
@@ -36,7 +39,7 @@ BACKEND_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%
                 $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.f16.o)
 LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
 else
-BACKEND_OBJS := $(BUILD)/src/backend_cuda_absent.o $(BUILD)/src/comm_nccl_absent.o
+BACKEND_OBJS := $(BUILD)/src/backend/backend_cuda_absent.o $(BUILD)/src/comm/comm_nccl_absent.o
 endif
 
 # objects depend on a stamp named after the flags, so changing MARCH or OPT rebuilds them
@@ -53,28 +56,28 @@ BENCH_BINS := $(BENCH_SRCS:test/%.c=$(BUILD)/test/%)
 .DEFAULT_GOAL := all
 all: zerotrain $(TEST_BINS) $(BENCH_BINS)
 
-zerotrain: $(BUILD)/src/main.o $(ENGINE_OBJS) $(BACKEND_OBJS)
+zerotrain: $(CMD_OBJS) $(LIB_OBJS) $(BACKEND_OBJS)
 	$(CC) $(ZT_CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ZT_CFLAGS) -c -o $@ $<
 
-$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h $(FLAGS_STAMP)
+$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) src/backend/opmath.h src/backend/backend.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
-$(BUILD)/cuda/%.bf16.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h $(FLAGS_STAMP)
+$(BUILD)/cuda/%.bf16.o: cuda/%.cu $(wildcard cuda/*.cuh) src/backend/opmath.h src/backend/backend.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DZT_CU_FP16=0 -c -o $@ $<
 
-$(BUILD)/cuda/%.f16.o: cuda/%.cu $(wildcard cuda/*.cuh) model/opmath.h src/backend.h $(FLAGS_STAMP)
+$(BUILD)/cuda/%.f16.o: cuda/%.cu $(wildcard cuda/*.cuh) src/backend/opmath.h src/backend/backend.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DZT_CU_FP16=1 -c -o $@ $<
 
-$(BUILD)/test/%: test/%.c $(ENGINE_OBJS) $(BACKEND_OBJS)
+$(BUILD)/test/%: test/%.c $(LIB_OBJS) $(BACKEND_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ZT_CFLAGS) -Isrc -Imodel -o $@ $(filter %.c %.o,$^) $(LDLIBS)
+	$(CC) $(ZT_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
 test: all
 	@test/run.sh

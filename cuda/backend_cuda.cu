@@ -1,6 +1,6 @@
 /* backend_cuda.cu — the CUDA backend's entry point: picks the GPU, creates the streams (compute,
  * device-to-host, host-to-device) and the cuBLASLt handle, implements memory (cudaMalloc + zero,
- * pinned host memory, copies, transfers) and builds the two op tables of src/backend.h, bf16 and
+ * pinned host memory, copies, transfers) and builds the two op tables of src/backend/backend.h, bf16 and
  * fp16, whose ops come from the two compilations of kernels.cu, gemm.cu and attention.cu.
  *
  * zt_backend_cuda() is safe to call on a machine without a GPU or driver: it returns NULL with the

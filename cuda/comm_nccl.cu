@@ -1,4 +1,4 @@
-/* comm_nccl.cu — the NCCL collectives table of src/comm_nccl.h for the CUDA backend.
+/* comm_nccl.cu — the NCCL collectives table of src/comm/comm_nccl.h for the CUDA backend.
  *
  * Bootstrap: an MPI comm table (zt_comm_mpi, on host memory) broadcasts rank 0's ncclUniqueId, and
  * then serves the host-side calls (barrier, allreduce_host_double, agree_max), so this file needs
@@ -13,9 +13,9 @@
 #include <cstring>
 
 extern "C" {
-#include "../src/util.h"
-#include "../src/comm.h"
-#include "../src/comm_nccl.h"
+#include "util/util.h"
+#include "comm/comm.h"
+#include "comm/comm_nccl.h"
 }
 
 #define ZT_NCCL_CHECK(call)                                                                                   \

@@ -9,7 +9,7 @@
  * kernels into an op table; backend_cuda.cu (compiled once) owns the device, the streams and
  * memory, shared by both tables. Every op is issued on the compute stream (g_zt.stream); only
  * transfer() uses the two copy streams. All math inside kernels is fp32, the per-element formulas
- * come from model/opmath.h so the CPU backend and the GPU run the same arithmetic. Any CUDA/cuBLAS
+ * come from src/backend/opmath.h so the CPU backend and the GPU run the same arithmetic. Any CUDA/cuBLAS
  * failure inside an op is fatal: the op table has no error return, so we print "zerotrain: error:
  * CUDA ..." with the call site and exit(1). Set ZT_CUDA_SYNC=1 to synchronize after every op,
  * which pins an asynchronous kernel fault on the op that caused it. */
@@ -29,9 +29,9 @@
 
 /* backend.h has no extern "C" guard: its C entry points get C linkage from the block below, while
  * opmath.h's inline math (included first, so backend.h's include of it is a no-op) stays C++. */
-#include "../model/opmath.h"
+#include "backend/opmath.h"
 extern "C" {
-#include "../src/backend.h"
+#include "backend/backend.h"
 }
 
 /* Extra entry point for the engine's NCCL code: the compute stream as an opaque pointer

@@ -115,7 +115,7 @@ void zt_cu_gemm_release(void) {
     g_nplans = 0;
 }
 
-/* GELU fused into the GEMM's epilogue (cuBLASLt computes the same tanh GELU as model/opmath.h) */
+/* GELU fused into the GEMM's epilogue (cuBLASLt computes the same tanh GELU as src/backend/opmath.h) */
 enum gelu_mode {
     GELU_NONE = 0,
     GELU_FORWARD,  /* aux = result (+ bias), the pre-activation; D = gelu(aux) */

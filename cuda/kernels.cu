@@ -3,7 +3,7 @@
  *
  * Numerics: 16-bit tensors (bf16 or fp16, see cuda_common.cuh) are read into fp32, all arithmetic
  * is fp32 (double for sumsq), each output is rounded to 16 bits once (round-to-nearest-even).
- * Per-element formulas come from model/opmath.h.
+ * Per-element formulas come from src/backend/opmath.h.
  *
  * Determinism: every reduction has a fixed order for a given shape (no atomics), so results are
  * bitwise reproducible run to run on the same GPU model: LayerNorm dw/db and matmul dbias use

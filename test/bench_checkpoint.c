@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "engine.h"
-#include "gpt2.h"
+#include "io/checkpoint.h"
+#include "engine/engine.h"
+#include "model/gpt2.h"
 
 #define BLOCK ((size_t)64 << 20)
 

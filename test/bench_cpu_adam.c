@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu_adam.h"
+#include "backend/cpu_adam.h"
 
 static double now(void) {
     struct timespec t;

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 static const zt_backend *be;
 static int reps = 7;

@@ -3,7 +3,7 @@
 `regex` module with GPT-2's pattern as written, bytes_to_unicode, merges by rank), compared with
 the C tokenizer (build/test/test_tokenizer --encode-records) on random strings drawn from many
 scripts, whitespace, punctuation, digits and emoji, on random bytes (invalid UTF-8, with the
-documented byte fallback of src/tokenizer.h), and on data/tinyshakespeare.txt.
+documented byte fallback of src/io/tokenizer.h), and on data/tinyshakespeare.txt.
 
 Prints "PASS name" / "FAIL name: why" lines. Needs python3-regex.
 Usage: t_tokenizer_ref.py [--ids LITERAL...]   (--ids prints the reference ids of each Python str

@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "checkpoint.h"
-#include "engine.h"
-#include "gpt2.h"
+#include "io/checkpoint.h"
+#include "engine/engine.h"
+#include "model/gpt2.h"
 
 static char root[512];
 static zt_comm *comm;

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "config.h"
+#include "config/config.h"
 
 static char tmpdir[256];
 

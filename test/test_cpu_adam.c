@@ -1,4 +1,4 @@
-/* test_cpu_adam.c — the SIMD host AdamW (src/cpu_adam.c): every path (scalar, AVX2, AVX-512 as far
+/* test_cpu_adam.c — the SIMD host AdamW (src/backend/cpu_adam.c): every path (scalar, AVX2, AVX-512 as far
  * as this CPU runs them) against opmath.h's zt_adamw_element bit for bit, and against the formula
  * in double; random inputs with zero and denormal gradients and denormal params, sizes that are
  * not multiples of any vector width or tile, weight decay on and off, 1 and 2 threads, and the
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "cpu_adam.h"
+#include "backend/cpu_adam.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float urand(void) { /* [-1, 1) */

@@ -1,4 +1,4 @@
-/* test_hf.c — Hugging Face directory I/O (src/hf.c): safetensors + config.json round trips,
+/* test_hf.c — Hugging Face directory I/O (src/io/hf.c): safetensors + config.json round trips,
  * fp16/bf16 conversion on hand-picked values, and the error messages of bad inputs. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "gpt2.h"
-#include "hf.h"
-#include "opmath.h"
+#include "model/gpt2.h"
+#include "io/hf.h"
+#include "backend/opmath.h"
 
 static char root[256];
 

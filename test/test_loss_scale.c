@@ -2,7 +2,7 @@
  * overflows injected by hand: halving after `hysteresis` overflows, the floor at min_loss_scale,
  * doubling after `loss_scale_window` clean steps, every overflowing step skipped, and a static
  * scale that never moves. */
-#include "../src/loss_scale.h"
+#include "engine/loss_scale.h"
 #include "check.h"
 
 int main(void) {

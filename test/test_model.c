@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/gpt2.h"
-#include "../src/comm.h"
-#include "../src/engine.h"
+#include "model/gpt2.h"
+#include "comm/comm.h"
+#include "engine/engine.h"
 #include "check.h"
 
 enum { B = 2, T = 8 };

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "check.h"
 
 static const zt_backend *be;

@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
-#include "commands.h"
-#include "shard.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "io/shard.h"
+#include "io/tokenizer.h"
+#include "util/util.h"
 
 #define VOCAB "data/gpt2"
 #define CORPUS "data/tinyshakespeare.txt"
@@ -354,12 +354,22 @@ static void test_shards(const char *tmp) {
     free(back);
 }
 
+/* Runs `./zerotrain tokenize ARGS...` (the command as a user runs it; tests link the library, not
+ * the commands) and returns its exit status, -1 when it did not exit normally. */
 static int run_tokenize(const char **args, int n) {
-    char *argv[16];
-    for (int i = 0; i < n; i++) argv[i] = (char *)args[i];
-    argv[n] = NULL;
+    char *argv[18];
+    argv[0] = "./zerotrain";
+    for (int i = 0; i < n; i++) argv[i + 1] = (char *)args[i];
+    argv[n + 1] = NULL;
     fflush(stdout);
-    return zt_cmd_tokenize(n, argv);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 static void test_tokenize_cmd(const zt_tokenizer *tok, const char *tmp) {

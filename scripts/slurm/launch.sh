@@ -23,7 +23,7 @@ set -uo pipefail
 
 ZT_HOME=${ZT_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}
 ZT_BIN=${ZT_BIN:-$ZT_HOME/zerotrain}
-ZT_PREEMPTED=99 # zerotrain's exit status after a signal-triggered checkpoint (src/train.c)
+ZT_PREEMPTED=99 # zerotrain's exit status after a signal-triggered checkpoint (src/cmd/train.c)
 log() { echo "[launch $(date +%T)] $*"; }
 
 (($# >= 1)) || { echo "usage: launch.sh CONFIG [--set KEY=VALUE]..." >&2; exit 2; }

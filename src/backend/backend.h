@@ -1,0 +1,111 @@
+/* backend.h — the op table every compute backend implements (CPU in src/backend_cpu.c,
+ * CUDA in cuda/). The engine (model/, src/train.c, src/zero.c ...) calls only these entries,
+ * never a backend directly: no #ifdef for backends outside the backends themselves.
+ *
+ * Memory: "device" buffers come from alloc() and are only touched through the table; on the
+ * CPU backend they are ordinary host memory. Tensors named `void *` are in the backend's
+ * compute dtype (fp32 on the CPU, bf16/fp16 on GPUs): parameters as used by forward/backward,
+ * activations and gradients. Tensors named `float *` are always fp32 (optimizer master weights
+ * and moments, LayerNorm statistics, losses). Layout conventions follow Hugging Face GPT-2
+ * (Conv1D: a weight is [in, out], y = x W + b). All tensors are row-major. */
+#ifndef ZT_BACKEND_H
+#define ZT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "backend/opmath.h"
+
+typedef enum { ZT_F32 = 0, ZT_BF16 = 1, ZT_F16 = 2 } zt_dtype;
+static inline size_t zt_dtype_size(zt_dtype t) { return t == ZT_F32 ? 4 : 2; }
+
+typedef enum { ZT_H2D = 0, ZT_D2H = 1, ZT_D2D = 2 } zt_copy_kind;
+
+typedef struct zt_backend {
+    const char *name;        /* "cpu", "cuda" */
+    zt_dtype compute_dtype;  /* dtype of params/activations/grads in forward and backward */
+
+    /* ---- memory ---- */
+    void *(*alloc)(size_t bytes);                 /* zero-filled device memory, NULL on failure */
+    void (*free)(void *ptr);
+    void *(*host_alloc)(size_t bytes);            /* zero-filled host memory for transfers (pinned on GPUs) */
+    void (*host_free)(void *ptr);
+    void (*memset_zero)(void *ptr, size_t bytes);
+    /* ordered after all work queued so far; H2D/D2H return once the host buffer may be reused/read */
+    void (*copy)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    /* H2D or D2H on the backend's own stream for that direction (the CUDA backend has one each), so
+     * it runs while compute work (the device part of Twin-Flow's Adam) does and the two directions
+     * run at the same time. It is NOT ordered after queued compute work: the caller synchronize()s
+     * after the source was last written on the device and keeps the device from touching dst
+     * until it returns. Returns once the copy is complete, like copy(); safe from any thread. */
+    void (*transfer)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    void (*synchronize)(void);
+    /* free and total device memory in bytes; 0 and 0 where device memory is host memory (CPU) */
+    void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+    /* fp32 <-> compute dtype conversion on the device (identity copy on the CPU backend) */
+    void (*to_compute)(void *dst, const float *src, size_t n);
+    void (*to_f32)(float *dst, const void *src, size_t n);
+
+    /* ---- model ops (N = B*T rows) ---- */
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] */
+    void (*embedding_forward)(void *out, const int *tokens, const void *wte, const void *wpe, int B, int T, int C);
+    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]  (accumulates) */
+    void (*embedding_backward)(void *dwte, void *dwpe, const void *dout, const int *tokens, int B, int T, int C);
+    /* out = LayerNorm(inp) * w + b; saves per-row mean and rstd for backward */
+    void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N, int C);
+    /* dinp += ..., dw += ..., db += ...  (all accumulate) */
+    void (*layernorm_backward)(void *dinp, void *dw, void *db, const void *dout, const void *inp, const void *w,
+                               const float *mean, const float *rstd, int N, int C);
+    /* out[N,OC] = inp[N,C] W + bias, W is [C,OC] (Conv1D); with w_transposed, W is stored [OC,C]
+     * (the tied LM head uses wte [V,C]). bias may be NULL. ldout is out's row stride (>= OC). */
+    void (*matmul_forward)(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
+                           int w_transposed, int ldout);
+    /* dinp = dout W^T (overwrites, skipped if NULL); dw += inp^T dout; dbias += colsum(dout) (if non-NULL) */
+    void (*matmul_backward)(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
+                            int N, int C, int OC, int w_transposed, int lddout);
+    /* the MLP's up-projection with its GELU (W [C,OC], row stride OC): pre = inp W + bias (kept for
+     * backward), out = gelu(pre); the CUDA backend fuses the GELU into the GEMM's epilogue */
+    void (*matmul_forward_gelu)(void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int C,
+                                int OC);
+    /* matmul_backward (W [C,OC], not transposed) of a layer whose input was inp = gelu(gelu_pre), with
+     * the GELU's backward folded in: dinp = gelu'(gelu_pre) * (dout W^T) (overwrites) */
+    void (*matmul_backward_dgelu)(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
+                                  const void *gelu_pre, int N, int C, int OC);
+    /* causal self-attention. qkv [B,T,3C] (q|k|v, heads of size C/NH), out [B,T,C]. att ([B,NH,T,T]
+     * elements) is backend-private scratch handed from forward to backward of the same layer and qkv:
+     * the CPU backend keeps the softmax probabilities there, the CUDA flash path keeps the per-row
+     * log-sum-exp and a copy of out; callers never read or write it. */
+    void (*attention_forward)(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
+    /* dqkv overwritten; datt is scratch of att's size (contents undefined afterwards) */
+    void (*attention_backward)(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
+                               int B, int T, int C, int NH);
+    void (*gelu_forward)(void *out, const void *inp, size_t n);
+    /* dinp = gelu'(inp) * dout (overwrites; dinp may alias dout) */
+    void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n);
+    /* out = a + b */
+    void (*residual_forward)(void *out, const void *a, const void *b, size_t n);
+    /* dst += src */
+    void (*accumulate)(void *dst, const void *src, size_t n);
+    /* Fused softmax + cross-entropy over the first V of Vp logit columns (padding is never read):
+     * losses[i] = -log softmax(logits[i])[targets[i]], and if dlogits != NULL,
+     * dlogits[i,:V] = (softmax - onehot) * dloss, dlogits[i, V:Vp] = 0. dlogits may alias logits. */
+    void (*softmax_xent)(float *losses, void *dlogits, const void *logits, const int *targets, int N, int V, int Vp,
+                         float dloss);
+
+    /* ---- optimizer and reductions ---- */
+    /* AdamW on fp32 master weights; grad in compute dtype; writes params_out (compute dtype, may be
+     * NULL or alias master on fp32 backends) */
+    void (*adamw)(float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
+                  const zt_adam_step *step);
+    /* sum of squares of a compute-dtype vector, in double, deterministic for a given n */
+    double (*sumsq)(const void *x, size_t n);
+    /* x *= s */
+    void (*scale)(void *x, float s, size_t n);
+} zt_backend;
+
+/* The backends compiled into this binary. zt_backend_cuda(dtype) returns the CUDA backend computing
+ * in dtype (ZT_BF16 or ZT_F16; both tables share one device, its streams and its memory), or NULL
+ * when built without CUDA or when no usable GPU is present (with the reason in *why). */
+const zt_backend *zt_backend_cpu(void);
+const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why);
+
+#endif

@@ -1,0 +1,549 @@
+/* backend_cpu.c — the CPU backend: fp32 everywhere, OpenBLAS SGEMM for the matrix products,
+ * OpenMP for everything else.
+ *
+ * Threading. Debian's libopenblas0 is the pthreads build: inside an OpenMP region its own
+ * thread pool would oversubscribe the cores (and its idle workers spin for a while after every
+ * call, stealing cycles from the OpenMP region that follows). So this backend sets OpenBLAS to
+ * ONE thread once and does all parallelism with OpenMP: a large SGEMM is cut into column (or row)
+ * panels whose boundaries depend on the shape only, each one a single-threaded cblas_sgemm that
+ * one thread computes whole (see gemm_plan); attention runs one head per
+ * OpenMP thread. Measured on the 2-core build machine the split SGEMM is as fast as OpenBLAS's
+ * own threading (test/bench_ops.c prints both).
+ *
+ * Determinism. Every op gives bit-identical results run to run, and — because no reduction is
+ * ever split across threads — also for any OpenMP thread count:
+ *   - SGEMM panels split only M or N, never K, so each output element is one kernel's sum, and
+ *     the same call computes it whatever the thread count (gemm_plan);
+ *   - column reductions (dbias, LayerNorm dw/db, dwpe, dwte) are parallel over columns, each
+ *     column summing its rows in row order;
+ *   - row reductions (LayerNorm statistics, softmax) run inside one thread, vectorized with
+ *     `omp simd reduction`, whose lane order is fixed at compile time;
+ *   - sumsq sums fixed 4096-element chunks, then the chunk sums in order.
+ * Loops use schedule(static) throughout. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_adam.h"
+
+/* Vector math. glibc's libmvec (x86-64, glibc >= 2.35 for tanhf) has SIMD versions of expf and
+ * tanhf; declaring them as such lets the compiler vectorize the GELU (opmath.h's formula, via
+ * tanhf) and softmax loops, ~6x faster than scalar libm. The loops that use them run over whole
+ * 16-lane blocks at fixed offsets (see VB below), so every element takes the same code path
+ * whatever the thread count or buffer alignment, keeping results bit-reproducible. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+float tanhf(float) __attribute__((__simd__("notinbranch")));
+float expf(float) __attribute__((__simd__("notinbranch")));
+#endif
+#define VB 16 /* lanes of one vector-math block */
+
+/* e[j] = exp(x[j] - shift) for j < n <= VB, one vector-math block (missing lanes are -inf -> 0) */
+static inline void exp_block(float *e, const float *x, float shift, int n) {
+    float t[VB];
+    for (int j = 0; j < VB; j++) t[j] = j < n ? x[j] - shift : -INFINITY;
+#pragma omp simd simdlen(VB)
+    for (int j = 0; j < VB; j++) t[j] = expf(t[j]);
+    memcpy(e, t, (size_t)n * sizeof(float));
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void *cpu_alloc(size_t bytes) {
+    size_t sz = (bytes + 63) & ~(size_t)63; /* aligned_alloc wants a multiple of the alignment */
+    if (sz == 0) sz = 64;
+    void *p = aligned_alloc(64, sz);
+    if (p) memset(p, 0, sz);
+    return p;
+}
+static void cpu_free(void *p) { free(p); }
+static void cpu_memset_zero(void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+}
+static void cpu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    (void)kind;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+}
+static void cpu_synchronize(void) {}
+static void cpu_mem_info(size_t *free_bytes, size_t *total_bytes) { *free_bytes = *total_bytes = 0; }
+static void cpu_to_compute(void *dst, const float *src, size_t n) { cpu_copy(dst, src, n * sizeof(float), ZT_D2D); }
+static void cpu_to_f32(float *dst, const void *src, size_t n) { cpu_copy(dst, src, n * sizeof(float), ZT_D2D); }
+
+/* ------------------------------------------------------------------ SGEMM */
+
+/* The part [lo, hi) of n items that thread `id` of `nt` owns, in whole blocks of `blk` items
+ * (64-byte lines of floats, so neighbouring threads never share a cache line of C). */
+static void zt_split(int n, int nt, int id, int blk, int *lo, int *hi) {
+    int nblk = (n + blk - 1) / blk;
+    int per = nblk / nt, extra = nblk % nt;
+    int b0 = id * per + (id < extra ? id : extra);
+    int b1 = b0 + per + (id < extra ? 1 : 0);
+    *lo = b0 * blk < n ? b0 * blk : n;
+    *hi = b1 * blk < n ? b1 * blk : n;
+}
+
+/* GEMM panels. A large SGEMM is cut into panels along the larger of M and N, each one a
+ * single-threaded cblas_sgemm, and the OpenMP threads take whole panels. The panel boundaries
+ * follow the shape alone, never the thread count: OpenBLAS's micro-kernels treat a call's edge
+ * rows and columns with other code (another FMA order) than its interior, so the bits of an
+ * output column depend on where it sits inside its call. With boundaries that moved with the
+ * thread count, 1, 2 and 3 threads gave three different answers on an AVX2 Zen; with these, every
+ * output element comes out of the same call — same shape, same operands — for any thread count and
+ * on any CPU. The count is a power of two (so 1, 2, 4, 8 or 16 threads share the panels evenly),
+ * at most GEMM_MAX_PANELS, with at least GEMM_PANEL_FLOPS of work and GEMM_MIN_WIDTH rows or
+ * columns a panel: each panel packs the whole of the other operand again, which costs 2-12 % of
+ * one core's SGEMM speed at 8 panels and more at 32 when panels get narrow (measured on the
+ * 2-core Zen build machine for GPT-2's shapes). Widths are whole multiples of 16 floats (64-byte
+ * lines of C, so no two threads write one line). */
+enum { GEMM_MAX_PANELS = 16, GEMM_MIN_WIDTH = 128, GEMM_ALIGN = 16 };
+#define GEMM_PANEL_FLOPS 32e6
+
+typedef struct {
+    int split_n;      /* panels are column ranges of C (else row ranges) */
+    int width, count; /* panel width along the split dimension, number of panels */
+} gemm_panels;
+
+static gemm_panels gemm_plan(int M, int N, int K) {
+    gemm_panels p = {.split_n = N >= M};
+    int dim = p.split_n ? N : M;
+    double flops = 2.0 * M * N * (K > 0 ? K : 1);
+    int count = 1;
+    while (count * 2 <= GEMM_MAX_PANELS && flops / (count * 2) >= GEMM_PANEL_FLOPS && dim / (count * 2) >= GEMM_MIN_WIDTH)
+        count *= 2;
+    int width = (dim + count - 1) / count;
+    p.width = (width + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
+    p.count = (dim + p.width - 1) / p.width;
+    return p;
+}
+
+/* Row-major C[M,N] = alpha op(A) op(B) + beta C with op(A) [M,K], op(B) [K,N]; when bias is
+ * non-NULL (and beta == 0) C's rows start as bias[N] instead. Panels as above; called outside
+ * any parallel region. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc, const float *bias) {
+    if (M <= 0 || N <= 0) return;
+    gemm_panels p = gemm_plan(M, N, K);
+    int dim = p.split_n ? N : M, nt = omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(p.count < nt ? p.count : nt)
+    for (int panel = 0; panel < p.count; panel++) {
+        int lo = panel * p.width, hi = lo + p.width < dim ? lo + p.width : dim;
+        int m = p.split_n ? M : hi - lo, n = p.split_n ? hi - lo : N;
+        const float *a = A, *b = B;
+        float *c = p.split_n ? C + lo : C + (size_t)lo * ldc;
+        if (p.split_n) b = tb ? B + (size_t)lo * ldb : B + lo;
+        else a = ta ? A + lo : A + (size_t)lo * lda;
+        float be = beta;
+        if (bias) {
+            for (int i = 0; i < m; i++) memcpy(c + (size_t)i * ldc, bias + (p.split_n ? lo : 0), (size_t)n * sizeof(float));
+            be = 1.0f;
+        }
+        if (K > 0)
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, K, alpha, a, lda,
+                        b, ldb, be, c, ldc);
+        else if (!bias && beta != 1.0f)
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+    }
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+static void cpu_embedding_forward(void *out_, const int *tokens, const void *wte_, const void *wpe_, int B, int T, int C) {
+    float *out = out_;
+    const float *wte = wte_, *wpe = wpe_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < B * T; i++) {
+        const float *e = wte + (size_t)tokens[i] * C, *p = wpe + (size_t)(i % T) * C;
+        float *o = out + (size_t)i * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+/* Parallel over channel blocks, tokens in order inside each: repeated tokens never race, and
+ * each dwte/dwpe element receives its additions in (b,t) order whatever the thread count. */
+static void cpu_embedding_backward(void *dwte_, void *dwpe_, const void *dout_, const int *tokens, int B, int T, int C) {
+    float *dwte = dwte_, *dwpe = dwpe_;
+    const float *dout = dout_;
+#pragma omp parallel
+    {
+        int c0, c1;
+        zt_split(C, omp_get_num_threads(), omp_get_thread_num(), 16, &c0, &c1);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *d = dout + ((size_t)b * T + t) * C;
+                float *w = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)t * C;
+#pragma omp simd
+                for (int c = c0; c < c1; c++) {
+                    w[c] += d[c];
+                    p[c] += d[c];
+                }
+            }
+    }
+}
+
+/* ------------------------------------------------------------------ layernorm */
+
+static void cpu_layernorm_forward(void *out_, float *mean, float *rstd, const void *inp_, const void *w_, const void *b_,
+                                  int N, int C) {
+    float *out = out_;
+    const float *inp = inp_, *w = w_, *bb = b_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float *y = out + (size_t)i * C;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        float m = s / C;
+        float v = 0.0f; /* two-pass variance: no cancellation for rows with a large mean */
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        float r = zt_rstd(v / C);
+#pragma omp simd
+        for (int c = 0; c < C; c++) y[c] = (x[c] - m) * r * w[c] + bb[c];
+        mean[i] = m;
+        rstd[i] = r;
+    }
+}
+
+static void cpu_layernorm_backward(void *dinp_, void *dw_, void *db_, const void *dout_, const void *inp_, const void *w_,
+                                   const float *mean, const float *rstd, int N, int C) {
+    float *dinp = dinp_, *dw = dw_, *db = db_;
+    const float *dout = dout_, *inp = inp_, *w = w_;
+#pragma omp parallel
+    {
+        /* dinp: rows in parallel */
+#pragma omp for schedule(static) nowait
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+            float *dx = dinp + (size_t)i * C;
+            float m = mean[i], r = rstd[i], sd = 0.0f, sdx = 0.0f;
+#pragma omp simd reduction(+ : sd, sdx)
+            for (int c = 0; c < C; c++) {
+                float dn = dy[c] * w[c];
+                sd += dn;
+                sdx += dn * (x[c] - m) * r;
+            }
+            sd /= C;
+            sdx /= C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) dx[c] += zt_layernorm_dx(dy[c] * w[c], (x[c] - m) * r, r, sd, sdx);
+        }
+        /* dw, db: columns in parallel, rows in order */
+        int c0, c1;
+        zt_split(C, omp_get_num_threads(), omp_get_thread_num(), 16, &c0, &c1);
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+            float m = mean[i], r = rstd[i];
+#pragma omp simd
+            for (int c = c0; c < c1; c++) {
+                dw[c] += dy[c] * ((x[c] - m) * r);
+                db[c] += dy[c];
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+static void cpu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
+                               int w_transposed, int ldout) {
+    /* W [C,OC] (lda OC), or stored [OC,C] and used transposed (ldb C) */
+    gemm(0, w_transposed, N, OC, C, 1.0f, inp, C, w, w_transposed ? C : OC, 0.0f, out, ldout, bias);
+}
+
+/* dbias[o] += sum_i dout[i,o]: 64-column blocks in parallel, rows in order inside a block */
+static void colsum_acc(float *dbias, const float *dout, int N, int OC, int ld) {
+    int nblk = (OC + 63) / 64;
+#pragma omp parallel for schedule(static)
+    for (int bk = 0; bk < nblk; bk++) {
+        int o0 = bk * 64, n = OC - o0 < 64 ? OC - o0 : 64;
+        float acc[64] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * ld + o0;
+#pragma omp simd
+            for (int o = 0; o < n; o++) acc[o] += d[o];
+        }
+        for (int o = 0; o < n; o++) dbias[o0 + o] += acc[o];
+    }
+}
+
+static void cpu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w, int N,
+                                int C, int OC, int w_transposed, int lddout) {
+    if (dinp) { /* dinp[N,C] = dout[N,OC] W^T */
+        if (w_transposed) gemm(0, 0, N, C, OC, 1.0f, dout, lddout, w, C, 0.0f, dinp, C, NULL);
+        else gemm(0, 1, N, C, OC, 1.0f, dout, lddout, w, OC, 0.0f, dinp, C, NULL);
+    }
+    if (dw) {
+        if (w_transposed) gemm(1, 0, OC, C, N, 1.0f, dout, lddout, inp, C, 1.0f, dw, C, NULL); /* dW[OC,C] += dout^T inp */
+        else gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, lddout, 1.0f, dw, OC, NULL);            /* dW[C,OC] += inp^T dout */
+    }
+    if (dbias) colsum_acc(dbias, dout, N, OC, lddout);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+/* One (b,h) per OpenMP iteration; each head's SGEMMs run single-threaded, reading q, k and v
+ * in place from qkv with row stride 3C. The full T x T score matrix is computed and the part
+ * above the diagonal is then overwritten with exact zeros. */
+static void cpu_attention_forward(void *out_, void *att_, const void *qkv_, int B, int T, int C, int NH) {
+    float *out = out_, *att = att_;
+    const float *qkv = qkv_;
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *a = att + (size_t)bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+        for (int t = 0; t < T; t++) { /* causal softmax of row t over j <= t */
+            float *row = a + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
+            for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+            for (int j0 = 0; j0 <= t; j0 += VB) exp_block(row + j0, row + j0, mx, t + 1 - j0 < VB ? t + 1 - j0 : VB);
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j <= t; j++) sum += row[j];
+            float inv = 1.0f / sum;
+            for (int j = 0; j <= t; j++) row[j] *= inv;
+            for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
+                    out + (size_t)b * T * C + h * hs, C);
+    }
+}
+
+static void cpu_attention_backward(void *dqkv_, void *datt_, const void *dout_, const void *qkv_, const void *att_, int B,
+                                   int T, int C, int NH) {
+    float *dqkv = dqkv_, *datt = datt_;
+    const float *dout = dout_, *qkv = qkv_, *att = att_;
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        size_t qo = (size_t)b * T * C3 + h * hs;
+        const float *q = qkv + qo, *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + qo, *dk = dq + C, *dv = dq + 2 * C;
+        const float *a = att + (size_t)bh * T * T, *dy = dout + (size_t)b * T * C + h * hs;
+        float *da = datt + (size_t)bh * T * T;
+        /* datt = dy V^T;  dV = att^T dy */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da, T);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);
+        /* softmax backward, scaled: dpre = att * (datt - sum_j att*datt) * scale (0 above the diagonal) */
+        for (int t = 0; t < T; t++) {
+            const float *ar = a + (size_t)t * T;
+            float *dr = da + (size_t)t * T, s = 0.0f;
+            for (int j = 0; j <= t; j++) s += ar[j] * dr[j];
+            for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - s) * scale;
+            for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
+        }
+        /* dQ = dpre K;  dK = dpre^T Q */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k, C3, 0.0f, dq, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3, 0.0f, dk, C3);
+    }
+}
+
+/* ------------------------------------------------------------------ pointwise */
+
+/* GELU in whole VB-element blocks (the last one zero-padded), parallel over blocks */
+static inline void gelu_block(float *out, const float *inp) {
+#pragma omp simd simdlen(VB)
+    for (int j = 0; j < VB; j++) out[j] = zt_gelu(inp[j]);
+}
+static inline void gelu_grad_block(float *dinp, const float *inp, const float *dout) {
+#pragma omp simd simdlen(VB)
+    for (int j = 0; j < VB; j++) dinp[j] = zt_gelu_grad(inp[j]) * dout[j];
+}
+
+static void cpu_gelu_forward(void *out_, const void *inp_, size_t n) {
+    float *out = out_;
+    const float *inp = inp_;
+    size_t nb = n / VB, tail = n % VB;
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) gelu_block(out + b * VB, inp + b * VB);
+    if (tail) {
+        float x[VB] = {0}, y[VB];
+        memcpy(x, inp + nb * VB, tail * sizeof(float));
+        gelu_block(y, x);
+        memcpy(out + nb * VB, y, tail * sizeof(float));
+    }
+}
+
+static void cpu_gelu_backward(void *dinp_, const void *inp_, const void *dout_, size_t n) {
+    float *dinp = dinp_;
+    const float *inp = inp_, *dout = dout_;
+    size_t nb = n / VB, tail = n % VB;
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < nb; b++) gelu_grad_block(dinp + b * VB, inp + b * VB, dout + b * VB);
+    if (tail) {
+        float x[VB] = {0}, d[VB] = {0}, y[VB];
+        memcpy(x, inp + nb * VB, tail * sizeof(float));
+        memcpy(d, dout + nb * VB, tail * sizeof(float));
+        gelu_grad_block(y, x, d);
+        memcpy(dinp + nb * VB, y, tail * sizeof(float));
+    }
+}
+
+/* the fused MLP ops are their two parts here: the CPU gains nothing from fusing them */
+static void cpu_matmul_forward_gelu(void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int C,
+                                    int OC) {
+    cpu_matmul_forward(pre, inp, w, bias, N, C, OC, 0, OC);
+    cpu_gelu_forward(out, pre, (size_t)N * OC);
+}
+static void cpu_matmul_backward_dgelu(void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                                      const void *w, const void *gelu_pre, int N, int C, int OC) {
+    cpu_matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, 0, OC);
+    cpu_gelu_backward(dinp, gelu_pre, dinp, (size_t)N * C);
+}
+
+static void cpu_residual_forward(void *out_, const void *a_, const void *b_, size_t n) {
+    float *out = out_;
+    const float *a = a_, *b = b_;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void cpu_accumulate(void *dst_, const void *src_, size_t n) {
+    float *dst = dst_;
+    const float *src = src_;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+static void cpu_scale(void *x_, float s, size_t n) {
+    float *x = x_;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* ------------------------------------------------------------------ softmax + cross-entropy */
+
+/* Per row: max, e_j = exp(x_j - max) (stored in dlogits when wanted), S = sum e_j in double
+ * (VB interleaved accumulators, combined in a fixed order); loss = log S - (x_target - max);
+ * dlogits_j = (e_j / S - [j == target]) * dloss. Columns V..Vp-1 of logits are never read; of
+ * dlogits they are zeroed. A target outside [0,V) gives a NaN loss (and no one-hot term) rather
+ * than an out-of-bounds read. */
+static void cpu_softmax_xent(float *losses, void *dlogits_, const void *logits_, const int *targets, int N, int V, int Vp,
+                             float dloss) {
+    float *dlogits = dlogits_;
+    const float *logits = logits_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * Vp;
+        float *d = dlogits ? dlogits + (size_t)i * Vp : NULL; /* may alias x: each block is read before written */
+        int tgt = targets[i];
+        int ok = tgt >= 0 && tgt < V;
+        float xt = ok ? x[tgt] : 0.0f;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+        double acc[VB] = {0};
+        float e[VB];
+        for (int j0 = 0; j0 < V; j0 += VB) {
+            int n = V - j0 < VB ? V - j0 : VB;
+            exp_block(e, x + j0, mx, n);
+            for (int j = n; j < VB; j++) e[j] = 0.0f;
+            for (int j = 0; j < VB; j++) acc[j] += e[j];
+            if (d) memcpy(d + j0, e, (size_t)n * sizeof(float));
+        }
+        for (int w = VB / 2; w >= 1; w /= 2)
+            for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+        double sum = acc[0];
+        if (d) {
+            float f = (float)(1.0 / sum) * dloss;
+#pragma omp simd
+            for (int j = 0; j < V; j++) d[j] *= f;
+            if (ok) d[tgt] -= dloss;
+            for (int j = V; j < Vp; j++) d[j] = 0.0f;
+        }
+        losses[i] = ok ? (float)(log(sum) - ((double)xt - mx)) : NAN;
+    }
+}
+
+/* ------------------------------------------------------------------ optimizer, reductions */
+
+/* the SIMD host AdamW of cpu_adam.c (the same roundings as zt_adamw_element, bit for bit) */
+static void cpu_adamw(float *master, float *m, float *v, const void *grad_, void *params_out_, size_t n,
+                      const zt_adam_step *step) {
+    float *out = params_out_;
+    zt_cpu_adamw(master, m, v, grad_, n, step, NULL, ZT_F32, 0);
+    if (out && out != master) memcpy(out, master, n * sizeof(float));
+}
+
+/* Fixed 4096-element chunks, each summed with 16 interleaved double accumulators combined in a
+ * fixed order; then the chunk sums in chunk order. The result depends only on x and n. */
+#define SUMSQ_CHUNK 4096
+static double sumsq_chunk(const float *x, size_t n) {
+    double acc[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += (double)x[i + j] * x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += (double)x[i] * x[i];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
+static double cpu_sumsq(const void *x_, size_t n) {
+    const float *x = x_;
+    size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double total = 0.0;
+    enum { BATCH = 1024 }; /* chunk sums computed a batch at a time into a stack buffer */
+    double part[BATCH];
+    for (size_t c0 = 0; c0 < nchunk; c0 += BATCH) {
+        size_t nb = nchunk - c0 < BATCH ? nchunk - c0 : BATCH;
+#pragma omp parallel for schedule(static) if (nb > 1)
+        for (size_t c = 0; c < nb; c++) {
+            size_t off = (c0 + c) * SUMSQ_CHUNK, len = n - off < SUMSQ_CHUNK ? n - off : SUMSQ_CHUNK;
+            part[c] = sumsq_chunk(x + off, len);
+        }
+        for (size_t c = 0; c < nb; c++) total += part[c];
+    }
+    return total;
+}
+
+/* ------------------------------------------------------------------ the table */
+
+static const zt_backend cpu_backend = {
+    .name = "cpu",
+    .compute_dtype = ZT_F32,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .memset_zero = cpu_memset_zero,
+    .copy = cpu_copy,
+    .transfer = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .mem_info = cpu_mem_info,
+    .to_compute = cpu_to_compute,
+    .to_f32 = cpu_to_f32,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .matmul_forward_gelu = cpu_matmul_forward_gelu,
+    .matmul_backward_dgelu = cpu_matmul_backward_dgelu,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .residual_forward = cpu_residual_forward,
+    .accumulate = cpu_accumulate,
+    .softmax_xent = cpu_softmax_xent,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
+};
+
+const zt_backend *zt_backend_cpu(void) {
+    /* all parallelism is OpenMP's (see the top of this file); idempotent */
+    openblas_set_num_threads(1);
+    return &cpu_backend;
+}

@@ -1,0 +1,178 @@
+/* cpu_adam.c — SIMD host AdamW (see cpu_adam.h).
+ *
+ * Bit identity. opmath.h's formula is a chain of separately rounded IEEE operations
+ *   g' = g*gs;  m' = b1*m + (1-b1)*g';  v' = b2*v + ((1-b2)*g')*g';
+ *   p' = p - lr*((m'/bc1) / (sqrt(v'/bc2) + eps) + wd*p)
+ * and vector mul/add/div/sqrt round each lane exactly like their scalar forms. GCC's default for
+ * GNU C (-ffp-contract=fast) would fuse some mul+add pairs into FMAs, differently in scalar and
+ * vector code and depending on -march, so this file is compiled with contraction off: the
+ * scalar fallback, the AVX2 and the AVX-512 paths then compute the same roundings in the same
+ * order and agree bit for bit (also for denormals: no FTZ/DAZ anywhere). The "fma" target is
+ * only needed because AVX2-era CPUs are what the path is for; it is not used for the math.
+ *
+ * Streaming. The update reads p, g, m, v and writes p, m, v (plus 2 bytes with a copy-out) once
+ * each: 28 B/element. Threads take contiguous blocks (schedule(static)) of 4096-element tiles, so
+ * each thread streams through its block in order and the hardware prefetchers see simple
+ * sequential streams; the math (3 divisions and a sqrt per element) fits under the memory time
+ * at 16 lanes. The ragged tail of the last tile goes through the scalar formula. */
+#pragma GCC optimize("fp-contract=off")
+
+#include "backend/cpu_adam.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#define TILE 4096 /* elements per work item: 112 KiB of traffic, a multiple of every vector width */
+
+typedef struct adam_consts {
+    float gs, b1, omb1, b2, omb2, bc1, bc2, lr, eps, wd;
+} adam_consts;
+
+static adam_consts consts_of(const zt_adam_step *s) {
+    adam_consts c = {s->grad_scale, s->beta1, 1.0f - s->beta1, s->beta2, 1.0f - s->beta2,
+                     s->bias_correction1, s->bias_correction2, s->lr, s->eps, s->weight_decay};
+    return c;
+}
+
+/* ---------------------------------------------------------------- 16-bit conversions */
+
+void zt_cpu_to_f32(float *dst, const void *src, size_t n, zt_dtype dtype) {
+    if (dtype == ZT_F32) { memmove(dst, src, n * 4); return; }
+    const uint16_t *h = src;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dtype == ZT_BF16 ? zt_bf16_bits_to_f32(h[i]) : zt_f16_bits_to_f32(h[i]);
+}
+
+static inline void store16_scalar(void *out16, zt_dtype dt, size_t i, float x) {
+    ((uint16_t *)out16)[i] = dt == ZT_BF16 ? zt_f32_to_bf16_bits(x) : zt_f32_to_f16_bits(x);
+}
+
+/* ---------------------------------------------------------------- scalar */
+
+static void adam_scalar(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,
+                        zt_dtype dt) {
+    for (size_t i = 0; i < n; i++) {
+        zt_adamw_element(&p[i], &m[i], &v[i], g[i], s);
+        if (out16) store16_scalar(out16, dt, i, p[i]);
+    }
+}
+
+/* ---------------------------------------------------------------- AVX2 (+FMA, F16C) */
+
+__attribute__((target("avx2,fma,f16c"))) static void adam_avx2(float *p, float *m, float *v, const float *g, size_t n,
+                                                               const zt_adam_step *s, void *out16, zt_dtype dt) {
+    adam_consts c = consts_of(s);
+    const __m256 gs = _mm256_set1_ps(c.gs), b1 = _mm256_set1_ps(c.b1), omb1 = _mm256_set1_ps(c.omb1),
+                 b2 = _mm256_set1_ps(c.b2), omb2 = _mm256_set1_ps(c.omb2), bc1 = _mm256_set1_ps(c.bc1),
+                 bc2 = _mm256_set1_ps(c.bc2), lr = _mm256_set1_ps(c.lr), eps = _mm256_set1_ps(c.eps),
+                 wd = _mm256_set1_ps(c.wd);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), gs);
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, gi));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+        __m256 mhat = _mm256_div_ps(mi, bc1), vhat = _mm256_div_ps(vi, bc2);
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        __m256 pi = _mm256_loadu_ps(p + i);
+        __m256 upd = _mm256_add_ps(_mm256_div_ps(mhat, _mm256_add_ps(_mm256_sqrt_ps(vhat), eps)), _mm256_mul_ps(wd, pi));
+        pi = _mm256_sub_ps(pi, _mm256_mul_ps(lr, upd));
+        _mm256_storeu_ps(p + i, pi);
+        if (!out16) continue;
+        __m128i h;
+        if (dt == ZT_F16) {
+            h = _mm256_cvtps_ph(pi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        } else { /* bf16: add 0x7fff + lsb, keep the high half; NaN -> quiet NaN (opmath.h) */
+            __m256i u = _mm256_castps_si256(pi);
+            __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+            __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+            __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                               _mm256_set1_epi32(0x7f800000));
+            __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+            r = _mm256_blendv_epi8(r, qnan, isnan);
+            __m256i packed = _mm256_packus_epi32(r, r); /* lanes 0-3 | 0-3 | 4-7 | 4-7 as 16-bit */
+            h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+        }
+        _mm_storeu_si128((__m128i *)((uint16_t *)out16 + i), h);
+    }
+    adam_scalar(p + i, m + i, v + i, g + i, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
+}
+
+/* ---------------------------------------------------------------- AVX-512F */
+
+__attribute__((target("avx512f"))) static void adam_avx512(float *p, float *m, float *v, const float *g, size_t n,
+                                                            const zt_adam_step *s, void *out16, zt_dtype dt) {
+    adam_consts c = consts_of(s);
+    const __m512 gs = _mm512_set1_ps(c.gs), b1 = _mm512_set1_ps(c.b1), omb1 = _mm512_set1_ps(c.omb1),
+                 b2 = _mm512_set1_ps(c.b2), omb2 = _mm512_set1_ps(c.omb2), bc1 = _mm512_set1_ps(c.bc1),
+                 bc2 = _mm512_set1_ps(c.bc2), lr = _mm512_set1_ps(c.lr), eps = _mm512_set1_ps(c.eps),
+                 wd = _mm512_set1_ps(c.wd);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), gs);
+        __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(omb1, gi));
+        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
+        __m512 mhat = _mm512_div_ps(mi, bc1), vhat = _mm512_div_ps(vi, bc2);
+        _mm512_storeu_ps(m + i, mi);
+        _mm512_storeu_ps(v + i, vi);
+        __m512 pi = _mm512_loadu_ps(p + i);
+        __m512 upd = _mm512_add_ps(_mm512_div_ps(mhat, _mm512_add_ps(_mm512_sqrt_ps(vhat), eps)), _mm512_mul_ps(wd, pi));
+        pi = _mm512_sub_ps(pi, _mm512_mul_ps(lr, upd));
+        _mm512_storeu_ps(p + i, pi);
+        if (!out16) continue;
+        __m256i h;
+        if (dt == ZT_F16) {
+            h = _mm512_cvtps_ph(pi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        } else {
+            __m512i u = _mm512_castps_si512(pi);
+            __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+            __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+            __mmask16 isnan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                      _mm512_set1_epi32(0x7f800000));
+            r = _mm512_mask_or_epi32(r, isnan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+            h = _mm512_cvtepi32_epi16(r);
+        }
+        _mm256_storeu_si256((__m256i *)((uint16_t *)out16 + i), h);
+    }
+    adam_scalar(p + i, m + i, v + i, g + i, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+int zt_cpu_adam_best_isa(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return ZT_ADAM_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return ZT_ADAM_ISA_AVX2;
+    return ZT_ADAM_ISA_SCALAR;
+}
+
+const char *zt_cpu_adam_isa_name(int isa) {
+    return isa == ZT_ADAM_ISA_AVX512 ? "avx512" : isa == ZT_ADAM_ISA_AVX2 ? "avx2" : "scalar";
+}
+
+typedef void (*adam_fn)(float *, float *, float *, const float *, size_t, const zt_adam_step *, void *, zt_dtype);
+
+void zt_cpu_adamw_isa(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,
+                      zt_dtype out_dtype, int nthreads, int isa) {
+    int best = zt_cpu_adam_best_isa();
+    if (isa < 0 || isa > best) isa = best;
+    adam_fn fn = isa == ZT_ADAM_ISA_AVX512 ? adam_avx512 : isa == ZT_ADAM_ISA_AVX2 ? adam_avx2 : adam_scalar;
+    if (out_dtype != ZT_BF16 && out_dtype != ZT_F16) out16 = NULL;
+    size_t tiles = (n + TILE - 1) / TILE;
+    int nt = nthreads > 0 ? nthreads : omp_get_max_threads();
+    if ((size_t)nt > tiles) nt = tiles ? (int)tiles : 1;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (size_t t = 0; t < tiles; t++) {
+        size_t a = t * TILE, k = n - a < TILE ? n - a : TILE;
+        fn(p + a, m + a, v + a, g + a, k, s, out16 ? (uint16_t *)out16 + a : NULL, out_dtype);
+    }
+}
+
+void zt_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,
+                  zt_dtype out_dtype, int nthreads) {
+    zt_cpu_adamw_isa(p, m, v, g, n, s, out16, out_dtype, nthreads, ZT_ADAM_ISA_BEST);
+}

@@ -1,0 +1,52 @@
+/* main.c — the zerotrain binary: initialises MPI (a single process works without mpirun),
+ * dispatches the subcommand, and makes the exit status the job's. */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "cmd/commands.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: zerotrain COMMAND [ARGS]\n"
+            "  train CONFIG [--set KEY=VALUE]...   train a GPT-2 (under mpirun/srun, or alone)\n"
+            "  tokenize --vocab DIR INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N]\n"
+            "  sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S]\n"
+            "  eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE]\n"
+            "  run -n N [--hostfile FILE] CONFIG [--set KEY=VALUE]...   start mpirun/srun for train\n"
+            "  estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB]   memory per rank per ZeRO stage\n"
+            "  export CHECKPOINT -o DIR [--format safetensors|hdf5] [--dtype fp32|bf16|fp16]\n"
+            "  info CHECKPOINT                     step, world size, stage, sizes, config, integrity\n"
+            "  selftest [--device cuda]            GPU ops against the CPU backend\n");
+}
+
+typedef struct { const char *name; int (*run)(int, char **); int needs_mpi; } command;
+
+int main(int argc, char **argv) {
+    static const command commands[] = {
+        {"train", zt_cmd_train, 1},   {"tokenize", zt_cmd_tokenize, 0}, {"sample", zt_cmd_sample, 1},
+        {"eval", zt_cmd_eval, 1},     {"selftest", zt_cmd_selftest, 1}, {"estimate", zt_cmd_estimate, 0},
+        {"run", zt_cmd_run, 0},       {"export", zt_cmd_export, 1},     {"info", zt_cmd_info, 1},
+    };
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name)) continue;
+        if (!commands[i].needs_mpi) return commands[i].run(argc - 1, argv + 1);
+        zt_err err = {{0}};
+        if (zt_mpi_init(&argc, &argv, &err)) {
+            zt_print_error(&err);
+            return 1;
+        }
+        /* commands fail together (every rank returns non-zero after agreeing), so a plain finalize
+         * suffices; a rank that dies instead makes mpirun end the others */
+        int rc = commands[i].run(argc - 1, argv + 1);
+        zt_mpi_finalize();
+        return rc;
+    }
+    fprintf(stderr, "zerotrain: error: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

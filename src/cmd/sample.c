@@ -1,0 +1,354 @@
+/* sample.c — see sample.h */
+#include "cmd/sample.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "cmd/commands.h"
+#include "io/data.h"
+#include "io/hf.h"
+
+const char *zt_default_vocab_dir(void) {
+    static char path[PATH_MAX + 16]; /* process-wide, computed once */
+    const char *env = getenv("ZEROTRAIN_VOCAB");
+    if (env && *env) return env;
+    if (access("data/gpt2/encoder.json", R_OK) == 0) return "data/gpt2";
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        snprintf(path, sizeof path, "%s/data/gpt2", exe);
+        return path;
+    }
+    return "data/gpt2";
+}
+
+/* logits row `row` of the model's last forward, as fp32 on the host */
+static void logits_row(const zt_gpt2 *m, int row, float *out) {
+    const zt_backend *be = m->be;
+    int V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
+    size_t E = zt_dtype_size(be->compute_dtype);
+    const char *src = (const char *)m->logits + (size_t)row * Vp * E;
+    if (be->compute_dtype == ZT_F32) {
+        be->copy(out, src, (size_t)V * 4, ZT_D2H);
+        return;
+    }
+    unsigned short *tmp = zt_xmalloc((size_t)V * 2);
+    be->copy(tmp, src, (size_t)V * 2, ZT_D2H);
+    for (int i = 0; i < V; i++) out[i] = zt_bf16_bits_to_f32(tmp[i]);
+    free(tmp);
+}
+
+/* picks the next id from logits: greedy (argmax, lowest id on ties) when top_k == 1 or temperature
+ * == 0, else softmax(logits / temperature) restricted to the top_k largest, sampled with rng */
+static int pick(float *logits, int V, const zt_sample_opts *o, zt_rng *rng) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (o->top_k == 1 || o->temperature <= 0.0f) return best;
+    float cutoff = -INFINITY;
+    if (o->top_k > 1 && o->top_k < V) { /* k-th largest by partial selection on a copy */
+        float *tmp = zt_xmalloc((size_t)V * sizeof *tmp);
+        memcpy(tmp, logits, (size_t)V * sizeof *tmp);
+        int k = o->top_k, lo = 0, hi = V - 1;
+        while (lo < hi) { /* quickselect for position V-k in ascending order */
+            float pivot = tmp[(lo + hi) / 2];
+            int i = lo, j = hi;
+            while (i <= j) {
+                while (tmp[i] < pivot) i++;
+                while (tmp[j] > pivot) j--;
+                if (i <= j) { float t = tmp[i]; tmp[i] = tmp[j]; tmp[j] = t; i++; j--; }
+            }
+            if (V - k <= j) hi = j;
+            else if (V - k >= i) lo = i;
+            else break;
+        }
+        cutoff = tmp[V - k];
+        free(tmp);
+    }
+    double sum = 0;
+    float mx = logits[best];
+    for (int i = 0; i < V; i++) {
+        double p = logits[i] >= cutoff ? exp((double)(logits[i] - mx) / o->temperature) : 0.0;
+        logits[i] = (float)p;
+        sum += p;
+    }
+    double u = zt_rng_uniform(rng) * sum, acc = 0;
+    for (int i = 0; i < V; i++) {
+        acc += logits[i];
+        if (u < acc && logits[i] > 0) return i;
+    }
+    return best;
+}
+
+int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_opts *o, zt_ids *out, zt_err *err) {
+    int T = s->cfg->seq_len, V = s->shape.vocab_size;
+    zt_gpt2 gen;
+    if (zt_gpt2_create(&gen, s->be, &s->shape, &s->table, 1, T, 0, 0, err)) return -1;
+    int *ctx = zt_xcalloc((size_t)n_prompt + (size_t)o->max_tokens, sizeof *ctx);
+    memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
+    int n = n_prompt;
+    int *window = zt_xcalloc((size_t)T, sizeof *window);
+    float *logits = zt_xmalloc((size_t)V * sizeof *logits);
+    zt_rng rng;
+    zt_rng_seed(&rng, o->seed);
+    for (int k = 0; k < o->max_tokens; k++) {
+        int start = n > T ? n - T : 0, len = n - start;
+        memset(window, 0, (size_t)T * sizeof *window);
+        memcpy(window, ctx + start, (size_t)len * sizeof *window);
+        zt_gpt2_forward(&gen, &s->src, window, NULL, 0.0f);
+        logits_row(&gen, len - 1, logits);
+        int id = pick(logits, V, o, &rng);
+        ctx[n++] = id;
+        zt_ids_push(out, id);
+    }
+    free(logits);
+    free(window);
+    free(ctx);
+    zt_gpt2_destroy(&gen);
+    return 0;
+}
+
+void zt_sample_print(zt_session *s, int n_tokens, uint64_t seed) {
+    zt_err err = {{0}};
+    zt_tokenizer *tok = zt_tokenizer_load(zt_default_vocab_dir(), &err);
+    zt_sample_opts o = {n_tokens, 1.0f, 40, seed};
+    int eot = ZT_TOKEN_EOT < s->shape.vocab_size ? ZT_TOKEN_EOT : 0;
+    zt_ids ids = {0};
+    if (zt_generate(s, &eot, 1, &o, &ids, &err) == 0 && zt_log_rank() == 0) {
+        if (tok) {
+            char *text = zt_tokenizer_decode_alloc(tok, ids.data, ids.n, NULL);
+            zt_info("sample (top-k 40, temperature 1.0):\n---\n%s\n---", text);
+            free(text);
+        } else {
+            zt_info("sample: (no vocabulary: %s) ids:", err.msg);
+            for (size_t i = 0; i < ids.n; i++) printf("%d ", ids.data[i]);
+            printf("\n");
+        }
+    }
+    zt_ids_free(&ids);
+    if (tok) zt_tokenizer_free(tok);
+}
+
+/* ---------------------------------------------------------------- sample / eval commands */
+
+/* The full fp32 parameter vector of a checkpoint (a checkpoint directory's latest, or a step
+ * directory), read through the index's virtual datasets with checksums verified. */
+static float *weights_from_checkpoint(const char *step_dir, zt_gpt2_shape *shape, zt_err *err) {
+    zt_checkpoint_reader *r = zt_checkpoint_open(step_dir, err);
+    if (!r) return NULL;
+    const zt_checkpoint_meta *meta = zt_checkpoint_reader_meta(r);
+    *shape = meta->shape;
+    float *w = zt_xmalloc(meta->total * sizeof *w);
+    if (zt_checkpoint_read(r, ZT_CKPT_MASTER, 0, meta->total, w, err)) {
+        free(w);
+        w = NULL;
+    }
+    zt_checkpoint_close(r);
+    return w;
+}
+
+/* A config for running a model on one rank, stage 0: MODEL is a zerotrain checkpoint (directory or
+ * step directory) or a Hugging Face GPT-2 directory. */
+static int model_from_dir(const char *dir, zt_config *cfg, float **weights, int T, zt_err *err) {
+    zt_gpt2_shape shape;
+    char step_dir[4096];
+    float *from_checkpoint = NULL;
+    int found = zt_hf_probe(dir) ? 0 : zt_checkpoint_resolve(dir, step_dir, sizeof step_dir, err);
+    if (found < 0) return -1;
+    if (found > 0) {
+        from_checkpoint = weights_from_checkpoint(step_dir, &shape, err);
+        if (!from_checkpoint) return -1;
+    } else if (!zt_hf_probe(dir)) {
+        return zt_fail(err, "%s: not a model (expected a zerotrain checkpoint, or model.safetensors and config.json)", dir);
+    } else if (zt_hf_read_config(dir, &shape, err)) {
+        return -1;
+    }
+    zt_config_defaults(cfg);
+    cfg->n_layer = shape.n_layer;
+    cfg->n_head = shape.n_head;
+    cfg->n_embd = shape.n_embd;
+    cfg->vocab_size = shape.vocab_size;
+    cfg->n_positions = shape.n_positions;
+    cfg->seq_len = T > 0 ? T : shape.n_positions;
+    cfg->device = ZT_DEVICE_AUTO;
+    if (cfg->seq_len > shape.n_positions) {
+        free(from_checkpoint);
+        return zt_fail(err, "--seq-len %d exceeds the model's n_positions %d", cfg->seq_len, shape.n_positions);
+    }
+    if (from_checkpoint) {
+        *weights = from_checkpoint;
+        return 0;
+    }
+    zt_param_table table;
+    zt_gpt2_shape s = zt_shape_from_config(cfg);
+    if (zt_gpt2_param_table(&table, &s, err)) return -1;
+    *weights = zt_xmalloc(table.total * sizeof(float));
+    int rc = zt_hf_load(dir, &table, *weights, err);
+    zt_param_table_free(&table);
+    if (rc) { free(*weights); *weights = NULL; }
+    return rc;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+int zt_cmd_eval(int argc, char **argv) {
+    const char *model = NULL, *data = NULL, *grads_path = NULL;
+    long B = 4, T = 64, nb = 10;
+    zt_err err = {{0}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--data") && v) data = v, i++;
+        else if (!strcmp(a, "--grads") && v) grads_path = v, i++;
+        else if (!strcmp(a, "--batch-size") && v) bad = parse_int(v, 1, 1 << 20, &B), i++;
+        else if (!strcmp(a, "--seq-len") && v) bad = parse_int(v, 1, 1 << 20, &T), i++;
+        else if (!strcmp(a, "--batches") && v) bad = parse_int(v, 1, 1 << 30, &nb), i++;
+        else if (a[0] != '-' && !model) model = a;
+        else bad = 1;
+        if (bad) {
+            fprintf(stderr, "zerotrain: error: eval: bad argument '%s'\n"
+                            "usage: zerotrain eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE]\n", a);
+            return 2;
+        }
+    }
+    if (!model || !data) {
+        fprintf(stderr, "usage: zerotrain eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE]\n");
+        return 2;
+    }
+    zt_config cfg;
+    float *weights = NULL;
+    zt_comm *comm = zt_comm_mpi(NULL, &err);
+    zt_log_set_rank(comm->rank);
+    zt_session s;
+    zt_dataset d;
+    int rc = model_from_dir(model, &cfg, &weights, (int)T, &err);
+    if (!rc) rc = zt_dataset_open(&d, data, (int)T, cfg.vocab_size, 0, &err);
+    if (rc) { zt_print_error(&err); comm->destroy(comm); return 1; }
+    rc = zt_session_open(&s, &cfg, comm, weights, (int)B, (int)T, &err);
+    free(weights);
+    if (rc) { zt_print_error(&err); zt_dataset_close(&d); comm->destroy(comm); return 1; }
+    int *in = zt_xmalloc((size_t)(B * T) * sizeof *in), *tg = zt_xmalloc((size_t)(B * T) * sizeof *tg);
+    float dloss = grads_path ? (float)(1.0 / ((double)nb * B * T)) : 0.0f;
+    zt_engine_begin_micro(&s.engine, 1, 1);
+    double sum = 0;
+    for (long k = 0; k < nb; k++) {
+        zt_dataset_sequential(&d, (size_t)(k * B * T), (int)B, in, tg);
+        sum += zt_gpt2_forward(&s.model, &s.src, in, tg, dloss);
+        if (grads_path) zt_gpt2_backward(&s.model, &s.src);
+    }
+    zt_info("val_loss: %.6f", sum / nb);
+    if (grads_path && comm->rank == 0) {
+        size_t n = s.table.total;
+        float *g = zt_xmalloc(n * sizeof *g);
+        if (s.be->compute_dtype == ZT_F32) {
+            s.be->copy(g, s.engine.grads_full, n * 4, ZT_D2H);
+        } else { /* 16-bit gradients: widen on the device, then copy down */
+            float *wide = s.be->alloc(n * sizeof *wide);
+            if (wide) {
+                s.be->to_f32(wide, s.engine.grads_full, n);
+                s.be->copy(g, wide, n * sizeof *wide, ZT_D2H);
+                s.be->free(wide);
+            } else {
+                fprintf(stderr, "zerotrain: error: out of %s memory widening the gradients\n", s.be->name);
+                rc = 1;
+            }
+        }
+        FILE *f = rc ? NULL : fopen(grads_path, "wb");
+        if (!rc && (!f || fwrite(g, sizeof *g, n, f) != n)) {
+            fprintf(stderr, "zerotrain: error: %s: cannot write gradients\n", grads_path);
+            rc = 1;
+        }
+        if (f) fclose(f);
+        free(g);
+    }
+    free(in);
+    free(tg);
+    zt_session_close(&s);
+    zt_dataset_close(&d);
+    comm->destroy(comm);
+    return rc;
+}
+
+int zt_cmd_sample(int argc, char **argv) {
+    const char *model = NULL, *prompt = NULL, *vocab = NULL;
+    long max_tokens = 64, top_k = 40, seed = 1337;
+    int print_ids = 0;
+    double temperature = 1.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--prompt") && v) prompt = v, i++;
+        else if (!strcmp(a, "--vocab") && v) vocab = v, i++;
+        else if (!strcmp(a, "--print-ids")) print_ids = 1, v = a;
+        else if (!strcmp(a, "--max-tokens") && v) bad = parse_int(v, 1, 1 << 20, &max_tokens), i++;
+        else if (!strcmp(a, "--top-k") && v) bad = parse_int(v, 0, 1 << 30, &top_k), i++;
+        else if (!strcmp(a, "--seed") && v) bad = parse_int(v, 0, 0x7fffffffffffffffL, &seed), i++;
+        else if (!strcmp(a, "--temperature") && v) bad = parse_float(v, 0.0, 100.0, &temperature), i++;
+        else if (a[0] != '-' && !model) model = a;
+        else bad = 1;
+        if (bad || (!v && a[0] == '-')) {
+            fprintf(stderr, "zerotrain: error: sample: bad argument '%s'\n"
+                            "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids]\n", a);
+            return 2;
+        }
+    }
+    if (!model) {
+        fprintf(stderr, "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids]\n");
+        return 2;
+    }
+    zt_err err = {{0}};
+    zt_comm *comm = zt_comm_mpi(NULL, &err);
+    zt_log_set_rank(comm->rank);
+    zt_tokenizer *tok = zt_tokenizer_load(vocab ? vocab : zt_default_vocab_dir(), &err);
+    zt_config cfg;
+    float *weights = NULL;
+    int rc = tok ? model_from_dir(model, &cfg, &weights, 0, &err) : -1;
+    zt_session s;
+    if (!rc) rc = zt_session_open(&s, &cfg, comm, weights, 1, cfg.seq_len, &err);
+    free(weights);
+    if (rc) {
+        zt_print_error(&err);
+        if (tok) zt_tokenizer_free(tok);
+        comm->destroy(comm);
+        return 1;
+    }
+    zt_ids ids = {0}, out = {0};
+    if (prompt) zt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &err);
+    if (ids.n == 0) zt_ids_push(&ids, ZT_TOKEN_EOT);
+    zt_sample_opts o = {(int)max_tokens, (float)temperature, (int)top_k, (uint64_t)seed};
+    rc = zt_generate(&s, ids.data, (int)ids.n, &o, &out, &err);
+    if (!rc && comm->rank == 0 && print_ids) {
+        for (size_t i = 0; i < out.n; i++) printf("%d%c", out.data[i], i + 1 < out.n ? ' ' : '\n');
+    } else if (!rc && comm->rank == 0) {
+        char *text = zt_tokenizer_decode_alloc(tok, out.data, out.n, NULL);
+        printf("%s%s\n", prompt ? prompt : "", text);
+        free(text);
+    }
+    zt_ids_free(&ids);
+    zt_ids_free(&out);
+    zt_session_close(&s);
+    zt_tokenizer_free(tok);
+    comm->destroy(comm);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,41 @@
+/* selftest.h — op-by-op comparison of a device backend against the CPU reference backend.
+ * `zerotrain selftest` (zt_cmd_selftest in commands.h) runs it; the pieces are exported so that
+ * later parts of the selftest (training steps, NCCL vs MPI) can reuse the tally and the helpers. */
+#ifndef ZT_SELFTEST_H
+#define ZT_SELFTEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "backend/backend.h"
+
+typedef struct zt_selftest {
+    const zt_backend *ref; /* reference: the CPU backend (fp32) */
+    const zt_backend *dev; /* backend under test */
+    uint64_t seed;
+    int passed, failed;
+    int verbose;           /* print PASS lines (rank 0); FAIL lines are always printed */
+    const char *tag;       /* prefix of every check's name ("bf16 ", "fp16 "), or NULL */
+} zt_selftest;
+
+/* Prints "PASS name (err E <= tol T)" or "FAIL name: err E > tol T" and counts it. */
+void zt_selftest_check(zt_selftest *st, const char *name, double err, double tol);
+/* Norm-wise relative error ||a - b|| / ||b|| (b is the reference); inf if a has a non-finite value. */
+double zt_selftest_rel_err(const float *a, const float *b, size_t n);
+
+/* Every op of the table on random inputs (rounded to the device's 16-bit type, bf16 for fp32, so
+ * both backends see the same numbers). */
+void zt_selftest_ops(zt_selftest *st);
+
+/* NCCL collectives (device buffers) against the MPI ones (host buffers) on random per-rank data.
+ * Needs st->dev to be the CUDA backend; with a single rank both are one-rank communicators. */
+void zt_selftest_comm(zt_selftest *st);
+
+/* For the training part of the selftest: checks a device loss trajectory against the reference
+ * one step by step; err = max_i |dev_i - ref_i| / |ref_i| (inf if a device loss is not finite).
+ * Prints one PASS/FAIL line naming the worst step; returns 0 on pass, -1 on failure. */
+int zt_selftest_check_losses(zt_selftest *st, const char *name, const float *dev, const float *ref, int n, double tol);
+
+/* `selftest --bench`: times every op at GPT-2 124M shapes with B x T rows; prints "BENCH" lines. */
+int zt_selftest_bench(const zt_backend *be, int B, int T);
+
+#endif

@@ -1,0 +1,156 @@
+/* comm_mpi.c — the MPI collectives table (see comm.h). Uses MPI-3 non-blocking collectives
+ * (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather) on a communicator of its own,
+ * duplicated from MPI_COMM_WORLD, so data-parallel/ZeRO traffic never mixes with other groups. */
+#include "comm/comm.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct zt_comm_req {
+    MPI_Request req;
+    int *counts, *displs; /* for the variable-count collectives */
+};
+
+typedef struct {
+    MPI_Comm dp;
+} mpi_impl;
+
+static MPI_Comm dp_of(zt_comm *c) { return ((mpi_impl *)c->impl)->dp; }
+
+static MPI_Datatype mpi_type(zt_dtype t) {
+    /* 16-bit dtypes are not reduced over MPI (the CPU backend is fp32; GPUs use NCCL) */
+    return t == ZT_F32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+static zt_comm_req *new_req(void) { return zt_xcalloc(1, sizeof(zt_comm_req)); }
+
+static zt_comm_req *mpi_allreduce_sum(zt_comm *c, void *buf, size_t count, zt_dtype t) {
+    zt_comm_req *r = new_req();
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, dp_of(c), &r->req);
+    return r;
+}
+
+/* MPI takes int counts and displacements: fill them from size_t counts (ranges stay < 2^31 per
+ * rank piece, which bucketing guarantees). The arrays live in the request until it completes. */
+static zt_comm_req *new_req_v(zt_comm *c, const size_t *counts) {
+    zt_comm_req *r = new_req();
+    r->counts = zt_xcalloc((size_t)c->world, sizeof(int));
+    r->displs = zt_xcalloc((size_t)c->world, sizeof(int));
+    size_t off = 0;
+    for (int i = 0; i < c->world; i++) {
+        r->counts[i] = (int)counts[i];
+        r->displs[i] = (int)off;
+        off += counts[i];
+    }
+    return r;
+}
+
+static zt_comm_req *mpi_reduce_scatter_sum(zt_comm *c, const void *send, void *recv, const size_t *counts,
+                                           zt_dtype t) {
+    zt_comm_req *r = new_req_v(c, counts);
+    MPI_Ireduce_scatter(send, recv, r->counts, mpi_type(t), MPI_SUM, dp_of(c), &r->req);
+    return r;
+}
+
+static zt_comm_req *mpi_allgather(zt_comm *c, const void *send, void *recv, const size_t *counts, zt_dtype t) {
+    zt_comm_req *r = new_req_v(c, counts);
+    size_t esz = zt_dtype_size(t);
+    const void *src = (const char *)recv + (size_t)r->displs[c->rank] * esz == send ? MPI_IN_PLACE : send;
+    MPI_Iallgatherv(src, r->counts[c->rank], mpi_type(t), recv, r->counts, r->displs, mpi_type(t), dp_of(c),
+                    &r->req);
+    return r;
+}
+
+static zt_comm_req *mpi_broadcast(zt_comm *c, void *buf, size_t bytes, int root) {
+    zt_comm_req *r = new_req();
+    MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, dp_of(c), &r->req);
+    return r;
+}
+
+static void mpi_wait(zt_comm *c, zt_comm_req *r) {
+    if (!r) return;
+    MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    free(r->counts);
+    free(r->displs);
+    free(r);
+}
+
+static void mpi_barrier(zt_comm *c) { MPI_Barrier(dp_of(c)); }
+
+static void mpi_allreduce_host_double(zt_comm *c, double *vals, int n) {
+    MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, MPI_SUM, dp_of(c));
+}
+
+static int mpi_agree_max(zt_comm *c, int status) {
+    int out = status;
+    MPI_Allreduce(&status, &out, 1, MPI_INT, MPI_MAX, dp_of(c));
+    return out;
+}
+
+static void mpi_destroy(zt_comm *c) {
+    mpi_impl *m = c->impl;
+    MPI_Comm_free(&m->dp);
+    free(m);
+    free(c);
+}
+
+zt_comm *zt_comm_mpi(const zt_backend *be, zt_err *err) {
+    (void)err;
+    (void)be;
+    zt_comm *c = zt_xcalloc(1, sizeof *c);
+    mpi_impl *m = zt_xcalloc(1, sizeof *m);
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->dp);
+    MPI_Comm_set_errhandler(m->dp, MPI_ERRORS_ARE_FATAL);
+    MPI_Comm_rank(m->dp, &c->rank);
+    MPI_Comm_size(m->dp, &c->world);
+    c->name = "mpi";
+    c->impl = m;
+    c->allreduce_sum = mpi_allreduce_sum;
+    c->reduce_scatter_sum = mpi_reduce_scatter_sum;
+    c->allgather = mpi_allgather;
+    c->broadcast = mpi_broadcast;
+    c->wait = mpi_wait;
+    c->barrier = mpi_barrier;
+    c->allreduce_host_double = mpi_allreduce_host_double;
+    c->agree_max = mpi_agree_max;
+    c->destroy = mpi_destroy;
+    return c;
+}
+
+/* ---------------------------------------------------------------- process-wide MPI */
+
+int zt_mpi_init(int *argc, char ***argv, zt_err *err) {
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return zt_fail(err, "MPI_Init_thread failed");
+    /* any MPI failure (a dead peer included) aborts the whole job instead of hanging */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    return 0;
+}
+
+void zt_mpi_finalize(void) {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+}
+
+int zt_mpi_world_rank(void) {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int zt_mpi_world_size(void) {
+    int n = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+void zt_mpi_abort(int status) {
+    fflush(stdout);
+    fflush(stderr);
+    if (zt_mpi_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    MPI_Finalize();
+    exit(status);
+}

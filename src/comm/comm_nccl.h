@@ -1,0 +1,29 @@
+/* comm_nccl.h — the NCCL collectives table (implemented in cuda/comm_nccl.cu; src/comm_nccl_absent.c
+ * stands in when the binary is built without CUDA). It implements src/comm.h for device buffers of
+ * the CUDA backend: NCCL on a dedicated communication stream, ordered after the compute stream's
+ * work through events, and bootstrapped over MPI (rank 0's ncclUniqueId is broadcast). */
+#ifndef ZT_COMM_NCCL_H
+#define ZT_COMM_NCCL_H
+
+#include "comm/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Data-parallel comm over NCCL for the CUDA backend `be` (zt_backend_cuda() must have succeeded
+ * on this rank: the GPU is already chosen). Returns NULL with the reason in *err when built
+ * without CUDA, when be is not the CUDA backend, or when NCCL fails to initialise.
+ * Collective call, like zt_comm_mpi: every rank of MPI_COMM_WORLD must call it.
+ *
+ * Ordering: each asynchronous call first waits (on the GPU, via an event) for everything already
+ * queued on the compute stream, then runs on the comm stream; wait() makes the compute stream wait
+ * for the operation (it does not block the host), so any later op or copy sees the result.
+ * barrier, allreduce_host_double and agree_max are host-side and blocking (over MPI). */
+zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,108 @@
+/* config.h — the run configuration: a YAML (or DeepSpeed JSON) file read with libyaml, keys named
+ * after DeepSpeed's, strict validation with FILE:LINE:COL errors and near-miss suggestions, and
+ * `--set key=value` overrides. Owns zt_config and its defaults; nothing else parses config text. */
+#ifndef ZT_CONFIG_H
+#define ZT_CONFIG_H
+
+#include "util/util.h"
+
+enum { ZT_SCHED_CONSTANT = 0, ZT_SCHED_WARMUP_LR, ZT_SCHED_WARMUP_DECAY_LR, ZT_SCHED_WARMUP_COSINE_LR };
+enum { ZT_DEVICE_AUTO = 0, ZT_DEVICE_CPU, ZT_DEVICE_CUDA };
+enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU };
+enum { ZT_RESUME_AUTO = 0, ZT_RESUME_NEVER, ZT_RESUME_PATH };
+
+typedef struct zt_config {
+    char *source_path;   /* the file the config was read from */
+    char *effective_text; /* the effective config as YAML (for the start banner and checkpoints) */
+
+    /* model */
+    int n_layer, n_head, n_embd, vocab_size, n_positions;
+    char *init_from;     /* Hugging Face model.safetensors path or NULL */
+
+    /* data */
+    char *train_glob, *val_glob;
+    int seq_len;
+
+    /* batch: train_batch_size = micro * accumulation * world_size (0 = not given, derived) */
+    long train_batch_size;
+    int train_micro_batch_size_per_gpu;
+    int gradient_accumulation_steps;
+    long train_iters;
+
+    /* optimizer (type AdamW or Adam; Adam with weight_decay is treated as AdamW like DeepSpeed's
+     * adam_w_mode default) */
+    char *optimizer_type;
+    float lr, beta1, beta2, eps, weight_decay;
+    int decay_all_params;     /* 0 (default): weight decay on 2-D weights only */
+
+    /* scheduler: DeepSpeed names and parameters */
+    int scheduler;
+    float warmup_min_lr, warmup_max_lr; /* warmup_max_lr < 0 means "optimizer lr" */
+    long warmup_num_steps;
+    int warmup_type_log;      /* warmup_type: log (1) | linear (0); DeepSpeed default log */
+    long total_num_steps;     /* WarmupDecayLR/WarmupCosineLR; 0 = train_iters */
+    float cos_min_ratio, warmup_min_ratio;
+
+    float gradient_clipping;  /* 0 = off */
+
+    /* precision (GPU backends) */
+    int bf16_enabled, fp16_enabled;
+    float loss_scale;          /* 0 = dynamic */
+    int initial_scale_power, loss_scale_window, hysteresis;
+    float min_loss_scale;
+
+    /* ZeRO */
+    int zero_stage;
+    int overlap_comm, contiguous_gradients;
+    double reduce_bucket_size, allgather_bucket_size;
+    double stage3_prefetch_bucket_size, stage3_param_persistence_threshold;
+    int offload_device;        /* ZT_OFFLOAD_* */
+    double offload_ratio;      /* [0,1]; < 0 means auto */
+    int offload_pin_memory;
+    double offload_device_memory; /* bytes budget for ratio auto, 0 = ask the device */
+
+    /* activation checkpointing */
+    int ckpt_enabled;
+    int ckpt_number_checkpoints; /* 0 = every block */
+
+    /* checkpoints */
+    char *checkpoint_dir;
+    long save_interval;        /* 0 = only at the end / on signal */
+    int keep_last;             /* 0 = keep all */
+    int resume_mode;
+    char *resume_path;
+
+    /* logging */
+    long steps_per_print;
+    long eval_interval;        /* 0 = never */
+    int eval_batches;
+    long sample_interval;      /* 0 = never */
+    int sample_tokens;
+    char *metrics_file;
+    int wall_clock_breakdown;
+    char *trace_file;
+
+    unsigned long long seed;
+    int device;                /* ZT_DEVICE_* */
+
+    /* set by zt_config_load: whether the config (file or --set) gave these explicitly; DeepSpeed's
+     * batch rule derives the ones left out (zt_config_check_batch) */
+    int micro_batch_given, grad_accum_given;
+} zt_config;
+
+/* Fills defaults. */
+void zt_config_defaults(zt_config *cfg);
+/* Loads PATH (YAML or JSON; NULL = defaults only), then applies overrides ("key.sub=value", YAML scalar or flow syntax).
+ * Unknown keys, wrong types and out-of-range values fail with "FILE:LINE:COL: ..." (overrides use
+ * "--set KEY: ..."). Cross-key checks that need the world size are in zt_config_check_batch.
+ * Starts from zt_config_defaults itself (do not call both without zt_config_free in between); on
+ * failure everything is freed. Fills effective_text (YAML that loads back to the same config). */
+int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int n_overrides, zt_err *err);
+/* DeepSpeed's batch rule: train_batch_size == micro * accumulation * world_size, deriving the one
+ * left out; names all three numbers when it fails. On success all three are set, both "given"
+ * flags are set and effective_text is regenerated with the derived values. */
+int zt_config_check_batch(zt_config *cfg, int world_size, zt_err *err);
+/* Frees every string and sets the pointers to NULL (safe to call twice). */
+void zt_config_free(zt_config *cfg);
+
+#endif

@@ -1,0 +1,167 @@
+/* engine.h — ZeRO: owns the flat parameter, gradient and optimizer-state buffers of one rank,
+ * their partition across data-parallel ranks (stages 0-3), the gradient reduction (bucketed,
+ * optionally overlapped with backward), parameter gathering for stage 3, the global gradient norm,
+ * clipping and the AdamW step, and the byte accounting of all of it.
+ *
+ * Partition: the flat vector (total elements) is padded to padded_total = world * shard, shard a
+ * multiple of ZT_SHARD_ALIGN; rank r owns [r*shard, (r+1)*shard) ∩ [0, total).
+ *
+ * Twin-Flow (optimizer offload with a ratio R): the optimizer range [opt_lo, opt_hi) is split at
+ * split = opt_lo + host_n, host_n = R (opt_hi - opt_lo) rounded to ZT_TWIN_ALIGN. The fp32 master,
+ * m and v of [opt_lo, split) live in host memory and are updated by the SIMD CPU Adam; those of
+ * [split, opt_hi) stay on the device (e->master, adam_m, adam_v start at split) and are updated by
+ * the device Adam, at the same time. Read and write optimizer state through zt_engine_state_*,
+ * which know where each piece lives. */
+#ifndef ZT_ENGINE_H
+#define ZT_ENGINE_H
+
+#include "model/gpt2.h"
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "io/trace.h"
+#include "util/util.h"
+
+#define ZT_SHARD_ALIGN 128 /* elements: 512 B in fp32, whole cache lines and 16-byte GPU vectors */
+#define ZT_TWIN_ALIGN 64   /* the Twin-Flow split point is a multiple of this many elements from opt_lo */
+
+enum { ZT_MEM_PARAMS, ZT_MEM_GRADS, ZT_MEM_OPTIM, ZT_MEM_ACTS, ZT_MEM_COMM, ZT_MEM_NCAT };
+extern const char *const zt_mem_category_names[ZT_MEM_NCAT];
+
+typedef struct zt_mem_account {
+    size_t device[ZT_MEM_NCAT];
+    size_t host[ZT_MEM_NCAT];
+    size_t params_peak; /* stage 3: most parameter bytes held at once (shard + gathered) */
+} zt_mem_account;
+
+typedef struct zt_engine_opts {
+    int stage;
+    int overlap_comm;
+    double reduce_bucket_size;                /* elements per reduction (a bucket never spans segments) */
+    double stage3_param_persistence_threshold; /* stage 3: segments smaller than this stay gathered */
+    float beta1, beta2, eps, weight_decay;
+    int decay_all_params;
+} zt_engine_opts;
+
+/* Twin-Flow (zero_optimization.offload_optimizer); all zero = no offload */
+typedef struct zt_engine_offload {
+    int enabled;          /* device cpu */
+    double ratio;         /* [0, 1]; < 0 = auto (calibrated at creation) */
+    int pin_memory;       /* transfer buffers from be->host_alloc (pinned on GPUs) */
+    double device_memory; /* bytes: device budget for ratio auto; 0 = what the device has free */
+    int host_threads;     /* CPU Adam threads; 0 = OpenMP's default */
+    double device_reserve; /* bytes the caller allocates on the device after the engine (activations,
+                              backend scratch): ratio auto leaves them free */
+} zt_engine_offload;
+
+/* Seconds spent in each part of the current step (reset by zt_engine_begin_micro(first)).
+ * forward/backward are filled by the caller through zt_engine_phase. */
+typedef struct zt_engine_timing {
+    double forward, backward;
+    double reduce_scatter;  /* waiting on gradient reductions (stage 0: all-reduce) */
+    double grad_norm;       /* sum of squares + its all-reduce */
+    double host_adam, device_adam;
+    double d2h, h2d;        /* host part: gradients down, updated parameters up */
+    double allgather;       /* stages 1-2: updated params; stage 3: waiting on segment gathers */
+    double optimizer;       /* wall time of the split update (host and device parts together) */
+    double host_idle, device_idle; /* within that wall time: CPU Adam lane idle, device side idle */
+} zt_engine_timing;
+
+typedef struct zt_inflight zt_inflight;
+typedef struct zt_gather_buf zt_gather_buf;
+
+typedef struct zt_engine {
+    const zt_backend *be;
+    zt_comm *comm;
+    const zt_param_table *table;
+    zt_engine_opts opt;
+    zt_engine_offload off;
+    int rank, world;
+    size_t total, padded_total, shard, lo, hi; /* hi = min((rank+1)*shard, total) */
+    size_t opt_lo, opt_hi;                     /* the range this rank's optimizer updates */
+
+    void *params;       /* stages 0-2: full padded vector; stage 3: this rank's shard (compute dtype) */
+    void *grads_full;   /* stages 0-1: full padded gradient vector */
+    void *grad_shard;   /* gradients of [opt_lo, opt_hi) (aliases grads_full for stages 0-1) */
+    float *master;      /* fp32 master weights of [opt_lo, opt_hi) (aliases params on fp32 backends) */
+    float *adam_m, *adam_v;
+    void *recv_tmp;     /* reduce-scatter landing zone, one shard */
+    long adam_t;        /* optimizer steps taken */
+
+    /* stages 2-3: gradient buffers handed to backward, per segment */
+    void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */
+    void *grad_pool[3]; /* [0] for segment 0 (embeddings, used at both ends), [1..2] rotate */
+    int grad_pool_seg[3];
+    int grad_rotate;
+    /* stage 3: gathered parameters */
+    zt_gather_buf *gather; int n_gather;
+    int *seg_gather;    /* [n_segments] index into gather or -1 */
+
+    zt_inflight *inflight; int n_inflight, cap_inflight;
+    int reduce_now;     /* this micro-step's gradients are reduced (last micro-step, or stage >= 2) */
+    double comm_seconds; /* time spent waiting on collectives this step */
+    zt_mem_account mem;
+
+    /* Twin-Flow: [opt_lo, opt_lo + host_n) is updated on the host */
+    size_t host_n;
+    double offload_ratio;  /* the ratio in effect (auto: the chosen one) */
+    float *host_master, *host_m, *host_v; /* [host_n] host memory */
+    void *host_grad;       /* [host_n] gradients, compute dtype (D2H landing) */
+    float *host_grad32;    /* 16-bit backends: [host_chunk] fp32 gradients of one chunk */
+    void *host_params16;   /* 16-bit backends: [host_n] updated params in compute dtype (H2D source) */
+    size_t host_chunk;     /* pipeline chunk, elements */
+    int host_pinned;       /* transfer buffers came from be->host_alloc */
+    zt_engine_timing timing;
+    zt_trace *trace;       /* owned; NULL unless zt_engine_open_trace */
+} zt_engine;
+
+/* Creates the buffers and initialises parameters from init_f32 (the full fp32 vector, GPT-2 init
+ * or imported weights; every rank passes the same one). */
+int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
+                     const zt_engine_opts *opt, const float *init_f32, zt_err *err);
+/* The same with optimizer offload (off may be NULL: none). ratio auto calibrates here (collective:
+ * every rank must call it). */
+int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
+                             const zt_engine_opts *opt, const zt_engine_offload *off, const float *init_f32,
+                             zt_err *err);
+/* Starts a Chrome trace of this rank (trace.h: PATH with ".rankN" inserted); closed by destroy. */
+int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err);
+void zt_engine_destroy(zt_engine *e);
+
+/* The parameter source the model runs on. */
+zt_param_source zt_engine_param_source(zt_engine *e);
+
+/* Call before each micro-step's forward: first = first micro-step of an optimizer step (zeroes
+ * gradients), last = last one (stages 0-1 reduce then). */
+void zt_engine_begin_micro(zt_engine *e, int first, int last);
+/* After the last micro-step's backward: waits for reductions, computes the global gradient norm,
+ * clips to max_norm (0 = off) and takes the AdamW step with learning rate lr; stages 1-2 then
+ * all-gather the updated parameters. Returns the global gradient norm before clipping. */
+double zt_engine_step(zt_engine *e, float lr, float max_norm);
+/* Waits for the gradient reductions in flight (the step does it too); after it grad_shard is final. */
+void zt_engine_finish_reductions(zt_engine *e);
+/* The same for gradients of a loss multiplied by loss_scale (fp16 loss scaling): the norm returned
+ * and clipped is that of the unscaled gradients; a non-finite norm (overflow) skips the update
+ * (*skipped = 1, nothing changes, the norm is returned). */
+double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped);
+
+/* Copies the full fp32 parameter vector to host (gathering shards when sharded): for export/eval. */
+void zt_engine_gather_params(zt_engine *e, float *out_f32);
+/* Expected model-state bytes per rank from the ZeRO formulas for this backend (see engine.c). */
+size_t zt_engine_model_state_formula(const zt_engine *e);
+size_t zt_engine_model_state_bytes(const zt_engine *e);
+/* Prints device and host bytes per category and the Twin-Flow split. */
+void zt_engine_print_memory(const zt_engine *e, size_t act_bytes);
+
+/* Optimizer state of [opt_lo + off, opt_lo + off + n) wherever it lives (host part, device part or
+ * both): which = 0 fp32 master, 1 Adam m, 2 Adam v. host buffer fp32. On fp32 backends writing the
+ * master also writes the parameters (they alias, or are copied to the device params). */
+void zt_engine_state_read(zt_engine *e, int which, size_t off, size_t n, float *host_out);
+void zt_engine_state_write(zt_engine *e, int which, size_t off, size_t n, const float *host_in);
+
+/* Records a caller's phase (forward, backward, ...) [t0, t1] (zt_now() seconds) in the trace and, for
+ * "forward"/"backward", in e->timing. */
+void zt_engine_phase(zt_engine *e, const char *name, double t0, double t1);
+/* One line with e->timing of the last step (ms), via zt_info. */
+void zt_engine_print_timing(const zt_engine *e);
+
+#endif

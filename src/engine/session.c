@@ -1,0 +1,103 @@
+/* session.c — see session.h */
+#include "engine/session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_nccl.h"
+#include "io/hf.h"
+
+const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
+    if (cfg->device == ZT_DEVICE_CPU) return zt_backend_cpu();
+    const char *why = NULL;
+    /* GPUs compute in bf16 unless fp16.enabled asks for fp16 (with dynamic loss scaling) */
+    const zt_backend *be = zt_backend_cuda(cfg->fp16_enabled ? ZT_F16 : ZT_BF16, &why);
+    if (be) return be;
+    if (cfg->device == ZT_DEVICE_CUDA) {
+        zt_fail(err, "device: cuda requested but unavailable: %s", why ? why : "unknown reason");
+        return NULL;
+    }
+    return zt_backend_cpu();
+}
+
+zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
+    zt_gpt2_shape s = {cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->n_positions, 0};
+    s.padded_vocab = (cfg->vocab_size + 127) / 128 * 128;
+    return s;
+}
+
+int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const float *init_f32, int B, int T,
+                    zt_err *err) {
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->comm = comm;
+    s->be = zt_pick_backend(cfg, err);
+    if (!s->be) return -1;
+    s->shape = zt_shape_from_config(cfg);
+    /* device buffers travel over NCCL between GPUs; MPI only ever sees host memory */
+    int gpu = s->be->compute_dtype != ZT_F32;
+    int nccl_failed = gpu && comm->world > 1 && !(s->device_comm = zt_comm_nccl(s->be, err));
+    if (comm->agree_max(comm, nccl_failed)) {
+        if (!nccl_failed) zt_fail(err, "NCCL failed to initialise on another rank");
+        if (s->device_comm) s->device_comm->destroy(s->device_comm);
+        return -1;
+    }
+    if (zt_gpt2_param_table(&s->table, &s->shape, err)) return -1;
+    /* the model's activation and scratch sizes, known before any memory is taken: ratio auto keeps
+     * room for them (plus 2 GiB for cuBLASLt's workspace and the CUDA backend's own scratch) */
+    zt_gpt2 plan;
+    if (zt_gpt2_plan(&plan, &s->shape, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
+                     zt_dtype_size(s->be->compute_dtype), err)) {
+        zt_param_table_free(&s->table);
+        return -1;
+    }
+    double reserve = (double)(plan.act_bytes + plan.scratch_bytes) + (gpu ? 2.0 * 1073741824.0 : 0.0);
+    float *init = NULL;
+    if (!init_f32) { /* model.init_from (fine-tuning a Hugging Face GPT-2) or GPT-2 init */
+        init = zt_xmalloc(s->table.total * sizeof(float));
+        if (cfg->init_from) {
+            if (zt_hf_init_from(cfg->init_from, &s->shape, &s->table, init, err)) {
+                free(init);
+                zt_param_table_free(&s->table);
+                return -1;
+            }
+        } else {
+            zt_gpt2_init(&s->table, &s->shape, init, cfg->seed);
+        }
+        init_f32 = init;
+    }
+    zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
+                         cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
+                         cfg->weight_decay, cfg->decay_all_params};
+    zt_engine_offload off = {cfg->offload_device == ZT_OFFLOAD_CPU, cfg->offload_ratio, cfg->offload_pin_memory,
+                             cfg->offload_device_memory, 0, reserve};
+    int rc = zt_engine_create_offload(&s->engine, s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off,
+                                      init_f32, err);
+    free(init);
+    if (rc) { zt_param_table_free(&s->table); return -1; }
+    s->src = zt_engine_param_source(&s->engine);
+    if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
+                       err)) {
+        zt_engine_destroy(&s->engine);
+        zt_param_table_free(&s->table);
+        return -1;
+    }
+    s->engine.mem.device[ZT_MEM_ACTS] = s->model.act_bytes;
+    return 0;
+}
+
+void zt_session_close(zt_session *s) {
+    zt_gpt2_destroy(&s->model);
+    zt_engine_destroy(&s->engine);
+    zt_param_table_free(&s->table);
+    if (s->device_comm) s->device_comm->destroy(s->device_comm);
+}
+
+int zt_fail_together(zt_comm *comm, int rc, const zt_err *err) {
+    int failed_rank = rc ? comm->rank : comm->world; /* lowest failed rank prints */
+    int any = comm->agree_max(comm, rc ? 1 : 0);
+    if (!any) return 0;
+    int lowest = comm->world - comm->agree_max(comm, comm->world - failed_rank);
+    if (rc && comm->rank == lowest) zt_print_error(err);
+    return 1;
+}

@@ -1,0 +1,197 @@
+/* shard.c — see shard.h */
+#include "io/shard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, size_t n) { /* -1 on error, else bytes read (short at EOF) */
+    char *p = buf;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got > (1u << 30) ? (1u << 30) : n - got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (int)(got == n ? 1 : 0);
+}
+
+static void put_le32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static int host_is_le(void) {
+    uint16_t x = 1;
+    uint8_t b;
+    memcpy(&b, &x, 1);
+    return b == 1;
+}
+
+/* fsyncs the directory holding PATH so the rename is durable (best effort). */
+static void sync_parent_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+int zt_shard_write(const char *path, const uint16_t *tokens, size_t n, zt_err *err) {
+    if (n > (size_t)INT32_MAX) return zt_fail(err, "%s: %zu tokens is more than one shard can hold (%d)", path, n, INT32_MAX);
+    size_t pl = strlen(path) + 32;
+    char *tmp = zt_xmalloc(pl);
+    snprintf(tmp, pl, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        zt_fail(err, "%s: cannot write (creating %s: %s)", path, tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    uint8_t header[ZT_SHARD_HEADER_BYTES] = {0};
+    put_le32(header, ZT_SHARD_MAGIC);
+    put_le32(header + 4, ZT_SHARD_VERSION);
+    put_le32(header + 8, (uint32_t)n);
+    int ok = write_all(fd, header, sizeof header) == 0;
+    if (ok && host_is_le()) {
+        ok = write_all(fd, tokens, n * sizeof *tokens) == 0;
+    } else if (ok) {
+        uint8_t buf[1 << 16];
+        for (size_t i = 0; ok && i < n;) {
+            size_t k = 0;
+            for (; i < n && k < sizeof buf; i++, k += 2) { buf[k] = (uint8_t)tokens[i]; buf[k + 1] = (uint8_t)(tokens[i] >> 8); }
+            ok = write_all(fd, buf, k) == 0;
+        }
+    }
+    if (ok) ok = fsync(fd) == 0;
+    int saved = errno;
+    if (close(fd) != 0 && ok) { ok = 0; saved = errno; }
+    if (ok && rename(tmp, path) != 0) { ok = 0; saved = errno; }
+    if (!ok) {
+        unlink(tmp);
+        zt_fail(err, "%s: cannot write (%s)", path, strerror(saved));
+        free(tmp);
+        return -1;
+    }
+    sync_parent_dir(path);
+    free(tmp);
+    return 0;
+}
+
+/* Opens and validates; returns the fd positioned after the header, or -1. */
+static int open_checked(const char *path, size_t *n_tokens, zt_err *err) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        zt_fail(err, "%s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        zt_fail(err, "%s: not a regular file (expected a token shard)", path);
+        goto fail;
+    }
+    size_t size = (size_t)st.st_size;
+    if (size == 0) {
+        zt_fail(err, "%s: empty file (expected a token shard)", path);
+        goto fail;
+    }
+    uint8_t header[ZT_SHARD_HEADER_BYTES];
+    size_t have = size < sizeof header ? size : sizeof header;
+    if (read_all(fd, header, have) != 1) {
+        zt_fail(err, "%s: read error: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (have < 4 || get_le32(header) != ZT_SHARD_MAGIC) {
+        if (have < 4) zt_fail(err, "%s: not a token shard (%zu bytes, too short for a header)", path, size);
+        else zt_fail(err, "%s: not a token shard (magic %d, expected %d)", path, (int32_t)get_le32(header), ZT_SHARD_MAGIC);
+        goto fail;
+    }
+    if (have < sizeof header) {
+        zt_fail(err, "%s: truncated: the header is %d bytes but file has %zu bytes", path, ZT_SHARD_HEADER_BYTES, size);
+        goto fail;
+    }
+    int32_t version = (int32_t)get_le32(header + 4), count = (int32_t)get_le32(header + 8);
+    if (version != ZT_SHARD_VERSION) {
+        zt_fail(err, "%s: unsupported shard version %d (expected %d: uint16 GPT-2 tokens)", path, version, ZT_SHARD_VERSION);
+        goto fail;
+    }
+    if (count < 0) {
+        zt_fail(err, "%s: bad token count %d in header", path, count);
+        goto fail;
+    }
+    size_t want = ZT_SHARD_HEADER_BYTES + 2 * (size_t)count;
+    if (size < want) {
+        zt_fail(err, "%s: truncated: header says %d tokens (%zu bytes) but file has %zu bytes", path, count, want, size);
+        goto fail;
+    }
+    if (size > want) {
+        zt_fail(err, "%s: header says %d tokens (%zu bytes) but file has %zu bytes (trailing data)", path, count, want, size);
+        goto fail;
+    }
+    *n_tokens = (size_t)count;
+    return fd;
+fail:
+    close(fd);
+    return -1;
+}
+
+int zt_shard_read_header(const char *path, size_t *n_tokens, zt_err *err) {
+    size_t n;
+    int fd = open_checked(path, &n, err);
+    if (fd < 0) return -1;
+    close(fd);
+    *n_tokens = n;
+    return 0;
+}
+
+uint16_t *zt_shard_load(const char *path, size_t *n_tokens, zt_err *err) {
+    size_t n;
+    int fd = open_checked(path, &n, err);
+    if (fd < 0) return NULL;
+    uint16_t *tokens = zt_xmalloc((n ? n : 1) * sizeof *tokens);
+    int r = read_all(fd, tokens, n * sizeof *tokens);
+    if (r != 1) {
+        zt_fail(err, "%s: %s", path, r < 0 ? strerror(errno) : "file shrank while reading");
+        close(fd);
+        free(tokens);
+        return NULL;
+    }
+    close(fd);
+    if (!host_is_le()) {
+        for (size_t i = 0; i < n; i++) {
+            uint8_t *b = (uint8_t *)&tokens[i];
+            tokens[i] = (uint16_t)(b[0] | (b[1] << 8));
+        }
+    }
+    *n_tokens = n;
+    return tokens;
+}

@@ -1,0 +1,728 @@
+/* tokenizer.c — see tokenizer.h */
+#include "io/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+/* GPT-2's pattern with \s spelled out as Unicode White_Space (see tokenizer.h). Compiled anchored:
+ * some alternative always matches at the current position, so anchored matching from the end of
+ * the previous match is the same as encoder.py's re.findall. */
+#define WS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+
+#define PAIR_BITS 17  /* 131072 slots for 50000 merges */
+#define VMAP_BITS 17  /* 131072 slots for 50256 tokens */
+#define CACHE_MAX_PIECE 48
+#define LINEAR_MAX_PIECE 48 /* longer pieces merge with a heap: O(n log n) instead of O(n^2) */
+
+typedef struct pair_slot {
+    uint64_t key; /* (left << 32) | right; UINT64_MAX = empty */
+    int32_t rank, merged;
+} pair_slot;
+
+struct zt_tokenizer {
+    uint32_t off[ZT_GPT2_VOCAB_SIZE + 1]; /* token id -> [off[id], off[id+1]) in bytes */
+    uint8_t *bytes;
+    int byte_id[256];
+    uint32_t *vmap; /* bytes -> id + 1 (0 = empty), open addressing; excludes ZT_TOKEN_EOT */
+    pair_slot *pairs;
+    pcre2_code *re;
+    int jit;
+};
+
+/* ---------------------------------------------------------------- byte <-> unicode alphabet */
+
+/* GPT-2's bytes_to_unicode: bytes 33-126, 161-172, 174-255 are themselves, the other 68 map to
+ * U+0100.. in byte order. */
+static void byte_alphabet(int b2u[256], int u2b[324]) {
+    for (int c = 0; c < 324; c++) u2b[c] = -1;
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+        b2u[b] = keep ? b : 256 + n++;
+        u2b[b2u[b]] = b;
+    }
+}
+
+/* ---------------------------------------------------------------- hashing */
+
+static inline uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull ^ n;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+static inline size_t pair_hash(uint64_t key) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - PAIR_BITS)); }
+
+static inline const pair_slot *pair_find(const zt_tokenizer *t, int left, int right) {
+    uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
+    size_t mask = ((size_t)1 << PAIR_BITS) - 1;
+    for (size_t i = pair_hash(key);; i = (i + 1) & mask) {
+        const pair_slot *s = &t->pairs[i];
+        if (s->key == key) return s;
+        if (s->key == UINT64_MAX) return NULL;
+    }
+}
+
+static int vmap_find(const zt_tokenizer *t, const uint8_t *p, size_t n) {
+    size_t mask = ((size_t)1 << VMAP_BITS) - 1;
+    for (size_t i = hash_bytes(p, n) & mask;; i = (i + 1) & mask) {
+        uint32_t v = t->vmap[i];
+        if (!v) return -1;
+        int id = (int)v - 1;
+        if (t->off[id + 1] - t->off[id] == n && memcmp(t->bytes + t->off[id], p, n) == 0) return id;
+    }
+}
+
+static void vmap_insert(zt_tokenizer *t, int id) {
+    size_t mask = ((size_t)1 << VMAP_BITS) - 1;
+    const uint8_t *p = t->bytes + t->off[id];
+    size_t n = t->off[id + 1] - t->off[id];
+    size_t i = hash_bytes(p, n) & mask;
+    while (t->vmap[i]) i = (i + 1) & mask;
+    t->vmap[i] = (uint32_t)id + 1;
+}
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+/* Length of the valid UTF-8 sequence at p (RFC 3629), or 0 when the byte at p starts none. */
+static inline size_t utf8_valid_len(const uint8_t *p, size_t avail, uint32_t *cp) {
+    uint8_t c = p[0];
+    if (c < 0x80) { if (cp) *cp = c; return 1; }
+    if (c < 0xC2) return 0;
+    if (c < 0xE0) {
+        if (avail < 2 || (p[1] & 0xC0) != 0x80) return 0;
+        if (cp) *cp = ((uint32_t)(c & 0x1F) << 6) | (p[1] & 0x3F);
+        return 2;
+    }
+    if (c < 0xF0) {
+        if (avail < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+        if (c == 0xE0 && p[1] < 0xA0) return 0; /* overlong */
+        if (c == 0xED && p[1] >= 0xA0) return 0; /* surrogate */
+        if (cp) *cp = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+        return 3;
+    }
+    if (c < 0xF5) {
+        if (avail < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+        if (c == 0xF0 && p[1] < 0x90) return 0; /* overlong */
+        if (c == 0xF4 && p[1] >= 0x90) return 0; /* > U+10FFFF */
+        if (cp)
+            *cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) | ((uint32_t)(p[2] & 0x3F) << 6) |
+                  (p[3] & 0x3F);
+        return 4;
+    }
+    return 0;
+}
+
+/* End of the run of valid UTF-8 starting at s (s itself when the byte there is invalid). */
+static size_t valid_run_end(const uint8_t *s, size_t pos, size_t len) {
+    while (pos < len) {
+        while (pos + 8 <= len) { /* ASCII fast path */
+            uint64_t w;
+            memcpy(&w, s + pos, 8);
+            if (w & 0x8080808080808080ull) break;
+            pos += 8;
+        }
+        if (pos >= len) break;
+        if (s[pos] < 0x80) { pos++; continue; }
+        size_t k = utf8_valid_len(s + pos, len - pos, NULL);
+        if (!k) break;
+        pos += k;
+    }
+    return pos;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+typedef struct jparse {
+    const char *path;
+    const uint8_t *s;
+    size_t len, pos;
+} jparse;
+
+static int jfail(zt_err *err, const jparse *j, size_t at, const char *what) {
+    return zt_fail(err, "%s: byte offset %zu: %s", j->path, at, what);
+}
+
+static void jskip_ws(jparse *j) {
+    while (j->pos < j->len && (j->s[j->pos] == ' ' || j->s[j->pos] == '\t' || j->s[j->pos] == '\n' || j->s[j->pos] == '\r'))
+        j->pos++;
+}
+
+static int hex4(const uint8_t *p, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        int c = p[i], d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return -1;
+        *v = (*v << 4) | (uint32_t)d;
+    }
+    return 0;
+}
+
+/* Parses a JSON string at j->pos (the opening quote) into the byte string it names in GPT-2's
+ * alphabet; out must hold len bytes (a token never has more bytes than its JSON text). */
+static int jstring_bytes(jparse *j, const int u2b[324], uint8_t *out, size_t *n_out, zt_err *err) {
+    if (j->pos >= j->len || j->s[j->pos] != '"') return jfail(err, j, j->pos, "expected a string");
+    j->pos++;
+    size_t n = 0;
+    for (;;) {
+        if (j->pos >= j->len) return jfail(err, j, j->pos, "unterminated string");
+        size_t at = j->pos;
+        uint8_t c = j->s[j->pos];
+        uint32_t cp;
+        if (c == '"') { j->pos++; break; }
+        if (c < 0x20) return jfail(err, j, at, "control character in string");
+        if (c == '\\') {
+            if (j->pos + 1 >= j->len) return jfail(err, j, at, "unterminated escape");
+            uint8_t e = j->s[j->pos + 1];
+            j->pos += 2;
+            switch (e) {
+            case '"': cp = '"'; break;
+            case '\\': cp = '\\'; break;
+            case '/': cp = '/'; break;
+            case 'b': cp = 8; break;
+            case 'f': cp = 12; break;
+            case 'n': cp = 10; break;
+            case 'r': cp = 13; break;
+            case 't': cp = 9; break;
+            case 'u':
+                if (j->pos + 4 > j->len || hex4(j->s + j->pos, &cp)) return jfail(err, j, at, "bad \\u escape");
+                j->pos += 4;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return jfail(err, j, at, "unpaired low surrogate in \\u escape");
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    uint32_t lo;
+                    if (j->pos + 6 > j->len || j->s[j->pos] != '\\' || j->s[j->pos + 1] != 'u' ||
+                        hex4(j->s + j->pos + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                        return jfail(err, j, at, "unpaired high surrogate in \\u escape");
+                    j->pos += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                break;
+            default: return jfail(err, j, at, "bad escape in string");
+            }
+        } else {
+            size_t k = utf8_valid_len(j->s + j->pos, j->len - j->pos, &cp);
+            if (!k) return jfail(err, j, at, "invalid UTF-8 in string");
+            j->pos += k;
+        }
+        if (cp >= 324 || u2b[cp] < 0) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "token has character U+%04X, which is not in GPT-2's byte alphabet", (unsigned)cp);
+            return jfail(err, j, at, msg);
+        }
+        out[n++] = (uint8_t)u2b[cp];
+    }
+    *n_out = n;
+    return 0;
+}
+
+static int load_encoder(zt_tokenizer *t, const char *path, const int u2b[324], zt_err *err) {
+    size_t len;
+    zt_err rerr;
+    char *text = zt_read_file(path, &len, &rerr);
+    if (!text) return zt_fail(err, "%s", rerr.msg);
+    jparse j = {path, (const uint8_t *)text, len, 0};
+    uint8_t *key = zt_xmalloc(len + 1);
+    uint32_t *klen = zt_xcalloc(ZT_GPT2_VOCAB_SIZE, sizeof *klen);
+    uint32_t *kpos = zt_xcalloc(ZT_GPT2_VOCAB_SIZE, sizeof *kpos);
+    uint8_t *all = zt_xmalloc(len + 1); /* token bytes in file order */
+    size_t all_n = 0, count = 0;
+    int rc = -1;
+    char msg[160];
+
+    jskip_ws(&j);
+    if (j.pos >= j.len) { jfail(err, &j, j.pos, len ? "expected '{'" : "empty file"); goto done; }
+    if (j.s[j.pos] != '{') { jfail(err, &j, j.pos, "expected '{' (a JSON object of token -> id)"); goto done; }
+    j.pos++;
+    jskip_ws(&j);
+    if (j.pos < j.len && j.s[j.pos] == '}') { j.pos++; goto end_object; }
+    for (;;) {
+        jskip_ws(&j);
+        size_t key_at = j.pos, kn = 0;
+        if (jstring_bytes(&j, u2b, key, &kn, err)) goto done;
+        if (kn == 0) { jfail(err, &j, key_at, "empty token"); goto done; }
+        jskip_ws(&j);
+        if (j.pos >= j.len || j.s[j.pos] != ':') { jfail(err, &j, j.pos, "expected ':'"); goto done; }
+        j.pos++;
+        jskip_ws(&j);
+        size_t num_at = j.pos;
+        long v = 0;
+        if (j.pos >= j.len || j.s[j.pos] < '0' || j.s[j.pos] > '9') { jfail(err, &j, num_at, "expected a token id (a non-negative integer)"); goto done; }
+        while (j.pos < j.len && j.s[j.pos] >= '0' && j.s[j.pos] <= '9') {
+            v = v * 10 + (j.s[j.pos++] - '0');
+            if (v >= ZT_GPT2_VOCAB_SIZE) break;
+        }
+        if (v >= ZT_GPT2_VOCAB_SIZE) {
+            snprintf(msg, sizeof msg, "token id out of range (ids are 0..%d)", ZT_GPT2_VOCAB_SIZE - 1);
+            jfail(err, &j, num_at, msg);
+            goto done;
+        }
+        if (j.pos < j.len && (j.s[j.pos] == '.' || j.s[j.pos] == 'e' || j.s[j.pos] == 'E')) { jfail(err, &j, num_at, "token id is not an integer"); goto done; }
+        if (klen[v]) {
+            snprintf(msg, sizeof msg, "token id %ld appears twice", v);
+            jfail(err, &j, num_at, msg);
+            goto done;
+        }
+        klen[v] = (uint32_t)kn;
+        kpos[v] = (uint32_t)all_n;
+        memcpy(all + all_n, key, kn);
+        all_n += kn;
+        count++;
+        jskip_ws(&j);
+        if (j.pos >= j.len) { jfail(err, &j, j.pos, "unterminated object (expected ',' or '}')"); goto done; }
+        if (j.s[j.pos] == ',') { j.pos++; continue; }
+        if (j.s[j.pos] == '}') { j.pos++; break; }
+        jfail(err, &j, j.pos, "expected ',' or '}'");
+        goto done;
+    }
+end_object:
+    jskip_ws(&j);
+    if (j.pos != j.len) { jfail(err, &j, j.pos, "unexpected data after the object"); goto done; }
+    if (count != ZT_GPT2_VOCAB_SIZE) {
+        int missing = 0;
+        while (missing < ZT_GPT2_VOCAB_SIZE && klen[missing]) missing++;
+        zt_fail(err, "%s: %zu tokens, expected %d (GPT-2 ids 0..%d; id %d is missing)", path, count, ZT_GPT2_VOCAB_SIZE,
+                ZT_GPT2_VOCAB_SIZE - 1, missing);
+        goto done;
+    }
+    /* tokens in id order */
+    t->bytes = zt_xmalloc(all_n + 1);
+    size_t o = 0;
+    for (int id = 0; id < ZT_GPT2_VOCAB_SIZE; id++) {
+        t->off[id] = (uint32_t)o;
+        memcpy(t->bytes + o, all + kpos[id], klen[id]);
+        o += klen[id];
+    }
+    t->off[ZT_GPT2_VOCAB_SIZE] = (uint32_t)o;
+    if (klen[ZT_TOKEN_EOT] != 13 || memcmp(t->bytes + t->off[ZT_TOKEN_EOT], "<|endoftext|>", 13) != 0) {
+        zt_fail(err, "%s: id %d is not \"<|endoftext|>\" (not a GPT-2 vocabulary)", path, ZT_TOKEN_EOT);
+        goto done;
+    }
+    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+    t->vmap = zt_xcalloc((size_t)1 << VMAP_BITS, sizeof *t->vmap);
+    for (int id = 0; id < ZT_TOKEN_EOT; id++) {
+        const uint8_t *p = t->bytes + t->off[id];
+        size_t n = t->off[id + 1] - t->off[id];
+        if (vmap_find(t, p, n) >= 0) {
+            zt_fail(err, "%s: token id %d has the same bytes as id %d", path, id, vmap_find(t, p, n));
+            goto done;
+        }
+        vmap_insert(t, id);
+        if (n == 1) t->byte_id[p[0]] = id;
+    }
+    for (int b = 0; b < 256; b++)
+        if (t->byte_id[b] < 0) {
+            zt_fail(err, "%s: no token for the single byte 0x%02X (not a byte-level BPE vocabulary)", path, b);
+            goto done;
+        }
+    rc = 0;
+done:
+    free(key);
+    free(klen);
+    free(kpos);
+    free(all);
+    free(text);
+    return rc;
+}
+
+/* Decodes one vocab.bpe token (GPT-2 alphabet, UTF-8) to bytes and looks up its id. */
+static int merge_token_id(const zt_tokenizer *t, const uint8_t *s, size_t n, const int u2b[324], uint8_t *buf, size_t *bn) {
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t l = utf8_valid_len(s + i, n - i, &cp);
+        if (!l || cp >= 324 || u2b[cp] < 0) return -1;
+        buf[k++] = (uint8_t)u2b[cp];
+        i += l;
+    }
+    *bn = k;
+    return vmap_find(t, buf, k);
+}
+
+static int load_merges(zt_tokenizer *t, const char *path, const int u2b[324], zt_err *err) {
+    size_t len;
+    zt_err rerr;
+    char *text = zt_read_file(path, &len, &rerr);
+    if (!text) return zt_fail(err, "%s", rerr.msg);
+    if (len == 0) { free(text); return zt_fail(err, "%s: empty file (expected GPT-2 BPE merges)", path); }
+    t->pairs = zt_xmalloc(((size_t)1 << PAIR_BITS) * sizeof *t->pairs);
+    for (size_t i = 0; i < ((size_t)1 << PAIR_BITS); i++) t->pairs[i].key = UINT64_MAX;
+    size_t mask = ((size_t)1 << PAIR_BITS) - 1;
+    uint8_t buf[3][2048];
+    size_t pos = 0, line = 0;
+    int rank = 0, rc = -1;
+    while (pos < len) {
+        line++;
+        const uint8_t *s = (const uint8_t *)text + pos;
+        const uint8_t *nl = memchr(s, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - s) : len - pos;
+        pos += n + (nl ? 1 : 0);
+        if (n && s[n - 1] == '\r') n--;
+        if (n == 0) continue;
+        if (line == 1 && s[0] == '#') continue; /* "#version: 0.2" */
+        const uint8_t *sp = memchr(s, ' ', n);
+        size_t la = sp ? (size_t)(sp - s) : 0, lb = sp ? n - la - 1 : 0;
+        if (!sp || la == 0 || lb == 0 || memchr(sp + 1, ' ', lb) || la > 1000 || lb > 1000) {
+            zt_fail(err, "%s:%zu: expected a merge rule \"LEFT RIGHT\"", path, line);
+            goto done;
+        }
+        size_t na = 0, nb = 0;
+        int a = merge_token_id(t, s, la, u2b, buf[0], &na);
+        int b = merge_token_id(t, sp + 1, lb, u2b, buf[1], &nb);
+        if (a < 0 || b < 0) {
+            zt_fail(err, "%s:%zu: merge names a token not in encoder.json (\"%.*s\")", path, line, (int)(a < 0 ? la : lb),
+                    (const char *)(a < 0 ? s : sp + 1));
+            goto done;
+        }
+        memcpy(buf[2], buf[0], na);
+        memcpy(buf[2] + na, buf[1], nb);
+        int m = vmap_find(t, buf[2], na + nb);
+        if (m < 0) {
+            zt_fail(err, "%s:%zu: the merged token \"%.*s%.*s\" is not in encoder.json", path, line, (int)la, (const char *)s,
+                    (int)lb, (const char *)(sp + 1));
+            goto done;
+        }
+        if (rank >= (1 << (PAIR_BITS - 1))) { zt_fail(err, "%s:%zu: too many merge rules", path, line); goto done; }
+        uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+        size_t i = pair_hash(key);
+        while (t->pairs[i].key != UINT64_MAX && t->pairs[i].key != key) i = (i + 1) & mask;
+        if (t->pairs[i].key == key) { zt_fail(err, "%s:%zu: duplicate merge rule", path, line); goto done; }
+        t->pairs[i].key = key;
+        t->pairs[i].rank = rank++;
+        t->pairs[i].merged = m;
+    }
+    if (rank == 0) { zt_fail(err, "%s: no merge rules", path); goto done; }
+    rc = 0;
+done:
+    free(text);
+    return rc;
+}
+
+int zt_tokenizer_vocab_size(void) { return ZT_GPT2_VOCAB_SIZE; }
+
+void zt_tokenizer_free(zt_tokenizer *t) {
+    if (!t) return;
+    free(t->bytes);
+    free(t->vmap);
+    free(t->pairs);
+    if (t->re) pcre2_code_free(t->re);
+    free(t);
+}
+
+zt_tokenizer *zt_tokenizer_load(const char *vocab_dir, zt_err *err) {
+    int b2u[256], u2b[324];
+    byte_alphabet(b2u, u2b);
+    zt_tokenizer *t = zt_xcalloc(1, sizeof *t);
+    size_t dl = strlen(vocab_dir);
+    char *path = zt_xmalloc(dl + 32);
+    snprintf(path, dl + 32, "%s/encoder.json", vocab_dir);
+    if (load_encoder(t, path, u2b, err)) goto fail;
+    snprintf(path, dl + 32, "%s/vocab.bpe", vocab_dir);
+    if (load_merges(t, path, u2b, err)) goto fail;
+    int ecode;
+    PCRE2_SIZE eoff;
+    t->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &ecode,
+                          &eoff, NULL);
+    if (!t->re) {
+        PCRE2_UCHAR buf[256];
+        pcre2_get_error_message(ecode, buf, sizeof buf);
+        zt_fail(err, "tokenizer: cannot compile the GPT-2 pattern at offset %zu: %s", (size_t)eoff, (const char *)buf);
+        goto fail;
+    }
+    t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
+    free(path);
+    return t;
+fail:
+    free(path);
+    zt_tokenizer_free(t);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- encoding */
+
+void zt_ids_push(zt_ids *ids, int id) {
+    if (ids->n == ids->cap) {
+        size_t cap = ids->cap ? ids->cap * 2 : 256;
+        int *d = realloc(ids->data, cap * sizeof *d);
+        if (!d) {
+            fprintf(stderr, "zerotrain: error: out of host memory (asked for %zu ids)\n", cap);
+            abort();
+        }
+        ids->data = d;
+        ids->cap = cap;
+    }
+    ids->data[ids->n++] = id;
+}
+
+void zt_ids_free(zt_ids *ids) {
+    free(ids->data);
+    ids->data = NULL;
+    ids->n = ids->cap = 0;
+}
+
+typedef struct cache_slot {
+    uint64_t hash; /* 0 = empty */
+    uint32_t piece_off, ids_off;
+    uint16_t piece_len, n_ids;
+} cache_slot;
+
+typedef struct enc_ws {
+    /* piece -> ids cache for this call */
+    cache_slot *slots;
+    size_t mask, used;
+    uint8_t *cbytes;
+    int *cids;
+    size_t cbytes_n, cids_n, carena; /* both arenas hold carena entries */
+    /* BPE scratch */
+    int *sym, *prev, *next;
+    uint64_t *heap;
+    size_t cap, heap_cap;
+} enc_ws;
+
+static void ws_init(enc_ws *w, size_t text_len) {
+    memset(w, 0, sizeof *w);
+    size_t slots = 1024;
+    while (slots < 65536 && slots < text_len / 4) slots <<= 1;
+    w->slots = zt_xcalloc(slots, sizeof *w->slots);
+    w->mask = slots - 1;
+    w->carena = slots * 8;
+    w->cbytes = zt_xmalloc(w->carena);
+    w->cids = zt_xmalloc(w->carena * sizeof *w->cids);
+}
+
+static void ws_free(enc_ws *w) {
+    free(w->slots);
+    free(w->cbytes);
+    free(w->cids);
+    free(w->sym);
+    free(w->prev);
+    free(w->next);
+    free(w->heap);
+}
+
+static void ws_reserve(enc_ws *w, size_t n) {
+    if (n <= w->cap) return;
+    size_t cap = w->cap ? w->cap : 64;
+    while (cap < n) cap *= 2;
+    free(w->sym);
+    free(w->prev);
+    free(w->next);
+    w->sym = zt_xmalloc(cap * sizeof *w->sym);
+    w->prev = zt_xmalloc(cap * sizeof *w->prev);
+    w->next = zt_xmalloc(cap * sizeof *w->next);
+    w->cap = cap;
+}
+
+static inline void heap_push(enc_ws *w, size_t *hn, uint64_t key) {
+    if (*hn == w->heap_cap) {
+        w->heap_cap = w->heap_cap ? w->heap_cap * 2 : 256;
+        uint64_t *h = realloc(w->heap, w->heap_cap * sizeof *h);
+        if (!h) abort();
+        w->heap = h;
+    }
+    uint64_t *h = w->heap;
+    size_t i = (*hn)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p] <= key) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = key;
+}
+
+static inline uint64_t heap_pop(enc_ws *w, size_t *hn) {
+    uint64_t *h = w->heap;
+    uint64_t top = h[0], last = h[--(*hn)];
+    size_t n = *hn, i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (h[c] >= last) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (n) h[i] = last;
+    return top;
+}
+
+/* BPE of one piece into w->sym; returns the number of ids. */
+static size_t bpe(const zt_tokenizer *t, enc_ws *w, const uint8_t *p, size_t n) {
+    ws_reserve(w, n);
+    int *sym = w->sym;
+    for (size_t i = 0; i < n; i++) sym[i] = t->byte_id[p[i]];
+    if (n <= LINEAR_MAX_PIECE) {
+        /* encoder.py's loop: merge every occurrence of the lowest-ranked adjacent pair, left to right */
+        size_t m = n;
+        while (m > 1) {
+            int best = INT32_MAX, merged = -1, L = -1, R = -1;
+            for (size_t i = 0; i + 1 < m; i++) {
+                const pair_slot *s = pair_find(t, sym[i], sym[i + 1]);
+                if (s && s->rank < best) { best = s->rank; merged = s->merged; L = sym[i]; R = sym[i + 1]; }
+            }
+            if (merged < 0) break;
+            size_t k = 0;
+            for (size_t i = 0; i < m;) {
+                if (i + 1 < m && sym[i] == L && sym[i + 1] == R) { sym[k++] = merged; i += 2; }
+                else sym[k++] = sym[i++];
+            }
+            m = k;
+        }
+        return m;
+    }
+    /* Long pieces: the same merges in the same order from a heap keyed by (rank, position). Every
+     * pair created by a merge ranks after the merge that created it (true of GPT-2's vocab.bpe),
+     * so popping the lowest (rank, position) merges exactly what encoder.py merges. */
+    int *prev = w->prev, *next = w->next;
+    size_t hn = 0;
+    for (size_t i = 0; i < n; i++) {
+        prev[i] = (int)i - 1;
+        next[i] = i + 1 < n ? (int)i + 1 : -1;
+    }
+    for (size_t i = 0; i + 1 < n; i++) {
+        const pair_slot *s = pair_find(t, sym[i], sym[i + 1]);
+        if (s) heap_push(w, &hn, ((uint64_t)s->rank << 32) | i);
+    }
+    while (hn) {
+        uint64_t key = heap_pop(w, &hn);
+        int rank = (int)(key >> 32), i = (int)(uint32_t)key;
+        if (sym[i] < 0 || next[i] < 0) continue;
+        int j = next[i];
+        const pair_slot *s = pair_find(t, sym[i], sym[j]);
+        if (!s || s->rank != rank) continue; /* stale */
+        sym[i] = s->merged;
+        sym[j] = -1;
+        next[i] = next[j];
+        if (next[j] >= 0) prev[next[j]] = i;
+        if (prev[i] >= 0) {
+            const pair_slot *q = pair_find(t, sym[prev[i]], sym[i]);
+            if (q) heap_push(w, &hn, ((uint64_t)q->rank << 32) | (uint32_t)prev[i]);
+        }
+        if (next[i] >= 0) {
+            const pair_slot *q = pair_find(t, sym[i], sym[next[i]]);
+            if (q) heap_push(w, &hn, ((uint64_t)q->rank << 32) | (uint32_t)i);
+        }
+    }
+    size_t m = 0;
+    for (int i = 0; i >= 0; i = next[i]) sym[m++] = sym[i];
+    return m;
+}
+
+static void encode_piece(const zt_tokenizer *t, enc_ws *w, const uint8_t *p, size_t n, zt_ids *out) {
+    if (n == 1) {
+        zt_ids_push(out, t->byte_id[p[0]]);
+        return;
+    }
+    uint64_t h = 0;
+    size_t slot = 0;
+    if (n <= CACHE_MAX_PIECE) {
+        h = hash_bytes(p, n) | 1;
+        for (slot = h & w->mask;; slot = (slot + 1) & w->mask) {
+            cache_slot *c = &w->slots[slot];
+            if (!c->hash) break;
+            if (c->hash == h && c->piece_len == n && memcmp(w->cbytes + c->piece_off, p, n) == 0) {
+                for (size_t i = 0; i < c->n_ids; i++) zt_ids_push(out, w->cids[c->ids_off + i]);
+                return;
+            }
+        }
+    }
+    size_t m = bpe(t, w, p, n);
+    for (size_t i = 0; i < m; i++) zt_ids_push(out, w->sym[i]);
+    if (n <= CACHE_MAX_PIECE) {
+        if (w->used * 2 >= w->mask + 1 || w->cbytes_n + n > w->carena || w->cids_n + m > w->carena) {
+            memset(w->slots, 0, (w->mask + 1) * sizeof *w->slots); /* full: start over */
+            w->used = w->cbytes_n = w->cids_n = 0;
+            for (slot = h & w->mask; w->slots[slot].hash; slot = (slot + 1) & w->mask) {}
+        }
+        cache_slot *c = &w->slots[slot];
+        c->hash = h;
+        c->piece_off = (uint32_t)w->cbytes_n;
+        c->piece_len = (uint16_t)n;
+        c->ids_off = (uint32_t)w->cids_n;
+        c->n_ids = (uint16_t)m;
+        memcpy(w->cbytes + w->cbytes_n, p, n);
+        memcpy(w->cids + w->cids_n, w->sym, m * sizeof *w->sym);
+        w->cbytes_n += n;
+        w->cids_n += m;
+        w->used++;
+    }
+}
+
+int zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t len, zt_ids *out, zt_err *err) {
+    const uint8_t *s = (const uint8_t *)text;
+    if (len == 0) return 0;
+    enc_ws w;
+    ws_init(&w, len);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    if (!md) abort();
+    int rc = 0;
+    size_t pos = 0;
+    while (pos < len) {
+        size_t end = valid_run_end(s, pos, len);
+        const uint8_t *sub = s + pos;
+        size_t slen = end - pos, off = 0;
+        while (off < slen) {
+            int r = t->jit ? pcre2_jit_match(t->re, sub, slen, off, PCRE2_NO_UTF_CHECK, md, NULL) : -1;
+            if (!t->jit || r == PCRE2_ERROR_JIT_STACKLIMIT) r = pcre2_match(t->re, sub, slen, off, PCRE2_NO_UTF_CHECK, md, NULL);
+            size_t e;
+            if (r > 0) {
+                e = pcre2_get_ovector_pointer(md)[1];
+            } else if (r == PCRE2_ERROR_NOMATCH) {
+                e = off; /* cannot happen (the pattern covers every character); one character then */
+            } else {
+                PCRE2_UCHAR buf[256];
+                pcre2_get_error_message(r, buf, sizeof buf);
+                rc = zt_fail(err, "tokenizer: regex match failed at byte %zu: %s", pos + off, (const char *)buf);
+                goto done;
+            }
+            if (e <= off) e = off + utf8_valid_len(sub + off, slen - off, NULL);
+            encode_piece(t, &w, sub + off, e - off, out);
+            off = e;
+        }
+        pos = end;
+        if (pos < len) zt_ids_push(out, t->byte_id[s[pos++]]); /* an invalid byte: its own piece */
+    }
+done:
+    pcre2_match_data_free(md);
+    ws_free(&w);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- decoding */
+
+const char *zt_tokenizer_token_bytes(const zt_tokenizer *t, int id, size_t *len) {
+    if (id < 0 || id >= ZT_GPT2_VOCAB_SIZE) {
+        *len = 0;
+        return NULL;
+    }
+    *len = t->off[id + 1] - t->off[id];
+    return (const char *)t->bytes + t->off[id];
+}
+
+size_t zt_tokenizer_decode(const zt_tokenizer *t, const int *ids, size_t n, char *out, size_t cap) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l;
+        const char *b = zt_tokenizer_token_bytes(t, ids[i], &l);
+        if (l && total < cap) memcpy(out + total, b, l < cap - total ? l : cap - total);
+        total += l;
+    }
+    return total;
+}
+
+char *zt_tokenizer_decode_alloc(const zt_tokenizer *t, const int *ids, size_t n, size_t *len) {
+    size_t need = zt_tokenizer_decode(t, ids, n, NULL, 0);
+    char *out = zt_xmalloc(need + 1);
+    zt_tokenizer_decode(t, ids, n, out, need);
+    out[need] = 0;
+    if (len) *len = need;
+    return out;
+}

@@ -1,0 +1,68 @@
+/* tokenizer.h — GPT-2 byte-level BPE (the "gpt2" encoding of OpenAI's encoder.py and tiktoken),
+ * loaded from encoder.json + vocab.bpe (data/gpt2/), with PCRE2 for the pre-tokenizer regex.
+ *
+ * Encoding matches OpenAI's encoder.py (and tiktoken's encode_ordinary) on valid UTF-8 text:
+ *   - pre-tokenization by GPT-2's pattern
+ *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *     where \s is spelled out as Unicode White_Space (the 25 code points Python's `regex` module
+ *     matches: U+0009..U+000D, U+0020, U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029,
+ *     U+202F, U+205F, U+3000). PCRE2's own \s also matches U+180E, and Python's str.isspace()
+ *     also U+001C..U+001F; neither is White_Space, so neither is whitespace here.
+ *     \p{L} and \p{N} come from libpcre2's Unicode tables (Unicode 14.0 in PCRE2 10.42); code
+ *     points first assigned in a later Unicode version may split differently than a newer `regex`.
+ *   - each piece's bytes are merged by vocab.bpe rank (merges work on byte strings: a literal 'Ġ'
+ *     in the input is its UTF-8 bytes C4 A0, never a space).
+ *   - the literal text "<|endoftext|>" is encoded as ordinary text; it never yields ZT_TOKEN_EOT.
+ *
+ * Invalid UTF-8 (which encoder.py/tiktoken cannot receive, since they take str): the input is split
+ * into maximal runs of valid UTF-8 (RFC 3629: no overlong forms, no surrogates, <= U+10FFFF) and
+ * the bytes outside them. Each valid run is pre-tokenized on its own, exactly as if it were a whole
+ * text (so a whitespace run just before an invalid byte is "at the end of input" for \s+(?!\S));
+ * each invalid byte is a piece of its own and becomes its single-byte token. Every byte string
+ * therefore encodes without error, and decode(encode(x)) == x for every x.
+ *
+ * Threads: a loaded zt_tokenizer is read-only; encode/decode may run concurrently on it. */
+#ifndef ZT_TOKENIZER_H
+#define ZT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+#define ZT_GPT2_VOCAB_SIZE 50257
+#define ZT_TOKEN_EOT 50256 /* <|endoftext|> */
+
+typedef struct zt_tokenizer zt_tokenizer;
+
+/* A growable id list; zero-initialise ({0}) before first use, zt_ids_free when done. */
+typedef struct zt_ids {
+    int *data;
+    size_t n, cap;
+} zt_ids;
+
+void zt_ids_push(zt_ids *ids, int id);
+void zt_ids_free(zt_ids *ids);
+
+/* Loads VOCAB_DIR/encoder.json and VOCAB_DIR/vocab.bpe. Missing or malformed files fail with a
+ * message naming the file and the byte offset (encoder.json) or line (vocab.bpe). */
+zt_tokenizer *zt_tokenizer_load(const char *vocab_dir, zt_err *err);
+void zt_tokenizer_free(zt_tokenizer *tok);
+
+/* Always ZT_GPT2_VOCAB_SIZE (a loaded vocabulary must have exactly these ids). */
+int zt_tokenizer_vocab_size(void);
+
+/* Appends the ids of TEXT[0..LEN) to OUT (which is not cleared). TEXT is read by length, may hold
+ * NUL and invalid UTF-8 bytes. Returns 0, or -1 with ERR set (only on an internal regex failure). */
+int zt_tokenizer_encode(const zt_tokenizer *tok, const char *text, size_t len, zt_ids *out, zt_err *err);
+
+/* Decodes N ids into OUT (at most CAP bytes written, no NUL added) and returns the full byte
+ * length of the decoded text (like snprintf: a result > CAP means OUT was cut short). ZT_TOKEN_EOT
+ * decodes to "<|endoftext|>"; ids outside [0, ZT_GPT2_VOCAB_SIZE) decode to nothing. */
+size_t zt_tokenizer_decode(const zt_tokenizer *tok, const int *ids, size_t n, char *out, size_t cap);
+/* The same into a new NUL-terminated buffer (free() it); *len (when not NULL) gets the length. */
+char *zt_tokenizer_decode_alloc(const zt_tokenizer *tok, const int *ids, size_t n, size_t *len);
+/* The bytes of one token (not NUL-terminated); NULL with *len = 0 for an out-of-range id. */
+const char *zt_tokenizer_token_bytes(const zt_tokenizer *tok, int id, size_t *len);
+
+#endif

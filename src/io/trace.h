@@ -1,0 +1,25 @@
+/* trace.h — a Chrome trace (JSON Trace Event Format; opens in Perfetto and chrome://tracing) of one
+ * rank's run: complete events ("ph":"X") for the phases of each step on per-role lanes, and
+ * counter events ("ph":"C") for device and host memory. Thread-safe; every call on a NULL trace
+ * does nothing, so callers need no "if tracing" tests. */
+#ifndef ZT_TRACE_H
+#define ZT_TRACE_H
+
+#include "util/util.h"
+
+/* lanes ("tid") of a rank's process ("pid" = rank) */
+enum { ZT_LANE_MAIN = 1, ZT_LANE_HOST_ADAM = 2, ZT_LANE_D2H = 3, ZT_LANE_COMM = 4, ZT_LANE_H2D = 5, ZT_LANE_LAST = 5 };
+
+typedef struct zt_trace zt_trace;
+
+/* Opens PATH with the rank inserted before a ".json" suffix (run.json -> run.rank0.json; other
+ * names get ".rank0.json" appended) and writes the lane names. */
+zt_trace *zt_trace_open(const char *path, int rank, zt_err *err);
+/* One phase [t0, t1] on a lane, times from zt_now() (seconds). */
+void zt_trace_complete(zt_trace *t, int lane, const char *name, double t0, double t1);
+/* A counter sample: series name with two values (e.g. "device MiB" / "host MiB") at time ts. */
+void zt_trace_counter(zt_trace *t, const char *name, double ts, const char *k1, double v1, const char *k2, double v2);
+/* Ends the JSON array and closes the file; returns -1 (with err) if any write failed. */
+int zt_trace_close(zt_trace *t, zt_err *err);
+
+#endif

@@ -1,0 +1,376 @@
+/* gpt2.c — GPT-2 parameter table, init, forward and backward (see gpt2.h).
+ *
+ * Per block l (pre-LayerNorm transformer, Radford et al. 2019):
+ *   ln1  = LN(res_l)                 qkv  = ln1 Wqkv + bqkv          atty = attention(qkv)
+ *   res2 = res_l + atty Wproj + bproj ln2  = LN(res2)                fch  = ln2 Wfc + bfc
+ *   fchg = gelu(fch)                 res_{l+1} = res2 + fchg Wfcproj + bfcproj
+ * then lnf = LN(res_L), logits = lnf wte^T, loss = mean cross-entropy.
+ *
+ * Activation checkpointing: the block inputs res_0..res_L are always kept. The per-layer
+ * activations (ln1, qkv, atty, att, res2, ln2, fch, fchg and the LN statistics) live in
+ * `segment_layers` slots; layer l uses slot l % segment_layers. Without checkpointing there is one
+ * slot per layer and nothing is recomputed; with it, backward re-runs the forward of a segment's
+ * layers from its kept input before differentiating them. Recomputation runs the same ops on the
+ * same inputs, so gradients are bit-identical to the run that keeps everything. */
+#include "model/gpt2.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- parameter table */
+
+enum { /* tensors of one block, in table order */
+    P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB,
+    P_PER_BLOCK
+};
+static const char *block_names[P_PER_BLOCK] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+    "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+static void add_param(zt_param_table *t, const char *name, int d0, int d1, int segment) {
+    zt_param_info *p = &t->params[t->count++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = d1 > 0 ? 2 : 1;
+    p->shape[0] = d0;
+    p->shape[1] = d1 > 0 ? d1 : 0;
+    p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    p->offset = t->total;
+    p->segment = segment;
+    p->decay = p->ndim == 2;
+    t->total += p->numel;
+}
+
+int zt_gpt2_param_table(zt_param_table *t, const zt_gpt2_shape *s, zt_err *err) {
+    int L = s->n_layer, C = s->n_embd;
+    if (L < 1 || C < 1 || s->n_head < 1 || C % s->n_head || s->vocab_size < 1 || s->n_positions < 1)
+        return zt_fail(err, "invalid model shape (n_layer %d, n_head %d, n_embd %d, vocab_size %d, n_positions %d)",
+                       L, s->n_head, C, s->vocab_size, s->n_positions);
+    memset(t, 0, sizeof *t);
+    t->params = zt_xcalloc((size_t)(2 + P_PER_BLOCK * L + 2), sizeof *t->params);
+    t->n_segments = L + 2;
+    t->segment_lo = zt_xcalloc((size_t)t->n_segments + 1, sizeof *t->segment_lo);
+    add_param(t, "transformer.wte.weight", s->vocab_size, C, 0);
+    add_param(t, "transformer.wpe.weight", s->n_positions, C, 0);
+    const int widths[P_PER_BLOCK][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
+                                        {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+    for (int l = 0; l < L; l++) {
+        t->segment_lo[l + 1] = t->total;
+        for (int i = 0; i < P_PER_BLOCK; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "transformer.h.%d.%s", l, block_names[i]);
+            add_param(t, name, widths[i][0], widths[i][1], l + 1);
+        }
+    }
+    t->segment_lo[L + 1] = t->total;
+    add_param(t, "transformer.ln_f.weight", C, 0, L + 1);
+    add_param(t, "transformer.ln_f.bias", C, 0, L + 1);
+    t->segment_lo[L + 2] = t->total;
+    return 0;
+}
+
+void zt_param_table_free(zt_param_table *t) {
+    free(t->params);
+    free(t->segment_lo);
+    memset(t, 0, sizeof *t);
+}
+
+/* GPT-2's init: LayerNorm weights 1, biases 0, other weights N(0, 0.02) (residual projections
+ * N(0, 0.02/sqrt(2L))), drawn from one RNG stream in parameter order. Big models have billions of
+ * weights, so the stream is cut into pieces that threads generate after jumping the RNG to each
+ * piece's start (2 draws per value): the result is bit-identical for any thread count. */
+enum { ZT_INIT_PIECE = 1 << 20 };
+
+void zt_gpt2_init(const zt_param_table *t, const zt_gpt2_shape *s, float *params, uint64_t seed) {
+    zt_rng base;
+    zt_rng_seed(&base, seed);
+    const float std = 0.02f, residual_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
+    uint64_t draws_before = 0; /* RNG draws used by the random tensors before this one */
+    for (int i = 0; i < t->count; i++) {
+        const zt_param_info *p = &t->params[i];
+        float *x = params + p->offset;
+        const char *leaf = strrchr(p->name, '.') + 1;
+        int is_ln = strstr(p->name, "ln_") != NULL;
+        if (strcmp(leaf, "bias") == 0) {
+            memset(x, 0, p->numel * sizeof *x);
+        } else if (is_ln) {
+            for (size_t k = 0; k < p->numel; k++) x[k] = 1.0f;
+        } else {
+            float sd = strstr(p->name, "c_proj.weight") ? residual_std : std;
+            long pieces = (long)((p->numel + ZT_INIT_PIECE - 1) / ZT_INIT_PIECE);
+#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
+            for (long c = 0; c < pieces; c++) {
+                size_t a = (size_t)c * ZT_INIT_PIECE, b = a + ZT_INIT_PIECE < p->numel ? a + ZT_INIT_PIECE : p->numel;
+                zt_rng rng = base;
+                zt_rng_jump(&rng, draws_before + 2 * (uint64_t)a);
+                for (size_t k = a; k < b; k++) x[k] = sd * zt_rng_normal(&rng);
+            }
+            draws_before += 2 * (uint64_t)p->numel;
+        }
+    }
+}
+
+double zt_gpt2_flops_per_token(const zt_gpt2_shape *s, int T) {
+    /* 6 FLOPs per parameter per token in the matmuls (2 forward + 4 backward), counting the tied
+     * LM head once, plus causal attention: 6 * L * T * C (QK^T and att V, forward + backward, halved
+     * for the causal mask is ignored as in the PaLM convention). */
+    double L = s->n_layer, C = s->n_embd, V = s->vocab_size;
+    double matmul_params = L * 12.0 * C * C + V * C;
+    return 6.0 * matmul_params + 6.0 * L * T * C;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+static size_t esz(const zt_gpt2 *m) { return m->elem_size; }
+static void *at(const zt_gpt2 *m, const void *base, size_t elems) { return (char *)base + elems * esz(m); }
+
+/* offsets of one layer slot's activations, in compute-dtype elements */
+typedef struct { size_t ln1, qkv, atty, att, res2, ln2, fch, fchg, total; } slot_layout;
+
+static slot_layout layout_of(const zt_gpt2 *m) {
+    size_t N = (size_t)m->B * m->T, C = m->shape.n_embd;
+    size_t att = (size_t)m->B * m->shape.n_head * m->T * m->T;
+    slot_layout s;
+    s.ln1 = 0;
+    s.qkv = s.ln1 + N * C;
+    s.atty = s.qkv + 3 * N * C;
+    s.att = s.atty + N * C;
+    s.res2 = s.att + att;
+    s.ln2 = s.res2 + N * C;
+    s.fch = s.ln2 + N * C;
+    s.fchg = s.fch + 4 * N * C;
+    s.total = s.fchg + 4 * N * C;
+    return s;
+}
+
+/* gradient scratch: dres [NC] | dsmall [NC] | dbig [4NC] | datt [B NH T T] */
+typedef struct { size_t dres, dsmall, dbig, datt, total; } scratch_layout;
+
+static scratch_layout scratch_of(const zt_gpt2 *m) {
+    size_t N = (size_t)m->B * m->T, C = m->shape.n_embd;
+    scratch_layout s;
+    s.dres = 0;
+    s.dsmall = N * C;
+    s.dbig = 2 * N * C;
+    s.datt = 6 * N * C;
+    s.total = s.datt + (size_t)m->B * m->shape.n_head * m->T * m->T;
+    return s;
+}
+
+int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, int recompute, int number_checkpoints,
+                 size_t elem_size, zt_err *err) {
+    memset(m, 0, sizeof *m);
+    m->shape = *shape;
+    m->B = B;
+    m->T = T;
+    m->elem_size = elem_size;
+    int L = shape->n_layer;
+    if (T > shape->n_positions) return zt_fail(err, "seq_len %d exceeds model.n_positions %d", T, shape->n_positions);
+    m->recompute = recompute;
+    int keep = recompute ? (number_checkpoints > 0 ? number_checkpoints : L) : 1;
+    m->segment_layers = recompute ? (L + keep - 1) / keep : L;
+
+    size_t N = (size_t)B * T, C = shape->n_embd, Vp = shape->padded_vocab;
+    slot_layout sl = layout_of(m);
+    m->layer_act_elems = sl.total;
+    m->scratch_elems = scratch_of(m).total;
+    size_t e = elem_size;
+    size_t residual_bytes = (size_t)(L + 1) * N * C * e;
+    size_t slot_bytes = sl.total * e + 4 * N * sizeof(float);
+    size_t head_bytes = N * C * e + 2 * N * sizeof(float) + N * Vp * e + N * sizeof(float);
+    m->act_bytes_full = residual_bytes + (size_t)L * slot_bytes + head_bytes;
+    m->act_bytes_ckpt = residual_bytes + slot_bytes + head_bytes;
+    m->act_bytes = residual_bytes + (size_t)m->segment_layers * slot_bytes + head_bytes;
+    m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int);
+    return 0;
+}
+
+int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
+                   int B, int T, int recompute, int number_checkpoints, zt_err *err) {
+    if (zt_gpt2_plan(m, shape, B, T, recompute, number_checkpoints, zt_dtype_size(be->compute_dtype), err)) return -1;
+    m->be = be;
+    m->table = table;
+    int L = shape->n_layer;
+    size_t N = (size_t)B * T, C = shape->n_embd, Vp = shape->padded_vocab, e = m->elem_size;
+    slot_layout sl = layout_of(m);
+    scratch_layout sc = scratch_of(m);
+    size_t residual_bytes = (size_t)(L + 1) * N * C * e;
+
+    m->tokens = be->alloc(N * sizeof(int));
+    m->targets = be->alloc(N * sizeof(int));
+    m->residual = be->alloc(residual_bytes);
+    m->layer_acts = be->alloc((size_t)m->segment_layers * sl.total * e);
+    m->layer_stats = be->alloc((size_t)m->segment_layers * 4 * N * sizeof(float));
+    m->lnf = be->alloc(N * C * e);
+    m->lnf_stats = be->alloc(2 * N * sizeof(float));
+    m->logits = be->alloc(N * Vp * e);
+    m->losses = be->alloc(N * sizeof(float));
+    m->host_losses = zt_xcalloc(N, sizeof(float));
+    m->scratch = be->alloc(sc.total * e);
+    if (!m->tokens || !m->targets || !m->residual || !m->layer_acts || !m->layer_stats || !m->lnf ||
+        !m->lnf_stats || !m->logits || !m->losses || !m->scratch) {
+        zt_gpt2_destroy(m);
+        return zt_fail(err, "out of %s memory for activations (%.1f MiB needed for B=%d T=%d)", be->name,
+                       (double)(m->act_bytes + sc.total * e) / 1048576.0, B, T);
+    }
+    return 0;
+}
+
+void zt_gpt2_destroy(zt_gpt2 *m) {
+    if (!m->be) return;
+    void *bufs[] = {m->tokens, m->targets, m->residual, m->layer_acts, m->layer_stats, m->lnf,
+                    m->lnf_stats, m->logits, m->losses, m->scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) m->be->free(bufs[i]);
+    free(m->host_losses);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------- one block */
+
+typedef struct { void *p[P_PER_BLOCK]; } block_params;
+
+static block_params block_params_at(const zt_gpt2 *m, int layer, void *segment_base) {
+    block_params bp;
+    const zt_param_info *first = &m->table->params[2 + P_PER_BLOCK * layer];
+    size_t lo = m->table->segment_lo[layer + 1];
+    for (int i = 0; i < P_PER_BLOCK; i++) bp.p[i] = at(m, segment_base, first[i].offset - lo);
+    return bp;
+}
+
+typedef struct { void *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fchg; float *mean1, *rstd1, *mean2, *rstd2; } layer_acts;
+
+static layer_acts layer_acts_of(const zt_gpt2 *m, int layer) {
+    int slot = layer % m->segment_layers;
+    slot_layout sl = layout_of(m);
+    void *base = at(m, m->layer_acts, (size_t)slot * sl.total);
+    size_t N = (size_t)m->B * m->T;
+    float *stats = m->layer_stats + (size_t)slot * 4 * N;
+    layer_acts a = {at(m, base, sl.ln1), at(m, base, sl.qkv), at(m, base, sl.atty), at(m, base, sl.att),
+                    at(m, base, sl.res2), at(m, base, sl.ln2), at(m, base, sl.fch), at(m, base, sl.fchg),
+                    stats, stats + N, stats + 2 * N, stats + 3 * N};
+    return a;
+}
+
+static void *residual_at(const zt_gpt2 *m, int l) {
+    return at(m, m->residual, (size_t)l * m->B * m->T * m->shape.n_embd);
+}
+
+static void block_forward(zt_gpt2 *m, int l, const block_params *bp) {
+    const zt_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    layer_acts a = layer_acts_of(m, l);
+    void *in = residual_at(m, l), *out = residual_at(m, l + 1);
+    be->layernorm_forward(a.ln1, a.mean1, a.rstd1, in, bp->p[P_LN1W], bp->p[P_LN1B], N, C);
+    be->matmul_forward(a.qkv, a.ln1, bp->p[P_QKVW], bp->p[P_QKVB], N, C, 3 * C, 0, 3 * C);
+    be->attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    be->matmul_forward(a.res2, a.atty, bp->p[P_PROJW], bp->p[P_PROJB], N, C, C, 0, C);
+    be->accumulate(a.res2, in, (size_t)N * C);
+    be->layernorm_forward(a.ln2, a.mean2, a.rstd2, a.res2, bp->p[P_LN2W], bp->p[P_LN2B], N, C);
+    be->matmul_forward_gelu(a.fchg, a.fch, a.ln2, bp->p[P_FCW], bp->p[P_FCB], N, C, 4 * C);
+    be->matmul_forward(out, a.fchg, bp->p[P_FCPROJW], bp->p[P_FCPROJB], N, 4 * C, C, 0, C);
+    be->accumulate(out, a.res2, (size_t)N * C);
+}
+
+/* dres holds d(res_{l+1}) on entry and d(res_l) on return. */
+static void block_backward(zt_gpt2 *m, int l, const block_params *bp, const block_params *gp) {
+    const zt_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    layer_acts a = layer_acts_of(m, l);
+    scratch_layout sc = scratch_of(m);
+    void *dres = at(m, m->scratch, sc.dres), *dsmall = at(m, m->scratch, sc.dsmall);
+    void *dbig = at(m, m->scratch, sc.dbig), *datt = at(m, m->scratch, sc.datt);
+    void *in = residual_at(m, l);
+    /* MLP: res_{l+1} = res2 + gelu(ln2 Wfc + bfc) Wfcproj + bfcproj */
+    be->matmul_backward_dgelu(dbig, gp->p[P_FCPROJW], gp->p[P_FCPROJB], dres, a.fchg, bp->p[P_FCPROJW], a.fch, N,
+                              4 * C, C);
+    be->matmul_backward(dsmall, gp->p[P_FCW], gp->p[P_FCB], dbig, a.ln2, bp->p[P_FCW], N, C, 4 * C, 0, 4 * C);
+    be->layernorm_backward(dres, gp->p[P_LN2W], gp->p[P_LN2B], dsmall, a.res2, bp->p[P_LN2W], a.mean2, a.rstd2, N, C);
+    /* attention: res2 = res_l + attention(ln1 Wqkv + bqkv) Wproj + bproj */
+    be->matmul_backward(dsmall, gp->p[P_PROJW], gp->p[P_PROJB], dres, a.atty, bp->p[P_PROJW], N, C, C, 0, C);
+    be->attention_backward(dbig, datt, dsmall, a.qkv, a.att, B, T, C, NH);
+    be->matmul_backward(dsmall, gp->p[P_QKVW], gp->p[P_QKVB], dbig, a.ln1, bp->p[P_QKVW], N, C, 3 * C, 0, 3 * C);
+    be->layernorm_backward(dres, gp->p[P_LN1W], gp->p[P_LN1B], dsmall, in, bp->p[P_LN1W], a.mean1, a.rstd1, N, C);
+}
+
+/* ---------------------------------------------------------------- whole model */
+
+static void *acquire(const zt_param_source *src, int segment) {
+    void *p = src->acquire(src->ctx, segment);
+    if (src->prefetch) src->prefetch(src->ctx, segment + 1);
+    return p;
+}
+
+float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens, const int *targets, float dloss) {
+    const zt_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->shape.n_embd, L = m->shape.n_layer, N = B * T;
+    int V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
+    be->copy(m->tokens, tokens, (size_t)N * sizeof(int), ZT_H2D);
+    if (targets) be->copy(m->targets, targets, (size_t)N * sizeof(int), ZT_H2D);
+
+    void *emb = acquire(src, 0);
+    void *wte = emb, *wpe = at(m, emb, m->table->params[1].offset);
+    be->embedding_forward(residual_at(m, 0), m->tokens, wte, wpe, B, T, C);
+    src->release(src->ctx, 0);
+    for (int l = 0; l < L; l++) {
+        block_params bp = block_params_at(m, l, acquire(src, l + 1));
+        block_forward(m, l, &bp);
+        src->release(src->ctx, l + 1);
+    }
+    void *lnf = acquire(src, L + 1);
+    be->layernorm_forward(m->lnf, m->lnf_stats, m->lnf_stats + N, residual_at(m, L), lnf, at(m, lnf, C), N, C);
+    src->release(src->ctx, L + 1);
+    wte = src->acquire(src->ctx, 0);
+    be->matmul_forward(m->logits, m->lnf, wte, NULL, N, C, V, 1, Vp);
+    src->release(src->ctx, 0);
+    if (!targets) return 0.0f;
+
+    /* with dloss != 0 the fused kernel also leaves d(loss)/d(logits) in place of the logits */
+    be->softmax_xent(m->losses, dloss != 0.0f ? m->logits : NULL, m->logits, m->targets, N, V, Vp, dloss);
+    be->copy(m->host_losses, m->losses, (size_t)N * sizeof(float), ZT_D2H);
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += m->host_losses[i];
+    return (float)(sum / N);
+}
+
+void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src) {
+    const zt_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->shape.n_embd, L = m->shape.n_layer, N = B * T;
+    int V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
+    scratch_layout sc = scratch_of(m);
+    void *dres = at(m, m->scratch, sc.dres), *dsmall = at(m, m->scratch, sc.dsmall);
+
+    /* LM head (tied): logits = lnf wte^T; m->logits holds dlogits from the forward */
+    void *wte = src->acquire(src->ctx, 0);
+    void *gemb = src->grads(src->ctx, 0);
+    be->matmul_backward(dsmall, gemb, NULL, m->logits, m->lnf, wte, N, C, V, 1, Vp);
+    src->release(src->ctx, 0);
+    void *lnf = src->acquire(src->ctx, L + 1);
+    void *glnf = src->grads(src->ctx, L + 1);
+    be->memset_zero(dres, (size_t)N * C * esz(m));
+    be->layernorm_backward(dres, glnf, at(m, glnf, C), dsmall, residual_at(m, L), lnf, m->lnf_stats,
+                           m->lnf_stats + N, N, C);
+    src->release(src->ctx, L + 1);
+    src->grads_done(src->ctx, L + 1);
+
+    for (int seg_end = L; seg_end > 0;) {
+        int seg_start = ((seg_end - 1) / m->segment_layers) * m->segment_layers;
+        if (m->recompute) /* re-run the segment's forward from its kept input */
+            for (int l = seg_start; l < seg_end; l++) {
+                block_params bp = block_params_at(m, l, src->acquire(src->ctx, l + 1));
+                block_forward(m, l, &bp);
+                src->release(src->ctx, l + 1);
+            }
+        for (int l = seg_end - 1; l >= seg_start; l--) {
+            block_params bp = block_params_at(m, l, src->acquire(src->ctx, l + 1));
+            if (src->prefetch && l > seg_start) src->prefetch(src->ctx, l); /* block l-1, next in backward */
+            block_params gp = block_params_at(m, l, src->grads(src->ctx, l + 1));
+            block_backward(m, l, &bp, &gp);
+            src->release(src->ctx, l + 1);
+            src->grads_done(src->ctx, l + 1);
+        }
+        seg_end = seg_start;
+    }
+    be->embedding_backward(gemb, at(m, gemb, m->table->params[1].offset), dres, m->tokens, B, T, C);
+    src->grads_done(src->ctx, 0);
+}

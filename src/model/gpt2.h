@@ -1,0 +1,106 @@
+/* gpt2.h — the GPT-2 model: its parameter table (Hugging Face names and shapes, one flat vector),
+ * initialisation, and forward/backward over a batch with optional activation checkpointing.
+ * The model never owns parameter or gradient memory: it asks a zt_param_source for each
+ * segment's pointers, so ZeRO can hand it full buffers (stages 0-2) or gathered blocks (stage 3). */
+#ifndef ZT_GPT2_H
+#define ZT_GPT2_H
+
+#include <stddef.h>
+#include "backend/backend.h"
+#include "util/util.h"
+
+typedef struct zt_gpt2_shape {
+    int n_layer, n_head, n_embd, vocab_size, n_positions;
+    int padded_vocab; /* logits row stride: vocab_size rounded up to 128 (never visible outside) */
+} zt_gpt2_shape;
+
+/* One named tensor of the flat parameter vector. */
+typedef struct zt_param_info {
+    char name[64];       /* Hugging Face GPT2LMHeadModel name, e.g. transformer.h.0.attn.c_attn.weight */
+    int ndim;
+    int shape[2];        /* Conv1D layout: weights are [in, out] */
+    size_t offset;       /* in elements, into the flat vector */
+    size_t numel;
+    int segment;         /* 0 = embeddings, 1..L = block l-1, L+1 = final LayerNorm */
+    int decay;           /* weight decay applies (2-D weights) */
+} zt_param_info;
+
+/* Segments are contiguous ranges of the flat vector, in the order forward first uses them:
+ * 0 embeddings (wte, wpe), 1..L the transformer blocks, L+1 the final LayerNorm. */
+typedef struct zt_param_table {
+    zt_param_info *params;
+    int count;
+    size_t total;            /* elements in the flat vector */
+    int n_segments;          /* L + 2 */
+    size_t *segment_lo;      /* [n_segments + 1]; segment s is [segment_lo[s], segment_lo[s+1]) */
+} zt_param_table;
+
+int zt_gpt2_param_table(zt_param_table *table, const zt_gpt2_shape *shape, zt_err *err);
+void zt_param_table_free(zt_param_table *table);
+/* GPT-2 init in fp32: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj weights)
+ * N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. One RNG stream over the flat vector in table
+ * order, so the result does not depend on how the vector is later sharded. */
+void zt_gpt2_init(const zt_param_table *table, const zt_gpt2_shape *shape, float *params, uint64_t seed);
+
+/* Where the model gets its parameters and puts its gradients, segment by segment. */
+typedef struct zt_param_source {
+    void *ctx;
+    /* compute-dtype parameters of segment s, valid until release(s) */
+    void *(*acquire)(void *ctx, int segment);
+    void (*release)(void *ctx, int segment);
+    /* compute-dtype gradient buffer of segment s; backward accumulates into it */
+    void *(*grads)(void *ctx, int segment);
+    /* backward has finished segment s for this micro-batch (its gradients are final) */
+    void (*grads_done)(void *ctx, int segment);
+    /* forward is about to use segment s soon (stage 3 prefetch); may be NULL */
+    void (*prefetch)(void *ctx, int segment);
+} zt_param_source;
+
+/* Activation memory and scratch for one micro-batch shape [B, T]. */
+typedef struct zt_gpt2 {
+    const zt_backend *be;
+    zt_gpt2_shape shape;
+    const zt_param_table *table;
+    int B, T;
+    int recompute;          /* activation checkpointing on */
+    int segment_layers;     /* layers per checkpoint segment (all L when off) */
+    size_t act_bytes;       /* device bytes of activations kept (with the setting in use) */
+    size_t act_bytes_full;  /* ... and what keeping everything would take */
+    size_t act_bytes_ckpt;  /* ... and what checkpointing every block would take */
+    size_t scratch_bytes;   /* gradient scratch and token buffers, besides act_bytes */
+    size_t elem_size;       /* bytes of the compute dtype */
+
+    /* device buffers */
+    int *tokens, *targets;  /* [B*T] */
+    void *residual;         /* [L+1][N*C]: block inputs (and the final block output) */
+    void *layer_acts;       /* [segment_layers] x per-layer activations, see gpt2.c */
+    size_t layer_act_elems; /* compute-dtype elements per layer slot */
+    float *layer_stats;     /* [segment_layers][4 * N]: ln1 mean/rstd, ln2 mean/rstd */
+    void *lnf;              /* [N*C] */
+    float *lnf_stats;       /* [2*N] */
+    void *logits;           /* [N * Vp], dlogits in place after backward starts */
+    float *losses;          /* [N] per-token losses (device) */
+    float *host_losses;     /* [N] host copy */
+    void *scratch;          /* gradient scratch, see gpt2.c */
+    size_t scratch_elems;
+} zt_gpt2;
+
+int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
+                   int B, int T, int recompute, int number_checkpoints, zt_err *err);
+void zt_gpt2_destroy(zt_gpt2 *m);
+/* Fills only the shape and byte counts of create (no backend, nothing allocated): for estimates. */
+int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, int recompute, int number_checkpoints,
+                 size_t elem_size, zt_err *err);
+
+/* Forward over host tokens [B*T] (and targets, or NULL for logits only). Returns the mean loss over
+ * the B*T positions (0 when targets is NULL). With dloss != 0 (d total loss / d token loss: 1 / tokens
+ * in the global batch for a mean loss) the fused softmax/cross-entropy also leaves d(loss)/d(logits)
+ * in m->logits, ready for zt_gpt2_backward; otherwise m->logits holds the logits. */
+float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens, const int *targets, float dloss);
+/* Backward of the last forward (which must have had dloss != 0). Accumulates into src->grads(). */
+void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src);
+
+/* FLOPs of one training step's forward+backward per token (6N + attention), PaLM appendix B style */
+double zt_gpt2_flops_per_token(const zt_gpt2_shape *shape, int T);
+
+#endif

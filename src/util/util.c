@@ -1,0 +1,175 @@
+/* util.c — see util.h */
+#include "util/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int log_rank = 0; /* process-wide logger state (the one allowed global besides MPI/device) */
+
+int zt_fail(zt_err *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void zt_print_error(const zt_err *err) {
+    fprintf(stderr, "zerotrain: error: %s\n", err->msg);
+    fflush(stderr);
+}
+
+void *zt_xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "zerotrain: error: out of host memory (asked for %zu bytes)\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+void *zt_xcalloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "zerotrain: error: out of host memory (asked for %zu x %zu bytes)\n", count, size);
+        abort();
+    }
+    return p;
+}
+
+char *zt_xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = zt_xmalloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+void zt_log_set_rank(int rank) { log_rank = rank; }
+int zt_log_rank(void) { return log_rank; }
+
+void zt_info(const char *fmt, ...) {
+    if (log_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+void zt_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "zerotrain: warning: [rank %d] ", log_rank);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+}
+
+double zt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+char *zt_read_file(const char *path, size_t *len, zt_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = zt_xmalloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            char *grown = realloc(buf, cap);
+            if (!grown) { free(buf); fclose(f); zt_fail(err, "%s: out of memory reading", path); return NULL; }
+            buf = grown;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        free(buf);
+        fclose(f);
+        zt_fail(err, "%s: read error", path);
+        return NULL;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void zt_rng_seed(zt_rng *rng, uint64_t seed) {
+    uint64_t s = seed;
+    rng->state = splitmix64(&s);
+    if (rng->state == 0) rng->state = 0x2545f4914f6cdd1dull;
+}
+
+uint64_t zt_rng_u64(zt_rng *rng) {
+    uint64_t x = rng->state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng->state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+float zt_rng_uniform(zt_rng *rng) { return (float)(zt_rng_u64(rng) >> 40) / 16777216.0f; }
+
+/* A GF(2)-linear map of 64-bit words, stored as the images of the 64 unit vectors. */
+typedef struct { uint64_t col[64]; } bitmat64;
+
+static uint64_t bitmat_apply(const bitmat64 *m, uint64_t x) {
+    uint64_t y = 0;
+    for (int i = 0; x; i++, x >>= 1)
+        if (x & 1) y ^= m->col[i];
+    return y;
+}
+
+/* a then b: (b o a)(x) = b(a(x)) */
+static bitmat64 bitmat_then(const bitmat64 *a, const bitmat64 *b) {
+    bitmat64 r;
+    for (int i = 0; i < 64; i++) r.col[i] = bitmat_apply(b, a->col[i]);
+    return r;
+}
+
+void zt_rng_jump(zt_rng *rng, uint64_t draws) {
+    bitmat64 step; /* one xorshift state transition, column by column */
+    for (int i = 0; i < 64; i++) {
+        uint64_t x = 1ull << i;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        step.col[i] = x;
+    }
+    uint64_t state = rng->state;
+    for (; draws; draws >>= 1) { /* square-and-multiply: apply step^(2^k) for each set bit k */
+        if (draws & 1) state = bitmat_apply(&step, state);
+        if (draws > 1) step = bitmat_then(&step, &step);
+    }
+    rng->state = state;
+}
+
+float zt_rng_normal(zt_rng *rng) {
+    float u1 = zt_rng_uniform(rng), u2 = zt_rng_uniform(rng);
+    if (u1 < 1e-12f) u1 = 1e-12f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+}
