@@ -21,8 +21,9 @@ static inline size_t zt_dtype_size(zt_dtype t) { return t == ZT_F32 ? 4 : 2; }
 typedef enum { ZT_H2D = 0, ZT_D2H = 1, ZT_D2D = 2 } zt_copy_kind;
 
 typedef struct zt_backend {
-    const char *name;        /* "cpu", "cuda" */
+    const char *name;        /* "cpu", "cuda": for messages; test the properties below, not the name */
     zt_dtype compute_dtype;  /* dtype of params/activations/grads in forward and backward */
+    int memory_is_host;      /* "device" memory is ordinary host memory (the CPU backend) */
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                 /* zero-filled device memory, NULL on failure */

@@ -511,6 +511,7 @@ static double cpu_sumsq(const void *x_, size_t n) {
 static const zt_backend cpu_backend = {
     .name = "cpu",
     .compute_dtype = ZT_F32,
+    .memory_is_host = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .host_alloc = cpu_alloc,

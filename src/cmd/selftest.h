@@ -7,6 +7,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "backend/backend.h"
+#include "util/util.h"
+
+/* Tolerances of the device-vs-CPU checks, norm-wise relative (derived in selftest_ops.c) */
+#define TOL_ROUND 4e-3 /* one 16-bit rounding of an fp32-exact result */
+#define TOL_BF16 1e-2  /* outputs of reductions, rounded once */
+#define TOL_ATTN 2e-2  /* attention backward: three roundings */
+#define TOL_F32 1e-5   /* fp32 outputs: operation order only */
 
 typedef struct zt_selftest {
     const zt_backend *ref; /* reference: the CPU backend (fp32) */
@@ -37,5 +44,18 @@ int zt_selftest_check_losses(zt_selftest *st, const char *name, const float *dev
 
 /* `selftest --bench`: times every op at GPT-2 124M shapes with B x T rows; prints "BENCH" lines. */
 int zt_selftest_bench(const zt_backend *be, int B, int T);
+
+/* Helpers shared by the selftest's files (selftest_ops.c defines them): host buffers of random
+ * values rounded to the input dtype, device buffers in the compute dtype (c) or fp32 (f), ints (i).
+ * Allocation failures end the selftest with a message. */
+float *st_rnd(zt_rng *rng, size_t n, float scale, float offset);
+float *st_zeros(size_t n);
+void *st_alloc(const zt_backend *be, size_t bytes);
+void *st_up_c(const zt_backend *be, const float *h, size_t n);
+void st_down_c(const zt_backend *be, float *h, const void *d, size_t n);
+float *st_up_f(const zt_backend *be, const float *h, size_t n);
+void st_down_f(const zt_backend *be, float *h, const float *d, size_t n);
+int *st_up_i(const zt_backend *be, const int *h, size_t n);
+size_t st_count_diff(const float *a, const float *b, size_t n); /* elements whose bits differ */
 
 #endif

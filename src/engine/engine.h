@@ -94,7 +94,8 @@ typedef struct zt_engine {
     int grad_rotate;
     /* stage 3: gathered parameters */
     zt_gather_buf *gather; int n_gather;
-    int *seg_gather;    /* [n_segments] index into gather or -1 */
+    int *seg_gather;    /* [n_segments] the gather buffer holding the segment now, or -1 */
+    int *seg_resident;  /* [n_segments] a resident segment's own gather buffer, or -1 */
 
     zt_inflight *inflight; int n_inflight, cap_inflight;
     int reduce_now;     /* this micro-step's gradients are reduced (last micro-step, or stage >= 2) */
@@ -153,10 +154,11 @@ size_t zt_engine_model_state_bytes(const zt_engine *e);
 void zt_engine_print_memory(const zt_engine *e, size_t act_bytes);
 
 /* Optimizer state of [opt_lo + off, opt_lo + off + n) wherever it lives (host part, device part or
- * both): which = 0 fp32 master, 1 Adam m, 2 Adam v. host buffer fp32. On fp32 backends writing the
- * master also writes the parameters (they alias, or are copied to the device params). */
-void zt_engine_state_read(zt_engine *e, int which, size_t off, size_t n, float *host_out);
-void zt_engine_state_write(zt_engine *e, int which, size_t off, size_t n, const float *host_in);
+ * both), through an fp32 host buffer. On fp32 backends writing the master also writes the
+ * parameters (they alias, or are copied to the device params). */
+typedef enum { ZT_STATE_MASTER, ZT_STATE_ADAM_M, ZT_STATE_ADAM_V, ZT_STATE_COUNT } zt_opt_state;
+void zt_engine_state_read(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *host_out);
+void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t n, const float *host_in);
 
 /* Records a caller's phase (forward, backward, ...) [t0, t1] (zt_now() seconds) in the trace and, for
  * "forward"/"backward", in e->timing. */

@@ -43,6 +43,15 @@ void *zt_xcalloc(size_t count, size_t size) {
     return p;
 }
 
+void *zt_xrealloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) {
+        fprintf(stderr, "zerotrain: error: out of host memory (asked for %zu bytes)\n", bytes);
+        abort();
+    }
+    return q;
+}
+
 char *zt_xstrdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = zt_xmalloc(n);

@@ -20,6 +20,7 @@ void zt_print_error(const zt_err *err);
 /* malloc/calloc that abort with a message: out-of-host-memory is not a recoverable input error. */
 void *zt_xmalloc(size_t bytes);
 void *zt_xcalloc(size_t count, size_t size);
+void *zt_xrealloc(void *p, size_t bytes); /* grows (or shrinks) p; aborts when out of memory, as the others */
 char *zt_xstrdup(const char *s);
 
 /* Logger: rank 0 prints info; every rank prints warnings and errors with its rank. */

@@ -1,0 +1,569 @@
+/* selftest_ops.c — the op-by-op part of `zerotrain selftest [--device cuda|cpu] [--seed N] [--allow-skip]`: runs every op of
+ * the backend op table on random inputs on the CPU reference backend (fp32) and on the device
+ * backend, and compares them: on a GPU both CUDA tables, bf16 then fp16, each followed by 20 steps
+ * of tiny training. Uses the op table only, so it builds without CUDA.
+ *
+ * Inputs are rounded to the 16-bit type under test before use, so both backends start from
+ * identical numbers and the differences measure only the device's own rounding. The limits below
+ * are derived for bf16 and applied to fp16 unchanged: fp16 keeps 11 significant bits, so its
+ * roundings are 8x smaller (its range is what loss scaling is for, not precision). Errors are norm-wise relative,
+ * err = ||dev - ref|| / ||ref||, against these tolerances:
+ *   TOL_ROUND 4e-3  one bf16 rounding of an fp32-exact result: bf16 keeps 8 significant bits, so
+ *                   round-to-nearest is off by at most 2^-9 ~ 2e-3 relative per element; 2^-8
+ *                   leaves room for fp32 reordering (elementwise ops, embedding forward).
+ *   TOL_BF16  1e-2  outputs built from reductions (LayerNorm, GEMMs with K-term fp32 accumulation
+ *                   whose result is rounded once, softmax + cross-entropy gradients, column sums):
+ *                   still one final rounding, plus fp32 summation-order noise on cancelling sums.
+ *   TOL_ATTN  2e-2  attention backward compounds three bf16 roundings (P, dS = d softmax, then
+ *                   dq/dk/dv from GEMMs over dS), each ~2^-9. Attention forward uses TOL_BF16: the
+ *                   flash kernel rounds P to bf16 before P V (one rounding, averaged over keys).
+ *   TOL_F32   1e-5  fp32 outputs from the same inputs with fp32 math (LayerNorm mean/rstd, losses,
+ *                   AdamW master/m/v): only operation order and FMA contraction differ (~1e-7).
+ *   sumsq     1e-6  relative, double accumulation of squares that are exact in fp32.
+ * Conversions (to_compute / to_f32) must match round-to-nearest-even bit for bit, and the ops
+ * documented as deterministic must give bitwise identical results when run twice. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "comm/comm_nccl.h"
+#include "cmd/commands.h"
+#include "config/config.h"
+#include "engine/session.h"
+#include "cmd/selftest.h"
+#include "util/util.h"
+
+
+/* ---------------------------------------------------------------- helpers */
+void zt_selftest_check(zt_selftest *st, const char *name, double err, double tol) {
+    const char *tag = st->tag ? st->tag : "";
+    if (err <= tol) {
+        if (st->verbose) printf("PASS %s%s (err %.2e <= tol %.1e)\n", tag, name, err, tol);
+        st->passed++;
+    } else {
+        /* failures are printed by every rank, with its rank when there are several */
+        if (zt_mpi_world_size() > 1)
+            printf("FAIL [rank %d] %s%s: err %.3e > tol %.1e\n", zt_mpi_world_rank(), tag, name, err, tol);
+        else printf("FAIL %s%s: err %.3e > tol %.1e\n", tag, name, err, tol);
+        st->failed++;
+    }
+    fflush(stdout);
+}
+
+double zt_selftest_rel_err(const float *a, const float *b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    if (num == 0.0) return 0.0;
+    return sqrt(num) / (den > 0.0 ? sqrt(den) : 1e-30);
+}
+
+/* The 16-bit type inputs are rounded to (bf16, or fp16 when that table is under test), so both
+ * backends start from the same numbers; set by zt_selftest_ops. */
+static zt_dtype g_input_dtype = ZT_BF16;
+static float round_input(float x) {
+    if (g_input_dtype == ZT_F16) return zt_f16_bits_to_f32(zt_f32_to_f16_bits(x));
+    return zt_bf16_bits_to_f32(zt_f32_to_bf16_bits(x));
+}
+
+/* n normal(0, scale) + offset values, rounded to the input dtype */
+float *st_rnd(zt_rng *rng, size_t n, float scale, float offset) {
+    float *h = zt_xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = round_input(offset + scale * zt_rng_normal(rng));
+    return h;
+}
+float *st_zeros(size_t n) { return zt_xcalloc(n ? n : 1, sizeof(float)); }
+
+void *st_alloc(const zt_backend *be, size_t bytes) {
+    void *p = be->alloc(bytes);
+    if (!p) {
+        fprintf(stderr, "selftest: %s backend: alloc of %zu bytes failed\n", be->name, bytes);
+        exit(1);
+    }
+    return p;
+}
+/* host fp32 -> device tensor in the backend's compute dtype */
+void *st_up_c(const zt_backend *be, const float *h, size_t n) {
+    void *d = st_alloc(be, n * zt_dtype_size(be->compute_dtype));
+    if (be->compute_dtype == ZT_F32) {
+        be->copy(d, h, n * sizeof(float), ZT_H2D);
+    } else {
+        float *t = st_alloc(be, n * sizeof(float));
+        be->copy(t, h, n * sizeof(float), ZT_H2D);
+        be->to_compute(d, t, n);
+        be->synchronize();
+        be->free(t);
+    }
+    return d;
+}
+void st_down_c(const zt_backend *be, float *h, const void *d, size_t n) {
+    if (be->compute_dtype == ZT_F32) {
+        be->copy(h, d, n * sizeof(float), ZT_D2H);
+    } else {
+        float *t = st_alloc(be, n * sizeof(float));
+        be->to_f32(t, d, n);
+        be->copy(h, t, n * sizeof(float), ZT_D2H);
+        be->free(t);
+    }
+}
+float *st_up_f(const zt_backend *be, const float *h, size_t n) {
+    float *d = st_alloc(be, n * sizeof(float));
+    be->copy(d, h, n * sizeof(float), ZT_H2D);
+    return d;
+}
+void st_down_f(const zt_backend *be, float *h, const float *d, size_t n) {
+    be->copy(h, d, n * sizeof(float), ZT_D2H);
+}
+int *st_up_i(const zt_backend *be, const int *h, size_t n) {
+    int *d = st_alloc(be, n * sizeof(int));
+    be->copy(d, h, n * sizeof(int), ZT_H2D);
+    return d;
+}
+size_t st_count_diff(const float *a, const float *b, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return k;
+}
+static void check_rel(zt_selftest *st, const char *name, const float *dev, const float *ref, size_t n, double tol) {
+    zt_selftest_check(st, name, zt_selftest_rel_err(dev, ref, n), tol);
+}
+
+/* ---------------------------------------------------------------- conversions */
+static void test_conversions(zt_selftest *st, zt_rng *rng) {
+    const zt_backend *be = st->dev;
+    size_t n = 4099;
+    float *h = zt_xmalloc(n * sizeof(float)), *back = st_zeros(n), *want = st_zeros(n);
+    for (size_t i = 0; i < n; i++) h[i] = zt_rng_normal(rng) * 3.0f;
+    /* exact ties: must round to even */
+    union { unsigned u; float f; } t;
+    t.u = 0x3f808000u; h[0] = t.f; /* 1.00390625: tie, rounds down to even 1.0 */
+    t.u = 0x3f818000u; h[1] = t.f; /* tie, rounds up to even */
+    t.u = 0xbf808000u; h[2] = t.f;
+    h[3] = 0.0f, h[4] = -0.0f, h[5] = 1e-40f /* subnormal */, h[6] = 3.0e38f, h[7] = -65504.0f;
+    for (size_t i = 0; i < n; i++) want[i] = round_input(h[i]);
+    void *d = st_up_c(be, h, n);
+    st_down_c(be, back, d, n);
+    double err = be->compute_dtype == ZT_F32 ? (double)st_count_diff(back, h, n) : (double)st_count_diff(back, want, n);
+    zt_selftest_check(st, "to_compute+to_f32 (bitwise round-to-nearest-even, mismatches)", err, 0);
+    be->free(d);
+    free(h), free(back), free(want);
+}
+
+/* ---------------------------------------------------------------- embedding */
+static void run_embedding(const zt_backend *be, const int *tok, const float *wte, const float *wpe, const float *dout,
+                          const float *dwte0, const float *dwpe0, int V, int B, int T, int C, float *out, float *dwte,
+                          float *dwpe) {
+    size_t BTC = (size_t)B * T * C;
+    int *dtok = st_up_i(be, tok, (size_t)B * T);
+    void *dwte_w = st_up_c(be, wte, (size_t)V * C), *dwpe_w = st_up_c(be, wpe, (size_t)T * C);
+    void *dout_d = st_up_c(be, dout, BTC), *o = st_alloc(be, BTC * zt_dtype_size(be->compute_dtype));
+    void *gwte = st_up_c(be, dwte0, (size_t)V * C), *gwpe = st_up_c(be, dwpe0, (size_t)T * C);
+    be->embedding_forward(o, dtok, dwte_w, dwpe_w, B, T, C);
+    be->embedding_backward(gwte, gwpe, dout_d, dtok, B, T, C);
+    st_down_c(be, out, o, BTC);
+    st_down_c(be, dwte, gwte, (size_t)V * C);
+    st_down_c(be, dwpe, gwpe, (size_t)T * C);
+    be->free(dtok), be->free(dwte_w), be->free(dwpe_w), be->free(dout_d), be->free(o), be->free(gwte), be->free(gwpe);
+}
+static void test_embedding(zt_selftest *st, zt_rng *rng, int V, int B, int T, int C) {
+    char name[128], tag[64];
+    snprintf(tag, sizeof tag, "V=%d B=%d T=%d C=%d", V, B, T, C);
+    size_t BTC = (size_t)B * T * C;
+    int *tok = zt_xmalloc((size_t)B * T * sizeof(int));
+    for (int i = 0; i < B * T; i++) tok[i] = (int)(zt_rng_u64(rng) % (uint64_t)V);
+    float *wte = st_rnd(rng, (size_t)V * C, 0.5f, 0), *wpe = st_rnd(rng, (size_t)T * C, 0.5f, 0), *dout = st_rnd(rng, BTC, 1, 0);
+    float *dwte0 = st_rnd(rng, (size_t)V * C, 0.2f, 0), *dwpe0 = st_rnd(rng, (size_t)T * C, 0.2f, 0);
+    float *o[3], *gte[3], *gpe[3];
+    for (int k = 0; k < 3; k++) o[k] = st_zeros(BTC), gte[k] = st_zeros((size_t)V * C), gpe[k] = st_zeros((size_t)T * C);
+    run_embedding(st->ref, tok, wte, wpe, dout, dwte0, dwpe0, V, B, T, C, o[0], gte[0], gpe[0]);
+    run_embedding(st->dev, tok, wte, wpe, dout, dwte0, dwpe0, V, B, T, C, o[1], gte[1], gpe[1]);
+    run_embedding(st->dev, tok, wte, wpe, dout, dwte0, dwpe0, V, B, T, C, o[2], gte[2], gpe[2]);
+    snprintf(name, sizeof name, "embedding_forward %s", tag);
+    check_rel(st, name, o[1], o[0], BTC, TOL_ROUND);
+    snprintf(name, sizeof name, "embedding_backward(dwte) %s", tag);
+    check_rel(st, name, gte[1], gte[0], (size_t)V * C, TOL_BF16);
+    snprintf(name, sizeof name, "embedding_backward(dwpe) %s", tag);
+    check_rel(st, name, gpe[1], gpe[0], (size_t)T * C, TOL_BF16);
+    snprintf(name, sizeof name, "embedding_backward(deterministic, mismatches) %s", tag);
+    zt_selftest_check(st, name,
+                      (double)(st_count_diff(gte[1], gte[2], (size_t)V * C) + st_count_diff(gpe[1], gpe[2], (size_t)T * C)),
+                      0);
+    for (int k = 0; k < 3; k++) free(o[k]), free(gte[k]), free(gpe[k]);
+    free(tok), free(wte), free(wpe), free(dout), free(dwte0), free(dwpe0);
+}
+
+/* ---------------------------------------------------------------- layernorm */
+static void run_ln_fwd(const zt_backend *be, const float *x, const float *w, const float *b, int N, int C, float *out,
+                       float *mean, float *rstd) {
+    size_t NC = (size_t)N * C;
+    void *dx = st_up_c(be, x, NC), *dw = st_up_c(be, w, C), *db = st_up_c(be, b, C);
+    void *o = st_alloc(be, NC * zt_dtype_size(be->compute_dtype));
+    float *m = st_alloc(be, N * sizeof(float)), *r = st_alloc(be, N * sizeof(float));
+    be->layernorm_forward(o, m, r, dx, dw, db, N, C);
+    st_down_c(be, out, o, NC);
+    st_down_f(be, mean, m, N);
+    st_down_f(be, rstd, r, N);
+    be->free(dx), be->free(dw), be->free(db), be->free(o), be->free(m), be->free(r);
+}
+static void run_ln_bwd(const zt_backend *be, const float *x, const float *w, const float *mean, const float *rstd,
+                       const float *dout, const float *dinp0, const float *dw0, const float *db0, int N, int C,
+                       float *dinp, float *dw, float *db) {
+    size_t NC = (size_t)N * C;
+    void *dx = st_up_c(be, x, NC), *dwt = st_up_c(be, w, C), *ddout = st_up_c(be, dout, NC);
+    float *m = st_up_f(be, mean, N), *r = st_up_f(be, rstd, N);
+    void *gi = st_up_c(be, dinp0, NC), *gw = st_up_c(be, dw0, C), *gb = st_up_c(be, db0, C);
+    be->layernorm_backward(gi, gw, gb, ddout, dx, dwt, m, r, N, C);
+    st_down_c(be, dinp, gi, NC);
+    st_down_c(be, dw, gw, C);
+    st_down_c(be, db, gb, C);
+    be->free(dx), be->free(dwt), be->free(ddout), be->free(m), be->free(r), be->free(gi), be->free(gw), be->free(gb);
+}
+static void test_layernorm(zt_selftest *st, zt_rng *rng, int N, int C) {
+    char name[128];
+    size_t NC = (size_t)N * C;
+    float *x = st_rnd(rng, NC, 2.0f, 1.0f), *w = st_rnd(rng, C, 0.1f, 1.0f), *b = st_rnd(rng, C, 0.1f, 0);
+    float *out[2], *mean[2], *rstd[2];
+    for (int k = 0; k < 2; k++) out[k] = st_zeros(NC), mean[k] = st_zeros(N), rstd[k] = st_zeros(N);
+    run_ln_fwd(st->ref, x, w, b, N, C, out[0], mean[0], rstd[0]);
+    run_ln_fwd(st->dev, x, w, b, N, C, out[1], mean[1], rstd[1]);
+    snprintf(name, sizeof name, "layernorm_forward(out) N=%d C=%d", N, C);
+    check_rel(st, name, out[1], out[0], NC, TOL_BF16);
+    snprintf(name, sizeof name, "layernorm_forward(mean) N=%d C=%d", N, C);
+    check_rel(st, name, mean[1], mean[0], N, TOL_F32);
+    snprintf(name, sizeof name, "layernorm_forward(rstd) N=%d C=%d", N, C);
+    check_rel(st, name, rstd[1], rstd[0], N, TOL_F32);
+
+    /* backward from the reference's mean/rstd, so both start from the same statistics */
+    float *dout = st_rnd(rng, NC, 1, 0), *dinp0 = st_rnd(rng, NC, 0.5f, 0), *dw0 = st_rnd(rng, C, 0.5f, 0);
+    float *db0 = st_rnd(rng, C, 0.5f, 0);
+    float *gi[3], *gw[3], *gb[3];
+    for (int k = 0; k < 3; k++) gi[k] = st_zeros(NC), gw[k] = st_zeros(C), gb[k] = st_zeros(C);
+    run_ln_bwd(st->ref, x, w, mean[0], rstd[0], dout, dinp0, dw0, db0, N, C, gi[0], gw[0], gb[0]);
+    run_ln_bwd(st->dev, x, w, mean[0], rstd[0], dout, dinp0, dw0, db0, N, C, gi[1], gw[1], gb[1]);
+    run_ln_bwd(st->dev, x, w, mean[0], rstd[0], dout, dinp0, dw0, db0, N, C, gi[2], gw[2], gb[2]);
+    snprintf(name, sizeof name, "layernorm_backward(dinp) N=%d C=%d", N, C);
+    check_rel(st, name, gi[1], gi[0], NC, TOL_BF16);
+    snprintf(name, sizeof name, "layernorm_backward(dw) N=%d C=%d", N, C);
+    check_rel(st, name, gw[1], gw[0], C, TOL_BF16);
+    snprintf(name, sizeof name, "layernorm_backward(db) N=%d C=%d", N, C);
+    check_rel(st, name, gb[1], gb[0], C, TOL_BF16);
+    snprintf(name, sizeof name, "layernorm_backward(deterministic, mismatches) N=%d C=%d", N, C);
+    zt_selftest_check(st, name,
+                      (double)(st_count_diff(gi[1], gi[2], NC) + st_count_diff(gw[1], gw[2], C) + st_count_diff(gb[1], gb[2], C)),
+                      0);
+    for (int k = 0; k < 3; k++) free(gi[k]), free(gw[k]), free(gb[k]);
+    for (int k = 0; k < 2; k++) free(out[k]), free(mean[k]), free(rstd[k]);
+    free(x), free(w), free(b), free(dout), free(dinp0), free(dw0), free(db0);
+}
+
+/* ---------------------------------------------------------------- matmul */
+/* forward then backward; outputs are the valid [N,OC] part of out and of everything else */
+static void run_matmul(const zt_backend *be, const float *inp, const float *w, const float *bias, const float *dout,
+                       const float *dw0, const float *db0, int N, int C, int OC, int wt, int ld, float *out,
+                       float *dinp, float *dw, float *db) {
+    size_t es = zt_dtype_size(be->compute_dtype), nw = (size_t)C * OC;
+    void *di = st_up_c(be, inp, (size_t)N * C), *dwt = st_up_c(be, w, nw), *dbias = bias ? st_up_c(be, bias, OC) : NULL;
+    void *o = st_alloc(be, (size_t)N * ld * es);
+    be->matmul_forward(o, di, dwt, dbias, N, C, OC, wt, ld);
+    float *full = st_zeros((size_t)N * ld);
+    st_down_c(be, full, o, (size_t)N * ld);
+    for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, full + (size_t)i * ld, OC * sizeof(float));
+    free(full);
+    /* dout with row stride ld, padding columns zero (as softmax_xent leaves them) */
+    float *dpad = st_zeros((size_t)N * ld);
+    for (int i = 0; i < N; i++) memcpy(dpad + (size_t)i * ld, dout + (size_t)i * OC, OC * sizeof(float));
+    void *dd = st_up_c(be, dpad, (size_t)N * ld);
+    free(dpad);
+    void *gi = st_alloc(be, (size_t)N * C * es), *gw = st_up_c(be, dw0, nw), *gb = bias ? st_up_c(be, db0, OC) : NULL;
+    be->matmul_backward(gi, gw, gb, dd, di, dwt, N, C, OC, wt, ld);
+    st_down_c(be, dinp, gi, (size_t)N * C);
+    st_down_c(be, dw, gw, nw);
+    if (bias) st_down_c(be, db, gb, OC);
+    be->free(di), be->free(dwt), be->free(o), be->free(dd), be->free(gi), be->free(gw);
+    if (bias) be->free(dbias), be->free(gb);
+}
+static void test_matmul(zt_selftest *st, zt_rng *rng, int N, int C, int OC, int wt, int ld, int with_bias) {
+    char name[160], tag[96];
+    snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s%s ld=%d", N, C, OC, wt ? " w_transposed" : "",
+             with_bias ? " bias" : "", ld);
+    size_t nw = (size_t)C * OC;
+    float *inp = st_rnd(rng, (size_t)N * C, 1, 0), *w = st_rnd(rng, nw, 0.1f, 0);
+    float *bias = with_bias ? st_rnd(rng, OC, 0.5f, 0) : NULL, *db0 = with_bias ? st_rnd(rng, OC, 0.5f, 0) : NULL;
+    float *dout = st_rnd(rng, (size_t)N * OC, 1, 0), *dw0 = st_rnd(rng, nw, 0.5f, 0);
+    float *out[2], *gi[2], *gw[2], *gb[2];
+    for (int k = 0; k < 2; k++)
+        out[k] = st_zeros((size_t)N * OC), gi[k] = st_zeros((size_t)N * C), gw[k] = st_zeros(nw), gb[k] = st_zeros(OC);
+    run_matmul(st->ref, inp, w, bias, dout, dw0, db0, N, C, OC, wt, ld, out[0], gi[0], gw[0], gb[0]);
+    run_matmul(st->dev, inp, w, bias, dout, dw0, db0, N, C, OC, wt, ld, out[1], gi[1], gw[1], gb[1]);
+    snprintf(name, sizeof name, "matmul_forward %s", tag);
+    check_rel(st, name, out[1], out[0], (size_t)N * OC, TOL_BF16);
+    snprintf(name, sizeof name, "matmul_backward(dinp) %s", tag);
+    check_rel(st, name, gi[1], gi[0], (size_t)N * C, TOL_BF16);
+    snprintf(name, sizeof name, "matmul_backward(dw) %s", tag);
+    check_rel(st, name, gw[1], gw[0], nw, TOL_BF16);
+    if (with_bias) {
+        snprintf(name, sizeof name, "matmul_backward(dbias) %s", tag);
+        check_rel(st, name, gb[1], gb[0], OC, TOL_BF16);
+    }
+    for (int k = 0; k < 2; k++) free(out[k]), free(gi[k]), free(gw[k]), free(gb[k]);
+    free(inp), free(w), free(bias), free(db0), free(dout), free(dw0);
+}
+
+/* ---------------------------------------------------------------- the MLP's fused GELU GEMMs */
+/* up = matmul_forward_gelu (x [N,C] W1 [C,H] + b1 -> pre, act), then the down-projection's
+ * matmul_backward_dgelu (dout [N,C] through W2 [H,C] and the GELU at pre) */
+static void run_mlp(const zt_backend *be, const float *x, const float *w1, const float *b1, const float *w2,
+                    const float *dout, int N, int C, int H, float *pre, float *act, float *dinp, float *dw2, float *db2) {
+    size_t es = zt_dtype_size(be->compute_dtype), nh = (size_t)N * H;
+    void *dx = st_up_c(be, x, (size_t)N * C), *dw1 = st_up_c(be, w1, (size_t)C * H), *db1 = st_up_c(be, b1, H);
+    void *dw2d = st_up_c(be, w2, (size_t)H * C), *dd = st_up_c(be, dout, (size_t)N * C);
+    void *dpre = st_alloc(be, nh * es), *dact = st_alloc(be, nh * es), *gi = st_alloc(be, nh * es);
+    void *gw = st_alloc(be, (size_t)H * C * es), *gb = st_alloc(be, C * es);
+    be->matmul_forward_gelu(dact, dpre, dx, dw1, db1, N, C, H);
+    be->matmul_backward_dgelu(gi, gw, gb, dd, dact, dw2d, dpre, N, H, C);
+    st_down_c(be, pre, dpre, nh), st_down_c(be, act, dact, nh), st_down_c(be, dinp, gi, nh);
+    st_down_c(be, dw2, gw, (size_t)H * C), st_down_c(be, db2, gb, C);
+    void *bufs[] = {dx, dw1, db1, dw2d, dd, dpre, dact, gi, gw, gb};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(bufs[i]);
+}
+static void test_mlp_gelu(zt_selftest *st, zt_rng *rng, int N, int C, int H) {
+    char name[160];
+    size_t nh = (size_t)N * H;
+    float *x = st_rnd(rng, (size_t)N * C, 1, 0), *w1 = st_rnd(rng, (size_t)C * H, 0.1f, 0), *b1 = st_rnd(rng, H, 0.5f, 0);
+    float *w2 = st_rnd(rng, (size_t)H * C, 0.1f, 0), *dout = st_rnd(rng, (size_t)N * C, 1, 0);
+    float *pre[2], *act[2], *gi[2], *gw[2], *gb[2];
+    for (int k = 0; k < 2; k++)
+        pre[k] = st_zeros(nh), act[k] = st_zeros(nh), gi[k] = st_zeros(nh), gw[k] = st_zeros((size_t)H * C), gb[k] = st_zeros(C);
+    run_mlp(st->ref, x, w1, b1, w2, dout, N, C, H, pre[0], act[0], gi[0], gw[0], gb[0]);
+    run_mlp(st->dev, x, w1, b1, w2, dout, N, C, H, pre[1], act[1], gi[1], gw[1], gb[1]);
+    const char *what[] = {"pre-activation", "gelu", "dinp through gelu", "dw", "dbias"};
+    float **got[] = {pre, act, gi, gw, gb};
+    size_t n[] = {nh, nh, nh, (size_t)H * C, (size_t)C};
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof name, "%s(%s) N=%d C=%d H=%d", i < 2 ? "matmul_forward_gelu" : "matmul_backward_dgelu", what[i], N,
+                 C, H);
+        check_rel(st, name, got[i][1], got[i][0], n[i], TOL_BF16);
+    }
+    for (int k = 0; k < 2; k++) free(pre[k]), free(act[k]), free(gi[k]), free(gw[k]), free(gb[k]);
+    free(x), free(w1), free(b1), free(w2), free(dout);
+}
+
+/* ---------------------------------------------------------------- attention */
+/* att is backend-private scratch (the CUDA flash path keeps row statistics there, not
+ * probabilities), so each backend runs forward then backward with its own att; out and dqkv are
+ * compared. Shapes cover the flash path (head size 32 and 64, T a multiple of the 64-row tile
+ * and not, several tiles) and the GEMM fallback (T too small for the flash scratch). */
+static void run_attn(const zt_backend *be, const float *qkv, const float *dout, int B, int T, int C, int NH, float *out,
+                     float *dqkv) {
+    size_t es = zt_dtype_size(be->compute_dtype), natt = (size_t)B * NH * T * T, n3 = (size_t)B * T * 3 * C;
+    void *dq = st_up_c(be, qkv, n3), *dd = st_up_c(be, dout, (size_t)B * T * C);
+    void *o = st_alloc(be, (size_t)B * T * C * es), *a = st_alloc(be, natt * es), *datt = st_alloc(be, natt * es);
+    void *g = st_alloc(be, n3 * es);
+    be->attention_forward(o, a, dq, B, T, C, NH);
+    be->attention_backward(g, datt, dd, dq, a, B, T, C, NH);
+    st_down_c(be, out, o, (size_t)B * T * C);
+    st_down_c(be, dqkv, g, n3);
+    be->free(dq), be->free(dd), be->free(o), be->free(a), be->free(datt), be->free(g);
+}
+static void test_attention(zt_selftest *st, zt_rng *rng, int B, int T, int C, int NH, float qk_scale) {
+    char name[128], tag[64];
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d hs=%d", B, T, C, NH, C / NH);
+    size_t n3 = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    float *qkv = st_rnd(rng, n3, 1, 0), *dout = st_rnd(rng, nout, 1, 0);
+    /* larger q, k give peaked softmax rows (exercises the online max rescaling) */
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int c = 0; c < 2 * C; c++) qkv[r * 3 * C + c] = round_input(qkv[r * 3 * C + c] * qk_scale);
+    float *out[3], *g[3];
+    for (int k = 0; k < 3; k++) out[k] = st_zeros(nout), g[k] = st_zeros(n3);
+    run_attn(st->ref, qkv, dout, B, T, C, NH, out[0], g[0]);
+    run_attn(st->dev, qkv, dout, B, T, C, NH, out[1], g[1]);
+    run_attn(st->dev, qkv, dout, B, T, C, NH, out[2], g[2]);
+    snprintf(name, sizeof name, "attention_forward(out) %s", tag);
+    check_rel(st, name, out[1], out[0], nout, TOL_BF16);
+    snprintf(name, sizeof name, "attention_backward(dqkv) %s", tag);
+    check_rel(st, name, g[1], g[0], n3, TOL_ATTN);
+    /* each third of dqkv (dq, dk, dv) on its own, so that one small part cannot hide in the norm */
+    static const char *part[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++) {
+        float *a = st_zeros(nout), *b = st_zeros(nout);
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int c = 0; c < C; c++)
+                a[r * C + c] = g[1][r * 3 * C + p * C + c], b[r * C + c] = g[0][r * 3 * C + p * C + c];
+        snprintf(name, sizeof name, "attention_backward(%s) %s", part[p], tag);
+        check_rel(st, name, a, b, nout, TOL_ATTN);
+        free(a), free(b);
+    }
+    snprintf(name, sizeof name, "attention(deterministic, mismatches) %s", tag);
+    zt_selftest_check(st, name, (double)(st_count_diff(out[1], out[2], nout) + st_count_diff(g[1], g[2], n3)), 0);
+    for (int k = 0; k < 3; k++) free(out[k]), free(g[k]);
+    free(qkv), free(dout);
+}
+
+/* ---------------------------------------------------------------- elementwise */
+enum { EW_GELU, EW_GELU_BWD, EW_RESIDUAL, EW_ACCUMULATE, EW_SCALE };
+static void run_ew(const zt_backend *be, int op, const float *a, const float *b, size_t n, size_t off, float *out) {
+    /* off shifts every tensor by `off` elements inside its allocation (unaligned-access path) */
+    size_t es = zt_dtype_size(be->compute_dtype);
+    float *pa = st_zeros(n + off), *pb = st_zeros(n + off);
+    memcpy(pa + off, a, n * sizeof(float));
+    memcpy(pb + off, b, n * sizeof(float));
+    char *da = st_up_c(be, pa, n + off), *db = st_up_c(be, pb, n + off);
+    char *o = st_alloc(be, (n + off) * es);
+    void *A = da + off * es, *Bp = db + off * es, *O = o + off * es;
+    switch (op) {
+    case EW_GELU: be->gelu_forward(O, A, n); break;
+    case EW_GELU_BWD: be->gelu_backward(O, A, Bp, n); break;
+    case EW_RESIDUAL: be->residual_forward(O, A, Bp, n); break;
+    case EW_ACCUMULATE: be->accumulate(A, Bp, n); O = A; break;
+    case EW_SCALE: be->scale(A, 0.37f, n); O = A; break;
+    }
+    float *full = st_zeros(n + off);
+    st_down_c(be, full, O == A ? (void *)da : (void *)o, n + off);
+    memcpy(out, full + off, n * sizeof(float));
+    free(full), free(pa), free(pb);
+    be->free(da), be->free(db), be->free(o);
+}
+static void test_elementwise(zt_selftest *st, zt_rng *rng) {
+    static const char *names[] = {"gelu_forward", "gelu_backward", "residual_forward", "accumulate", "scale"};
+    size_t n = 4096 + 5; /* vector body + scalar tail */
+    float *a = st_rnd(rng, n, 2, 0), *b = st_rnd(rng, n, 1, 0), *r = st_zeros(n), *d = st_zeros(n);
+    for (int op = EW_GELU; op <= EW_SCALE; op++)
+        for (size_t off = 0; off <= 1; off++) {
+            char name[96];
+            run_ew(st->ref, op, a, b, n, off, r);
+            run_ew(st->dev, op, a, b, n, off, d);
+            snprintf(name, sizeof name, "%s%s", names[op], off ? " (unaligned)" : "");
+            check_rel(st, name, d, r, n, TOL_ROUND);
+        }
+    free(a), free(b), free(r), free(d);
+}
+
+/* ---------------------------------------------------------------- softmax + cross-entropy */
+static void run_xent(const zt_backend *be, const float *logits, const int *tgt, int N, int V, int Vp, float dloss,
+                     float *loss_only, float *loss, float *dlogits) {
+    size_t n = (size_t)N * Vp;
+    void *dl = st_up_c(be, logits, n);
+    int *dt = st_up_i(be, tgt, N);
+    float *dloss_d = st_alloc(be, N * sizeof(float));
+    be->softmax_xent(dloss_d, NULL, dl, dt, N, V, Vp, dloss);
+    st_down_f(be, loss_only, dloss_d, N);
+    be->softmax_xent(dloss_d, dl, dl, dt, N, V, Vp, dloss); /* in place, as the engine does */
+    st_down_f(be, loss, dloss_d, N);
+    st_down_c(be, dlogits, dl, n);
+    be->free(dl), be->free(dt), be->free(dloss_d);
+}
+static void test_xent(zt_selftest *st, zt_rng *rng, int N, int V, int Vp) {
+    char name[128], tag[64];
+    snprintf(tag, sizeof tag, "N=%d V=%d Vp=%d", N, V, Vp);
+    size_t n = (size_t)N * Vp;
+    float *logits = st_rnd(rng, n, 3, 0);
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = 1e4f; /* padding must never be read */
+    int *tgt = zt_xmalloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tgt[i] = (int)(zt_rng_u64(rng) % (uint64_t)V);
+    /* fp16 training scales the loss (loss_scale), which keeps dlogits ~ 1/(N V) out of fp16's
+     * subnormals; the test does the same */
+    float dloss = (st->dev->compute_dtype == ZT_F16 ? 1024.0f : 1.0f) / N;
+    float *l0[2], *l[2], *g[2];
+    for (int k = 0; k < 2; k++) l0[k] = st_zeros(N), l[k] = st_zeros(N), g[k] = st_zeros(n);
+    run_xent(st->ref, logits, tgt, N, V, Vp, dloss, l0[0], l[0], g[0]);
+    run_xent(st->dev, logits, tgt, N, V, Vp, dloss, l0[1], l[1], g[1]);
+    snprintf(name, sizeof name, "softmax_xent(losses, no dlogits) %s", tag);
+    check_rel(st, name, l0[1], l0[0], N, TOL_F32);
+    snprintf(name, sizeof name, "softmax_xent(losses) %s", tag);
+    check_rel(st, name, l[1], l[0], N, TOL_F32);
+    snprintf(name, sizeof name, "softmax_xent(dlogits in place) %s", tag);
+    check_rel(st, name, g[1], g[0], n, TOL_BF16);
+    double pad = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) pad = fmax(pad, fabs(g[1][(size_t)i * Vp + j]));
+    snprintf(name, sizeof name, "softmax_xent(dlogits padding zero, max abs) %s", tag);
+    zt_selftest_check(st, name, pad, 0);
+    for (int k = 0; k < 2; k++) free(l0[k]), free(l[k]), free(g[k]);
+    free(logits), free(tgt);
+}
+
+/* ---------------------------------------------------------------- adamw, sumsq */
+static void run_adamw(const zt_backend *be, const float *p, const float *m, const float *v, const float *g, size_t n,
+                      const zt_adam_step *s, float *po, float *mo, float *vo, float *out) {
+    float *dp = st_up_f(be, p, n), *dm = st_up_f(be, m, n), *dv = st_up_f(be, v, n);
+    void *dg = st_up_c(be, g, n);
+    void *o = be->compute_dtype == ZT_F32 ? NULL : st_alloc(be, n * zt_dtype_size(be->compute_dtype));
+    be->adamw(dp, dm, dv, dg, o, n, s);
+    st_down_f(be, po, dp, n);
+    st_down_f(be, mo, dm, n);
+    st_down_f(be, vo, dv, n);
+    if (o) st_down_c(be, out, o, n);
+    else
+        for (size_t i = 0; i < n; i++) out[i] = round_input(po[i]);
+    be->free(dp), be->free(dm), be->free(dv), be->free(dg);
+    if (o) be->free(o);
+}
+static void test_adamw(zt_selftest *st, zt_rng *rng) {
+    size_t n = 10007;
+    float *p = st_rnd(rng, n, 0.1f, 0), *m = st_rnd(rng, n, 0.01f, 0), *v = st_rnd(rng, n, 0.01f, 0), *g = st_rnd(rng, n, 1, 0);
+    for (size_t i = 0; i < n; i++) v[i] *= v[i];
+    zt_adam_step s;
+    s.lr = 1e-2f, s.beta1 = 0.9f, s.beta2 = 0.95f, s.eps = 1e-8f, s.weight_decay = 0.1f;
+    s.bias_correction1 = 1.0f - powf(0.9f, 3), s.bias_correction2 = 1.0f - powf(0.95f, 3), s.grad_scale = 0.5f;
+    float *r[4], *d[4];
+    for (int k = 0; k < 4; k++) r[k] = st_zeros(n), d[k] = st_zeros(n);
+    run_adamw(st->ref, p, m, v, g, n, &s, r[0], r[1], r[2], r[3]);
+    run_adamw(st->dev, p, m, v, g, n, &s, d[0], d[1], d[2], d[3]);
+    check_rel(st, "adamw(master)", d[0], r[0], n, TOL_F32);
+    check_rel(st, "adamw(m)", d[1], r[1], n, TOL_F32);
+    check_rel(st, "adamw(v)", d[2], r[2], n, TOL_F32);
+    check_rel(st, "adamw(params_out)", d[3], r[3], n, TOL_ROUND);
+    for (int k = 0; k < 4; k++) free(r[k]), free(d[k]);
+    free(p), free(m), free(v), free(g);
+}
+static void test_sumsq(zt_selftest *st, zt_rng *rng) {
+    size_t n = 100003;
+    float *x = st_rnd(rng, n, 1.5f, 0);
+    double want = 0;
+    for (size_t i = 0; i < n; i++) want += (double)x[i] * x[i];
+    void *dr = st_up_c(st->ref, x, n), *dd = st_up_c(st->dev, x, n);
+    double r = st->ref->sumsq(dr, n), d1 = st->dev->sumsq(dd, n), d2 = st->dev->sumsq(dd, n);
+    zt_selftest_check(st, "sumsq(reference backend vs double)", fabs(r - want) / want, 1e-6);
+    zt_selftest_check(st, "sumsq", fabs(d1 - want) / want, 1e-6);
+    zt_selftest_check(st, "sumsq(deterministic, abs diff)", fabs(d1 - d2), 0);
+    st->ref->free(dr), st->dev->free(dd);
+    free(x);
+}
+
+void zt_selftest_ops(zt_selftest *st) {
+    g_input_dtype = st->dev->compute_dtype == ZT_F16 ? ZT_F16 : ZT_BF16;
+    zt_rng rng;
+    zt_rng_seed(&rng, st->seed);
+    test_conversions(st, &rng);
+    test_embedding(st, &rng, 50, 3, 40, 300);  /* few tokens: many repeats; C % 8 != 0: scalar path */
+    test_embedding(st, &rng, 100, 4, 64, 256); /* 16-byte path */
+    test_layernorm(st, &rng, 64, 128);
+    test_layernorm(st, &rng, 50, 100);  /* C % 8 != 0: scalar path */
+    test_layernorm(st, &rng, 33, 768);  /* GPT-2 width, 16-byte path */
+    test_matmul(st, &rng, 128, 128, 384, 0, 384, 1);   /* Conv1D with bias (qkv-like) */
+    test_matmul(st, &rng, 96, 128, 250, 1, 256, 0);    /* tied LM head: wte [V,C], padded rows */
+    test_matmul(st, &rng, 37, 40, 52, 0, 52, 1);       /* odd shapes */
+    test_matmul(st, &rng, 33, 24, 19, 1, 21, 1);       /* odd shapes, transposed, odd ld */
+    test_mlp_gelu(st, &rng, 128, 64, 256);             /* the MLP's GELU epilogues */
+    test_mlp_gelu(st, &rng, 30, 20, 44);               /* odd shapes */
+    test_attention(st, &rng, 2, 64, 128, 4, 1.0f);   /* hs 32, one tile */
+    test_attention(st, &rng, 1, 33, 96, 3, 1.0f);    /* T too small for flash scratch: GEMM path */
+    test_attention(st, &rng, 2, 100, 256, 4, 1.0f);  /* hs 64, partial second tile */
+    test_attention(st, &rng, 1, 200, 64, 2, 2.0f);   /* hs 32, four tiles, peaked softmax */
+    test_attention(st, &rng, 1, 1024, 128, 2, 1.0f); /* hs 64 at GPT-2's T: 16 tiles */
+    test_elementwise(st, &rng);
+    test_xent(st, &rng, 64, 250, 256);
+    test_xent(st, &rng, 4, 50257, 50304);
+    test_xent(st, &rng, 5, 100, 101); /* Vp % 8 != 0: scalar path */
+    test_adamw(st, &rng);
+    test_sumsq(st, &rng);
+}
+

@@ -1,0 +1,278 @@
+/* zero_comm.c — the communication of ZeRO stages 0-3 (see engine.c for what each stage keeps):
+ * gradient reduction in buckets that never span a segment (all-reduce for stage 0, reduce-scatter
+ * into this rank's shard for 1-3), optionally left in flight while backward goes on (overlap_comm);
+ * stage 3's parameter gathering segment by segment, the next one prefetched, residents kept for
+ * the step; the global gradient norm; and the all-gather of updated parameters (stages 1-2). The
+ * model reaches all of it through the parameter source (zt_engine_param_source). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "engine/engine_internal.h"
+
+/* per-rank piece sizes of the flat range [a, b) under the shard partition */
+static void range_counts(const zt_engine *e, size_t a, size_t b, size_t *counts) {
+    for (int r = 0; r < e->world; r++) {
+        size_t rlo = (size_t)r * e->shard, rhi = rlo + e->shard;
+        size_t x = max_sz(a, rlo), y = min_sz(b, rhi);
+        counts[r] = y > x ? y - x : 0;
+    }
+}
+
+/* ---------------------------------------------------------------- collectives bookkeeping */
+
+static void finish(zt_engine *e, zt_inflight *f) {
+    double t0 = zt_now();
+    e->comm->wait(e->comm, f->req);
+    double t1 = zt_now();
+    e->comm_seconds += t1 - t0;
+    e->timing.reduce_scatter += t1 - t0;
+    zt_trace_complete(e->trace, ZT_LANE_COMM, e->opt.stage == 0 ? "all-reduce wait" : "reduce-scatter wait", t0, t1);
+    if (f->count && f->landing == ZT_LAND_ADD)
+        e->be->accumulate(at(e, e->grad_shard, f->shard_off), at(e, e->recv_tmp, f->shard_off), f->count);
+    else if (f->count && f->landing == ZT_LAND_COPY)
+        e->be->copy(at(e, e->grad_shard, f->shard_off), at(e, e->recv_tmp, f->shard_off), f->count * esz(e), ZT_D2D);
+}
+
+void zero_finish_all(zt_engine *e) {
+    for (int i = 0; i < e->n_inflight; i++) finish(e, &e->inflight[i]);
+    e->n_inflight = 0;
+}
+
+/* completes the reductions that read buf, so it can be reused */
+static void finish_reading(zt_engine *e, const void *buf, size_t bytes) {
+    int kept = 0;
+    for (int i = 0; i < e->n_inflight; i++) {
+        zt_inflight *f = &e->inflight[i];
+        if ((const char *)f->send >= (const char *)buf && (const char *)f->send < (const char *)buf + bytes)
+            finish(e, f);
+        else
+            e->inflight[kept++] = *f;
+    }
+    e->n_inflight = kept;
+}
+
+static void push_inflight(zt_engine *e, zt_inflight f) {
+    if (e->n_inflight == e->cap_inflight) {
+        e->cap_inflight = e->cap_inflight ? 2 * e->cap_inflight : 64;
+        e->inflight = zt_xrealloc(e->inflight, (size_t)e->cap_inflight * sizeof *e->inflight);
+    }
+    e->inflight[e->n_inflight++] = f;
+    if (!e->opt.overlap_comm) zero_finish_all(e);
+}
+
+/* Reduces the gradients of flat range [a, b) held in buf (buf[0] is element a), in buckets. */
+static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
+    size_t bucket = e->opt.reduce_bucket_size >= 1 ? (size_t)e->opt.reduce_bucket_size : b - a;
+    size_t *counts = zt_xcalloc((size_t)e->world, sizeof *counts);
+    for (size_t x = a; x < b; x += bucket) {
+        size_t y = min_sz(b, x + bucket);
+        const void *send = at(e, buf, x - a);
+        zt_inflight f = {0};
+        f.send = send;
+        if (e->opt.stage == 0) {
+            f.req = e->comm->allreduce_sum(e->comm, (void *)send, y - x, e->be->compute_dtype);
+        } else {
+            range_counts(e, x, y, counts);
+            size_t mine_lo = max_sz(x, e->lo);
+            f.shard_off = mine_lo - e->lo;
+            f.count = counts[e->rank];
+            f.landing = e->opt.stage == 1 ? ZT_LAND_COPY : ZT_LAND_ADD;
+            f.req = e->comm->reduce_scatter_sum(e->comm, send, at(e, e->recv_tmp, f.shard_off), counts,
+                                                e->be->compute_dtype);
+        }
+        push_inflight(e, f);
+    }
+    free(counts);
+}
+
+/* ---------------------------------------------------------------- parameter source */
+
+/* Stage 3 gather buffers: segment 0's own (the embeddings, used at both ends of the step), two
+ * rotating ones for the rest, and one per resident segment (fewer elements than
+ * stage3_param_persistence_threshold: gathered once a step, kept until the update). */
+int zero_alloc_gather(zt_engine *e) {
+    const zt_param_table *table = e->table;
+    size_t E = esz(e);
+    e->seg_gather = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_gather);
+    e->seg_resident = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_resident);
+    for (int s = 0; s < table->n_segments; s++) e->seg_gather[s] = e->seg_resident[s] = -1;
+    e->gather = zt_xcalloc((size_t)table->n_segments + 3, sizeof *e->gather);
+    size_t other = 0;
+    for (int s = 1; s < table->n_segments; s++) other = max_sz(other, seg_hi(e, s) - seg_lo(e, s));
+    size_t caps[3] = {seg_hi(e, 0) - seg_lo(e, 0), other, other};
+    for (int i = 0; i < 3; i++) {
+        e->gather[i].cap = caps[i];
+        e->gather[i].seg = -1;
+        e->gather[i].buf = engine_dev_alloc(e, caps[i] * E, ZT_MEM_COMM);
+    }
+    e->n_gather = 3;
+    for (int s = 1; s < table->n_segments; s++) {
+        size_t n = seg_hi(e, s) - seg_lo(e, s);
+        if ((double)n >= e->opt.stage3_param_persistence_threshold) continue;
+        zt_gather_buf *g = &e->gather[e->n_gather++];
+        g->cap = n;
+        g->seg = -1;
+        g->resident = 1;
+        g->buf = engine_dev_alloc(e, n * E, ZT_MEM_COMM);
+        e->seg_resident[s] = (int)(g - e->gather);
+    }
+    for (int i = 0; i < e->n_gather; i++)
+        if (!e->gather[i].buf) return -1;
+    return 0;
+}
+
+void zero_free_gather(zt_engine *e) {
+    for (int i = 0; i < e->n_gather; i++)
+        if (e->gather[i].buf) e->be->free(e->gather[i].buf);
+    free(e->gather);
+    free(e->seg_gather);
+    free(e->seg_resident);
+}
+
+static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
+    size_t a = seg_lo(e, seg), b = seg_hi(e, seg);
+    size_t *counts = zt_xcalloc((size_t)e->world, sizeof *counts);
+    range_counts(e, a, b, counts);
+    size_t mine = max_sz(a, e->lo);
+    const void *send = counts[e->rank] ? at(e, e->params, mine - e->lo) : e->params;
+    g->seg = seg;
+    g->req = e->comm->allgather(e->comm, send, g->buf, counts, e->be->compute_dtype);
+    e->seg_gather[seg] = (int)(g - e->gather);
+    free(counts);
+}
+
+static size_t params_held_bytes(const zt_engine *e) {
+    size_t bytes = e->shard * esz(e);
+    for (int i = 0; i < e->n_gather; i++)
+        if (e->gather[i].seg >= 0) bytes += (seg_hi(e, e->gather[i].seg) - seg_lo(e, e->gather[i].seg)) * esz(e);
+    return bytes;
+}
+
+/* a free gather buffer able to hold segment seg, or NULL */
+static zt_gather_buf *free_gather_buf(zt_engine *e, int seg) {
+    size_t need = seg_hi(e, seg) - seg_lo(e, seg);
+    for (int i = 0; i < 3; i++) { /* buffer 0 is segment 0's; 1 and 2 rotate; the rest are residents' */
+        zt_gather_buf *g = &e->gather[i];
+        if (i == 0 && seg != 0) continue;
+        if (g->held || g->req || g->cap < need) continue;
+        if (g->seg >= 0) e->seg_gather[g->seg] = -1;
+        g->seg = -1;
+        return g;
+    }
+    return NULL;
+}
+
+/* the buffer segment seg should be gathered into now: a resident segment's own, or a free
+ * rotating one; NULL if none is free */
+static zt_gather_buf *gather_target(zt_engine *e, int seg) {
+    if (e->seg_resident[seg] >= 0) return &e->gather[e->seg_resident[seg]];
+    return free_gather_buf(e, seg);
+}
+
+static void stage3_prefetch(void *ctx, int seg) {
+    zt_engine *e = ctx;
+    if (e->opt.stage != 3 || seg < 0 || seg >= e->table->n_segments || e->seg_gather[seg] >= 0) return;
+    zt_gather_buf *g = gather_target(e, seg);
+    if (g) start_gather(e, seg, g);
+}
+
+static void *src_acquire(void *ctx, int seg) {
+    zt_engine *e = ctx;
+    if (e->opt.stage < 3) return at(e, e->params, seg_lo(e, seg));
+    if (e->seg_gather[seg] < 0) {
+        zt_gather_buf *g = gather_target(e, seg);
+        if (!g) { fprintf(stderr, "zerotrain: error: stage 3: no free gather buffer for segment %d\n", seg); abort(); }
+        start_gather(e, seg, g);
+    }
+    zt_gather_buf *g = &e->gather[e->seg_gather[seg]];
+    if (g->req) {
+        double t0 = zt_now();
+        e->comm->wait(e->comm, g->req);
+        double t1 = zt_now();
+        e->comm_seconds += t1 - t0;
+        e->timing.allgather += t1 - t0;
+        zt_trace_complete(e->trace, ZT_LANE_COMM, "all-gather wait", t0, t1);
+        g->req = NULL;
+    }
+    g->held = 1;
+    size_t held = params_held_bytes(e);
+    if (held > e->mem.params_peak) e->mem.params_peak = held;
+    if (e->trace) zt_trace_counter(e->trace, "stage-3 params held (MiB)", zt_now(), "held", held / 1048576.0, "peak",
+                                   e->mem.params_peak / 1048576.0);
+    return g->buf;
+}
+
+static void src_release(void *ctx, int seg) {
+    zt_engine *e = ctx;
+    if (e->opt.stage < 3 || e->seg_gather[seg] < 0) return;
+    zt_gather_buf *g = &e->gather[e->seg_gather[seg]];
+    g->held = 0;
+    if (!g->resident) { /* released: the buffer may be reused by the next gather */
+        e->seg_gather[seg] = -1;
+        g->seg = -1;
+    }
+}
+
+static void *src_grads(void *ctx, int seg) {
+    zt_engine *e = ctx;
+    if (e->opt.stage < 2) return at(e, e->grads_full, seg_lo(e, seg));
+    if (e->seg_grad[seg]) return e->seg_grad[seg];
+    int slot = seg == 0 ? 0 : 1 + (e->grad_rotate++ % 2);
+    void *buf = e->grad_pool[slot];
+    size_t n = seg_hi(e, seg) - seg_lo(e, seg);
+    finish_reading(e, buf, n * esz(e) + 1);
+    if (e->grad_pool_seg[slot] >= 0) e->seg_grad[e->grad_pool_seg[slot]] = NULL;
+    e->be->memset_zero(buf, n * esz(e));
+    e->grad_pool_seg[slot] = seg;
+    e->seg_grad[seg] = buf;
+    return buf;
+}
+
+static void src_grads_done(void *ctx, int seg) {
+    zt_engine *e = ctx;
+    if (e->world == 1 && e->opt.stage < 2) return; /* nothing to reduce */
+    if (!e->reduce_now) return;
+    const void *buf = e->opt.stage < 2 ? at(e, e->grads_full, seg_lo(e, seg)) : e->seg_grad[seg];
+    reduce_range(e, buf, seg_lo(e, seg), seg_hi(e, seg));
+    if (e->opt.stage >= 2) e->seg_grad[seg] = NULL; /* a later grads() call in this micro-step gets a fresh buffer */
+}
+
+zt_param_source zt_engine_param_source(zt_engine *e) {
+    zt_param_source s = {e, src_acquire, src_release, src_grads, src_grads_done, stage3_prefetch};
+    return s;
+}
+
+void zero_reset_residents(zt_engine *e) {
+    for (int i = 3; i < e->n_gather; i++) {
+        zt_gather_buf *g = &e->gather[i];
+        if (g->seg >= 0) {
+            e->seg_gather[g->seg] = -1;
+            g->seg = -1;
+        }
+    }
+}
+
+
+/* ---------------------------------------------------------------- after backward, after the update */
+
+/* global gradient norm: stage 0 holds the full reduced gradient on every rank; otherwise each rank
+ * sums the squares of its shard and the partial sums are added across ranks */
+double zero_grad_norm(zt_engine *e) {
+    double sumsq = e->be->sumsq(e->grad_shard, e->opt_hi - e->opt_lo);
+    if (e->opt.stage >= 1 && e->world > 1) e->comm->allreduce_host_double(e->comm, &sumsq, 1);
+    return sqrt(sumsq);
+}
+
+/* stages 1-2: everyone needs everyone's updated parameters */
+void zero_allgather_params(zt_engine *e) {
+    size_t *counts = zt_xcalloc((size_t)e->world, sizeof *counts);
+    for (int r = 0; r < e->world; r++) counts[r] = e->shard;
+    double t0 = zt_now();
+    e->comm->wait(e->comm, e->comm->allgather(e->comm, at(e, e->params, e->lo), e->params, counts,
+                                              e->be->compute_dtype));
+    double t1 = zt_now();
+    e->comm_seconds += t1 - t0;
+    e->timing.allgather += t1 - t0;
+    zt_trace_complete(e->trace, ZT_LANE_COMM, "all-gather params", t0, t1);
+    free(counts);
+}
