@@ -16,6 +16,7 @@ extern "C" {
 #include "util/util.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
+#include "comm/watchdog.h"
 }
 
 #define ZT_NCCL_CHECK(call)                                                                                   \
@@ -66,6 +67,7 @@ static bool equal_counts(const zt_comm *c, const size_t *counts) {
 
 static zt_comm_req *nccl_allreduce_sum(zt_comm *c, void *buf, size_t count, zt_dtype t) {
     nccl_impl *m = impl_of(c);
+    zt_comm_count_allreduce(c, ZT_COLL_ALLREDUCE, count * zt_dtype_size(t));
     begin_op(m);
     if (count) ZT_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, m->nccl, m->stream));
     return end_op(m);
@@ -75,6 +77,7 @@ static zt_comm_req *nccl_reduce_scatter_sum(zt_comm *c, const void *send, void *
                                             zt_dtype t) {
     nccl_impl *m = impl_of(c);
     size_t es = zt_dtype_size(t);
+    zt_comm_count_reduce_scatter(c, counts, es);
     begin_op(m);
     if (equal_counts(c, counts)) {
         if (counts[0])
@@ -97,6 +100,7 @@ static zt_comm_req *nccl_reduce_scatter_sum(zt_comm *c, const void *send, void *
 static zt_comm_req *nccl_allgather(zt_comm *c, const void *send, void *recv, const size_t *counts, zt_dtype t) {
     nccl_impl *m = impl_of(c);
     size_t es = zt_dtype_size(t);
+    zt_comm_count_allgather(c, counts, es);
     begin_op(m);
     if (equal_counts(c, counts)) {
         /* in place when send is this rank's piece of recv (NCCL supports exactly that case) */
@@ -117,6 +121,7 @@ static zt_comm_req *nccl_allgather(zt_comm *c, const void *send, void *recv, con
 
 static zt_comm_req *nccl_broadcast(zt_comm *c, void *buf, size_t bytes, int root) {
     nccl_impl *m = impl_of(c);
+    zt_comm_count_broadcast(c, bytes, root);
     begin_op(m);
     if (bytes) ZT_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
     return end_op(m);
@@ -131,17 +136,21 @@ static void nccl_wait(zt_comm *c, zt_comm_req *r) {
 
 static void nccl_barrier(zt_comm *c) {
     nccl_impl *m = impl_of(c);
+    zt_watchdog_enter("NCCL stream drain", 0);
     ZT_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    zt_watchdog_leave();
     m->mpi->barrier(m->mpi);
 }
 
 static void nccl_allreduce_host_double(zt_comm *c, double *vals, int n) {
     nccl_impl *m = impl_of(c);
+    zt_comm_count_allreduce(c, ZT_COLL_SCALAR, (size_t)n * sizeof(double));
     m->mpi->allreduce_host_double(m->mpi, vals, n);
 }
 
 static int nccl_agree_max(zt_comm *c, int status) {
     nccl_impl *m = impl_of(c);
+    zt_comm_count_allreduce(c, ZT_COLL_SCALAR, sizeof(int));
     return m->mpi->agree_max(m->mpi, status);
 }
 

@@ -13,6 +13,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-torch python3-h5py python3-regex   # reference cross-checks
   python3-matplotlib       # scripts/plot
+  iproute2 util-linux procps   # scripts/netns-cluster: ip netns, unshare, sysctl (test/t_multinode.py)
 )
 # a single-node Slurm for test/t_slurm.py (which calls this script with --with-slurm itself)
 [[ " $* " == *" --with-slurm "* ]] && packages+=(slurm-wlm munge)

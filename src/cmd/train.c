@@ -14,6 +14,7 @@
 #include "cmd/sample.h"
 #include "engine/schedule.h"
 #include "engine/session.h"
+#include "comm/watchdog.h"
 
 typedef struct trainer {
     zt_config cfg;
@@ -158,6 +159,7 @@ static int run(trainer *t) {
 
     for (long step = t->start_step; step < steps; step++) {
         double t0 = zt_now();
+        zt_comm_bytes bytes0 = t->s.engine.comm->bytes;
         float lr = zt_lr_at(cfg, step);
         double loss_sum = 0, t_fwd = 0, t_bwd = 0;
         for (int a = 0; a < A; a++) {
@@ -202,6 +204,8 @@ static int run(trainer *t) {
         double loss = loss_acc[0] / W;
         t->s.be->synchronize();
         double dt = zt_now() - t0;
+        zt_comm_bytes bytes = zt_comm_bytes_since(&t->s.engine.comm->bytes, &bytes0);
+        zt_comm_bytes *bytes_per_rank = cfg->metrics_file ? zt_comm_bytes_gather(t->comm, &bytes) : NULL;
         if (step == t->start_step + 1) { first_timed = step; train_start = t0; } /* first step warms up */
 
         int last = step == steps - 1;
@@ -221,8 +225,10 @@ static int run(trainer *t) {
                     step + 1, steps, 100.0 * done, loss, val_s, lr, norm, dt * 1e3, tokens_per_step / dt,
                     flops_per_step / dt * 1e-9, eta_s);
         }
-        if (r == 0 && cfg->wall_clock_breakdown && ((step + 1) % cfg->steps_per_print == 0 || step == 0 || last))
+        if (r == 0 && cfg->wall_clock_breakdown && ((step + 1) % cfg->steps_per_print == 0 || step == 0 || last)) {
             zt_engine_print_timing(&t->s.engine);
+            zt_comm_bytes_print(&bytes);
+        }
         if (t->metrics) {
             char norm_s[32] = "null"; /* JSON has no inf: an overflowing step's norm is null */
             if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.9g", norm);
@@ -238,10 +244,12 @@ static int run(trainer *t) {
             if (cfg->wall_clock_breakdown)
                 fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",
                         t_fwd * 1e3, t_bwd * 1e3, t_opt * 1e3);
+            zt_comm_bytes_json(t->metrics, bytes_per_rank, W);
             if (!isnan(val_loss)) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
             fprintf(t->metrics, "}\n");
             fflush(t->metrics);
         }
+        free(bytes_per_rank);
         if (cfg->sample_interval > 0 && ((step + 1) % cfg->sample_interval == 0) && !last)
             zt_sample_print(&t->s, cfg->sample_tokens, cfg->seed + (uint64_t)step);
 
@@ -318,6 +326,7 @@ int zt_cmd_train(int argc, char **argv) {
     zt_log_set_rank(t.comm->rank);
     int rc = setup(&t, argc, argv, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
+    zt_watchdog_start(t.cfg.comm_timeout, t.comm->rank, t.comm->world);
     rc = zt_session_open(&t.s, &t.cfg, t.comm, NULL, t.cfg.train_micro_batch_size_per_gpu, t.cfg.seq_len, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     if (t.cfg.trace_file) rc = zt_engine_open_trace(&t.s.engine, t.cfg.trace_file, &err);

@@ -6,15 +6,32 @@
 #define ZT_COMM_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "backend/backend.h"
 #include "util/util.h"
 
 typedef struct zt_comm_req zt_comm_req; /* opaque in-flight operation */
 
+/* Communication volume, counted by every comm table per collective kind: the bytes this rank sends
+ * and receives under the algorithm's nominal volume (bandwidth-optimal ring/pipeline, n ranks):
+ *   all-reduce of S bytes            sends 2(n-1)/n S, receives the same
+ *   reduce-scatter, pieces p_r bytes  sends sum_r p_r - p_self, receives (n-1) p_self
+ *   all-gather, pieces p_r bytes      sends (n-1) p_self, receives sum_r p_r - p_self
+ *   broadcast of S bytes             the root sends S, every other rank receives S
+ * "scalar" is the host-side loss/norm/agreement traffic, counted like all-reduces. Summed over
+ * ranks, sent == received for every kind. */
+enum { ZT_COLL_ALLREDUCE, ZT_COLL_REDUCE_SCATTER, ZT_COLL_ALLGATHER, ZT_COLL_BROADCAST, ZT_COLL_SCALAR,
+       ZT_COLL_NKIND };
+extern const char *const zt_coll_names[ZT_COLL_NKIND]; /* "allreduce", "reduce_scatter", ... */
+typedef struct zt_comm_bytes {
+    double sent[ZT_COLL_NKIND], recv[ZT_COLL_NKIND]; /* cumulative since the comm was made */
+} zt_comm_bytes;
+
 typedef struct zt_comm {
     const char *name;
     int rank, world;
     void *impl;
+    zt_comm_bytes bytes; /* counted by the table's collectives (comm_volume.c) */
     /* sum-reductions over dtype elements (ZT_F32 or the backend compute dtype) */
     zt_comm_req *(*allreduce_sum)(struct zt_comm *c, void *buf, size_t count, zt_dtype t);
     /* Variable-count reduce-scatter: send is the concatenation of per-rank pieces of counts[r]
@@ -33,6 +50,24 @@ typedef struct zt_comm {
     int (*agree_max)(struct zt_comm *c, int status);
     void (*destroy)(struct zt_comm *c);
 } zt_comm;
+
+/* Adds a collective's nominal volume to c->bytes (counts in elements of esz bytes). */
+void zt_comm_count_allreduce(zt_comm *c, int kind, size_t bytes);
+void zt_comm_count_reduce_scatter(zt_comm *c, const size_t *counts, size_t esz);
+void zt_comm_count_allgather(zt_comm *c, const size_t *counts, size_t esz);
+void zt_comm_count_broadcast(zt_comm *c, size_t bytes, int root);
+/* Total bytes this rank sent (received) over the kinds that carry model states (all but scalar). */
+double zt_comm_bytes_sent(const zt_comm_bytes *b);
+double zt_comm_bytes_recv(const zt_comm_bytes *b);
+/* now - before, per kind (the traffic of one step from two snapshots of c->bytes). */
+zt_comm_bytes zt_comm_bytes_since(const zt_comm_bytes *now, const zt_comm_bytes *before);
+/* Every rank's b, gathered over c (collective; counted as scalar traffic): [world] entries. */
+zt_comm_bytes *zt_comm_bytes_gather(zt_comm *c, const zt_comm_bytes *b);
+/* Appends `, "comm_sent_bytes": {"allreduce": [rank 0, rank 1, ...], ...}, "comm_recv_bytes": {...}`
+ * to a metrics line, from the [world] entries of zt_comm_bytes_gather. */
+void zt_comm_bytes_json(FILE *f, const zt_comm_bytes *per_rank, int world);
+/* The wall_clock_breakdown line: MB sent/received per kind, via zt_info. */
+void zt_comm_bytes_print(const zt_comm_bytes *b);
 
 /* Process-wide MPI setup: MPI_Init_thread once, error handler that makes every rank exit non-zero
  * when one fails, and a duplicate of MPI_COMM_WORLD reserved for data parallelism / ZeRO. */

@@ -7,9 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/watchdog.h"
+
 struct zt_comm_req {
     MPI_Request req;
     int *counts, *displs; /* for the variable-count collectives */
+    const char *what;     /* the collective, for the watchdog's message */
+    size_t bytes;         /* its size on this rank */
 };
 
 typedef struct {
@@ -23,18 +27,24 @@ static MPI_Datatype mpi_type(zt_dtype t) {
     return t == ZT_F32 ? MPI_FLOAT : MPI_UINT16_T;
 }
 
-static zt_comm_req *new_req(void) { return zt_xcalloc(1, sizeof(zt_comm_req)); }
+static zt_comm_req *new_req(const char *what, size_t bytes) {
+    zt_comm_req *r = zt_xcalloc(1, sizeof(zt_comm_req));
+    r->what = what;
+    r->bytes = bytes;
+    return r;
+}
 
 static zt_comm_req *mpi_allreduce_sum(zt_comm *c, void *buf, size_t count, zt_dtype t) {
-    zt_comm_req *r = new_req();
+    zt_comm_req *r = new_req("all-reduce", count * zt_dtype_size(t));
+    zt_comm_count_allreduce(c, ZT_COLL_ALLREDUCE, r->bytes);
     MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, dp_of(c), &r->req);
     return r;
 }
 
 /* MPI takes int counts and displacements: fill them from size_t counts (ranges stay < 2^31 per
  * rank piece, which bucketing guarantees). The arrays live in the request until it completes. */
-static zt_comm_req *new_req_v(zt_comm *c, const size_t *counts) {
-    zt_comm_req *r = new_req();
+static zt_comm_req *new_req_v(zt_comm *c, const size_t *counts, const char *what, size_t esz) {
+    zt_comm_req *r = new_req(what, 0);
     r->counts = zt_xcalloc((size_t)c->world, sizeof(int));
     r->displs = zt_xcalloc((size_t)c->world, sizeof(int));
     size_t off = 0;
@@ -43,19 +53,22 @@ static zt_comm_req *new_req_v(zt_comm *c, const size_t *counts) {
         r->displs[i] = (int)off;
         off += counts[i];
     }
+    r->bytes = off * esz;
     return r;
 }
 
 static zt_comm_req *mpi_reduce_scatter_sum(zt_comm *c, const void *send, void *recv, const size_t *counts,
                                            zt_dtype t) {
-    zt_comm_req *r = new_req_v(c, counts);
+    zt_comm_req *r = new_req_v(c, counts, "reduce-scatter", zt_dtype_size(t));
+    zt_comm_count_reduce_scatter(c, counts, zt_dtype_size(t));
     MPI_Ireduce_scatter(send, recv, r->counts, mpi_type(t), MPI_SUM, dp_of(c), &r->req);
     return r;
 }
 
 static zt_comm_req *mpi_allgather(zt_comm *c, const void *send, void *recv, const size_t *counts, zt_dtype t) {
-    zt_comm_req *r = new_req_v(c, counts);
     size_t esz = zt_dtype_size(t);
+    zt_comm_req *r = new_req_v(c, counts, "all-gather", esz);
+    zt_comm_count_allgather(c, counts, esz);
     const void *src = (const char *)recv + (size_t)r->displs[c->rank] * esz == send ? MPI_IN_PLACE : send;
     MPI_Iallgatherv(src, r->counts[c->rank], mpi_type(t), recv, r->counts, r->displs, mpi_type(t), dp_of(c),
                     &r->req);
@@ -63,28 +76,41 @@ static zt_comm_req *mpi_allgather(zt_comm *c, const void *send, void *recv, cons
 }
 
 static zt_comm_req *mpi_broadcast(zt_comm *c, void *buf, size_t bytes, int root) {
-    zt_comm_req *r = new_req();
+    zt_comm_req *r = new_req("broadcast", bytes);
+    zt_comm_count_broadcast(c, bytes, root);
     MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, dp_of(c), &r->req);
     return r;
 }
 
 static void mpi_wait(zt_comm *c, zt_comm_req *r) {
     if (!r) return;
+    zt_watchdog_enter(r->what, r->bytes);
     MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    zt_watchdog_leave();
     free(r->counts);
     free(r->displs);
     free(r);
 }
 
-static void mpi_barrier(zt_comm *c) { MPI_Barrier(dp_of(c)); }
+static void mpi_barrier(zt_comm *c) {
+    zt_watchdog_enter("barrier", 0);
+    MPI_Barrier(dp_of(c));
+    zt_watchdog_leave();
+}
 
 static void mpi_allreduce_host_double(zt_comm *c, double *vals, int n) {
+    zt_comm_count_allreduce(c, ZT_COLL_SCALAR, (size_t)n * sizeof(double));
+    zt_watchdog_enter("host all-reduce", (size_t)n * sizeof(double));
     MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, MPI_SUM, dp_of(c));
+    zt_watchdog_leave();
 }
 
 static int mpi_agree_max(zt_comm *c, int status) {
     int out = status;
+    zt_comm_count_allreduce(c, ZT_COLL_SCALAR, sizeof(int));
+    zt_watchdog_enter("agreement all-reduce", sizeof(int));
     MPI_Allreduce(&status, &out, 1, MPI_INT, MPI_MAX, dp_of(c));
+    zt_watchdog_leave();
     return out;
 }
 
@@ -130,6 +156,7 @@ int zt_mpi_init(int *argc, char ***argv, zt_err *err) {
 }
 
 void zt_mpi_finalize(void) {
+    zt_watchdog_stop();
     int done = 0;
     MPI_Finalized(&done);
     if (!done) MPI_Finalize();

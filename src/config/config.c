@@ -235,6 +235,7 @@ static const keydef top_keys[] = {
     STR("trace", trace_file),
     {"seed", K_U64, F(seed), 0, INF, 0, T_NONE, NULL, NULL, NULL},
     ENUM_("device", device, devices),
+    DBL("comm_timeout", comm_timeout, 0, INF),
     /* accepted and ignored, with a note */
     NOTE("prescale_gradients"), NOTE("gradient_predivide_factor"), NOTE("zero_allow_untested_optimizer"),
     NOTE("communication_data_type"), NOTE("dump_state"), NOTE("flops_profiler"), NOTE("tensorboard"),
@@ -1264,6 +1265,7 @@ static char *effective_text(const zt_config *c) {
     sb_printf(&b, "\nwall_clock_breakdown: %s\ntrace: ", tf(c->wall_clock_breakdown));
     put_str(&b, c->trace_file);
     sb_printf(&b, "\nseed: %llu\ndevice: %s\n", c->seed, enum_name(devices, c->device));
+    sb_printf(&b, "comm_timeout: "); put_double(&b, c->comm_timeout); sb_printf(&b, "\n");
     return b.p;
 }
 
@@ -1327,6 +1329,7 @@ void zt_config_defaults(zt_config *c) {
     c->wall_clock_breakdown = 0;
     c->seed = 1337;
     c->device = ZT_DEVICE_AUTO;
+    c->comm_timeout = 600; /* ZT_COMM_TIMEOUT_DEFAULT */
 }
 
 int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int n_overrides, zt_err *err) {

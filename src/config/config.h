@@ -84,6 +84,7 @@ typedef struct zt_config {
 
     unsigned long long seed;
     int device;                /* ZT_DEVICE_* */
+    double comm_timeout;       /* seconds a collective may wait without progress (watchdog.h); 0 = off */
 
     /* set by zt_config_load: whether the config (file or --set) gave these explicitly; DeepSpeed's
      * batch rule derives the ones left out (zt_config_check_batch) */

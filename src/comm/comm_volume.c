@@ -1,0 +1,96 @@
+/* comm_volume.c — the nominal communication volume of each collective, added to the comm's byte
+ * counters (formulas in comm.h). Shared by the MPI and NCCL tables, so both report alike. */
+#include "comm/comm.h"
+
+#include <stdlib.h>
+
+const char *const zt_coll_names[ZT_COLL_NKIND] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                                  "scalar"};
+
+void zt_comm_count_allreduce(zt_comm *c, int kind, size_t bytes) {
+    int n = c->world;
+    if (n < 2) return;
+    double v = 2.0 * (n - 1) / n * (double)bytes;
+    c->bytes.sent[kind] += v;
+    c->bytes.recv[kind] += v;
+}
+
+static double sum_counts(const zt_comm *c, const size_t *counts) {
+    double t = 0;
+    for (int r = 0; r < c->world; r++) t += (double)counts[r];
+    return t;
+}
+
+void zt_comm_count_reduce_scatter(zt_comm *c, const size_t *counts, size_t esz) {
+    if (c->world < 2) return;
+    double mine = (double)counts[c->rank];
+    c->bytes.sent[ZT_COLL_REDUCE_SCATTER] += (sum_counts(c, counts) - mine) * (double)esz;
+    c->bytes.recv[ZT_COLL_REDUCE_SCATTER] += (c->world - 1) * mine * (double)esz;
+}
+
+void zt_comm_count_allgather(zt_comm *c, const size_t *counts, size_t esz) {
+    if (c->world < 2) return;
+    double mine = (double)counts[c->rank];
+    c->bytes.sent[ZT_COLL_ALLGATHER] += (c->world - 1) * mine * (double)esz;
+    c->bytes.recv[ZT_COLL_ALLGATHER] += (sum_counts(c, counts) - mine) * (double)esz;
+}
+
+void zt_comm_count_broadcast(zt_comm *c, size_t bytes, int root) {
+    if (c->world < 2) return;
+    if (c->rank == root) c->bytes.sent[ZT_COLL_BROADCAST] += (double)bytes;
+    else c->bytes.recv[ZT_COLL_BROADCAST] += (double)bytes;
+}
+
+double zt_comm_bytes_sent(const zt_comm_bytes *b) {
+    double t = 0;
+    for (int k = 0; k < ZT_COLL_NKIND; k++)
+        if (k != ZT_COLL_SCALAR) t += b->sent[k];
+    return t;
+}
+
+double zt_comm_bytes_recv(const zt_comm_bytes *b) {
+    double t = 0;
+    for (int k = 0; k < ZT_COLL_NKIND; k++)
+        if (k != ZT_COLL_SCALAR) t += b->recv[k];
+    return t;
+}
+
+zt_comm_bytes zt_comm_bytes_since(const zt_comm_bytes *now, const zt_comm_bytes *before) {
+    zt_comm_bytes d;
+    for (int k = 0; k < ZT_COLL_NKIND; k++) {
+        d.sent[k] = now->sent[k] - before->sent[k];
+        d.recv[k] = now->recv[k] - before->recv[k];
+    }
+    return d;
+}
+
+zt_comm_bytes *zt_comm_bytes_gather(zt_comm *c, const zt_comm_bytes *b) {
+    zt_comm_bytes *all = zt_xcalloc((size_t)c->world, sizeof *all);
+    all[c->rank] = *b;
+    /* a sum where every other rank contributes zeros: an all-gather through the host all-reduce */
+    c->allreduce_host_double(c, (double *)all, (int)(c->world * sizeof *all / sizeof(double)));
+    return all;
+}
+
+static void json_kinds(FILE *f, const char *key, const zt_comm_bytes *all, int world, int sent) {
+    fprintf(f, ", \"%s\": {", key);
+    for (int k = 0; k < ZT_COLL_NKIND; k++) {
+        fprintf(f, "%s\"%s\": [", k ? ", " : "", zt_coll_names[k]);
+        for (int r = 0; r < world; r++) fprintf(f, "%s%.0f", r ? ", " : "", sent ? all[r].sent[k] : all[r].recv[k]);
+        fprintf(f, "]");
+    }
+    fprintf(f, "}");
+}
+
+void zt_comm_bytes_json(FILE *f, const zt_comm_bytes *per_rank, int world) {
+    json_kinds(f, "comm_sent_bytes", per_rank, world, 1);
+    json_kinds(f, "comm_recv_bytes", per_rank, world, 0);
+}
+
+void zt_comm_bytes_print(const zt_comm_bytes *b) {
+    zt_info("      comm (MB sent/received by rank %d): all-reduce %.3f/%.3f | reduce-scatter %.3f/%.3f | "
+            "all-gather %.3f/%.3f | broadcast %.3f/%.3f | scalars %.6f/%.6f",
+            zt_log_rank(), b->sent[0] * 1e-6, b->recv[0] * 1e-6, b->sent[1] * 1e-6, b->recv[1] * 1e-6,
+            b->sent[2] * 1e-6, b->recv[2] * 1e-6, b->sent[3] * 1e-6, b->recv[3] * 1e-6, b->sent[4] * 1e-6,
+            b->recv[4] * 1e-6);
+}

@@ -1,0 +1,99 @@
+/* watchdog.c — the hang watchdog thread (see watchdog.h). The main thread publishes "collective X
+ * of B bytes, number N, entered at t" through atomics; the watchdog thread only reads them, so the
+ * hot path costs two relaxed stores per wait. MPI is initialised MPI_THREAD_FUNNELED: the watchdog
+ * thread makes exactly one MPI call, MPI_Abort, which Open MPI serves from any thread; an alarm
+ * ends the process should even that not return. */
+#include "comm/watchdog.h"
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+static struct {
+    pthread_t thread;
+    int running;
+    atomic_int stop;
+    _Atomic double timeout; /* seconds; <= 0: off */
+    int rank, world;
+    /* the wait in progress (what == NULL: none) */
+    _Atomic(const char *) what;
+    atomic_size_t bytes;
+    _Atomic double since;
+    atomic_long seq; /* blocking waits begun so far */
+} wd;
+
+static void sleep_seconds(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void report_and_abort(const char *what, size_t bytes, long seq, double waited) {
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    fprintf(stderr,
+            "zerotrain: error: rank %d (host %s): %s #%ld (%zu bytes) made no progress for %.0fs (waiting on the "
+            "other %d rank%s; comm_timeout %gs); aborting the job\n",
+            wd.rank, host, what, seq, bytes, waited, wd.world - 1, wd.world == 2 ? "" : "s", atomic_load(&wd.timeout));
+    fflush(stderr);
+    fflush(stdout);
+    alarm(30); /* SIGALRM's default action ends the process if MPI_Abort cannot reach mpirun */
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
+static void *watch(void *arg) {
+    (void)arg;
+    double last = zt_now(), resumed = 0;
+    while (!atomic_load(&wd.stop)) {
+        double timeout = atomic_load(&wd.timeout);
+        /* checks a few times per timeout, at least once a second: a hang is reported at most
+         * timeout + min(timeout/4, 1s) after its wait began */
+        double poll = timeout > 0 && timeout < 4 ? timeout / 4 : 1.0;
+        sleep_seconds(poll);
+        double now = zt_now();
+        /* a tick far later than asked means this whole process was stopped (SIGSTOP, a frozen VM):
+         * the time it was away is not its peers' fault, so waits count from its return */
+        if (now - last > 2 * poll + 1.0) resumed = now;
+        last = now;
+        if (timeout <= 0) continue;
+        long seq = atomic_load(&wd.seq);
+        const char *what = atomic_load(&wd.what);
+        double since = atomic_load(&wd.since);
+        size_t bytes = atomic_load(&wd.bytes);
+        if (!what || seq != atomic_load(&wd.seq)) continue; /* none, or it changed while we read */
+        double waited = now - (since > resumed ? since : resumed);
+        if (waited > timeout) report_and_abort(what, bytes, seq, waited);
+    }
+    return NULL;
+}
+
+void zt_watchdog_start(double timeout_s, int rank, int world) {
+    atomic_store(&wd.timeout, timeout_s);
+    wd.rank = rank;
+    wd.world = world;
+    if (wd.running || timeout_s <= 0 || world < 2) return;
+    atomic_store(&wd.stop, 0);
+    if (pthread_create(&wd.thread, NULL, watch, NULL) == 0) wd.running = 1;
+    else zt_warn("comm_timeout: cannot start the watchdog thread; hung collectives will not be detected");
+}
+
+void zt_watchdog_stop(void) {
+    if (!wd.running) return;
+    atomic_store(&wd.stop, 1);
+    pthread_join(wd.thread, NULL);
+    wd.running = 0;
+}
+
+void zt_watchdog_enter(const char *what, size_t bytes) {
+    atomic_fetch_add(&wd.seq, 1);
+    atomic_store(&wd.bytes, bytes);
+    atomic_store(&wd.since, zt_now());
+    atomic_store(&wd.what, what);
+}
+
+void zt_watchdog_leave(void) { atomic_store(&wd.what, (const char *)NULL); }

@@ -1,0 +1,64 @@
+"""t_comm_bytes.py — communication volume per step, per rank, per collective (metrics_file's
+comm_sent_bytes / comm_recv_bytes) against the ZeRO paper's volumes, for 2 and 4 ranks:
+  - stages 0-2 move 2Ψ per step (all-reduce equivalent: 2(n-1)/n Ψ elements sent per rank);
+  - stage 3 moves 3Ψ: Ψ gathered in forward, Ψ again in backward, Ψ reduce-scattered — plus, in
+    this engine, one more gather of GPT-2's tied embedding segment (wte+wpe), which the forward
+    uses twice (token embedding and LM head) and releases in between;
+  - the stated padding: stages 1-2 gather whole shards, so they move up to n*128 elements more
+    (shard = ceil(Ψ/n) rounded up to 128); reductions and stage-3 gathers move exactly Ψ;
+  - one micro-step per step (stages 2-3 reduce-scatter, and stage 3 gathers, once per micro-step,
+    as DeepSpeed does, so gradient accumulation multiplies those);
+  - summed over ranks, bytes sent equal bytes received for every collective;
+  - the wall_clock_breakdown line reports the same numbers."""
+import re
+
+import ztlib
+
+ztlib.ensure_shakespeare()
+tiny = "configs/tiny.yaml"
+L, C, V, NP = 2, 32, 50257, 64
+psi = V * C + NP * C + L * (12 * C * C + 13 * C) + 2 * C  # parameters of the tiny config
+emb = V * C + NP * C                                       # the tied embedding segment
+E = 4                                                      # fp32 on the CPU backend
+MODEL_KINDS = ("allreduce", "reduce_scatter", "allgather", "broadcast")
+
+for n in (2, 4):
+    shard = -(-psi // n)
+    shard = -(-shard // 128) * 128
+    pad = n * shard - psi
+    for stage in range(4):
+        sets = [f"zero_optimization.stage={stage}", "train_iters=3", f"train_batch_size={2 * n}", "wall_clock_breakdown=true",
+                "steps_per_print=1", "zero_optimization.stage3_param_persistence_threshold=0"]
+        p, rows = ztlib.train(tiny, sets, ranks=n)
+        name = f"comm_bytes_stage{stage}_ranks{n}"
+        if p.returncode != 0 or len(rows) != 3:
+            ztlib.check(False, name, f"rc={p.returncode}: {p.stderr[-300:]}")
+            continue
+        row = rows[-1]
+        sent, recv = row["comm_sent_bytes"], row["comm_recv_bytes"]
+        # the paper's unit: elements one rank sends per step, divided by (n-1)/n
+        per_rank = sum(sum(sent[k]) for k in MODEL_KINDS) / n / E / ((n - 1) / n)
+        if stage == 0:
+            want, slack = 2 * psi, 0
+        elif stage < 3:
+            want, slack = 2 * psi, pad
+        else:
+            want, slack = 3 * psi + emb, 0
+        ok = want <= per_rank + 1e-6 and per_rank <= want + slack + 1e-6
+        ztlib.check(ok, name, f"{per_rank:.1f} elements per rank per step, want {want} (+ up to {slack} padding); "
+                              f"sent {sent}")
+        balanced = all(abs(sum(sent[k]) - sum(recv[k])) < 1e-6 for k in sent)
+        ztlib.check(balanced, f"comm_bytes_sent_equals_received_stage{stage}_ranks{n}", f"{sent} vs {recv}")
+        kinds_used = {k for k in MODEL_KINDS if sum(sent[k]) > 0}
+        expect_kinds = {"allreduce"} if stage == 0 else {"reduce_scatter", "allgather"}
+        ztlib.check(kinds_used == expect_kinds, f"comm_bytes_kinds_stage{stage}_ranks{n}", f"{kinds_used}")
+        # every step the same (no warm-up traffic counted in a step)
+        ztlib.check(rows[1]["comm_sent_bytes"] == rows[2]["comm_sent_bytes"], f"comm_bytes_steady_stage{stage}_ranks{n}",
+                    f"{rows[1]['comm_sent_bytes']} vs {rows[2]['comm_sent_bytes']}")
+        if n == 4 and stage in (0, 3):
+            lines = re.findall(r"comm \(MB sent/received by rank 0\): (.*)", p.stdout)
+            m = re.search(r"all-reduce ([0-9.]+)/.*reduce-scatter ([0-9.]+)/.*all-gather ([0-9.]+)/", lines[-1] if lines else "")
+            ok = m and all(abs(float(m.group(i + 1)) - sent[k][0] * 1e-6) < 1e-3
+                           for i, k in enumerate(("allreduce", "reduce_scatter", "allgather")))
+            ztlib.check(bool(ok), f"comm_bytes_breakdown_line_stage{stage}", lines[-1] if lines else p.stdout[-300:])
+ztlib.finish()

@@ -1,0 +1,90 @@
+"""t_watchdog.py — the hang watchdog (comm_timeout) on one host:
+  - a rank stopped with SIGSTOP mid-training: the first other rank whose wait passes comm_timeout
+    prints one line naming itself, its host and the collective it waits in (mpirun may kill the
+    rest before they print), and the whole job (the stopped rank included) exits non-zero within
+    comm_timeout plus a poll interval plus mpirun's teardown; the stopped rank blames nobody;
+  - comm_timeout is a config key (default 600 s, in the effective config; negative values rejected);
+  - a healthy run with a short timeout finishes normally (a slow-but-progressing job is not killed).
+The multi-host cases (dropped packets, a lost node) are in t_multinode.py."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+import ztlib
+
+ztlib.ensure_shakespeare()
+tiny = "configs/tiny.yaml"
+TIMEOUT = 3  # comm_timeout for the test, seconds
+
+
+def children(pid):
+    out = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid=,comm="], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in out.splitlines() if line.split()[1:] == ["zerotrain"]]
+
+
+cmd = ["mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", ztlib.BIN, "train", tiny,
+       "--set", "zero_optimization.stage=3", "--set", "train_iters=1000000", "--set", f"comm_timeout={TIMEOUT}",
+       "--set", "steps_per_print=1"]
+proc = subprocess.Popen(cmd, cwd=ztlib.ROOT, env=ztlib.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+victim = victim_rank = None
+out = ""
+try:
+    # wait for training to run (first step lines), then stop one rank
+    t_start = time.time()
+    while time.time() - t_start < 60:
+        line = proc.stdout.readline()
+        out += line
+        if re.match(r"step +3/", line):
+            break
+    ranks = children(proc.pid)
+    victim = ranks[2] if len(ranks) == 4 else None
+    if victim:
+        with open(f"/proc/{victim}/environ", "rb") as f:
+            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        victim_rank = int(env.get(b"OMPI_COMM_WORLD_RANK", b"-1"))
+        os.kill(victim, signal.SIGSTOP)
+    t0 = time.time()
+    rest, _ = proc.communicate(timeout=60)
+    elapsed = time.time() - t0
+    out += rest
+except subprocess.TimeoutExpired:
+    proc.kill()
+    out += proc.communicate()[0]
+    elapsed = float("inf")
+finally:
+    if victim:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(victim, sig)
+            except ProcessLookupError:
+                pass
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+ztlib.check(victim is not None, "watchdog_sigstop_found_ranks", out[-500:])
+lines = re.findall(r"zerotrain: error: rank (\d+) \(host [^)]+\): (\S+(?: \S+)?) #\d+ \(\d+ bytes\) made no progress "
+                   r"for \d+s \(waiting on the other 3 ranks; comm_timeout 3s\)", out)
+ztlib.check(proc.returncode not in (0, None), "watchdog_sigstop_exit_nonzero", f"rc={proc.returncode}")
+# bound: timeout + one poll (timeout/4) + mpirun's teardown; generous for a loaded 2-core machine
+ztlib.check(elapsed < TIMEOUT + 20, "watchdog_sigstop_bounded", f"took {elapsed:.1f}s")
+ztlib.check(len(lines) >= 1, "watchdog_sigstop_reports_rank_and_collective", out[-800:])
+# the stopped rank cannot speak; once mpirun continues it to kill it, it must not blame the others
+ztlib.check(victim_rank is not None and str(victim_rank) not in {r for r, _ in lines}
+            and len(lines) == len({r for r, _ in lines}), "watchdog_sigstop_victim_silent_one_line_per_rank",
+            f"victim rank {victim_rank}: {lines}")
+
+# config key: default and range
+p = ztlib.run(["train", tiny, "--set", "train_iters=1", "--set", "comm_timeout=-1"])
+ztlib.check(p.returncode != 0 and "comm_timeout" in p.stderr and p.stderr.count("\n") == 1,
+            "comm_timeout_negative_rejected", p.stderr)
+p, rows = ztlib.train(tiny, ["train_iters=2"], ranks=2)
+ztlib.check(p.returncode == 0 and re.search(r"^comm_timeout: 600$", p.stdout, re.M) is not None,
+            "comm_timeout_default_600", p.stdout[-300:])
+# a healthy run with a short timeout (and a checkpoint save in the middle) is not killed
+p, rows = ztlib.train(tiny, ["train_iters=6", "comm_timeout=2", "zero_optimization.stage=2"], ranks=2)
+ztlib.check(p.returncode == 0 and len(rows) == 6 and "no progress" not in p.stderr, "comm_timeout_healthy_run_finishes",
+            p.stderr[-300:])
+ztlib.finish()
