@@ -382,8 +382,10 @@ static void test_errors(void) {
     if (colon) *colon = ';';
     write_bytes(bj, copy, (size_t)size);
     rc = zt_hf_load(bj, &t, y, &err);
-    CHECK(rc != 0 && names_file(&err, bj) && strstr(err.msg, "bad safetensors header") && strstr(err.msg, "JSON error at byte"),
-          "error: bad JSON header", "msg '%s'", err.msg);
+    char want[700];
+    snprintf(want, sizeof want, "%s:1:%d: expected ':'", bj, (int)(colon - (copy + 8)) + 1); /* line:col within the header */
+    CHECK(rc != 0 && strstr(err.msg, want) && strstr(err.msg, "safetensors header"), "error: bad JSON header names file:line:col",
+          "want '%s', msg '%s'", want, err.msg);
     /* valid JSON, wrong data_offsets */
     memcpy(copy, bytes, (size_t)size);
     char *dof = strstr(copy + 8, "\"data_offsets\":[0,");
@@ -440,7 +442,13 @@ static void test_errors(void) {
           "msg '%s'", err.msg);
     write_text(cfg, "{\"n_layer\": 3, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 50257, \"n_positions\": 128,");
     rc = zt_hf_read_config(cdir, &got, &err);
-    CHECK(rc != 0 && names_file(&err, cfg) && strstr(err.msg, "JSON error"), "config error: bad JSON", "msg '%s'", err.msg);
+    char want_cfg[700];
+    snprintf(want_cfg, sizeof want_cfg, "%s:1:83: unexpected end of input", cfg);
+    CHECK(rc != 0 && strstr(err.msg, want_cfg), "config error: bad JSON names file:line:col", "msg '%s'", err.msg);
+    write_text(cfg, "{\"n_layer\": 3,\n \"n_head\": 4.5, \"n_embd\": 64, \"vocab_size\": 9, \"n_positions\": 8}");
+    rc = zt_hf_read_config(cdir, &got, &err);
+    snprintf(want_cfg, sizeof want_cfg, "%s:2:12: \"n_head\" must be a positive integer", cfg);
+    CHECK(rc != 0 && strstr(err.msg, want_cfg), "config error: a bad value names file:line:col", "msg '%s'", err.msg);
     write_text(cfg, "{\"model_type\": \"llama\", \"n_layer\": 3, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 9, \"n_positions\": 8}");
     rc = zt_hf_read_config(cdir, &got, &err);
     CHECK(rc != 0 && names_file(&err, cfg) && strstr(err.msg, "llama"), "config error: model_type", "msg '%s'", err.msg);

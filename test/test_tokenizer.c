@@ -244,15 +244,17 @@ static void test_bad_vocab(const char *tmp) {
           "%s", t ? "loaded" : err.msg);
 
     struct { const char *name, *json, *want; } bad[] = {
-        {"truncated", "{\"a\": 1, \"b\"", "byte offset 12"},
-        {"bad_escape", "{\"\\q\": 1}", "byte offset 2: bad escape"},
+        {"truncated", "{\"a\": 1, \"b\"", ":1:13: expected ':'"},
+        {"bad_escape", "{\"\\q\": 1}", ":1:3: bad escape"},
         {"lone_surrogate", "{\"\\ud800\": 1}", "unpaired high surrogate"},
-        {"not_object", "[1, 2]", "byte offset 0"},
-        {"not_alphabet", "{\" \": 1}", "U+0020"},
+        {"not_object", "[1, 2]", ":1:1: expected a JSON object"},
+        {"not_alphabet", "{\"a\": 0,\n \" \": 1}", ":2:2: token has character U+0020"},
+        {"dup_token", "{\"a\": 0, \"a\": 1}", ":1:10: duplicate key"},
+        {"fraction_id", "{\"a\": 0.5}", ":1:7: token id is not an integer"},
         {"too_few", "{\"a\": 0, \"b\": 1}", "2 tokens, expected 50257"},
         {"dup_id", "{\"a\": 0, \"b\": 0}", "id 0 appears twice"},
         {"big_id", "{\"a\": 99999}", "out of range"},
-        {"empty", "", "empty file"},
+        {"empty", "", ":1:1: unexpected end of input"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(dir, sizeof dir, "%s/vocab_%s", tmp, bad[i].name);

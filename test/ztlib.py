@@ -76,3 +76,31 @@ def max_rel_diff(a, b):
     if len(a) != len(b) or not a:
         return float("inf")
     return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+
+
+PYENV = os.environ.get("ZEROTRAIN_PYENV") or os.path.expanduser("~/.cache/zerotrain/pyenv")
+
+
+def use_pypi_env(*modules):
+    """Makes MODULES importable: re-runs this script under the virtual environment that
+    scripts/install-deps.sh fills from PyPI (transformers, tokenizers, safetensors, tiktoken; it sees
+    Debian's torch and numpy too). A FAIL line naming the script to run when it is missing."""
+    try:
+        for m in modules:
+            __import__(m)
+        return
+    except ImportError as e:
+        missing = e.name
+    py = os.path.join(PYENV, "bin", "python")
+    if os.path.exists(py) and os.path.realpath(sys.prefix) != os.path.realpath(PYENV):
+        os.execv(py, [py] + sys.argv)
+    check(False, "pypi_env", f"Python module {missing} missing (run scripts/install-deps.sh, which installs it into {PYENV})")
+    finish()
+
+
+def read_shard(path):
+    """The uint16 tokens of an llm.c token shard (256 int32 header, then the tokens)."""
+    import numpy as np
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype="<i4")
+        return np.frombuffer(f.read(), dtype="<u2")[: header[2]].astype(np.int64)

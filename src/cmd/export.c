@@ -13,6 +13,7 @@
 #include "io/checkpoint.h"
 #include "cmd/commands.h"
 #include "io/hf.h"
+#include "cmd/sample.h"
 
 static zt_checkpoint_reader *open_checkpoint(const char *path, zt_err *err) {
     char sd[4096];
@@ -83,18 +84,20 @@ static int export_hdf5(zt_checkpoint_reader *r, const char *out, int f16, zt_err
 }
 
 static void export_usage(void) {
-    fprintf(stderr, "usage: zerotrain export CHECKPOINT -o DIR [--format safetensors|hdf5] [--dtype fp32|bf16|fp16]\n"
-                    "  CHECKPOINT is a checkpoint directory (its latest step) or a step directory\n");
+    fprintf(stderr, "usage: zerotrain export CHECKPOINT -o DIR [--format safetensors|hdf5] [--dtype fp32|bf16|fp16] [--vocab DIR]\n"
+                    "  CHECKPOINT is a checkpoint directory (its latest step) or a step directory;\n"
+                    "  --vocab: the GPT-2 vocabulary written beside the weights (default: $ZEROTRAIN_VOCAB or data/gpt2)\n");
 }
 
 int zt_cmd_export(int argc, char **argv) {
-    const char *ckpt = NULL, *out = NULL, *format = "safetensors", *dtype = "fp32";
+    const char *ckpt = NULL, *out = NULL, *format = "safetensors", *dtype = "fp32", *vocab = NULL;
     zt_err err = {{0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && i + 1 < argc) out = argv[++i];
         else if (!strcmp(a, "--format") && i + 1 < argc) format = argv[++i];
         else if (!strcmp(a, "--dtype") && i + 1 < argc) dtype = argv[++i];
+        else if (!strcmp(a, "--vocab") && i + 1 < argc) vocab = argv[++i];
         else if (a[0] != '-' && !ckpt) ckpt = a;
         else { export_usage(); zt_fail(&err, "export: unexpected argument '%s'", a); zt_print_error(&err); return 2; }
     }
@@ -119,6 +122,10 @@ int zt_cmd_export(int argc, char **argv) {
         zt_err herr = {{0}};
         rc = zt_hf_save(out, zt_checkpoint_reader_table(r), &m->shape, read_master, &c, st_dtype, &herr);
         if (rc && !err.msg[0]) err = herr; /* a read failure's own message is the better one */
+        zt_err why_not = {{0}};
+        int tok = rc ? 0 : zt_hf_save_tokenizer(out, vocab ? vocab : zt_default_vocab_dir(), &m->shape, &why_not, &err);
+        if (tok < 0) rc = -1;
+        if (tok > 0) fprintf(stderr, "zerotrain: warning: %s: tokenizer not written (the weights are): %s\n", out, why_not.msg);
     }
     if (rc) zt_print_error(&err);
     else

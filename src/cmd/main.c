@@ -15,7 +15,7 @@ static void usage(FILE *f) {
             "  eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE]\n"
             "  run -n N [--hostfile FILE] CONFIG [--set KEY=VALUE]...   start mpirun/srun for train\n"
             "  estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB]   memory per rank per ZeRO stage\n"
-            "  export CHECKPOINT -o DIR [--format safetensors|hdf5] [--dtype fp32|bf16|fp16]\n"
+            "  export CHECKPOINT -o DIR [--format safetensors|hdf5] [--dtype fp32|bf16|fp16] [--vocab DIR]\n"
             "  info CHECKPOINT                     step, world size, stage, sizes, config, integrity\n"
             "  selftest [--device cuda]            GPU ops against the CPU backend\n");
 }

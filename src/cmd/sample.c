@@ -107,6 +107,7 @@ int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_
         int id = pick(logits, V, o, &rng);
         ctx[n++] = id;
         zt_ids_push(out, id);
+        if (o->on_token) o->on_token(o->ctx, id);
     }
     free(logits);
     free(window);
@@ -118,7 +119,7 @@ int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_
 void zt_sample_print(zt_session *s, int n_tokens, uint64_t seed) {
     zt_err err = {{0}};
     zt_tokenizer *tok = zt_tokenizer_load(zt_default_vocab_dir(), &err);
-    zt_sample_opts o = {n_tokens, 1.0f, 40, seed};
+    zt_sample_opts o = {n_tokens, 1.0f, 40, seed, NULL, NULL};
     int eot = ZT_TOKEN_EOT < s->shape.vocab_size ? ZT_TOKEN_EOT : 0;
     zt_ids ids = {0};
     if (zt_generate(s, &eot, 1, &o, &ids, &err) == 0 && zt_log_rank() == 0) {
@@ -244,7 +245,13 @@ int zt_cmd_eval(int argc, char **argv) {
     zt_dataset d;
     int rc = model_from_dir(model, &cfg, &weights, (int)T, &err);
     if (!rc) rc = zt_dataset_open(&d, data, (int)T, cfg.vocab_size, 0, &err);
-    if (rc) { zt_print_error(&err); comm->destroy(comm); return 1; }
+    unsigned long long need = (unsigned long long)nb * (unsigned long long)B * (unsigned long long)T + 1;
+    if (!rc && d.n_tokens < need) { /* reading on would wrap around and join the last token to the first */
+        rc = zt_fail(&err, "%s: %zu tokens, but --batches %ld x --batch-size %ld x --seq-len %ld needs %llu (B*T*N+1); "
+                           "use fewer batches", data, d.n_tokens, nb, B, T, need);
+        zt_dataset_close(&d);
+    }
+    if (rc) { zt_print_error(&err); free(weights); comm->destroy(comm); return 1; }
     rc = zt_session_open(&s, &cfg, comm, weights, (int)B, (int)T, &err);
     free(weights);
     if (rc) { zt_print_error(&err); zt_dataset_close(&d); comm->destroy(comm); return 1; }
@@ -288,6 +295,61 @@ int zt_cmd_eval(int argc, char **argv) {
     zt_dataset_close(&d);
     comm->destroy(comm);
     return rc;
+}
+
+/* ---------------------------------------------------------------- streamed output */
+
+/* Length of the longest prefix of S[0..N) that does not end inside a UTF-8 character still being
+ * completed: a token may hold only the first bytes of a character whose rest comes with the next
+ * token. Bytes that can never form a character are passed on as they are. */
+static size_t complete_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t need = c < 0x80 ? 1 : (c >= 0xC2 && c < 0xE0) ? 2 : (c >= 0xE0 && c < 0xF0) ? 3 : (c >= 0xF0 && c < 0xF5) ? 4 : 1;
+        size_t k = 1;
+        while (k < need && i + k < n && (s[i + k] & 0xC0) == 0x80) k++;
+        if (k < need && i + k == n) return i; /* the character's remaining bytes may still come */
+        i += k;
+    }
+    return n;
+}
+
+/* Prints generated ids (or their text) to stdout as they arrive, flushing each time. */
+typedef struct text_stream {
+    const zt_tokenizer *tok;
+    int print_ids, enabled, count;
+    unsigned char held[4]; /* the first bytes of an unfinished character */
+    size_t n_held;
+} text_stream;
+
+static void stream_token(void *ctx, int id) {
+    text_stream *st = ctx;
+    if (!st->enabled) return;
+    if (st->print_ids) {
+        printf(st->count++ ? " %d" : "%d", id);
+        fflush(stdout);
+        return;
+    }
+    size_t len;
+    const char *bytes = zt_tokenizer_token_bytes(st->tok, id, &len);
+    unsigned char *buf = zt_xmalloc(st->n_held + len + 1);
+    memcpy(buf, st->held, st->n_held);
+    if (len) memcpy(buf + st->n_held, bytes, len);
+    size_t n = st->n_held + len, k = complete_prefix(buf, n);
+    fwrite(buf, 1, k, stdout);
+    fflush(stdout);
+    st->n_held = n - k; /* at most 3 bytes */
+    memcpy(st->held, buf + k, st->n_held);
+    free(buf);
+}
+
+static void stream_end(text_stream *st) {
+    if (!st->enabled) return;
+    fwrite(st->held, 1, st->n_held, stdout);
+    st->n_held = 0;
+    putchar('\n');
+    fflush(stdout);
 }
 
 int zt_cmd_sample(int argc, char **argv) {
@@ -336,15 +398,15 @@ int zt_cmd_sample(int argc, char **argv) {
     zt_ids ids = {0}, out = {0};
     if (prompt) zt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &err);
     if (ids.n == 0) zt_ids_push(&ids, ZT_TOKEN_EOT);
-    zt_sample_opts o = {(int)max_tokens, (float)temperature, (int)top_k, (uint64_t)seed};
-    rc = zt_generate(&s, ids.data, (int)ids.n, &o, &out, &err);
-    if (!rc && comm->rank == 0 && print_ids) {
-        for (size_t i = 0; i < out.n; i++) printf("%d%c", out.data[i], i + 1 < out.n ? ' ' : '\n');
-    } else if (!rc && comm->rank == 0) {
-        char *text = zt_tokenizer_decode_alloc(tok, out.data, out.n, NULL);
-        printf("%s%s\n", prompt ? prompt : "", text);
-        free(text);
+    text_stream st = {.tok = tok, .print_ids = print_ids, .enabled = comm->rank == 0};
+    if (st.enabled && !print_ids && prompt) {
+        fputs(prompt, stdout);
+        fflush(stdout);
     }
+    zt_sample_opts o = {(int)max_tokens, (float)temperature, (int)top_k, (uint64_t)seed, stream_token, &st};
+    rc = zt_generate(&s, ids.data, (int)ids.n, &o, &out, &err);
+    if (!rc) stream_end(&st);
+    else if (comm->rank == 0) zt_print_error(&err);
     zt_ids_free(&ids);
     zt_ids_free(&out);
     zt_session_close(&s);

@@ -1,5 +1,6 @@
 /* sample.h — text generation from a session's model (temperature, top-k, seeded), the
- * `zerotrain sample` and `zerotrain eval` commands, and finding the bundled vocabulary. */
+ * `zerotrain sample` command (which prints the text token by token as it is generated) and
+ * `zerotrain eval`, and finding the bundled vocabulary. */
 #ifndef ZT_SAMPLE_H
 #define ZT_SAMPLE_H
 
@@ -12,6 +13,8 @@ typedef struct zt_sample_opts {
     float temperature; /* 0 = greedy */
     int top_k;         /* 0 = whole vocabulary; 1 = greedy */
     uint64_t seed;
+    void (*on_token)(void *ctx, int id); /* called with each id as soon as it is produced (every rank), or NULL */
+    void *ctx;
 } zt_sample_opts;
 
 /* Appends up to max_tokens generated ids to out, continuing prompt (n_prompt >= 1 ids). Every rank

@@ -1,13 +1,13 @@
-/* hf.h — Hugging Face GPT-2 directories: model.safetensors + config.json, read and written without
- * external libraries, so a zerotrain model loads in transformers.GPT2LMHeadModel.from_pretrained(DIR)
- * as is, and a Hugging Face GPT-2 checkpoint (e.g. the "gpt2" hub directory) loads into zerotrain.
+/* hf.h — Hugging Face GPT-2 directories, read and written without external libraries, so a
+ * zerotrain model loads in transformers (GPT2LMHeadModel / AutoTokenizer / pipeline) as is, and a
+ * Hugging Face GPT-2 (e.g. the "gpt2" hub directory, or any save_pretrained output, sharded or not)
+ * loads into zerotrain.
  *
- * safetensors: an 8-byte little-endian u64 header length N, N bytes of JSON
- *   {"NAME": {"dtype": "F32"|"BF16"|"F16", "shape": [...], "data_offsets": [begin, end]}, ...,
- *    "__metadata__": {...}}
- * then the data buffer; offsets are relative to the buffer start, tensors are row-major and
- * little-endian. Both directions read or write one tensor at a time: memory stays bounded by the
- * largest tensor (plus a fixed conversion chunk), never by the file. */
+ * A directory holds config.json and either model.safetensors or model.safetensors.index.json
+ * ({"metadata": {...}, "weight_map": {"tensor": "shard file", ...}}) with the shards beside it;
+ * an exported one also generation_config.json and the tokenizer: vocab.json, merges.txt,
+ * tokenizer_config.json, special_tokens_map.json. Weights are read and written one tensor at a
+ * time (hf_safetensors.h): memory stays bounded by the largest tensor, never by the files. */
 #ifndef ZT_HF_H
 #define ZT_HF_H
 
@@ -25,9 +25,11 @@
 int zt_hf_read_config(const char *dir, zt_gpt2_shape *shape, zt_err *err);
 
 /* Loads every tensor of TABLE into FLAT (table.total fp32 values) from PATH: a directory (its
- * model.safetensors) or a .safetensors file. Names match with or without the "transformer." prefix;
- * attn.bias / attn.masked_bias buffers are ignored; lm_head.weight, when present, must have wte's
- * shape (the head is tied to wte, its data is not read). Any other tensor in the file is an error
+ * model.safetensors, else its model.safetensors.index.json and the shards it names), a .safetensors
+ * file, or an index .json file. A shard the index names that is missing or truncated, or that
+ * lacks a tensor the index puts in it, is an error naming the shard. Names match with or without
+ * the "transformer." prefix; attn.bias / attn.masked_bias buffers are ignored; lm_head.weight,
+ * when present, must have wte's shape (the head is tied to wte, its data is not read). Any other tensor in the file is an error
  * (it means the config and the weights disagree). F32, BF16 and F16 are converted to fp32.
  * Errors name the file and the tensor. */
 int zt_hf_load(const char *path, const zt_param_table *table, float *flat, zt_err *err);
@@ -36,17 +38,27 @@ int zt_hf_load(const char *path, const zt_param_table *table, float *flat, zt_er
 typedef int (*zt_hf_read_fn)(void *ctx, size_t offset, size_t n, float *out);
 
 /* Writes DIR/model.safetensors (tensors named as GPT2LMHeadModel's state dict, with the
- * "transformer." prefix, no lm_head.weight since it is tied; __metadata__ {"format": "pt"}) and
- * DIR/config.json. DTYPE is "F32", "BF16" or "F16" (round to nearest even). Creates DIR when
+ * "transformer." prefix, no lm_head.weight since it is tied; __metadata__ {"format": "pt"}),
+ * DIR/config.json and DIR/generation_config.json (and removes a model.safetensors.index.json left
+ * by an earlier sharded model there). DTYPE is "F32", "BF16" or "F16" (round to nearest even). Creates DIR when
  * missing. Each file is written to a temporary name, fsync'ed and renamed, so a crash never leaves a
  * half-written model. READ_TENSOR is called once per tensor, in table order. */
 int zt_hf_save(const char *dir, const zt_param_table *table, const zt_gpt2_shape *shape, zt_hf_read_fn read_tensor,
                void *ctx, const char *dtype, zt_err *err);
 
-/* 1 when DIR holds model.safetensors and config.json (regular files), else 0. */
+/* Writes the GPT-2 tokenizer into DIR: VOCAB_DIR's encoder.json and vocab.bpe as vocab.json and
+ * merges.txt (the same files), tokenizer_config.json and special_tokens_map.json as transformers
+ * writes them for gpt2 (model_max_length = n_positions; clean_up_tokenization_spaces false, so that
+ * decoding gives back the exact text). Returns 0 when written; 1 with WHY_NOT set when it cannot be
+ * (no GPT-2 vocabulary in VOCAB_DIR, or a model vocabulary smaller than GPT-2's); -1 with ERR set
+ * on a write error. */
+int zt_hf_save_tokenizer(const char *dir, const char *vocab_dir, const zt_gpt2_shape *shape, zt_err *why_not,
+                         zt_err *err);
+
+/* 1 when DIR holds config.json and model.safetensors or model.safetensors.index.json, else 0. */
 int zt_hf_probe(const char *dir);
 
-/* Loads a Hugging Face GPT-2 (PATH = model.safetensors or its directory) into OUT after checking its
+/* Loads a Hugging Face GPT-2 (PATH = its directory, model.safetensors or the index file) into OUT after checking its
  * config.json against SHAPE. */
 int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,
                     zt_err *err);

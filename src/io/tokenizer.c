@@ -1,6 +1,8 @@
 /* tokenizer.c — see tokenizer.h */
 #include "io/tokenizer.h"
 
+#include "util/json.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -138,157 +140,74 @@ static size_t valid_run_end(const uint8_t *s, size_t pos, size_t len) {
 
 /* ---------------------------------------------------------------- loading */
 
-typedef struct jparse {
-    const char *path;
-    const uint8_t *s;
-    size_t len, pos;
-} jparse;
-
-static int jfail(zt_err *err, const jparse *j, size_t at, const char *what) {
-    return zt_fail(err, "%s: byte offset %zu: %s", j->path, at, what);
-}
-
-static void jskip_ws(jparse *j) {
-    while (j->pos < j->len && (j->s[j->pos] == ' ' || j->s[j->pos] == '\t' || j->s[j->pos] == '\n' || j->s[j->pos] == '\r'))
-        j->pos++;
-}
-
-static int hex4(const uint8_t *p, uint32_t *v) {
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        int c = p[i], d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else return -1;
-        *v = (*v << 4) | (uint32_t)d;
-    }
-    return 0;
-}
-
-/* Parses a JSON string at j->pos (the opening quote) into the byte string it names in GPT-2's
- * alphabet; out must hold len bytes (a token never has more bytes than its JSON text). */
-static int jstring_bytes(jparse *j, const int u2b[324], uint8_t *out, size_t *n_out, zt_err *err) {
-    if (j->pos >= j->len || j->s[j->pos] != '"') return jfail(err, j, j->pos, "expected a string");
-    j->pos++;
-    size_t n = 0;
-    for (;;) {
-        if (j->pos >= j->len) return jfail(err, j, j->pos, "unterminated string");
-        size_t at = j->pos;
-        uint8_t c = j->s[j->pos];
+/* KEY (a token of encoder.json, UTF-8 in GPT-2's byte alphabet) as bytes into OUT (which holds
+ * strlen(KEY) bytes: a token never has more bytes than characters); -1 with *BAD set to the first
+ * character outside the alphabet. */
+static int token_bytes(const char *key, const int u2b[324], uint8_t *out, size_t *n_out, uint32_t *bad) {
+    size_t n = 0, len = strlen(key);
+    for (size_t i = 0; i < len;) {
         uint32_t cp;
-        if (c == '"') { j->pos++; break; }
-        if (c < 0x20) return jfail(err, j, at, "control character in string");
-        if (c == '\\') {
-            if (j->pos + 1 >= j->len) return jfail(err, j, at, "unterminated escape");
-            uint8_t e = j->s[j->pos + 1];
-            j->pos += 2;
-            switch (e) {
-            case '"': cp = '"'; break;
-            case '\\': cp = '\\'; break;
-            case '/': cp = '/'; break;
-            case 'b': cp = 8; break;
-            case 'f': cp = 12; break;
-            case 'n': cp = 10; break;
-            case 'r': cp = 13; break;
-            case 't': cp = 9; break;
-            case 'u':
-                if (j->pos + 4 > j->len || hex4(j->s + j->pos, &cp)) return jfail(err, j, at, "bad \\u escape");
-                j->pos += 4;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) return jfail(err, j, at, "unpaired low surrogate in \\u escape");
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    uint32_t lo;
-                    if (j->pos + 6 > j->len || j->s[j->pos] != '\\' || j->s[j->pos + 1] != 'u' ||
-                        hex4(j->s + j->pos + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-                        return jfail(err, j, at, "unpaired high surrogate in \\u escape");
-                    j->pos += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                break;
-            default: return jfail(err, j, at, "bad escape in string");
-            }
-        } else {
-            size_t k = utf8_valid_len(j->s + j->pos, j->len - j->pos, &cp);
-            if (!k) return jfail(err, j, at, "invalid UTF-8 in string");
-            j->pos += k;
-        }
-        if (cp >= 324 || u2b[cp] < 0) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "token has character U+%04X, which is not in GPT-2's byte alphabet", (unsigned)cp);
-            return jfail(err, j, at, msg);
+        size_t k = utf8_valid_len((const uint8_t *)key + i, len - i, &cp); /* the JSON reader checked the UTF-8 */
+        if (!k || cp >= 324 || u2b[cp] < 0) {
+            *bad = k ? cp : 0xFFFD;
+            return -1;
         }
         out[n++] = (uint8_t)u2b[cp];
+        i += k;
     }
     *n_out = n;
     return 0;
 }
 
 static int load_encoder(zt_tokenizer *t, const char *path, const int u2b[324], zt_err *err) {
-    size_t len;
-    zt_err rerr;
-    char *text = zt_read_file(path, &len, &rerr);
-    if (!text) return zt_fail(err, "%s", rerr.msg);
-    jparse j = {path, (const uint8_t *)text, len, 0};
-    uint8_t *key = zt_xmalloc(len + 1);
+    zt_json root;
+    if (zt_json_read_file(path, &root, err)) return -1;
     uint32_t *klen = zt_xcalloc(ZT_GPT2_VOCAB_SIZE, sizeof *klen);
     uint32_t *kpos = zt_xcalloc(ZT_GPT2_VOCAB_SIZE, sizeof *kpos);
-    uint8_t *all = zt_xmalloc(len + 1); /* token bytes in file order */
-    size_t all_n = 0, count = 0;
+    size_t all_cap = 16;
+    for (int i = 0; root.type == ZT_JSON_OBJECT && i < root.n; i++) all_cap += strlen(root.keys[i]);
+    uint8_t *all = zt_xmalloc(all_cap); /* token bytes in file order */
+    size_t all_n = 0;
     int rc = -1;
-    char msg[160];
-
-    jskip_ws(&j);
-    if (j.pos >= j.len) { jfail(err, &j, j.pos, len ? "expected '{'" : "empty file"); goto done; }
-    if (j.s[j.pos] != '{') { jfail(err, &j, j.pos, "expected '{' (a JSON object of token -> id)"); goto done; }
-    j.pos++;
-    jskip_ws(&j);
-    if (j.pos < j.len && j.s[j.pos] == '}') { j.pos++; goto end_object; }
-    for (;;) {
-        jskip_ws(&j);
-        size_t key_at = j.pos, kn = 0;
-        if (jstring_bytes(&j, u2b, key, &kn, err)) goto done;
-        if (kn == 0) { jfail(err, &j, key_at, "empty token"); goto done; }
-        jskip_ws(&j);
-        if (j.pos >= j.len || j.s[j.pos] != ':') { jfail(err, &j, j.pos, "expected ':'"); goto done; }
-        j.pos++;
-        jskip_ws(&j);
-        size_t num_at = j.pos;
-        long v = 0;
-        if (j.pos >= j.len || j.s[j.pos] < '0' || j.s[j.pos] > '9') { jfail(err, &j, num_at, "expected a token id (a non-negative integer)"); goto done; }
-        while (j.pos < j.len && j.s[j.pos] >= '0' && j.s[j.pos] <= '9') {
-            v = v * 10 + (j.s[j.pos++] - '0');
-            if (v >= ZT_GPT2_VOCAB_SIZE) break;
-        }
-        if (v >= ZT_GPT2_VOCAB_SIZE) {
-            snprintf(msg, sizeof msg, "token id out of range (ids are 0..%d)", ZT_GPT2_VOCAB_SIZE - 1);
-            jfail(err, &j, num_at, msg);
-            goto done;
-        }
-        if (j.pos < j.len && (j.s[j.pos] == '.' || j.s[j.pos] == 'e' || j.s[j.pos] == 'E')) { jfail(err, &j, num_at, "token id is not an integer"); goto done; }
-        if (klen[v]) {
-            snprintf(msg, sizeof msg, "token id %ld appears twice", v);
-            jfail(err, &j, num_at, msg);
-            goto done;
-        }
-        klen[v] = (uint32_t)kn;
-        kpos[v] = (uint32_t)all_n;
-        memcpy(all + all_n, key, kn);
-        all_n += kn;
-        count++;
-        jskip_ws(&j);
-        if (j.pos >= j.len) { jfail(err, &j, j.pos, "unterminated object (expected ',' or '}')"); goto done; }
-        if (j.s[j.pos] == ',') { j.pos++; continue; }
-        if (j.s[j.pos] == '}') { j.pos++; break; }
-        jfail(err, &j, j.pos, "expected ',' or '}'");
+    if (root.type != ZT_JSON_OBJECT) {
+        zt_fail(err, "%s:%d:%d: expected a JSON object of token -> id, got %s", path, root.line, root.col,
+                zt_json_type_name(root.type));
         goto done;
     }
-end_object:
-    jskip_ws(&j);
-    if (j.pos != j.len) { jfail(err, &j, j.pos, "unexpected data after the object"); goto done; }
-    if (count != ZT_GPT2_VOCAB_SIZE) {
+    for (int i = 0; i < root.n; i++) {
+        const zt_json *v = &root.items[i];
+        size_t kn = 0;
+        uint32_t bad;
+        if (!root.keys[i][0]) {
+            zt_fail(err, "%s:%d:%d: empty token", path, v->key_line, v->key_col);
+            goto done;
+        }
+        if (token_bytes(root.keys[i], u2b, all + all_n, &kn, &bad)) {
+            zt_fail(err, "%s:%d:%d: token has character U+%04X, which is not in GPT-2's byte alphabet", path, v->key_line,
+                    v->key_col, (unsigned)bad);
+            goto done;
+        }
+        const char *bad_id = v->type != ZT_JSON_NUMBER ? "expected a token id (a non-negative integer)"
+                             : v->is_uint && v->u < ZT_GPT2_VOCAB_SIZE ? NULL
+                             : !v->is_uint && v->number >= 0 && v->number < ZT_GPT2_VOCAB_SIZE ? "token id is not an integer"
+                                                                                                : "token id out of range";
+        if (bad_id) {
+            zt_fail(err, "%s:%d:%d: %s (ids are integers 0..%d)", path, v->line, v->col, bad_id, ZT_GPT2_VOCAB_SIZE - 1);
+            goto done;
+        }
+        size_t id = (size_t)v->u;
+        if (klen[id]) {
+            zt_fail(err, "%s:%d:%d: token id %zu appears twice", path, v->line, v->col, id);
+            goto done;
+        }
+        klen[id] = (uint32_t)kn;
+        kpos[id] = (uint32_t)all_n;
+        all_n += kn;
+    }
+    if (root.n != ZT_GPT2_VOCAB_SIZE) {
         int missing = 0;
         while (missing < ZT_GPT2_VOCAB_SIZE && klen[missing]) missing++;
-        zt_fail(err, "%s: %zu tokens, expected %d (GPT-2 ids 0..%d; id %d is missing)", path, count, ZT_GPT2_VOCAB_SIZE,
+        zt_fail(err, "%s: %d tokens, expected %d (GPT-2 ids 0..%d; id %d is missing)", path, root.n, ZT_GPT2_VOCAB_SIZE,
                 ZT_GPT2_VOCAB_SIZE - 1, missing);
         goto done;
     }
@@ -324,11 +243,10 @@ end_object:
         }
     rc = 0;
 done:
-    free(key);
     free(klen);
     free(kpos);
     free(all);
-    free(text);
+    zt_json_free(&root);
     return rc;
 }
 

@@ -45,7 +45,7 @@ void zt_ids_push(zt_ids *ids, int id);
 void zt_ids_free(zt_ids *ids);
 
 /* Loads VOCAB_DIR/encoder.json and VOCAB_DIR/vocab.bpe. Missing or malformed files fail with a
- * message naming the file and the byte offset (encoder.json) or line (vocab.bpe). */
+ * message naming the file and the line:column (encoder.json, read by json.h) or line (vocab.bpe). */
 zt_tokenizer *zt_tokenizer_load(const char *vocab_dir, zt_err *err);
 void zt_tokenizer_free(zt_tokenizer *tok);
 

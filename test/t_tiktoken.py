@@ -1,0 +1,94 @@
+"""t_tiktoken.py — `zerotrain tokenize` against OpenAI's tiktoken (from PyPI, pinned by
+scripts/install-deps.sh). tiktoken normally downloads its gpt2 BPE file; there is no network, so
+the encoding is built here from data/gpt2 (encoder.json gives each token's bytes and its rank,
+which for GPT-2 is its id; tiktoken's own gpt2 loader checks that these files are the ones it
+uses, by the sha256 sums in data/gpt2/README.md). Compared: the ids of tiny Shakespeare, of a
+mixed text (many scripts, emoji, whitespace runs, contractions, digits) and of random strings
+drawn from those; and tiktoken's decode of zerotrain's ids gives back the text."""
+import json
+import os
+import random
+import tempfile
+
+import ztlib
+
+ztlib.use_pypi_env("tiktoken")
+
+import tiktoken  # noqa: E402
+
+check = ztlib.check
+VOCAB = os.path.join(ztlib.ROOT, "data", "gpt2")
+tmp = tempfile.mkdtemp(prefix="zt_tiktoken_")
+
+
+def bytes_to_unicode():
+    """GPT-2's byte <-> printable character alphabet."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+byte_of = {c: b for b, c in bytes_to_unicode().items()}
+with open(os.path.join(VOCAB, "encoder.json"), encoding="utf-8") as f:
+    encoder = json.load(f)
+ranks = {bytes(byte_of[c] for c in tok): i for tok, i in encoder.items() if tok != "<|endoftext|>"}
+enc = tiktoken.Encoding(name="gpt2_from_data_gpt2",
+                        pat_str=r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+                        mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+
+def zt_tokenize(name, text):
+    path = os.path.join(tmp, name + ".txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    p = ztlib.run(["tokenize", "--vocab", VOCAB, path, "-o", os.path.join(tmp, name), "--val-fraction", "0"])
+    if p.returncode != 0:
+        return p.stderr[-300:]
+    return ztlib.read_shard(os.path.join(tmp, name + "_train_000000.bin")).tolist()
+
+
+def first_diff(a, b):
+    if isinstance(a, str):
+        return a
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"first difference at {k}: zerotrain {a[k:k + 6]} tiktoken {b[k:k + 6]} (lengths {len(a)} {len(b)})"
+
+
+with open(os.path.join(ztlib.ROOT, "data", "tinyshakespeare.txt"), encoding="utf-8") as f:
+    corpus = f.read()
+zt = zt_tokenize("shakespeare", corpus)
+tk = enc.encode_ordinary(corpus)
+check(zt == tk, "tinyshakespeare_ids_equal_tiktoken", first_diff(zt, tk))
+
+mixed = ("Hello world! It's 2024 — naïve café, 東京タワーへ行きました。 Здравствуйте, мир; مرحبا بالعالم "
+         "नमस्ते दुनिया 🎉🚀👩‍👩‍👧 \u00a0non-breaking\u3000ideographic space\n\n\n   indented\tTAB'd "
+         "we'll they've I'm you're she'd it's DON'T 1234567890 3.14159 x²+y² ½ Ⅻ\r\n\u2028end   ")
+zt = zt_tokenize("mixed", mixed)
+tk = enc.encode_ordinary(mixed)
+check(zt == tk, "mixed_text_ids_equal_tiktoken", first_diff(zt, tk))
+check(not isinstance(zt, str) and enc.decode(zt) == mixed, "tiktoken_decodes_zerotrain_ids", repr(mixed[:40]))
+
+rng = random.Random(16)
+alphabet = list(mixed) + [" ", " ", "  ", "\n", "'s", "'ll", "\t", "0", "7", "é", "ß", "ﬁ", "Ω", "\u200b", "🙂"]
+texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60))) for _ in range(200)]
+paths = []  # one tokenize run over all of them: each file is a document, joined by <|endoftext|>
+for i, t in enumerate(texts):
+    path = os.path.join(tmp, f"r{i}.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(t)
+    paths.append(path)
+p = ztlib.run(["tokenize", "--vocab", VOCAB] + paths + ["-o", os.path.join(tmp, "random"), "--val-fraction", "0"])
+zt = ztlib.read_shard(os.path.join(tmp, "random_train_000000.bin")).tolist() if p.returncode == 0 else p.stderr[-300:]
+tk = []
+for i, t in enumerate(texts):
+    if i:
+        tk.append(50256)  # tokenize joins documents with <|endoftext|>
+    tk += enc.encode_ordinary(t)
+check(zt == tk, "random_mixed_strings_equal_tiktoken", first_diff(zt, tk))
+ztlib.finish()
