@@ -2,8 +2,9 @@
  * directory, named after the tag with '/' and ' ' replaced by '_' (Train/Samples/train_loss ->
  * Train_Samples_train_loss.csv), a header row "step,<last part of the tag>", then one "step,value"
  * row per step, with CRLF line ends as Python's csv module (which DeepSpeed uses) writes them.
- * Unlike DeepSpeed, a restarted run does not append a second header or repeat rows: at open, every
- * CSV file of the directory keeps its header and only the rows up to the resume point. */
+ * Unlike DeepSpeed, a restarted run does not append a second header or repeat rows: at open, each
+ * of our CSV files in the directory (Train_Samples_*.csv with a "step," header; nothing else is
+ * touched) keeps its header and only the rows up to the resume point. */
 #include "monitor.h"
 
 #include <dirent.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #define MAX_TAGS 64
+#define TAG_PREFIX "Train_Samples_" /* the file names of monitor.c's tags */
 
 struct zt_csv_writer {
     char *dir;
@@ -22,10 +24,17 @@ struct zt_csv_writer {
     int failed;
 };
 
-/* Keeps the header and the rows whose step is <= keep_upto; rewritten through a temporary file. */
+/* Keeps the header and the rows whose step is <= keep_upto; rewritten through a temporary file.
+ * A file whose first line is not a "step,..." header is not ours and is left alone. */
 static int trim_file(const char *path, long keep_upto, zt_err *err) {
     FILE *in = fopen(path, "r");
     if (!in) return zt_fail(err, "%s: cannot read: %s", path, strerror(errno));
+    char line[512];
+    if (!fgets(line, sizeof line, in) || strncmp(line, "step,", 5)) {
+        fclose(in);
+        return 0;
+    }
+    rewind(in);
     size_t cap = strlen(path) + 8;
     char *tmp = zt_xmalloc(cap);
     snprintf(tmp, cap, "%s.tmp", path);
@@ -36,7 +45,6 @@ static int trim_file(const char *path, long keep_upto, zt_err *err) {
         free(tmp);
         return rc;
     }
-    char line[512];
     int first = 1;
     while (fgets(line, sizeof line, in)) {
         char *end;
@@ -61,7 +69,7 @@ zt_csv_writer *zt_csv_open(const char *dir, long keep_upto, zt_err *err) {
     int rc = 0;
     for (struct dirent *e; rc == 0 && (e = readdir(d));) {
         size_t n = strlen(e->d_name);
-        if (n <= 4 || strcmp(e->d_name + n - 4, ".csv")) continue;
+        if (n <= 4 || strcmp(e->d_name + n - 4, ".csv") || strncmp(e->d_name, TAG_PREFIX, strlen(TAG_PREFIX))) continue;
         char *path = zt_xmalloc(strlen(dir) + n + 2);
         sprintf(path, "%s/%s", dir, e->d_name);
         rc = trim_file(path, keep_upto, err);
@@ -96,8 +104,9 @@ static FILE *file_of(zt_csv_writer *w, const char *tag) {
     return f;
 }
 
-/* Python's repr of a float: the shortest text that reads back as the same double */
-static void shortest(double v, char *buf, size_t cap) {
+/* Python's repr of a float (what DeepSpeed's rows hold): the shortest text that reads back as the
+ * same double; integral values below 1e16 as "N.0" */
+static void python_float(double v, char *buf, size_t cap) {
     if (!isfinite(v)) {
         snprintf(buf, cap, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
         return;
@@ -106,6 +115,7 @@ static void shortest(double v, char *buf, size_t cap) {
         snprintf(buf, cap, "%.*g", p, v);
         if (strtod(buf, NULL) == v) break;
     }
+    if (v == floor(v) && fabs(v) < 1e16) snprintf(buf, cap, "%.1f", v); /* 2e6 -> 2000000.0 as Python */
 }
 
 int zt_csv_write(zt_csv_writer *w, long step, const zt_scalar *v, int n) {
@@ -114,7 +124,7 @@ int zt_csv_write(zt_csv_writer *w, long step, const zt_scalar *v, int n) {
         FILE *f = file_of(w, v[i].tag);
         if (!f) return -1;
         char num[48];
-        shortest(v[i].value, num, sizeof num);
+        python_float(v[i].value, num, sizeof num);
         fprintf(f, "%ld,%s\r\n", step, num);
     }
     for (int i = 0; i < w->n; i++)

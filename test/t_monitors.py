@@ -222,6 +222,10 @@ with tempfile.TemporaryDirectory() as tmp:
                   f"csv_monitor={{enabled: true, output_path: {tmp}/tb}}")
     p1 = ztlib.run(["train", CFG] + common + sets("checkpoint.save_interval=2", f"metrics_file={tmp}/m1.jsonl"))
     time.sleep(1.1)  # a new event file name (unix seconds in it)
+    user_csv = os.path.join(tmp, "tb", "DeepSpeedJobName", "user.csv")  # not ours: left alone on resume
+    if os.path.isdir(os.path.dirname(user_csv)):
+        with open(user_csv, "w") as f:
+            f.write("step,x\n999,1\n")
     # resume from step 2 with another learning rate: steps 3-4 differ from the first run's
     p2 = ztlib.run(["train", CFG] + common + sets(f"checkpoint.resume={tmp}/ck/step_00000002",
                                                   "optimizer.params.lr=1e-2", f"metrics_file={tmp}/m2.jsonl"))
@@ -239,6 +243,7 @@ with tempfile.TemporaryDirectory() as tmp:
         ztlib.check(table[0] == ["step", "train_loss"] and [int(r[0]) for r in table[1:]] == [8, 16, 24, 32] and
                     all(close(float(r[1]), w, 1e-8) for r, (_, w) in zip(table[1:], want)),
                     "csv_resume_one_header_steps_replaced", f"{table}")
+        ztlib.check(open(user_csv).read() == "step,x\n999,1\n", "csv_resume_leaves_other_files_alone", "")
 
 # ---------------------------------------------------------------------------------------------
 # 4. SIGKILL mid-run: the event file still reads, the CSV rows parse, the trace still opens
