@@ -253,8 +253,7 @@ static const keydef top_keys[] = {
     ENUM_("device", device, devices),
     /* accepted and ignored, with a note */
     NOTE("prescale_gradients"), NOTE("gradient_predivide_factor"), NOTE("zero_allow_untested_optimizer"),
-    NOTE("communication_data_type"), NOTE("dump_state"), NOTE("flops_profiler"),
-    NOTE("comms_logger"),
+    NOTE("communication_data_type"), NOTE("dump_state"), NOTE("flops_profiler"), NOTE("comms_logger"),
     /* DeepSpeed features zerotrain does not implement */
     DSKEY("amp"), DSKEYH("bfloat16", " (use bf16)"), DSKEY("sparse_attention"), DSKEY("pipeline"),
     DSKEY("data_efficiency"), DSKEY("curriculum_learning"), DSKEY("compression_training"), DSKEY("autotuning"),
