@@ -15,6 +15,7 @@
 #include "engine/schedule.h"
 #include "engine/session.h"
 #include "comm/watchdog.h"
+#include "io/monitor.h"
 
 typedef struct trainer {
     zt_config cfg;
@@ -23,6 +24,7 @@ typedef struct trainer {
     zt_dataset train, val;
     int has_val;
     FILE *metrics;
+    zt_monitor *monitor;   /* tensorboard / csv_monitor (rank 0; NULL when off) */
     int *inputs, *targets; /* host micro-batch [B*T] */
     long start_step;       /* 0, or the step a resumed run continues after */
     long samples_at_start; /* training-stream samples consumed before start_step */
@@ -250,6 +252,16 @@ static int run(trainer *t) {
             fflush(t->metrics);
         }
         free(bytes_per_rank);
+        if (t->monitor) {
+            int bd = cfg->wall_clock_breakdown;
+            zt_step_metrics sm = {
+                .samples = t->samples_at_start + (step + 1 - t->start_step) * global_batch, .loss = loss, .lr = lr,
+                .grad_norm = norm, .val_loss = val_loss, .loss_scale = cfg->fp16_enabled ? scale_used : NAN,
+                .step_ms = dt * 1e3, .tokens_per_s = tokens_per_step / dt, .comm_ms = t->s.engine.comm_seconds * 1e3,
+                .forward_ms = bd ? t_fwd * 1e3 : NAN, .backward_ms = bd ? t_bwd * 1e3 : NAN,
+                .optimizer_ms = bd ? t_opt * 1e3 : NAN, .mem = &t->s.engine.mem};
+            zt_monitor_step(t->monitor, &sm);
+        }
         if (cfg->sample_interval > 0 && ((step + 1) % cfg->sample_interval == 0) && !last)
             zt_sample_print(&t->s, cfg->sample_tokens, cfg->seed + (uint64_t)step);
 
@@ -343,6 +355,10 @@ int zt_cmd_train(int argc, char **argv) {
         t.metrics = fopen(t.cfg.metrics_file, t.start_step > 0 ? "a" : "w");
         rc = t.metrics ? 0 : zt_fail(&err, "%s: cannot open metrics_file for writing", t.cfg.metrics_file);
     }
+    if (rc == 0 && t.comm->rank == 0) {
+        t.monitor = zt_monitor_open(&t.cfg, t.samples_at_start, &err);
+        if (!t.monitor && (t.cfg.tensorboard.enabled || t.cfg.csv_monitor.enabled)) rc = -1;
+    }
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     install_stop_handlers();
     size_t n = (size_t)t.cfg.train_micro_batch_size_per_gpu * t.cfg.seq_len;
@@ -353,6 +369,7 @@ int zt_cmd_train(int argc, char **argv) {
     free(t.inputs);
     free(t.targets);
     if (t.metrics) fclose(t.metrics);
+    zt_monitor_close(t.monitor);
     zt_dataset_close(&t.train);
     zt_dataset_close(&t.val);
     zt_config_free(&t.cfg);
@@ -360,6 +377,7 @@ int zt_cmd_train(int argc, char **argv) {
     return rc;
 done_fail:
     if (t.metrics) fclose(t.metrics);
+    zt_monitor_close(t.monitor);
     t.comm->destroy(t.comm);
     return 1;
 }

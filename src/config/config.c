@@ -54,6 +54,7 @@ enum {
     T_RESUME,         /* auto | never | PATH */
     T_OFFLOAD_DEV,    /* offload_optimizer.device: none | cpu (nvme: not supported) */
     T_OFFLOAD_PARAM,  /* offload_param.device: none only */
+    T_WANDB_ENABLED,  /* wandb.enabled: true gets a note (no network here) */
 };
 
 typedef struct enumval {
@@ -89,6 +90,7 @@ typedef struct keydef {
 #define BOOL_IGN(n) {n, K_BOOL, NOF, 0, 0, 0, T_NONE, NULL, NULL, NULL}
 #define BOOL_FALSE(n) {n, K_BOOL, NOF, 0, 0, 0, T_MUST_FALSE, NULL, NULL, NULL}
 #define STR(n, f) {n, K_STR, F(f), 0, 0, 0, T_NONE, NULL, NULL, NULL}
+#define STR_IGN(n) {n, K_STR, NOF, 0, 0, 0, T_NONE, NULL, NULL, NULL}
 #define ENUM_(n, f, e) {n, K_ENUM, F(f), 0, 0, 0, T_NONE, NULL, e, NULL}
 #define SPECIAL(n, t) {n, K_SPECIAL, NOF, 0, 0, 0, t, NULL, NULL, NULL}
 #define NOTE(n) {n, K_NOTE, NOF, 0, 0, 0, T_NONE, NULL, NULL, NULL}
@@ -210,6 +212,17 @@ static const keydef ckpt_keys[] = {
     SPECIAL("resume", T_RESUME), DSKEY("tag_validation"), DSKEY("load_universal"), DSKEY("use_node_local_storage"),
     DSKEY("parallel_write"), END};
 
+/* DeepSpeed's monitor sections (monitor.c writes them) */
+static const keydef tensorboard_keys[] = {
+    BOOL_("enabled", tensorboard.enabled), STR("output_path", tensorboard.output_path),
+    STR("job_name", tensorboard.job_name), END};
+static const keydef csv_monitor_keys[] = {
+    BOOL_("enabled", csv_monitor.enabled), STR("output_path", csv_monitor.output_path),
+    STR("job_name", csv_monitor.job_name), END};
+static const keydef wandb_keys[] = {
+    {"enabled", K_BOOL, NOF, 0, 0, 0, T_WANDB_ENABLED, NULL, NULL, NULL}, STR_IGN("group"), STR_IGN("team"),
+    STR_IGN("project"), END};
+
 static const keydef top_keys[] = {
     SEC("model", model_keys, T_NONE),
     SEC("data", data_keys, T_NONE),
@@ -233,13 +246,15 @@ static const keydef top_keys[] = {
     STR("metrics_file", metrics_file),
     BOOL_("wall_clock_breakdown", wall_clock_breakdown),
     STR("trace", trace_file),
+    SEC("tensorboard", tensorboard_keys, T_NONE),
+    SEC("csv_monitor", csv_monitor_keys, T_NONE),
+    SEC("wandb", wandb_keys, T_NONE),
     {"seed", K_U64, F(seed), 0, INF, 0, T_NONE, NULL, NULL, NULL},
     ENUM_("device", device, devices),
     DBL("comm_timeout", comm_timeout, 0, INF),
     /* accepted and ignored, with a note */
     NOTE("prescale_gradients"), NOTE("gradient_predivide_factor"), NOTE("zero_allow_untested_optimizer"),
-    NOTE("communication_data_type"), NOTE("dump_state"), NOTE("flops_profiler"), NOTE("tensorboard"),
-    NOTE("wandb"), NOTE("csv_monitor"), NOTE("comms_logger"),
+    NOTE("communication_data_type"), NOTE("dump_state"), NOTE("flops_profiler"), NOTE("comms_logger"),
     /* DeepSpeed features zerotrain does not implement */
     DSKEY("amp"), DSKEYH("bfloat16", " (use bf16)"), DSKEY("sparse_attention"), DSKEY("pipeline"),
     DSKEY("data_efficiency"), DSKEY("curriculum_learning"), DSKEY("compression_training"), DSKEY("autotuning"),
@@ -856,17 +871,22 @@ static int apply_key(loader *L, const keydef *d, const char *path, const yaml_do
             return fail_at(L, v, path, "true is not supported by zerotrain (only false)");
         if (d->tag == T_ADAM_W_MODE) L->adam_w_mode = b;
         if (d->tag == T_ACT_ENABLED) L->act_enabled_given = 1;
+        if (d->tag == T_WANDB_ENABLED && b) {
+            char w[512];
+            where_of(L, v, NULL, w, sizeof w);
+            zt_info("%s: note: wandb is not supported (no network for it here); use tensorboard or csv_monitor", w);
+        }
         if (d->off != NOF) *(int *)field(cfg, d) = b;
         return 0;
     }
     case K_STR: {
         if (s.cls == C_NULL) {
-            set_str((char **)field(cfg, d), NULL);
+            if (d->off != NOF) set_str((char **)field(cfg, d), NULL);
             return 0;
         }
         const char *t;
         if (get_text(L, path, v, "a string", &t)) return -1;
-        set_str((char **)field(cfg, d), t);
+        if (d->off != NOF) set_str((char **)field(cfg, d), t);
         return 0;
     }
     case K_ENUM: {
@@ -1264,6 +1284,14 @@ static char *effective_text(const zt_config *c) {
     put_str(&b, c->metrics_file);
     sb_printf(&b, "\nwall_clock_breakdown: %s\ntrace: ", tf(c->wall_clock_breakdown));
     put_str(&b, c->trace_file);
+    const zt_monitor_config *mons[] = {&c->tensorboard, &c->csv_monitor};
+    const char *mon_names[] = {"tensorboard", "csv_monitor"};
+    for (int i = 0; i < 2; i++) {
+        sb_printf(&b, "\n%s:\n  enabled: %s\n  output_path: ", mon_names[i], tf(mons[i]->enabled));
+        put_str(&b, mons[i]->output_path);
+        sb_printf(&b, "\n  job_name: ");
+        put_str(&b, mons[i]->job_name);
+    }
     sb_printf(&b, "\nseed: %llu\ndevice: %s\n", c->seed, enum_name(devices, c->device));
     sb_printf(&b, "comm_timeout: "); put_double(&b, c->comm_timeout); sb_printf(&b, "\n");
     return b.p;
@@ -1330,6 +1358,8 @@ void zt_config_defaults(zt_config *c) {
     c->seed = 1337;
     c->device = ZT_DEVICE_AUTO;
     c->comm_timeout = 600; /* ZT_COMM_TIMEOUT_DEFAULT */
+    c->tensorboard.job_name = zt_xstrdup("DeepSpeedJobName");
+    c->csv_monitor.job_name = zt_xstrdup("DeepSpeedJobName");
 }
 
 int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int n_overrides, zt_err *err) {
@@ -1406,7 +1436,8 @@ int zt_config_check_batch(zt_config *c, int world_size, zt_err *err) {
 void zt_config_free(zt_config *c) {
     char **strs[] = {&c->source_path, &c->effective_text, &c->init_from,    &c->train_glob,
                      &c->val_glob,    &c->optimizer_type, &c->checkpoint_dir, &c->resume_path,
-                     &c->metrics_file, &c->trace_file};
+                     &c->metrics_file, &c->trace_file, &c->tensorboard.output_path, &c->tensorboard.job_name,
+                     &c->csv_monitor.output_path, &c->csv_monitor.job_name};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         free(*strs[i]);
         *strs[i] = NULL;

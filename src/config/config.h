@@ -11,6 +11,13 @@ enum { ZT_DEVICE_AUTO = 0, ZT_DEVICE_CPU, ZT_DEVICE_CUDA };
 enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU };
 enum { ZT_RESUME_AUTO = 0, ZT_RESUME_NEVER, ZT_RESUME_PATH };
 
+/* a DeepSpeed monitor section (tensorboard, csv_monitor): rank 0 writes into output_path/job_name/ */
+typedef struct zt_monitor_config {
+    int enabled;
+    char *output_path; /* NULL = the current directory (DeepSpeed's "") */
+    char *job_name;    /* NULL = straight into output_path; default DeepSpeedJobName */
+} zt_monitor_config;
+
 typedef struct zt_config {
     char *source_path;   /* the file the config was read from */
     char *effective_text; /* the effective config as YAML (for the start banner and checkpoints) */
@@ -81,6 +88,7 @@ typedef struct zt_config {
     char *metrics_file;
     int wall_clock_breakdown;
     char *trace_file;
+    zt_monitor_config tensorboard, csv_monitor;
 
     unsigned long long seed;
     int device;                /* ZT_DEVICE_* */

@@ -1,22 +1,68 @@
-/* trace.c — see trace.h. Events are written as they arrive (stdio-buffered), one per line, so a
- * run that dies still leaves a readable prefix (Perfetto accepts a missing closing bracket). */
+/* trace.c — see trace.h.
+ *
+ * Robust to a killed run: every event is formatted whole into a local buffer and handed to the
+ * kernel with one write(2) under the lock, so the file only ever ends after a complete event
+ * (",\n{...}"). The Trace Event Format's array form allows the closing "]" to be missing, and
+ * Perfetto and chrome://tracing read such a file as it is; a JSON parser reads it after appending
+ * "]". Only complete ("X") and counter ("C") events are written, never begin/end pairs, so no
+ * event is left open either.
+ *
+ * One time base for every rank: "ts" is microseconds since the Unix epoch. Event times come from
+ * zt_now() (monotonic, immune to clock steps during the run); each rank converts them with the
+ * offset between CLOCK_REALTIME and CLOCK_MONOTONIC taken when it opens its trace. Ranks on one
+ * machine then agree to within microseconds, ranks on several machines as well as their clocks
+ * do (NTP), and the per-rank files can simply be concatenated into one trace. */
 #include "io/trace.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct zt_trace {
-    FILE *f;
+    int fd;
     char *path;
     int rank;
-    double t0; /* zt_now() at open: trace time 0 */
+    double to_unix; /* zt_unix_time() - zt_now() at open: adds to a zt_now() time to give Unix time */
+    int write_failed;
     pthread_mutex_t mu;
 };
 
 static const char *const lane_names[] = {NULL, "main / device", "host adam", "D2H (gradients down)", "comm",
                                               "H2D (parameters up)"};
+
+/* Appends one formatted event to the file in a single write (caller holds the lock or is alone). */
+static void emit(zt_trace *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void emit(zt_trace *t, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof buf) { t->write_failed = 1; return; } /* names are short constants */
+    for (size_t done = 0; done < (size_t)n;) {
+        ssize_t k = write(t->fd, buf + done, (size_t)n - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { t->write_failed = 1; return; }
+        done += (size_t)k;
+    }
+}
+
+static double ts_us(const zt_trace *t, double now) { return (now + t->to_unix) * 1e6; }
+
+/* the directory part of path ("" when none), then mkdir -p of it */
+static int make_parent_dir(const char *path, zt_err *err) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return 0;
+    char *dir = zt_xstrdup(path);
+    dir[slash - path] = '\0';
+    int rc = zt_mkdir_p(dir, err);
+    free(dir);
+    return rc;
+}
 
 zt_trace *zt_trace_open(const char *path, int rank, zt_err *err) {
     size_t n = strlen(path);
@@ -24,45 +70,51 @@ zt_trace *zt_trace_open(const char *path, int rank, zt_err *err) {
     char *full = zt_xmalloc(cap);
     if (n > 5 && !strcmp(path + n - 5, ".json")) snprintf(full, cap, "%.*s.rank%d.json", (int)(n - 5), path, rank);
     else snprintf(full, cap, "%s.rank%d.json", path, rank);
-    FILE *f = fopen(full, "w");
-    if (!f) {
+    if (make_parent_dir(full, err)) {
+        free(full);
+        return NULL;
+    }
+    int fd = open(full, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
         zt_fail(err, "%s: cannot open trace file for writing: %s", full, strerror(errno));
         free(full);
         return NULL;
     }
     zt_trace *t = zt_xcalloc(1, sizeof *t);
-    t->f = f;
+    t->fd = fd;
     t->path = full;
     t->rank = rank;
-    t->t0 = zt_now();
+    t->to_unix = zt_unix_time() - zt_now();
     pthread_mutex_init(&t->mu, NULL);
-    fprintf(f, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
+    emit(t, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
+    emit(t, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", rank,
+         rank);
     for (int l = ZT_LANE_MAIN; l <= ZT_LANE_LAST; l++)
-        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", rank, l,
-                lane_names[l]);
+        emit(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", rank, l,
+             lane_names[l]);
     return t;
 }
 
 void zt_trace_complete(zt_trace *t, int lane, const char *name, double t0, double t1) {
     if (!t) return;
     pthread_mutex_lock(&t->mu);
-    fprintf(t->f, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", name, t->rank, lane,
-            (t0 - t->t0) * 1e6, (t1 - t0) * 1e6);
+    emit(t, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", name, t->rank, lane,
+         ts_us(t, t0), (t1 - t0) * 1e6);
     pthread_mutex_unlock(&t->mu);
 }
 
 void zt_trace_counter(zt_trace *t, const char *name, double ts, const char *k1, double v1, const char *k2, double v2) {
     if (!t) return;
     pthread_mutex_lock(&t->mu);
-    fprintf(t->f, ",\n{\"name\":\"%s\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{\"%s\":%.6g,\"%s\":%.6g}}",
-            name, t->rank, (ts - t->t0) * 1e6, k1, v1, k2, v2);
+    emit(t, ",\n{\"name\":\"%s\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{\"%s\":%.6g,\"%s\":%.6g}}", name,
+         t->rank, ts_us(t, ts), k1, v1, k2, v2);
     pthread_mutex_unlock(&t->mu);
 }
 
 int zt_trace_close(zt_trace *t, zt_err *err) {
     if (!t) return 0;
-    fprintf(t->f, "\n]\n");
-    int bad = ferror(t->f) | (fclose(t->f) != 0);
+    emit(t, "\n]\n");
+    int bad = t->write_failed | (close(t->fd) != 0);
     int rc = bad ? zt_fail(err, "%s: error writing the trace", t->path) : 0;
     pthread_mutex_destroy(&t->mu);
     free(t->path);

@@ -1,7 +1,9 @@
 /* trace.h — a Chrome trace (JSON Trace Event Format; opens in Perfetto and chrome://tracing) of one
  * rank's run: complete events ("ph":"X") for the phases of each step on per-role lanes, and
- * counter events ("ph":"C") for device and host memory. Thread-safe; every call on a NULL trace
- * does nothing, so callers need no "if tracing" tests. */
+ * counter events ("ph":"C") for device and host memory. Each event reaches the file whole as it
+ * happens, so a killed run leaves a trace that still opens; timestamps are Unix-epoch microseconds,
+ * so the files of all ranks (and machines) line up when merged. Thread-safe; every call on a NULL
+ * trace does nothing, so callers need no "if tracing" tests. */
 #ifndef ZT_TRACE_H
 #define ZT_TRACE_H
 
@@ -13,7 +15,7 @@ enum { ZT_LANE_MAIN = 1, ZT_LANE_HOST_ADAM = 2, ZT_LANE_D2H = 3, ZT_LANE_COMM = 
 typedef struct zt_trace zt_trace;
 
 /* Opens PATH with the rank inserted before a ".json" suffix (run.json -> run.rank0.json; other
- * names get ".rank0.json" appended) and writes the lane names. */
+ * names get ".rank0.json" appended), creating its directory with parents, and writes the lane names. */
 zt_trace *zt_trace_open(const char *path, int rank, zt_err *err);
 /* One phase [t0, t1] on a lane, times from zt_now() (seconds). */
 void zt_trace_complete(zt_trace *t, int lane, const char *name, double t0, double t1);

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static int log_rank = 0; /* process-wide logger state (the one allowed global besides MPI/device) */
@@ -86,6 +87,31 @@ double zt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double zt_unix_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int zt_mkdir_p(const char *path, zt_err *err) {
+    if (!*path) return zt_fail(err, "cannot create a directory with an empty name");
+    char *buf = zt_xstrdup(path);
+    int rc = 0;
+    for (char *p = buf + 1; rc == 0; p++) { /* each prefix that ends at a '/' or the end */
+        if (*p != '/' && *p) continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(buf, 0777) && errno != EEXIST) rc = zt_fail(err, "%s: cannot create directory: %s", buf, strerror(errno));
+        if (!c) break;
+        *p = c;
+    }
+    free(buf);
+    struct stat st;
+    if (rc == 0 && (stat(path, &st) || !S_ISDIR(st.st_mode)))
+        rc = zt_fail(err, "%s: exists and is not a directory", path);
+    return rc;
 }
 
 char *zt_read_file(const char *path, size_t *len, zt_err *err) {

@@ -31,6 +31,11 @@ void zt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Monotonic wall clock in seconds. */
 double zt_now(void);
+/* Seconds since the Unix epoch (CLOCK_REALTIME): a time base shared by processes and machines. */
+double zt_unix_time(void);
+
+/* mkdir -p: creates PATH and its missing parents; an existing directory is fine. */
+int zt_mkdir_p(const char *path, zt_err *err);
 
 /* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). */
 char *zt_read_file(const char *path, size_t *len, zt_err *err);

@@ -1,0 +1,65 @@
+/* monitor.h — DeepSpeed's monitors: the `tensorboard` section writes TensorBoard event files
+ * (monitor_tb.c), `csv_monitor` DeepSpeed's one-CSV-file-per-metric layout (monitor_csv.c), both
+ * into output_path/job_name/ and both on rank 0 only. Owns the metric tag names: DeepSpeed's
+ * (Train/Samples/train_loss, lr, loss_scale, elapsed_time_ms_*) where DeepSpeed has one, ours
+ * otherwise, all under Train/Samples/ with the global sample count as the x axis, as DeepSpeed
+ * logs them. Every step's records reach the files whole before the next step starts, so a killed
+ * run leaves files that read. */
+#ifndef ZT_MONITOR_H
+#define ZT_MONITOR_H
+
+#include "config/config.h"
+#include "engine/engine.h"
+#include "util/util.h"
+
+/* What train.c measured in one optimizer step. NAN = not measured this step (val_loss off eval
+ * steps, loss_scale without fp16, the *_ms breakdown without wall_clock_breakdown); a non-finite
+ * grad_norm (an overflowing fp16 step) is left out. */
+typedef struct zt_step_metrics {
+    long samples; /* global training samples consumed after this step: the x axis */
+    double loss, lr, grad_norm, val_loss, loss_scale;
+    double step_ms, tokens_per_s, comm_ms, forward_ms, backward_ms, optimizer_ms;
+    const zt_mem_account *mem; /* this rank's memory by category (NULL: none) */
+} zt_step_metrics;
+
+typedef struct zt_monitor zt_monitor;
+
+/* Opens the enabled monitors of cfg (NULL with no error when none is enabled). resume_samples is
+ * where a resumed run continues (0 for a fresh run): what the directory holds past that point is
+ * from a run that did not reach a checkpoint, and is dropped (TensorBoard: a SessionLog START at
+ * that point; CSV: the rows after it). Call on rank 0 only. */
+zt_monitor *zt_monitor_open(const zt_config *cfg, long resume_samples, zt_err *err);
+/* Writes one step to every open monitor and flushes. A monitor whose write fails warns once and
+ * stops; training goes on. NULL does nothing. */
+void zt_monitor_step(zt_monitor *m, const zt_step_metrics *s);
+void zt_monitor_close(zt_monitor *m);
+
+/* ---- the two writers, used by monitor.c (and test_monitor.c) ---- */
+
+/* one scalar of a step */
+typedef struct zt_scalar {
+    const char *tag;
+    double value;
+} zt_scalar;
+
+/* output_path/job_name (either may be NULL), created with parents; caller frees */
+char *zt_monitor_dir(const zt_monitor_config *mc, zt_err *err);
+
+typedef struct zt_tb_writer zt_tb_writer;
+/* Creates DIR/events.out.tfevents.<unix time>.<hostname>.<pid>, writes the file_version record
+ * and a SessionLog START at start_step. */
+zt_tb_writer *zt_tb_open(const char *dir, long start_step, zt_err *err);
+/* One Event at step with a Summary of simple_value scalars, in one write; -1 on a write error. */
+int zt_tb_write(zt_tb_writer *w, long step, const zt_scalar *v, int n);
+const char *zt_tb_path(const zt_tb_writer *w);
+void zt_tb_close(zt_tb_writer *w);
+/* TFRecord's masked CRC-32C of bytes */
+uint32_t zt_crc32c_masked(const void *data, size_t n);
+
+typedef struct zt_csv_writer zt_csv_writer;
+/* DeepSpeed's csv_monitor in DIR: one file per tag; rows after keep_upto (the step column) are dropped */
+zt_csv_writer *zt_csv_open(const char *dir, long keep_upto, zt_err *err);
+int zt_csv_write(zt_csv_writer *w, long step, const zt_scalar *v, int n);
+void zt_csv_close(zt_csv_writer *w);
+
+#endif
