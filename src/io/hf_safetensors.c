@@ -178,27 +178,6 @@ char *zt_path_join(const char *dir, const char *name) {
     return s;
 }
 
-int zt_mkdir_p(const char *dir, zt_err *err) {
-    char *p = zt_xstrdup(dir);
-    for (char *q = p + 1;; q++) {
-        if (*q == '/' || *q == 0) {
-            char c = *q;
-            *q = 0;
-            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-                zt_fail(err, "%s: cannot create directory: %s", p, strerror(errno));
-                free(p);
-                return -1;
-            }
-            *q = c;
-            if (!c) break;
-        }
-    }
-    free(p);
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return zt_fail(err, "%s: not a directory", dir);
-    return 0;
-}
-
 int zt_file_create(zt_file_tmp *t, const char *dir, const char *name, zt_err *err) {
     t->dir = dir;
     t->final = zt_path_join(dir, name);

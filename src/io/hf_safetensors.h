@@ -74,8 +74,6 @@ typedef struct zt_file_tmp {
 int zt_file_create(zt_file_tmp *t, const char *dir, const char *name, zt_err *err);
 int zt_file_commit(zt_file_tmp *t, int ok, zt_err *err);
 int zt_file_write_all(const char *dir, const char *name, const char *text, size_t len, zt_err *err);
-/* mkdir -p */
-int zt_mkdir_p(const char *dir, zt_err *err);
 /* DIR/NAME in a new string */
 char *zt_path_join(const char *dir, const char *name);
 
