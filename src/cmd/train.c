@@ -16,6 +16,7 @@
 #include "engine/session.h"
 #include "comm/watchdog.h"
 #include "io/monitor.h"
+#include "util/test_hooks.h"
 
 typedef struct trainer {
     zt_config cfg;
@@ -67,20 +68,6 @@ static double evaluate(trainer *t) {
     }
     t->comm->allreduce_host_double(t->comm, acc, 2);
     return acc[0] / acc[1];
-}
-
-/* Fault injection for tests of the loss scaler: ZEROTRAIN_INJECT_OVERFLOW="3,7" puts an inf into the
- * reduced gradients of those (1-based) steps on every rank, as an fp16 overflow would. */
-static int inject_overflow_at(long step) {
-    const char *spec = getenv("ZEROTRAIN_INJECT_OVERFLOW");
-    for (const char *p = spec; p && *p;) {
-        char *end;
-        long s = strtol(p, &end, 10);
-        if (end == p) break;
-        if (s == step) return 1;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return 0;
 }
 
 static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
@@ -147,135 +134,178 @@ static void format_eta(double seconds, char *buf, size_t cap) {
     else snprintf(buf, cap, "%lds", s);
 }
 
-static int run(trainer *t) {
-    zt_config *cfg = &t->cfg;
-    int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len, A = cfg->gradient_accumulation_steps;
-    int W = t->comm->world, r = t->comm->rank;
-    long steps = cfg->train_iters;
-    long global_batch = (long)B * A * W;
-    double tokens_per_step = (double)global_batch * T;
-    double flops_per_step = zt_gpt2_flops_per_token(&t->s.shape, T) * tokens_per_step;
-    float dloss = (float)(1.0 / tokens_per_step);
-    double train_start = zt_now();
-    long first_timed = 0;
+/* What one optimizer step produced: the step line, the metrics file and the monitors read it. */
+typedef struct step_record {
+    long step;               /* 1-based */
+    float lr;
+    double loss;             /* mean over the global batch */
+    double norm;             /* global gradient norm before clipping (inf/nan on an fp16 overflow) */
+    double val_loss;         /* NaN unless evaluated this step */
+    double scale_used;       /* fp16 loss scale of this step (1 without fp16) */
+    int skipped;             /* fp16 overflow: no update */
+    double seconds, forward, backward, optimizer;
+    long samples_done;       /* training-stream samples consumed after this step */
+    zt_comm_bytes bytes;     /* this rank's communication volume in the step */
+} step_record;
 
-    for (long step = t->start_step; step < steps; step++) {
-        double t0 = zt_now();
-        zt_comm_bytes bytes0 = t->s.engine.comm->bytes;
-        float lr = zt_lr_at(cfg, step);
-        double loss_sum = 0, t_fwd = 0, t_bwd = 0;
-        for (int a = 0; a < A; a++) {
-            zt_engine_begin_micro(&t->s.engine, a == 0, a == A - 1);
-            /* the global batch of step s is samples [s*GB, (s+1)*GB) of the stream; rank r takes its
-             * B*A contiguous ones, micro-step a the a-th B of those */
-            uint64_t base = (uint64_t)t->samples_at_start + (uint64_t)(step - t->start_step) * global_batch +
-                            (uint64_t)r * B * A + (uint64_t)a * B;
-            for (int b = 0; b < B; b++)
-                zt_dataset_sample(&t->train, base + b, t->inputs + b * T, t->targets + b * T);
-            double ta = zt_now();
-            /* fp16: the loss is multiplied by the scale so small gradients survive 16 bits; the engine
-             * divides it out of the norm and the update */
-            float loss = zt_gpt2_forward(&t->s.model, &t->s.src, t->inputs, t->targets,
-                                         (float)(dloss * t->scaler.scale));
-            if (cfg->wall_clock_breakdown) t->s.be->synchronize();
-            double tb = zt_now();
-            zt_gpt2_backward(&t->s.model, &t->s.src);
-            if (cfg->wall_clock_breakdown) t->s.be->synchronize();
-            double tb2 = zt_now();
-            zt_engine_phase(&t->s.engine, "forward", ta, tb);
-            zt_engine_phase(&t->s.engine, "backward", tb, tb2);
-            t_fwd += tb - ta;
-            t_bwd += tb2 - tb;
-            loss_sum += loss;
-        }
+/* Shapes of every step, fixed for the run. */
+typedef struct step_plan {
+    int B, T, A;             /* micro-batch, sequence length, accumulation steps */
+    long global_batch;       /* sequences per optimizer step, all ranks */
+    double tokens, flops;    /* per optimizer step */
+    float dloss;             /* d(mean loss)/d(token loss): 1 / tokens, rounded to float once */
+} step_plan;
+
+static step_plan plan_steps(const trainer *t) {
+    const zt_config *cfg = &t->cfg;
+    step_plan p = {.B = cfg->train_micro_batch_size_per_gpu, .T = cfg->seq_len, .A = cfg->gradient_accumulation_steps};
+    p.global_batch = (long)p.B * p.A * t->comm->world;
+    p.tokens = (double)p.global_batch * p.T;
+    p.flops = zt_gpt2_flops_per_token(&t->s.shape, p.T) * p.tokens;
+    p.dloss = (float)(1.0 / p.tokens);
+    return p;
+}
+
+/* Micro-batch a of step `step` into t->inputs/targets: the global batch of step s is samples
+ * [s*GB, (s+1)*GB) of the stream; rank r takes its B*A contiguous ones, micro-step a the a-th B. */
+static void load_micro_batch(trainer *t, const step_plan *p, long step, int a) {
+    uint64_t base = (uint64_t)t->samples_at_start + (uint64_t)(step - t->start_step) * p->global_batch +
+                    (uint64_t)t->comm->rank * p->B * p->A + (uint64_t)a * p->B;
+    for (int b = 0; b < p->B; b++) zt_dataset_sample(&t->train, base + b, t->inputs + b * p->T, t->targets + b * p->T);
+}
+
+/* One optimizer step: A micro-steps of forward and backward (the engine reduces gradients as they
+ * become final), then the engine's step (norm, clipping, AdamW, gathers). */
+static void train_step(trainer *t, const step_plan *p, long step, step_record *rec) {
+    const zt_config *cfg = &t->cfg;
+    zt_engine *eng = &t->s.engine;
+    int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
+    double t0 = zt_now(), loss_sum = 0;
+    zt_comm_bytes bytes0 = eng->comm->bytes;
+    memset(rec, 0, sizeof *rec);
+    rec->step = step + 1;
+    rec->lr = zt_lr_at(cfg, step);
+    rec->val_loss = NAN;
+    for (int a = 0; a < p->A; a++) {
+        zt_engine_begin_micro(eng, a == 0, a == p->A - 1);
+        load_micro_batch(t, p, step, a);
+        double ta = zt_now();
+        /* fp16: the loss is multiplied by the scale so small gradients survive 16 bits; the engine
+         * divides it out of the norm and the update */
+        loss_sum += zt_gpt2_forward(&t->s.model, &t->s.src, t->inputs, t->targets,
+                                    (float)(p->dloss * t->scaler.scale));
+        if (sync) t->s.be->synchronize();
+        double tb = zt_now();
+        zt_gpt2_backward(&t->s.model, &t->s.src);
+        if (sync) t->s.be->synchronize();
         double tc = zt_now();
-        if (inject_overflow_at(step + 1)) {
-            zt_engine_finish_reductions(&t->s.engine);
-            t->s.be->scale(t->s.engine.grad_shard, INFINITY, 1);
-        }
-        int skipped = 0;
-        double scale_used = t->scaler.scale;
-        double norm = zt_engine_step_scaled(&t->s.engine, lr, cfg->gradient_clipping, scale_used, &skipped);
-        zt_loss_scaler_update(&t->scaler, skipped);
-        if (skipped)
-            zt_info("step %ld: gradient overflow at loss scale %g, update skipped; loss scale now %g", step + 1,
-                    scale_used, t->scaler.scale);
-        double t_opt = zt_now() - tc;
-        double loss_acc[1] = {loss_sum / A};
-        if (W > 1) t->comm->allreduce_host_double(t->comm, loss_acc, 1);
-        double loss = loss_acc[0] / W;
-        t->s.be->synchronize();
-        double dt = zt_now() - t0;
-        zt_comm_bytes bytes = zt_comm_bytes_since(&t->s.engine.comm->bytes, &bytes0);
-        zt_comm_bytes *bytes_per_rank = cfg->metrics_file ? zt_comm_bytes_gather(t->comm, &bytes) : NULL;
-        if (step == t->start_step + 1) { first_timed = step; train_start = t0; } /* first step warms up */
+        zt_engine_phase(eng, "forward", ta, tb);
+        zt_engine_phase(eng, "backward", tb, tc);
+        rec->forward += tb - ta;
+        rec->backward += tc - tb;
+    }
+    double to = zt_now();
+    if (zt_test_hook_overflow_at(rec->step)) zt_engine_inject_overflow(eng);
+    rec->scale_used = t->scaler.scale;
+    rec->norm = zt_engine_step_scaled(eng, rec->lr, cfg->gradient_clipping, rec->scale_used, &rec->skipped);
+    zt_loss_scaler_update(&t->scaler, rec->skipped);
+    if (rec->skipped)
+        zt_info("step %ld: gradient overflow at loss scale %g, update skipped; loss scale now %g", rec->step,
+                rec->scale_used, t->scaler.scale);
+    rec->optimizer = zt_now() - to;
+    double loss_acc[1] = {loss_sum / p->A};
+    if (t->comm->world > 1) t->comm->allreduce_host_double(t->comm, loss_acc, 1);
+    rec->loss = loss_acc[0] / t->comm->world;
+    t->s.be->synchronize();
+    rec->seconds = zt_now() - t0;
+    rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
+    rec->bytes = zt_comm_bytes_since(&eng->comm->bytes, &bytes0);
+}
 
-        int last = step == steps - 1;
-        double val_loss = NAN;
-        if (t->has_val && cfg->eval_interval > 0 && ((step + 1) % cfg->eval_interval == 0 || last))
-            val_loss = evaluate(t);
-        if (r == 0 && ((step + 1) % cfg->steps_per_print == 0 || step == 0 || last)) {
-            double done = (double)(step + 1) / steps;
-            double elapsed = zt_now() - train_start;
-            long timed = first_timed ? step + 1 - first_timed : 0;
-            double eta = timed > 0 ? elapsed / timed * (steps - step - 1) : 0;
-            char eta_s[32];
-            format_eta(eta, eta_s, sizeof eta_s);
-            char val_s[48] = "";
-            if (!isnan(val_loss)) snprintf(val_s, sizeof val_s, " | val %.4f", val_loss);
-            zt_info("step %5ld/%ld (%3.0f%%) | loss %.4f%s | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s | eta %s",
-                    step + 1, steps, 100.0 * done, loss, val_s, lr, norm, dt * 1e3, tokens_per_step / dt,
-                    flops_per_step / dt * 1e-9, eta_s);
-        }
-        if (r == 0 && cfg->wall_clock_breakdown && ((step + 1) % cfg->steps_per_print == 0 || step == 0 || last)) {
-            zt_engine_print_timing(&t->s.engine);
-            zt_comm_bytes_print(&bytes);
-        }
-        if (t->metrics) {
-            char norm_s[32] = "null"; /* JSON has no inf: an overflowing step's norm is null */
-            if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.9g", norm);
-            fprintf(t->metrics, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"step_ms\": %.3f, "
-                                "\"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
-                    step + 1, loss, lr, norm_s, dt * 1e3, tokens_per_step / dt, t->s.engine.comm_seconds * 1e3);
-            const zt_mem_account *mem = &t->s.engine.mem;
-            for (int c = 0; c < ZT_MEM_NCAT; c++)
-                fprintf(t->metrics, ", \"mem_%s_mib\": %.3f", zt_mem_category_names[c], mem->device[c] / 1048576.0);
-            fprintf(t->metrics, ", \"params_peak_mib\": %.3f", mem->params_peak / 1048576.0);
-            if (cfg->fp16_enabled)
-                fprintf(t->metrics, ", \"loss_scale\": %g, \"skipped\": %d", scale_used, skipped);
-            if (cfg->wall_clock_breakdown)
-                fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",
-                        t_fwd * 1e3, t_bwd * 1e3, t_opt * 1e3);
-            zt_comm_bytes_json(t->metrics, bytes_per_rank, W);
-            if (!isnan(val_loss)) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
-            fprintf(t->metrics, "}\n");
-            fflush(t->metrics);
-        }
-        free(bytes_per_rank);
-        if (t->monitor) {
-            int bd = cfg->wall_clock_breakdown;
-            zt_step_metrics sm = {
-                .samples = t->samples_at_start + (step + 1 - t->start_step) * global_batch, .loss = loss, .lr = lr,
-                .grad_norm = norm, .val_loss = val_loss, .loss_scale = cfg->fp16_enabled ? scale_used : NAN,
-                .step_ms = dt * 1e3, .tokens_per_s = tokens_per_step / dt, .comm_ms = t->s.engine.comm_seconds * 1e3,
-                .forward_ms = bd ? t_fwd * 1e3 : NAN, .backward_ms = bd ? t_bwd * 1e3 : NAN,
-                .optimizer_ms = bd ? t_opt * 1e3 : NAN, .mem = &t->s.engine.mem};
-            zt_monitor_step(t->monitor, &sm);
-        }
-        if (cfg->sample_interval > 0 && ((step + 1) % cfg->sample_interval == 0) && !last)
-            zt_sample_print(&t->s, cfg->sample_tokens, cfg->seed + (uint64_t)step);
+/* The step line (and the breakdown) on rank 0 every steps_per_print steps, the first and the last. */
+static void print_step(trainer *t, const step_plan *p, const step_record *rec, double eta) {
+    const zt_config *cfg = &t->cfg;
+    long steps = cfg->train_iters;
+    if (t->comm->rank != 0 || !(rec->step % cfg->steps_per_print == 0 || rec->step == 1 || rec->step == steps))
+        return;
+    char eta_s[32], val_s[48] = "";
+    format_eta(eta, eta_s, sizeof eta_s);
+    if (!isnan(rec->val_loss)) snprintf(val_s, sizeof val_s, " | val %.4f", rec->val_loss);
+    zt_info("step %5ld/%ld (%3.0f%%) | loss %.4f%s | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s | eta %s",
+            rec->step, steps, 100.0 * rec->step / steps, rec->loss, val_s, rec->lr, rec->norm, rec->seconds * 1e3,
+            p->tokens / rec->seconds, p->flops / rec->seconds * 1e-9, eta_s);
+    if (cfg->wall_clock_breakdown) {
+        zt_engine_print_timing(&t->s.engine);
+        zt_comm_bytes_print(&rec->bytes);
+    }
+}
+
+/* One JSON line in metrics_file (rank 0; every rank's bytes gathered for it) and the monitors. */
+static void record_step(trainer *t, const step_plan *p, const step_record *rec) {
+    const zt_config *cfg = &t->cfg;
+    const zt_mem_account *mem = &t->s.engine.mem;
+    double comm_ms = t->s.engine.comm_seconds * 1e3;
+    zt_comm_bytes *bytes_per_rank = cfg->metrics_file ? zt_comm_bytes_gather(t->comm, &rec->bytes) : NULL;
+    if (t->metrics) {
+        char norm_s[32] = "null"; /* JSON has no inf: an overflowing step's norm is null */
+        if (isfinite(rec->norm)) snprintf(norm_s, sizeof norm_s, "%.9g", rec->norm);
+        fprintf(t->metrics, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"step_ms\": %.3f, "
+                            "\"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
+                rec->step, rec->loss, rec->lr, norm_s, rec->seconds * 1e3, p->tokens / rec->seconds, comm_ms);
+        for (int c = 0; c < ZT_MEM_NCAT; c++)
+            fprintf(t->metrics, ", \"mem_%s_mib\": %.3f", zt_mem_category_names[c], mem->device[c] / 1048576.0);
+        fprintf(t->metrics, ", \"params_peak_mib\": %.3f", mem->params_peak / 1048576.0);
+        if (cfg->fp16_enabled) fprintf(t->metrics, ", \"loss_scale\": %g, \"skipped\": %d", rec->scale_used, rec->skipped);
+        if (cfg->wall_clock_breakdown)
+            fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",
+                    rec->forward * 1e3, rec->backward * 1e3, rec->optimizer * 1e3);
+        zt_comm_bytes_json(t->metrics, bytes_per_rank, t->comm->world);
+        if (!isnan(rec->val_loss)) fprintf(t->metrics, ", \"val_loss\": %.9g", rec->val_loss);
+        fprintf(t->metrics, "}\n");
+        fflush(t->metrics);
+    }
+    free(bytes_per_rank);
+    if (t->monitor) {
+        int bd = cfg->wall_clock_breakdown;
+        zt_step_metrics sm = {
+            .samples = rec->samples_done, .loss = rec->loss, .lr = rec->lr, .grad_norm = rec->norm,
+            .val_loss = rec->val_loss, .loss_scale = cfg->fp16_enabled ? rec->scale_used : NAN,
+            .step_ms = rec->seconds * 1e3, .tokens_per_s = p->tokens / rec->seconds, .comm_ms = comm_ms,
+            .forward_ms = bd ? rec->forward * 1e3 : NAN, .backward_ms = bd ? rec->backward * 1e3 : NAN,
+            .optimizer_ms = bd ? rec->optimizer * 1e3 : NAN, .mem = mem};
+        zt_monitor_step(t->monitor, &sm);
+    }
+}
+
+static int due(long step, long interval) { return interval > 0 && step % interval == 0; }
+
+/* The training loop: step, evaluate, log, record, sample, checkpoint, and stop together on a signal. */
+static int run(trainer *t) {
+    const zt_config *cfg = &t->cfg;
+    step_plan p = plan_steps(t);
+    long steps = cfg->train_iters;
+    double timed_start = 0; /* ETA: from the end of the first step, which warms up */
+    for (long step = t->start_step; step < steps; step++) {
+        step_record rec;
+        train_step(t, &p, step, &rec);
+        int last = rec.step == steps;
+        if (t->has_val && (due(rec.step, cfg->eval_interval) || (last && cfg->eval_interval > 0)))
+            rec.val_loss = evaluate(t);
+        if (step == t->start_step) timed_start = zt_now();
+        long timed = rec.step - (t->start_step + 1);
+        print_step(t, &p, &rec, timed > 0 ? (zt_now() - timed_start) / timed * (steps - rec.step) : 0);
+        record_step(t, &p, &rec);
+        if (due(rec.step, cfg->sample_interval) && !last) zt_sample_print(&t->s, cfg->sample_tokens, cfg->seed + (uint64_t)step);
 
         /* every rank stops at the same step when any rank got SIGUSR1/SIGTERM */
         int stop = t->comm->agree_max(t->comm, stop_requested ? 1 : 0);
-        long done_samples = t->samples_at_start + (step + 1 - t->start_step) * global_batch;
-        int periodic = cfg->save_interval > 0 && (step + 1) % cfg->save_interval == 0;
-        if (cfg->checkpoint_dir && (periodic || last || stop)) {
+        if (cfg->checkpoint_dir && (due(rec.step, cfg->save_interval) || last || stop)) {
             zt_err err = {{0}};
-            if (save_checkpoint(t, step + 1, done_samples, &err)) return 1;
+            if (save_checkpoint(t, rec.step, rec.samples_done, &err)) return 1;
         }
         if (stop) {
             zt_info("zerotrain: stopped by signal after step %ld%s; exiting with status %d (requeue to resume)",
-                    step + 1, cfg->checkpoint_dir ? ", checkpoint saved" : "", ZT_EXIT_PREEMPTED);
+                    rec.step, cfg->checkpoint_dir ? ", checkpoint saved" : "", ZT_EXIT_PREEMPTED);
             return ZT_EXIT_PREEMPTED;
         }
     }

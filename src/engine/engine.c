@@ -242,6 +242,11 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     return norm;
 }
 
+void zt_engine_inject_overflow(zt_engine *e) {
+    zero_finish_all(e);
+    e->be->scale(e->grad_shard, INFINITY, 1);
+}
+
 void zt_engine_gather_params(zt_engine *e, float *out) {
     const zt_backend *be = e->be;
     if (e->opt.stage < 3) {

@@ -145,6 +145,10 @@ void zt_engine_finish_reductions(zt_engine *e);
  * (*skipped = 1, nothing changes, the norm is returned). */
 double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped);
 
+/* Test hook (util/test_hooks.h): puts an inf into this rank's reduced gradients, as an fp16
+ * overflow would, so that the next step_scaled skips. Call after the last micro-step. */
+void zt_engine_inject_overflow(zt_engine *e);
+
 /* Copies the full fp32 parameter vector to host (gathering shards when sharded): for export/eval. */
 void zt_engine_gather_params(zt_engine *e, float *out_f32);
 /* Expected model-state bytes per rank from the ZeRO formulas for this backend (see engine.c). */

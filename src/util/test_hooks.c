@@ -1,0 +1,16 @@
+/* test_hooks.c — see test_hooks.h. */
+#include "util/test_hooks.h"
+
+#include <stdlib.h>
+
+int zt_test_hook_overflow_at(long step) {
+    const char *spec = getenv("ZEROTRAIN_INJECT_OVERFLOW");
+    for (const char *p = spec; p && *p;) {
+        char *end;
+        long s = strtol(p, &end, 10);
+        if (end == p) break;
+        if (s == step) return 1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
