@@ -1,11 +1,13 @@
 /* util.c — see util.h */
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 static int log_rank = 0; /* process-wide logger state (the one allowed global besides MPI/device) */
@@ -77,6 +79,50 @@ double zt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void zt_sb_printf(zt_sb *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->n;
+        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) return;
+        if (b->p && (size_t)k < room) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->n + (size_t)k + 1) cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            fprintf(stderr, "zerotrain: error: out of host memory\n");
+            abort();
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+}
+
+int zt_parse_bytes(const char *t, double *out) {
+    while (isspace((unsigned char)*t)) t++;
+    if (!isdigit((unsigned char)*t) && *t != '.') return -1;
+    char *end;
+    double v = strtod(t, &end);
+    if (end == t || !isfinite(v) || v < 0) return -1;
+    while (isspace((unsigned char)*end)) end++;
+    static const struct { const char *unit; double mult; } units[] = {
+        {"", 1},      {"b", 1},          {"kb", 1e3},  {"mb", 1e6},          {"gb", 1e9},
+        {"tb", 1e12}, {"kib", 1024.0},   {"mib", 1048576.0},                 {"gib", 1073741824.0},
+        {"tib", 1099511627776.0},        {"k", 1024.0}, {"m", 1048576.0},    {"g", 1073741824.0},
+        {"t", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcasecmp(end, units[i].unit)) {
+            *out = v * units[i].mult;
+            return 0;
+        }
+    return -1;
 }
 
 char *zt_read_file(const char *path, size_t *len, zt_err *err) {
