@@ -20,55 +20,20 @@
 /* ------------------------------------------------------------------------------------------ */
 /* small helpers                                                                               */
 
-static int levenshtein(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64) return 1000;
-    int row[65];
-    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-            int best = diag + cost;
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-/* Writes " (did you mean 'X'?)" into out when one candidate is close enough, else "". */
-static void suggest(const char *word, const char *const *cands, int n, char *out, size_t cap) {
-    int limit = (int)strlen(word) / 3;
-    if (limit < 2) limit = 2;
-    int best = limit + 1;
-    const char *pick = NULL;
-    for (int i = 0; i < n; i++) {
-        int d = levenshtein(word, cands[i]);
-        if (d < best) best = d, pick = cands[i];
-    }
-    if (pick) snprintf(out, cap, " (did you mean '%s'?)", pick);
-    else out[0] = '\0';
-}
-
 /* a near-miss among the keys directly under section `parent` ("" = top level) */
 static void suggest_key(const char *word, const char *parent, char *out, size_t cap) {
     const char *cands[128];
     int n = 0;
     for (const zt_keydef *d = zt_config_keys; d->kind != K_END && n < 128; d++)
         if (d->kind != K_DSKEY && zt_key_is_child(d->path, parent)) cands[n++] = zt_key_leaf(d->path);
-    suggest(word, cands, n, out, cap);
+    zt_suggest(word, cands, n, out, cap);
 }
 
 static void suggest_enum(const char *word, const zt_enumval *ev, char *out, size_t cap) {
     const char *cands[16];
     int n = 0;
     for (; ev->name && n < 16; ev++) cands[n++] = ev->name;
-    suggest(word, cands, n, out, cap);
+    zt_suggest(word, cands, n, out, cap);
 }
 
 /* "a, b or c" */
@@ -850,53 +815,3 @@ int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int
     cfg->effective_text = zt_config_effective_text(cfg);
     return 0;
 }
-
-int zt_config_check_batch(zt_config *c, int world_size, zt_err *err) {
-    if (world_size < 1) return zt_fail(err, "world size %d: expected >= 1", world_size);
-    long ws = world_size, tb = c->train_batch_size;
-    long mb = c->train_micro_batch_size_per_gpu, ga = c->gradient_accumulation_steps;
-    int mb_given = c->micro_batch_given, ga_given = c->grad_accum_given;
-    if (tb > 0) {
-        if (mb_given && !ga_given) {
-            if (tb % (mb * ws) != 0)
-                return zt_fail(err,
-                               "train_batch_size %ld is not divisible by train_micro_batch_size_per_gpu %ld * "
-                               "world size %ld (= %ld), so gradient_accumulation_steps cannot be derived",
-                               tb, mb, ws, mb * ws);
-            ga = tb / (mb * ws);
-        } else if (!mb_given && ga_given) {
-            if (tb % (ga * ws) != 0)
-                return zt_fail(err,
-                               "train_batch_size %ld is not divisible by gradient_accumulation_steps %ld * "
-                               "world size %ld (= %ld), so train_micro_batch_size_per_gpu cannot be derived",
-                               tb, ga, ws, ga * ws);
-            mb = tb / (ga * ws);
-        } else if (!mb_given && !ga_given) {
-            ga = 1;
-            if (tb % ws != 0)
-                return zt_fail(err,
-                               "train_batch_size %ld is not divisible by world size %ld, so "
-                               "train_micro_batch_size_per_gpu cannot be derived",
-                               tb, ws);
-            mb = tb / ws;
-        }
-        if (mb * ga * ws != tb)
-            return zt_fail(err,
-                           "train_batch_size %ld != train_micro_batch_size_per_gpu %ld * "
-                           "gradient_accumulation_steps %ld * world size %ld (= %ld)",
-                           tb, mb, ga, ws, mb * ga * ws);
-    } else {
-        tb = mb * ga * ws;
-    }
-    if (mb > INT_MAX || ga > INT_MAX) return zt_fail(err, "derived batch sizes are out of range");
-    c->train_batch_size = tb;
-    c->train_micro_batch_size_per_gpu = (int)mb;
-    c->gradient_accumulation_steps = (int)ga;
-    c->micro_batch_given = 1;
-    c->grad_accum_given = 1;
-    free(c->effective_text);
-    c->effective_text = zt_config_effective_text(c);
-    zt_config_log_auto(c);
-    return 0;
-}
-

@@ -1,8 +1,9 @@
 /* config_deepspeed.c — the rules that let real DeepSpeed configs load: Hugging Face's "auto"
  * placeholders filled in (and named in one info line), values that ask for what zerotrain does not
  * implement yet refused at their file position, accepted keys without effect on this run named in
- * one note, and data_types.grad_accum_dtype checked against the backend. Which keys exist, their
+ * one note, data_types.grad_accum_dtype checked against the backend, and DeepSpeed's batch rule. Which keys exist, their
  * types and ranges are in config_keys.c; this file only holds the policies that span keys. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,3 +112,53 @@ int zt_config_check_grad_accum(const zt_config *c, const char *backend, const ch
                    "gradients in %s (set %s or leave the key out)",
                    names[c->grad_accum_dtype], backend, compute_dtype, compute_dtype);
 }
+
+int zt_config_check_batch(zt_config *c, int world_size, zt_err *err) {
+    if (world_size < 1) return zt_fail(err, "world size %d: expected >= 1", world_size);
+    long ws = world_size, tb = c->train_batch_size;
+    long mb = c->train_micro_batch_size_per_gpu, ga = c->gradient_accumulation_steps;
+    int mb_given = c->micro_batch_given, ga_given = c->grad_accum_given;
+    if (tb > 0) {
+        if (mb_given && !ga_given) {
+            if (tb % (mb * ws) != 0)
+                return zt_fail(err,
+                               "train_batch_size %ld is not divisible by train_micro_batch_size_per_gpu %ld * "
+                               "world size %ld (= %ld), so gradient_accumulation_steps cannot be derived",
+                               tb, mb, ws, mb * ws);
+            ga = tb / (mb * ws);
+        } else if (!mb_given && ga_given) {
+            if (tb % (ga * ws) != 0)
+                return zt_fail(err,
+                               "train_batch_size %ld is not divisible by gradient_accumulation_steps %ld * "
+                               "world size %ld (= %ld), so train_micro_batch_size_per_gpu cannot be derived",
+                               tb, ga, ws, ga * ws);
+            mb = tb / (ga * ws);
+        } else if (!mb_given && !ga_given) {
+            ga = 1;
+            if (tb % ws != 0)
+                return zt_fail(err,
+                               "train_batch_size %ld is not divisible by world size %ld, so "
+                               "train_micro_batch_size_per_gpu cannot be derived",
+                               tb, ws);
+            mb = tb / ws;
+        }
+        if (mb * ga * ws != tb)
+            return zt_fail(err,
+                           "train_batch_size %ld != train_micro_batch_size_per_gpu %ld * "
+                           "gradient_accumulation_steps %ld * world size %ld (= %ld)",
+                           tb, mb, ga, ws, mb * ga * ws);
+    } else {
+        tb = mb * ga * ws;
+    }
+    if (mb > INT_MAX || ga > INT_MAX) return zt_fail(err, "derived batch sizes are out of range");
+    c->train_batch_size = tb;
+    c->train_micro_batch_size_per_gpu = (int)mb;
+    c->gradient_accumulation_steps = (int)ga;
+    c->micro_batch_given = 1;
+    c->grad_accum_given = 1;
+    free(c->effective_text);
+    c->effective_text = zt_config_effective_text(c);
+    zt_config_log_auto(c);
+    return 0;
+}
+

@@ -86,6 +86,8 @@ typedef struct zt_engine {
     float *adam_m, *adam_v;
     void *recv_tmp;     /* reduce-scatter landing zone, one shard */
     long adam_t;        /* optimizer steps taken */
+    int adam_no_bias_correction; /* optimizer.params.bias_correction false: m and v are used as they are
+                                    (set after creation; zero = bias-corrected AdamW) */
 
     /* stages 2-3: gradient buffers handed to backward, per segment */
     void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */

@@ -33,6 +33,8 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     s->comm = comm;
     s->be = zt_pick_backend(cfg, err);
     if (!s->be) return -1;
+    static const char *const dtype_names[] = {[ZT_F32] = "fp32", [ZT_BF16] = "bf16", [ZT_F16] = "fp16"};
+    if (zt_config_check_grad_accum(cfg, s->be->name, dtype_names[s->be->compute_dtype], err)) return -1;
     s->shape = zt_shape_from_config(cfg);
     /* device buffers travel over NCCL between GPUs; MPI only ever sees host memory */
     int gpu = s->be->compute_dtype != ZT_F32;
@@ -75,6 +77,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
                                       init_f32, err);
     free(init);
     if (rc) { zt_param_table_free(&s->table); return -1; }
+    s->engine.adam_no_bias_correction = !cfg->bias_correction;
     s->src = zt_engine_param_source(&s->engine);
     if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
                        err)) {

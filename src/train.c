@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "mem_report.h"
 #include "commands.h"
 #include "config.h"
 #include "data.h"
@@ -223,6 +224,8 @@ static int run(trainer *t) {
         }
         if (r == 0 && cfg->wall_clock_breakdown && ((step + 1) % cfg->steps_per_print == 0 || step == 0 || last))
             zt_engine_print_timing(&t->s.engine);
+        if (r == 0 && cfg->memory_breakdown && ((step + 1) % cfg->steps_per_print == 0 || step == 0 || last))
+            zt_mem_report_step(&t->s.engine, step + 1, t->s.model.act_bytes);
         if (t->metrics) {
             char norm_s[32] = "null"; /* JSON has no inf: an overflowing step's norm is null */
             if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.9g", norm);

@@ -125,6 +125,41 @@ int zt_parse_bytes(const char *t, double *out) {
     return -1;
 }
 
+static int levenshtein(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return 1000;
+    int row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+            int best = diag + cost;
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* Writes " (did you mean 'X'?)" into out when one candidate is close enough, else "". */
+void zt_suggest(const char *word, const char *const *cands, int n, char *out, size_t cap) {
+    int limit = (int)strlen(word) / 3;
+    if (limit < 2) limit = 2;
+    int best = limit + 1;
+    const char *pick = NULL;
+    for (int i = 0; i < n; i++) {
+        int d = levenshtein(word, cands[i]);
+        if (d < best) best = d, pick = cands[i];
+    }
+    if (pick) snprintf(out, cap, " (did you mean '%s'?)", pick);
+    else out[0] = '\0';
+}
+
 char *zt_read_file(const char *path, size_t *len, zt_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {

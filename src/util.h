@@ -46,6 +46,10 @@ void zt_sb_printf(zt_sb *b, const char *fmt, ...) __attribute__((format(printf, 
  * B is 1. Returns 0 and sets *out (>= 0), or -1 for anything else. */
 int zt_parse_bytes(const char *text, double *out);
 
+/* Writes " (did you mean 'X'?)" into out when one of the n candidates is within a third of word's
+ * length in edit distance (case-insensitive, at least 2), else "". */
+void zt_suggest(const char *word, const char *const *cands, int n, char *out, size_t cap);
+
 /* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). */
 char *zt_read_file(const char *path, size_t *len, zt_err *err);
 
