@@ -196,7 +196,7 @@ int zt_loader_rec_index(const loader *L, const char *path) {
 }
 
 /* Cross-key error at where `path` was last set. */
-int zt_loader_fail_rec(const loader *L, const char *path, const char *fmt, ...) {
+int zt_fail_rec(const loader *L, const char *path, const char *fmt, ...) {
     char m[768];
     va_list ap;
     va_start(ap, fmt);
@@ -731,7 +731,7 @@ static int finish(loader *L) {
     if (zt_config_deepspeed_finish(L)) return -1;
 
     if (L->sched_seen && !L->sched_type_given)
-        return zt_loader_fail_rec(L, "scheduler", "type is required (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
+        return zt_fail_rec(L, "scheduler", "type is required (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
     if (c->scheduler != ZT_SCHED_CONSTANT) {
         const char *const *ok = zt_sched_params_of(c->scheduler);
         const char *pre = "scheduler.params.";
@@ -758,31 +758,33 @@ static int finish(loader *L) {
     if (c->n_embd % c->n_head != 0) {
         const char *k = latest(L, "model.n_embd", "model.n_head");
         if (k && !strcmp(k, "model.n_head"))
-            return zt_loader_fail_rec(L, k, "expected a divisor of model.n_embd (%d), got %d", c->n_embd, c->n_head);
-        return zt_loader_fail_rec(L, "model.n_embd", "expected a multiple of model.n_head (%d), got %d", c->n_head, c->n_embd);
+            return zt_fail_rec(L, k, "expected a divisor of model.n_embd (%d), got %d", c->n_embd, c->n_head);
+        return zt_fail_rec(L, "model.n_embd", "expected a multiple of model.n_head (%d), got %d", c->n_head,
+                           c->n_embd);
     }
     if (c->seq_len > c->n_positions) {
         const char *k = latest(L, "data.seq_len", "model.n_positions");
         if (k && !strcmp(k, "model.n_positions"))
-            return zt_loader_fail_rec(L, k, "expected >= data.seq_len (%d), got %d", c->seq_len, c->n_positions);
-        return zt_loader_fail_rec(L, "data.seq_len", "expected <= model.n_positions (%d), got %d", c->n_positions, c->seq_len);
+            return zt_fail_rec(L, k, "expected >= data.seq_len (%d), got %d", c->seq_len, c->n_positions);
+        return zt_fail_rec(L, "data.seq_len", "expected <= model.n_positions (%d), got %d", c->n_positions,
+                           c->seq_len);
     }
     if (c->ckpt_number_checkpoints > c->n_layer) {
         const char *k = latest(L, "activation_checkpointing.number_checkpoints", "model.n_layer");
         if (k && !strcmp(k, "model.n_layer"))
-            return zt_loader_fail_rec(L, k, "expected >= activation_checkpointing.number_checkpoints (%d), got %d",
+            return zt_fail_rec(L, k, "expected >= activation_checkpointing.number_checkpoints (%d), got %d",
                             c->ckpt_number_checkpoints, c->n_layer);
-        return zt_loader_fail_rec(L, "activation_checkpointing.number_checkpoints",
+        return zt_fail_rec(L, "activation_checkpointing.number_checkpoints",
                         "expected an integer in [0, model.n_layer = %d], got %d", c->n_layer,
                         c->ckpt_number_checkpoints);
     }
     if (c->bf16_enabled && c->fp16_enabled) {
         const char *k = latest(L, "bf16.enabled", "fp16.enabled");
-        return zt_loader_fail_rec(L, k ? k : "fp16.enabled", "bf16 and fp16 cannot both be enabled");
+        return zt_fail_rec(L, k ? k : "fp16.enabled", "bf16 and fp16 cannot both be enabled");
     }
     if (!L->adam_w_mode && c->weight_decay > 0 && !strcmp(c->optimizer_type, "Adam")) {
         const char *k = latest(L, "optimizer.params.adam_w_mode", "optimizer.params.weight_decay");
-        return zt_loader_fail_rec(L, k ? k : "optimizer.params.adam_w_mode",
+        return zt_fail_rec(L, k ? k : "optimizer.params.adam_w_mode",
                         "adam_w_mode false with weight_decay %g asks for L2-coupled Adam, which zerotrain does "
                         "not support (use adam_w_mode true or type AdamW for decoupled weight decay, or "
                         "weight_decay 0)", (double)c->weight_decay);

@@ -1,7 +1,8 @@
 /* config_deepspeed.c — the rules that let real DeepSpeed configs load: Hugging Face's "auto"
  * placeholders filled in (and named in one info line), values that ask for what zerotrain does not
  * implement yet refused at their file position, accepted keys without effect on this run named in
- * one note, data_types.grad_accum_dtype checked against the backend, and DeepSpeed's batch rule. Which keys exist, their
+ * one note, data_types.grad_accum_dtype checked against the backend, and DeepSpeed's batch
+ * rule. Which keys exist, their
  * types and ranges are in config_keys.c; this file only holds the policies that span keys. */
 #include <limits.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ static void derive_auto(zt_loader *L) {
         c->stage3_param_persistence_threshold = 10.0 * h;
     zt_sb names = {0};
     for (const zt_keydef *d = zt_config_keys; d->kind != K_END; d++)
-        if ((d->flags & F_AUTO) && latest_is_auto(L, d->path)) zt_sb_printf(&names, "%s%s", names.n ? " " : "", d->path);
+        if ((d->flags & F_AUTO) && latest_is_auto(L, d->path))
+            zt_sb_printf(&names, "%s%s", names.n ? " " : "", d->path);
     free(c->auto_keys);
     c->auto_keys = names.p;
 }
@@ -36,10 +38,10 @@ static void derive_auto(zt_loader *L) {
 static int refuse_not_implemented(const zt_loader *L) {
     const zt_config *c = L->cfg;
     if (c->offload_device == ZT_OFFLOAD_NVME)
-        return zt_loader_fail_rec(L, "zero_optimization.offload_optimizer.device",
+        return zt_fail_rec(L, "zero_optimization.offload_optimizer.device",
                                   "nvme offload is not implemented yet in zerotrain (use none or cpu)");
     if (c->offload_param_device != ZT_OFFLOAD_NONE)
-        return zt_loader_fail_rec(L, "zero_optimization.offload_param.device",
+        return zt_fail_rec(L, "zero_optimization.offload_param.device",
                                   "parameter offload to %s is not implemented yet in zerotrain (only device none; use "
                                   "zero_optimization.offload_optimizer to offload optimizer state)",
                                   c->offload_param_device == ZT_OFFLOAD_CPU ? "cpu" : "nvme");

@@ -123,7 +123,7 @@ typedef struct zt_loader {
 /* index of the latest record of path, -1 if never set */
 int zt_loader_rec_index(const zt_loader *L, const char *path);
 /* error at where path was last set: "WHERE: MSG" */
-int zt_loader_fail_rec(const zt_loader *L, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int zt_fail_rec(const zt_loader *L, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* config_deepspeed.c: run after every file key and override is applied, before the cross-key
  * checks: fills "auto" values that depend on other keys, refuses values for features zerotrain
