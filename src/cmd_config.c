@@ -1,7 +1,8 @@
 /* cmd_config.c — `zerotrain config CONFIG [--ranks N] [--set KEY=VALUE]...`: loads and checks a
  * config exactly as `train` does before it touches data or memory (keys, types, ranges, cross-key
  * rules, the batch rule for N ranks, data_types against the backend that would run) and prints
- * the effective config; nothing is trained. Errors are train's, one line, exit status 1. */
+ * the effective config; nothing is trained. Errors are train's, one line, exit status 1.
+ * `zerotrain config --keys` prints the key reference from the key table. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,7 +12,8 @@
 #include "session.h"
 
 static void usage(void) {
-    fprintf(stderr, "usage: zerotrain config CONFIG [--ranks N] [--set KEY=VALUE]...\n");
+    fprintf(stderr, "usage: zerotrain config CONFIG [--ranks N] [--set KEY=VALUE]...\n"
+                    "       zerotrain config --keys   (every key: name, type, default, help)\n");
 }
 
 int zt_cmd_config(int argc, char **argv) {
@@ -22,6 +24,11 @@ int zt_cmd_config(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
+        if (!strcmp(a, "--keys")) {
+            zt_config_print_keys(stdout);
+            free(sets);
+            return 0;
+        }
         if (!strcmp(a, "--set") && v) sets[n_sets++] = argv[++i];
         else if (!strncmp(a, "--set=", 6)) sets[n_sets++] = argv[i] + 6;
         else if (!strcmp(a, "--ranks") && v && (ranks = strtol(v, &end, 10)) >= 1 && !*end) i++;

@@ -127,6 +127,8 @@ int zt_config_check_batch(zt_config *cfg, int world_size, zt_err *err);
 /* data_types.grad_accum_dtype against the backend that will run: only the dtype the backend
  * accumulates gradients in (its compute dtype: "fp32", "bf16", "fp16") is accepted. */
 int zt_config_check_grad_accum(const zt_config *cfg, const char *backend, const char *compute_dtype, zt_err *err);
+/* The key reference (every key: dotted name, type, default, help), from config_keys.c's table. */
+void zt_config_print_keys(FILE *f);
 /* Frees every string and sets the pointers to NULL (safe to call twice). */
 void zt_config_free(zt_config *cfg);
 

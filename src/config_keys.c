@@ -558,3 +558,38 @@ char *zt_config_effective_text(const zt_config *c) {
     }
     return b.p;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* the reference                                                                               */
+
+static const char *kind_name(const zt_keydef *d) {
+    switch (d->kind) {
+    case K_INT: case K_LONG: case K_U64: return "int";
+    case K_FLOAT: case K_DOUBLE: return "number";
+    case K_BOOL: return d->flags & F_ONLY_FALSE ? "bool (only false)" : d->flags & F_ONLY_TRUE ? "bool (only true)" : "bool";
+    case K_STR: return "string";
+    case K_ENUM: case K_ENUMSTR: return "name";
+    case K_BETAS: return "[number, number]";
+    case K_RATIO: return "number or auto";
+    case K_BYTES: return "bytes";
+    case K_RESUME: return "auto, never or path";
+    case K_OFF_SECTION: return "section (enabled: false only)";
+    case K_NOTE: return "any (ignored, with a note)";
+    case K_DSKEY: return "refused";
+    default: return "";
+    }
+}
+
+void zt_config_print_keys(FILE *f) {
+    zt_config def;
+    zt_config_defaults(&def);
+    for (const zt_keydef *d = zt_config_keys; d->kind != K_END; d++) {
+        if (d->kind == K_SECTION) continue;
+        zt_sb b = {0};
+        if (d->off != ZT_NOF) zt_key_put_value(&b, d, &def);
+        fprintf(f, "%-58s %-22s %-12s %s%s\n", d->path, kind_name(d), b.p ? b.p : "-", d->help ? d->help : "",
+                d->flags & F_AUTO ? " [\"auto\" accepted]" : "");
+        free(b.p);
+    }
+    zt_config_free(&def);
+}
