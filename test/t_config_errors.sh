@@ -48,11 +48,11 @@ case_ yaml_tab_indent $'model:\n\tn_layer: 2\n' \
 case_ two_documents $'seed: 1\n---\nseed: 2\n' \
   "zerotrain: error: @:3:1: expected one YAML document, found a second one"
 case_ ds_unsupported_top $'{"amp": {"enabled": true}}\n' \
-  "zerotrain: error: @:1:2: amp is a DeepSpeed key zerotrain does not support"
+  "zerotrain: error: @:1:21: amp.enabled: true is not supported by zerotrain (NVIDIA Apex mixed precision is not implemented; use bf16 or fp16)"
 case_ ds_unsupported_scheduler $'{"scheduler": {"type": "OneCycle"}}\n' \
   "zerotrain: error: @:1:24: scheduler.type: OneCycle is a DeepSpeed scheduler zerotrain does not support (expected WarmupLR, WarmupDecayLR or WarmupCosineLR)"
 case_ nvme_offload $'zero_optimization:\n  offload_optimizer: {device: nvme}\n' \
-  "zerotrain: error: @:2:31: zero_optimization.offload_optimizer.device: nvme offload is not supported by zerotrain (expected none or cpu)"
+  "zerotrain: error: @:2:31: zero_optimization.offload_optimizer.device: nvme offload is not implemented yet in zerotrain (use none or cpu)"
 case_ cpu_checkpointing $'activation_checkpointing: {cpu_checkpointing: true}\n' \
   "zerotrain: error: @:1:47: activation_checkpointing.cpu_checkpointing: true is not supported by zerotrain (only false)"
 case_ number_checkpoints_over_layers $'model: {n_layer: 2}\nactivation_checkpointing: {number_checkpoints: 3}\n' \

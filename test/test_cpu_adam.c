@@ -2,7 +2,8 @@
  * as this CPU runs them) against opmath.h's zt_adamw_element bit for bit, and against the formula
  * in double; random inputs with zero and denormal gradients and denormal params, sizes that are
  * not multiples of any vector width or tile, weight decay on and off, 1 and 2 threads, and the
- * fused bf16/fp16 copy-out against opmath.h's round-to-nearest-even conversions (the fp16 one
+ * fused bf16/fp16 copy-out against opmath.h's round-to-nearest-even conversions; also Adam without
+ * bias correction (m and v used as they are) against its formula (the fp16 one
  * checked here against F16C, and exhaustively on all binary16 values). */
 #pragma GCC optimize("fp-contract=off") /* the reference formula with the same roundings as cpu_adam.c */
 
@@ -42,14 +43,17 @@ static state clone(state a, size_t n) {
 static void drop(state s) { free(s.p); free(s.m); free(s.v); free(s.g); free(s.out); }
 static int same(const float *a, const float *b, size_t n) { return n == 0 || memcmp(a, b, n * 4) == 0; }
 
-static zt_adam_step step_at(int t, float wd) {
+/* the step the engine builds; bias correction off (optimizer.params.bias_correction false) passes 1 */
+static zt_adam_step step_at(int t, float wd, int bias_correction) {
     float b1 = 0.9f, b2 = 0.95f;
-    zt_adam_step s = {1e-3f, b1, b2, 1e-8f, wd, 1.0f - powf(b1, (float)t), 1.0f - powf(b2, (float)t), 0.5f};
+    zt_adam_step s = {1e-3f, b1, b2, 1e-8f, wd, bias_correction ? 1.0f - powf(b1, (float)t) : 1.0f,
+                      bias_correction ? 1.0f - powf(b2, (float)t) : 1.0f, 0.5f};
     return s;
 }
 
-/* 3 steps of every path against zt_adamw_element and the double formula */
-static void test_paths(size_t n, float wd, zt_dtype out_dt) {
+/* 3 steps of every path against zt_adamw_element and the double formula (with bias correction, or
+ * without: then the formula uses m and v as they are) */
+static void test_paths_bc(size_t n, float wd, zt_dtype out_dt, int bc) {
     char name[200];
     const char *dtn = out_dt == ZT_BF16 ? "bf16" : out_dt == ZT_F16 ? "fp16" : "none";
     state ref = make(n);
@@ -63,13 +67,13 @@ static void test_paths(size_t n, float wd, zt_dtype out_dt) {
             isas[np++] = isa * 2 + th - 1;
         }
     for (int t = 1; t <= 3; t++) {
-        zt_adam_step s = step_at(t, wd);
+        zt_adam_step s = step_at(t, wd, bc);
         for (size_t i = 0; i < n; i++) {
             zt_adamw_element(&ref.p[i], &ref.m[i], &ref.v[i], ref.g[i], &s);
             double gi = (double)ref.g[i] * s.grad_scale; /* PyTorch AdamW in double */
             md[i] = (double)s.beta1 * md[i] + (1 - (double)s.beta1) * gi;
             vd[i] = (double)s.beta2 * vd[i] + (1 - (double)s.beta2) * gi * gi;
-            double mh = md[i] / s.bias_correction1, vh = vd[i] / s.bias_correction2;
+            double mh = bc ? md[i] / s.bias_correction1 : md[i], vh = bc ? vd[i] / s.bias_correction2 : vd[i];
             pd[i] -= (double)s.lr * (mh / (sqrt(vh) + s.eps) + (double)s.weight_decay * pd[i]);
         }
         for (int k = 0; k < np; k++)
@@ -78,8 +82,8 @@ static void test_paths(size_t n, float wd, zt_dtype out_dt) {
     }
     for (int k = 0; k < np; k++) {
         int isa = isas[k] / 2, th = isas[k] % 2 + 1;
-        snprintf(name, sizeof name, "adam %s %d thread%s n=%zu wd=%g out=%s bit-identical to zt_adamw_element",
-                 zt_cpu_adam_isa_name(isa), th, th > 1 ? "s" : "", n, wd, dtn);
+        snprintf(name, sizeof name, "adam %s %d thread%s n=%zu wd=%g out=%s%s bit-identical to zt_adamw_element",
+                 zt_cpu_adam_isa_name(isa), th, th > 1 ? "s" : "", n, wd, dtn, bc ? "" : " no-bias-correction");
         size_t bad = n;
         for (size_t i = 0; i < n && bad == n; i++)
             if (memcmp(&paths[k].p[i], &ref.p[i], 4) || memcmp(&paths[k].m[i], &ref.m[i], 4) ||
@@ -108,11 +112,14 @@ static void test_paths(size_t n, float wd, zt_dtype out_dt) {
         errm = fmax(errm, fabs(ref.m[i] - md[i]) / fmax(fabs(md[i]), 1e-30));
         errv = fmax(errv, fabs(ref.v[i] - vd[i]) / fmax(fabs(vd[i]), 1e-30));
     }
-    snprintf(name, sizeof name, "adam n=%zu wd=%g matches the formula in double (rel 1e-5)", n, wd);
+    snprintf(name, sizeof name, "adam n=%zu wd=%g%s matches the formula in double (rel 1e-5)", n, wd,
+             bc ? "" : " no-bias-correction");
     CHECK(errp <= 1e-5 && errm <= 1e-5 && errv <= 1e-5, name, "relative error p %.3g m %.3g v %.3g", errp, errm, errv);
     free(pd); free(md); free(vd);
     drop(ref);
 }
+
+static void test_paths(size_t n, float wd, zt_dtype out_dt) { test_paths_bc(n, wd, out_dt, 1); }
 
 __attribute__((target("f16c"))) static uint16_t f16c_convert(float f) {
     return (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set1_ps(f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 0);
@@ -153,6 +160,9 @@ int main(void) {
     test_paths(4097 + 5, 0.1f, ZT_BF16);
     test_paths(4097 + 5, 0.0f, ZT_F16);
     test_paths(33, 0.1f, ZT_F16);
+    /* optimizer.params.bias_correction false */
+    test_paths_bc(4097 + 5, 0.1f, ZT_F32, 0);
+    test_paths_bc(33, 0.0f, ZT_BF16, 0);
     test_f16();
     return zt_check_exit();
 }

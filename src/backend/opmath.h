@@ -43,6 +43,7 @@ ZT_HD float zt_layernorm_dx(float dnorm, float xhat, float rstd, float dnorm_mea
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   p = p - lr * ( (m / bc1) / (sqrt(v / bc2) + eps) + wd * p ),  bc_k = 1 - b_k^t
  * g arrives already multiplied by the grad scale (clip coefficient / loss-scale inverse).
+ * Without bias correction (optimizer.params.bias_correction false) the caller passes bc_k = 1.
  * This is PyTorch's torch.optim.AdamW update, term for term. */
 typedef struct zt_adam_step {
     float lr, beta1, beta2, eps, weight_decay;

@@ -12,5 +12,6 @@ int zt_cmd_estimate(int argc, char **argv); /* src/cmd_estimate.c */
 int zt_cmd_run(int argc, char **argv);      /* src/cmd_run.c */
 int zt_cmd_export(int argc, char **argv);   /* src/cmd_checkpoint.c */
 int zt_cmd_info(int argc, char **argv);     /* src/cmd_checkpoint.c */
+int zt_cmd_config(int argc, char **argv);   /* src/cmd_config.c */
 
 #endif

@@ -4,7 +4,6 @@
  * as one command, computed from the same formulas and buffer plans the engine and model use. */
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "model/gpt2.h"
 #include "cmd/commands.h"
@@ -12,23 +11,6 @@
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "engine/zero_formula.h"
-
-static int parse_bytes(const char *s, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return -1;
-    double mult = 1;
-    if (!strcasecmp(end, "") || !strcasecmp(end, "b")) mult = 1;
-    else if (!strcasecmp(end, "k") || !strcasecmp(end, "kib")) mult = 1024.0;
-    else if (!strcasecmp(end, "m") || !strcasecmp(end, "mib")) mult = 1048576.0;
-    else if (!strcasecmp(end, "g") || !strcasecmp(end, "gib")) mult = 1073741824.0;
-    else if (!strcasecmp(end, "t") || !strcasecmp(end, "tib")) mult = 1099511627776.0;
-    else if (!strcasecmp(end, "gb")) mult = 1e9;
-    else if (!strcasecmp(end, "tb")) mult = 1e12;
-    else return -1;
-    *out = v * mult;
-    return 0;
-}
 
 static double gib(double b) { return b / 1073741824.0; }
 
@@ -49,8 +31,8 @@ int zt_cmd_estimate(int argc, char **argv) {
         int bad = 0;
         if (!strcmp(a, "--ranks") && v) ranks = strtol(v, NULL, 10), bad = ranks < 1, i++;
         else if (!strcmp(a, "--ranks-per-node") && v) per_node = strtol(v, NULL, 10), bad = per_node < 1, i++;
-        else if (!strcmp(a, "--device-mem") && v) bad = parse_bytes(v, &device_mem), i++;
-        else if (!strcmp(a, "--host-mem") && v) bad = parse_bytes(v, &host_mem), i++;
+        else if (!strcmp(a, "--device-mem") && v) bad = zt_parse_bytes(v, &device_mem), i++;
+        else if (!strcmp(a, "--host-mem") && v) bad = zt_parse_bytes(v, &host_mem), i++;
         else if (!strcmp(a, "--dtype") && v) fp32 = !strcmp(v, "fp32"), bad = !fp32 && strcmp(v, "bf16"), i++;
         else if (!strcmp(a, "--set") && v) sets[n_sets++] = argv[++i];
         else if (a[0] != '-' && !path) path = a;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "io/checkpoint.h"
+#include "engine/mem_report.h"
 #include "cmd/commands.h"
 #include "config/config.h"
 #include "io/data.h"
@@ -238,6 +239,7 @@ static void print_step(trainer *t, const step_plan *p, const step_record *rec, d
         zt_engine_print_timing(&t->s.engine);
         zt_comm_bytes_print(&rec->bytes);
     }
+    if (cfg->memory_breakdown) zt_mem_report_step(&t->s.engine, rec->step, t->s.model.act_bytes);
 }
 
 /* One JSON line in metrics_file (rank 0; every rank's bytes gathered for it) and the monitors. */

@@ -1,9 +1,10 @@
-/* config.c — see config.h. The file is read with libyaml's document API (nodes keep their marks,
- * so every error names FILE:LINE:COL); a static schema (keydef tables, one per mapping level)
- * drives both the file walk and `--set` overrides, so both get the same types, ranges and
- * near-miss suggestions. Cross-key checks run once, after all overrides, using the position where
- * each key was last set. */
+/* config.c — loading a config (see config.h): the file is read with libyaml's document API (nodes
+ * keep their marks, so every error names FILE:LINE:COL); the key table of config_keys.c drives both
+ * the file walk and `--set` overrides, so both get the same types, ranges and near-miss
+ * suggestions. Cross-key checks run once, after all overrides, using the position where each key
+ * was last set; the DeepSpeed rules (config_deepspeed.c) run just before them. Also the batch rule. */
 #include "config/config.h"
+#include "config/config_schema.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,363 +18,26 @@
 #include <yaml.h>
 
 /* ------------------------------------------------------------------------------------------ */
-/* schema                                                                                      */
-
-enum {
-    K_END = 0,
-    K_SECTION, /* nested mapping: sub */
-    K_INT,     /* int field */
-    K_LONG,    /* long field */
-    K_U64,     /* unsigned long long field */
-    K_FLOAT,   /* float field */
-    K_DOUBLE,  /* double field */
-    K_BOOL,    /* int field, 0/1 */
-    K_STR,     /* char * field, null or "" = NULL */
-    K_ENUM,    /* int field from a name table */
-    K_SPECIAL, /* handled by tag */
-    K_NOTE,    /* DeepSpeed key without effect here: accepted, any value, one-line note */
-    K_DSKEY,   /* DeepSpeed key zerotrain does not implement: error */
-};
-
-enum {
-    T_NONE = 0,
-    T_SCHED,          /* section: scheduler */
-    T_ACT,            /* section: activation_checkpointing */
-    T_ACT_ENABLED,    /* activation_checkpointing.enabled */
-    T_TB,             /* train_batch_size: null = not given */
-    T_MICRO,          /* train_micro_batch_size_per_gpu: records "given" */
-    T_ACCUM,          /* gradient_accumulation_steps: records "given" */
-    T_NULL_ZERO,      /* null means 0 (number_checkpoints) */
-    T_ADAM_W_MODE,    /* bool kept by the loader for a cross-check */
-    T_MUST_FALSE,     /* bool that must be false (unsupported DeepSpeed feature when true) */
-    T_BETAS,          /* [b1, b2] */
-    T_OPT_TYPE,       /* optimizer.type */
-    T_SCHED_TYPE,     /* scheduler.type */
-    T_RATIO,          /* offload ratio: [0,1] or "auto" */
-    T_BYTES,          /* number of bytes or "40GiB" */
-    T_RESUME,         /* auto | never | PATH */
-    T_OFFLOAD_DEV,    /* offload_optimizer.device: none | cpu (nvme: not supported) */
-    T_OFFLOAD_PARAM,  /* offload_param.device: none only */
-    T_WANDB_ENABLED,  /* wandb.enabled: true gets a note (no network here) */
-};
-
-typedef struct enumval {
-    const char *name;
-    int value;
-} enumval;
-
-typedef struct keydef {
-    const char *name;
-    int kind;
-    size_t off;                /* offsetof(zt_config, field); NOF = validate and discard */
-    double lo, hi;             /* numeric range, inclusive (hi = HUGE_VAL: no upper bound) */
-    int lo_excl;               /* lo itself is not allowed */
-    int tag;                   /* T_* */
-    const struct keydef *sub;  /* K_SECTION */
-    const enumval *ev;         /* K_ENUM */
-    const char *hint;          /* K_DSKEY: appended to the error */
-} keydef;
-
-#define NOF ((size_t)-1)
-#define F(field) offsetof(zt_config, field)
-#define INF HUGE_VAL
-#define SEC(n, s, t) {n, K_SECTION, NOF, 0, 0, 0, t, s, NULL, NULL}
-#define INT_(n, f, lo, hi) {n, K_INT, F(f), lo, hi, 0, T_NONE, NULL, NULL, NULL}
-#define INTT(n, f, lo, hi, t) {n, K_INT, F(f), lo, hi, 0, t, NULL, NULL, NULL}
-#define LONG_(n, f, lo, hi) {n, K_LONG, F(f), lo, hi, 0, T_NONE, NULL, NULL, NULL}
-#define LONGT(n, f, lo, hi, t) {n, K_LONG, F(f), lo, hi, 0, t, NULL, NULL, NULL}
-#define FLT(n, f, lo, hi) {n, K_FLOAT, F(f), lo, hi, 0, T_NONE, NULL, NULL, NULL}
-#define FLTX(n, f, lo) {n, K_FLOAT, F(f), lo, INF, 1, T_NONE, NULL, NULL, NULL}
-#define DBL(n, f, lo, hi) {n, K_DOUBLE, F(f), lo, hi, 0, T_NONE, NULL, NULL, NULL}
-#define BOOL_(n, f) {n, K_BOOL, F(f), 0, 0, 0, T_NONE, NULL, NULL, NULL}
-#define BOOLT(n, f, t) {n, K_BOOL, F(f), 0, 0, 0, t, NULL, NULL, NULL}
-#define BOOL_IGN(n) {n, K_BOOL, NOF, 0, 0, 0, T_NONE, NULL, NULL, NULL}
-#define BOOL_FALSE(n) {n, K_BOOL, NOF, 0, 0, 0, T_MUST_FALSE, NULL, NULL, NULL}
-#define STR(n, f) {n, K_STR, F(f), 0, 0, 0, T_NONE, NULL, NULL, NULL}
-#define STR_IGN(n) {n, K_STR, NOF, 0, 0, 0, T_NONE, NULL, NULL, NULL}
-#define ENUM_(n, f, e) {n, K_ENUM, F(f), 0, 0, 0, T_NONE, NULL, e, NULL}
-#define SPECIAL(n, t) {n, K_SPECIAL, NOF, 0, 0, 0, t, NULL, NULL, NULL}
-#define NOTE(n) {n, K_NOTE, NOF, 0, 0, 0, T_NONE, NULL, NULL, NULL}
-#define DSKEY(n) {n, K_DSKEY, NOF, 0, 0, 0, T_NONE, NULL, NULL, NULL}
-#define DSKEYH(n, h) {n, K_DSKEY, NOF, 0, 0, 0, T_NONE, NULL, NULL, h}
-#define END {NULL, K_END, 0, 0, 0, 0, 0, NULL, NULL, NULL}
-
-static const enumval warmup_types[] = {{"log", 1}, {"linear", 0}, {NULL, 0}};
-static const enumval devices[] = {{"auto", ZT_DEVICE_AUTO}, {"cpu", ZT_DEVICE_CPU}, {"cuda", ZT_DEVICE_CUDA}, {NULL, 0}};
-static const enumval sched_types[] = {{"WarmupLR", ZT_SCHED_WARMUP_LR},
-                                      {"WarmupDecayLR", ZT_SCHED_WARMUP_DECAY_LR},
-                                      {"WarmupCosineLR", ZT_SCHED_WARMUP_COSINE_LR},
-                                      {NULL, 0}};
-static const enumval opt_types[] = {{"AdamW", 0}, {"Adam", 1}, {NULL, 0}};
-static const enumval offload_devs[] = {{"none", ZT_OFFLOAD_NONE}, {"cpu", ZT_OFFLOAD_CPU}, {NULL, 0}};
-/* names DeepSpeed knows that we reject with "not supported" rather than "expected ..." */
-static const char *const ds_optimizers[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Lamb", "Lion",
-                                            "Adagrad", "MuAdam", "MuAdamW", "MuSGD", "CPUAdam", NULL};
-static const char *const ds_schedulers[] = {"OneCycle", "LRRangeTest", NULL};
-
-static const keydef model_keys[] = {
-    INT_("n_layer", n_layer, 1, INF),       INT_("n_head", n_head, 1, INF),
-    INT_("n_embd", n_embd, 1, INF),         INT_("vocab_size", vocab_size, 1, INF),
-    INT_("n_positions", n_positions, 1, INF), STR("init_from", init_from),
-    END};
-
-static const keydef data_keys[] = {
-    STR("train", train_glob), STR("val", val_glob), INT_("seq_len", seq_len, 1, INF), END};
-
-static const keydef opt_param_keys[] = {
-    FLT("lr", lr, 0, INF),
-    SPECIAL("betas", T_BETAS),
-    FLTX("eps", eps, 0),
-    FLT("weight_decay", weight_decay, 0, INF),
-    BOOL_("decay_all_params", decay_all_params),
-    BOOL_IGN("torch_adam"),
-    {"adam_w_mode", K_BOOL, NOF, 0, 0, 0, T_ADAM_W_MODE, NULL, NULL, NULL},
-    DSKEY("amsgrad"),
-    DSKEY("bias_correction"),
-    END};
-
-static const keydef opt_keys[] = {
-    SPECIAL("type", T_OPT_TYPE), SEC("params", opt_param_keys, T_NONE), DSKEY("legacy_fusion"), END};
-
-static const keydef sched_param_keys[] = {
-    FLT("warmup_min_lr", warmup_min_lr, 0, INF),
-    FLT("warmup_max_lr", warmup_max_lr, 0, INF),
-    LONG_("warmup_num_steps", warmup_num_steps, 0, INF),
-    ENUM_("warmup_type", warmup_type_log, warmup_types),
-    LONG_("total_num_steps", total_num_steps, 0, INF),
-    FLT("warmup_min_ratio", warmup_min_ratio, 0, 1),
-    FLT("cos_min_ratio", cos_min_ratio, 0, 1),
-    DSKEY("last_batch_iteration"),
-    END};
-
-static const keydef sched_keys[] = {
-    SPECIAL("type", T_SCHED_TYPE), SEC("params", sched_param_keys, T_NONE), END};
-
-static const keydef bf16_keys[] = {BOOL_("enabled", bf16_enabled), DSKEY("immediate_grad_update"), END};
-
-static const keydef fp16_keys[] = {
-    BOOL_("enabled", fp16_enabled),
-    FLT("loss_scale", loss_scale, 0, INF),
-    INT_("initial_scale_power", initial_scale_power, 0, 63),
-    INT_("loss_scale_window", loss_scale_window, 1, INF),
-    INT_("hysteresis", hysteresis, 1, INF),
-    FLTX("min_loss_scale", min_loss_scale, 0),
-    DSKEY("consecutive_hysteresis"),
-    DSKEY("auto_cast"),
-    DSKEY("fp16_master_weights_and_grads"),
-    END};
-
-static const keydef offload_opt_keys[] = {
-    SPECIAL("device", T_OFFLOAD_DEV), SPECIAL("ratio", T_RATIO), BOOL_("pin_memory", offload_pin_memory),
-    SPECIAL("device_memory", T_BYTES), DSKEY("nvme_path"), DSKEY("buffer_count"), DSKEY("pipeline_read"),
-    DSKEY("pipeline_write"), DSKEY("pipeline"), DSKEY("fast_init"), END};
-
-static const keydef offload_param_keys[] = {
-    SPECIAL("device", T_OFFLOAD_PARAM), BOOL_IGN("pin_memory"), DSKEY("nvme_path"), DSKEY("buffer_count"),
-    DSKEY("buffer_size"), DSKEY("max_in_cpu"), END};
-
-static const keydef zero_keys[] = {
-    INT_("stage", zero_stage, 0, 3),
-    BOOL_("overlap_comm", overlap_comm),
-    BOOL_("contiguous_gradients", contiguous_gradients),
-    DBL("reduce_bucket_size", reduce_bucket_size, 1, INF),
-    DBL("allgather_bucket_size", allgather_bucket_size, 1, INF),
-    DBL("stage3_prefetch_bucket_size", stage3_prefetch_bucket_size, 0, INF),
-    DBL("stage3_param_persistence_threshold", stage3_param_persistence_threshold, 0, INF),
-    BOOL_IGN("reduce_scatter"),
-    BOOL_IGN("allgather_partitions"),
-    SEC("offload_optimizer", offload_opt_keys, T_NONE),
-    SEC("offload_param", offload_param_keys, T_NONE),
-    DSKEY("sub_group_size"), DSKEY("round_robin_gradients"), DSKEY("stage3_max_live_parameters"),
-    DSKEY("stage3_max_reuse_distance"), DSKEY("stage3_gather_16bit_weights_on_model_save"),
-    DSKEY("stage3_gather_fp16_weights_on_model_save"), DSKEY("ignore_unused_parameters"),
-    DSKEY("load_from_fp32_weights"), DSKEY("elastic_checkpoint"), DSKEY("zero_hpz_partition_size"),
-    DSKEY("zero_quantized_weights"), DSKEY("zero_quantized_nontrainable_weights"),
-    DSKEY("zero_quantized_gradients"), DSKEY("mics_shard_size"), DSKEY("mics_hierarchical_params_gather"),
-    DSKEY("memory_efficient_linear"), DSKEY("pipeline_loading_checkpoint"), DSKEY("override_module_apply"),
-    DSKEY("cpu_offload"), DSKEY("cpu_offload_params"), DSKEY("cpu_offload_use_pin_memory"),
-    DSKEY("stage3_module_granularity_threshold"), DSKEY("use_multi_rank_bucket_allreduce"),
-    DSKEY("legacy_stage1"), DSKEY("log_trace_cache_warnings"), DSKEY("zeropp_loco_param"),
-    DSKEY("use_all_reduce_for_fetch_params"),
-    END};
-
-static const keydef act_keys[] = {
-    BOOLT("enabled", ckpt_enabled, T_ACT_ENABLED),
-    BOOL_FALSE("partition_activations"),
-    BOOL_FALSE("cpu_checkpointing"),
-    BOOL_IGN("contiguous_memory_optimization"),
-    INTT("number_checkpoints", ckpt_number_checkpoints, 0, INF, T_NULL_ZERO),
-    BOOL_IGN("synchronize_checkpoint_boundary"),
-    BOOL_IGN("profile"),
-    END};
-
-static const keydef ckpt_keys[] = {
-    STR("dir", checkpoint_dir), LONG_("save_interval", save_interval, 0, INF), INT_("keep_last", keep_last, 0, INF),
-    SPECIAL("resume", T_RESUME), DSKEY("tag_validation"), DSKEY("load_universal"), DSKEY("use_node_local_storage"),
-    DSKEY("parallel_write"), END};
-
-/* DeepSpeed's monitor sections (monitor.c writes them) */
-static const keydef tensorboard_keys[] = {
-    BOOL_("enabled", tensorboard.enabled), STR("output_path", tensorboard.output_path),
-    STR("job_name", tensorboard.job_name), END};
-static const keydef csv_monitor_keys[] = {
-    BOOL_("enabled", csv_monitor.enabled), STR("output_path", csv_monitor.output_path),
-    STR("job_name", csv_monitor.job_name), END};
-static const keydef wandb_keys[] = {
-    {"enabled", K_BOOL, NOF, 0, 0, 0, T_WANDB_ENABLED, NULL, NULL, NULL}, STR_IGN("group"), STR_IGN("team"),
-    STR_IGN("project"), END};
-
-static const keydef top_keys[] = {
-    SEC("model", model_keys, T_NONE),
-    SEC("data", data_keys, T_NONE),
-    LONGT("train_batch_size", train_batch_size, 1, INF, T_TB),
-    INTT("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, 1, INF, T_MICRO),
-    INTT("gradient_accumulation_steps", gradient_accumulation_steps, 1, INF, T_ACCUM),
-    LONG_("train_iters", train_iters, 1, INF),
-    SEC("optimizer", opt_keys, T_NONE),
-    SEC("scheduler", sched_keys, T_SCHED),
-    FLT("gradient_clipping", gradient_clipping, 0, INF),
-    SEC("bf16", bf16_keys, T_NONE),
-    SEC("fp16", fp16_keys, T_NONE),
-    SEC("zero_optimization", zero_keys, T_NONE),
-    SEC("activation_checkpointing", act_keys, T_ACT),
-    SEC("checkpoint", ckpt_keys, T_NONE),
-    LONG_("steps_per_print", steps_per_print, 1, INF),
-    LONG_("eval_interval", eval_interval, 0, INF),
-    INT_("eval_batches", eval_batches, 1, INF),
-    LONG_("sample_interval", sample_interval, 0, INF),
-    INT_("sample_tokens", sample_tokens, 0, INF),
-    STR("metrics_file", metrics_file),
-    BOOL_("wall_clock_breakdown", wall_clock_breakdown),
-    STR("trace", trace_file),
-    SEC("tensorboard", tensorboard_keys, T_NONE),
-    SEC("csv_monitor", csv_monitor_keys, T_NONE),
-    SEC("wandb", wandb_keys, T_NONE),
-    {"seed", K_U64, F(seed), 0, INF, 0, T_NONE, NULL, NULL, NULL},
-    ENUM_("device", device, devices),
-    DBL("comm_timeout", comm_timeout, 0, INF),
-    /* accepted and ignored, with a note */
-    NOTE("prescale_gradients"), NOTE("gradient_predivide_factor"), NOTE("zero_allow_untested_optimizer"),
-    NOTE("communication_data_type"), NOTE("dump_state"), NOTE("flops_profiler"), NOTE("comms_logger"),
-    /* DeepSpeed features zerotrain does not implement */
-    DSKEY("amp"), DSKEYH("bfloat16", " (use bf16)"), DSKEY("sparse_attention"), DSKEY("pipeline"),
-    DSKEY("data_efficiency"), DSKEY("curriculum_learning"), DSKEY("compression_training"), DSKEY("autotuning"),
-    DSKEY("elasticity"), DSKEY("aio"), DSKEY("data_types"), DSKEY("memory_breakdown"), DSKEY("eigenvalue"),
-    DSKEY("progressive_layer_drop"), DSKEY("quantize_training"), DSKEY("nebula"), DSKEY("hybrid_engine"),
-    DSKEY("sparse_gradients"), DSKEY("disable_allgather"), DSKEY("fp32_allreduce"),
-    DSKEY("zero_force_ds_cpu_optimizer"), DSKEY("load_universal_checkpoint"), DSKEY("use_node_local_storage"),
-    DSKEY("graph_harvesting"), DSKEY("compile"), DSKEY("weight_quantization"), DSKEY("dataloader_drop_last"),
-    DSKEY("seq_parallel_communication_data_type"), DSKEY("timers"), DSKEY("tensor_parallel"),
-    END};
-
-/* parameters each scheduler type takes (DeepSpeed's names) */
-static const char *const sched_params_warmup[] = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps",
-                                                  "warmup_type", NULL};
-static const char *const sched_params_decay[] = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps",
-                                                 "warmup_type", "total_num_steps", NULL};
-static const char *const sched_params_cosine[] = {"total_num_steps", "warmup_min_ratio", "warmup_num_steps",
-                                                  "cos_min_ratio", "warmup_type", NULL};
-
-static const char *const *sched_params_of(int type) {
-    switch (type) {
-    case ZT_SCHED_WARMUP_LR: return sched_params_warmup;
-    case ZT_SCHED_WARMUP_DECAY_LR: return sched_params_decay;
-    case ZT_SCHED_WARMUP_COSINE_LR: return sched_params_cosine;
-    default: return NULL;
-    }
-}
-
-static const char *enum_name(const enumval *ev, int value) {
-    for (; ev->name; ev++)
-        if (ev->value == value) return ev->name;
-    return "?";
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* small helpers                                                                               */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->n;
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? room : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return;
-        if (b->p && (size_t)k < room) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->n + (size_t)k + 1) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            fprintf(stderr, "zerotrain: error: out of host memory\n");
-            abort();
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-}
-
-static int levenshtein(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64) return 1000;
-    int row[65];
-    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int up = row[j];
-            int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-            int best = diag + cost;
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-/* Writes " (did you mean 'X'?)" into out when one candidate is close enough, else "". */
-static void suggest(const char *word, const char *const *cands, int n, char *out, size_t cap) {
-    int limit = (int)strlen(word) / 3;
-    if (limit < 2) limit = 2;
-    int best = limit + 1;
-    const char *pick = NULL;
-    for (int i = 0; i < n; i++) {
-        int d = levenshtein(word, cands[i]);
-        if (d < best) best = d, pick = cands[i];
-    }
-    if (pick) snprintf(out, cap, " (did you mean '%s'?)", pick);
-    else out[0] = '\0';
-}
-
-static void suggest_key(const char *word, const keydef *defs, char *out, size_t cap) {
+/* a near-miss among the keys directly under section `parent` ("" = top level) */
+static void suggest_key(const char *word, const char *parent, char *out, size_t cap) {
     const char *cands[128];
     int n = 0;
-    for (const keydef *d = defs; d->name && n < 128; d++)
-        if (d->kind != K_DSKEY) cands[n++] = d->name;
-    suggest(word, cands, n, out, cap);
+    for (const zt_keydef *d = zt_config_keys; d->kind != K_END && n < 128; d++)
+        if (d->kind != K_DSKEY && zt_key_is_child(d->path, parent)) cands[n++] = zt_key_leaf(d->path);
+    zt_suggest(word, cands, n, out, cap);
 }
 
-static void suggest_enum(const char *word, const enumval *ev, char *out, size_t cap) {
+static void suggest_enum(const char *word, const zt_enumval *ev, char *out, size_t cap) {
     const char *cands[16];
     int n = 0;
     for (; ev->name && n < 16; ev++) cands[n++] = ev->name;
-    suggest(word, cands, n, out, cap);
+    zt_suggest(word, cands, n, out, cap);
 }
 
 /* "a, b or c" */
-static void enum_list(const enumval *ev, char *out, size_t cap) {
+static void enum_list(const zt_enumval *ev, char *out, size_t cap) {
     int n = 0;
     while (ev[n].name) n++;
     out[0] = '\0';
@@ -383,11 +47,6 @@ static void enum_list(const enumval *ev, char *out, size_t cap) {
     }
 }
 
-static const keydef *find_key(const keydef *defs, const char *name) {
-    for (const keydef *d = defs; d->name; d++)
-        if (!strcmp(d->name, name)) return d;
-    return NULL;
-}
 
 /* number syntax accepted for plain scalars: [+-]digits[.digits][e[+-]digits]; 1 = integer form,
  * 2 = float form, 0 = not a number */
@@ -474,7 +133,7 @@ static void fmt_num(double v, char *out, size_t cap) {
 }
 
 /* "an integer >= 1", "a number in [0, 1]", "a number > 0" */
-static void range_desc(const keydef *d, int integer, double cap_hi, char *out, size_t cap) {
+static void range_desc(const zt_keydef *d, int integer, double cap_hi, char *out, size_t cap) {
     const char *what = integer ? "an integer" : "a number";
     double hi = d->hi < cap_hi ? d->hi : cap_hi;
     char lo_s[32], hi_s[32];
@@ -487,22 +146,7 @@ static void range_desc(const keydef *d, int integer, double cap_hi, char *out, s
 /* ------------------------------------------------------------------------------------------ */
 /* the loader                                                                                  */
 
-typedef struct posrec {
-    char path[96];
-    char where[400]; /* "FILE:L:C: path" or "--set KEY[: path]" */
-} posrec;
-
-typedef struct loader {
-    zt_config *cfg;
-    zt_err *err;
-    const char *file;  /* file being read (NULL while applying overrides) */
-    const char *ov;    /* the override key being applied */
-    posrec *recs;
-    int nrec, caprec;
-    int sched_seen, sched_type_given;
-    int act_seen, act_enabled_given;
-    int adam_w_mode;
-} loader;
+typedef zt_loader loader;
 
 /* Position prefix for node n at key path (path NULL: position only). */
 static void where_of(const loader *L, const yaml_node_t *n, const char *path, char *out, size_t cap) {
@@ -528,42 +172,42 @@ static int fail_at(const loader *L, const yaml_node_t *n, const char *path, cons
     return zt_fail(L->err, "%s: %s", w, m);
 }
 
-static void record(loader *L, const char *path, const yaml_node_t *n) {
+static void record(loader *L, const char *path, const yaml_node_t *n, int is_auto) {
     if (L->nrec == L->caprec) {
         L->caprec = L->caprec ? 2 * L->caprec : 64;
-        posrec *nr = realloc(L->recs, (size_t)L->caprec * sizeof *nr);
+        zt_posrec *nr = realloc(L->recs, (size_t)L->caprec * sizeof *nr);
         if (!nr) {
             fprintf(stderr, "zerotrain: error: out of host memory\n");
             abort();
         }
         L->recs = nr;
     }
-    posrec *r = &L->recs[L->nrec++];
+    zt_posrec *r = &L->recs[L->nrec++];
     snprintf(r->path, sizeof r->path, "%s", path);
+    r->is_auto = is_auto;
     where_of(L, n, path, r->where, sizeof r->where);
 }
 
 /* index of the latest record of path, -1 if never set */
-static int rec_index(const loader *L, const char *path) {
+int zt_loader_rec_index(const loader *L, const char *path) {
     for (int i = L->nrec - 1; i >= 0; i--)
         if (!strcmp(L->recs[i].path, path)) return i;
     return -1;
 }
 
 /* Cross-key error at where `path` was last set. */
-static int fail_rec(const loader *L, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail_rec(const loader *L, const char *path, const char *fmt, ...) {
+int zt_fail_rec(const loader *L, const char *path, const char *fmt, ...) {
     char m[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
-    int i = rec_index(L, path);
+    int i = zt_loader_rec_index(L, path);
     if (i >= 0) return zt_fail(L->err, "%s: %s", L->recs[i].where, m);
     return zt_fail(L->err, "%s: %s: %s", L->cfg->source_path ? L->cfg->source_path : "config", path, m);
 }
 
-static void *field(zt_config *cfg, const keydef *d) { return (char *)cfg + d->off; }
+static void *field(zt_config *cfg, size_t off) { return (char *)cfg + off; }
 
 static void set_str(char **slot, const char *text) {
     free(*slot);
@@ -571,7 +215,7 @@ static void set_str(char **slot, const char *text) {
 }
 
 /* Reads an integer into *out, with the range of d capped at cap_hi. */
-static int get_integer(const loader *L, const keydef *d, const char *path, const yaml_node_t *v, double cap_hi,
+static int get_integer(const loader *L, const zt_keydef *d, const char *path, const yaml_node_t *v, double cap_hi,
                        long long *out) {
     scalar s;
     classify(v, &s);
@@ -595,11 +239,11 @@ static int get_integer(const loader *L, const keydef *d, const char *path, const
     return 0;
 }
 
-static int get_number(const loader *L, const keydef *d, const char *path, const yaml_node_t *v, double *out) {
+static int get_number(const loader *L, const zt_keydef *d, const char *path, const yaml_node_t *v, double *out) {
     scalar s;
     classify(v, &s);
     char want[160], got[96];
-    range_desc(d, 0, INF, want, sizeof want);
+    range_desc(d, 0, INFINITY, want, sizeof want);
     describe(v, got, sizeof got);
     if (s.cls != C_NUM || !isfinite(s.d)) return fail_at(L, v, path, "expected %s, got %s", want, got);
     if (s.d < d->lo || (d->lo_excl && s.d == d->lo) || s.d > d->hi)
@@ -633,12 +277,12 @@ static int get_text(const loader *L, const char *path, const yaml_node_t *v, con
     return 0;
 }
 
-static int get_enum(const loader *L, const char *path, const yaml_node_t *v, const enumval *ev, int *out) {
+static int get_enum(const loader *L, const char *path, const yaml_node_t *v, const zt_enumval *ev, int *out) {
     char list[160];
     enum_list(ev, list, sizeof list);
-    const char *t;
+    const char *t = NULL;
     if (get_text(L, path, v, list, &t)) return -1;
-    for (const enumval *e = ev; e->name; e++)
+    for (const zt_enumval *e = ev; e->name; e++)
         if (!strcasecmp(e->name, t)) {
             *out = e->value;
             return 0;
@@ -649,147 +293,50 @@ static int get_enum(const loader *L, const char *path, const yaml_node_t *v, con
     return fail_at(L, v, path, "expected %s, got %s%s", list, got, sug);
 }
 
-/* "40GiB", "1.5e9", "512 MB" -> bytes */
-static int parse_bytes(const char *t, double *out) {
-    while (isspace((unsigned char)*t)) t++;
-    if (!isdigit((unsigned char)*t) && *t != '.') return -1;
-    char *end;
-    double v = strtod(t, &end);
-    if (end == t || !isfinite(v) || v < 0) return -1;
-    while (isspace((unsigned char)*end)) end++;
-    static const struct { const char *unit; double mult; } units[] = {
-        {"", 1}, {"b", 1}, {"kb", 1e3}, {"kib", 1024.0}, {"mb", 1e6}, {"mib", 1048576.0}, {"gb", 1e9},
-        {"gib", 1073741824.0}, {"tb", 1e12}, {"tib", 1099511627776.0}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (!strcasecmp(end, units[i].unit)) {
-            *out = v * units[i].mult;
-            return 0;
-        }
-    return -1;
-}
-
 static int in_list(const char *t, const char *const *list) {
     for (; *list; list++)
         if (!strcasecmp(*list, t)) return 1;
     return 0;
 }
 
-static int apply_map(loader *L, const keydef *defs, const char *path, const yaml_document_t *doc,
-                     const yaml_node_t *map, int tag);
+static int apply_map(loader *L, const char *path, const yaml_document_t *doc, const yaml_node_t *map, int tag);
 
-static int apply_special(loader *L, const keydef *d, const char *path, const yaml_document_t *doc,
-                         const yaml_node_t *v) {
-    zt_config *cfg = L->cfg;
-    char got[96];
-    describe(v, got, sizeof got);
-    switch (d->tag) {
-    case T_BETAS: {
-        if (!v || v->type != YAML_SEQUENCE_NODE ||
-            v->data.sequence.items.top - v->data.sequence.items.start != 2)
-            return fail_at(L, v, path, "expected a list of two numbers [beta1, beta2], got %s", got);
-        float b[2];
-        for (int i = 0; i < 2; i++) {
-            const yaml_node_t *e = yaml_document_get_node((yaml_document_t *)doc, v->data.sequence.items.start[i]);
-            scalar s;
-            classify(e, &s);
-            if (s.cls != C_NUM || !(s.d >= 0 && s.d < 1)) {
-                char eg[96];
-                describe(e, eg, sizeof eg);
-                return fail_at(L, e, path, "beta%d: expected a number in [0, 1), got %s", i + 1, eg);
-            }
-            b[i] = strtof(s.text, NULL);
-        }
-        cfg->beta1 = b[0];
-        cfg->beta2 = b[1];
-        return 0;
-    }
-    case T_OPT_TYPE: {
-        const char *t;
-        if (get_text(L, path, v, "AdamW or Adam", &t)) return -1;
-        if (in_list(t, ds_optimizers))
-            return fail_at(L, v, path, "%s is a DeepSpeed optimizer zerotrain does not support (expected AdamW or Adam)",
-                           t);
-        int which;
-        if (get_enum(L, path, v, opt_types, &which)) return -1;
-        set_str(&cfg->optimizer_type, enum_name(opt_types, which));
-        return 0;
-    }
-    case T_SCHED_TYPE: {
-        const char *t;
-        if (get_text(L, path, v, "WarmupLR, WarmupDecayLR or WarmupCosineLR", &t)) return -1;
-        if (in_list(t, ds_schedulers))
-            return fail_at(L, v, path,
-                           "%s is a DeepSpeed scheduler zerotrain does not support (expected WarmupLR, "
-                           "WarmupDecayLR or WarmupCosineLR)", t);
-        int which;
-        if (get_enum(L, path, v, sched_types, &which)) return -1;
-        cfg->scheduler = which;
-        L->sched_type_given = 1;
-        L->sched_seen = 1;
-        return 0;
-    }
-    case T_RATIO: {
-        scalar s;
-        classify(v, &s);
-        if (s.cls == C_STR && !strcasecmp(s.text, "auto")) {
-            cfg->offload_ratio = -1.0;
-            return 0;
-        }
-        if (s.cls != C_NUM || !(s.d >= 0 && s.d <= 1))
-            return fail_at(L, v, path, "expected a number in [0, 1] or \"auto\", got %s", got);
-        cfg->offload_ratio = s.d;
-        return 0;
-    }
-    case T_BYTES: {
-        scalar s;
-        classify(v, &s);
-        double bytes;
-        if ((s.cls == C_NUM && s.d >= 0 && isfinite(s.d) && (bytes = s.d, 1)) ||
-            (s.cls == C_STR && parse_bytes(s.text, &bytes) == 0)) {
-            cfg->offload_device_memory = floor(bytes);
-            return 0;
-        }
-        return fail_at(L, v, path, "expected a byte count >= 0 (a number or a string like \"40GiB\"), got %s", got);
-    }
-    case T_RESUME: {
-        const char *t;
-        if (get_text(L, path, v, "auto, never or a checkpoint path", &t)) return -1;
-        free(cfg->resume_path);
-        cfg->resume_path = NULL;
-        if (!strcmp(t, "auto")) cfg->resume_mode = ZT_RESUME_AUTO;
-        else if (!strcmp(t, "never")) cfg->resume_mode = ZT_RESUME_NEVER;
-        else {
-            cfg->resume_mode = ZT_RESUME_PATH;
-            cfg->resume_path = zt_xstrdup(t);
-        }
-        return 0;
-    }
-    case T_OFFLOAD_DEV: {
-        const char *t;
-        if (get_text(L, path, v, "none or cpu", &t)) return -1;
-        if (!strcasecmp(t, "nvme"))
-            return fail_at(L, v, path, "nvme offload is not supported by zerotrain (expected none or cpu)");
-        int which;
-        if (get_enum(L, path, v, offload_devs, &which)) return -1;
-        cfg->offload_device = which;
-        return 0;
-    }
-    case T_OFFLOAD_PARAM: {
-        const char *t;
-        if (get_text(L, path, v, "none", &t)) return -1;
-        if (!strcasecmp(t, "none")) return 0;
-        if (!strcasecmp(t, "cpu") || !strcasecmp(t, "nvme"))
-            return fail_at(L, v, path,
-                           "parameter offload to %s is not supported by zerotrain (only device none; "
-                           "use zero_optimization.offload_optimizer to offload optimizer state)", t);
-        return fail_at(L, v, path, "expected none, got %s", got);
-    }
-    default: break;
-    }
-    return fail_at(L, v, path, "internal error: unhandled key");
+/* The refusal of a bool that asks for a feature zerotrain does not implement. */
+static int refuse_bool(const loader *L, const zt_keydef *d, const char *path, const yaml_node_t *v, int b) {
+    char tail[320] = "";
+    if (d->hint) snprintf(tail, sizeof tail, " (%s)", d->hint);
+    return fail_at(L, v, path, "%s is not supported by zerotrain (only %s)%s", b ? "true" : "false",
+                   b ? "false" : "true", tail);
 }
 
-static int apply_key(loader *L, const keydef *d, const char *path, const yaml_document_t *doc,
+/* A DeepSpeed feature section (amp, curriculum_learning, ...): fine while `enabled` is false or
+ * absent (DeepSpeed's default for each); the feature's other keys are not read. */
+static int apply_off_section(loader *L, const zt_keydef *d, const char *path, const yaml_document_t *doc,
+                             const yaml_node_t *v) {
+    scalar s;
+    classify(v, &s);
+    if (s.cls == C_NULL) return 0;
+    if (s.cls != C_MAP) {
+        char got[96];
+        describe(v, got, sizeof got);
+        return fail_at(L, v, path, "expected a mapping, got %s", got);
+    }
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+        const yaml_node_t *k = yaml_document_get_node((yaml_document_t *)doc, p->key);
+        if (!k || k->type != YAML_SCALAR_NODE || strcmp((const char *)k->data.scalar.value, "enabled")) continue;
+        const yaml_node_t *e = yaml_document_get_node((yaml_document_t *)doc, p->value);
+        char child[256];
+        snprintf(child, sizeof child, "%s.enabled", path);
+        int b = 0;
+        if (get_bool(L, child, e, &b)) return -1;
+        if (b) return fail_at(L, e, child, "true is not supported by zerotrain (%s)", d->hint);
+    }
+    return 0;
+}
+
+static int is_auto_text(const scalar *s) { return s->cls == C_STR && !strcasecmp(s->text, "auto"); }
+
+static int apply_key(loader *L, const zt_keydef *d, const char *path, const yaml_document_t *doc,
                      const yaml_node_t *key, const yaml_node_t *v) {
     zt_config *cfg = L->cfg;
     const yaml_node_t *at_key = key ? key : v;
@@ -797,34 +344,53 @@ static int apply_key(loader *L, const keydef *d, const char *path, const yaml_do
     case K_NOTE: {
         char w[512];
         where_of(L, at_key, NULL, w, sizeof w);
-        zt_info("%s: note: ignoring DeepSpeed key '%s' (it has no effect in zerotrain)", w, path);
+        if (d->hint) zt_info("%s: note: %s", w, d->hint);
+        else zt_info("%s: note: ignoring DeepSpeed key '%s' (it has no effect in zerotrain)", w, path);
         return 0;
     }
-    case K_DSKEY: return fail_at(L, at_key, NULL, "%s is a DeepSpeed key zerotrain does not support%s", path,
-                                 d->hint ? d->hint : "");
-    case K_SECTION: return apply_map(L, d->sub, path, doc, v, d->tag);
+    case K_DSKEY:
+        if (d->hint) return fail_at(L, at_key, NULL, "%s %s", path, d->hint);
+        return fail_at(L, at_key, NULL, "%s is a DeepSpeed key zerotrain does not support", path);
+    case K_OFF_SECTION: return apply_off_section(L, d, path, doc, v);
+    case K_SECTION: return apply_map(L, path, doc, v, d->tag);
     default: break;
     }
-    record(L, path, v);
     scalar s;
     classify(v, &s);
+    char got[96];
+    describe(v, got, sizeof got);
+
+    /* "auto": Hugging Face's placeholder; the key takes its default now, and config_deepspeed.c
+     * derives the ones that depend on other keys */
+    if (is_auto_text(&s) && (d->flags & F_AUTO)) {
+        record(L, path, v, 1);
+        zt_key_set_default(cfg, d);
+        if (d->tag == T_MICRO) cfg->micro_batch_given = 0;
+        if (d->tag == T_ACCUM) cfg->grad_accum_given = 0;
+        return 0;
+    }
+    record(L, path, v, 0);
 
     /* null for "not given" style keys */
     if (s.cls == C_NULL) {
         switch (d->tag) {
         case T_TB: cfg->train_batch_size = 0; return 0;
-        case T_MICRO: cfg->train_micro_batch_size_per_gpu = 4; cfg->micro_batch_given = 0; return 0;
-        case T_ACCUM: cfg->gradient_accumulation_steps = 1; cfg->grad_accum_given = 0; return 0;
-        case T_NULL_ZERO: *(int *)field(cfg, d) = 0; return 0;
+        case T_MICRO: zt_key_set_default(cfg, d); cfg->micro_batch_given = 0; return 0;
+        case T_ACCUM: zt_key_set_default(cfg, d); cfg->grad_accum_given = 0; return 0;
         default: break;
+        }
+        if (d->flags & F_NULL_DEFAULT) {
+            zt_key_set_default(cfg, d);
+            return 0;
         }
     }
 
+    void *f = d->off == ZT_NOF ? NULL : field(cfg, d->off);
     switch (d->kind) {
     case K_INT: {
         long long x;
         if (get_integer(L, d, path, v, (double)INT_MAX, &x)) return -1;
-        *(int *)field(cfg, d) = (int)x;
+        *(int *)f = (int)x;
         if (d->tag == T_MICRO) cfg->micro_batch_given = 1;
         if (d->tag == T_ACCUM) cfg->grad_accum_given = 1;
         return 0;
@@ -832,70 +398,123 @@ static int apply_key(loader *L, const keydef *d, const char *path, const yaml_do
     case K_LONG: {
         long long x;
         if (get_integer(L, d, path, v, (double)LONG_MAX, &x)) return -1;
-        *(long *)field(cfg, d) = (long)x;
+        *(long *)f = (long)x;
         return 0;
     }
     case K_U64: {
-        char got[96];
-        describe(v, got, sizeof got);
         if (s.cls != C_NUM || s.form != 1 || s.text[0] == '-')
             return fail_at(L, v, path, "expected an integer >= 0, got %s", got);
         errno = 0;
         unsigned long long x = strtoull(s.text, NULL, 10);
         if (errno == ERANGE) return fail_at(L, v, path, "expected an integer in [0, 2^64), got %s", got);
-        *(unsigned long long *)field(cfg, d) = x;
+        *(unsigned long long *)f = x;
         return 0;
     }
     case K_FLOAT: {
         double x;
         if (get_number(L, d, path, v, &x)) return -1;
-        float f = strtof(s.text, NULL);
-        if (!isfinite(f)) {
-            char got[96];
-            describe(v, got, sizeof got);
-            return fail_at(L, v, path, "expected a number within single-precision range, got %s", got);
-        }
-        *(float *)field(cfg, d) = f;
+        float fl = strtof(s.text, NULL);
+        if (!isfinite(fl)) return fail_at(L, v, path, "expected a number within single-precision range, got %s", got);
+        *(float *)f = fl;
         return 0;
     }
     case K_DOUBLE: {
         double x;
         if (get_number(L, d, path, v, &x)) return -1;
-        *(double *)field(cfg, d) = x;
+        *(double *)f = x;
         return 0;
     }
     case K_BOOL: {
         int b = 0;
         if (get_bool(L, path, v, &b)) return -1;
-        if (d->tag == T_MUST_FALSE && b)
-            return fail_at(L, v, path, "true is not supported by zerotrain (only false)");
+        if (((d->flags & F_ONLY_FALSE) && b) || ((d->flags & F_ONLY_TRUE) && !b)) return refuse_bool(L, d, path, v, b);
         if (d->tag == T_ADAM_W_MODE) L->adam_w_mode = b;
         if (d->tag == T_ACT_ENABLED) L->act_enabled_given = 1;
-        if (d->tag == T_WANDB_ENABLED && b) {
-            char w[512];
-            where_of(L, v, NULL, w, sizeof w);
-            zt_info("%s: note: wandb is not supported (no network for it here); use tensorboard or csv_monitor", w);
+        if (d->tag == T_CPU_OFFLOAD) { /* true = offload_optimizer.device cpu; false leaves it */
+            if (b) cfg->offload_device = ZT_OFFLOAD_CPU;
+            return 0;
         }
-        if (d->off != NOF) *(int *)field(cfg, d) = b;
+        if (f) *(int *)f = b;
         return 0;
     }
     case K_STR: {
         if (s.cls == C_NULL) {
-            if (d->off != NOF) set_str((char **)field(cfg, d), NULL);
+            set_str((char **)f, NULL);
             return 0;
         }
-        const char *t;
+        const char *t = NULL;
         if (get_text(L, path, v, "a string", &t)) return -1;
-        if (d->off != NOF) set_str((char **)field(cfg, d), t);
+        set_str((char **)f, t);
         return 0;
     }
-    case K_ENUM: {
-        int x;
+    case K_ENUM:
+    case K_ENUMSTR: {
+        if (d->ds_names) {
+            char list[160];
+            enum_list(d->ev, list, sizeof list);
+            const char *t = NULL;
+            if (get_text(L, path, v, list, &t)) return -1;
+            if (in_list(t, d->ds_names))
+                return fail_at(L, v, path, "%s is a DeepSpeed %s zerotrain does not support (expected %s)", t, d->what,
+                               list);
+        }
+        int x = 0;
         if (get_enum(L, path, v, d->ev, &x)) return -1;
-        *(int *)field(cfg, d) = x;
+        if (d->kind == K_ENUMSTR) set_str((char **)f, zt_enum_name(d->ev, x));
+        else *(int *)f = x;
+        if (d->tag == T_SCHED_TYPE) L->sched_type_given = L->sched_seen = 1;
         return 0;
     }
-    case K_SPECIAL: return apply_special(L, d, path, doc, v);
+    case K_BETAS: {
+        if (!v || v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top - v->data.sequence.items.start != 2)
+            return fail_at(L, v, path, "expected a list of two numbers [beta1, beta2], got %s", got);
+        float b[2];
+        for (int i = 0; i < 2; i++) {
+            const yaml_node_t *e = yaml_document_get_node((yaml_document_t *)doc, v->data.sequence.items.start[i]);
+            scalar es;
+            classify(e, &es);
+            if (es.cls != C_NUM || !(es.d >= d->lo && es.d < d->hi)) {
+                char eg[96];
+                describe(e, eg, sizeof eg);
+                return fail_at(L, e, path, "beta%d: expected a number in [0, 1), got %s", i + 1, eg);
+            }
+            b[i] = strtof(es.text, NULL);
+        }
+        *(float *)f = b[0];
+        *(float *)field(cfg, d->off2) = b[1];
+        return 0;
+    }
+    case K_RATIO:
+        if (is_auto_text(&s)) {
+            *(double *)f = -1.0;
+            return 0;
+        }
+        if (s.cls != C_NUM || !(s.d >= d->lo && s.d <= d->hi))
+            return fail_at(L, v, path, "expected a number in [0, 1] or \"auto\", got %s", got);
+        *(double *)f = s.d;
+        return 0;
+    case K_BYTES: {
+        double bytes;
+        if ((s.cls == C_NUM && s.d >= 0 && isfinite(s.d) && (bytes = s.d, 1)) ||
+            (s.cls == C_STR && zt_parse_bytes(s.text, &bytes) == 0)) {
+            *(double *)f = floor(bytes);
+            return 0;
+        }
+        return fail_at(L, v, path, "expected a byte count >= 0 (a number or a string like \"40GiB\"), got %s", got);
+    }
+    case K_RESUME: {
+        const char *t = NULL;
+        if (get_text(L, path, v, "auto, never or a checkpoint path", &t)) return -1;
+        char **slot = field(cfg, d->off2);
+        set_str(slot, NULL);
+        if (!strcmp(t, "auto")) *(int *)f = ZT_RESUME_AUTO;
+        else if (!strcmp(t, "never")) *(int *)f = ZT_RESUME_NEVER;
+        else {
+            *(int *)f = ZT_RESUME_PATH;
+            set_str(slot, t);
+        }
+        return 0;
+    }
     default: break;
     }
     return fail_at(L, v, path, "internal error: unhandled key kind");
@@ -906,8 +525,14 @@ static void join_path(char *out, size_t cap, const char *base, const char *name)
     else snprintf(out, cap, "%s", name);
 }
 
-static int apply_map(loader *L, const keydef *defs, const char *path, const yaml_document_t *doc,
-                     const yaml_node_t *map, int tag) {
+/* the declaration of key `name` directly under section `parent`, or NULL */
+static const zt_keydef *find_child(const char *parent, const char *name) {
+    char full[256];
+    join_path(full, sizeof full, parent, name);
+    return zt_key_find(full);
+}
+
+static int apply_map(loader *L, const char *path, const yaml_document_t *doc, const yaml_node_t *map, int tag) {
     scalar s;
     classify(map, &s);
     if (s.cls == C_NULL) return 0; /* "section:" with nothing under it */
@@ -920,7 +545,7 @@ static int apply_map(loader *L, const keydef *defs, const char *path, const yaml
     yaml_node_pair_t *start = map->data.mapping.pairs.start, *top = map->data.mapping.pairs.top;
     if (tag == T_SCHED && top > start) {
         L->sched_seen = 1;
-        record(L, "scheduler", map);
+        record(L, "scheduler", map, 0);
     }
     for (yaml_node_pair_t *p = start; p < top; p++) {
         const yaml_node_t *k = yaml_document_get_node((yaml_document_t *)doc, p->key);
@@ -940,16 +565,14 @@ static int apply_map(loader *L, const keydef *defs, const char *path, const yaml
                                path, k2->start_mark.line + 1);
             }
         }
-        const keydef *d = find_key(defs, name);
+        const zt_keydef *d = strchr(name, '.') ? NULL : find_child(path, name);
         if (!d) {
             char sug[128];
-            suggest_key(name, defs, sug, sizeof sug);
+            suggest_key(name, path, sug, sizeof sug);
             return fail_at(L, k, NULL, "unknown key '%.80s'%s%s%s", name, *path ? " in " : "", path, sug);
         }
         if (tag == T_ACT) L->act_seen = 1;
-        char child[256];
-        join_path(child, sizeof child, path, name);
-        if (apply_key(L, d, child, doc, k, v)) return -1;
+        if (apply_key(L, d, d->path, doc, k, v)) return -1;
     }
     return 0;
 }
@@ -996,7 +619,7 @@ static int load_file(loader *L, const char *path) {
             }
             if (rc == 0) {
                 L->file = path;
-                rc = apply_map(L, top_keys, "", &doc, root, T_NONE);
+                rc = apply_map(L, "", &doc, root, T_NONE);
                 L->file = NULL;
             }
         }
@@ -1047,7 +670,7 @@ static int apply_override(loader *L, const char *spec) {
 
     L->ov = key;
     int rc = 0;
-    const keydef *defs = top_keys, *d = NULL;
+    const zt_keydef *d = NULL;
     char sofar[256] = "";
     const char *p = key;
     for (;;) {
@@ -1060,22 +683,22 @@ static int apply_override(loader *L, const char *spec) {
         }
         memcpy(comp, p, n);
         comp[n] = '\0';
-        d = find_key(defs, comp);
+        d = find_child(sofar, comp);
         if (!d) {
             char sug[128];
-            suggest_key(comp, defs, sug, sizeof sug);
+            suggest_key(comp, sofar, sug, sizeof sug);
             rc = zt_fail(L->err, "--set %s: unknown key '%s'%s%s%s", key, comp, *sofar ? " in " : "", sofar, sug);
             break;
         }
-        char next[256];
-        join_path(next, sizeof next, sofar, comp);
-        snprintf(sofar, sizeof sofar, "%s", next);
-        if (!dot) {
+        snprintf(sofar, sizeof sofar, "%s", d->path);
+        if (!dot || d->kind == K_NOTE || d->kind == K_DSKEY) {
             rc = apply_key(L, d, sofar, &doc, NULL, root);
             break;
         }
-        if (d->kind == K_NOTE || d->kind == K_DSKEY) {
-            rc = apply_key(L, d, sofar, &doc, NULL, root);
+        if (d->kind == K_OFF_SECTION) { /* only its `enabled` is read */
+            int b = 0;
+            if (!strcmp(dot + 1, "enabled") && !(rc = get_bool(L, key, root, &b)) && b)
+                rc = fail_at(L, root, key, "true is not supported by zerotrain (%s)", d->hint);
             break;
         }
         if (d->kind != K_SECTION) {
@@ -1084,10 +707,9 @@ static int apply_override(loader *L, const char *spec) {
         }
         if (d->tag == T_SCHED) {
             L->sched_seen = 1;
-            record(L, "scheduler", root);
+            record(L, "scheduler", root, 0);
         }
         if (d->tag == T_ACT && strcmp(dot + 1, "enabled") != 0) L->act_seen = 1;
-        defs = d->sub;
         p = dot + 1;
     }
     L->ov = NULL;
@@ -1100,18 +722,19 @@ static int apply_override(loader *L, const char *spec) {
 
 /* whichever of a, b was set last (NULL if neither) */
 static const char *latest(const loader *L, const char *a, const char *b) {
-    int ia = rec_index(L, a), ib = rec_index(L, b);
+    int ia = zt_loader_rec_index(L, a), ib = zt_loader_rec_index(L, b);
     if (ia < 0 && ib < 0) return NULL;
     return ia > ib ? a : b;
 }
 
 static int finish(loader *L) {
     zt_config *c = L->cfg;
+    if (zt_config_deepspeed_finish(L)) return -1;
 
     if (L->sched_seen && !L->sched_type_given)
-        return fail_rec(L, "scheduler", "type is required (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
+        return zt_fail_rec(L, "scheduler", "type is required (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
     if (c->scheduler != ZT_SCHED_CONSTANT) {
-        const char *const *ok = sched_params_of(c->scheduler);
+        const char *const *ok = zt_sched_params_of(c->scheduler);
         const char *pre = "scheduler.params.";
         for (int i = 0; i < L->nrec; i++) {
             if (strncmp(L->recs[i].path, pre, strlen(pre)) != 0) continue;
@@ -1125,7 +748,7 @@ static int finish(loader *L) {
                     snprintf(list + len, sizeof list - len, "%s%s", j ? ", " : "", ok[j]);
                 }
                 return zt_fail(L->err, "%s: not a parameter of %s (it takes %s)", L->recs[i].where,
-                               enum_name(sched_types, c->scheduler), list);
+                               zt_enum_name(zt_sched_types, c->scheduler), list);
             }
         }
         if (c->warmup_max_lr < 0) c->warmup_max_lr = c->lr;
@@ -1136,31 +759,33 @@ static int finish(loader *L) {
     if (c->n_embd % c->n_head != 0) {
         const char *k = latest(L, "model.n_embd", "model.n_head");
         if (k && !strcmp(k, "model.n_head"))
-            return fail_rec(L, k, "expected a divisor of model.n_embd (%d), got %d", c->n_embd, c->n_head);
-        return fail_rec(L, "model.n_embd", "expected a multiple of model.n_head (%d), got %d", c->n_head, c->n_embd);
+            return zt_fail_rec(L, k, "expected a divisor of model.n_embd (%d), got %d", c->n_embd, c->n_head);
+        return zt_fail_rec(L, "model.n_embd", "expected a multiple of model.n_head (%d), got %d", c->n_head,
+                           c->n_embd);
     }
     if (c->seq_len > c->n_positions) {
         const char *k = latest(L, "data.seq_len", "model.n_positions");
         if (k && !strcmp(k, "model.n_positions"))
-            return fail_rec(L, k, "expected >= data.seq_len (%d), got %d", c->seq_len, c->n_positions);
-        return fail_rec(L, "data.seq_len", "expected <= model.n_positions (%d), got %d", c->n_positions, c->seq_len);
+            return zt_fail_rec(L, k, "expected >= data.seq_len (%d), got %d", c->seq_len, c->n_positions);
+        return zt_fail_rec(L, "data.seq_len", "expected <= model.n_positions (%d), got %d", c->n_positions,
+                           c->seq_len);
     }
     if (c->ckpt_number_checkpoints > c->n_layer) {
         const char *k = latest(L, "activation_checkpointing.number_checkpoints", "model.n_layer");
         if (k && !strcmp(k, "model.n_layer"))
-            return fail_rec(L, k, "expected >= activation_checkpointing.number_checkpoints (%d), got %d",
+            return zt_fail_rec(L, k, "expected >= activation_checkpointing.number_checkpoints (%d), got %d",
                             c->ckpt_number_checkpoints, c->n_layer);
-        return fail_rec(L, "activation_checkpointing.number_checkpoints",
+        return zt_fail_rec(L, "activation_checkpointing.number_checkpoints",
                         "expected an integer in [0, model.n_layer = %d], got %d", c->n_layer,
                         c->ckpt_number_checkpoints);
     }
     if (c->bf16_enabled && c->fp16_enabled) {
         const char *k = latest(L, "bf16.enabled", "fp16.enabled");
-        return fail_rec(L, k ? k : "fp16.enabled", "bf16 and fp16 cannot both be enabled");
+        return zt_fail_rec(L, k ? k : "fp16.enabled", "bf16 and fp16 cannot both be enabled");
     }
     if (!L->adam_w_mode && c->weight_decay > 0 && !strcmp(c->optimizer_type, "Adam")) {
         const char *k = latest(L, "optimizer.params.adam_w_mode", "optimizer.params.weight_decay");
-        return fail_rec(L, k ? k : "optimizer.params.adam_w_mode",
+        return zt_fail_rec(L, k ? k : "optimizer.params.adam_w_mode",
                         "adam_w_mode false with weight_decay %g asks for L2-coupled Adam, which zerotrain does "
                         "not support (use adam_w_mode true or type AdamW for decoupled weight decay, or "
                         "weight_decay 0)", (double)c->weight_decay);
@@ -1169,198 +794,7 @@ static int finish(loader *L) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* effective text                                                                              */
-
-static void put_float(sbuf *b, float v) {
-    char buf[48];
-    for (int p = 1; p <= 9; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, (double)v);
-        if (strtof(buf, NULL) == v) break;
-    }
-    sb_printf(b, "%s", buf);
-}
-
-static void put_double(sbuf *b, double v) {
-    char buf[48];
-    if (v == floor(v) && fabs(v) < 1e15) {
-        snprintf(buf, sizeof buf, "%.0f", v);
-    } else {
-        for (int p = 1; p <= 17; p++) {
-            snprintf(buf, sizeof buf, "%.*g", p, v);
-            if (strtod(buf, NULL) == v) break;
-        }
-    }
-    sb_printf(b, "%s", buf);
-}
-
-static void put_str(sbuf *b, const char *s) {
-    if (!s) {
-        sb_printf(b, "null");
-        return;
-    }
-    sb_printf(b, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') sb_printf(b, "\\%c", *p);
-        else if (*p == '\n') sb_printf(b, "\\n");
-        else if (*p == '\t') sb_printf(b, "\\t");
-        else if (*p < 0x20 || *p == 0x7f) sb_printf(b, "\\x%02x", *p);
-        else sb_printf(b, "%c", *p);
-    }
-    sb_printf(b, "\"");
-}
-
-static const char *tf(int b) { return b ? "true" : "false"; }
-
-static char *effective_text(const zt_config *c) {
-    sbuf b = {0};
-    if (c->source_path) sb_printf(&b, "# zerotrain effective config (from %s)\n", c->source_path);
-    else sb_printf(&b, "# zerotrain effective config\n");
-    sb_printf(&b, "model:\n  n_layer: %d\n  n_head: %d\n  n_embd: %d\n  vocab_size: %d\n  n_positions: %d\n",
-              c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->n_positions);
-    sb_printf(&b, "  init_from: "); put_str(&b, c->init_from);
-    sb_printf(&b, "\ndata:\n  train: "); put_str(&b, c->train_glob);
-    sb_printf(&b, "\n  val: "); put_str(&b, c->val_glob);
-    sb_printf(&b, "\n  seq_len: %d\n", c->seq_len);
-    if (c->train_batch_size > 0) sb_printf(&b, "train_batch_size: %ld\n", c->train_batch_size);
-    else sb_printf(&b, "train_batch_size: null\n");
-    /* when train_batch_size is given, an unset micro/accumulation stays unset (it is derived) */
-    if (c->micro_batch_given || c->train_batch_size <= 0)
-        sb_printf(&b, "train_micro_batch_size_per_gpu: %d\n", c->train_micro_batch_size_per_gpu);
-    else sb_printf(&b, "train_micro_batch_size_per_gpu: null\n");
-    if (c->grad_accum_given || c->train_batch_size <= 0)
-        sb_printf(&b, "gradient_accumulation_steps: %d\n", c->gradient_accumulation_steps);
-    else sb_printf(&b, "gradient_accumulation_steps: null\n");
-    sb_printf(&b, "train_iters: %ld\n", c->train_iters);
-    sb_printf(&b, "optimizer:\n  type: %s\n  params:\n    lr: ", c->optimizer_type);
-    put_float(&b, c->lr);
-    sb_printf(&b, "\n    betas: ["); put_float(&b, c->beta1);
-    sb_printf(&b, ", "); put_float(&b, c->beta2);
-    sb_printf(&b, "]\n    eps: "); put_float(&b, c->eps);
-    sb_printf(&b, "\n    weight_decay: "); put_float(&b, c->weight_decay);
-    sb_printf(&b, "\n    decay_all_params: %s\n", tf(c->decay_all_params));
-    if (c->scheduler == ZT_SCHED_CONSTANT) {
-        sb_printf(&b, "# scheduler: none (constant lr)\n");
-    } else {
-        sb_printf(&b, "scheduler:\n  type: %s\n  params:\n", enum_name(sched_types, c->scheduler));
-        for (const char *const *p = sched_params_of(c->scheduler); *p; p++) {
-            sb_printf(&b, "    %s: ", *p);
-            if (!strcmp(*p, "warmup_min_lr")) put_float(&b, c->warmup_min_lr);
-            else if (!strcmp(*p, "warmup_max_lr")) put_float(&b, c->warmup_max_lr);
-            else if (!strcmp(*p, "warmup_num_steps")) sb_printf(&b, "%ld", c->warmup_num_steps);
-            else if (!strcmp(*p, "warmup_type")) sb_printf(&b, "%s", c->warmup_type_log ? "log" : "linear");
-            else if (!strcmp(*p, "total_num_steps")) sb_printf(&b, "%ld", c->total_num_steps);
-            else if (!strcmp(*p, "warmup_min_ratio")) put_float(&b, c->warmup_min_ratio);
-            else if (!strcmp(*p, "cos_min_ratio")) put_float(&b, c->cos_min_ratio);
-            sb_printf(&b, "\n");
-        }
-    }
-    sb_printf(&b, "gradient_clipping: "); put_float(&b, c->gradient_clipping);
-    sb_printf(&b, "\nbf16:\n  enabled: %s\n", tf(c->bf16_enabled));
-    sb_printf(&b, "fp16:\n  enabled: %s\n  loss_scale: ", tf(c->fp16_enabled));
-    put_float(&b, c->loss_scale);
-    sb_printf(&b, "\n  initial_scale_power: %d\n  loss_scale_window: %d\n  hysteresis: %d\n  min_loss_scale: ",
-              c->initial_scale_power, c->loss_scale_window, c->hysteresis);
-    put_float(&b, c->min_loss_scale);
-    sb_printf(&b, "\nzero_optimization:\n  stage: %d\n  overlap_comm: %s\n  contiguous_gradients: %s\n",
-              c->zero_stage, tf(c->overlap_comm), tf(c->contiguous_gradients));
-    sb_printf(&b, "  reduce_bucket_size: "); put_double(&b, c->reduce_bucket_size);
-    sb_printf(&b, "\n  allgather_bucket_size: "); put_double(&b, c->allgather_bucket_size);
-    sb_printf(&b, "\n  stage3_prefetch_bucket_size: "); put_double(&b, c->stage3_prefetch_bucket_size);
-    sb_printf(&b, "\n  stage3_param_persistence_threshold: "); put_double(&b, c->stage3_param_persistence_threshold);
-    sb_printf(&b, "\n  offload_optimizer:\n    device: %s\n    ratio: ", enum_name(offload_devs, c->offload_device));
-    if (c->offload_ratio < 0) sb_printf(&b, "auto");
-    else put_double(&b, c->offload_ratio);
-    sb_printf(&b, "\n    pin_memory: %s\n    device_memory: ", tf(c->offload_pin_memory));
-    put_double(&b, c->offload_device_memory);
-    sb_printf(&b, "\nactivation_checkpointing:\n  enabled: %s\n  number_checkpoints: %d\n", tf(c->ckpt_enabled),
-              c->ckpt_number_checkpoints);
-    sb_printf(&b, "checkpoint:\n  dir: "); put_str(&b, c->checkpoint_dir);
-    sb_printf(&b, "\n  save_interval: %ld\n  keep_last: %d\n  resume: ", c->save_interval, c->keep_last);
-    if (c->resume_mode == ZT_RESUME_PATH) put_str(&b, c->resume_path);
-    else sb_printf(&b, "%s", c->resume_mode == ZT_RESUME_NEVER ? "never" : "auto");
-    sb_printf(&b, "\nsteps_per_print: %ld\neval_interval: %ld\neval_batches: %d\nsample_interval: %ld\n"
-                  "sample_tokens: %d\nmetrics_file: ",
-              c->steps_per_print, c->eval_interval, c->eval_batches, c->sample_interval, c->sample_tokens);
-    put_str(&b, c->metrics_file);
-    sb_printf(&b, "\nwall_clock_breakdown: %s\ntrace: ", tf(c->wall_clock_breakdown));
-    put_str(&b, c->trace_file);
-    const zt_monitor_config *mons[] = {&c->tensorboard, &c->csv_monitor};
-    const char *mon_names[] = {"tensorboard", "csv_monitor"};
-    for (int i = 0; i < 2; i++) {
-        sb_printf(&b, "\n%s:\n  enabled: %s\n  output_path: ", mon_names[i], tf(mons[i]->enabled));
-        put_str(&b, mons[i]->output_path);
-        sb_printf(&b, "\n  job_name: ");
-        put_str(&b, mons[i]->job_name);
-    }
-    sb_printf(&b, "\nseed: %llu\ndevice: %s\n", c->seed, enum_name(devices, c->device));
-    sb_printf(&b, "comm_timeout: "); put_double(&b, c->comm_timeout); sb_printf(&b, "\n");
-    return b.p;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* public API                                                                                  */
-
-void zt_config_defaults(zt_config *c) {
-    memset(c, 0, sizeof *c);
-    c->n_layer = 12;
-    c->n_head = 12;
-    c->n_embd = 768;
-    c->vocab_size = 50257;
-    c->n_positions = 1024;
-    c->seq_len = 64;
-    c->train_batch_size = 0;
-    c->train_micro_batch_size_per_gpu = 4;
-    c->gradient_accumulation_steps = 1;
-    c->train_iters = 100;
-    c->optimizer_type = zt_xstrdup("AdamW");
-    c->lr = 6e-4f;
-    c->beta1 = 0.9f;
-    c->beta2 = 0.95f;
-    c->eps = 1e-8f;
-    c->weight_decay = 0.0f;
-    c->decay_all_params = 0;
-    c->scheduler = ZT_SCHED_CONSTANT;
-    c->warmup_min_lr = 0.0f;
-    c->warmup_max_lr = -1.0f;
-    c->warmup_num_steps = 1000;
-    c->warmup_type_log = 1;
-    c->total_num_steps = 0;
-    c->cos_min_ratio = 0.0001f;
-    c->warmup_min_ratio = 0.0f;
-    c->gradient_clipping = 0.0f;
-    c->loss_scale = 0.0f;
-    c->initial_scale_power = 16;
-    c->loss_scale_window = 1000;
-    c->hysteresis = 2;
-    c->min_loss_scale = 1.0f;
-    c->zero_stage = 0;
-    c->overlap_comm = 0;
-    c->contiguous_gradients = 1;
-    c->reduce_bucket_size = 5e8;
-    c->allgather_bucket_size = 5e8;
-    c->stage3_prefetch_bucket_size = 5e7;
-    c->stage3_param_persistence_threshold = 1e5;
-    c->offload_device = ZT_OFFLOAD_NONE;
-    c->offload_ratio = 1.0;
-    c->offload_pin_memory = 0;
-    c->offload_device_memory = 0;
-    c->ckpt_enabled = 0;
-    c->ckpt_number_checkpoints = 0;
-    c->save_interval = 0;
-    c->keep_last = 0;
-    c->resume_mode = ZT_RESUME_AUTO;
-    c->steps_per_print = 10;
-    c->eval_interval = 0;
-    c->eval_batches = 10;
-    c->sample_interval = 0;
-    c->sample_tokens = 64;
-    c->wall_clock_breakdown = 0;
-    c->seed = 1337;
-    c->device = ZT_DEVICE_AUTO;
-    c->comm_timeout = 600; /* ZT_COMM_TIMEOUT_DEFAULT */
-    c->tensorboard.job_name = zt_xstrdup("DeepSpeedJobName");
-    c->csv_monitor.job_name = zt_xstrdup("DeepSpeedJobName");
-}
 
 int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int n_overrides, zt_err *err) {
     zt_config_defaults(cfg);
@@ -1381,65 +815,6 @@ int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int
         zt_config_free(cfg);
         return -1;
     }
-    cfg->effective_text = effective_text(cfg);
+    cfg->effective_text = zt_config_effective_text(cfg);
     return 0;
-}
-
-int zt_config_check_batch(zt_config *c, int world_size, zt_err *err) {
-    if (world_size < 1) return zt_fail(err, "world size %d: expected >= 1", world_size);
-    long ws = world_size, tb = c->train_batch_size;
-    long mb = c->train_micro_batch_size_per_gpu, ga = c->gradient_accumulation_steps;
-    int mb_given = c->micro_batch_given, ga_given = c->grad_accum_given;
-    if (tb > 0) {
-        if (mb_given && !ga_given) {
-            if (tb % (mb * ws) != 0)
-                return zt_fail(err,
-                               "train_batch_size %ld is not divisible by train_micro_batch_size_per_gpu %ld * "
-                               "world size %ld (= %ld), so gradient_accumulation_steps cannot be derived",
-                               tb, mb, ws, mb * ws);
-            ga = tb / (mb * ws);
-        } else if (!mb_given && ga_given) {
-            if (tb % (ga * ws) != 0)
-                return zt_fail(err,
-                               "train_batch_size %ld is not divisible by gradient_accumulation_steps %ld * "
-                               "world size %ld (= %ld), so train_micro_batch_size_per_gpu cannot be derived",
-                               tb, ga, ws, ga * ws);
-            mb = tb / (ga * ws);
-        } else if (!mb_given && !ga_given) {
-            ga = 1;
-            if (tb % ws != 0)
-                return zt_fail(err,
-                               "train_batch_size %ld is not divisible by world size %ld, so "
-                               "train_micro_batch_size_per_gpu cannot be derived",
-                               tb, ws);
-            mb = tb / ws;
-        }
-        if (mb * ga * ws != tb)
-            return zt_fail(err,
-                           "train_batch_size %ld != train_micro_batch_size_per_gpu %ld * "
-                           "gradient_accumulation_steps %ld * world size %ld (= %ld)",
-                           tb, mb, ga, ws, mb * ga * ws);
-    } else {
-        tb = mb * ga * ws;
-    }
-    if (mb > INT_MAX || ga > INT_MAX) return zt_fail(err, "derived batch sizes are out of range");
-    c->train_batch_size = tb;
-    c->train_micro_batch_size_per_gpu = (int)mb;
-    c->gradient_accumulation_steps = (int)ga;
-    c->micro_batch_given = 1;
-    c->grad_accum_given = 1;
-    free(c->effective_text);
-    c->effective_text = effective_text(c);
-    return 0;
-}
-
-void zt_config_free(zt_config *c) {
-    char **strs[] = {&c->source_path, &c->effective_text, &c->init_from,    &c->train_glob,
-                     &c->val_glob,    &c->optimizer_type, &c->checkpoint_dir, &c->resume_path,
-                     &c->metrics_file, &c->trace_file, &c->tensorboard.output_path, &c->tensorboard.job_name,
-                     &c->csv_monitor.output_path, &c->csv_monitor.job_name};
-    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
-        free(*strs[i]);
-        *strs[i] = NULL;
-    }
 }

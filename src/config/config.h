@@ -1,6 +1,10 @@
 /* config.h — the run configuration: a YAML (or DeepSpeed JSON) file read with libyaml, keys named
  * after DeepSpeed's, strict validation with FILE:LINE:COL errors and near-miss suggestions, and
- * `--set key=value` overrides. Owns zt_config and its defaults; nothing else parses config text. */
+ * `--set key=value` overrides. Owns zt_config; nothing else parses config text.
+ * The module: config_keys.c declares every key once (name, type, default, range, field, help) and
+ * derives the defaults and the effective-config text from that table; config.c reads YAML and
+ * overrides against it and runs the cross-key checks; config_deepspeed.c holds the DeepSpeed
+ * compatibility rules ("auto" values, features not implemented yet, keys accepted without effect). */
 #ifndef ZT_CONFIG_H
 #define ZT_CONFIG_H
 
@@ -8,7 +12,9 @@
 
 enum { ZT_SCHED_CONSTANT = 0, ZT_SCHED_WARMUP_LR, ZT_SCHED_WARMUP_DECAY_LR, ZT_SCHED_WARMUP_COSINE_LR };
 enum { ZT_DEVICE_AUTO = 0, ZT_DEVICE_CPU, ZT_DEVICE_CUDA };
-enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU };
+enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU, ZT_OFFLOAD_NVME };
+/* data_types.grad_accum_dtype; DEFAULT = not given (the backend's compute dtype) */
+enum { ZT_ACCUM_DEFAULT = 0, ZT_ACCUM_FP32, ZT_ACCUM_BF16, ZT_ACCUM_FP16 };
 enum { ZT_RESUME_AUTO = 0, ZT_RESUME_NEVER, ZT_RESUME_PATH };
 
 /* a DeepSpeed monitor section (tensorboard, csv_monitor): rank 0 writes into output_path/job_name/ */
@@ -21,6 +27,7 @@ typedef struct zt_monitor_config {
 typedef struct zt_config {
     char *source_path;   /* the file the config was read from */
     char *effective_text; /* the effective config as YAML (for the start banner and checkpoints) */
+    char *auto_keys;      /* keys given as "auto" (space-separated dotted names), NULL if none */
 
     /* model */
     int n_layer, n_head, n_embd, vocab_size, n_positions;
@@ -41,6 +48,7 @@ typedef struct zt_config {
     char *optimizer_type;
     float lr, beta1, beta2, eps, weight_decay;
     int decay_all_params;     /* 0 (default): weight decay on 2-D weights only */
+    int bias_correction;      /* 1 (default): divide m and v by 1 - beta^t */
 
     /* scheduler: DeepSpeed names and parameters */
     int scheduler;
@@ -57,6 +65,7 @@ typedef struct zt_config {
     float loss_scale;          /* 0 = dynamic */
     int initial_scale_power, loss_scale_window, hysteresis;
     float min_loss_scale;
+    int grad_accum_dtype;      /* ZT_ACCUM_*: data_types.grad_accum_dtype */
 
     /* ZeRO */
     int zero_stage;
@@ -67,6 +76,17 @@ typedef struct zt_config {
     double offload_ratio;      /* [0,1]; < 0 means auto */
     int offload_pin_memory;
     double offload_device_memory; /* bytes budget for ratio auto, 0 = ask the device */
+    /* ZeRO-3 / ZeRO-Infinity settings: read and range-checked for the NVMe/parameter-offload work;
+     * config_deepspeed.c refuses the values that ask for what the engine does not do yet */
+    double stage3_max_live_parameters, stage3_max_reuse_distance, sub_group_size;
+    int stage3_gather_16bit_weights_on_model_save;
+    char *offload_nvme_path;   /* offload_optimizer.nvme_path */
+    int offload_buffer_count, offload_pipeline_read, offload_pipeline_write, offload_fast_init;
+    int offload_param_device;  /* ZT_OFFLOAD_* */
+    char *offload_param_nvme_path;
+    int offload_param_buffer_count, offload_param_pin_memory;
+    double offload_param_buffer_size, offload_param_max_in_cpu;
+    int aio_block_size, aio_queue_depth, aio_thread_count, aio_single_submit, aio_overlap_events, aio_use_gds;
 
     /* activation checkpointing */
     int ckpt_enabled;
@@ -87,6 +107,7 @@ typedef struct zt_config {
     int sample_tokens;
     char *metrics_file;
     int wall_clock_breakdown;
+    int memory_breakdown;      /* memory per category with each step line */
     char *trace_file;
     zt_monitor_config tensorboard, csv_monitor;
 
@@ -99,7 +120,7 @@ typedef struct zt_config {
     int micro_batch_given, grad_accum_given;
 } zt_config;
 
-/* Fills defaults. */
+/* Fills defaults (from the key table in config_keys.c). */
 void zt_config_defaults(zt_config *cfg);
 /* Loads PATH (YAML or JSON; NULL = defaults only), then applies overrides ("key.sub=value", YAML scalar or flow syntax).
  * Unknown keys, wrong types and out-of-range values fail with "FILE:LINE:COL: ..." (overrides use
@@ -109,8 +130,14 @@ void zt_config_defaults(zt_config *cfg);
 int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int n_overrides, zt_err *err);
 /* DeepSpeed's batch rule: train_batch_size == micro * accumulation * world_size, deriving the one
  * left out; names all three numbers when it fails. On success all three are set, both "given"
- * flags are set and effective_text is regenerated with the derived values. */
+ * flags are set and effective_text is regenerated with the derived values. Logs one info line
+ * naming the keys that were "auto" and what they became. */
 int zt_config_check_batch(zt_config *cfg, int world_size, zt_err *err);
+/* data_types.grad_accum_dtype against the backend that will run: only the dtype the backend
+ * accumulates gradients in (its compute dtype: "fp32", "bf16", "fp16") is accepted. */
+int zt_config_check_grad_accum(const zt_config *cfg, const char *backend, const char *compute_dtype, zt_err *err);
+/* The key reference (every key: dotted name, type, default, help), from config_keys.c's table. */
+void zt_config_print_keys(FILE *f);
 /* Frees every string and sets the pointers to NULL (safe to call twice). */
 void zt_config_free(zt_config *cfg);
 

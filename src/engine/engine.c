@@ -232,9 +232,10 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm", tn0, tn1);
 
     e->adam_t++;
+    int bc = !e->opt.no_bias_correction; /* off: dividing by 1 uses m and v as they are */
     zt_adam_step st = {lr, e->opt.beta1, e->opt.beta2, e->opt.eps, 0.0f,
-                       1.0f - powf(e->opt.beta1, (float)e->adam_t), 1.0f - powf(e->opt.beta2, (float)e->adam_t),
-                       (float)(clip / loss_scale)};
+                       bc ? 1.0f - powf(e->opt.beta1, (float)e->adam_t) : 1.0f,
+                       bc ? 1.0f - powf(e->opt.beta2, (float)e->adam_t) : 1.0f, (float)(clip / loss_scale)};
     twin_update(e, &tf, tn0, &st);
     if ((e->opt.stage == 1 || e->opt.stage == 2) && e->world > 1) zero_allgather_params(e);
     if (e->opt.stage == 3) zero_reset_residents(e);

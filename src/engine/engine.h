@@ -40,6 +40,7 @@ typedef struct zt_engine_opts {
     double stage3_param_persistence_threshold; /* stage 3: segments smaller than this stay gathered */
     float beta1, beta2, eps, weight_decay;
     int decay_all_params;
+    int no_bias_correction; /* optimizer.params.bias_correction false: Adam uses m and v as they are */
 } zt_engine_opts;
 
 /* Twin-Flow (zero_optimization.offload_optimizer); all zero = no offload */

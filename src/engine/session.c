@@ -33,6 +33,8 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     s->comm = comm;
     s->be = zt_pick_backend(cfg, err);
     if (!s->be) return -1;
+    static const char *const dtype_names[] = {[ZT_F32] = "fp32", [ZT_BF16] = "bf16", [ZT_F16] = "fp16"};
+    if (zt_config_check_grad_accum(cfg, s->be->name, dtype_names[s->be->compute_dtype], err)) return -1;
     s->shape = zt_shape_from_config(cfg);
     /* device buffers travel over NCCL between GPUs; MPI only ever sees host memory */
     int gpu = s->be->compute_dtype != ZT_F32;
@@ -68,7 +70,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     }
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
                          cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
-                         cfg->weight_decay, cfg->decay_all_params};
+                         cfg->weight_decay, cfg->decay_all_params, !cfg->bias_correction};
     zt_engine_offload off = {cfg->offload_device == ZT_OFFLOAD_CPU, cfg->offload_ratio, cfg->offload_pin_memory,
                              cfg->offload_device_memory, 0, reserve};
     int rc = zt_engine_create_offload(&s->engine, s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off,

@@ -1,12 +1,14 @@
 /* util.c — see util.h */
 #include "util/util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <strings.h>
 #include <time.h>
 
 static int log_rank = 0; /* process-wide logger state (the one allowed global besides MPI/device) */
@@ -112,6 +114,80 @@ int zt_mkdir_p(const char *path, zt_err *err) {
     if (rc == 0 && (stat(path, &st) || !S_ISDIR(st.st_mode)))
         rc = zt_fail(err, "%s: exists and is not a directory", path);
     return rc;
+}
+
+void zt_sb_printf(zt_sb *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->n;
+        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) return;
+        if (b->p && (size_t)k < room) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->n + (size_t)k + 1) cap *= 2;
+        b->p = zt_xrealloc(b->p, cap);
+        b->cap = cap;
+    }
+}
+
+int zt_parse_bytes(const char *t, double *out) {
+    while (isspace((unsigned char)*t)) t++;
+    if (!isdigit((unsigned char)*t) && *t != '.') return -1;
+    char *end;
+    double v = strtod(t, &end);
+    if (end == t || !isfinite(v) || v < 0) return -1;
+    while (isspace((unsigned char)*end)) end++;
+    static const struct { const char *unit; double mult; } units[] = {
+        {"", 1},      {"b", 1},          {"kb", 1e3},  {"mb", 1e6},          {"gb", 1e9},
+        {"tb", 1e12}, {"kib", 1024.0},   {"mib", 1048576.0},                 {"gib", 1073741824.0},
+        {"tib", 1099511627776.0},        {"k", 1024.0}, {"m", 1048576.0},    {"g", 1073741824.0},
+        {"t", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcasecmp(end, units[i].unit)) {
+            *out = v * units[i].mult;
+            return 0;
+        }
+    return -1;
+}
+
+static int levenshtein(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return 1000;
+    int row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+            int best = diag + cost;
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* Writes " (did you mean 'X'?)" into out when one candidate is close enough, else "". */
+void zt_suggest(const char *word, const char *const *cands, int n, char *out, size_t cap) {
+    int limit = (int)strlen(word) / 3;
+    if (limit < 2) limit = 2;
+    int best = limit + 1;
+    const char *pick = NULL;
+    for (int i = 0; i < n; i++) {
+        int d = levenshtein(word, cands[i]);
+        if (d < best) best = d, pick = cands[i];
+    }
+    if (pick) snprintf(out, cap, " (did you mean '%s'?)", pick);
+    else out[0] = '\0';
 }
 
 char *zt_read_file(const char *path, size_t *len, zt_err *err) {

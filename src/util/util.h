@@ -37,6 +37,25 @@ double zt_unix_time(void);
 /* mkdir -p: creates PATH and its missing parents; an existing directory is fine. */
 int zt_mkdir_p(const char *path, zt_err *err);
 
+/* A growing NUL-terminated string (the project's one string builder): zero-initialise, append with
+ * zt_sb_printf, take .p (malloc'ed, may be NULL when nothing was appended) and free it. */
+typedef struct zt_sb {
+    char *p;
+    size_t n, cap;
+} zt_sb;
+void zt_sb_printf(zt_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A byte count as users write it, for config values and command-line flags alike: a number
+ * (`1.5e9`), or a number and a unit with an optional space between (`40GiB`, `512 MB`, `80G`),
+ * units case-insensitive. KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB powers of 1024; a bare
+ * K/M/G/T means the binary unit (`80G` = 80 GiB, as memory sizes are usually meant on command lines);
+ * B is 1. Returns 0 and sets *out (>= 0), or -1 for anything else. */
+int zt_parse_bytes(const char *text, double *out);
+
+/* Writes " (did you mean 'X'?)" into out when one of the n candidates is within a third of word's
+ * length in edit distance (case-insensitive, at least 2), else "". */
+void zt_suggest(const char *word, const char *const *cands, int n, char *out, size_t cap);
+
 /* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). */
 char *zt_read_file(const char *path, size_t *len, zt_err *err);
 
