@@ -10,7 +10,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: zerotrain COMMAND [ARGS]\n"
             "  train CONFIG [--set KEY=VALUE]...   train a GPT-2 (under mpirun/srun, or alone)\n"
-            "  tokenize --vocab DIR INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N]\n"
+            "  tokenize [--vocab DIR] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N]\n"
             "  sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S]\n"
             "  eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE]\n"
             "  run -n N [--hostfile FILE] CONFIG [--set KEY=VALUE]...   start mpirun/srun for train\n"

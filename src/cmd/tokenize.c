@@ -44,12 +44,7 @@ static void u16_reserve(u16vec *v, size_t extra) {
     if (v->n + extra <= v->cap) return;
     size_t cap = v->cap ? v->cap : 1 << 20;
     while (cap < v->n + extra) cap *= 2;
-    uint16_t *d = realloc(v->data, cap * sizeof *d);
-    if (!d) {
-        fprintf(stderr, "zerotrain: error: out of host memory (asked for %zu tokens)\n", cap);
-        abort();
-    }
-    v->data = d;
+    v->data = zt_xrealloc(v->data, cap * sizeof *v->data);
     v->cap = cap;
 }
 
@@ -189,9 +184,7 @@ int zt_cmd_tokenize(int argc, char **argv) {
         if (zt_shard_write(name, all.data + start, n, &err)) { free(name); goto fail; }
         if (n_written == cap_written) {
             cap_written *= 2;
-            char **w = realloc(written, cap_written * sizeof *w);
-            if (!w) abort();
-            written = w;
+            written = zt_xrealloc(written, cap_written * sizeof *written);
         }
         written[n_written++] = name;
     }

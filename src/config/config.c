@@ -175,12 +175,7 @@ static int fail_at(const loader *L, const yaml_node_t *n, const char *path, cons
 static void record(loader *L, const char *path, const yaml_node_t *n, int is_auto) {
     if (L->nrec == L->caprec) {
         L->caprec = L->caprec ? 2 * L->caprec : 64;
-        zt_posrec *nr = realloc(L->recs, (size_t)L->caprec * sizeof *nr);
-        if (!nr) {
-            fprintf(stderr, "zerotrain: error: out of host memory\n");
-            abort();
-        }
-        L->recs = nr;
+        L->recs = zt_xrealloc(L->recs, (size_t)L->caprec * sizeof *L->recs);
     }
     zt_posrec *r = &L->recs[L->nrec++];
     snprintf(r->path, sizeof r->path, "%s", path);

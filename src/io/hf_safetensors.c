@@ -225,58 +225,36 @@ int zt_file_write_all(const char *dir, const char *name, const char *text, size_
 
 /* ---------------------------------------------------------------- writing */
 
-typedef struct { char *s; size_t n, cap; } sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (b->s && (size_t)k < b->cap - b->n) {
-            b->n += (size_t)k;
-            return;
-        }
-        b->cap = (b->cap + (size_t)k + 1) * 2;
-        b->s = realloc(b->s, b->cap);
-        if (!b->s) {
-            fprintf(stderr, "zerotrain: error: out of host memory\n");
-            abort();
-        }
-    }
-}
-
 int zt_st_write(const char *dir, const char *name, const zt_st_entry *entries, int count, const char *dtype,
                 zt_st_read_fn read, void *ctx, zt_err *err) {
     int esize = strcmp(dtype, "F32") == 0 ? 4 : (strcmp(dtype, "BF16") == 0 || strcmp(dtype, "F16") == 0) ? 2 : 0;
     int f16 = strcmp(dtype, "F16") == 0;
     if (!esize) return zt_fail(err, "unsupported safetensors dtype \"%s\" (F32, BF16 or F16)", dtype);
     /* header: tensors in order, contiguous; padded with spaces to a multiple of 8 bytes */
-    sbuf h = {0};
-    sb_printf(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    zt_sb h = {0};
+    zt_sb_printf(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
     size_t off = 0, max_numel = 1;
     for (int i = 0; i < count; i++) {
         const zt_st_entry *e = &entries[i];
-        sb_printf(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld", e->name, dtype, (long long)e->shape[0]);
-        if (e->ndim == 2) sb_printf(&h, ",%lld", (long long)e->shape[1]);
-        sb_printf(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + e->numel * (size_t)esize);
+        zt_sb_printf(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld", e->name, dtype, (long long)e->shape[0]);
+        if (e->ndim == 2) zt_sb_printf(&h, ",%lld", (long long)e->shape[1]);
+        zt_sb_printf(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + e->numel * (size_t)esize);
         off += e->numel * (size_t)esize;
         if (e->numel > max_numel) max_numel = e->numel;
     }
-    sb_printf(&h, "}");
-    while (h.n % 8) sb_printf(&h, " ");
+    zt_sb_printf(&h, "}");
+    while (h.n % 8) zt_sb_printf(&h, " ");
 
     zt_file_tmp t;
     if (zt_file_create(&t, dir, name, err)) {
-        free(h.s);
+        free(h.p);
         return -1;
     }
     int ok = 1; /* 1 fine, 0 write error, -1 source error (already reported) */
     unsigned char lenbuf[8];
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
-    if (fwrite(lenbuf, 1, 8, t.f) != 8 || fwrite(h.s, 1, h.n, t.f) != h.n) ok = 0;
-    free(h.s);
+    if (fwrite(lenbuf, 1, 8, t.f) != 8 || fwrite(h.p, 1, h.n, t.f) != h.n) ok = 0;
+    free(h.p);
     float *buf = zt_xmalloc(max_numel * sizeof *buf);
     uint16_t *chunk = esize == 2 ? zt_xmalloc(ST_CHUNK * sizeof *chunk) : NULL;
     for (int i = 0; ok == 1 && i < count; i++) {

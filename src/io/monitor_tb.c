@@ -45,12 +45,7 @@ static void put(bytes *b, const void *src, size_t n) {
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n) cap *= 2;
-        unsigned char *np = realloc(b->p, cap);
-        if (!np) {
-            fprintf(stderr, "zerotrain: error: out of host memory\n");
-            abort();
-        }
-        b->p = np;
+        b->p = zt_xrealloc(b->p, cap);
         b->cap = cap;
     }
     memcpy(b->p + b->n, src, n);

@@ -368,12 +368,7 @@ fail:
 void zt_ids_push(zt_ids *ids, int id) {
     if (ids->n == ids->cap) {
         size_t cap = ids->cap ? ids->cap * 2 : 256;
-        int *d = realloc(ids->data, cap * sizeof *d);
-        if (!d) {
-            fprintf(stderr, "zerotrain: error: out of host memory (asked for %zu ids)\n", cap);
-            abort();
-        }
-        ids->data = d;
+        ids->data = zt_xrealloc(ids->data, cap * sizeof *ids->data);
         ids->cap = cap;
     }
     ids->data[ids->n++] = id;
@@ -441,9 +436,7 @@ static void ws_reserve(enc_ws *w, size_t n) {
 static inline void heap_push(enc_ws *w, size_t *hn, uint64_t key) {
     if (*hn == w->heap_cap) {
         w->heap_cap = w->heap_cap ? w->heap_cap * 2 : 256;
-        uint64_t *h = realloc(w->heap, w->heap_cap * sizeof *h);
-        if (!h) abort();
-        w->heap = h;
+        w->heap = zt_xrealloc(w->heap, w->heap_cap * sizeof *w->heap);
     }
     uint64_t *h = w->heap;
     size_t i = (*hn)++;

@@ -231,12 +231,8 @@ static int parse_container(parser *p, zt_json *v, int object) {
     for (;;) {
         if (v->n == cap) {
             cap = cap ? 2 * cap : 8;
-            v->items = realloc(v->items, (size_t)cap * sizeof *v->items);
-            if (object) v->keys = realloc(v->keys, (size_t)cap * sizeof *v->keys);
-            if (!v->items || (object && !v->keys)) {
-                fprintf(stderr, "zerotrain: error: out of host memory reading %s\n", p->name);
-                abort();
-            }
+            v->items = zt_xrealloc(v->items, (size_t)cap * sizeof *v->items);
+            if (object) v->keys = zt_xrealloc(v->keys, (size_t)cap * sizeof *v->keys);
         }
         zt_json *item = &v->items[v->n];
         memset(item, 0, sizeof *item);
