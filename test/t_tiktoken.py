@@ -21,17 +21,7 @@ VOCAB = os.path.join(ztlib.ROOT, "data", "gpt2")
 tmp = tempfile.mkdtemp(prefix="zt_tiktoken_")
 
 
-def bytes_to_unicode():
-    """GPT-2's byte <-> printable character alphabet."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
+bytes_to_unicode = ztlib.bytes_to_unicode
 
 
 byte_of = {c: b for b, c in bytes_to_unicode().items()}

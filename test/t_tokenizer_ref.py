@@ -19,6 +19,8 @@ import sys
 import tempfile
 import unicodedata
 
+import ztlib
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 VOCAB = os.path.join(ROOT, "data", "gpt2")
 BIN = os.path.join(ROOT, "build", "test", "test_tokenizer")
@@ -30,16 +32,7 @@ except ImportError:
     sys.exit(1)
 
 
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
+bytes_to_unicode = ztlib.bytes_to_unicode
 
 
 class Encoder:

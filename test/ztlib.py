@@ -104,3 +104,16 @@ def read_shard(path):
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(1024), dtype="<i4")
         return np.frombuffer(f.read(), dtype="<u2")[: header[2]].astype(np.int64)
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character alphabet (its encoder.json spells token bytes with it)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
