@@ -21,7 +21,8 @@
  *                                    group state (trainer state); dataset param_table (compound);
  *                                    virtual datasets master, adam_m, adam_v [total] over the rank files
  *                                    and group params/ with one virtual dataset per tensor (HF shape)
- *   DIR/.tmp_step_*.RUNID            a save in progress (or a crashed one): ignored, removed by the next save
+ *   DIR/.tmp_step_*.RUNID            a save in progress (or a crashed one): ignored, removed by the next
+ *                                    run that opens DIR, or by the same run when that save fails
  * Version 1 (no run id, shard digests or metadata checksum) still loads, with a warning.
  * A step directory is renamed into place only after every rank's file and the index are fsync'ed, and
  * `latest` is replaced atomically after that, so a crash leaves `latest` on the previous checkpoint. */
@@ -78,7 +79,7 @@ void zt_checkpoint_dir_close(zt_checkpoint_dir *d);
 
 /* Collective. Saves the engine's model states and ST as D/step_%08ld (st->step), updates D/latest,
  * then removes the oldest complete step directories beyond keep_last (0 = keep all; never the new
- * one) and leftover .tmp_* directories. Every rank writes its own file (D must be on a file system
+ * one). Every rank writes its own file (D must be on a file system
  * all ranks share). Every phase that can fail (temporary directory, rank files, index, rename,
  * latest) ends with the ranks agreeing on the outcome: returns 0 on every rank, or -1 on every rank
  * with the first failing rank's message in err, `latest` left on the previous checkpoint. */

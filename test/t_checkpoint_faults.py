@@ -5,14 +5,15 @@ on EVERY rank with a non-zero status (each rank's status is recorded by a wrappe
 not to kill the others) within a hard timeout, with exactly one `zerotrain: error:` line, and the
 checkpoint saved before the fault must stay loadable (`zerotrain info` verifies every checksum):
   - read-only file system: refused at start (the directory's lock cannot be taken);
-  - no inode left for the save's temporary directory (mkdir fails in the save);
+  - no inode left for the save's temporary directory (mkdir fails in the save), or for a rank file;
   - disk full while writing the rank files, and while writing index.h5 (no crash at exit);
   - two runs on one checkpoint dir: the second is refused at start naming the holder (host, pid,
     run id); after the first is killed with SIGKILL the lock is free and a third run resumes;
   - a step directory mixing one run's shards with another run's index is refused (load and info);
   - messages: a damaged index.h5 (HDF5 metadata checksum) says "damaged" with HDF5's reason; the
     trainer state edited with h5py is refused; `latest` naming something that is not a step
-    directory is refused at resume; junk bytes in `latest` are escaped onto one line."""
+    directory is refused at resume; junk bytes in `latest` (and a --set with a newline) are escaped
+    onto one line."""
 import os
 import shutil
 import signal
@@ -157,6 +158,10 @@ try:
         r = train(ck, ["train_iters=3", "checkpoint.save_interval=1"])
         failed_together(r, ".tmp_step_00000002", "mkdir_in_save_fails_on_every_rank")
         ztlib.check(r.errors and "No space left on device" in r.errors[0], "mkdir_in_save_says_why", str(r.errors))
+        # one inode more: the temporary directory is made, rank 0's file cannot be created
+        fs.remount(f"nr_inodes={fs.used()[1] + 1}")
+        r = train(ck, ["train_iters=3", "checkpoint.save_interval=1"])
+        failed_together(r, "rank_00000.h5: cannot create: No space left on device", "shard_create_fails_with_cause")
         fs.remount("nr_inodes=1000")
         still_loadable(ck, 1, "mkdir_failure_keeps_previous")
 
@@ -252,6 +257,9 @@ try:
     open(os.path.join(junk, "latest"), "wb").write(b"step_\x01\xff\x1b[31m\nmore\n")
     r = train(junk, ["train_iters=2"])
     failed_together(r, "\\x01\\xFF\\x1B[31m\\nmore", "latest_junk_escaped_on_one_line")
+    # 7e. a --set with a newline in it: every error message goes out escaped, on one line
+    r = train(os.path.join(tmp, "unused"), ["no_such\nkey=1"])
+    failed_together(r, "no_such\\nkey", "set_with_newline_one_line")
 finally:
     for line in open("/proc/mounts"):
         if line.split()[1].startswith(tmp):
