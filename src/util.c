@@ -62,8 +62,11 @@ char *zt_escape(const void *text, size_t n, char *buf, size_t cap) {
             len = used = 1;
         }
         if (o + len + 1 > cap) { /* cut short: end in "..." (never inside a UTF-8 character) */
-            o = cap > 4 ? (o < cap - 4 ? o : cap - 4) : 0;
-            while (o > 0 && ((unsigned char)buf[o] & 0xC0) == 0x80) o--;
+            size_t keep = cap > 4 ? cap - 4 : 0;
+            if (o > keep) {
+                o = keep;
+                while (o > 0 && ((unsigned char)buf[o] & 0xC0) == 0x80) o--;
+            }
             for (int d = 0; d < 3 && o + 1 < cap; d++) buf[o++] = '.';
             break;
         }
