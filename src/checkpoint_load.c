@@ -1,8 +1,8 @@
 /* checkpoint_load.c — loading a step directory into the engine, whatever world size and ZeRO
  * stage saved it. One path for every engine: the parameters this rank holds (the full vector at
  * stages 0-2, its shard at stage 3) go into the compute-dtype parameter buffer; master, m and v of
- * the optimizer range go through zt_engine_state_write, which puts each piece where the engine
- * keeps it (device memory, or host memory with Twin-Flow offload). */
+ * the optimizer range go where zt_engine_state_span says the engine keeps each piece (device
+ * memory, or host memory with Twin-Flow offload or on the cpu backend). */
 #include "checkpoint_internal_read.h"
 
 #include <stdio.h>
@@ -91,11 +91,19 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
         if (!pc.tmp && !rc) rc = zt_fail(err, "out of %s memory for a %zu MiB load buffer", be->name, cap * 4 >> 20);
     }
     if (!rc) rc = ck_read_range(r, ZT_CKPT_MASTER, pa, pb, &pt, err);
-    /* master, m and v of the optimizer range */
+    /* master, m and v of the optimizer range, piece by piece where the engine keeps them: read in
+     * place into host memory, through zt_engine_state_write into device memory; a master piece that
+     * is the parameter buffer itself (fp32) was filled by the parameter read */
     for (int v = 0; v < 3 && !rc; v++) {
         state_ctx c = {e, v};
-        ck_target t = {NULL, sink_state, &c};
-        rc = ck_read_range(r, v, e->opt_lo, e->opt_hi, &t, err);
+        for (size_t off = 0, k; off < e->opt_hi - e->opt_lo && !rc; off += k) {
+            int in_host;
+            float *span = zt_engine_state_span(e, v, off, &k, &in_host);
+            size_t a = e->opt_lo + off;
+            if (v == ZT_CKPT_MASTER && fp32 && span == (float *)e->params + (a - pa)) continue;
+            ck_target t = {in_host ? span : NULL, sink_state, &c};
+            rc = ck_read_range(r, v, a, a + k, &t, err);
+        }
     }
     be->synchronize();
     if (pc.tmp) be->free(pc.tmp);

@@ -157,6 +157,11 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes);
  * master also writes the parameters (they alias, or are copied to the device params). */
 void zt_engine_state_read(zt_engine *e, int which, size_t off, size_t n, float *host_out);
 void zt_engine_state_write(zt_engine *e, int which, size_t off, size_t n, const float *host_in);
+/* The buffer that holds optimizer state element off (as above) and the n_out elements after it in
+ * the same buffer; *host_memory says whether it is host memory (the Twin-Flow host part, or a
+ * backend whose device memory is host memory) or device memory of e->be. For readers and writers
+ * that can work in place (checkpoints). */
+float *zt_engine_state_span(zt_engine *e, int which, size_t off, size_t *n_out, int *host_memory);
 
 /* Records a caller's phase (forward, backward, ...) [t0, t1] (zt_now() seconds) in the trace and, for
  * "forward"/"backward", in e->timing. */
