@@ -17,6 +17,7 @@ extern "C" {
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "comm/watchdog.h"
+#include "comm/fail_together.h"
 }
 
 #define ZT_NCCL_CHECK(call)                                                                                   \
@@ -177,15 +178,11 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     /* rank 0 creates the id; everybody learns whether that worked before going on */
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    int bad = 0;
+    int rc = 0;
     ncclResult_t res = ncclSuccess;
-    if (mpi->rank == 0) {
-        res = ncclGetUniqueId(&id);
-        bad = res != ncclSuccess;
-    }
-    if (mpi->agree_max(mpi, bad)) {
-        zt_fail(err, "ncclGetUniqueId failed on rank 0%s%s", mpi->rank == 0 ? ": " : "",
-                mpi->rank == 0 ? ncclGetErrorString(res) : "");
+    if (mpi->rank == 0 && (res = ncclGetUniqueId(&id)) != ncclSuccess)
+        rc = zt_fail(err, "ncclGetUniqueId failed on rank 0: %s", ncclGetErrorString(res));
+    if (zt_agree(mpi, rc, err)) {
         mpi->destroy(mpi);
         return NULL;
     }
@@ -194,10 +191,11 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     nccl_impl *m = (nccl_impl *)zt_xcalloc(1, sizeof *m);
     m->mpi = mpi;
     res = ncclCommInitRank(&m->nccl, mpi->world, id, mpi->rank);
-    bad = res != ncclSuccess;
-    if (mpi->agree_max(mpi, bad)) {
-        zt_fail(err, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s", mpi->rank, mpi->world, g_zt.device,
-                bad ? ncclGetErrorString(res) : "on another rank");
+    int bad = res != ncclSuccess;
+    if (bad)
+        rc = zt_fail(err, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s", mpi->rank, mpi->world, g_zt.device,
+                     ncclGetErrorString(res));
+    if (zt_agree(mpi, rc, err)) {
         if (!bad) ncclCommDestroy(m->nccl);
         mpi->destroy(mpi);
         free(m);

@@ -109,7 +109,10 @@ int main(int argc, char **argv) {
         tr = r < tr ? r : tr;
         zt_train_state st = {1, 0, 0, 0, 1.0, 0, 0};
         double t0 = zt_now();
-        if (zt_checkpoint_save(dir, &e, &shape, &st, "bench: true\n", 1, &err)) { zt_print_error(&err); return 1; }
+        zt_checkpoint_dir cd;
+        if (zt_checkpoint_dir_open(&cd, dir, comm, &err) ||
+            zt_checkpoint_save(&cd, &e, &shape, &st, "bench: true\n", 1, &err)) { zt_print_error(&err); return 1; }
+        zt_checkpoint_dir_close(&cd);
         double t = zt_now() - t0;
         ts = t < ts ? t : ts;
         drop_dir(sd);

@@ -141,7 +141,7 @@ def check_checkpoints_complete(ckdir, name):
     """Only complete step directories and a `latest` naming the newest: nothing half-written."""
     entries = sorted(os.listdir(ckdir)) if os.path.isdir(ckdir) else []
     steps = [e for e in entries if re.fullmatch(r"step_\d+", e)]
-    others = [e for e in entries if e not in steps and e != "latest"]
+    others = [e for e in entries if e not in steps and e not in ("latest", ".lock")]  # .lock: the run's dir lock
     bad = []
     for s in steps:
         d = os.path.join(ckdir, s)

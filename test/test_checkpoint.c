@@ -107,7 +107,11 @@ static int exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
 static int save(model *m, const char *dir, long step, int g, int keep_last, zt_err *err) {
     fill(m, g);
     zt_train_state st = state_for(step);
-    return zt_checkpoint_save(dir, &m->e, &m->shape, &st, "model:\n  n_layer: 2\n", keep_last, err);
+    zt_checkpoint_dir d;
+    if (zt_checkpoint_dir_open(&d, dir, comm, err)) return -1;
+    int rc = zt_checkpoint_save(&d, &m->e, &m->shape, &st, "model:\n  n_layer: 2\n", keep_last, err);
+    zt_checkpoint_dir_close(&d);
+    return rc;
 }
 
 /* loads DIR (resolved) into a fresh engine of this stage and counts mismatches against generation g */
@@ -272,6 +276,17 @@ static void test_roundtrip(void) {
     free_model(&m);
 }
 
+/* sets integer attribute NAME of group GROUP (NULL: the root) of an HDF5 file, as h5py would */
+static void set_i64_attr(const char *file, const char *group, const char *name, long long v) {
+    hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = group ? H5Gopen2(f, group, H5P_DEFAULT) : f;
+    hid_t a = H5Aopen(g, name, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_LLONG, &v);
+    H5Aclose(a);
+    if (group) H5Gclose(g);
+    H5Fclose(f);
+}
+
 static void test_damage(void) {
     zt_gpt2_shape shape = tiny_shape(2, 64);
     model m;
@@ -328,16 +343,51 @@ static void test_damage(void) {
     expect_load_error("different_model_shape", good, tiny_shape(2, 32), "checkpoint is for a different model: tensor transformer.wte.weight has shape [1000, 64], the config needs [1000, 32]", NULL);
     expect_load_error("different_model_layers", good, tiny_shape(3, 64), "checkpoint is for a different model: it has 28 tensors (n_layer 2), the config needs 40", NULL);
 
-    /* another format version */
-    copy_file(good, path("v2"));
+    /* another format version; version 1 (no run id, digests or metadata checksum) still loads */
+    copy_file(good, path("v3"));
+    set_i64_attr(path("v3/index.h5"), NULL, "format_version", 3);
+    expect_load_error("other_format_version", path("v3"), shape, "v3/index.h5: checkpoint format version 3 is not supported", NULL);
+    copy_file(good, path("v1"));
+    set_i64_attr(path("v1/index.h5"), NULL, "format_version", 1);
     {
-        hid_t f = H5Fopen(path("v2/index.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
-        hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-        long long v = 2;
-        H5Awrite(a, H5T_NATIVE_LLONG, &v);
-        H5Aclose(a); H5Fclose(f);
+        size_t bad = 99;
+        int rc = load_check(path("v1"), shape, 1, 1, 20, &err, &bad);
+        CHECK(rc == 0 && bad == 0, "format_version_1_loads", "rc %d %s bad %zu", rc, err.msg, bad);
     }
-    expect_load_error("other_format_version", path("v2"), shape, "v2/index.h5: checkpoint format version 2 is not supported", NULL);
+
+    /* the trainer state is covered by the metadata checksum */
+    copy_file(good, path("state_edit"));
+    set_i64_attr(path("state_edit/index.h5"), "state", "data_samples", 12345);
+    expect_load_error("edited_state_refused", path("state_edit"), shape, "state_edit/index.h5: metadata checksum mismatch", NULL);
+    copy_file(good, path("step_edit"));
+    set_i64_attr(path("step_edit/index.h5"), NULL, "adam_t", 7);
+    expect_load_error("edited_adam_t_refused", path("step_edit"), shape, "step_edit/index.h5: metadata checksum mismatch", NULL);
+
+    /* a rank file of another save of the same step (another run) is refused */
+    if (make_model(&m, shape, 1)) return;
+    CHECK(save(&m, path("other"), 20, 2, 0, &err) == 0, "save_other_run", "%s", err.msg);
+    free_model(&m);
+    copy_file(good, path("mixed"));
+    copy_file(path("other/step_00000020/rank_00000.h5"), path("mixed/rank_00000.h5"));
+    expect_load_error("mixed_runs_refused", path("mixed"), shape, "mixed/rank_00000.h5: belongs to another save", NULL);
+    {
+        zt_checkpoint_reader *r = zt_checkpoint_open(path("mixed"), &err);
+        CHECK(r && zt_checkpoint_verify(r, &err) != 0 && strstr(err.msg, "belongs to another save"), "verify_detects_mixed_runs",
+              "%s", err.msg);
+        zt_checkpoint_close(r);
+    }
+}
+
+/* zt_escape (util.c): what the checkpoint's messages use for file contents */
+static void test_escape(void) {
+    char buf[64];
+    CHECK(!strcmp(zt_escape_str("step_1\nx\ty\r", buf, sizeof buf), "step_1\\nx\\ty\\r"), "escape_control", "'%s'", buf);
+    CHECK(!strcmp(zt_escape("a\0\x7f\xff", 4, buf, sizeof buf), "a\\x00\\x7F\\xFF"), "escape_nul_del_invalid_utf8", "'%s'", buf);
+    CHECK(!strcmp(zt_escape_str("caf\xc3\xa9 \xe2\x82\xac", buf, sizeof buf), "caf\xc3\xa9 \xe2\x82\xac"), "escape_keeps_utf8", "'%s'", buf);
+    char twice[64];
+    zt_escape_str("a\nb\\n", buf, sizeof buf);
+    CHECK(!strcmp(zt_escape_str(buf, twice, sizeof twice), buf), "escape_idempotent", "'%s' -> '%s'", buf, twice);
+    CHECK(!strcmp(zt_escape_str("abcdefghij", buf, 8), "abcd...") && strlen(buf) == 7, "escape_cut_short", "'%s'", buf);
 }
 
 static void test_crc(void) {
@@ -413,6 +463,7 @@ int main(int argc, char **argv) {
         snprintf(root, sizeof root, "%s/zt_test_checkpoint_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
         if (!mkdtemp(root)) { perror("mkdtemp"); return 2; }
         test_crc();
+        test_escape();
         test_roundtrip();
         test_damage();
         char cmd[600];

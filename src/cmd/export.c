@@ -152,7 +152,7 @@ int zt_cmd_info(int argc, char **argv) {
     size_t bytes = 0;
     for (int k = 0; k < m->world_size; k++) bytes += zt_checkpoint_file_bytes(r, k);
     printf("checkpoint: %s\n", argv[1]);
-    printf("  format: %s version %d\n", ZT_CKPT_FORMAT, m->format_version);
+    printf("  format: %s version %d%s%s\n", ZT_CKPT_FORMAT, m->format_version, m->run_id[0] ? ", run id " : "", m->run_id);
     printf("  step %ld, tokens seen %ld, optimizer steps %ld, data samples %ld\n", m->step, m->tokens_seen, m->adam_t,
            st.data_samples);
     printf("  saved by %d rank%s at ZeRO stage %d (shard %zu elements)\n", m->world_size, m->world_size > 1 ? "s" : "",

@@ -1,5 +1,6 @@
 /* main.c — the zerotrain binary: initialises MPI (a single process works without mpirun),
  * dispatches the subcommand, and makes the exit status the job's. */
+#include <hdf5.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,6 +25,9 @@ static void usage(FILE *f) {
 typedef struct { const char *name; int (*run)(int, char **); int needs_mpi; } command;
 
 int main(int argc, char **argv) {
+    /* HDF5's exit-time cleanup retries closing any file whose close failed (a full disk) and
+     * crashes on it; every file is closed explicitly, so the cleanup has nothing else to do */
+    H5dont_atexit();
     static const command commands[] = {
         {"train", zt_cmd_train, 1},   {"tokenize", zt_cmd_tokenize, 0}, {"sample", zt_cmd_sample, 1},
         {"eval", zt_cmd_eval, 1},     {"selftest", zt_cmd_selftest, 1}, {"estimate", zt_cmd_estimate, 0},

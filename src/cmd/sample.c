@@ -11,6 +11,7 @@
 #include "cmd/commands.h"
 #include "io/data.h"
 #include "io/hf.h"
+#include "comm/fail_together.h"
 
 const char *zt_default_vocab_dir(void) {
     static char path[PATH_MAX + 16]; /* process-wide, computed once */
@@ -156,17 +157,19 @@ static float *weights_from_checkpoint(const char *step_dir, zt_gpt2_shape *shape
 }
 
 /* A config for running a model on one rank, stage 0: MODEL is a zerotrain checkpoint (directory or
- * step directory) or a Hugging Face GPT-2 directory. */
-static int model_from_dir(const char *dir, zt_config *cfg, float **weights, int T, zt_err *err) {
+ * step directory) or a Hugging Face GPT-2 directory. Collective: rank 0 decides which for every
+ * rank (ranks whose file system caches differ still read the same step). */
+static int model_from_dir(zt_comm *comm, const char *dir, zt_config *cfg, float **weights, int T, zt_err *err) {
     zt_gpt2_shape shape;
     char step_dir[4096];
     float *from_checkpoint = NULL;
-    int found = zt_hf_probe(dir) ? 0 : zt_checkpoint_resolve(dir, step_dir, sizeof step_dir, err);
+    int hf = comm->agree_max(comm, comm->rank == 0 ? zt_hf_probe(dir) : 0);
+    int found = hf ? 0 : zt_checkpoint_resolve_shared(comm, dir, step_dir, sizeof step_dir, err);
     if (found < 0) return -1;
     if (found > 0) {
         from_checkpoint = weights_from_checkpoint(step_dir, &shape, err);
         if (!from_checkpoint) return -1;
-    } else if (!zt_hf_probe(dir)) {
+    } else if (!hf) {
         return zt_fail(err, "%s: not a model (expected a zerotrain checkpoint, or model.safetensors and config.json)", dir);
     } else if (zt_hf_read_config(dir, &shape, err)) {
         return -1;
@@ -243,7 +246,7 @@ int zt_cmd_eval(int argc, char **argv) {
     zt_log_set_rank(comm->rank);
     zt_session s;
     zt_dataset d;
-    int rc = model_from_dir(model, &cfg, &weights, (int)T, &err);
+    int rc = model_from_dir(comm, model, &cfg, &weights, (int)T, &err);
     if (!rc) rc = zt_dataset_open(&d, data, (int)T, cfg.vocab_size, 0, &err);
     unsigned long long need = (unsigned long long)nb * (unsigned long long)B * (unsigned long long)T + 1;
     if (!rc && d.n_tokens < need) { /* reading on would wrap around and join the last token to the first */
@@ -251,10 +254,15 @@ int zt_cmd_eval(int argc, char **argv) {
                            "use fewer batches", data, d.n_tokens, nb, B, T, need);
         zt_dataset_close(&d);
     }
-    if (rc) { zt_print_error(&err); free(weights); comm->destroy(comm); return 1; }
+    if (zt_fail_together(comm, rc, &err)) {
+        if (!rc) zt_dataset_close(&d);
+        free(weights);
+        comm->destroy(comm);
+        return 1;
+    }
     rc = zt_session_open(&s, &cfg, comm, weights, (int)B, (int)T, &err);
     free(weights);
-    if (rc) { zt_print_error(&err); zt_dataset_close(&d); comm->destroy(comm); return 1; }
+    if (zt_fail_together(comm, rc, &err)) { zt_dataset_close(&d); comm->destroy(comm); return 1; }
     int *in = zt_xmalloc((size_t)(B * T) * sizeof *in), *tg = zt_xmalloc((size_t)(B * T) * sizeof *tg);
     float dloss = grads_path ? (float)(1.0 / ((double)nb * B * T)) : 0.0f;
     zt_engine_begin_micro(&s.engine, 1, 1);
@@ -385,12 +393,13 @@ int zt_cmd_sample(int argc, char **argv) {
     zt_tokenizer *tok = zt_tokenizer_load(vocab ? vocab : zt_default_vocab_dir(), &err);
     zt_config cfg;
     float *weights = NULL;
-    int rc = tok ? model_from_dir(model, &cfg, &weights, 0, &err) : -1;
+    int rc = zt_agree(comm, tok ? 0 : -1, &err);
+    if (!rc) rc = model_from_dir(comm, model, &cfg, &weights, 0, &err);
     zt_session s;
-    if (!rc) rc = zt_session_open(&s, &cfg, comm, weights, 1, cfg.seq_len, &err);
+    if (!zt_agree(comm, rc, &err)) rc = zt_session_open(&s, &cfg, comm, weights, 1, cfg.seq_len, &err);
+    else rc = -1;
     free(weights);
-    if (rc) {
-        zt_print_error(&err);
+    if (zt_fail_together(comm, rc, &err)) {
         if (tok) zt_tokenizer_free(tok);
         comm->destroy(comm);
         return 1;

@@ -18,11 +18,14 @@
 #include "comm/watchdog.h"
 #include "io/monitor.h"
 #include "util/test_hooks.h"
+#include "comm/fail_together.h"
 
 typedef struct trainer {
     zt_config cfg;
     zt_comm *comm;
     zt_session s;
+    zt_checkpoint_dir ckdir; /* checkpoint.dir, locked for this run (when set) */
+    int has_ckdir;
     zt_dataset train, val;
     int has_val;
     FILE *metrics;
@@ -79,8 +82,7 @@ static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     st.loss_scale = t->scaler.scale;
     st.loss_scale_good_steps = (int)t->scaler.good_steps;
     st.hysteresis_left = t->scaler.hysteresis_left;
-    if (zt_checkpoint_save(t->cfg.checkpoint_dir, &t->s.engine, &t->s.shape, &st, t->cfg.effective_text,
-                           t->cfg.keep_last, err)) {
+    if (zt_checkpoint_save(&t->ckdir, &t->s.engine, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err)) {
         if (t->comm->rank == 0) zt_print_error(err);
         return -1;
     }
@@ -94,7 +96,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     const char *path = cfg->resume_mode == ZT_RESUME_PATH ? cfg->resume_path : cfg->checkpoint_dir;
     if (cfg->resume_mode == ZT_RESUME_NEVER || !path) return 0;
     char step_dir[4096];
-    int found = zt_checkpoint_resolve(path, step_dir, sizeof step_dir, err);
+    int found = zt_checkpoint_resolve_shared(t->comm, path, step_dir, sizeof step_dir, err);
     if (found < 0) return -1;
     if (found == 0) {
         if (cfg->resume_mode == ZT_RESUME_PATH) return zt_fail(err, "%s: resume: no checkpoint there", path);
@@ -371,6 +373,14 @@ int zt_cmd_train(int argc, char **argv) {
     int rc = setup(&t, argc, argv, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     zt_watchdog_start(t.cfg.comm_timeout, t.comm->rank, t.comm->world);
+    /* the checkpoint directory belongs to this run from now on: a second run on it stops here */
+    if (t.cfg.checkpoint_dir) {
+        if (zt_checkpoint_dir_open(&t.ckdir, t.cfg.checkpoint_dir, t.comm, &err)) {
+            if (t.comm->rank == 0) zt_print_error(&err);
+            goto done_fail;
+        }
+        t.has_ckdir = 1;
+    }
     rc = zt_session_open(&t.s, &t.cfg, t.comm, NULL, t.cfg.train_micro_batch_size_per_gpu, t.cfg.seq_len, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     if (t.cfg.trace_file) rc = zt_engine_open_trace(&t.s.engine, t.cfg.trace_file, &err);
@@ -405,11 +415,13 @@ int zt_cmd_train(int argc, char **argv) {
     zt_dataset_close(&t.train);
     zt_dataset_close(&t.val);
     zt_config_free(&t.cfg);
+    if (t.has_ckdir) zt_checkpoint_dir_close(&t.ckdir);
     t.comm->destroy(t.comm);
     return rc;
 done_fail:
     if (t.metrics) fclose(t.metrics);
     zt_monitor_close(t.monitor);
+    if (t.has_ckdir) zt_checkpoint_dir_close(&t.ckdir);
     t.comm->destroy(t.comm);
     return 1;
 }

@@ -352,6 +352,18 @@ void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t 
     if (end > off) e->be->copy(state_device(e, which) + (off - e->host_n), host_in, (end - off) * sizeof(float), ZT_H2D);
 }
 
+float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory) {
+    size_t n = e->opt_hi - e->opt_lo;
+    if (off < e->host_n) {
+        *n_out = e->host_n - off;
+        *host_memory = 1;
+        return state_host(e, which) + off;
+    }
+    *n_out = n - off;
+    *host_memory = e->be->memory_is_host;
+    return state_device(e, which) + (off - e->host_n);
+}
+
 void zt_engine_phase(zt_engine *e, const char *name, double t0, double t1) {
     if (!strcmp(name, "forward")) e->timing.forward += t1 - t0;
     else if (!strcmp(name, "backward")) e->timing.backward += t1 - t0;

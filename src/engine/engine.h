@@ -164,6 +164,11 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes);
 typedef enum { ZT_STATE_MASTER, ZT_STATE_ADAM_M, ZT_STATE_ADAM_V, ZT_STATE_COUNT } zt_opt_state;
 void zt_engine_state_read(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *host_out);
 void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t n, const float *host_in);
+/* The buffer that holds optimizer state element off (as above) and the n_out elements after it in
+ * the same buffer; *host_memory says whether it is host memory (the Twin-Flow host part, or a
+ * backend whose device memory is host memory) or device memory of e->be. For readers and writers
+ * that can work in place (checkpoints). */
+float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory);
 
 /* Records a caller's phase (forward, backward, ...) [t0, t1] (zt_now() seconds) in the trace and, for
  * "forward"/"backward", in e->timing. */

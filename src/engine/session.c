@@ -6,6 +6,7 @@
 
 #include "comm/comm_nccl.h"
 #include "io/hf.h"
+#include "comm/fail_together.h"
 
 const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
     if (cfg->device == ZT_DEVICE_CPU) return zt_backend_cpu();
@@ -39,8 +40,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     /* device buffers travel over NCCL between GPUs; MPI only ever sees host memory */
     int gpu = s->be->compute_dtype != ZT_F32;
     int nccl_failed = gpu && comm->world > 1 && !(s->device_comm = zt_comm_nccl(s->be, err));
-    if (comm->agree_max(comm, nccl_failed)) {
-        if (!nccl_failed) zt_fail(err, "NCCL failed to initialise on another rank");
+    if (zt_agree(comm, nccl_failed ? -1 : 0, err)) {
         if (s->device_comm) s->device_comm->destroy(s->device_comm);
         return -1;
     }
@@ -93,13 +93,4 @@ void zt_session_close(zt_session *s) {
     zt_engine_destroy(&s->engine);
     zt_param_table_free(&s->table);
     if (s->device_comm) s->device_comm->destroy(s->device_comm);
-}
-
-int zt_fail_together(zt_comm *comm, int rc, const zt_err *err) {
-    int failed_rank = rc ? comm->rank : comm->world; /* lowest failed rank prints */
-    int any = comm->agree_max(comm, rc ? 1 : 0);
-    if (!any) return 0;
-    int lowest = comm->world - comm->agree_max(comm, comm->world - failed_rank);
-    if (rc && comm->rank == lowest) zt_print_error(err);
-    return 1;
 }

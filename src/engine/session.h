@@ -31,8 +31,4 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
                     zt_err *err);
 void zt_session_close(zt_session *s);
 
-/* If any rank failed (rc != 0), every rank returns non-zero; the lowest failed rank prints its
- * error. Use after every step that can fail on some ranks only. */
-int zt_fail_together(zt_comm *comm, int rc, const zt_err *err);
-
 #endif

@@ -2,19 +2,28 @@
  * flat fp32 master weights and Adam moments (with per-chunk CRC32C), an index file with the
  * metadata and virtual datasets that present the shards as whole vectors; atomic save, load with
  * resharding to any world size / ZeRO stage, and a verified reader for `export` and `info`.
+ * Modules: checkpoint_dir.c (the directory lock, run id, resolving `latest`), checkpoint_save.c,
+ * checkpoint_read.c (reader and verification), checkpoint_load.c (into the engine),
+ * checkpoint_common.c (CRC32C, digests, HDF5 and file helpers).
  *
- * Layout of a checkpoint directory DIR (format_version 1):
+ * Layout of a checkpoint directory DIR (format_version 2):
+ *   DIR/.lock                        held (flock) by the rank 0 of the run that owns DIR; says which
  *   DIR/latest                       "step_00000020\n": the newest complete step directory
  *   DIR/step_00000020/rank_00000.h5  rank r's range [lo_r, hi_r) = [r*shard, (r+1)*shard) ∩ [0, total):
  *                                    datasets master, adam_m, adam_v (fp32, 1-D, contiguous), each with
  *                                    attributes crc32c (uint32 per chunk of checksum_chunk elements)
- *                                    and checksum_chunk; file attributes lo, hi, rank, step
+ *                                    and checksum_chunk; file attributes lo, hi, rank, step, run_id
  *   DIR/step_00000020/index.h5       attributes format, format_version, step, tokens_seen, world_size,
- *                                    zero_stage, total, shard, adam_t, config, n_layer ... n_positions;
+ *                                    zero_stage, total, shard, adam_t, config, n_layer ... n_positions,
+ *                                    run_id, shard_crc32c [world_size] (each rank file's digest: ties
+ *                                    the shards to this index), metadata_crc32c (covers all of the
+ *                                    metadata and group state; see checkpoint_common.h);
  *                                    group state (trainer state); dataset param_table (compound);
  *                                    virtual datasets master, adam_m, adam_v [total] over the rank files
  *                                    and group params/ with one virtual dataset per tensor (HF shape)
- *   DIR/.tmp_step_*                  a save in progress (or a crashed one): ignored, removed by the next save
+ *   DIR/.tmp_step_*.RUNID            a save in progress (or a crashed one): ignored, removed by the next
+ *                                    run that opens DIR, or by the same run when that save fails
+ * Version 1 (no run id, shard digests or metadata checksum) still loads, with a warning.
  * A step directory is renamed into place only after every rank's file and the index are fsync'ed, and
  * `latest` is replaced atomically after that, so a crash leaves `latest` on the previous checkpoint. */
 #ifndef ZT_CHECKPOINT_H
@@ -27,7 +36,7 @@
 #include "util/util.h"
 
 #define ZT_CKPT_FORMAT "zerotrain-checkpoint"
-#define ZT_CKPT_VERSION 1
+#define ZT_CKPT_VERSION 2
 
 /* Trainer state saved with the model states (group "state" of index.h5; every field an attribute).
  * The optimizer step count is not here: it is the engine's (e->adam_t), saved and restored with it. */
@@ -49,23 +58,43 @@ typedef struct zt_checkpoint_meta {
     size_t total, shard;
     zt_gpt2_shape shape;
     char *config_text;             /* the saving run's effective config (malloc'ed; meta_free frees it) */
+    char run_id[24];               /* of the run that saved it ("" in version 1) */
 } zt_checkpoint_meta;
 void zt_checkpoint_meta_free(zt_checkpoint_meta *m);
 
-/* Collective. Saves the engine's model states and ST as DIR/step_%08ld (st->step), creating DIR
- * when missing, updates DIR/latest, then removes the oldest complete step directories beyond
- * keep_last (0 = keep all; never the new one) and leftover .tmp_* directories. Every rank writes
- * its own file (DIR must be on a file system all ranks share). Returns 0 on every rank, or -1 on
- * every rank with the first failing rank's message in err. */
-int zt_checkpoint_save(const char *dir, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
+/* A checkpoint directory owned by this run: one run at a time may save into a directory. */
+typedef struct zt_checkpoint_dir {
+    char path[4096];
+    char run_id[24];   /* 16 hex digits, the same on every rank: names the run's saves */
+    int lock_fd;       /* rank 0: the open .lock file whose flock the run holds; -1 elsewhere */
+} zt_checkpoint_dir;
+
+/* Collective. Creates PATH when missing, takes its lock on rank 0 for as long as the run lives
+ * (the kernel drops it when the process dies, so a crashed run never leaves it stuck), records
+ * host, pid, run id and start time in PATH/.lock, removes .tmp_* leftovers of dead runs, and shares
+ * a fresh run id with every rank. A directory locked by another run is refused, naming that run.
+ * Returns 0, or -1 on every rank with the message in err. */
+int zt_checkpoint_dir_open(zt_checkpoint_dir *d, const char *path, zt_comm *comm, zt_err *err);
+void zt_checkpoint_dir_close(zt_checkpoint_dir *d);
+
+/* Collective. Saves the engine's model states and ST as D/step_%08ld (st->step), updates D/latest,
+ * then removes the oldest complete step directories beyond keep_last (0 = keep all; never the new
+ * one). Every rank writes its own file (D must be on a file system
+ * all ranks share). Every phase that can fail (temporary directory, rank files, index, rename,
+ * latest) ends with the ranks agreeing on the outcome: returns 0 on every rank, or -1 on every rank
+ * with the first failing rank's message in err, `latest` left on the previous checkpoint. */
+int zt_checkpoint_save(const zt_checkpoint_dir *d, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
                        const char *config_text, int keep_last, zt_err *err);
 
 /* Finds the step directory PATH names: a step directory (holds index.h5; PATH/index.h5 itself is
- * accepted too) or a checkpoint directory (its `latest`; without one, its newest complete step
- * directory). Returns 1 with the directory in step_dir, 0 when PATH does not exist or holds no
- * checkpoint yet (a fresh start for resume: auto), -1 on errors (latest names a missing directory,
- * PATH is not a directory ...). Not collective: every rank may call it. */
+ * accepted too) or a checkpoint directory (its `latest`, which must name a step_NNNNNNNN
+ * directory; without one, its newest complete step directory). Returns 1 with the directory in
+ * step_dir, 0 when PATH does not exist or holds no checkpoint yet (a fresh start for resume:
+ * auto), -1 on errors (latest names a missing directory, PATH is not a directory ...). One
+ * process; zt_checkpoint_resolve_shared is the collective form (rank 0 resolves for every rank, so
+ * ranks that see different file system caches still agree). */
 int zt_checkpoint_resolve(const char *path, char *step_dir, size_t cap, zt_err *err);
+int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir, size_t cap, zt_err *err);
 
 /* Collective. Loads STEP_DIR into the engine, whatever world size and stage saved it: each rank
  * reads only the ranges it now holds (master/m/v of [opt_lo, opt_hi); parameters of [0, total) at
@@ -94,7 +123,8 @@ void zt_checkpoint_reader_state(const zt_checkpoint_reader *r, zt_train_state *s
 int zt_checkpoint_read(zt_checkpoint_reader *r, zt_ckpt_vector v, size_t offset, size_t n, float *out, zt_err *err);
 /* Bytes of rank file `rank` (0 if unreadable). */
 size_t zt_checkpoint_file_bytes(const zt_checkpoint_reader *r, int rank);
-/* Reads every rank file in full and checks every chunk's CRC32C (and each file's lo/hi/step).
+/* Reads every rank file in full and checks every chunk's CRC32C (and each file's lo/hi/step, run
+ * id and digest against the index).
  * Returns 0, or -1 with the first problem in err. */
 int zt_checkpoint_verify(zt_checkpoint_reader *r, zt_err *err);
 

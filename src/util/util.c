@@ -24,9 +24,63 @@ int zt_fail(zt_err *err, const char *fmt, ...) {
 }
 
 void zt_print_error(const zt_err *err) {
-    fprintf(stderr, "zerotrain: error: %s\n", err->msg);
+    char line[4 * sizeof err->msg + 4];
+    fprintf(stderr, "zerotrain: error: %s\n", zt_escape_str(err->msg, line, sizeof line));
     fflush(stderr);
 }
+
+/* length of the valid UTF-8 sequence starting at p (at most n bytes), 0 when not valid */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+    size_t k = p[0] > 0xF4 ? 0 : p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
+    if (!k || k > n) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    uint32_t cp = k == 2 ? (p[0] & 0x1Fu) : k == 3 ? (p[0] & 0x0Fu) : (p[0] & 0x07u);
+    for (size_t i = 1; i < k; i++) cp = cp << 6 | (p[i] & 0x3Fu);
+    if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return k;
+}
+
+char *zt_escape(const void *text, size_t n, char *buf, size_t cap) {
+    const unsigned char *p = text;
+    size_t o = 0;
+    if (!cap) return buf;
+    for (size_t i = 0, used; i < n; i += used) {
+        char piece[8];
+        size_t len;
+        used = p[i] >= 0x80 ? utf8_len(p + i, n - i) : 0;
+        if (used) { /* a valid UTF-8 character: as it is */
+            memcpy(piece, p + i, used);
+            len = used;
+        } else if (p[i] == '\n' || p[i] == '\r' || p[i] == '\t') {
+            piece[0] = '\\';
+            piece[1] = p[i] == '\n' ? 'n' : p[i] == '\r' ? 'r' : 't';
+            len = 2;
+            used = 1;
+        } else if (p[i] < 0x20 || p[i] >= 0x7F) {
+            len = (size_t)snprintf(piece, sizeof piece, "\\x%02X", p[i]);
+            used = 1;
+        } else {
+            piece[0] = (char)p[i];
+            len = used = 1;
+        }
+        if (o + len + 1 > cap) { /* cut short: end in "..." (never inside a UTF-8 character) */
+            size_t keep = cap > 4 ? cap - 4 : 0;
+            if (o > keep) {
+                o = keep;
+                while (o > 0 && ((unsigned char)buf[o] & 0xC0) == 0x80) o--;
+            }
+            for (int d = 0; d < 3 && o + 1 < cap; d++) buf[o++] = '.';
+            break;
+        }
+        memcpy(buf + o, piece, len);
+        o += len;
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+char *zt_escape_str(const char *s, char *buf, size_t cap) { return zt_escape(s, strlen(s), buf, cap); }
 
 void *zt_xmalloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
@@ -76,12 +130,12 @@ void zt_info(const char *fmt, ...) {
 }
 
 void zt_warn(const char *fmt, ...) {
+    char msg[1024], line[4 * sizeof msg];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "zerotrain: warning: [rank %d] ", log_rank);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "zerotrain: warning: [rank %d] %s\n", log_rank, zt_escape_str(msg, line, sizeof line));
     fflush(stderr);
 }
 

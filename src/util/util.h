@@ -14,8 +14,16 @@ typedef struct zt_err {
 
 /* Formats into err->msg (when err != NULL) and returns -1, so callers write `return zt_fail(err, ...)`. */
 int zt_fail(zt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prints "zerotrain: error: MSG" to stderr. */
+/* Prints "zerotrain: error: MSG" to stderr, as one line: MSG goes through zt_escape. */
 void zt_print_error(const zt_err *err);
+
+/* Makes n bytes of untrusted text (a file's contents, a path, a config value, a library's message)
+ * printable on one line: control bytes become \n \r \t or \xNN, as do DEL and bytes that are not
+ * valid UTF-8 (valid UTF-8 passes through). Backslashes are kept as they are, so escaping twice
+ * changes nothing. Writes at most cap - 1 bytes and a NUL to buf (ending in "..." when cut short) and
+ * returns buf. zt_escape_str escapes a NUL-terminated string. */
+char *zt_escape(const void *text, size_t n, char *buf, size_t cap);
+char *zt_escape_str(const char *s, char *buf, size_t cap);
 
 /* malloc/calloc that abort with a message: out-of-host-memory is not a recoverable input error. */
 void *zt_xmalloc(size_t bytes);

@@ -1,0 +1,182 @@
+/* checkpoint_dir.c — who owns a checkpoint directory, and which step directory a path names.
+ *
+ * Ownership: rank 0 of a run holds flock(LOCK_EX) on DIR/.lock from zt_checkpoint_dir_open to the
+ * end of the run. The kernel releases it when the process exits or dies (kill -9 included), so a
+ * crashed run never leaves the directory stuck; a second run on the same directory is refused at
+ * start with the holder's host, pid, run id and start time read from the file. Each save works in
+ * .tmp_step_N.RUNID, so even two runs that bypassed the lock could not share a temporary directory.
+ * File systems: on local file systems and NFS (Linux emulates flock with NFS byte-range locks, which
+ * the server arbitrates across clients) the lock holds between nodes; Lustre needs the `flock` mount
+ * option (with `localflock` the lock only holds within one node; without either flock fails with
+ * ENOSYS, reported as such). */
+#define _GNU_SOURCE
+#include "io/checkpoint_common.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/fail_together.h"
+
+/* removes .tmp_* entries: saves of runs that crashed or failed (the lock says none is running) */
+static void remove_leftovers(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, ".tmp_", 5)) continue;
+        char p[CK_PATHCAP];
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, de->d_name) < sizeof p) ck_rmtree(p);
+    }
+    closedir(d);
+}
+
+static void new_run_id(char out[24]) {
+    unsigned long long id = 0;
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) { /* no entropy source: time and pid */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = ((unsigned long long)ts.tv_sec << 32) ^ (unsigned long long)ts.tv_nsec ^ ((unsigned long long)getpid() << 16);
+    }
+    snprintf(out, 24, "%016llx", id);
+}
+
+/* rank 0: directory, lock, holder record, leftovers */
+static int take_lock(zt_checkpoint_dir *d, zt_err *err) {
+    if (ck_mkdir_p(d->path, err)) return -1;
+    char lock[CK_PATHCAP];
+    if (ck_path_join(lock, sizeof lock, d->path, ".lock", err)) return -1;
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return zt_fail(err, "%s: cannot open the checkpoint directory's lock: %s", lock, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int e = errno;
+        if (e == EWOULDBLOCK) {
+            char holder[512] = "", shown[600];
+            ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = 0;
+            holder[strcspn(holder, "\n")] = 0;
+            close(fd);
+            return zt_fail(err, "%s: checkpoint directory is in use by another run (%s); a checkpoint.dir belongs to one "
+                                "run at a time: wait for it to end or use another directory",
+                           d->path, holder[0] ? zt_escape_str(holder, shown, sizeof shown) : "holder unknown");
+        }
+        close(fd);
+        return zt_fail(err, "%s: cannot lock: %s%s", lock, strerror(e),
+                       e == ENOSYS || e == EOPNOTSUPP ? " (on Lustre, mount with -o flock)" : "");
+    }
+    char host[256] = "?", when[64] = "?", rec[512];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    int len = snprintf(rec, sizeof rec, "host %s, pid %ld, run id %s, started %s\n", host, (long)getpid(), d->run_id, when);
+    if (ftruncate(fd, 0) || pwrite(fd, rec, (size_t)len, 0) != len) {
+        int e = errno;
+        close(fd);
+        return zt_fail(err, "%s: cannot write: %s", lock, strerror(e));
+    }
+    d->lock_fd = fd;
+    remove_leftovers(d->path);
+    return 0;
+}
+
+int zt_checkpoint_dir_open(zt_checkpoint_dir *d, const char *path, zt_comm *comm, zt_err *err) {
+    memset(d, 0, sizeof *d);
+    d->lock_fd = -1;
+    int rc = (size_t)snprintf(d->path, sizeof d->path, "%s", path) >= sizeof d->path - 64 ? zt_fail(err, "%s: path too long", path) : 0;
+    if (comm->rank == 0) new_run_id(d->run_id);
+    if (!rc && comm->rank == 0) rc = take_lock(d, err);
+    if (zt_agree(comm, rc, err)) {
+        zt_checkpoint_dir_close(d);
+        return -1;
+    }
+    zt_share_text(comm, 0, d->run_id, sizeof d->run_id);
+    return 0;
+}
+
+void zt_checkpoint_dir_close(zt_checkpoint_dir *d) {
+    if (d->lock_fd >= 0) close(d->lock_fd); /* closing the only descriptor releases the flock */
+    d->lock_fd = -1;
+}
+
+/* ================================================================ resolve */
+
+/* DIR/latest: must name a complete step_NNNNNNNN directory of DIR */
+static int resolve_latest(const char *dir, const char *latest, char *step_dir, size_t cap, zt_err *err) {
+    size_t len;
+    char *text = zt_read_file(latest, &len, err);
+    if (!text) return -1;
+    size_t line = strcspn(text, "\r\n");
+    int rest_blank = 1; /* after the name: line breaks only */
+    for (size_t i = line; i < len; i++) rest_blank &= text[i] == '\n' || text[i] == '\r';
+    char shown[160];
+    zt_escape(text, len < 100 ? len : 100, shown, sizeof shown);
+    text[line] = 0;
+    int rc = 0;
+    char sd[CK_PATHCAP], idx[CK_PATHCAP];
+    if (ck_step_of_name(text) < 0 || strlen(text) != line || !rest_blank)
+        rc = zt_fail(err, "%s: does not name a step directory (expected step_NNNNNNNN, found '%s')", latest, shown);
+    else if (ck_path_join(sd, sizeof sd, dir, text, err) || ck_path_join(idx, sizeof idx, sd, "index.h5", err))
+        rc = -1;
+    else if (!ck_is_dir(sd) || !ck_is_file(idx))
+        rc = zt_fail(err, "%s names %s, which is missing or incomplete (no index.h5)", latest, text);
+    else if ((size_t)snprintf(step_dir, cap, "%s", sd) >= cap)
+        rc = zt_fail(err, "%s: path too long", sd);
+    free(text);
+    return rc ? -1 : 1;
+}
+
+int zt_checkpoint_resolve(const char *path, char *step_dir, size_t cap, zt_err *err) {
+    struct stat st;
+    if (stat(path, &st)) {
+        if (errno == ENOENT) return 0;
+        return zt_fail(err, "%s: %s", path, strerror(errno));
+    }
+    char buf[CK_PATHCAP];
+    if (S_ISREG(st.st_mode)) { /* PATH/index.h5 names its step directory */
+        const char *slash = strrchr(path, '/');
+        if (strcmp(slash ? slash + 1 : path, "index.h5"))
+            return zt_fail(err, "%s: not a checkpoint directory (expected a checkpoint or step directory)", path);
+        snprintf(buf, sizeof buf, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+        path = buf;
+    } else if (!S_ISDIR(st.st_mode)) {
+        return zt_fail(err, "%s: not a directory", path);
+    }
+    char p[CK_PATHCAP];
+    if (ck_path_join(p, sizeof p, path, "index.h5", err)) return -1;
+    if (ck_is_file(p)) {
+        if ((size_t)snprintf(step_dir, cap, "%s", path) >= cap) return zt_fail(err, "%s: path too long", path);
+        return 1;
+    }
+    if (ck_path_join(p, sizeof p, path, "latest", err)) return -1;
+    if (ck_is_file(p)) return resolve_latest(path, p, step_dir, cap, err);
+    /* no `latest` (deleted by hand?): the newest complete step directory, if any */
+    ck_step_entry *s;
+    int n = ck_list_steps(path, &s);
+    if (n) {
+        zt_warn("checkpoint: %s has no 'latest' file; using its newest complete step directory %s", path, s[n - 1].name);
+        int too_long = (size_t)snprintf(step_dir, cap, "%s/%s", path, s[n - 1].name) >= cap;
+        free(s);
+        if (too_long) return zt_fail(err, "%s: path too long", path);
+        return 1;
+    }
+    return 0;
+}
+
+int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir, size_t cap, zt_err *err) {
+    int found = 0;
+    if (comm->rank == 0) found = zt_checkpoint_resolve(path, step_dir, cap, err);
+    if (zt_agree(comm, found < 0 ? -1 : 0, err)) return -1;
+    found = comm->agree_max(comm, found); /* rank 0's 0 or 1; the others contribute 0 */
+    if (found) zt_share_text(comm, 0, step_dir, cap);
+    return found;
+}

@@ -1,0 +1,42 @@
+/* checkpoint_internal_read.h — the reader's internals, shared by checkpoint_read.c (which owns
+ * them) and checkpoint_load.c (which reads ranges into the engine). */
+#ifndef ZT_CHECKPOINT_INTERNAL_READ_H
+#define ZT_CHECKPOINT_INTERNAL_READ_H
+
+#include "io/checkpoint_common.h"
+
+typedef struct ck_src_info {
+    int loaded;
+    size_t lo, hi;
+    size_t chunk[3];
+    uint32_t *crc[3];
+} ck_src_info;
+
+struct zt_checkpoint_reader {
+    char dir[CK_PATHCAP - 64]; /* room for "/rank_NNNNN.h5" in CK_PATHCAP */
+    char index_path[CK_PATHCAP];
+    hid_t index, vds[3];
+    zt_checkpoint_meta meta;
+    zt_train_state state;
+    zt_param_table table;
+    ck_src_info *src;           /* [meta.world_size] */
+    uint32_t *shard_crc;        /* [meta.world_size] the index's shard digests (version 2) */
+    const zt_backend *stage_be; /* allocator of stage (NULL: malloc) */
+    float *stage;
+    size_t stage_cap;           /* elements */
+};
+
+/* where verified data goes: elements of [a, b) are either read straight into direct (host memory;
+ * direct[0] is element a), or handed to sink in pieces of at most the staging size */
+typedef int (*ck_sink_fn)(void *ctx, size_t global_off, const float *host, size_t n);
+typedef struct { float *direct; ck_sink_fn sink; void *ctx; } ck_target;
+
+/* opens an HDF5 file read-only; MISSING is the message (with the path as %s) when it does not exist */
+hid_t ck_open_h5(const char *path, zt_err *err, const char *missing);
+/* opens and validates STEP_DIR; staging buffers come from stage_be->host_alloc (NULL: malloc) */
+zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *stage_be, zt_err *err);
+/* Reads elements [a, b) of vector v, verifying the CRC of every chunk it touches. Whole chunks
+ * inside [a, b) go straight into t->direct when there is one; the rest is staged. */
+int ck_read_range(zt_checkpoint_reader *r, int v, size_t a, size_t b, const ck_target *t, zt_err *err);
+
+#endif

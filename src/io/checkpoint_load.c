@@ -1,0 +1,132 @@
+/* checkpoint_load.c — loading a step directory into the engine, whatever world size and ZeRO
+ * stage saved it. One path for every engine: the parameters this rank holds (the full vector at
+ * stages 0-2, its shard at stage 3) go into the compute-dtype parameter buffer; master, m and v of
+ * the optimizer range go where zt_engine_state_span says the engine keeps each piece (device
+ * memory, or host memory with Twin-Flow offload or on the cpu backend). */
+#include "io/checkpoint_internal_read.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/fail_together.h"
+
+/* Device buffers of the cpu backend are host memory: fp32 parameters are read in place. */
+static int host_memory(const zt_backend *be) { return be->memory_is_host; }
+
+typedef struct param_ctx {
+    const zt_backend *be;
+    void *dst;   /* device parameter buffer; element `base` of the flat vector is dst[0] */
+    size_t base;
+    float *tmp;  /* device fp32 scratch (16-bit backends) */
+} param_ctx;
+
+/* fp32 parameters: copy up */
+static int sink_f32(void *ctx, size_t off, const float *host, size_t n) {
+    param_ctx *c = ctx;
+    c->be->copy((float *)c->dst + (off - c->base), host, n * sizeof(float), ZT_H2D);
+    return 0;
+}
+
+/* 16-bit parameters: fp32 up to scratch, converted into params */
+static int sink_convert(void *ctx, size_t off, const float *host, size_t n) {
+    param_ctx *c = ctx;
+    const zt_backend *be = c->be;
+    be->copy(c->tmp, host, n * sizeof(float), ZT_H2D);
+    be->to_compute((char *)c->dst + (off - c->base) * zt_dtype_size(be->compute_dtype), c->tmp, n);
+    return 0;
+}
+
+/* optimizer state goes wherever the engine keeps it */
+typedef struct { zt_engine *e; int which; } state_ctx;
+static int sink_state(void *ctx, size_t off, const float *host, size_t n) {
+    state_ctx *c = ctx;
+    zt_engine_state_write(c->e, c->which, off - c->e->opt_lo, n, host);
+    return 0;
+}
+
+static void shape_text(const zt_param_info *p, char *buf, size_t cap) {
+    if (p->ndim == 2) snprintf(buf, cap, "[%d, %d]", p->shape[0], p->shape[1]);
+    else snprintf(buf, cap, "[%d]", p->shape[0]);
+}
+
+/* the current model must be the saved one, tensor by tensor */
+static int check_model(const zt_checkpoint_reader *r, const zt_param_table *t, zt_err *err) {
+    const zt_param_table *s = &r->table;
+    const char *path = r->index_path;
+    if (s->count != t->count)
+        return zt_fail(err, "%s: checkpoint is for a different model: it has %d tensors (n_layer %d), the config needs %d", path,
+                       s->count, r->meta.shape.n_layer, t->count);
+    for (int i = 0; i < s->count; i++) {
+        const zt_param_info *a = &s->params[i], *b = &t->params[i];
+        if (strcmp(a->name, b->name))
+            return zt_fail(err, "%s: checkpoint is for a different model: tensor %d is %s, the config needs %s", path, i, a->name,
+                           b->name);
+        if (a->ndim != b->ndim || a->shape[0] != b->shape[0] || (a->ndim == 2 && a->shape[1] != b->shape[1])) {
+            char sa[48], sb[48];
+            shape_text(a, sa, sizeof sa);
+            shape_text(b, sb, sizeof sb);
+            return zt_fail(err, "%s: checkpoint is for a different model: tensor %s has shape %s, the config needs %s", path,
+                           a->name, sa, sb);
+        }
+        if (a->offset != b->offset)
+            return zt_fail(err, "%s: checkpoint is for a different model: tensor %s is at offset %zu, the config needs %zu", path,
+                           a->name, a->offset, b->offset);
+    }
+    return 0;
+}
+
+static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta, zt_err *err) {
+    const zt_backend *be = e->be;
+    int host = host_memory(be), fp32 = be->compute_dtype == ZT_F32;
+    zt_checkpoint_reader *r = ck_reader_open(step_dir, host ? NULL : be, err);
+    if (!r) return -1;
+    int rc = check_model(r, e->table, err);
+    /* parameters: the full vector at stages 0-2, the shard at stage 3 */
+    size_t pa = e->opt.stage == 3 ? e->lo : 0, pb = e->opt.stage == 3 ? e->hi : e->total;
+    param_ctx pc = {be, e->params, pa, NULL};
+    ck_target pt = {host && fp32 ? (float *)e->params : NULL, fp32 ? sink_f32 : sink_convert, &pc};
+    if (!fp32) { /* staged pieces are at most the staging size (whole chunks): the scratch matches it */
+        size_t cap = ck_max(CK_STAGE_ELEMS, ck_chunk_elems(r->meta.shard));
+        pc.tmp = be->alloc(cap * sizeof(float));
+        if (!pc.tmp && !rc) rc = zt_fail(err, "out of %s memory for a %zu MiB load buffer", be->name, cap * 4 >> 20);
+    }
+    if (!rc) rc = ck_read_range(r, ZT_CKPT_MASTER, pa, pb, &pt, err);
+    /* master, m and v of the optimizer range, piece by piece where the engine keeps them: read in
+     * place into host memory, through zt_engine_state_write into device memory; a master piece that
+     * is the parameter buffer itself (fp32) was filled by the parameter read */
+    for (int v = 0; v < 3 && !rc; v++) {
+        state_ctx c = {e, v};
+        for (size_t off = 0, k; off < e->opt_hi - e->opt_lo && !rc; off += k) {
+            int in_host;
+            float *span = zt_engine_state_span(e, v, off, &k, &in_host);
+            size_t a = e->opt_lo + off;
+            if (v == ZT_CKPT_MASTER && fp32 && span == (float *)e->params + (a - pa)) continue;
+            ck_target t = {in_host ? span : NULL, sink_state, &c};
+            rc = ck_read_range(r, v, a, a + k, &t, err);
+        }
+    }
+    be->synchronize();
+    if (pc.tmp) be->free(pc.tmp);
+    if (!rc) {
+        e->adam_t = r->meta.adam_t;
+        if (st) *st = r->state;
+        if (meta) {
+            *meta = r->meta;
+            meta->config_text = zt_xstrdup(r->meta.config_text);
+        }
+    }
+    zt_checkpoint_close(r);
+    return rc;
+}
+
+int zt_checkpoint_load(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta, zt_err *err) {
+    ck_h5_quiet q = ck_h5_silence();
+    double t0 = zt_now();
+    if (meta) memset(meta, 0, sizeof *meta);
+    int rc = load_local(step_dir, e, st, meta, err);
+    rc = zt_agree(e->comm, rc, err);
+    if (rc && meta) zt_checkpoint_meta_free(meta);
+    if (!rc) zt_info("checkpoint: loaded %s in %.2f s", step_dir, zt_now() - t0);
+    ck_h5_restore(q);
+    return rc;
+}

@@ -1,0 +1,268 @@
+"""t_checkpoint_faults.py — checkpoint saves that fail and checkpoint directories two runs want
+(issue 18), on real tmpfs mounts (as root; each mounted under a temporary directory and unmounted in
+`finally`, also when a case fails). 2 ranks, ZeRO-2, configs/tiny.yaml. Each failing run must end
+on EVERY rank with a non-zero status (each rank's status is recorded by a wrapper; mpirun is told
+not to kill the others) within a hard timeout, with exactly one `zerotrain: error:` line, and the
+checkpoint saved before the fault must stay loadable (`zerotrain info` verifies every checksum):
+  - read-only file system: refused at start (the directory's lock cannot be taken);
+  - no inode left for the save's temporary directory (mkdir fails in the save), or for a rank file;
+  - disk full while writing the rank files, and while writing index.h5 (no crash at exit);
+  - two runs on one checkpoint dir: the second is refused at start naming the holder (host, pid,
+    run id); after the first is killed with SIGKILL the lock is free and a third run resumes;
+  - a step directory mixing one run's shards with another run's index is refused (load and info);
+  - messages: a damaged index.h5 (HDF5 metadata checksum) says "damaged" with HDF5's reason; the
+    trainer state edited with h5py is refused; `latest` naming something that is not a step
+    directory is refused at resume; junk bytes in `latest` (and a --set with a newline) are escaped
+    onto one line."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import h5py
+
+import ztlib
+
+ztlib.ensure_shakespeare()
+TINY = "configs/tiny.yaml"
+BASE = ["zero_optimization.stage=2", "steps_per_print=1"]
+tmp = tempfile.mkdtemp(prefix="zt_ckfaults_")
+TIMEOUT = 90  # seconds per run: a hang fails the case instead of the suite
+
+
+def mpirun_cmd(args, ranks):
+    # every rank's exit status is printed by its wrapper; mpirun waits for all of them
+    wrapped = 'b=$1; shift; "$b" "$@"; s=$?; echo "rank-exit $OMPI_COMM_WORLD_RANK $s" >&2; exit $s'
+    return ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
+            "--mca", "orte_abort_on_non_zero_status", "0", "sh", "-c", wrapped, "sh", ztlib.BIN] + list(args)
+
+
+class Run:
+    """A finished (or timed-out) run: rc, stdout, stderr, rank_status {rank: status}, timed_out."""
+
+    def __init__(self, rc, out, err, timed_out):
+        self.rc, self.stdout, self.stderr, self.timed_out = rc, out, err, timed_out
+        self.rank_status = {}
+        for line in err.splitlines():
+            if line.startswith("rank-exit "):
+                _, r, s = line.split()
+                self.rank_status[int(r)] = int(s)
+        self.errors = [line for line in err.splitlines() if line.startswith("zerotrain: error:")]
+
+    def why(self):
+        return f"rc {self.rc}, timed out {self.timed_out}, ranks {self.rank_status}, stderr: {self.stderr[-1200:]}"
+
+
+def start(args, ranks=2):
+    return subprocess.Popen(mpirun_cmd(args, ranks) if ranks else [ztlib.BIN] + list(args), cwd=ztlib.ROOT,
+                            env=ztlib.ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def kill_tree(pid):
+    """SIGKILL pid and its descendants (mpirun may put the ranks in process groups of their own)"""
+    children = {}
+    for d in os.listdir("/proc"):
+        try:
+            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(d))
+        except (ValueError, OSError, IndexError):
+            pass
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += children.get(p, [])
+    for p in seen:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def finish(p, timeout=TIMEOUT):
+    try:
+        out, err = p.communicate(timeout=timeout)
+        return Run(p.returncode, out, err, False)
+    except subprocess.TimeoutExpired:
+        kill_tree(p.pid)
+        out, err = p.communicate()
+        return Run(p.returncode, out, err, True)
+
+
+def train(ckdir, sets=(), ranks=2):
+    args = ["train", TINY]
+    for s in BASE + [f"checkpoint.dir={ckdir}"] + list(sets):
+        args += ["--set", s]
+    return finish(start(args, ranks))
+
+
+def info(path):
+    return finish(start(["info", path], ranks=0))
+
+
+def failed_together(r, want, name):
+    """every rank non-zero (no crash), in time, one error line containing WANT"""
+    ok = (not r.timed_out and len(r.rank_status) == 2 and all(s not in (0, 139) and s < 128 for s in r.rank_status.values())
+          and len(r.errors) == 1 and want in r.errors[0])
+    if r.errors:
+        print(f"    {name}: {r.errors[0]}")
+    return ztlib.check(ok, name, f"want one error line with '{want}'; {r.errors}; {r.why()}")
+
+
+def still_loadable(ckdir, step, name):
+    r = info(ckdir)
+    ztlib.check(r.rc == 0 and f"step {step}," in r.stdout and "integrity: OK" in r.stdout, name,
+                r.stdout[-600:] + r.stderr[-600:])
+
+
+class Tmpfs:
+    def __init__(self, opts):
+        self.path = tempfile.mkdtemp(dir=tmp, prefix="mnt_")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", self.path], check=True)
+
+    def remount(self, opts):
+        subprocess.run(["mount", "-o", "remount," + opts, self.path], check=True)
+
+    def used(self):
+        s = os.statvfs(self.path)
+        return (s.f_blocks - s.f_bfree) * s.f_frsize, s.f_files - s.f_ffree
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["umount", "-l", self.path], check=False)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def blocks(path):
+    return os.stat(path).st_blocks * 512
+
+
+try:
+    # ---- 1. read-only file system: the directory cannot be locked, every rank stops at start
+    with Tmpfs("ro,size=1m") as fs:
+        r = train(os.path.join(fs.path, "ck"), ["train_iters=3"])
+        failed_together(r, "Read-only file system", "readonly_dir_fails_on_every_rank")
+        ztlib.check("step     1/" not in r.stdout, "readonly_dir_refused_before_training", r.stdout[-300:])
+
+    # ---- 2. mkdir of the save's temporary directory fails (no inode left)
+    with Tmpfs("size=64m,nr_inodes=1000") as fs:
+        ck = os.path.join(fs.path, "ck")
+        r = train(ck, ["train_iters=1"])
+        ztlib.check(r.rc == 0, "first_save", r.why())
+        fs.remount(f"nr_inodes={fs.used()[1]}")
+        r = train(ck, ["train_iters=3", "checkpoint.save_interval=1"])
+        failed_together(r, ".tmp_step_00000002", "mkdir_in_save_fails_on_every_rank")
+        ztlib.check(r.errors and "No space left on device" in r.errors[0], "mkdir_in_save_says_why", str(r.errors))
+        # one inode more: the temporary directory is made, rank 0's file cannot be created
+        fs.remount(f"nr_inodes={fs.used()[1] + 1}")
+        r = train(ck, ["train_iters=3", "checkpoint.save_interval=1"])
+        failed_together(r, "rank_00000.h5: cannot create: No space left on device", "shard_create_fails_with_cause")
+        fs.remount("nr_inodes=1000")
+        still_loadable(ck, 1, "mkdir_failure_keeps_previous")
+
+    # ---- 3. disk full while the ranks write their files
+    with Tmpfs("size=64m") as fs:
+        ck = os.path.join(fs.path, "ck")
+        r = train(ck, ["train_iters=1"])
+        ztlib.check(r.rc == 0, "first_save_shards", r.why())
+        fs.remount(f"size={fs.used()[0] + 64 * 1024}")
+        r = train(ck, ["train_iters=3", "checkpoint.save_interval=1"])
+        failed_together(r, "No space left on device", "disk_full_in_shards_fails_on_every_rank")
+        fs.remount("size=64m")
+        still_loadable(ck, 1, "disk_full_in_shards_keeps_previous")
+
+    # ---- 4. disk full while rank 0 writes index.h5 (HDF5 used to crash at exit)
+    with Tmpfs("size=64m") as fs:
+        ck = os.path.join(fs.path, "ck")
+        r = train(ck, ["train_iters=1"])
+        ztlib.check(r.rc == 0, "first_save_index", r.why())
+        sd = os.path.join(ck, "step_00000001")
+        shards = sum(blocks(os.path.join(sd, f)) for f in os.listdir(sd) if f.startswith("rank_"))
+        index = blocks(os.path.join(sd, "index.h5"))
+        fs.remount(f"size={fs.used()[0] + shards + index // 2 // 4096 * 4096}")
+        r = train(ck, ["train_iters=3", "checkpoint.save_interval=1"])
+        failed_together(r, "index.h5", "disk_full_in_index_fails_on_every_rank")
+        ztlib.check(r.errors and "No space left on device" in r.errors[0], "disk_full_in_index_says_why", str(r.errors))
+        fs.remount("size=64m")
+        still_loadable(ck, 1, "disk_full_in_index_keeps_previous")
+
+    # ---- 5. two runs on one checkpoint dir; a killed holder does not leave it locked
+    ck = os.path.join(tmp, "shared")
+    a = start(["train", TINY] + sum([["--set", s] for s in BASE + [f"checkpoint.dir={ck}", "train_iters=400",
+                                                                    "checkpoint.save_interval=1", "seed=1"]], []))
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline and not os.path.exists(os.path.join(ck, "latest")):
+        time.sleep(0.2)
+    lock = open(os.path.join(ck, ".lock")).read() if os.path.exists(os.path.join(ck, ".lock")) else ""
+    r = train(ck, ["train_iters=400", "checkpoint.save_interval=1", "seed=2"])
+    failed_together(r, "in use by another run", "second_run_refused_on_every_rank")
+    ztlib.check(r.errors and "pid " in r.errors[0] and "host " in r.errors[0] and lock.split(",")[1].strip() in r.errors[0],
+                "second_run_message_names_holder", f"{r.errors} vs lock '{lock}'")
+    ztlib.check(a.poll() is None, "first_run_unharmed", "the first run ended while the second was refused")
+    os.kill(int(lock.split(",")[1].split()[1]), signal.SIGKILL)  # the holder (rank 0) crashes
+    finish(a)
+    r = train(ck, ["train_iters=1"])
+    ztlib.check(r.rc == 0 and ("resumed from" in r.stdout or "nothing left to train" in r.stdout),
+                "lock_released_when_holder_killed", r.why())
+    still_loadable(ck, int(open(os.path.join(ck, "latest")).read().strip()[5:]), "killed_holder_leaves_loadable")
+
+    # ---- 6. a step directory mixing two runs' files is refused
+    x, y, mixed = (os.path.join(tmp, n) for n in ("run_x", "run_y", "mixed"))
+    rx, ry = train(x, ["train_iters=1", "seed=1"]), train(y, ["train_iters=1", "seed=2"])
+    ztlib.check(rx.rc == 0 and ry.rc == 0, "two_runs_saved", rx.why() + ry.why())
+    shutil.copytree(os.path.join(x, "step_00000001"), os.path.join(mixed, "step_00000001"))
+    shutil.copy(os.path.join(y, "step_00000001", "rank_00001.h5"), os.path.join(mixed, "step_00000001"))
+    r = info(mixed)
+    ztlib.check(r.rc != 0 and "rank_00001.h5: belongs to another save" in r.stdout + r.stderr and "integrity: OK" not in r.stdout,
+                "info_refuses_mixed_step", r.stdout[-500:] + r.stderr[-500:])
+    r = train(mixed, ["train_iters=2"])
+    failed_together(r, "belongs to another save", "resume_refuses_mixed_step")
+
+    # ---- 7. messages
+    good = os.path.join(x, "step_00000001")
+    # 7a. HDF5 metadata checksum failure inside index.h5 (its attribute heap): "damaged", with HDF5's reason
+    dmg = os.path.join(tmp, "damaged")
+    shutil.copytree(good, os.path.join(dmg, "step_00000001"))
+    idx = os.path.join(dmg, "step_00000001", "index.h5")
+    data = bytearray(open(idx, "rb").read())
+    at = data.find(b"BTLF")  # a leaf of the attribute name index (checksummed metadata)
+    data[at + 12] ^= 0x55
+    open(idx, "wb").write(data)
+    r = train(dmg, ["train_iters=2"])
+    failed_together(r, "damaged", "damaged_index_metadata_says_damaged")
+    ztlib.check(r.errors and "checksum" in r.errors[0], "damaged_index_metadata_gives_hdf5_reason", str(r.errors))
+    # 7b. trainer state edited with h5py
+    edited = os.path.join(tmp, "edited")
+    shutil.copytree(good, os.path.join(edited, "step_00000001"))
+    with h5py.File(os.path.join(edited, "step_00000001", "index.h5"), "r+") as f:
+        f["state"].attrs["data_samples"] = 999
+    r = train(edited, ["train_iters=2"])
+    failed_together(r, "metadata checksum mismatch", "edited_trainer_state_refused")
+    r = info(edited)
+    ztlib.check(r.rc != 0 and "metadata checksum mismatch" in r.stderr, "info_refuses_edited_state", r.stderr[-400:])
+    # 7c. `latest` naming a directory that is not a step directory (it looks like a file)
+    odd = os.path.join(tmp, "odd_latest")
+    shutil.copytree(good, os.path.join(odd, "rank_00000.h5"))
+    open(os.path.join(odd, "latest"), "w").write("rank_00000.h5\n")
+    r = train(odd, ["train_iters=2"])
+    failed_together(r, "does not name a step directory", "latest_not_a_step_dir_refused_at_resume")
+    # 7d. junk bytes in `latest`: escaped, one line
+    junk = os.path.join(tmp, "junk_latest")
+    shutil.copytree(good, os.path.join(junk, "step_00000001"))
+    open(os.path.join(junk, "latest"), "wb").write(b"step_\x01\xff\x1b[31m\nmore\n")
+    r = train(junk, ["train_iters=2"])
+    failed_together(r, "\\x01\\xFF\\x1B[31m\\nmore", "latest_junk_escaped_on_one_line")
+    # 7e. a --set with a newline in it: every error message goes out escaped, on one line
+    r = train(os.path.join(tmp, "unused"), ["no_such\nkey=1"])
+    failed_together(r, "no_such\\nkey", "set_with_newline_one_line")
+finally:
+    for line in open("/proc/mounts"):
+        if line.split()[1].startswith(tmp):
+            subprocess.run(["umount", "-l", line.split()[1]], check=False)
+    shutil.rmtree(tmp, ignore_errors=True)
+ztlib.finish()
