@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -30,6 +31,7 @@ TINY = "configs/tiny.yaml"
 BASE = ["zero_optimization.stage=2", "steps_per_print=1"]
 tmp = tempfile.mkdtemp(prefix="zt_ckfaults_")
 TIMEOUT = 90  # seconds per run: a hang fails the case instead of the suite
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a terminated test still unmounts (finally)
 
 
 def mpirun_cmd(args, ranks):
@@ -55,10 +57,14 @@ class Run:
         return f"rc {self.rc}, timed out {self.timed_out}, ranks {self.rank_status}, stderr: {self.stderr[-1200:]}"
 
 
+started = []  # every run this test starts: none may outlive it
+
+
 def start(args, ranks=2):
-    return subprocess.Popen(mpirun_cmd(args, ranks) if ranks else [ztlib.BIN] + list(args), cwd=ztlib.ROOT,
+    started.append(subprocess.Popen(mpirun_cmd(args, ranks) if ranks else [ztlib.BIN] + list(args), cwd=ztlib.ROOT,
                             env=ztlib.ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True))
+    return started[-1]
 
 
 def kill_tree(pid):
@@ -261,6 +267,9 @@ try:
     r = train(os.path.join(tmp, "unused"), ["no_such\nkey=1"])
     failed_together(r, "no_such\\nkey", "set_with_newline_one_line")
 finally:
+    for p in started:
+        if p.poll() is None:
+            kill_tree(p.pid)
     for line in open("/proc/mounts"):
         if line.split()[1].startswith(tmp):
             subprocess.run(["umount", "-l", line.split()[1]], check=False)
