@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
-#include "engine/engine.h"
+#include "engine/engine_internal.h" /* white-box: the engine's own buffers */
 #include "model/gpt2.h"
 
 #define BLOCK ((size_t)64 << 20)
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
     zt_engine_opts o = {1, 0, 5e8, 0, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 0};
     if (zt_engine_create(&e, zt_backend_cpu(), comm, &table, &o, init, &err)) { zt_print_error(&err); return 1; }
     free(init);
-    for (size_t i = 0; i < e.opt_hi - e.opt_lo; i++) {
+    for (size_t i = 0; i < e.lay.opt_hi - e.lay.opt_lo; i++) {
         e.adam_m[i] = (zt_rng_uniform(&rng) - 0.5f) * 1e-3f;
         e.adam_v[i] = zt_rng_uniform(&rng) * 1e-6f;
     }
@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
         double t = zt_now() - t0;
         ts = t < ts ? t : ts;
         drop_dir(sd);
-        memset(e.adam_m, 0, (e.opt_hi - e.opt_lo) * sizeof(float));
+        memset(e.adam_m, 0, (e.lay.opt_hi - e.lay.opt_lo) * sizeof(float));
         t0 = zt_now();
         if (zt_checkpoint_load(sd, &e, &st, NULL, &err)) { zt_print_error(&err); return 1; }
         t = zt_now() - t0;

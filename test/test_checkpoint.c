@@ -20,7 +20,7 @@
 
 #include "check.h"
 #include "io/checkpoint.h"
-#include "engine/engine.h"
+#include "engine/engine_internal.h" /* white-box: the engine's own buffers */
 #include "model/gpt2.h"
 
 static char root[512];
@@ -60,11 +60,11 @@ static void free_model(model *m) { zt_engine_destroy(&m->e); zt_param_table_free
 static void fill(model *m, int g) {
     zt_engine *e = &m->e;
     float *p = e->params;
-    size_t pa = e->opt.stage == 3 ? e->lo : 0, pb = e->opt.stage == 3 ? e->hi : e->total;
+    size_t pa = e->opt.stage == 3 ? e->lay.lo : 0, pb = e->opt.stage == 3 ? e->lay.hi : e->lay.total;
     for (size_t i = pa; i < pb; i++) p[i - pa] = value(0, i, g);
-    for (size_t i = e->opt_lo; i < e->opt_hi; i++) {
-        e->adam_m[i - e->opt_lo] = value(1, i, g);
-        e->adam_v[i - e->opt_lo] = value(2, i, g);
+    for (size_t i = e->lay.opt_lo; i < e->lay.opt_hi; i++) {
+        e->adam_m[i - e->lay.opt_lo] = value(1, i, g);
+        e->adam_v[i - e->lay.opt_lo] = value(2, i, g);
     }
     e->adam_t = 100 + g;
 }
@@ -73,13 +73,13 @@ static void fill(model *m, int g) {
 static size_t mismatches(const model *m, int g) {
     const zt_engine *e = &m->e;
     const float *p = e->params;
-    size_t bad = 0, pa = e->opt.stage == 3 ? e->lo : 0, pb = e->opt.stage == 3 ? e->hi : e->total;
+    size_t bad = 0, pa = e->opt.stage == 3 ? e->lay.lo : 0, pb = e->opt.stage == 3 ? e->lay.hi : e->lay.total;
     for (size_t i = pa; i < pb; i++) { float x = value(0, i, g); bad += memcmp(&p[i - pa], &x, 4) != 0; }
-    for (size_t i = e->opt_lo; i < e->opt_hi; i++) {
+    for (size_t i = e->lay.opt_lo; i < e->lay.opt_hi; i++) {
         float x = value(0, i, g), y = value(1, i, g), z = value(2, i, g);
-        bad += memcmp(&e->master[i - e->opt_lo], &x, 4) != 0;
-        bad += memcmp(&e->adam_m[i - e->opt_lo], &y, 4) != 0;
-        bad += memcmp(&e->adam_v[i - e->opt_lo], &z, 4) != 0;
+        bad += memcmp(&e->master[i - e->lay.opt_lo], &x, 4) != 0;
+        bad += memcmp(&e->adam_m[i - e->lay.opt_lo], &y, 4) != 0;
+        bad += memcmp(&e->adam_v[i - e->lay.opt_lo], &z, 4) != 0;
     }
     return bad + (e->adam_t != 100 + g);
 }

@@ -265,7 +265,7 @@ int zt_cmd_eval(int argc, char **argv) {
     if (zt_fail_together(comm, rc, &err)) { zt_dataset_close(&d); comm->destroy(comm); return 1; }
     int *in = zt_xmalloc((size_t)(B * T) * sizeof *in), *tg = zt_xmalloc((size_t)(B * T) * sizeof *tg);
     float dloss = grads_path ? (float)(1.0 / ((double)nb * B * T)) : 0.0f;
-    zt_engine_begin_micro(&s.engine, 1, 1);
+    zt_engine_begin_micro(s.engine, 1, 1);
     double sum = 0;
     for (long k = 0; k < nb; k++) {
         zt_dataset_sequential(&d, (size_t)(k * B * T), (int)B, in, tg);
@@ -277,11 +277,11 @@ int zt_cmd_eval(int argc, char **argv) {
         size_t n = s.table.total;
         float *g = zt_xmalloc(n * sizeof *g);
         if (s.be->compute_dtype == ZT_F32) {
-            s.be->copy(g, s.engine.grads_full, n * 4, ZT_D2H);
+            s.be->copy(g, zt_engine_full_grads(s.engine), n * 4, ZT_D2H);
         } else { /* 16-bit gradients: widen on the device, then copy down */
             float *wide = s.be->alloc(n * sizeof *wide);
             if (wide) {
-                s.be->to_f32(wide, s.engine.grads_full, n);
+                s.be->to_f32(wide, zt_engine_full_grads(s.engine), n);
                 s.be->copy(g, wide, n * sizeof *wide, ZT_D2H);
                 s.be->free(wide);
             } else {

@@ -191,11 +191,11 @@ static int train_tiny(zt_comm *comm, int device, int fp16, float *losses, int st
                 if (t > 0) tg[b * T + t - 1] = tok;
             }
         }
-        zt_engine_begin_micro(&s.engine, 1, 1);
+        zt_engine_begin_micro(s.engine, 1, 1);
         losses[step] = zt_gpt2_forward(&s.model, &s.src, in, tg, (float)(scale / (B * T)));
         zt_gpt2_backward(&s.model, &s.src);
         int skipped = 0;
-        zt_engine_step_scaled(&s.engine, 3e-3f, 1.0f, scale, &skipped);
+        zt_engine_step_scaled(s.engine, 3e-3f, 1.0f, scale, &skipped);
         if (skipped) {
             zt_fail(err, "step %d overflowed at loss scale %g", step + 1, scale);
             break;

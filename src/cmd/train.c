@@ -82,7 +82,7 @@ static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     st.loss_scale = t->scaler.scale;
     st.loss_scale_good_steps = (int)t->scaler.good_steps;
     st.hysteresis_left = t->scaler.hysteresis_left;
-    if (zt_checkpoint_save(&t->ckdir, &t->s.engine, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err)) {
+    if (zt_checkpoint_save(&t->ckdir, t->s.engine, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err)) {
         if (t->comm->rank == 0) zt_print_error(err);
         return -1;
     }
@@ -104,7 +104,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     }
     zt_train_state st;
     zt_checkpoint_meta meta;
-    if (zt_checkpoint_load(step_dir, &t->s.engine, &st, &meta, err)) return -1;
+    if (zt_checkpoint_load(step_dir, t->s.engine, &st, &meta, err)) return -1;
     t->start_step = st.step;
     t->samples_at_start = st.data_samples;
     if (cfg->fp16_enabled && st.loss_scale > 0) {
@@ -181,10 +181,10 @@ static void load_micro_batch(trainer *t, const step_plan *p, long step, int a) {
  * become final), then the engine's step (norm, clipping, AdamW, gathers). */
 static void train_step(trainer *t, const step_plan *p, long step, step_record *rec) {
     const zt_config *cfg = &t->cfg;
-    zt_engine *eng = &t->s.engine;
+    zt_engine *eng = t->s.engine;
     int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
     double t0 = zt_now(), loss_sum = 0;
-    zt_comm_bytes bytes0 = eng->comm->bytes;
+    zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes;
     memset(rec, 0, sizeof *rec);
     rec->step = step + 1;
     rec->lr = zt_lr_at(cfg, step);
@@ -222,7 +222,7 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     t->s.be->synchronize();
     rec->seconds = zt_now() - t0;
     rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
-    rec->bytes = zt_comm_bytes_since(&eng->comm->bytes, &bytes0);
+    rec->bytes = zt_comm_bytes_since(&zt_engine_comm(eng)->bytes, &bytes0);
 }
 
 /* The step line (and the breakdown) on rank 0 every steps_per_print steps, the first and the last. */
@@ -238,17 +238,17 @@ static void print_step(trainer *t, const step_plan *p, const step_record *rec, d
             rec->step, steps, 100.0 * rec->step / steps, rec->loss, val_s, rec->lr, rec->norm, rec->seconds * 1e3,
             p->tokens / rec->seconds, p->flops / rec->seconds * 1e-9, eta_s);
     if (cfg->wall_clock_breakdown) {
-        zt_engine_print_timing(&t->s.engine);
+        zt_engine_print_timing(t->s.engine);
         zt_comm_bytes_print(&rec->bytes);
     }
-    if (cfg->memory_breakdown) zt_mem_report_step(&t->s.engine, rec->step, t->s.model.act_bytes);
+    if (cfg->memory_breakdown) zt_mem_report_step(t->s.engine, rec->step, t->s.model.act_bytes);
 }
 
 /* One JSON line in metrics_file (rank 0; every rank's bytes gathered for it) and the monitors. */
 static void record_step(trainer *t, const step_plan *p, const step_record *rec) {
     const zt_config *cfg = &t->cfg;
-    const zt_mem_account *mem = &t->s.engine.mem;
-    double comm_ms = t->s.engine.comm_seconds * 1e3;
+    const zt_mem_account *mem = zt_engine_memory(t->s.engine);
+    double comm_ms = zt_engine_comm_seconds(t->s.engine) * 1e3;
     zt_comm_bytes *bytes_per_rank = cfg->metrics_file ? zt_comm_bytes_gather(t->comm, &rec->bytes) : NULL;
     if (t->metrics) {
         char norm_s[32] = "null"; /* JSON has no inf: an overflowing step's norm is null */
@@ -360,7 +360,7 @@ static void print_banner(trainer *t) {
             m->act_bytes / 1048576.0,
             m->recompute ? "checkpointing: block inputs kept, blocks recomputed in backward" : "all kept",
             m->act_bytes_full / 1048576.0, m->act_bytes_ckpt / 1048576.0);
-    zt_engine_print_memory(&s->engine, m->act_bytes);
+    zt_engine_print_memory(s->engine, m->act_bytes);
 }
 
 int zt_cmd_train(int argc, char **argv) {
@@ -383,7 +383,7 @@ int zt_cmd_train(int argc, char **argv) {
     }
     rc = zt_session_open(&t.s, &t.cfg, t.comm, NULL, t.cfg.train_micro_batch_size_per_gpu, t.cfg.seq_len, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
-    if (t.cfg.trace_file) rc = zt_engine_open_trace(&t.s.engine, t.cfg.trace_file, &err);
+    if (t.cfg.trace_file) rc = zt_engine_open_trace(t.s.engine, t.cfg.trace_file, &err);
     if (zt_fail_together(t.comm, rc, &err)) { zt_session_close(&t.s); goto done_fail; }
     print_banner(&t);
     if (t.cfg.fp16_enabled)

@@ -52,7 +52,7 @@ int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt
 
 int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err) {
     if (e->trace) zt_trace_close(e->trace, NULL);
-    e->trace = zt_trace_open(path, e->rank, err);
+    e->trace = zt_trace_open(path, e->lay.rank, err);
     if (!e->trace) return -1;
     trace_memory(e);
     return 0;
@@ -69,29 +69,30 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     e->comm = comm;
     e->table = table;
     e->opt = *opt;
-    e->rank = comm->rank;
-    e->world = comm->world;
-    e->total = table->total;
-    e->shard = zt_zero_shard(e->total, e->world, ZT_SHARD_ALIGN);
-    e->padded_total = e->shard * (size_t)e->world;
-    e->lo = min_sz((size_t)e->rank * e->shard, e->total);
-    e->hi = min_sz(e->lo + e->shard, e->total);
+    e->lay.stage = opt->stage;
+    e->lay.rank = comm->rank;
+    e->lay.world = comm->world;
+    e->lay.total = table->total;
+    e->lay.shard = zt_zero_shard(e->lay.total, e->lay.world, ZT_SHARD_ALIGN);
+    e->lay.padded_total = e->lay.shard * (size_t)e->lay.world;
+    e->lay.lo = min_sz((size_t)e->lay.rank * e->lay.shard, e->lay.total);
+    e->lay.hi = min_sz(e->lay.lo + e->lay.shard, e->lay.total);
     int stage = opt->stage;
-    e->opt_lo = stage == 0 ? 0 : e->lo;
-    e->opt_hi = stage == 0 ? e->total : e->hi;
-    size_t opt_n = stage == 0 ? e->padded_total : e->shard;
+    e->lay.opt_lo = stage == 0 ? 0 : e->lay.lo;
+    e->lay.opt_hi = stage == 0 ? e->lay.total : e->lay.hi;
+    size_t opt_n = stage == 0 ? e->lay.padded_total : e->lay.shard;
     size_t E = esz(e);
     int fp32 = be->compute_dtype == ZT_F32;
 
     /* parameters (compute dtype) */
-    size_t param_n = stage == 3 ? e->shard : e->padded_total;
+    size_t param_n = stage == 3 ? e->lay.shard : e->lay.padded_total;
     e->params = engine_dev_alloc(e, param_n * E, ZT_MEM_PARAMS);
     /* gradients */
     if (stage < 2) {
-        e->grads_full = engine_dev_alloc(e, e->padded_total * E, ZT_MEM_GRADS);
-        e->grad_shard = e->grads_full ? at(e, e->grads_full, e->opt_lo) : NULL;
+        e->grads_full = engine_dev_alloc(e, e->lay.padded_total * E, ZT_MEM_GRADS);
+        e->grad_shard = e->grads_full ? at(e, e->grads_full, e->lay.opt_lo) : NULL;
     } else {
-        e->grad_shard = engine_dev_alloc(e, e->shard * E, ZT_MEM_GRADS);
+        e->grad_shard = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_GRADS);
         size_t seg0 = seg_hi(e, 0) - seg_lo(e, 0), other = 0;
         for (int s = 1; s < table->n_segments; s++) other = max_sz(other, seg_hi(e, s) - seg_lo(e, s));
         e->grad_pool[0] = engine_dev_alloc(e, seg0 * E, ZT_MEM_GRADS);
@@ -100,61 +101,61 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         e->grad_pool_seg[0] = e->grad_pool_seg[1] = e->grad_pool_seg[2] = -1;
         e->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_grad);
     }
-    if (stage >= 2 || (stage == 1 && e->world > 1)) e->recv_tmp = engine_dev_alloc(e, e->shard * E, ZT_MEM_COMM);
+    if (stage >= 2 || (stage == 1 && e->lay.world > 1)) e->recv_tmp = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_COMM);
     if (stage == 3 && zero_alloc_gather(e)) goto oom;
     /* Twin-Flow split, then the optimizer states: the host part's in host memory, the device
      * part's on the device (fp32 master aliasing the fp32 params there) */
     twin_plan(e);
     size_t dev_n = opt_n - e->host_n;
     if (fp32)
-        e->master = stage == 3 ? (float *)at(e, e->params, e->host_n) : (float *)at(e, e->params, e->opt_lo + e->host_n);
+        e->master = stage == 3 ? (float *)at(e, e->params, e->host_n) : (float *)at(e, e->params, e->lay.opt_lo + e->host_n);
     else
         e->master = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     e->adam_m = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     e->adam_v = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     if (e->host_n && twin_alloc(e)) goto oom;
     if (!e->params || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
-        (e->opt.stage >= 1 && !e->recv_tmp && (stage >= 2 || e->world > 1)) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
+        (e->opt.stage >= 1 && !e->recv_tmp && (stage >= 2 || e->lay.world > 1)) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
         goto oom;
 
     /* parameters from the fp32 init */
     if (stage == 3) {
-        if (e->hi > e->lo) {
-            if (fp32) be->copy(e->params, init_f32 + e->lo, (e->hi - e->lo) * 4, ZT_H2D);
+        if (e->lay.hi > e->lay.lo) {
+            if (fp32) be->copy(e->params, init_f32 + e->lay.lo, (e->lay.hi - e->lay.lo) * 4, ZT_H2D);
         }
     } else if (fp32) {
-        be->copy(e->params, init_f32, e->total * 4, ZT_H2D);
+        be->copy(e->params, init_f32, e->lay.total * 4, ZT_H2D);
     }
-    if (e->host_n) memcpy(e->host_master, init_f32 + e->opt_lo, e->host_n * sizeof(float));
+    if (e->host_n) memcpy(e->host_master, init_f32 + e->lay.opt_lo, e->host_n * sizeof(float));
     if (!fp32) { /* master from fp32, compute copy converted on the device */
-        size_t n = e->opt_hi - e->opt_lo;
-        if (n > e->host_n) be->copy(e->master, init_f32 + e->opt_lo + e->host_n, (n - e->host_n) * sizeof(float), ZT_H2D);
+        size_t n = e->lay.opt_hi - e->lay.opt_lo;
+        if (n > e->host_n) be->copy(e->master, init_f32 + e->lay.opt_lo + e->host_n, (n - e->host_n) * sizeof(float), ZT_H2D);
         if (stage == 3) {
             be->to_compute(e->params, e->master, n);
         } else { /* through a bounded fp32 staging buffer: a whole-model one would not fit big models */
-            size_t step = min_sz(e->total, (size_t)1 << 24);
+            size_t step = min_sz(e->lay.total, (size_t)1 << 24);
             float *tmp = be->alloc(max_sz(step, 1) * sizeof(float));
             if (!tmp) goto oom;
-            for (size_t a = 0; a < e->total; a += step) {
-                size_t k = min_sz(step, e->total - a);
+            for (size_t a = 0; a < e->lay.total; a += step) {
+                size_t k = min_sz(step, e->lay.total - a);
                 be->copy(tmp, init_f32 + a, k * sizeof(float), ZT_H2D);
                 be->to_compute(at(e, e->params, a), tmp, k);
             }
             be->free(tmp);
         }
     }
-    e->mem.params_peak = stage == 3 ? e->shard * E : param_n * E;
+    e->mem.params_peak = stage == 3 ? e->lay.shard * E : param_n * E;
     if (e->off.enabled)
         zt_info("twin-flow: rank %d updates %zu of %zu optimizer elements on the host (ratio %.3f, split at %zu), "
-                "the rest on the %s; CPU Adam path %s", e->rank, e->host_n, e->opt_hi - e->opt_lo, e->offload_ratio,
-                e->opt_lo + e->host_n, be->name, zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
+                "the rest on the %s; CPU Adam path %s", e->lay.rank, e->host_n, e->lay.opt_hi - e->lay.opt_lo, e->offload_ratio,
+                e->lay.opt_lo + e->host_n, be->name, zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
     return 0;
 oom:
     {
         int host_failed = e->host_n && (!e->host_master || !e->host_m || !e->host_v || !e->host_grad);
         size_t host_n = e->host_n;
-        size_t total = 0, shard = e->shard;
-        int world = e->world;
+        size_t total = 0, shard = e->lay.shard;
+        int world = e->lay.world;
         total = mem_sum(e->mem.device);
         zt_engine_destroy(e);
         if (host_failed) return zt_fail(err, "out of host memory for the offloaded optimizer states (%zu elements)", host_n);
@@ -172,6 +173,34 @@ oom:
                        offload);
     }
 }
+
+zt_engine *zt_engine_open(const zt_backend *be, zt_comm *comm, const zt_param_table *table, const zt_engine_opts *opt,
+                          const zt_engine_offload *off, const float *init_f32, zt_err *err) {
+    zt_engine *e = zt_xcalloc(1, sizeof *e);
+    if (zt_engine_create_offload(e, be, comm, table, opt, off, init_f32, err)) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void zt_engine_close(zt_engine *e) {
+    if (!e) return;
+    zt_engine_destroy(e);
+    free(e);
+}
+
+const zt_engine_layout *zt_engine_layout_of(const zt_engine *e) { return &e->lay; }
+const zt_backend *zt_engine_backend(const zt_engine *e) { return e->be; }
+zt_comm *zt_engine_comm(const zt_engine *e) { return e->comm; }
+const zt_param_table *zt_engine_table(const zt_engine *e) { return e->table; }
+long zt_engine_steps(const zt_engine *e) { return e->adam_t; }
+void zt_engine_set_steps(zt_engine *e, long t) { e->adam_t = t; }
+void *zt_engine_params(zt_engine *e) { return e->params; }
+const void *zt_engine_full_grads(const zt_engine *e) { return e->grads_full; }
+double zt_engine_comm_seconds(const zt_engine *e) { return e->comm_seconds; }
+const zt_mem_account *zt_engine_memory(const zt_engine *e) { return &e->mem; }
+void zt_engine_count_activations(zt_engine *e, size_t bytes) { e->mem.device[ZT_MEM_ACTS] = bytes; }
 
 void zt_engine_destroy(zt_engine *e) {
     if (!e->be) return;
@@ -196,7 +225,7 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last) {
         e->comm_seconds = 0;
         memset(&e->timing, 0, sizeof e->timing);
         trace_memory(e);
-        size_t n = e->opt.stage < 2 ? e->padded_total : e->shard;
+        size_t n = e->opt.stage < 2 ? e->lay.padded_total : e->lay.shard;
         e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
     e->reduce_now = e->opt.stage >= 2 || last;
@@ -237,7 +266,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
                        bc ? 1.0f - powf(e->opt.beta1, (float)e->adam_t) : 1.0f,
                        bc ? 1.0f - powf(e->opt.beta2, (float)e->adam_t) : 1.0f, (float)(clip / loss_scale)};
     twin_update(e, &tf, tn0, &st);
-    if ((e->opt.stage == 1 || e->opt.stage == 2) && e->world > 1) zero_allgather_params(e);
+    if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e);
     if (e->opt.stage == 3) zero_reset_residents(e);
     trace_memory(e);
     return norm;
@@ -252,24 +281,24 @@ void zt_engine_gather_params(zt_engine *e, float *out) {
     const zt_backend *be = e->be;
     if (e->opt.stage < 3) {
         if (be->compute_dtype == ZT_F32) {
-            be->copy(out, e->params, e->total * 4, ZT_D2H);
+            be->copy(out, e->params, e->lay.total * 4, ZT_D2H);
             return;
         }
     }
     /* sharded (or 16-bit): gather the fp32 master shards of every rank */
-    size_t *counts = zt_xcalloc((size_t)e->world, sizeof *counts);
-    for (int r = 0; r < e->world; r++) counts[r] = e->shard;
-    float *full = be->alloc(e->padded_total * sizeof(float));
-    size_t own = e->opt.stage == 0 ? e->total : e->hi - e->lo;
+    size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
+    for (int r = 0; r < e->lay.world; r++) counts[r] = e->lay.shard;
+    float *full = be->alloc(e->lay.padded_total * sizeof(float));
+    size_t own = e->opt.stage == 0 ? e->lay.total : e->lay.hi - e->lay.lo;
     /* this rank's master, host part then device part, into full at opt_lo */
     size_t h = min_sz(e->host_n, own);
-    float *mine = full + e->opt_lo;
+    float *mine = full + e->lay.opt_lo;
     if (h) be->copy(mine, e->host_master, h * 4, ZT_H2D);
     if (own > h) be->copy(mine + h, e->master, (own - h) * 4, ZT_D2D);
     if (e->opt.stage != 0) {
-        e->comm->wait(e->comm, e->comm->allgather(e->comm, (char *)full + e->lo * 4, full, counts, ZT_F32));
+        e->comm->wait(e->comm, e->comm->allgather(e->comm, (char *)full + e->lay.lo * 4, full, counts, ZT_F32));
     }
-    be->copy(out, full, e->total * 4, ZT_D2H);
+    be->copy(out, full, e->lay.total * 4, ZT_D2H);
     be->free(full);
     free(counts);
 }
@@ -283,15 +312,15 @@ void zt_engine_gather_params(zt_engine *e, float *out) {
  * counted separately (grads pool, comm). */
 size_t zt_engine_model_state_formula(const zt_engine *e) {
     size_t K = e->be->compute_dtype == ZT_F32 ? 8 : 12;
-    return zt_zero_model_state_bytes(e->opt.stage, esz(e), K, e->shard, e->world);
+    return zt_zero_model_state_bytes(e->opt.stage, esz(e), K, e->lay.shard, e->lay.world);
 }
 
 /* the bytes of the same model states as allocated (excluding pools and comm buffers) */
 size_t zt_engine_model_state_bytes(const zt_engine *e) {
     size_t E = esz(e);
-    size_t params = (e->opt.stage == 3 ? e->shard : e->padded_total) * E;
-    size_t grads = (e->opt.stage < 2 ? e->padded_total : e->shard) * E;
-    size_t opt_n = e->opt.stage == 0 ? e->padded_total : e->shard;
+    size_t params = (e->opt.stage == 3 ? e->lay.shard : e->lay.padded_total) * E;
+    size_t grads = (e->opt.stage < 2 ? e->lay.padded_total : e->lay.shard) * E;
+    size_t opt_n = e->opt.stage == 0 ? e->lay.padded_total : e->lay.shard;
     size_t optim = 2 * opt_n * sizeof(float) + (e->be->compute_dtype == ZT_F32 ? 0 : opt_n * sizeof(float));
     return params + grads + optim;
 }
@@ -312,11 +341,11 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
     zt_info("%s", line);
     if (e->off.enabled)
         zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements in host memory "
-                "(%.1f MiB, %s transfer buffers)", e->offload_ratio, e->host_n, e->opt_hi - e->opt_lo,
+                "(%.1f MiB, %s transfer buffers)", e->offload_ratio, e->host_n, e->lay.opt_hi - e->lay.opt_lo,
                 (double)e->mem.host[ZT_MEM_OPTIM] / 1048576.0, e->host_pinned ? "pinned" : "pageable");
     zt_info("model states: %.1f MiB allocated, ZeRO formula %.1f MiB (stage %d, %d ranks, shard %zu of %zu elements)",
             (double)zt_engine_model_state_bytes(e) / 1048576.0, (double)zt_engine_model_state_formula(e) / 1048576.0,
-            e->opt.stage, e->world, e->shard, e->total);
+            e->opt.stage, e->lay.world, e->lay.shard, e->lay.total);
 }
 
 /* ---------------------------------------------------------------- state access, timing */
@@ -353,7 +382,7 @@ void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t 
 }
 
 float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory) {
-    size_t n = e->opt_hi - e->opt_lo;
+    size_t n = e->lay.opt_hi - e->lay.opt_lo;
     if (off < e->host_n) {
         *n_out = e->host_n - off;
         *host_memory = 1;

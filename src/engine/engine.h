@@ -67,67 +67,46 @@ typedef struct zt_engine_timing {
     double host_idle, device_idle; /* within that wall time: CPU Adam lane idle, device side idle */
 } zt_engine_timing;
 
-typedef struct zt_inflight zt_inflight;
-typedef struct zt_gather_buf zt_gather_buf;
-
-typedef struct zt_engine {
-    const zt_backend *be;
-    zt_comm *comm;
-    const zt_param_table *table;
-    zt_engine_opts opt;
-    zt_engine_offload off;
+/* This rank's place in the partition (see the top of this file): what checkpoints and exports need
+ * to know of the engine, and all that other modules read of it directly. */
+typedef struct zt_engine_layout {
+    int stage;             /* ZeRO stage 0-3 */
     int rank, world;
     size_t total, padded_total, shard, lo, hi; /* hi = min((rank+1)*shard, total) */
     size_t opt_lo, opt_hi;                     /* the range this rank's optimizer updates */
+} zt_engine_layout;
 
-    void *params;       /* stages 0-2: full padded vector; stage 3: this rank's shard (compute dtype) */
-    void *grads_full;   /* stages 0-1: full padded gradient vector */
-    void *grad_shard;   /* gradients of [opt_lo, opt_hi) (aliases grads_full for stages 0-1) */
-    float *master;      /* fp32 master weights of [opt_lo, opt_hi) (aliases params on fp32 backends) */
-    float *adam_m, *adam_v;
-    void *recv_tmp;     /* reduce-scatter landing zone, one shard */
-    long adam_t;        /* optimizer steps taken */
+/* The engine is opaque outside src/engine/ (engine_internal.h has it). */
+typedef struct zt_engine zt_engine;
 
-    /* stages 2-3: gradient buffers handed to backward, per segment */
-    void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */
-    void *grad_pool[3]; /* [0] for segment 0 (embeddings, used at both ends), [1..2] rotate */
-    int grad_pool_seg[3];
-    int grad_rotate;
-    /* stage 3: gathered parameters */
-    zt_gather_buf *gather; int n_gather;
-    int *seg_gather;    /* [n_segments] the gather buffer holding the segment now, or -1 */
-    int *seg_resident;  /* [n_segments] a resident segment's own gather buffer, or -1 */
+/* Creates the engine: allocates the buffers and initialises parameters from init_f32 (the full fp32
+ * vector, GPT-2 init or imported weights; every rank passes the same one). off may be NULL (no
+ * optimizer offload); ratio auto calibrates here (collective: every rank must call it). NULL with
+ * err set on failure. */
+zt_engine *zt_engine_open(const zt_backend *be, zt_comm *comm, const zt_param_table *table, const zt_engine_opts *opt,
+                          const zt_engine_offload *off, const float *init_f32, zt_err *err);
+void zt_engine_close(zt_engine *e);
 
-    zt_inflight *inflight; int n_inflight, cap_inflight;
-    int reduce_now;     /* this micro-step's gradients are reduced (last micro-step, or stage >= 2) */
-    double comm_seconds; /* time spent waiting on collectives this step */
-    zt_mem_account mem;
+const zt_engine_layout *zt_engine_layout_of(const zt_engine *e);
+const zt_backend *zt_engine_backend(const zt_engine *e);
+zt_comm *zt_engine_comm(const zt_engine *e);
+const zt_param_table *zt_engine_table(const zt_engine *e);
+/* Optimizer steps taken (Adam's t), saved and restored by checkpoints. */
+long zt_engine_steps(const zt_engine *e);
+void zt_engine_set_steps(zt_engine *e, long t);
+/* This rank's compute-dtype parameter buffer: the full padded vector (stages 0-2) or its shard
+ * (stage 3); for loaders that fill it in place. */
+void *zt_engine_params(zt_engine *e);
+/* Stages 0-1: the full gradient vector of the last backward (compute dtype); NULL at stages 2-3. */
+const void *zt_engine_full_grads(const zt_engine *e);
+/* Seconds waited on collectives in the current step; the memory accounting. */
+double zt_engine_comm_seconds(const zt_engine *e);
+const zt_mem_account *zt_engine_memory(const zt_engine *e);
+/* The model's activation bytes, counted with the engine's device memory (allocated by the model). */
+void zt_engine_count_activations(zt_engine *e, size_t bytes);
 
-    /* Twin-Flow: [opt_lo, opt_lo + host_n) is updated on the host */
-    size_t host_n;
-    double offload_ratio;  /* the ratio in effect (auto: the chosen one) */
-    float *host_master, *host_m, *host_v; /* [host_n] host memory */
-    void *host_grad;       /* [host_n] gradients, compute dtype (D2H landing) */
-    float *host_grad32;    /* 16-bit backends: [host_chunk] fp32 gradients of one chunk */
-    void *host_params16;   /* 16-bit backends: [host_n] updated params in compute dtype (H2D source) */
-    size_t host_chunk;     /* pipeline chunk, elements */
-    int host_pinned;       /* transfer buffers came from be->host_alloc */
-    zt_engine_timing timing;
-    zt_trace *trace;       /* owned; NULL unless zt_engine_open_trace */
-} zt_engine;
-
-/* Creates the buffers and initialises parameters from init_f32 (the full fp32 vector, GPT-2 init
- * or imported weights; every rank passes the same one). */
-int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
-                     const zt_engine_opts *opt, const float *init_f32, zt_err *err);
-/* The same with optimizer offload (off may be NULL: none). ratio auto calibrates here (collective:
- * every rank must call it). */
-int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
-                             const zt_engine_opts *opt, const zt_engine_offload *off, const float *init_f32,
-                             zt_err *err);
-/* Starts a Chrome trace of this rank (trace.h: PATH with ".rankN" inserted); closed by destroy. */
+/* Starts a Chrome trace of this rank (trace.h: PATH with ".rankN" inserted); closed by close. */
 int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err);
-void zt_engine_destroy(zt_engine *e);
 
 /* The parameter source the model runs on. */
 zt_param_source zt_engine_param_source(zt_engine *e);

@@ -9,6 +9,63 @@
 
 #include "engine/engine.h"
 
+typedef struct zt_inflight zt_inflight;
+typedef struct zt_gather_buf zt_gather_buf;
+
+struct zt_engine {
+    const zt_backend *be;
+    zt_comm *comm;
+    const zt_param_table *table;
+    zt_engine_opts opt;
+    zt_engine_offload off;
+    zt_engine_layout lay;  /* the partition; lay.stage == opt.stage */
+
+    void *params;       /* stages 0-2: full padded vector; stage 3: this rank's shard (compute dtype) */
+    void *grads_full;   /* stages 0-1: full padded gradient vector */
+    void *grad_shard;   /* gradients of [opt_lo, opt_hi) (aliases grads_full for stages 0-1) */
+    float *master;      /* fp32 master weights of [opt_lo, opt_hi) (aliases params on fp32 backends) */
+    float *adam_m, *adam_v;
+    void *recv_tmp;     /* reduce-scatter landing zone, one shard */
+    long adam_t;        /* optimizer steps taken */
+
+    /* stages 2-3: gradient buffers handed to backward, per segment */
+    void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */
+    void *grad_pool[3]; /* [0] for segment 0 (embeddings, used at both ends), [1..2] rotate */
+    int grad_pool_seg[3];
+    int grad_rotate;
+    /* stage 3: gathered parameters */
+    zt_gather_buf *gather; int n_gather;
+    int *seg_gather;    /* [n_segments] the gather buffer holding the segment now, or -1 */
+    int *seg_resident;  /* [n_segments] a resident segment's own gather buffer, or -1 */
+
+    zt_inflight *inflight; int n_inflight, cap_inflight;
+    int reduce_now;     /* this micro-step's gradients are reduced (last micro-step, or stage >= 2) */
+    double comm_seconds; /* time spent waiting on collectives this step */
+    zt_mem_account mem;
+
+    /* Twin-Flow: [opt_lo, opt_lo + host_n) is updated on the host */
+    size_t host_n;
+    double offload_ratio;  /* the ratio in effect (auto: the chosen one) */
+    float *host_master, *host_m, *host_v; /* [host_n] host memory */
+    void *host_grad;       /* [host_n] gradients, compute dtype (D2H landing) */
+    float *host_grad32;    /* 16-bit backends: [host_chunk] fp32 gradients of one chunk */
+    void *host_params16;   /* 16-bit backends: [host_n] updated params in compute dtype (H2D source) */
+    size_t host_chunk;     /* pipeline chunk, elements */
+    int host_pinned;       /* transfer buffers came from be->host_alloc */
+    zt_engine_timing timing;
+    zt_trace *trace;       /* owned; NULL unless zt_engine_open_trace */
+};
+
+
+/* In place, for the engine's own white-box tests (test_checkpoint.c, test_model.c); everyone else
+ * uses zt_engine_open / zt_engine_close. */
+int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
+                     const zt_engine_opts *opt, const float *init_f32, zt_err *err);
+int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
+                             const zt_engine_opts *opt, const zt_engine_offload *off, const float *init_f32,
+                             zt_err *err);
+void zt_engine_destroy(zt_engine *e);
+
 /* where a finished reduction's piece of recv_tmp goes */
 typedef enum {
     ZT_LAND_NOTHING, /* stage 0: the all-reduce wrote the result in place */
@@ -48,7 +105,7 @@ static inline size_t mem_sum(const size_t *per_category) {
 
 /* where the compute-dtype parameters of optimizer offset off live */
 static inline void *params_at_opt(const zt_engine *e, size_t off) {
-    return e->opt.stage == 3 ? at(e, e->params, off) : at(e, e->params, e->opt_lo + off);
+    return e->opt.stage == 3 ? at(e, e->params, off) : at(e, e->params, e->lay.opt_lo + off);
 }
 
 /* engine.c */

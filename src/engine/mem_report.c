@@ -1,5 +1,6 @@
 /* mem_report.c — see mem_report.h */
 #include "engine/mem_report.h"
+#include "engine/engine_internal.h"
 
 #include <stdio.h>
 #include <unistd.h>

@@ -73,24 +73,23 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
                          cfg->weight_decay, cfg->decay_all_params, !cfg->bias_correction};
     zt_engine_offload off = {cfg->offload_device == ZT_OFFLOAD_CPU, cfg->offload_ratio, cfg->offload_pin_memory,
                              cfg->offload_device_memory, 0, reserve};
-    int rc = zt_engine_create_offload(&s->engine, s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off,
-                                      init_f32, err);
+    s->engine = zt_engine_open(s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off, init_f32, err);
     free(init);
-    if (rc) { zt_param_table_free(&s->table); return -1; }
-    s->src = zt_engine_param_source(&s->engine);
+    if (!s->engine) { zt_param_table_free(&s->table); return -1; }
+    s->src = zt_engine_param_source(s->engine);
     if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
                        err)) {
-        zt_engine_destroy(&s->engine);
+        zt_engine_close(s->engine);
         zt_param_table_free(&s->table);
         return -1;
     }
-    s->engine.mem.device[ZT_MEM_ACTS] = s->model.act_bytes;
+    zt_engine_count_activations(s->engine, s->model.act_bytes);
     return 0;
 }
 
 void zt_session_close(zt_session *s) {
     zt_gpt2_destroy(&s->model);
-    zt_engine_destroy(&s->engine);
+    zt_engine_close(s->engine);
     zt_param_table_free(&s->table);
     if (s->device_comm) s->device_comm->destroy(s->device_comm);
 }

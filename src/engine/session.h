@@ -16,7 +16,7 @@ typedef struct zt_session {
     zt_comm *device_comm;  /* NCCL for a CUDA backend on several ranks, else NULL (the engine uses comm) */
     zt_gpt2_shape shape;
     zt_param_table table;
-    zt_engine engine;
+    zt_engine *engine;
     zt_gpt2 model;
     zt_param_source src;
 } zt_session;

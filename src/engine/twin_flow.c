@@ -109,7 +109,7 @@ static double choose_ratio(zt_engine *e) {
     const zt_backend *be = e->be;
     /* 2^24 elements (256 MiB of fp32 master, m, v, grads): beyond any CPU cache, so the CPU Adam is
      * timed at its memory-bound speed; at 2^20 it ran from cache 5x faster than in real steps */
-    size_t N = e->opt_hi - e->opt_lo, n = max_sz(min_sz(N, (size_t)1 << 24), 4096), E = esz(e);
+    size_t N = e->lay.opt_hi - e->lay.opt_lo, n = max_sz(min_sz(N, (size_t)1 << 24), 4096), E = esz(e);
     int fp32 = be->compute_dtype == ZT_F32;
     float *hp = zt_xcalloc(n, 4), *hm = zt_xcalloc(n, 4), *hv = zt_xcalloc(n, 4), *hg = zt_xcalloc(n, 4);
     float *dp = be->alloc(n * 4), *dm = be->alloc(n * 4), *dv = be->alloc(n * 4);
@@ -132,7 +132,7 @@ static double choose_ratio(zt_engine *e) {
         if (dbufs[i]) be->free(dbufs[i]);
     if (pin) be->host_free(pin);
     e->comm->allreduce_host_double(e->comm, rates, 4);
-    for (int i = 0; i < 4; i++) rates[i] /= e->world;
+    for (int i = 0; i < 4; i++) rates[i] /= e->lay.world;
     if (!(rates[0] > 0 && rates[1] > 0)) {
         zt_warn("twin-flow: ratio auto: calibration failed (out of memory?); using ratio 1 (full offload)");
         return 1.0;
@@ -178,7 +178,7 @@ static double choose_ratio(zt_engine *e) {
 void twin_plan(zt_engine *e) {
     if (!e->off.enabled) return;
     e->offload_ratio = e->off.ratio < 0 ? choose_ratio(e) : e->off.ratio;
-    e->host_n = split_elements(e->opt_hi - e->opt_lo, e->offload_ratio);
+    e->host_n = split_elements(e->lay.opt_hi - e->lay.opt_lo, e->offload_ratio);
 }
 
 /* ---------------------------------------------------------------- the split update */
@@ -232,9 +232,9 @@ static void *host_adam_lane(void *arg) {
         }
         for (int i = 0; i < tab->count; i++) {
             const zt_param_info *p = &tab->params[i];
-            size_t x = max_sz(p->offset, e->opt_lo + a), y = min_sz(p->offset + p->numel, e->opt_lo + b);
+            size_t x = max_sz(p->offset, e->lay.opt_lo + a), y = min_sz(p->offset + p->numel, e->lay.opt_lo + b);
             if (y <= x) continue;
-            size_t off = x - e->opt_lo;
+            size_t off = x - e->lay.opt_lo;
             zt_adam_step st = tf->st;
             st.weight_decay = decay_of(e, p);
             zt_cpu_adamw(e->host_master + off, e->host_m + off, e->host_v + off, g + (off - a), y - x, &st,
@@ -287,12 +287,12 @@ static void *h2d_lane(void *arg) {
 static void device_adam(zt_engine *e, zt_adam_step st) {
     const zt_backend *be = e->be;
     int fp32 = be->compute_dtype == ZT_F32;
-    size_t split = e->opt_lo + e->host_n;
+    size_t split = e->lay.opt_lo + e->host_n;
     for (int i = 0; i < e->table->count; i++) {
         const zt_param_info *p = &e->table->params[i];
-        size_t a = max_sz(p->offset, split), b = min_sz(p->offset + p->numel, e->opt_hi);
+        size_t a = max_sz(p->offset, split), b = min_sz(p->offset + p->numel, e->lay.opt_hi);
         if (b <= a) continue;
-        size_t off = a - e->opt_lo, doff = a - split;
+        size_t off = a - e->lay.opt_lo, doff = a - split;
         st.weight_decay = decay_of(e, p);
         be->adamw(e->master + doff, e->adam_m + doff, e->adam_v + doff, at(e, e->grad_shard, off),
                   fp32 ? NULL : params_at_opt(e, off), b - a, &st);
@@ -334,7 +334,7 @@ void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st)
     double td0 = zt_now();
     device_adam(e, *st);
     double td1 = zt_now();
-    if (e->opt_hi > e->opt_lo + e->host_n) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device adam", td0, td1);
+    if (e->lay.opt_hi > e->lay.opt_lo + e->host_n) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device adam", td0, td1);
     if (threads) {
         for (int i = 0; i < 3; i++) pthread_join(tf->lanes[i], NULL);
         pthread_mutex_destroy(&tf->mu);

@@ -11,8 +11,8 @@
 
 /* per-rank piece sizes of the flat range [a, b) under the shard partition */
 static void range_counts(const zt_engine *e, size_t a, size_t b, size_t *counts) {
-    for (int r = 0; r < e->world; r++) {
-        size_t rlo = (size_t)r * e->shard, rhi = rlo + e->shard;
+    for (int r = 0; r < e->lay.world; r++) {
+        size_t rlo = (size_t)r * e->lay.shard, rhi = rlo + e->lay.shard;
         size_t x = max_sz(a, rlo), y = min_sz(b, rhi);
         counts[r] = y > x ? y - x : 0;
     }
@@ -63,7 +63,7 @@ static void push_inflight(zt_engine *e, zt_inflight f) {
 /* Reduces the gradients of flat range [a, b) held in buf (buf[0] is element a), in buckets. */
 static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
     size_t bucket = e->opt.reduce_bucket_size >= 1 ? (size_t)e->opt.reduce_bucket_size : b - a;
-    size_t *counts = zt_xcalloc((size_t)e->world, sizeof *counts);
+    size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
     for (size_t x = a; x < b; x += bucket) {
         size_t y = min_sz(b, x + bucket);
         const void *send = at(e, buf, x - a);
@@ -73,9 +73,9 @@ static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
             f.req = e->comm->allreduce_sum(e->comm, (void *)send, y - x, e->be->compute_dtype);
         } else {
             range_counts(e, x, y, counts);
-            size_t mine_lo = max_sz(x, e->lo);
-            f.shard_off = mine_lo - e->lo;
-            f.count = counts[e->rank];
+            size_t mine_lo = max_sz(x, e->lay.lo);
+            f.shard_off = mine_lo - e->lay.lo;
+            f.count = counts[e->lay.rank];
             f.landing = e->opt.stage == 1 ? ZT_LAND_COPY : ZT_LAND_ADD;
             f.req = e->comm->reduce_scatter_sum(e->comm, send, at(e, e->recv_tmp, f.shard_off), counts,
                                                 e->be->compute_dtype);
@@ -131,10 +131,10 @@ void zero_free_gather(zt_engine *e) {
 
 static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
     size_t a = seg_lo(e, seg), b = seg_hi(e, seg);
-    size_t *counts = zt_xcalloc((size_t)e->world, sizeof *counts);
+    size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
     range_counts(e, a, b, counts);
-    size_t mine = max_sz(a, e->lo);
-    const void *send = counts[e->rank] ? at(e, e->params, mine - e->lo) : e->params;
+    size_t mine = max_sz(a, e->lay.lo);
+    const void *send = counts[e->lay.rank] ? at(e, e->params, mine - e->lay.lo) : e->params;
     g->seg = seg;
     g->req = e->comm->allgather(e->comm, send, g->buf, counts, e->be->compute_dtype);
     e->seg_gather[seg] = (int)(g - e->gather);
@@ -142,7 +142,7 @@ static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
 }
 
 static size_t params_held_bytes(const zt_engine *e) {
-    size_t bytes = e->shard * esz(e);
+    size_t bytes = e->lay.shard * esz(e);
     for (int i = 0; i < e->n_gather; i++)
         if (e->gather[i].seg >= 0) bytes += (seg_hi(e, e->gather[i].seg) - seg_lo(e, e->gather[i].seg)) * esz(e);
     return bytes;
@@ -230,7 +230,7 @@ static void *src_grads(void *ctx, int seg) {
 
 static void src_grads_done(void *ctx, int seg) {
     zt_engine *e = ctx;
-    if (e->world == 1 && e->opt.stage < 2) return; /* nothing to reduce */
+    if (e->lay.world == 1 && e->opt.stage < 2) return; /* nothing to reduce */
     if (!e->reduce_now) return;
     const void *buf = e->opt.stage < 2 ? at(e, e->grads_full, seg_lo(e, seg)) : e->seg_grad[seg];
     reduce_range(e, buf, seg_lo(e, seg), seg_hi(e, seg));
@@ -258,17 +258,17 @@ void zero_reset_residents(zt_engine *e) {
 /* global gradient norm: stage 0 holds the full reduced gradient on every rank; otherwise each rank
  * sums the squares of its shard and the partial sums are added across ranks */
 double zero_grad_norm(zt_engine *e) {
-    double sumsq = e->be->sumsq(e->grad_shard, e->opt_hi - e->opt_lo);
-    if (e->opt.stage >= 1 && e->world > 1) e->comm->allreduce_host_double(e->comm, &sumsq, 1);
+    double sumsq = e->be->sumsq(e->grad_shard, e->lay.opt_hi - e->lay.opt_lo);
+    if (e->opt.stage >= 1 && e->lay.world > 1) e->comm->allreduce_host_double(e->comm, &sumsq, 1);
     return sqrt(sumsq);
 }
 
 /* stages 1-2: everyone needs everyone's updated parameters */
 void zero_allgather_params(zt_engine *e) {
-    size_t *counts = zt_xcalloc((size_t)e->world, sizeof *counts);
-    for (int r = 0; r < e->world; r++) counts[r] = e->shard;
+    size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
+    for (int r = 0; r < e->lay.world; r++) counts[r] = e->lay.shard;
     double t0 = zt_now();
-    e->comm->wait(e->comm, e->comm->allgather(e->comm, at(e, e->params, e->lo), e->params, counts,
+    e->comm->wait(e->comm, e->comm->allgather(e->comm, at(e, e->params, e->lay.lo), e->params, counts,
                                               e->be->compute_dtype));
     double t1 = zt_now();
     e->comm_seconds += t1 - t0;

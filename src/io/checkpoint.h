@@ -39,7 +39,7 @@
 #define ZT_CKPT_VERSION 2
 
 /* Trainer state saved with the model states (group "state" of index.h5; every field an attribute).
- * The optimizer step count is not here: it is the engine's (e->adam_t), saved and restored with it. */
+ * The optimizer step count is not here: it is the engine's (zt_engine_steps(e)), saved and restored with it. */
 typedef struct zt_train_state {
     long step;                     /* optimizer steps completed (the step directory's number) */
     long tokens_seen;
@@ -99,7 +99,7 @@ int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir
 /* Collective. Loads STEP_DIR into the engine, whatever world size and stage saved it: each rank
  * reads only the ranges it now holds (master/m/v of [opt_lo, opt_hi); parameters of [0, total) at
  * stages 0-2, of its shard at stage 3) through index.h5's virtual datasets, verifying the CRC32C
- * of every chunk it reads. Sets e->adam_t, fills ST and META (either may be NULL; meta's
+ * of every chunk it reads. Sets zt_engine_steps(e), fills ST and META (either may be NULL; meta's
  * config_text must be freed with zt_checkpoint_meta_free). Errors name the file: not a zerotrain
  * checkpoint, other format version, a different model (tensor names/shapes/offsets), missing
  * shard, truncated or unreadable file, checksum mismatch. Returns 0, or -1 on every rank. */

@@ -40,7 +40,7 @@ static int sink_convert(void *ctx, size_t off, const float *host, size_t n) {
 typedef struct { zt_engine *e; int which; } state_ctx;
 static int sink_state(void *ctx, size_t off, const float *host, size_t n) {
     state_ctx *c = ctx;
-    zt_engine_state_write(c->e, c->which, off - c->e->opt_lo, n, host);
+    zt_engine_state_write(c->e, c->which, off - zt_engine_layout_of(c->e)->opt_lo, n, host);
     return 0;
 }
 
@@ -76,15 +76,15 @@ static int check_model(const zt_checkpoint_reader *r, const zt_param_table *t, z
 }
 
 static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta, zt_err *err) {
-    const zt_backend *be = e->be;
+    const zt_backend *be = zt_engine_backend(e);
     int host = host_memory(be), fp32 = be->compute_dtype == ZT_F32;
     zt_checkpoint_reader *r = ck_reader_open(step_dir, host ? NULL : be, err);
     if (!r) return -1;
-    int rc = check_model(r, e->table, err);
+    int rc = check_model(r, zt_engine_table(e), err);
     /* parameters: the full vector at stages 0-2, the shard at stage 3 */
-    size_t pa = e->opt.stage == 3 ? e->lo : 0, pb = e->opt.stage == 3 ? e->hi : e->total;
-    param_ctx pc = {be, e->params, pa, NULL};
-    ck_target pt = {host && fp32 ? (float *)e->params : NULL, fp32 ? sink_f32 : sink_convert, &pc};
+    size_t pa = zt_engine_layout_of(e)->stage == 3 ? zt_engine_layout_of(e)->lo : 0, pb = zt_engine_layout_of(e)->stage == 3 ? zt_engine_layout_of(e)->hi : zt_engine_layout_of(e)->total;
+    param_ctx pc = {be, zt_engine_params(e), pa, NULL};
+    ck_target pt = {host && fp32 ? (float *)zt_engine_params(e) : NULL, fp32 ? sink_f32 : sink_convert, &pc};
     if (!fp32) { /* staged pieces are at most the staging size (whole chunks): the scratch matches it */
         size_t cap = ck_max(CK_STAGE_ELEMS, ck_chunk_elems(r->meta.shard));
         pc.tmp = be->alloc(cap * sizeof(float));
@@ -96,11 +96,11 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
      * is the parameter buffer itself (fp32) was filled by the parameter read */
     for (int v = 0; v < 3 && !rc; v++) {
         state_ctx c = {e, v};
-        for (size_t off = 0, k; off < e->opt_hi - e->opt_lo && !rc; off += k) {
+        for (size_t off = 0, k; off < zt_engine_layout_of(e)->opt_hi - zt_engine_layout_of(e)->opt_lo && !rc; off += k) {
             int in_host;
             float *span = zt_engine_state_span(e, v, off, &k, &in_host);
-            size_t a = e->opt_lo + off;
-            if (v == ZT_CKPT_MASTER && fp32 && span == (float *)e->params + (a - pa)) continue;
+            size_t a = zt_engine_layout_of(e)->opt_lo + off;
+            if (v == ZT_CKPT_MASTER && fp32 && span == (float *)zt_engine_params(e) + (a - pa)) continue;
             ck_target t = {in_host ? span : NULL, sink_state, &c};
             rc = ck_read_range(r, v, a, a + k, &t, err);
         }
@@ -108,7 +108,7 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
     be->synchronize();
     if (pc.tmp) be->free(pc.tmp);
     if (!rc) {
-        e->adam_t = r->meta.adam_t;
+        zt_engine_set_steps(e, r->meta.adam_t);
         if (st) *st = r->state;
         if (meta) {
             *meta = r->meta;
@@ -124,7 +124,7 @@ int zt_checkpoint_load(const char *step_dir, zt_engine *e, zt_train_state *st, z
     double t0 = zt_now();
     if (meta) memset(meta, 0, sizeof *meta);
     int rc = load_local(step_dir, e, st, meta, err);
-    rc = zt_agree(e->comm, rc, err);
+    rc = zt_agree(zt_engine_comm(e), rc, err);
     if (rc && meta) zt_checkpoint_meta_free(meta);
     if (!rc) zt_info("checkpoint: loaded %s in %.2f s", step_dir, zt_now() - t0);
     ck_h5_restore(q);

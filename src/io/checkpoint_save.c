@@ -37,7 +37,7 @@ static int write_slab(hid_t d, size_t off, size_t n, const float *buf) {
 static int write_vector(hid_t f, const char *path, int which, zt_engine *e, float *stage, uint32_t *crc, size_t *chunk,
                         zt_err *err) {
     const char *name = ck_vec_names[which];
-    size_t n = e->hi - e->lo, C = ck_chunk_elems(n), nch = (n + C - 1) / C;
+    size_t n = zt_engine_layout_of(e)->hi - zt_engine_layout_of(e)->lo, C = ck_chunk_elems(n), nch = (n + C - 1) / C;
     *chunk = C;
     hsize_t dim = n;
     hid_t sp = H5Screate_simple(1, &dim, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -48,7 +48,7 @@ static int write_vector(hid_t f, const char *path, int which, zt_engine *e, floa
     size_t group = ck_max(1, CK_STAGE_ELEMS / C) * C; /* whole chunks per staged write */
     for (size_t x = 0; !rc && x < n; x += group) {
         size_t k = ck_min(group, n - x);
-        zt_engine_state_read(e, which, e->lo - e->opt_lo + x, k, stage);
+        zt_engine_state_read(e, which, zt_engine_layout_of(e)->lo - zt_engine_layout_of(e)->opt_lo + x, k, stage);
         ck_crc_chunks(stage, k, C, crc + x / C);
         rc = write_slab(d, x, k, stage);
     }
@@ -67,18 +67,18 @@ static int write_vector(hid_t f, const char *path, int which, zt_engine *e, floa
 static int write_rank_file(const char *tmpdir, zt_engine *e, long step, const char *run_id, uint32_t *digest,
                            zt_err *err) {
     char name[32], path[CK_PATHCAP], why[CK_WHYCAP];
-    ck_rank_file_name(name, sizeof name, e->rank);
+    ck_rank_file_name(name, sizeof name, zt_engine_layout_of(e)->rank);
     if (ck_path_join(path, sizeof path, tmpdir, name, err)) return -1;
-    size_t n = e->hi - e->lo, C = ck_chunk_elems(n), nch = ck_max((n + C - 1) / C, 1);
-    float *stage = e->be->host_alloc(ck_max(ck_min(n, ck_max(CK_STAGE_ELEMS / C, 1) * C), 1) * sizeof(float));
+    size_t n = zt_engine_layout_of(e)->hi - zt_engine_layout_of(e)->lo, C = ck_chunk_elems(n), nch = ck_max((n + C - 1) / C, 1);
+    float *stage = zt_engine_backend(e)->host_alloc(ck_max(ck_min(n, ck_max(CK_STAGE_ELEMS / C, 1) * C), 1) * sizeof(float));
     if (!stage) return zt_fail(err, "%s: out of host memory for the staging buffer", path);
     hid_t fapl = ck_file_access();
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
     int rc = 0;
     if (f < 0) rc = zt_fail(err, "%s: cannot create: %s", path, ck_h5_why(why));
-    if (!rc && (ck_put_u64(f, "lo", e->lo) || ck_put_u64(f, "hi", e->hi) || ck_put_i64(f, "rank", e->rank) ||
-                ck_put_i64(f, "world_size", e->world) || ck_put_i64(f, "step", step) ||
+    if (!rc && (ck_put_u64(f, "lo", zt_engine_layout_of(e)->lo) || ck_put_u64(f, "hi", zt_engine_layout_of(e)->hi) || ck_put_i64(f, "rank", zt_engine_layout_of(e)->rank) ||
+                ck_put_i64(f, "world_size", zt_engine_layout_of(e)->world) || ck_put_i64(f, "step", step) ||
                 ck_put_str(f, "format", ZT_CKPT_FORMAT) || ck_put_str(f, "run_id", run_id)))
         rc = zt_fail(err, "%s: cannot write attributes: %s", path, ck_h5_why(why));
     uint32_t *crc[3];
@@ -88,10 +88,10 @@ static int write_rank_file(const char *tmpdir, zt_engine *e, long step, const ch
         nchs[v] = n ? (n + C - 1) / C : 0;
     }
     for (int v = 0; v < 3 && !rc; v++) rc = write_vector(f, path, v, e, stage, crc[v], &chunk[v], err);
-    if (!rc) *digest = ck_shard_digest(e->lo, e->hi, step, run_id, chunk, crc, nchs);
+    if (!rc) *digest = ck_shard_digest(zt_engine_layout_of(e)->lo, zt_engine_layout_of(e)->hi, step, run_id, chunk, crc, nchs);
     for (int v = 0; v < 3; v++) free(crc[v]);
     if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = zt_fail(err, "%s: cannot close: %s", path, ck_h5_why(why));
-    e->be->host_free(stage);
+    zt_engine_backend(e)->host_free(stage);
     if (!rc) rc = ck_fsync_path(path, err);
     return rc;
 }
@@ -122,12 +122,12 @@ static void vds_layout(int rank, const hsize_t *dims, hid_t *dcpl_out, hid_t *sp
 
 /* flat virtual dataset NAME[total] = concatenation of every rank file's NAME */
 static int write_flat_vds(hid_t f, const char *name, const zt_engine *e) {
-    hsize_t dim = e->total;
+    hsize_t dim = zt_engine_layout_of(e)->total;
     hid_t dcpl, vs;
     vds_layout(1, &dim, &dcpl, &vs);
-    for (int r = 0; r < e->world; r++) {
+    for (int r = 0; r < zt_engine_layout_of(e)->world; r++) {
         size_t lo, hi;
-        ck_rank_range(e->total, e->shard, r, &lo, &hi);
+        ck_rank_range(zt_engine_layout_of(e)->total, zt_engine_layout_of(e)->shard, r, &lo, &hi);
         if (hi <= lo) continue;
         hsize_t st = lo, cnt = hi - lo;
         add_mapping(dcpl, vs, &st, &cnt, r, name, hi - lo, 0, hi - lo);
@@ -149,9 +149,9 @@ static int write_tensor_vds(hid_t g, const zt_param_info *p, const zt_engine *e)
     size_t row = p->ndim == 2 ? (size_t)p->shape[1] : p->numel;
     hid_t dcpl, vs;
     vds_layout(p->ndim, dims, &dcpl, &vs);
-    for (int r = 0; r < e->world; r++) {
+    for (int r = 0; r < zt_engine_layout_of(e)->world; r++) {
         size_t lo, hi;
-        ck_rank_range(e->total, e->shard, r, &lo, &hi);
+        ck_rank_range(zt_engine_layout_of(e)->total, zt_engine_layout_of(e)->shard, r, &lo, &hi);
         size_t x = ck_max(lo, p->offset), y = ck_min(hi, p->offset + p->numel);
         for (size_t u = x - p->offset, w = y - p->offset; x < y && u < w;) {
             size_t r0 = u / row, c0 = u % row, k;
@@ -223,11 +223,11 @@ static int fill_index(hid_t f, const zt_engine *e, const zt_checkpoint_meta *m, 
         ck_put_i64(g, "hysteresis_left", st->hysteresis_left))
         rc = -1;
     ck_h5_close(&g);
-    if (!rc) rc = write_param_table(f, e->table);
+    if (!rc) rc = write_param_table(f, zt_engine_table(e));
     for (int v = 0; v < 3 && !rc; v++) rc = write_flat_vds(f, ck_vec_names[v], e);
     g = rc ? -1 : H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) rc = -1;
-    for (int i = 0; !rc && i < e->table->count; i++) rc = write_tensor_vds(g, &e->table->params[i], e);
+    for (int i = 0; !rc && i < zt_engine_table(e)->count; i++) rc = write_tensor_vds(g, &zt_engine_table(e)->params[i], e);
     ck_h5_close(&g);
     return rc;
 }
@@ -316,7 +316,7 @@ int zt_checkpoint_save(const zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_
                        const char *config_text, int keep_last, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
     double t0 = zt_now();
-    zt_comm *c = e->comm;
+    zt_comm *c = zt_engine_comm(e);
     const char *dir = cd->path;
     char name[64], tmp[CK_PATHCAP], final[CK_PATHCAP], idx[CK_PATHCAP];
     snprintf(name, sizeof name, "step_%08ld", st->step);
@@ -326,42 +326,42 @@ int zt_checkpoint_save(const zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_
     if (!rc) rc = ck_path_join(idx, sizeof idx, tmp, "index.h5", err);
     /* phase 1: rank 0 makes an empty temporary directory (removing what failed saves left) */
     int made = 0;
-    if (!rc && e->rank == 0) {
+    if (!rc && zt_engine_layout_of(e)->rank == 0) {
         ck_rmtree(tmp); /* this run's own earlier failure at the same step */
         if (mkdir(tmp, 0777)) rc = zt_fail(err, "%s: cannot create directory: %s", tmp, strerror(errno));
         made = !rc;
     }
     if (zt_agree(c, rc, err)) goto fail;
     /* phase 2: every rank writes and syncs its file */
-    e->be->synchronize();
+    zt_engine_backend(e)->synchronize();
     uint32_t digest = 0;
     rc = write_rank_file(tmp, e, st->step, cd->run_id, &digest, err);
     if (zt_agree(c, rc, err)) goto fail;
     /* rank 0 learns every shard's digest (exact in doubles: 32-bit values) */
-    double *dig = zt_xcalloc((size_t)e->world, sizeof *dig);
-    dig[e->rank] = digest;
-    if (e->world > 1) c->allreduce_host_double(c, dig, e->world);
-    uint32_t *shard_crc = zt_xcalloc((size_t)e->world, sizeof *shard_crc);
-    for (int r = 0; r < e->world; r++) shard_crc[r] = (uint32_t)dig[r];
+    double *dig = zt_xcalloc((size_t)zt_engine_layout_of(e)->world, sizeof *dig);
+    dig[zt_engine_layout_of(e)->rank] = digest;
+    if (zt_engine_layout_of(e)->world > 1) c->allreduce_host_double(c, dig, zt_engine_layout_of(e)->world);
+    uint32_t *shard_crc = zt_xcalloc((size_t)zt_engine_layout_of(e)->world, sizeof *shard_crc);
+    for (int r = 0; r < zt_engine_layout_of(e)->world; r++) shard_crc[r] = (uint32_t)dig[r];
     free(dig);
     /* phase 3: rank 0 writes the index */
-    if (e->rank == 0) {
-        zt_checkpoint_meta m = {ZT_CKPT_VERSION, st->step, st->tokens_seen, e->adam_t, e->world, e->opt.stage,
-                                e->total, e->shard, *shape, (char *)(config_text ? config_text : ""), ""};
+    if (zt_engine_layout_of(e)->rank == 0) {
+        zt_checkpoint_meta m = {ZT_CKPT_VERSION, st->step, st->tokens_seen, zt_engine_steps(e), zt_engine_layout_of(e)->world, zt_engine_layout_of(e)->stage,
+                                zt_engine_layout_of(e)->total, zt_engine_layout_of(e)->shard, *shape, (char *)(config_text ? config_text : ""), ""};
         snprintf(m.run_id, sizeof m.run_id, "%s", cd->run_id);
         rc = write_index(idx, e, &m, st, shard_crc, err);
     }
     free(shard_crc);
     if (zt_agree(c, rc, err)) goto fail;
     /* phase 4: rank 0 renames the complete step directory into place */
-    if (e->rank == 0) rc = publish_dir(dir, tmp, final, err);
+    if (zt_engine_layout_of(e)->rank == 0) rc = publish_dir(dir, tmp, final, err);
     if (zt_agree(c, rc, err)) goto fail;
     made = 0;
     /* phase 5: `latest` names it; then the oldest are pruned (failures there only warn) */
-    if (e->rank == 0) rc = write_latest(dir, name, err);
+    if (zt_engine_layout_of(e)->rank == 0) rc = write_latest(dir, name, err);
     if (zt_agree(c, rc, err)) goto fail;
-    if (e->rank == 0) prune(dir, name, keep_last);
-    double dt = zt_now() - t0, bytes = 12.0 * (double)e->total;
+    if (zt_engine_layout_of(e)->rank == 0) prune(dir, name, keep_last);
+    double dt = zt_now() - t0, bytes = 12.0 * (double)zt_engine_layout_of(e)->total;
     zt_info("checkpoint: saved %s (%.2f GB in %.2f s, %.2f GB/s)", final, bytes / 1e9, dt, bytes / 1e9 / dt);
     ck_h5_restore(q);
     return 0;
