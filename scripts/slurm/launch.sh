@@ -19,6 +19,11 @@
 # with PreemptMode=REQUEUE is requeued by Slurm itself. The requeued job runs this script again;
 # zerotrain resumes from checkpoint.dir/latest (checkpoint.resume: auto, the default) and logs
 # "resumed from DIR at step N (SLURM_RESTART_COUNT=K)".
+#
+# Node loss (multi-node jobs, --no-kill): when the ranks fail and a node of the allocation no longer
+# answers, the lost node is named, Slurm is given time to take it out of the job, and the job is
+# requeued, fitted to the nodes left; the ranks are counted from the allocation (nodes x
+# --ntasks-per-node), so it resumes on fewer ranks from the last checkpoint, resharded.
 set -uo pipefail
 
 ZT_HOME=${ZT_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}
