@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -190,6 +191,13 @@ def main():
                 "node_loss_elastic_resume_continues_straight_run", f"{len(steps)} steps; {losses[-3:]} vs {reference[-3:]}")
 
 
+def stop_on_signal(sig, frame):
+    ztlib.check(False, "not_interrupted", f"got signal {sig}; stopping the cluster")
+    raise SystemExit(1)
+
+
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, stop_on_signal)
 try:
     p = sh(SCRIPT, "start", "2", state, timeout=120)
     print(p.stdout + p.stderr, end="", flush=True)
