@@ -174,10 +174,10 @@ def main():
     m = re.search(r"zerotrain exited with status (\d+)", read(log))
     ztlib.check(killed and m is not None and m.group(1) != "0" and took < 50, "node_loss_ranks_exit_nonzero_bounded",
                 f"{m and m.group(0)} after {took if killed else -1:.1f}s")
-    ztlib.check(re.search(r"zerotrain: error: lost node\(s\) node2 of job", read(log)) is not None,
-                "node_loss_names_lost_node", read(log)[-800:])
     st = wait_job(job, 180) if job else "NOT_SUBMITTED"
     out = read(log)
+    ztlib.check(re.search(r"zerotrain: error: lost node\(s\) node2 of job", out) is not None,
+                "node_loss_names_lost_node", out[-800:])
     mr = re.search(r"resumed from (\S+) at step (\d+) .*\(SLURM_RESTART_COUNT=1\)", out)
     ztlib.check(st == "COMPLETED" and job_field(job, "Restarts") == "1" and "2 ranks on 1 nodes" in out,
                 "node_loss_job_requeued_on_remaining_node", f"state {st}, Restarts={job_field(job, 'Restarts')}: {out[-800:]}")
