@@ -66,38 +66,53 @@ ztlib.check(ok and host0 == 0 and abs(host1 - 0.75 * dev0) < 0.2 and abs(dev1 - 
             f"device optimizer {dev0} -> {dev1} MiB, host optimizer {host0} -> {host1} MiB\n{out1[-800:]}")
 
 # --- trace (one rank, so its three threads have the two cores): host and device Adam overlap in
-# time; the rank-named file, the lanes, the memory counters
-with tempfile.TemporaryDirectory() as tmp:
+# time; the rank-named file, the lanes, the memory counters. Whether two threads' intervals overlap
+# is up to the OS scheduler: on a machine loaded by other jobs a run of 6 steps can serialize them
+# by chance, so up to three runs are looked at; code that serializes the two sides fails all three.
+def trace_events(tmp):
     trace = os.path.join(tmp, "run.json")
     p, rows = ztlib.train(cfg, [ITERS, "zero_optimization.stage=2", offload(0.5), f"trace={trace}",
                                 "wall_clock_breakdown=true"])
     ztlib.check(p.returncode == 0, "trace_run", p.stderr[-1500:])
-    total_overlaps = 0
-    for r in range(1):
-        path = os.path.join(tmp, f"run.rank{r}.json")
-        try:
-            with open(path) as f:
-                events = json.load(f)
-        except (OSError, ValueError) as e:
-            ztlib.check(False, f"trace_rank{r}_is_json", str(e))
-            continue
-        ztlib.check(all(ev.get("pid") == r for ev in events), f"trace_rank{r}_pid_is_rank", "")
-        host = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "host adam" and e["ph"] == "X"]
-        dev = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "device adam" and e["ph"] == "X"]
-        overlaps = sum(1 for h in host for d in dev if min(h[1], d[1]) > max(h[0], d[0]))
-        total_overlaps += overlaps
-        ztlib.check(len(host) >= 6 and len(dev) >= 6, f"trace_rank{r}_host_and_device_adam_events",
-                    f"{len(host)} host, {len(dev)} device adam events")
-        lanes = {e["tid"] for e in events if e["ph"] == "X"}
-        names = {e["name"] for e in events if e["ph"] == "X"}
-        ztlib.check({1, 2, 3, 4} <= lanes and {"forward", "backward", "grad norm", "D2H grads", "H2D params"} <= names,
-                    f"trace_rank{r}_phases_on_lanes", f"lanes {sorted(lanes)}, names {sorted(names)}")
-        ztlib.check(any(e["ph"] == "C" and "device" in e.get("args", {}) for e in events),
-                    f"trace_rank{r}_memory_counters", "")
-    ztlib.check(total_overlaps >= 1, "trace_host_and_device_adam_overlap_in_time", "no overlapping host/device adam")
-    ztlib.check(re.search(r"time \(ms\): forward [0-9.]+ \| backward .* host adam [0-9.]+ \| device adam [0-9.]+ \| "
-                          r"D2H [0-9.]+ \| H2D [0-9.]+ \| all-gather .*host idle", p.stdout) is not None,
-                "wall_clock_breakdown_line", p.stdout[-800:])
+    path = os.path.join(tmp, "run.rank0.json")
+    try:
+        with open(path) as f:
+            return p, json.load(f)
+    except (OSError, ValueError) as e:
+        ztlib.check(False, "trace_rank0_is_json", str(e))
+        return p, None
+
+
+def adam_intervals(events, name):
+    return [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == name and e["ph"] == "X"]
+
+
+overlaps, runs = 0, 0
+with tempfile.TemporaryDirectory() as tmp:
+    p, events = trace_events(tmp)
+ztlib.check(re.search(r"time \(ms\): forward [0-9.]+ \| backward .* host adam [0-9.]+ \| device adam [0-9.]+ \| "
+                      r"D2H [0-9.]+ \| H2D [0-9.]+ \| all-gather .*host idle", p.stdout) is not None,
+            "wall_clock_breakdown_line", p.stdout[-800:])
+if events is not None:
+    ztlib.check(all(ev.get("pid") == 0 for ev in events), "trace_rank0_pid_is_rank", "")
+    host, dev = adam_intervals(events, "host adam"), adam_intervals(events, "device adam")
+    ztlib.check(len(host) >= 6 and len(dev) >= 6, "trace_rank0_host_and_device_adam_events",
+                f"{len(host)} host, {len(dev)} device adam events")
+    lanes = {e["tid"] for e in events if e["ph"] == "X"}
+    names = {e["name"] for e in events if e["ph"] == "X"}
+    ztlib.check({1, 2, 3, 4} <= lanes and {"forward", "backward", "grad norm", "D2H grads", "H2D params"} <= names,
+                "trace_rank0_phases_on_lanes", f"lanes {sorted(lanes)}, names {sorted(names)}")
+    ztlib.check(any(e["ph"] == "C" and "device" in e.get("args", {}) for e in events), "trace_rank0_memory_counters", "")
+while events is not None and runs < 3:
+    runs += 1
+    host, dev = adam_intervals(events, "host adam"), adam_intervals(events, "device adam")
+    overlaps = sum(1 for h in host for d in dev if min(h[1], d[1]) > max(h[0], d[0]))
+    if overlaps or runs == 3:
+        break
+    with tempfile.TemporaryDirectory() as tmp:
+        events = trace_events(tmp)[1]
+ztlib.check(overlaps >= 1, "trace_host_and_device_adam_overlap_in_time",
+            f"no overlapping host/device adam in {runs} run(s) of 6 steps")
 
 # --- bad configs
 p = ztlib.run(["train", cfg, "--set", offload(1.5)])
