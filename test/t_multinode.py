@@ -25,16 +25,8 @@ import ztlib
 SCRIPT = os.path.join(ztlib.ROOT, "scripts", "netns-cluster")
 
 
-def can_netns():
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
-        return False
-    probe = f"ztprobe{os.getpid()}"
-    ok = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return ok
 
-
-if not can_netns():
+if not ztlib.can_netns("unshare"):
     print("SKIP t_multinode: needs root and `ip netns` (network namespaces)")
     sys.exit(0)
 

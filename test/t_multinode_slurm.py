@@ -39,16 +39,8 @@ def have_slurm():
     return all(shutil.which(p, path=ENV["PATH"]) for p in ("slurmctld", "slurmd", "munged", "sbatch"))
 
 
-def can_netns():
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nsenter"):
-        return False
-    probe = f"ztprobe{os.getpid()}"
-    ok = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return ok
 
-
-if not can_netns():
+if not ztlib.can_netns("nsenter"):
     print("SKIP t_multinode_slurm: needs root and `ip netns` (network namespaces)")
     sys.exit(0)
 if not have_slurm():
@@ -88,11 +80,7 @@ def wait_job(job, timeout):
     return "TIMEOUT_IN_TEST(" + job_field(job, "JobState") + ")"
 
 
-def rows_of(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+rows_of = ztlib.read_metrics
 
 
 def read(path):

@@ -66,11 +66,7 @@ def wait_job(job, timeout=120):
     return "TIMEOUT_IN_TEST(" + job_field(job, "JobState") + ")"
 
 
-def rows_of(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+rows_of = ztlib.read_metrics
 
 
 def wait_rows(path, job, n, timeout=60):

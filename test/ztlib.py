@@ -59,13 +59,29 @@ def train(config, sets=(), ranks=0, metrics=None, timeout=300):
     for s in sets:
         args += ["--set", s]
     p = run(args, ranks=ranks, timeout=timeout)
-    rows = []
-    if os.path.exists(metrics):
-        with open(metrics) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_metrics(metrics)
     if tmp:
         os.unlink(metrics)
     return p, rows
+
+
+def read_metrics(path):
+    """The rows of a metrics_file (JSON lines); [] when it does not exist (yet)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def can_netns(*tools):
+    """Whether this process can make network namespaces (root, iproute2) and has TOOLS."""
+    import shutil
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip",) + tools):
+        return False
+    probe = f"ztprobe{os.getpid()}"
+    ok = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return ok
 
 
 def losses(rows):
