@@ -1,4 +1,4 @@
-/* test_checkpoint.c — sharded HDF5 checkpoints (src/checkpoint.c): bit-exact save/load round trips
+/* test_checkpoint.c — sharded HDF5 checkpoints (src/io/checkpoint_*.c): bit-exact save/load round trips
  * across ZeRO stages, `latest` handling, keep_last pruning, leftover temporary directories, and the
  * error messages of damaged checkpoints (checksum, truncation, missing shard, foreign file, other
  * model, other format version).

@@ -1,4 +1,4 @@
-/* test_json.c — the JSON reader (src/json.c): values, escapes and numbers parse to what they
+/* test_json.c — the JSON reader (src/util/json.c): values, escapes and numbers parse to what they
  * say; positions are line:column; every kind of bad input fails with NAME:LINE:COL. */
 #include <math.h>
 #include <string.h>

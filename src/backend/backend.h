@@ -1,5 +1,5 @@
-/* backend.h — the op table every compute backend implements (CPU in src/backend_cpu.c,
- * CUDA in cuda/). The engine (model/, src/train.c, src/zero.c ...) calls only these entries,
+/* backend.h — the op table every compute backend implements (CPU in backend_cpu.c, CUDA in
+ * cuda/). The model, the engine and the commands call only these entries,
  * never a backend directly: no #ifdef for backends outside the backends themselves.
  *
  * Memory: "device" buffers come from alloc() and are only touched through the table; on the

@@ -1,4 +1,4 @@
-/* cmd_config.c — `zerotrain config CONFIG [--ranks N] [--set KEY=VALUE]...`: loads and checks a
+/* config.c (the command) — `zerotrain config CONFIG [--ranks N] [--set KEY=VALUE]...`: loads and checks a
  * config exactly as `train` does before it touches data or memory (keys, types, ranges, cross-key
  * rules, the batch rule for N ranks, data_types against the backend that would run) and prints
  * the effective config; nothing is trained. Errors are train's, one line, exit status 1.

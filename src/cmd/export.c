@@ -1,4 +1,4 @@
-/* cmd_checkpoint.c — `zerotrain export` (a checkpoint's master weights as a Hugging Face directory
+/* export.c — `zerotrain export` (a checkpoint's master weights as a Hugging Face directory
  * or one HDF5 file of named tensors) and `zerotrain info` (what a checkpoint holds, and whether
  * every checksum still matches). Both read one tensor / one chunk at a time through
  * zt_checkpoint_reader, so memory stays bounded by the largest tensor whatever the model size. */

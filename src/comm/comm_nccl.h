@@ -1,5 +1,5 @@
 /* comm_nccl.h — the NCCL collectives table (implemented in cuda/comm_nccl.cu; src/comm_nccl_absent.c
- * stands in when the binary is built without CUDA). It implements src/comm.h for device buffers of
+ * stands in when the binary is built without CUDA). It implements comm/comm.h for device buffers of
  * the CUDA backend: NCCL on a dedicated communication stream, ordered after the compute stream's
  * work through events, and bootstrapped over MPI (rank 0's ncclUniqueId is broadcast). */
 #ifndef ZT_COMM_NCCL_H
