@@ -585,7 +585,7 @@ static size_t det_run(const det_inputs *d, int op, float *o) {
 }
 static const char *det_tag = ""; /* appended to the check names: the OpenBLAS core type under test */
 static void test_determinism(void) {
-    det_inputs d = {.B = 2, .T = 128, .C = 256, .NH = 4, .V = 1000, .Vp = 1024};
+    det_inputs d = {.B = 2, .T = 128, .C = 512, .NH = 4, .V = 1000, .Vp = 1024};
     int N = d.B * d.T, C = d.C;
     size_t sizes[10] = {(size_t)d.V * C, (size_t)d.T * C + 2 * C, (size_t)N * C, (size_t)N * 4 * C, 4 * (size_t)C * C,
                         4 * (size_t)C, (size_t)N * 3 * C, (size_t)N * 3 * C, (size_t)N * d.Vp, (size_t)N * 4 * C};
@@ -594,7 +594,7 @@ static void test_determinism(void) {
     d.tgt = own(malloc(N * sizeof(int)), 0);
     for (int i = 0; i < N; i++) d.tok[i] = (int)((urand() + 1) * 0.5 * 50) % 50; /* many repeats */
     for (int i = 0; i < N; i++) d.tgt[i] = (int)((urand() + 1) * 0.5 * d.V) % d.V;
-    size_t cap = 8 * (size_t)N * C + 4 * (size_t)d.V * C;
+    size_t cap = 8 * (size_t)N * C + 4 * (size_t)d.V * C + 16 * (size_t)C * C; /* op 11: 4 vectors of 4C^2 */
     float *ref = falloc(cap), *again = falloc(cap);
     int threads[3] = {2, 1, 3};
     for (int op = 0; op < DET_OPS; op++) {

@@ -96,9 +96,10 @@ static void zt_split(int n, int nt, int id, int blk, int *lo, int *hi) {
  * at most GEMM_MAX_PANELS, with at least GEMM_PANEL_FLOPS of work and GEMM_MIN_WIDTH rows or
  * columns a panel: each panel packs the whole of the other operand again, which costs 2-12 % of
  * one core's SGEMM speed at 8 panels and more at 32 when panels get narrow (measured on the
- * 2-core Zen build machine for GPT-2's shapes). Widths are whole multiples of 16 floats (64-byte
+ * 2-core Zen build machine for GPT-2's shapes); with 256 rather than 128 as the least width,
+ * test/bench_ops.c's SGEMMs run within 1-3 % of one panel per thread (2048^3: 8 % faster than 128). Widths are whole multiples of 16 floats (64-byte
  * lines of C, so no two threads write one line). */
-enum { GEMM_MAX_PANELS = 16, GEMM_MIN_WIDTH = 128, GEMM_ALIGN = 16 };
+enum { GEMM_MAX_PANELS = 16, GEMM_MIN_WIDTH = 256, GEMM_ALIGN = 16 };
 #define GEMM_PANEL_FLOPS 32e6
 
 typedef struct {
