@@ -71,13 +71,7 @@ def job_field(job, key):
 
 
 def wait_job(job, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        st = job_field(job, "JobState")
-        if st in TERMINAL:
-            return st
-        time.sleep(0.5)
-    return "TIMEOUT_IN_TEST(" + job_field(job, "JobState") + ")"
+    return ztlib.wait_slurm_job(lambda: job_field(job, "JobState"), TERMINAL, timeout, poll=0.5)
 
 
 rows_of = ztlib.read_metrics

@@ -56,14 +56,7 @@ def job_field(job, key):
 
 
 def wait_job(job, timeout=120):
-    """Polls every 0.25 s (sbatch --wait polls at 2, 10, 42 s...) until the job reaches a final state."""
-    end = time.time() + timeout
-    while time.time() < end:
-        st = job_field(job, "JobState")
-        if st in TERMINAL:
-            return st
-        time.sleep(0.25)
-    return "TIMEOUT_IN_TEST(" + job_field(job, "JobState") + ")"
+    return ztlib.wait_slurm_job(lambda: job_field(job, "JobState"), TERMINAL, timeout)
 
 
 rows_of = ztlib.read_metrics

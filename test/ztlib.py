@@ -84,6 +84,19 @@ def can_netns(*tools):
     return ok
 
 
+def wait_slurm_job(state_of, terminal, timeout, poll=0.25):
+    """Polls state_of() (a Slurm job's JobState) until it is in TERMINAL or TIMEOUT seconds pass;
+    returns the final state, or TIMEOUT_IN_TEST(state) (sbatch --wait polls at 2, 10, 42 s...)."""
+    import time
+    end = time.time() + timeout
+    while time.time() < end:
+        st = state_of()
+        if st in terminal:
+            return st
+        time.sleep(poll)
+    return "TIMEOUT_IN_TEST(" + state_of() + ")"
+
+
 def losses(rows):
     return [r["loss"] for r in rows]
 
