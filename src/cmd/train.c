@@ -149,6 +149,7 @@ typedef struct step_record {
     double seconds, forward, backward, optimizer;
     long samples_done;       /* training-stream samples consumed after this step */
     zt_comm_bytes bytes;     /* this rank's communication volume in the step */
+    double nvme_read, nvme_written; /* this rank's swap-file bytes in the step (ZeRO-Infinity) */
 } step_record;
 
 /* Shapes of every step, fixed for the run. */
@@ -185,6 +186,8 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
     double t0 = zt_now(), loss_sum = 0;
     zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes;
+    double nvme_read0, nvme_written0;
+    zt_engine_nvme_stats(eng, &nvme_read0, &nvme_written0);
     memset(rec, 0, sizeof *rec);
     rec->step = step + 1;
     rec->lr = zt_lr_at(cfg, step);
@@ -223,6 +226,9 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     rec->seconds = zt_now() - t0;
     rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
     rec->bytes = zt_comm_bytes_since(&zt_engine_comm(eng)->bytes, &bytes0);
+    zt_engine_nvme_stats(eng, &rec->nvme_read, &rec->nvme_written);
+    rec->nvme_read -= nvme_read0;
+    rec->nvme_written -= nvme_written0;
 }
 
 /* The step line (and the breakdown) on rank 0 every steps_per_print steps, the first and the last. */
@@ -240,6 +246,8 @@ static void print_step(trainer *t, const step_plan *p, const step_record *rec, d
     if (cfg->wall_clock_breakdown) {
         zt_engine_print_timing(t->s.engine);
         zt_comm_bytes_print(&rec->bytes);
+        if (rec->nvme_read + rec->nvme_written > 0)
+            zt_info("      nvme (MB read/written by rank 0): %.3f/%.3f", rec->nvme_read * 1e-6, rec->nvme_written * 1e-6);
     }
     if (cfg->memory_breakdown) zt_mem_report_step(t->s.engine, rec->step, t->s.model.act_bytes);
 }
@@ -259,6 +267,9 @@ static void record_step(trainer *t, const step_plan *p, const step_record *rec) 
         for (int c = 0; c < ZT_MEM_NCAT; c++)
             fprintf(t->metrics, ", \"mem_%s_mib\": %.3f", zt_mem_category_names[c], mem->device[c] / 1048576.0);
         fprintf(t->metrics, ", \"params_peak_mib\": %.3f", mem->params_peak / 1048576.0);
+        if (mem->nvme[ZT_MEM_OPTIM] + mem->nvme[ZT_MEM_PARAMS])
+            fprintf(t->metrics, ", \"nvme_optimizer_mib\": %.3f, \"nvme_read_bytes\": %.0f, \"nvme_written_bytes\": %.0f",
+                    mem->nvme[ZT_MEM_OPTIM] / 1048576.0, rec->nvme_read, rec->nvme_written);
         if (cfg->fp16_enabled) fprintf(t->metrics, ", \"loss_scale\": %g, \"skipped\": %d", rec->scale_used, rec->skipped);
         if (cfg->wall_clock_breakdown)
             fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",

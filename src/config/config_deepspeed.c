@@ -34,17 +34,25 @@ static void derive_auto(zt_loader *L) {
     c->auto_keys = names.p;
 }
 
-/* values for features that zerotrain's engine does not implement yet: refused where they were set */
+/* values for features that zerotrain's engine does not implement yet, and combinations it refuses:
+ * refused where they were set */
 static int refuse_not_implemented(const zt_loader *L) {
     const zt_config *c = L->cfg;
-    if (c->offload_device == ZT_OFFLOAD_NVME)
+    if (c->offload_device == ZT_OFFLOAD_NVME && !(c->offload_nvme_path && *c->offload_nvme_path))
         return zt_fail_rec(L, "zero_optimization.offload_optimizer.device",
-                                  "nvme offload is not implemented yet in zerotrain (use none or cpu)");
-    if (c->offload_param_device != ZT_OFFLOAD_NONE)
+                           "device nvme needs zero_optimization.offload_optimizer.nvme_path (a directory on the NVMe "
+                           "drive for the swap files)");
+    if (c->offload_param_device == ZT_OFFLOAD_NVME)
         return zt_fail_rec(L, "zero_optimization.offload_param.device",
-                                  "parameter offload to %s is not implemented yet in zerotrain (only device none; use "
-                                  "zero_optimization.offload_optimizer to offload optimizer state)",
-                                  c->offload_param_device == ZT_OFFLOAD_CPU ? "cpu" : "nvme");
+                           "parameter offload to nvme is not implemented yet in zerotrain (use cpu; the optimizer "
+                           "states can go to nvme with zero_optimization.offload_optimizer)");
+    if (c->offload_param_device == ZT_OFFLOAD_CPU && c->zero_stage != 3)
+        return zt_fail_rec(L, "zero_optimization.offload_param.device",
+                           "parameter offload needs zero_optimization.stage 3 (it is %d): only stage 3 partitions "
+                           "the parameters", c->zero_stage);
+    if (c->aio_use_gds)
+        return zt_fail_rec(L, "aio.use_gds", "GPUDirect Storage is not implemented in zerotrain (use false: swaps go "
+                                             "through pinned host buffers)");
     return 0;
 }
 

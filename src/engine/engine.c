@@ -34,6 +34,63 @@ void *engine_dev_alloc(zt_engine *e, size_t bytes, int category) {
     return p;
 }
 
+/* host memory counted in e->mem.host: page-locked transfer memory from the backend when pinned */
+void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category) {
+    if (bytes == 0) bytes = 64;
+    void *p;
+    if (pinned) {
+        p = e->be->host_alloc(bytes);
+    } else {
+        size_t sz = (bytes + 63) & ~(size_t)63;
+        p = aligned_alloc(64, sz);
+        if (p) memset(p, 0, sz);
+    }
+    if (p) e->mem.host[category] += bytes;
+    return p;
+}
+
+void engine_host_free(zt_engine *e, void *p, int pinned) {
+    if (!p) return;
+    if (pinned) e->be->host_free(p);
+    else free(p);
+}
+
+/* n compute-dtype values from fp32 on the host (rounded to nearest-even, as the device does) */
+static void host_to_compute(zt_dtype t, void *dst, const float *src, size_t n) {
+    if (t == ZT_F32) { memcpy(dst, src, n * sizeof(float)); return; }
+    unsigned short *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = t == ZT_BF16 ? zt_f32_to_bf16_bits(src[i]) : zt_f32_to_f16_bits(src[i]);
+}
+
+/* Writes the compute-dtype parameters of n elements starting at dst (a place in e->params) from
+ * fp32 host values: converted on the host when the parameters live there (offload_param), else
+ * copied up and converted on the device through a bounded staging buffer. */
+static int params_from_f32(zt_engine *e, void *dst, const float *src, size_t n) {
+    const zt_backend *be = e->be;
+    if (e->params_on_host) { host_to_compute(be->compute_dtype, dst, src, n); return 0; }
+    if (be->compute_dtype == ZT_F32) { be->copy(dst, src, n * sizeof(float), ZT_H2D); return 0; }
+    size_t step = min_sz(n, (size_t)1 << 24); /* a whole-model fp32 staging buffer would not fit big models */
+    float *tmp = be->alloc(max_sz(step, 1) * sizeof(float));
+    if (!tmp) return -1;
+    for (size_t a = 0; a < n; a += step) {
+        size_t k = min_sz(step, n - a);
+        be->copy(tmp, src + a, k * sizeof(float), ZT_H2D);
+        be->to_compute(at(e, dst, a), tmp, k);
+    }
+    be->free(tmp);
+    return 0;
+}
+
+void zt_engine_params_write_f32(zt_engine *e, size_t flat_off, const float *src, size_t n) {
+    size_t base = e->opt.stage == 3 ? e->lay.lo : 0;
+    if (params_from_f32(e, at(e, e->params, flat_off - base), src, n)) {
+        fprintf(stderr, "zerotrain: error: out of %s memory for a parameter staging buffer\n", e->be->name);
+        abort();
+    }
+}
+
+int zt_engine_params_on_host(const zt_engine *e) { return e->params_on_host; }
+
 /* ---------------------------------------------------------------- memory counters */
 
 /* device bytes in use now: allocations (stage 3 gather buffers counted whole) + activations */
@@ -84,9 +141,17 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     size_t E = esz(e);
     int fp32 = be->compute_dtype == ZT_F32;
 
-    /* parameters (compute dtype) */
+    /* parameters (compute dtype): on the device, or with offload_param the stage-3 shard in host
+     * memory (each segment's piece goes up when it is gathered) */
     size_t param_n = stage == 3 ? e->lay.shard : e->lay.padded_total;
-    e->params = engine_dev_alloc(e, param_n * E, ZT_MEM_PARAMS);
+    if (e->off.param_device != ZT_PARAM_ON_DEVICE) {
+        if (stage != 3)
+            return zt_fail(err, "zero_optimization.offload_param needs zero_optimization.stage 3 (it is %d)", stage);
+        e->params_on_host = 1;
+        e->params = engine_host_alloc(e, param_n * E, e->off.param_pin_memory, ZT_MEM_PARAMS);
+    } else {
+        e->params = engine_dev_alloc(e, param_n * E, ZT_MEM_PARAMS);
+    }
     /* gradients */
     if (stage < 2) {
         e->grads_full = engine_dev_alloc(e, e->lay.padded_total * E, ZT_MEM_GRADS);
@@ -102,49 +167,47 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         e->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_grad);
     }
     if (stage >= 2 || (stage == 1 && e->lay.world > 1)) e->recv_tmp = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_COMM);
-    if (stage == 3 && zero_alloc_gather(e)) goto oom;
-    /* Twin-Flow split, then the optimizer states: the host part's in host memory, the device
-     * part's on the device (fp32 master aliasing the fp32 params there) */
+    if (stage == 3 && zero_alloc_gather(e, err)) {
+        zt_engine_destroy(e);
+        return -1;
+    }
+    /* Twin-Flow split, then the optimizer states: the host part's in host memory (or on NVMe), the
+     * device part's on the device (the fp32 master is the fp32 params there, unless those are
+     * offloaded) */
     twin_plan(e);
     size_t dev_n = opt_n - e->host_n;
-    if (fp32)
+    int master_is_params = fp32 && !e->params_on_host;
+    if (master_is_params)
         e->master = stage == 3 ? (float *)at(e, e->params, e->host_n) : (float *)at(e, e->params, e->lay.opt_lo + e->host_n);
     else
         e->master = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     e->adam_m = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     e->adam_v = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
+    if (e->params_on_host && !fp32) e->dev_params_out = engine_dev_alloc(e, max_sz(dev_n, 16) * E, ZT_MEM_COMM);
     if (e->host_n && twin_alloc(e)) goto oom;
     if (!e->params || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
+        (e->params_on_host && !fp32 && !e->dev_params_out) ||
         (e->opt.stage >= 1 && !e->recv_tmp && (stage >= 2 || e->lay.world > 1)) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
         goto oom;
+    if (e->host_n && e->off.nvme_path && inf_open(e, err)) {
+        zt_engine_destroy(e);
+        return -1;
+    }
 
-    /* parameters from the fp32 init */
+    /* parameters and master weights from the fp32 init */
     if (stage == 3) {
-        if (e->lay.hi > e->lay.lo) {
-            if (fp32) be->copy(e->params, init_f32 + e->lay.lo, (e->lay.hi - e->lay.lo) * 4, ZT_H2D);
-        }
-    } else if (fp32) {
-        be->copy(e->params, init_f32, e->lay.total * 4, ZT_H2D);
+        if (e->lay.hi > e->lay.lo && params_from_f32(e, e->params, init_f32 + e->lay.lo, e->lay.hi - e->lay.lo)) goto oom;
+    } else if (params_from_f32(e, e->params, init_f32, e->lay.total)) {
+        goto oom;
     }
-    if (e->host_n) memcpy(e->host_master, init_f32 + e->lay.opt_lo, e->host_n * sizeof(float));
-    if (!fp32) { /* master from fp32, compute copy converted on the device */
-        size_t n = e->lay.opt_hi - e->lay.opt_lo;
-        if (n > e->host_n) be->copy(e->master, init_f32 + e->lay.opt_lo + e->host_n, (n - e->host_n) * sizeof(float), ZT_H2D);
-        if (stage == 3) {
-            be->to_compute(e->params, e->master, n);
-        } else { /* through a bounded fp32 staging buffer: a whole-model one would not fit big models */
-            size_t step = min_sz(e->lay.total, (size_t)1 << 24);
-            float *tmp = be->alloc(max_sz(step, 1) * sizeof(float));
-            if (!tmp) goto oom;
-            for (size_t a = 0; a < e->lay.total; a += step) {
-                size_t k = min_sz(step, e->lay.total - a);
-                be->copy(tmp, init_f32 + a, k * sizeof(float), ZT_H2D);
-                be->to_compute(at(e, e->params, a), tmp, k);
-            }
-            be->free(tmp);
-        }
+    if (e->host_n && twin_init_master(e, init_f32 + e->lay.opt_lo, err)) {
+        zt_engine_destroy(e);
+        return -1;
     }
-    e->mem.params_peak = stage == 3 ? e->lay.shard * E : param_n * E;
+    size_t n_opt = e->lay.opt_hi - e->lay.opt_lo;
+    if (!master_is_params && n_opt > e->host_n)
+        be->copy(e->master, init_f32 + e->lay.opt_lo + e->host_n, (n_opt - e->host_n) * sizeof(float), ZT_H2D);
+    e->mem.params_peak = e->params_on_host ? 0 : stage == 3 ? e->lay.shard * E : param_n * E;
     if (e->off.enabled)
         zt_info("twin-flow: rank %d updates %zu of %zu optimizer elements on the host (ratio %.3f, split at %zu), "
                 "the rest on the %s; CPU Adam path %s", e->lay.rank, e->host_n, e->lay.opt_hi - e->lay.opt_lo, e->offload_ratio,
@@ -206,11 +269,15 @@ void zt_engine_destroy(zt_engine *e) {
     if (!e->be) return;
     const zt_backend *be = e->be;
     int fp32 = be->compute_dtype == ZT_F32;
-    void *bufs[] = {e->params, e->grads_full, e->opt.stage >= 2 ? e->grad_shard : NULL, e->recv_tmp,
-                    fp32 ? NULL : e->master, e->adam_m, e->adam_v, e->grad_pool[0], e->grad_pool[1], e->grad_pool[2]};
+    int master_is_params = fp32 && !e->params_on_host;
+    void *bufs[] = {e->params_on_host ? NULL : e->params, e->grads_full, e->opt.stage >= 2 ? e->grad_shard : NULL,
+                    e->recv_tmp, master_is_params ? NULL : e->master, e->adam_m, e->adam_v, e->grad_pool[0],
+                    e->grad_pool[1], e->grad_pool[2], e->dev_params_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
+    if (e->params_on_host) engine_host_free(e, e->params, e->off.param_pin_memory);
     zero_free_gather(e);
+    inf_close(e);
     twin_free(e);
     zt_trace_close(e->trace, NULL);
     free(e->seg_grad);
@@ -290,10 +357,15 @@ void zt_engine_gather_params(zt_engine *e, float *out) {
     for (int r = 0; r < e->lay.world; r++) counts[r] = e->lay.shard;
     float *full = be->alloc(e->lay.padded_total * sizeof(float));
     size_t own = e->opt.stage == 0 ? e->lay.total : e->lay.hi - e->lay.lo;
-    /* this rank's master, host part then device part, into full at opt_lo */
+    /* this rank's master, host part (from host memory or NVMe) then device part, into full at opt_lo */
     size_t h = min_sz(e->host_n, own);
     float *mine = full + e->lay.opt_lo;
-    if (h) be->copy(mine, e->host_master, h * 4, ZT_H2D);
+    if (h) {
+        float *tmp = zt_xmalloc(h * sizeof(float));
+        zt_engine_state_read(e, ZT_STATE_MASTER, 0, h, tmp);
+        be->copy(mine, tmp, h * 4, ZT_H2D);
+        free(tmp);
+    }
     if (own > h) be->copy(mine + h, e->master, (own - h) * 4, ZT_D2D);
     if (e->opt.stage != 0) {
         e->comm->wait(e->comm, e->comm->allgather(e->comm, (char *)full + e->lay.lo * 4, full, counts, ZT_F32));
@@ -339,6 +411,13 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %.1f MiB%s", zt_mem_category_names[c],
                       (double)e->mem.host[c] / 1048576.0, c + 1 < ZT_MEM_NCAT ? "," : "");
     zt_info("%s", line);
+    if (e->mem.nvme[ZT_MEM_OPTIM] + e->mem.nvme[ZT_MEM_PARAMS])
+        zt_info("memory per rank (nvme): params %.1f MiB, optimizer %.1f MiB", e->mem.nvme[ZT_MEM_PARAMS] / 1048576.0,
+                e->mem.nvme[ZT_MEM_OPTIM] / 1048576.0);
+    if (e->params_on_host)
+        zt_info("offload_param: the parameter shard (%.1f MiB) is in host memory; the device holds gathered segments "
+                "only (%d rotating buffer(s), prefetch %s)", (double)e->lay.shard * esz(e) / 1048576.0, e->n_rotating,
+                e->n_rotating > 1 ? "on" : "off");
     if (e->off.enabled)
         zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements in host memory "
                 "(%.1f MiB, %s transfer buffers)", e->offload_ratio, e->host_n, e->lay.opt_hi - e->lay.opt_lo,
@@ -357,11 +436,22 @@ static float *state_device(zt_engine *e, zt_opt_state which) {
     return which == ZT_STATE_MASTER ? e->master : which == ZT_STATE_ADAM_M ? e->adam_m : e->adam_v;
 }
 
+/* the host part's state: in host memory, or swapped to NVMe (engine_infinity.c) */
+static void host_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *buf, int write) {
+    if (e->off.nvme_path) {
+        inf_state_rw(e, which, off, n, buf, write);
+    } else if (write) {
+        memcpy(state_host(e, which) + off, buf, n * sizeof(float));
+    } else {
+        memcpy(buf, state_host(e, which) + off, n * sizeof(float));
+    }
+}
+
 void zt_engine_state_read(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *host_out) {
     size_t end = off + n;
     if (off < e->host_n) { /* host part */
         size_t k = min_sz(end, e->host_n) - off;
-        memcpy(host_out, state_host(e, which) + off, k * sizeof(float));
+        host_state_rw(e, which, off, k, host_out, 0);
         host_out += k;
         off += k;
     }
@@ -369,24 +459,32 @@ void zt_engine_state_read(zt_engine *e, zt_opt_state which, size_t off, size_t n
 }
 
 void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t n, const float *host_in) {
-    size_t end = off + n;
-    if (off < e->host_n) {
-        size_t k = min_sz(end, e->host_n) - off;
-        memcpy(state_host(e, which) + off, host_in, k * sizeof(float));
-        if (which == ZT_STATE_MASTER && e->be->compute_dtype == ZT_F32) /* the device params mirror the host master */
-            e->be->copy(params_at_opt(e, off), host_in, k * sizeof(float), ZT_H2D);
-        host_in += k;
-        off += k;
+    size_t end = off + n, o = off;
+    const float *src = host_in;
+    if (o < e->host_n) {
+        size_t k = min_sz(end, e->host_n) - o;
+        host_state_rw(e, which, o, k, (float *)src, 1);
+        src += k;
+        o += k;
     }
-    if (end > off) e->be->copy(state_device(e, which) + (off - e->host_n), host_in, (end - off) * sizeof(float), ZT_H2D);
+    if (end > o) e->be->copy(state_device(e, which) + (o - e->host_n), src, (end - o) * sizeof(float), ZT_H2D);
+    /* fp32: the parameters hold the master's values; mirror them wherever they are not the same
+     * buffer (the host part always; the device part when the parameters are offloaded) */
+    if (which == ZT_STATE_MASTER && e->be->compute_dtype == ZT_F32) {
+        size_t mirror_end = e->params_on_host ? end : min_sz(end, max_sz(e->host_n, off));
+        if (mirror_end > off) {
+            if (e->params_on_host) memcpy(params_at_opt(e, off), host_in, (mirror_end - off) * sizeof(float));
+            else e->be->copy(params_at_opt(e, off), host_in, (mirror_end - off) * sizeof(float), ZT_H2D);
+        }
+    }
 }
 
 float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory) {
     size_t n = e->lay.opt_hi - e->lay.opt_lo;
     if (off < e->host_n) {
         *n_out = e->host_n - off;
-        *host_memory = 1;
-        return state_host(e, which) + off;
+        *host_memory = !e->off.nvme_path; /* on NVMe: no span, write through zt_engine_state_write */
+        return e->off.nvme_path ? NULL : state_host(e, which) + off;
     }
     *n_out = n - off;
     *host_memory = e->be->memory_is_host;

@@ -30,7 +30,9 @@ extern const char *const zt_mem_category_names[ZT_MEM_NCAT];
 typedef struct zt_mem_account {
     size_t device[ZT_MEM_NCAT];
     size_t host[ZT_MEM_NCAT];
-    size_t params_peak; /* stage 3: most parameter bytes held at once (shard + gathered) */
+    size_t nvme[ZT_MEM_NCAT]; /* swap files (ZeRO-Infinity) */
+    size_t params_peak; /* stage 3: most parameter bytes on the device at once (shard unless offloaded,
+                           + gathered segments, held or kept for reuse) */
 } zt_mem_account;
 
 typedef struct zt_engine_opts {
@@ -41,6 +43,11 @@ typedef struct zt_engine_opts {
     float beta1, beta2, eps, weight_decay;
     int decay_all_params;
     int no_bias_correction; /* optimizer.params.bias_correction false: Adam uses m and v as they are */
+    /* stage 3 (zero_comm.c); zero: no prefetch, no bound, no reuse */
+    double stage3_prefetch_bucket_size; /* 0 = no prefetch; else the next segment is gathered ahead */
+    double stage3_max_live_parameters;  /* bound on gathered parameter elements on the device; 0 = none */
+    double stage3_max_reuse_distance;   /* a released segment is used again without a new gather if fewer
+                                           elements than this were gathered since its release */
 } zt_engine_opts;
 
 /* Twin-Flow (zero_optimization.offload_optimizer); all zero = no offload */
@@ -52,7 +59,19 @@ typedef struct zt_engine_offload {
     int host_threads;     /* CPU Adam threads; 0 = OpenMP's default */
     double device_reserve; /* bytes the caller allocates on the device after the engine (activations,
                               backend scratch): ratio auto leaves them free */
+    /* ZeRO-Infinity (engine_infinity.c): the host part's optimizer states on NVMe */
+    const char *nvme_path;     /* offload_optimizer.device nvme: directory of the swap file; NULL = host memory */
+    double sub_group_size;     /* elements per swapped group of optimizer states */
+    int buffer_count;          /* groups' staging buffers in host memory (>= 2: one in use, one read ahead) */
+    /* parameter offload (stage 3): the parameter shard in host memory (cpu) or on NVMe */
+    int param_device;          /* ZT_PARAM_ON_DEVICE, ZT_PARAM_ON_CPU, ZT_PARAM_ON_NVME */
+    int param_pin_memory;
+    const char *param_nvme_path;
+    /* aio section: both swap files' requests */
+    size_t aio_block_size;
+    int aio_queue_depth, aio_single_submit, aio_overlap_events;
 } zt_engine_offload;
+enum { ZT_PARAM_ON_DEVICE, ZT_PARAM_ON_CPU, ZT_PARAM_ON_NVME };
 
 /* Seconds spent in each part of the current step (reset by zt_engine_begin_micro(first)).
  * forward/backward are filled by the caller through zt_engine_phase. */
@@ -97,6 +116,11 @@ void zt_engine_set_steps(zt_engine *e, long t);
 /* This rank's compute-dtype parameter buffer: the full padded vector (stages 0-2) or its shard
  * (stage 3); for loaders that fill it in place. */
 void *zt_engine_params(zt_engine *e);
+/* Whether that buffer is host memory although the backend's is not (offload_param). */
+int zt_engine_params_on_host(const zt_engine *e);
+/* Writes this rank's compute-dtype parameters of flat elements [flat_off, flat_off + n) from fp32
+ * host values, converting where the parameters live (for loaders). */
+void zt_engine_params_write_f32(zt_engine *e, size_t flat_off, const float *src, size_t n);
 /* Stages 0-1: the full gradient vector of the last backward (compute dtype); NULL at stages 2-3. */
 const void *zt_engine_full_grads(const zt_engine *e);
 /* Seconds waited on collectives in the current step; the memory accounting. */
@@ -134,6 +158,8 @@ void zt_engine_gather_params(zt_engine *e, float *out_f32);
 /* Expected model-state bytes per rank from the ZeRO formulas for this backend (see engine.c). */
 size_t zt_engine_model_state_formula(const zt_engine *e);
 size_t zt_engine_model_state_bytes(const zt_engine *e);
+/* Bytes this rank has read from and written to its NVMe swap files since the start (0 without). */
+void zt_engine_nvme_stats(const zt_engine *e, double *bytes_read, double *bytes_written);
 /* Prints device and host bytes per category and the Twin-Flow split. */
 void zt_engine_print_memory(const zt_engine *e, size_t act_bytes);
 

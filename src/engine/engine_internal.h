@@ -37,6 +37,10 @@ struct zt_engine {
     zt_gather_buf *gather; int n_gather;
     int *seg_gather;    /* [n_segments] the gather buffer holding the segment now, or -1 */
     int *seg_resident;  /* [n_segments] a resident segment's own gather buffer, or -1 */
+    int n_rotating;     /* rotating gather buffers: 2 with prefetch, 1 without */
+    size_t gathered_elems; /* elements gathered so far (the clock of stage3_max_reuse_distance) */
+    int params_on_host; /* offload_param: the stage-3 shard (params) is in host memory */
+    void *dev_params_out; /* offload_param, 16-bit: the device Adam's updated params before they go down */
 
     zt_inflight *inflight; int n_inflight, cap_inflight;
     int reduce_now;     /* this micro-step's gradients are reduced (last micro-step, or stage >= 2) */
@@ -51,6 +55,12 @@ struct zt_engine {
     float *host_grad32;    /* 16-bit backends: [host_chunk] fp32 gradients of one chunk */
     void *host_params16;   /* 16-bit backends: [host_n] updated params in compute dtype (H2D source) */
     size_t host_chunk;     /* pipeline chunk, elements */
+    /* ZeRO-Infinity (engine_infinity.c): with offload_optimizer nvme the host part's master, m and v
+     * live in a swap file, group by group, and host_master/m/v are NULL */
+    struct zt_swap *opt_swap;
+    size_t swap_group;     /* elements per group (sub_group_size, rounded) */
+    int swap_nbuf;         /* staging buffers, each [master | m | v] of one group */
+    float **swap_buf;
     int host_pinned;       /* transfer buffers came from be->host_alloc */
     zt_engine_timing timing;
     zt_trace *trace;       /* owned; NULL unless zt_engine_open_trace */
@@ -84,10 +94,11 @@ struct zt_inflight {
 struct zt_gather_buf {
     void *buf;
     size_t cap;        /* elements */
-    int seg;           /* segment gathered into it, -1 if none */
+    int seg;           /* segment gathered into it, -1 if none (a released segment stays for reuse) */
     zt_comm_req *req;  /* gather in flight */
     int held;          /* between acquire and release */
     int resident;      /* persistent segment: kept until the next optimizer step */
+    size_t released_at; /* gathered_elems when it was last released */
 };
 
 static inline size_t esz(const zt_engine *e) { return zt_dtype_size(e->be->compute_dtype); }
@@ -110,14 +121,18 @@ static inline void *params_at_opt(const zt_engine *e, size_t off) {
 
 /* engine.c */
 void *engine_dev_alloc(zt_engine *e, size_t bytes, int category); /* counted in e->mem.device */
+void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category); /* counted in e->mem.host */
+void engine_host_free(zt_engine *e, void *p, int pinned);
 
 /* zero_comm.c */
-int zero_alloc_gather(zt_engine *e);       /* stage 3: the gather buffers; -1 when out of memory */
+/* stage 3: the gather buffers, as many as prefetch and stage3_max_live_parameters allow; -1 with err
+ * set when out of memory or when the bound is below the least working set */
+int zero_alloc_gather(zt_engine *e, zt_err *err);
 void zero_free_gather(zt_engine *e);
 void zero_finish_all(zt_engine *e);        /* waits for every reduction in flight */
 double zero_grad_norm(zt_engine *e);       /* global L2 norm of the (reduced) gradients */
 void zero_allgather_params(zt_engine *e);  /* stages 1-2 after the update: everyone's new parameters */
-void zero_reset_residents(zt_engine *e);   /* stage 3 after the update: resident segments are stale */
+void zero_reset_residents(zt_engine *e);   /* stage 3 after the update: every gathered segment is stale */
 
 /* twin_flow.c: one step's host lanes */
 typedef struct twin_flow {
@@ -132,11 +147,31 @@ typedef struct twin_flow {
     double adam_busy, d2h_busy, h2d_busy;
 } twin_flow;
 void twin_plan(zt_engine *e);  /* the ratio in effect (auto: calibrated, collective) and host_n */
+void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b); /* chunk c's host-part elements */
+void twin_publish(twin_flow *tf, size_t *counter, size_t chunks); /* a lane finished `chunks` chunks */
+/* the host part's master from fp32 init values (host memory or NVMe) */
+int twin_init_master(zt_engine *e, const float *init, zt_err *err);
+/* where the CPU Adam writes the updated compute-dtype parameters of host-part element off, or NULL
+ * when the fp32 host master itself is what goes up */
+void *twin_host_out(zt_engine *e, size_t off);
+/* AdamW of host-part elements [off, off + n) split per tensor (weight decay differs); p, m, v, g and
+ * out point at element off of their arrays; out (compute dtype) may be NULL */
+void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size_t n, float *p, float *m, float *v,
+                    const float *g, void *out);
 int twin_alloc(zt_engine *e);  /* the host part's buffers; -1 when out of memory */
 void twin_free(zt_engine *e);
 /* starts the D2H lane (and the others, which wait) as soon as the gradients are final */
 void twin_start(zt_engine *e, twin_flow *tf);
 /* the update: CPU Adam on the host part and device Adam on the rest at once; fills e->timing */
 void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st);
+
+/* engine_infinity.c: the NVMe tier */
+int inf_open(zt_engine *e, zt_err *err);  /* the optimizer swap file and its staging buffers */
+void inf_close(zt_engine *e);             /* removes the swap file */
+/* host-part optimizer state [off, off + n) of `which` from or to the swap file (synchronous) */
+void inf_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *buf, int write);
+/* the host Adam lane with the states on NVMe: group by group, the next read and the previous
+ * write in flight while this one is updated (ZeRO-Infinity's pipeline) */
+void inf_host_adam_lane(twin_flow *tf);
 
 #endif

@@ -33,7 +33,10 @@ void zt_mem_report_step(const zt_engine *e, long step, size_t act_bytes) {
         n += snprintf(line + n, sizeof line - (size_t)n, " %s %.1f", zt_mem_category_names[c],
                       mib((double)e->mem.host[c]));
     }
-    snprintf(line + n, sizeof line - (size_t)n, " = %.1f MiB; process RSS %.1f MiB", mib(host_total),
-             mib(rss_bytes()));
+    n += snprintf(line + n, sizeof line - (size_t)n, " = %.1f MiB; process RSS %.1f MiB", mib(host_total),
+                  mib(rss_bytes()));
+    double nvme_total = 0;
+    for (int c = 0; c < ZT_MEM_NCAT; c++) nvme_total += (double)e->mem.nvme[c];
+    if (nvme_total > 0) snprintf(line + n, sizeof line - (size_t)n, "; nvme %.1f MiB", mib(nvme_total));
     zt_info("%s", line);
 }

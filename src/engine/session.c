@@ -70,9 +70,26 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     }
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
                          cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
-                         cfg->weight_decay, cfg->decay_all_params, !cfg->bias_correction};
-    zt_engine_offload off = {cfg->offload_device == ZT_OFFLOAD_CPU, cfg->offload_ratio, cfg->offload_pin_memory,
-                             cfg->offload_device_memory, 0, reserve};
+                         cfg->weight_decay, cfg->decay_all_params, !cfg->bias_correction,
+                         cfg->stage3_prefetch_bucket_size, cfg->stage3_max_live_parameters,
+                         cfg->stage3_max_reuse_distance};
+    zt_engine_offload off = {.enabled = cfg->offload_device != ZT_OFFLOAD_NONE, .ratio = cfg->offload_ratio,
+                             .pin_memory = cfg->offload_pin_memory, .device_memory = cfg->offload_device_memory,
+                             .device_reserve = reserve};
+    if (cfg->offload_device == ZT_OFFLOAD_NVME) {
+        off.nvme_path = cfg->offload_nvme_path;
+        off.sub_group_size = cfg->sub_group_size;
+        off.buffer_count = cfg->offload_buffer_count;
+    }
+    off.param_device = cfg->offload_param_device == ZT_OFFLOAD_CPU    ? ZT_PARAM_ON_CPU
+                       : cfg->offload_param_device == ZT_OFFLOAD_NVME ? ZT_PARAM_ON_NVME
+                                                                      : ZT_PARAM_ON_DEVICE;
+    off.param_pin_memory = cfg->offload_param_pin_memory;
+    off.param_nvme_path = cfg->offload_param_nvme_path;
+    off.aio_block_size = (size_t)cfg->aio_block_size;
+    off.aio_queue_depth = cfg->aio_queue_depth;
+    off.aio_single_submit = cfg->aio_single_submit;
+    off.aio_overlap_events = cfg->aio_overlap_events;
     s->engine = zt_engine_open(s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off, init_f32, err);
     free(init);
     if (!s->engine) { zt_param_table_free(&s->table); return -1; }

@@ -27,57 +27,66 @@ static size_t split_elements(size_t n, double r) {
 }
 
 static void *host_buf(zt_engine *e, size_t bytes, int transfer, int category) {
-    if (bytes == 0) bytes = 64;
-    void *p;
-    if (transfer && e->host_pinned) {
-        p = e->be->host_alloc(bytes);
-    } else {
-        size_t sz = (bytes + 63) & ~(size_t)63;
-        p = aligned_alloc(64, sz);
-        if (p) memset(p, 0, sz);
-    }
-    if (p) e->mem.host[category] += bytes;
-    return p;
+    return engine_host_alloc(e, bytes, transfer && e->host_pinned, category);
 }
 
-static void host_buf_free(zt_engine *e, void *p, int transfer) {
-    if (!p) return;
-    if (transfer && e->host_pinned) e->be->host_free(p);
-    else free(p);
+static void host_buf_free(zt_engine *e, void *p, int transfer) { engine_host_free(e, p, transfer && e->host_pinned); }
+
+/* Where the host part's updated parameters go: straight into the offloaded parameter shard
+ * (offload_param: nothing goes up), else into a compute-dtype buffer for the H2D lane — needed on
+ * 16-bit backends, and with NVMe (the fp32 master is only in a staging buffer while its group is
+ * updated). Only the fp32 backends' in-memory master is itself the H2D source. */
+static int host_out_buffer(const zt_engine *e) {
+    return !e->params_on_host && (e->be->compute_dtype != ZT_F32 || e->off.nvme_path);
+}
+
+void *twin_host_out(zt_engine *e, size_t off) {
+    if (e->params_on_host) return params_at_opt(e, off);
+    return e->host_params16 ? at(e, e->host_params16, off) : NULL;
 }
 
 /* Transfer buffers (gradients down, parameters up) are pinned when pin_memory asks; m and v are
  * only touched by the CPU, and so is the 16-bit backends' master (the fp32 backends' master is
- * the H2D source itself). */
+ * the H2D source itself). With NVMe, master, m and v are in the swap file (engine_infinity.c). */
 int twin_alloc(zt_engine *e) {
-    int fp32 = e->be->compute_dtype == ZT_F32;
+    int fp32 = e->be->compute_dtype == ZT_F32, nvme = e->off.nvme_path != NULL;
     size_t n = e->host_n, E = esz(e);
     e->host_pinned = e->off.pin_memory;
     /* chunks of n/8 (so the CPU Adam starts after an eighth of the D2H), at least 64 Ki elements
      * (long enough to amortise a copy's start-up) and at most 1 Mi (4 MiB of fp32 in flight) */
     size_t chunk = (n / 8 + ZT_TWIN_ALIGN - 1) / ZT_TWIN_ALIGN * ZT_TWIN_ALIGN;
     e->host_chunk = max_sz(min_sz(max_sz(chunk, (size_t)1 << 16), (size_t)1 << 20), 1);
-    e->host_master = host_buf(e, n * sizeof(float), fp32, ZT_MEM_OPTIM);
-    e->host_m = host_buf(e, n * sizeof(float), 0, ZT_MEM_OPTIM);
-    e->host_v = host_buf(e, n * sizeof(float), 0, ZT_MEM_OPTIM);
-    e->host_grad = host_buf(e, n * E, 1, ZT_MEM_GRADS);
-    if (!fp32) {
-        e->host_grad32 = host_buf(e, e->host_chunk * sizeof(float), 0, ZT_MEM_GRADS);
-        e->host_params16 = host_buf(e, n * E, 1, ZT_MEM_COMM);
+    if (!nvme) {
+        e->host_master = host_buf(e, n * sizeof(float), fp32 && !e->params_on_host, ZT_MEM_OPTIM);
+        e->host_m = host_buf(e, n * sizeof(float), 0, ZT_MEM_OPTIM);
+        e->host_v = host_buf(e, n * sizeof(float), 0, ZT_MEM_OPTIM);
+        if (!e->host_master || !e->host_m || !e->host_v) return -1;
     }
-    if (!e->host_master || !e->host_m || !e->host_v || !e->host_grad || (!fp32 && (!e->host_grad32 || !e->host_params16)))
-        return -1;
+    e->host_grad = host_buf(e, n * E, 1, ZT_MEM_GRADS);
+    if (!fp32) e->host_grad32 = host_buf(e, e->host_chunk * sizeof(float), 0, ZT_MEM_GRADS);
+    if (host_out_buffer(e)) e->host_params16 = host_buf(e, n * E, 1, ZT_MEM_COMM);
+    if (!e->host_grad || (!fp32 && !e->host_grad32) || (host_out_buffer(e) && !e->host_params16)) return -1;
     return 0;
 }
 
 void twin_free(zt_engine *e) {
     int fp32 = e->be->compute_dtype == ZT_F32;
-    host_buf_free(e, e->host_master, fp32);
+    host_buf_free(e, e->host_master, fp32 && !e->params_on_host);
     host_buf_free(e, e->host_m, 0);
     host_buf_free(e, e->host_v, 0);
     host_buf_free(e, e->host_grad, 1);
     host_buf_free(e, e->host_grad32, 0);
     host_buf_free(e, e->host_params16, 1);
+}
+
+int twin_init_master(zt_engine *e, const float *init, zt_err *err) {
+    (void)err;
+    if (!e->off.nvme_path) {
+        memcpy(e->host_master, init, e->host_n * sizeof(float));
+        return 0;
+    }
+    inf_state_rw(e, ZT_STATE_MASTER, 0, e->host_n, (float *)init, 1);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- ratio auto */
@@ -188,13 +197,13 @@ static float decay_of(const zt_engine *e, const zt_param_info *p) {
 }
 
 
-static void chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b) {
+void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b) {
     *a = c * tf->e->host_chunk;
     *b = min_sz(tf->e->host_n, *a + tf->e->host_chunk);
 }
 
 /* a lane has finished `chunks` chunks: tell the lanes waiting on it */
-static void publish(twin_flow *tf, size_t *counter, size_t chunks) {
+void twin_publish(twin_flow *tf, size_t *counter, size_t chunks) {
     pthread_mutex_lock(&tf->mu);
     *counter = chunks;
     pthread_cond_broadcast(&tf->cv);
@@ -211,12 +220,32 @@ static void timed_transfer(twin_flow *tf, int lane, const char *what, void *dst,
     zt_trace_complete(tf->e->trace, lane, what, t0, t1);
 }
 
-/* host-adam lane: CPU Adam of each chunk once its gradients are down, per tensor piece (weight decay
- * differs per tensor); 16-bit backends widen the gradients first and write the rounded params */
+void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size_t n, float *p, float *m, float *v,
+                    const float *g, void *out) {
+    const zt_param_table *tab = e->table;
+    int fp32 = e->be->compute_dtype == ZT_F32;
+    for (int i = 0; i < tab->count; i++) {
+        const zt_param_info *q = &tab->params[i];
+        size_t x = max_sz(q->offset, e->lay.opt_lo + off), y = min_sz(q->offset + q->numel, e->lay.opt_lo + off + n);
+        if (y <= x) continue;
+        size_t d = x - e->lay.opt_lo - off; /* into the span */
+        zt_adam_step sti = *st;
+        sti.weight_decay = decay_of(e, q);
+        void *o = out ? (char *)out + d * esz(e) : NULL;
+        zt_cpu_adamw(p + d, m + d, v + d, g + d, y - x, &sti, fp32 ? NULL : o, e->be->compute_dtype, e->off.host_threads);
+        if (fp32 && o) memcpy(o, p + d, (y - x) * sizeof(float)); /* fp32 "casting" is a copy */
+    }
+}
+
+/* host-adam lane: CPU Adam of each chunk once its gradients are down; 16-bit backends widen the
+ * gradients first and write the rounded params (to the H2D buffer, or the offloaded shard) */
 static void *host_adam_lane(void *arg) {
     twin_flow *tf = arg;
     zt_engine *e = tf->e;
-    const zt_param_table *tab = e->table;
+    if (e->off.nvme_path) {
+        inf_host_adam_lane(tf);
+        return NULL;
+    }
     int fp32 = e->be->compute_dtype == ZT_F32;
     for (size_t c = 0; c < tf->nchunks; c++) {
         pthread_mutex_lock(&tf->mu);
@@ -224,26 +253,17 @@ static void *host_adam_lane(void *arg) {
         pthread_mutex_unlock(&tf->mu);
         double t0 = zt_now();
         size_t a, b;
-        chunk_range(tf, c, &a, &b);
+        twin_chunk_range(tf, c, &a, &b);
         const float *g = (const float *)e->host_grad + a;
         if (!fp32) {
             zt_cpu_to_f32(e->host_grad32, at(e, e->host_grad, a), b - a, e->be->compute_dtype);
             g = e->host_grad32;
         }
-        for (int i = 0; i < tab->count; i++) {
-            const zt_param_info *p = &tab->params[i];
-            size_t x = max_sz(p->offset, e->lay.opt_lo + a), y = min_sz(p->offset + p->numel, e->lay.opt_lo + b);
-            if (y <= x) continue;
-            size_t off = x - e->lay.opt_lo;
-            zt_adam_step st = tf->st;
-            st.weight_decay = decay_of(e, p);
-            zt_cpu_adamw(e->host_master + off, e->host_m + off, e->host_v + off, g + (off - a), y - x, &st,
-                         fp32 ? NULL : at(e, e->host_params16, off), e->be->compute_dtype, e->off.host_threads);
-        }
+        twin_adam_span(e, &tf->st, a, b - a, e->host_master + a, e->host_m + a, e->host_v + a, g, twin_host_out(e, a));
         double t1 = zt_now();
         tf->adam_busy += t1 - t0;
         zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "host adam", t0, t1);
-        publish(tf, &tf->adam_done, c + 1);
+        twin_publish(tf, &tf->adam_done, c + 1);
     }
     return NULL;
 }
@@ -256,10 +276,10 @@ static void *d2h_lane(void *arg) {
     size_t E = esz(e);
     for (size_t c = 0; c < tf->nchunks; c++) {
         size_t a, b;
-        chunk_range(tf, c, &a, &b);
+        twin_chunk_range(tf, c, &a, &b);
         timed_transfer(tf, ZT_LANE_D2H, "D2H grads", at(e, e->host_grad, a), at(e, e->grad_shard, a), (b - a) * E,
                        ZT_D2H, &tf->d2h_busy);
-        publish(tf, &tf->d2h_done, c + 1);
+        twin_publish(tf, &tf->d2h_done, c + 1);
     }
     return NULL;
 }
@@ -269,15 +289,15 @@ static void *d2h_lane(void *arg) {
 static void *h2d_lane(void *arg) {
     twin_flow *tf = arg;
     zt_engine *e = tf->e;
-    int fp32 = e->be->compute_dtype == ZT_F32;
     size_t E = esz(e);
+    if (e->params_on_host) return NULL; /* the CPU Adam wrote them where they live */
     for (size_t c = 0; c < tf->nchunks; c++) {
         pthread_mutex_lock(&tf->mu);
         while (tf->adam_done <= c) pthread_cond_wait(&tf->cv, &tf->mu);
         pthread_mutex_unlock(&tf->mu);
         size_t a, b;
-        chunk_range(tf, c, &a, &b);
-        const void *src = fp32 ? (const void *)(e->host_master + a) : at(e, e->host_params16, a);
+        twin_chunk_range(tf, c, &a, &b);
+        const void *src = e->host_params16 ? at(e, e->host_params16, a) : (const void *)(e->host_master + a);
         timed_transfer(tf, ZT_LANE_H2D, "H2D params", params_at_opt(e, a), src, (b - a) * E, ZT_H2D, &tf->h2d_busy);
     }
     return NULL;
@@ -294,9 +314,13 @@ static void device_adam(zt_engine *e, zt_adam_step st) {
         if (b <= a) continue;
         size_t off = a - e->lay.opt_lo, doff = a - split;
         st.weight_decay = decay_of(e, p);
-        be->adamw(e->master + doff, e->adam_m + doff, e->adam_v + doff, at(e, e->grad_shard, off),
-                  fp32 ? NULL : params_at_opt(e, off), b - a, &st);
+        void *out = fp32 ? NULL : e->params_on_host ? at(e, e->dev_params_out, doff) : params_at_opt(e, off);
+        be->adamw(e->master + doff, e->adam_m + doff, e->adam_v + doff, at(e, e->grad_shard, off), out, b - a, &st);
     }
+    /* offloaded parameters: the device part's updated values go down into the shard */
+    size_t dev_n = e->lay.opt_hi - split;
+    if (e->params_on_host && e->lay.opt_hi > split)
+        be->copy(params_at_opt(e, e->host_n), fp32 ? (const void *)e->master : e->dev_params_out, dev_n * esz(e), ZT_D2H);
     be->synchronize();
 }
 

@@ -87,23 +87,45 @@ static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
 
 /* ---------------------------------------------------------------- parameter source */
 
-/* Stage 3 gather buffers: segment 0's own (the embeddings, used at both ends of the step), two
- * rotating ones for the rest, and one per resident segment (fewer elements than
- * stage3_param_persistence_threshold: gathered once a step, kept until the update). */
-int zero_alloc_gather(zt_engine *e) {
+/* Stage 3 gather buffers: segment 0's own (the embeddings, used at both ends of the step), one or
+ * two rotating ones for the rest (two when the next segment is prefetched while one is in use), and
+ * one per resident segment (fewer elements than stage3_param_persistence_threshold: gathered once a
+ * step, kept until the update). Their sum is the most gathered parameters the device ever holds, so
+ * stage3_max_live_parameters is enforced here: prefetch is given up first, and a bound below the
+ * least working set (embeddings + the largest block + residents) is an error. */
+int zero_alloc_gather(zt_engine *e, zt_err *err) {
     const zt_param_table *table = e->table;
     size_t E = esz(e);
     e->seg_gather = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_gather);
     e->seg_resident = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_resident);
     for (int s = 0; s < table->n_segments; s++) e->seg_gather[s] = e->seg_resident[s] = -1;
     e->gather = zt_xcalloc((size_t)table->n_segments + 3, sizeof *e->gather);
-    size_t other = 0;
-    for (int s = 1; s < table->n_segments; s++) other = max_sz(other, seg_hi(e, s) - seg_lo(e, s));
-    size_t caps[3] = {seg_hi(e, 0) - seg_lo(e, 0), other, other};
+    size_t other = 0, residents = 0;
+    for (int s = 1; s < table->n_segments; s++) {
+        size_t n = seg_hi(e, s) - seg_lo(e, s);
+        other = max_sz(other, n);
+        if ((double)n < e->opt.stage3_param_persistence_threshold) residents += n;
+    }
+    size_t seg0 = seg_hi(e, 0) - seg_lo(e, 0);
+    e->n_rotating = e->opt.stage3_prefetch_bucket_size >= 1 ? 2 : 1;
+    double bound = e->opt.stage3_max_live_parameters;
+    if (bound > 0 && (double)(seg0 + 2 * other + residents) > bound && e->n_rotating == 2) {
+        e->n_rotating = 1;
+        zt_info("stage 3: no prefetch: stage3_max_live_parameters %.0f leaves room for one block at a time "
+                "(embeddings %zu + 2 x block %zu + persistent %zu elements would not fit)", bound, seg0, other, residents);
+    }
+    size_t least = seg0 + other + residents;
+    if (bound > 0 && (double)least > bound)
+        return zt_fail(err, "zero_optimization.stage3_max_live_parameters %.0f is below the least stage-3 working set, "
+                            "%zu elements (embeddings %zu + the largest block %zu + persistent segments %zu)",
+                       bound, least, seg0, other, residents);
+    size_t caps[3] = {seg0, other, other};
     for (int i = 0; i < 3; i++) {
-        e->gather[i].cap = caps[i];
         e->gather[i].seg = -1;
+        if (i > e->n_rotating) continue; /* unused slot: cap 0, never chosen */
+        e->gather[i].cap = caps[i];
         e->gather[i].buf = engine_dev_alloc(e, caps[i] * E, ZT_MEM_COMM);
+        if (!e->gather[i].buf) return zt_fail(err, "out of %s memory for the stage-3 gather buffers", e->be->name);
     }
     e->n_gather = 3;
     for (int s = 1; s < table->n_segments; s++) {
@@ -114,10 +136,9 @@ int zero_alloc_gather(zt_engine *e) {
         g->seg = -1;
         g->resident = 1;
         g->buf = engine_dev_alloc(e, n * E, ZT_MEM_COMM);
+        if (!g->buf) return zt_fail(err, "out of %s memory for the stage-3 gather buffers", e->be->name);
         e->seg_resident[s] = (int)(g - e->gather);
     }
-    for (int i = 0; i < e->n_gather; i++)
-        if (!e->gather[i].buf) return -1;
     return 0;
 }
 
@@ -129,37 +150,54 @@ void zero_free_gather(zt_engine *e) {
     free(e->seg_resident);
 }
 
+/* All-gathers segment seg into g. This rank's piece comes from its shard: on the device it is sent
+ * from there; offloaded (offload_param) it goes up into its own place in g first and is gathered in
+ * place, so no device copy of the shard exists. */
 static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
     size_t a = seg_lo(e, seg), b = seg_hi(e, seg);
     size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
     range_counts(e, a, b, counts);
-    size_t mine = max_sz(a, e->lay.lo);
-    const void *send = counts[e->lay.rank] ? at(e, e->params, mine - e->lay.lo) : e->params;
+    size_t mine = max_sz(a, e->lay.lo), k = counts[e->lay.rank];
+    const void *send = k ? at(e, e->params, mine - e->lay.lo) : e->params;
+    if (e->params_on_host) {
+        void *place = at(e, g->buf, k ? mine - a : 0);
+        if (k) e->be->copy(place, send, k * esz(e), ZT_H2D); /* after queued work still reading g */
+        send = place;
+    }
     g->seg = seg;
     g->req = e->comm->allgather(e->comm, send, g->buf, counts, e->be->compute_dtype);
     e->seg_gather[seg] = (int)(g - e->gather);
+    e->gathered_elems += b - a;
     free(counts);
 }
 
+/* parameter bytes on the device now: the shard (unless offloaded) and every gathered segment */
 static size_t params_held_bytes(const zt_engine *e) {
-    size_t bytes = e->lay.shard * esz(e);
+    size_t bytes = e->params_on_host ? 0 : e->lay.shard * esz(e);
     for (int i = 0; i < e->n_gather; i++)
         if (e->gather[i].seg >= 0) bytes += (seg_hi(e, e->gather[i].seg) - seg_lo(e, e->gather[i].seg)) * esz(e);
     return bytes;
 }
 
-/* a free gather buffer able to hold segment seg, or NULL */
+static void evict(zt_engine *e, zt_gather_buf *g) {
+    if (g->seg >= 0) e->seg_gather[g->seg] = -1;
+    g->seg = -1;
+}
+
+/* a free gather buffer able to hold segment seg, or NULL: an empty one if there is one, else the
+ * one whose kept segment was released longest ago */
 static zt_gather_buf *free_gather_buf(zt_engine *e, int seg) {
     size_t need = seg_hi(e, seg) - seg_lo(e, seg);
+    zt_gather_buf *best = NULL;
     for (int i = 0; i < 3; i++) { /* buffer 0 is segment 0's; 1 and 2 rotate; the rest are residents' */
         zt_gather_buf *g = &e->gather[i];
         if (i == 0 && seg != 0) continue;
         if (g->held || g->req || g->cap < need) continue;
-        if (g->seg >= 0) e->seg_gather[g->seg] = -1;
-        g->seg = -1;
-        return g;
+        if (g->seg < 0) { best = g; break; }
+        if (!best || g->released_at < best->released_at) best = g;
     }
-    return NULL;
+    if (best) evict(e, best);
+    return best;
 }
 
 /* the buffer segment seg should be gathered into now: a resident segment's own, or a free
@@ -171,7 +209,8 @@ static zt_gather_buf *gather_target(zt_engine *e, int seg) {
 
 static void stage3_prefetch(void *ctx, int seg) {
     zt_engine *e = ctx;
-    if (e->opt.stage != 3 || seg < 0 || seg >= e->table->n_segments || e->seg_gather[seg] >= 0) return;
+    if (e->opt.stage != 3 || e->n_rotating < 2 || seg < 0 || seg >= e->table->n_segments || e->seg_gather[seg] >= 0)
+        return;
     zt_gather_buf *g = gather_target(e, seg);
     if (g) start_gather(e, seg, g);
 }
@@ -179,6 +218,12 @@ static void stage3_prefetch(void *ctx, int seg) {
 static void *src_acquire(void *ctx, int seg) {
     zt_engine *e = ctx;
     if (e->opt.stage < 3) return at(e, e->params, seg_lo(e, seg));
+    if (e->seg_gather[seg] >= 0) { /* still there from an earlier use: reused if it was released recently enough */
+        zt_gather_buf *g = &e->gather[e->seg_gather[seg]];
+        if (!g->req && !g->held && !g->resident &&
+            (double)(e->gathered_elems - g->released_at) > e->opt.stage3_max_reuse_distance)
+            evict(e, g);
+    }
     if (e->seg_gather[seg] < 0) {
         zt_gather_buf *g = gather_target(e, seg);
         if (!g) { fprintf(stderr, "zerotrain: error: stage 3: no free gather buffer for segment %d\n", seg); abort(); }
@@ -202,15 +247,16 @@ static void *src_acquire(void *ctx, int seg) {
     return g->buf;
 }
 
+/* Released: the buffer may be reused by the next gather, but until then the segment stays in it
+ * and a new use within stage3_max_reuse_distance takes it as it is (the embeddings at the LM head,
+ * the last blocks when backward starts) */
 static void src_release(void *ctx, int seg) {
     zt_engine *e = ctx;
     if (e->opt.stage < 3 || e->seg_gather[seg] < 0) return;
     zt_gather_buf *g = &e->gather[e->seg_gather[seg]];
     g->held = 0;
-    if (!g->resident) { /* released: the buffer may be reused by the next gather */
-        e->seg_gather[seg] = -1;
-        g->seg = -1;
-    }
+    g->released_at = e->gathered_elems;
+    if (!g->resident && e->opt.stage3_max_reuse_distance < 1) evict(e, g);
 }
 
 static void *src_grads(void *ctx, int seg) {
@@ -243,13 +289,7 @@ zt_param_source zt_engine_param_source(zt_engine *e) {
 }
 
 void zero_reset_residents(zt_engine *e) {
-    for (int i = 3; i < e->n_gather; i++) {
-        zt_gather_buf *g = &e->gather[i];
-        if (g->seg >= 0) {
-            e->seg_gather[g->seg] = -1;
-            g->seg = -1;
-        }
-    }
+    for (int i = 0; i < e->n_gather; i++) evict(e, &e->gather[i]);
 }
 
 

@@ -36,6 +36,13 @@ static int sink_convert(void *ctx, size_t off, const float *host, size_t n) {
     return 0;
 }
 
+/* offloaded parameters (offload_param): the engine converts them on the host */
+typedef struct { zt_engine *e; } params_host_ctx;
+static int sink_params_host(void *ctx, size_t off, const float *host, size_t n) {
+    zt_engine_params_write_f32(((params_host_ctx *)ctx)->e, off, host, n);
+    return 0;
+}
+
 /* optimizer state goes wherever the engine keeps it */
 typedef struct { zt_engine *e; int which; } state_ctx;
 static int sink_state(void *ctx, size_t off, const float *host, size_t n) {
@@ -84,8 +91,11 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
     /* parameters: the full vector at stages 0-2, the shard at stage 3 */
     size_t pa = zt_engine_layout_of(e)->stage == 3 ? zt_engine_layout_of(e)->lo : 0, pb = zt_engine_layout_of(e)->stage == 3 ? zt_engine_layout_of(e)->hi : zt_engine_layout_of(e)->total;
     param_ctx pc = {be, zt_engine_params(e), pa, NULL};
-    ck_target pt = {host && fp32 ? (float *)zt_engine_params(e) : NULL, fp32 ? sink_f32 : sink_convert, &pc};
-    if (!fp32) { /* staged pieces are at most the staging size (whole chunks): the scratch matches it */
+    params_host_ctx phc = {e};
+    int params_host = zt_engine_params_on_host(e);
+    ck_target pt = {(host || params_host) && fp32 ? (float *)zt_engine_params(e) : NULL, fp32 ? sink_f32 : sink_convert, &pc};
+    if (params_host && !fp32) pt = (ck_target){NULL, sink_params_host, &phc};
+    if (!fp32 && !params_host) { /* staged pieces are at most the staging size (whole chunks): the scratch matches it */
         size_t cap = ck_max(CK_STAGE_ELEMS, ck_chunk_elems(r->meta.shard));
         pc.tmp = be->alloc(cap * sizeof(float));
         if (!pc.tmp && !rc) rc = zt_fail(err, "out of %s memory for a %zu MiB load buffer", be->name, cap * 4 >> 20);

@@ -14,3 +14,8 @@ int zt_test_hook_overflow_at(long step) {
     }
     return 0;
 }
+
+int zt_test_hook_no_prealloc(void) {
+    const char *v = getenv("ZEROTRAIN_INJECT_NO_PREALLOC");
+    return v && *v && *v != '0';
+}

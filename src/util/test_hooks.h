@@ -2,11 +2,17 @@
  * outside on the CPU backend, all in one place and all read from the environment:
  *   ZEROTRAIN_INJECT_OVERFLOW="3,7"  an fp16 gradient overflow (an inf in the reduced gradients) at
  *                                    those 1-based steps, on every rank (test/t_loss_scale.py)
+ *   ZEROTRAIN_INJECT_NO_PREALLOC=1   NVMe swap files are not preallocated, so several ranks whose
+ *                                    swaps each passed the free-space check can fill a small file
+ *                                    system together during steps (test/t_infinity.py's ENOSPC case)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
 
 /* 1 when ZEROTRAIN_INJECT_OVERFLOW lists `step` (1-based). */
 int zt_test_hook_overflow_at(long step);
+
+/* 1 when ZEROTRAIN_INJECT_NO_PREALLOC is set (not "0"). */
+int zt_test_hook_no_prealloc(void);
 
 #endif
