@@ -124,24 +124,8 @@ def still_loadable(ckdir, step, name):
                 r.stdout[-600:] + r.stderr[-600:])
 
 
-class Tmpfs:
-    def __init__(self, opts):
-        self.path = tempfile.mkdtemp(dir=tmp, prefix="mnt_")
-        subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", self.path], check=True)
-
-    def remount(self, opts):
-        subprocess.run(["mount", "-o", "remount," + opts, self.path], check=True)
-
-    def used(self):
-        s = os.statvfs(self.path)
-        return (s.f_blocks - s.f_bfree) * s.f_frsize, s.f_files - s.f_ffree
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        subprocess.run(["umount", "-l", self.path], check=False)
-        shutil.rmtree(self.path, ignore_errors=True)
+def Tmpfs(opts):
+    return ztlib.Tmpfs(opts, tmp)
 
 
 def blocks(path):

@@ -3,7 +3,10 @@ comm_sent_bytes / comm_recv_bytes) against the ZeRO paper's volumes, for 2 and 4
   - stages 0-2 move 2Ψ per step (all-reduce equivalent: 2(n-1)/n Ψ elements sent per rank);
   - stage 3 moves 3Ψ: Ψ gathered in forward, Ψ again in backward, Ψ reduce-scattered — plus, in
     this engine, one more gather of GPT-2's tied embedding segment (wte+wpe), which the forward
-    uses twice (token embedding and LM head) and releases in between;
+    uses twice (token embedding and LM head) and releases in between; that is with
+    stage3_max_reuse_distance 0 (every use gathers). With the default reuse distance, what is still
+    in a gather buffer when it is used again is not gathered again: the embeddings at the LM head
+    and in backward, the final LayerNorm and the last block when backward starts — 3Ψ less those;
   - the stated padding: stages 1-2 gather whole shards, so they move up to n*128 elements more
     (shard = ceil(Ψ/n) rounded up to 128); reductions and stage-3 gathers move exactly Ψ;
   - one micro-step per step (stages 2-3 reduce-scatter, and stage 3 gathers, once per micro-step,
@@ -19,6 +22,7 @@ tiny = "configs/tiny.yaml"
 L, C, V, NP = 2, 32, 50257, 64
 psi = V * C + NP * C + L * (12 * C * C + 13 * C) + 2 * C  # parameters of the tiny config
 emb = V * C + NP * C                                       # the tied embedding segment
+block, lnf = 12 * C * C + 13 * C, 2 * C
 E = 4                                                      # fp32 on the CPU backend
 MODEL_KINDS = ("allreduce", "reduce_scatter", "allgather", "broadcast")
 
@@ -28,7 +32,8 @@ for n in (2, 4):
     pad = n * shard - psi
     for stage in range(4):
         sets = [f"zero_optimization.stage={stage}", "train_iters=3", f"train_batch_size={2 * n}", "wall_clock_breakdown=true",
-                "steps_per_print=1", "zero_optimization.stage3_param_persistence_threshold=0"]
+                "steps_per_print=1", "zero_optimization.stage3_param_persistence_threshold=0",
+                "zero_optimization.stage3_max_reuse_distance=0"]
         p, rows = ztlib.train(tiny, sets, ranks=n)
         name = f"comm_bytes_stage{stage}_ranks{n}"
         if p.returncode != 0 or len(rows) != 3:
@@ -61,4 +66,16 @@ for n in (2, 4):
             ok = m and all(abs(float(m.group(i + 1)) - sent[k][0] * 1e-6) < 1e-3
                            for i, k in enumerate(("allreduce", "reduce_scatter", "allgather")))
             ztlib.check(bool(ok), f"comm_bytes_breakdown_line_stage{stage}", lines[-1] if lines else p.stdout[-300:])
+
+# stage 3 with reuse (the default distance): the same step without the re-gathers
+for n in (2, 4):
+    p, rows = ztlib.train(tiny, ["zero_optimization.stage=3", "train_iters=3", f"train_batch_size={2 * n}",
+                                 "zero_optimization.stage3_param_persistence_threshold=0"], ranks=n)
+    if not ztlib.check(p.returncode == 0 and len(rows) == 3, f"comm_bytes_stage3_reuse_ranks{n}_runs", p.stderr[-300:]):
+        continue
+    sent = rows[-1]["comm_sent_bytes"]
+    per_rank = sum(sum(sent[k]) for k in MODEL_KINDS) / n / E / ((n - 1) / n)
+    want = 3 * psi - emb - lnf - block
+    ztlib.check(abs(per_rank - want) < 1e-6, f"comm_bytes_stage3_reuse_ranks{n}",
+                f"{per_rank:.1f} elements per rank per step, want 3Ψ - embeddings - final LayerNorm - last block = {want}")
 ztlib.finish()

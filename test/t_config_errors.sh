@@ -52,7 +52,7 @@ case_ ds_unsupported_top $'{"amp": {"enabled": true}}\n' \
 case_ ds_unsupported_scheduler $'{"scheduler": {"type": "OneCycle"}}\n' \
   "zerotrain: error: @:1:24: scheduler.type: OneCycle is a DeepSpeed scheduler zerotrain does not support (expected WarmupLR, WarmupDecayLR or WarmupCosineLR)"
 case_ nvme_offload $'zero_optimization:\n  offload_optimizer: {device: nvme}\n' \
-  "zerotrain: error: @:2:31: zero_optimization.offload_optimizer.device: nvme offload is not implemented yet in zerotrain (use none or cpu)"
+  "zerotrain: error: @:2:31: zero_optimization.offload_optimizer.device: device nvme needs zero_optimization.offload_optimizer.nvme_path (a directory on the NVMe drive for the swap files)"
 case_ cpu_checkpointing $'activation_checkpointing: {cpu_checkpointing: true}\n' \
   "zerotrain: error: @:1:47: activation_checkpointing.cpu_checkpointing: true is not supported by zerotrain (only false)"
 case_ number_checkpoints_over_layers $'model: {n_layer: 2}\nactivation_checkpointing: {number_checkpoints: 3}\n' \

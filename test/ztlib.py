@@ -2,6 +2,7 @@
 or under mpirun, reading metrics, and the PASS/FAIL protocol of test/run.sh."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,3 +147,25 @@ def bytes_to_unicode():
             cs.append(256 + n)
             n += 1
     return dict(zip(bs, map(chr, cs)))
+
+
+class Tmpfs:
+    """A tmpfs mounted (as root) on a new directory under parent for a `with` block; unmounted and
+    removed at its end, also when the test fails."""
+    def __init__(self, opts, parent=None):
+        self.path = tempfile.mkdtemp(dir=parent, prefix="mnt_")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", self.path], check=True)
+
+    def remount(self, opts):
+        subprocess.run(["mount", "-o", "remount," + opts, self.path], check=True)
+
+    def used(self):
+        s = os.statvfs(self.path)
+        return (s.f_blocks - s.f_bfree) * s.f_frsize, s.f_files - s.f_ffree
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["umount", "-l", self.path], check=False)
+        shutil.rmtree(self.path, ignore_errors=True)

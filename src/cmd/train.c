@@ -393,7 +393,10 @@ int zt_cmd_train(int argc, char **argv) {
         t.has_ckdir = 1;
     }
     rc = zt_session_open(&t.s, &t.cfg, t.comm, NULL, t.cfg.train_micro_batch_size_per_gpu, t.cfg.seq_len, &err);
-    if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
+    if (zt_fail_together(t.comm, rc, &err)) {
+        if (rc == 0) zt_session_close(&t.s); /* another rank failed: this one's swap files go too */
+        goto done_fail;
+    }
     if (t.cfg.trace_file) rc = zt_engine_open_trace(t.s.engine, t.cfg.trace_file, &err);
     if (zt_fail_together(t.comm, rc, &err)) { zt_session_close(&t.s); goto done_fail; }
     print_banner(&t);

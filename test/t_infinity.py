@@ -1,0 +1,204 @@
+"""t_infinity.py — ZeRO-Infinity (issue 13) on the CPU backend, where the "device" is a separate
+buffer and the swap files are real files written and read through io_uring:
+  - equivalence: offload_param cpu, offload_optimizer nvme, both, with and without Twin-Flow's ratio,
+    on 1, 2 and 4 ranks, give exactly stage 3's loss trajectory without offload (the arithmetic is
+    the same: the CPU Adam is bit-identical to the backend's, and moving bytes changes nothing);
+  - the swap files are really read and written in every step (bytes counted per step, equal to
+    the groups' regions), live under nvme_path only during the run and are gone after a clean end;
+  - the device's gathered parameters stay under stage3_max_live_parameters (the measured peak),
+    prefetch is given up to fit, and a bound below the least working set is an error at start;
+  - DeepSpeed's ZeRO-3 Offload tutorial config with offload_param trains as written;
+  - a checkpoint of an NVMe-offloaded run resumes without NVMe, on another world size, and the
+    other way round, continuing the straight run's losses exactly (same world size) or within the
+    resharding tolerance;
+  - nvme_path missing, not a directory, read-only, too small for the ranks sharing it: one error at
+    start on every rank; the disk filling up during a step (several ranks on one small file system
+    without preallocation): the swap write's error, every rank non-zero, the last checkpoint intact."""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import ztlib
+
+ztlib.ensure_shakespeare()
+cfg = "configs/tiny.yaml"
+tmp = tempfile.mkdtemp(prefix="zt_t_infinity_")
+nvme = os.path.join(tmp, "nvme")  # a directory on the disk this test runs on
+os.makedirs(nvme)
+
+PARAM_CPU = "zero_optimization.offload_param.device=cpu"
+
+
+def opt_nvme(path=nvme, ratio=1, group=100000):
+    return [f"zero_optimization.offload_optimizer={{device: nvme, nvme_path: {path}, ratio: {ratio}}}",
+            f"zero_optimization.sub_group_size={group}"]
+
+
+def mpi(ranks):
+    return ranks if ranks > 1 else 0
+
+
+def errors_of(p):
+    return [l for l in p.stderr.splitlines() if l.startswith("zerotrain: error:")]
+
+
+# --- equivalence: bit-identical to stage 3 without offload
+VARIANTS = {
+    "param_cpu": [PARAM_CPU],
+    "param_cpu_twin_flow_0.5": [PARAM_CPU, "zero_optimization.offload_optimizer={device: cpu, ratio: 0.5}"],
+    "optimizer_nvme": opt_nvme(),
+    "optimizer_nvme_twin_flow_0.5": opt_nvme(ratio=0.5),
+    "param_cpu_optimizer_nvme": [PARAM_CPU] + opt_nvme(group=300000),
+}
+base_sets = ["train_iters=4", "zero_optimization.stage=3"]
+for ranks in (() if os.environ.get("ZT_SKIP_EQ") else (1, 2, 4)):
+    p, rows = ztlib.train(cfg, base_sets, ranks=mpi(ranks))
+    base = ztlib.losses(rows)
+    if not ztlib.check(p.returncode == 0 and len(base) == 4, f"infinity_baseline_ranks{ranks}", p.stderr[-800:]):
+        continue
+    for name, sets in VARIANTS.items():
+        p, rows = ztlib.train(cfg, base_sets + sets, ranks=mpi(ranks))
+        got = ztlib.losses(rows)
+        ok = p.returncode == 0 and got == base
+        ztlib.check(ok, f"{name}_ranks{ranks}_bit_identical_to_stage3",
+                    f"rc {p.returncode}, {got} vs {base}; {p.stderr[-800:]}")
+        if "nvme" in name and ok:
+            # every step reads and writes each group's [master | m | v] region once
+            per_step = {(r.get("nvme_read_bytes"), r.get("nvme_written_bytes")) for r in rows}
+            swapped = rows[-1].get("nvme_optimizer_mib", 0) * 1048576
+            ztlib.check(len(per_step) == 1 and all(abs(x - swapped) < 1024 for x in next(iter(per_step))) and swapped > 0,
+                        f"{name}_ranks{ranks}_swap_bytes_every_step",
+                        f"per-step (read, written) {per_step}, swap file {swapped} bytes")
+        if name == "param_cpu" and ranks == 2:
+            ztlib.check("offload_param: the parameter shard" in p.stdout and
+                        re.search(r"memory per rank \(cpu\): params 0\.0 MiB", p.stdout) is not None,
+                        "param_cpu_shard_in_host_memory", p.stdout[-1200:])
+left = os.listdir(nvme)
+ztlib.check(left == [], "swap_files_removed_after_clean_end", f"left in nvme_path: {left}")
+
+# --- swap files exist under nvme_path while the run is going, named per rank
+p = subprocess.Popen(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", ztlib.BIN, "train", cfg,
+                      "--set", "train_iters=40", "--set", "zero_optimization.stage=3"] +
+                     sum((["--set", s] for s in opt_nvme()), []),
+                     cwd=ztlib.ROOT, env=ztlib.ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+seen = set()
+for line in p.stdout:
+    if "step " in line and "/40" in line:
+        seen = set(os.listdir(nvme))
+        break
+p.stdout.read()
+p.wait()
+ok = len(seen) == 2 and all(re.fullmatch(r"zerotrain-swap-optimizer-rank[01]-\d+\.bin", f) for f in seen)
+ztlib.check(ok and p.returncode == 0 and os.listdir(nvme) == [], "swap_files_per_rank_during_run",
+            f"during: {sorted(seen)}, after: {os.listdir(nvme)}, rc {p.returncode}")
+
+# --- stage3_max_live_parameters, measured: a deep model with a small vocabulary, so blocks dominate
+import random
+import struct
+synth = os.path.join(tmp, "synth.bin")
+random.seed(7)
+toks = [random.randrange(256) for _ in range(20000)]
+with open(synth, "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)) + struct.pack(f"<{len(toks)}H", *toks))
+L, C, V, NP = 8, 64, 256, 64
+seg0, block = V * C + NP * C, 12 * C * C + 13 * C
+deep = ["zero_optimization.stage=3", "train_iters=3", f"data.train={synth}", "data.val=", f"model.vocab_size={V}",
+        f"model.n_layer={L}", f"model.n_embd={C}", "zero_optimization.stage3_param_persistence_threshold=0", PARAM_CPU]
+p, rows = ztlib.train(cfg, deep, ranks=2)
+free_run = ztlib.losses(rows)
+peak_free = rows[-1]["params_peak_mib"] * 1048576 / 4 if rows else None
+bound = seg0 + block + block // 2  # room for one block at a time, not two
+p, rows = ztlib.train(cfg, deep + [f"zero_optimization.stage3_max_live_parameters={bound}"], ranks=2)
+peak = rows[-1]["params_peak_mib"] * 1048576 / 4 if rows else float("inf")
+ztlib.check(p.returncode == 0 and peak <= bound and "stage 3: no prefetch" in p.stdout and peak_free is not None and
+            peak_free > bound, "max_live_parameters_bounds_measured_peak",
+            f"peak {peak:.0f} elements with bound {bound}, {peak_free} without; {p.stdout[-600:]} {p.stderr[-600:]}")
+ztlib.check(ztlib.losses(rows) == free_run and len(free_run) == 3, "max_live_parameters_same_losses",
+            f"{ztlib.losses(rows)} vs {free_run}")
+p, rows = ztlib.train(cfg, deep + [f"zero_optimization.stage3_max_live_parameters={seg0 + block // 2}"], ranks=2)
+errs = errors_of(p)
+ztlib.check(p.returncode != 0 and len(errs) == 1 and all("stage3_max_live_parameters" in e and
+                                                          "below the least stage-3 working set" in e for e in errs),
+            "max_live_parameters_below_working_set_error", f"rc {p.returncode}: {errs}")
+
+# --- the ZeRO-3 Offload tutorial config (offload_param and offload_optimizer cpu) as written
+tutorial = "test/configs/deepspeed/zero3_infinity_tutorial.json"
+p, rows = ztlib.train(tutorial, ["device=cpu", "model={n_layer: 2, n_head: 2, n_embd: 64, n_positions: 64}",
+                                 "data.seq_len=64", "train_iters=3", "train_batch_size=8",
+                                 "data.train=build/testdata/shakespeare_train_*.bin", "data.val="], ranks=2)
+ztlib.check(p.returncode == 0 and len(rows) == 3 and "offload_param: the parameter shard" in p.stdout,
+            "deepspeed_zero3_offload_tutorial_trains", p.stdout[-600:] + p.stderr[-800:])
+
+# --- resume: NVMe checkpoint without NVMe and back, and on another world size
+ck = os.path.join(tmp, "ck")
+run = ["zero_optimization.stage=3", f"checkpoint.dir={ck}", "checkpoint.save_interval=3"]
+p, rows = ztlib.train(cfg, run + ["train_iters=6", "checkpoint.dir=null"], ranks=2)
+straight = ztlib.losses(rows)
+p, rows = ztlib.train(cfg, run + ["train_iters=3"] + opt_nvme(), ranks=2)
+ztlib.check(p.returncode == 0 and ztlib.losses(rows) == straight[:3], "nvme_run_saves", p.stderr[-600:])
+p, rows = ztlib.train(cfg, run + ["train_iters=6"], ranks=2)  # resumed without NVMe
+ztlib.check(p.returncode == 0 and ztlib.losses(rows) == straight[3:], "nvme_checkpoint_resumes_without_nvme",
+            f"{ztlib.losses(rows)} vs {straight[3:]}; {p.stderr[-600:]}")
+shutil.rmtree(ck)
+p, rows = ztlib.train(cfg, run + ["train_iters=3"], ranks=2)
+p, rows = ztlib.train(cfg, run + ["train_iters=6"] + opt_nvme(ratio=0.5), ranks=2)  # resumed onto NVMe
+ztlib.check(p.returncode == 0 and ztlib.losses(rows) == straight[3:], "checkpoint_resumes_onto_nvme",
+            f"{ztlib.losses(rows)} vs {straight[3:]}; {p.stderr[-600:]}")
+shutil.rmtree(ck)
+p, rows = ztlib.train(cfg, run + ["train_iters=3"] + opt_nvme() + [PARAM_CPU], ranks=2)
+p, rows = ztlib.train(cfg, run + ["train_iters=6"] + opt_nvme() + [PARAM_CPU], ranks=4)  # resharded 2 -> 4
+got = ztlib.losses(rows)
+ztlib.check(p.returncode == 0 and len(got) == 3 and ztlib.max_rel_diff(got, straight[3:]) < 1e-5,
+            "nvme_checkpoint_resumes_on_4_ranks", f"{got} vs {straight[3:]}; {p.stderr[-600:]}")
+ztlib.check(os.listdir(nvme) == [], "swap_files_removed_after_resumes", f"{os.listdir(nvme)}")
+
+# --- nvme_path errors at start, on every rank
+def start_error(name, path, want, ranks=2, env=None, sets=()):
+    args = ["train", cfg, "--set", "train_iters=2", "--set", "zero_optimization.stage=3"]
+    for s in opt_nvme(path) + list(sets):
+        args += ["--set", s]
+    p = ztlib.run(args, ranks=ranks, env=env)
+    errs = errors_of(p)
+    ok = p.returncode != 0 and len(errs) == 1 and all("nvme_path" in e and want.lower() in e.lower() for e in errs)
+    return ztlib.check(ok, name, f"rc {p.returncode}; want one line with '{want}': {errs}; {p.stderr[-400:]}"), p
+
+start_error("nvme_path_missing", os.path.join(tmp, "no_such_dir"), "No such file or directory")
+afile = os.path.join(tmp, "a_file")
+open(afile, "w").close()
+start_error("nvme_path_not_a_directory", afile, "Not a directory")
+with ztlib.Tmpfs("size=4m,ro", tmp) as ro:
+    start_error("nvme_path_read_only", ro.path, "Read-only file system")
+# each rank's swap is ~9.4 MiB: a 12 MiB file system holds one, not two (preallocated at start)
+with ztlib.Tmpfs("size=12m", tmp) as small:
+    _, p = start_error("nvme_path_too_small_for_two_ranks", small.path, "free")
+    print("   ", errors_of(p))
+    ztlib.check(os.listdir(small.path) == [], "nvme_path_too_small_leaves_nothing", f"{os.listdir(small.path)}")
+
+# --- the disk fills up during a step: two ranks on one 14 MiB file system without preallocation
+# both pass the space check and write their masters at start; the first update's write-back of m and v
+# needs ~19 MiB together
+ck = os.path.join(tmp, "ck_full")
+p, rows = ztlib.train(cfg, ["zero_optimization.stage=3", f"checkpoint.dir={ck}", "checkpoint.save_interval=2",
+                            "train_iters=2"], ranks=2)
+saved = sorted(os.listdir(ck))
+with ztlib.Tmpfs("size=14m", tmp) as disk:
+    args = ["train", cfg, "--set", "train_iters=4", "--set", "zero_optimization.stage=3", "--set",
+            f"checkpoint.dir={ck}", "--set", "checkpoint.resume=never", "--set", "checkpoint.save_interval=1000"]
+    for s in opt_nvme(disk.path):
+        args += ["--set", s]
+    p = ztlib.run(args, ranks=2, env={"ZEROTRAIN_INJECT_NO_PREALLOC": "1"}, timeout=120)
+    errs = errors_of(p)
+    print("   ", errs)
+    ztlib.check(p.returncode != 0 and len(errs) >= 1 and all("No space left on device" in e and disk.path in e for e in errs),
+                "nvme_disk_full_during_step",
+                f"rc {p.returncode}: {errs}; {p.stdout[-400:]} {p.stderr[-600:]}")
+    ztlib.check("step     1/4" not in p.stdout, "nvme_disk_full_stops_before_step_1_ends", p.stdout[-400:])
+ztlib.check(sorted(os.listdir(ck)) == saved, "nvme_disk_full_checkpoints_untouched", f"{saved} -> {os.listdir(ck)}")
+p, rows = ztlib.train(cfg, ["zero_optimization.stage=3", f"checkpoint.dir={ck}", "train_iters=3"], ranks=2)
+ztlib.check(p.returncode == 0 and len(rows) == 1 and "checkpoint: loaded" in p.stdout + p.stderr,
+            "nvme_disk_full_last_checkpoint_resumes", p.stdout[-400:] + p.stderr[-600:])
+
+shutil.rmtree(tmp, ignore_errors=True)
+ztlib.finish()
