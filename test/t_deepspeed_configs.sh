@@ -22,7 +22,6 @@ declare -A refused=(
   [bing_bert_lamb.json]="@:7:13: optimizer.type: Lamb is a DeepSpeed optimizer zerotrain does not support (expected AdamW or Adam)"
   [max_grad_norm.json]="@:8:7: optimizer.params.max_grad_norm is not an optimizer parameter (DeepSpeed refuses it too); clip with the top-level gradient_clipping"
   [megatron_curriculum_on.json]="@:6:16: curriculum_learning.enabled: true is not supported by zerotrain (curriculum learning is not implemented)"
-  [zero_infinity_nvme_param.json]="@:13:17: zero_optimization.offload_param.device: parameter offload to nvme is not implemented yet in zerotrain (use cpu; the optimizer states can go to nvme with zero_optimization.offload_optimizer)"
 )
 
 n=0

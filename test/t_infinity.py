@@ -31,6 +31,10 @@ os.makedirs(nvme)
 PARAM_CPU = "zero_optimization.offload_param.device=cpu"
 
 
+def param_nvme(path=nvme):
+    return f"zero_optimization.offload_param={{device: nvme, nvme_path: {path}}}"
+
+
 def opt_nvme(path=nvme, ratio=1, group=100000):
     return [f"zero_optimization.offload_optimizer={{device: nvme, nvme_path: {path}, ratio: {ratio}}}",
             f"zero_optimization.sub_group_size={group}"]
@@ -51,6 +55,9 @@ VARIANTS = {
     "optimizer_nvme": opt_nvme(),
     "optimizer_nvme_twin_flow_0.5": opt_nvme(ratio=0.5),
     "param_cpu_optimizer_nvme": [PARAM_CPU] + opt_nvme(group=300000),
+    "param_nvme": [param_nvme()],
+    "param_nvme_twin_flow_0.3": [param_nvme(), "zero_optimization.offload_optimizer={device: cpu, ratio: 0.3}"],
+    "param_nvme_optimizer_nvme_0.5": [param_nvme()] + opt_nvme(ratio=0.5),
 }
 base_sets = ["train_iters=4", "zero_optimization.stage=3"]
 for ranks in (() if os.environ.get("ZT_SKIP_EQ") else (1, 2, 4)):
@@ -64,13 +71,18 @@ for ranks in (() if os.environ.get("ZT_SKIP_EQ") else (1, 2, 4)):
         ok = p.returncode == 0 and got == base
         ztlib.check(ok, f"{name}_ranks{ranks}_bit_identical_to_stage3",
                     f"rc {p.returncode}, {got} vs {base}; {p.stderr[-800:]}")
-        if "nvme" in name and ok:
+        if "optimizer_nvme" in name and "param" not in name and ok:
             # every step reads and writes each group's [master | m | v] region once
             per_step = {(r.get("nvme_read_bytes"), r.get("nvme_written_bytes")) for r in rows}
             swapped = rows[-1].get("nvme_optimizer_mib", 0) * 1048576
             ztlib.check(len(per_step) == 1 and all(abs(x - swapped) < 1024 for x in next(iter(per_step))) and swapped > 0,
                         f"{name}_ranks{ranks}_swap_bytes_every_step",
                         f"per-step (read, written) {per_step}, swap file {swapped} bytes")
+        if name == "param_nvme" and ok:  # forward and backward read the pieces they gather (less reuse)
+            r = rows[-1]
+            ztlib.check(0 < r.get("nvme_read_bytes", 0) <= 2 * r.get("nvme_params_mib", 0) * 1048576 + 4096 * 64 and
+                        r.get("nvme_written_bytes", 0) >= r.get("nvme_params_mib", 0) * 1048576 - 4096,
+                        f"param_nvme_ranks{ranks}_reads_and_writes_the_shard", f"{r}")
         if name == "param_cpu" and ranks == 2:
             ztlib.check("offload_param: the parameter shard" in p.stdout and
                         re.search(r"memory per rank \(cpu\): params 0\.0 MiB", p.stdout) is not None,
@@ -148,7 +160,7 @@ ztlib.check(p.returncode == 0 and ztlib.losses(rows) == straight[3:], "checkpoin
             f"{ztlib.losses(rows)} vs {straight[3:]}; {p.stderr[-600:]}")
 shutil.rmtree(ck)
 p, rows = ztlib.train(cfg, run + ["train_iters=3"] + opt_nvme() + [PARAM_CPU], ranks=2)
-p, rows = ztlib.train(cfg, run + ["train_iters=6"] + opt_nvme() + [PARAM_CPU], ranks=4)  # resharded 2 -> 4
+p, rows = ztlib.train(cfg, run + ["train_iters=6"] + opt_nvme() + [param_nvme()], ranks=4)  # resharded 2 -> 4
 got = ztlib.losses(rows)
 ztlib.check(p.returncode == 0 and len(got) == 3 and ztlib.max_rel_diff(got, straight[3:]) < 1e-5,
             "nvme_checkpoint_resumes_on_4_ranks", f"{got} vs {straight[3:]}; {p.stderr[-600:]}")
@@ -165,6 +177,11 @@ def start_error(name, path, want, ranks=2, env=None, sets=()):
     return ztlib.check(ok, name, f"rc {p.returncode}; want one line with '{want}': {errs}; {p.stderr[-400:]}"), p
 
 start_error("nvme_path_missing", os.path.join(tmp, "no_such_dir"), "No such file or directory")
+p = ztlib.run(["train", cfg, "--set", "zero_optimization.stage=3", "--set", param_nvme(), "--set",
+               "zero_optimization.offload_param.buffer_size=1000"], ranks=2)
+errs = errors_of(p)
+ztlib.check(p.returncode != 0 and len(errs) == 1 and "offload_param.buffer_size 1000 is smaller" in errs[0],
+            "param_nvme_buffer_size_too_small", f"{errs}")
 afile = os.path.join(tmp, "a_file")
 open(afile, "w").close()
 start_error("nvme_path_not_a_directory", afile, "Not a directory")

@@ -268,7 +268,8 @@ static void record_step(trainer *t, const step_plan *p, const step_record *rec) 
             fprintf(t->metrics, ", \"mem_%s_mib\": %.3f", zt_mem_category_names[c], mem->device[c] / 1048576.0);
         fprintf(t->metrics, ", \"params_peak_mib\": %.3f", mem->params_peak / 1048576.0);
         if (mem->nvme[ZT_MEM_OPTIM] + mem->nvme[ZT_MEM_PARAMS])
-            fprintf(t->metrics, ", \"nvme_optimizer_mib\": %.3f, \"nvme_read_bytes\": %.0f, \"nvme_written_bytes\": %.0f",
+            fprintf(t->metrics, ", \"nvme_params_mib\": %.3f, \"nvme_optimizer_mib\": %.3f, \"nvme_read_bytes\": %.0f, "
+                                "\"nvme_written_bytes\": %.0f", mem->nvme[ZT_MEM_PARAMS] / 1048576.0,
                     mem->nvme[ZT_MEM_OPTIM] / 1048576.0, rec->nvme_read, rec->nvme_written);
         if (cfg->fp16_enabled) fprintf(t->metrics, ", \"loss_scale\": %g, \"skipped\": %d", rec->scale_used, rec->skipped);
         if (cfg->wall_clock_breakdown)

@@ -42,11 +42,11 @@ static int refuse_not_implemented(const zt_loader *L) {
         return zt_fail_rec(L, "zero_optimization.offload_optimizer.device",
                            "device nvme needs zero_optimization.offload_optimizer.nvme_path (a directory on the NVMe "
                            "drive for the swap files)");
-    if (c->offload_param_device == ZT_OFFLOAD_NVME)
+    if (c->offload_param_device == ZT_OFFLOAD_NVME && !(c->offload_param_nvme_path && *c->offload_param_nvme_path))
         return zt_fail_rec(L, "zero_optimization.offload_param.device",
-                           "parameter offload to nvme is not implemented yet in zerotrain (use cpu; the optimizer "
-                           "states can go to nvme with zero_optimization.offload_optimizer)");
-    if (c->offload_param_device == ZT_OFFLOAD_CPU && c->zero_stage != 3)
+                           "device nvme needs zero_optimization.offload_param.nvme_path (a directory on the NVMe drive "
+                           "for the parameter swap files)");
+    if (c->offload_param_device != ZT_OFFLOAD_NONE && c->zero_stage != 3)
         return zt_fail_rec(L, "zero_optimization.offload_param.device",
                            "parameter offload needs zero_optimization.stage 3 (it is %d): only stage 3 partitions "
                            "the parameters", c->zero_stage);

@@ -62,14 +62,49 @@ static void host_to_compute(zt_dtype t, void *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] = t == ZT_BF16 ? zt_f32_to_bf16_bits(src[i]) : zt_f32_to_f16_bits(src[i]);
 }
 
-/* Writes the compute-dtype parameters of n elements starting at dst (a place in e->params) from
- * fp32 host values: converted on the host when the parameters live there (offload_param), else
- * copied up and converted on the device through a bounded staging buffer. */
-static int params_from_f32(zt_engine *e, void *dst, const float *src, size_t n) {
+/* Compute-dtype values of n shard elements from host memory into the offloaded parameters at shard
+ * offset off: the host shard (offload_param cpu) or the parameter swap file (nvme). */
+void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n) {
+    if (e->param_swap) inf_param_rw(e, off, n, (void *)src, 1);
+    else memcpy(at(e, e->params, off), src, n * esz(e));
+}
+
+/* The same from device memory (the device part of the update): straight down into host memory, or
+ * through a bounded host buffer to NVMe */
+void engine_params_store_from_device(zt_engine *e, size_t off, const void *dev_src, size_t n) {
+    if (!e->param_swap) {
+        e->be->copy(at(e, e->params, off), dev_src, n * esz(e), ZT_D2H);
+        return;
+    }
+    size_t step = min_sz(n, (size_t)1 << 22);
+    void *tmp = zt_xmalloc(max_sz(step, 1) * esz(e));
+    for (size_t a = 0; a < n; a += step) {
+        size_t k = min_sz(step, n - a);
+        e->be->copy(tmp, at(e, dev_src, a), k * esz(e), ZT_D2H);
+        engine_params_store(e, off + a, tmp, k);
+    }
+    free(tmp);
+}
+
+/* Writes the compute-dtype parameters of n elements starting at element `first` of e->params (the
+ * shard at stage 3) from fp32 host values: converted on the host when the parameters are offloaded
+ * (host memory or NVMe), else copied up and converted on the device through a bounded staging
+ * buffer. */
+static int params_from_f32(zt_engine *e, size_t first, const float *src, size_t n) {
     const zt_backend *be = e->be;
-    if (e->params_on_host) { host_to_compute(be->compute_dtype, dst, src, n); return 0; }
+    size_t step = min_sz(n, (size_t)1 << 22); /* a whole-model staging buffer would not fit big models */
+    if (e->params_on_host) {
+        void *tmp = zt_xmalloc(max_sz(step, 1) * esz(e));
+        for (size_t a = 0; a < n; a += step) {
+            size_t k = min_sz(step, n - a);
+            host_to_compute(be->compute_dtype, tmp, src + a, k);
+            engine_params_store(e, first + a, tmp, k);
+        }
+        free(tmp);
+        return 0;
+    }
+    void *dst = at(e, e->params, first);
     if (be->compute_dtype == ZT_F32) { be->copy(dst, src, n * sizeof(float), ZT_H2D); return 0; }
-    size_t step = min_sz(n, (size_t)1 << 24); /* a whole-model fp32 staging buffer would not fit big models */
     float *tmp = be->alloc(max_sz(step, 1) * sizeof(float));
     if (!tmp) return -1;
     for (size_t a = 0; a < n; a += step) {
@@ -83,7 +118,7 @@ static int params_from_f32(zt_engine *e, void *dst, const float *src, size_t n) 
 
 void zt_engine_params_write_f32(zt_engine *e, size_t flat_off, const float *src, size_t n) {
     size_t base = e->opt.stage == 3 ? e->lay.lo : 0;
-    if (params_from_f32(e, at(e, e->params, flat_off - base), src, n)) {
+    if (params_from_f32(e, flat_off - base, src, n)) {
         fprintf(stderr, "zerotrain: error: out of %s memory for a parameter staging buffer\n", e->be->name);
         abort();
     }
@@ -148,7 +183,14 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         if (stage != 3)
             return zt_fail(err, "zero_optimization.offload_param needs zero_optimization.stage 3 (it is %d)", stage);
         e->params_on_host = 1;
-        e->params = engine_host_alloc(e, param_n * E, e->off.param_pin_memory, ZT_MEM_PARAMS);
+        if (e->off.param_device == ZT_PARAM_ON_NVME) { /* the shard is in a swap file (engine_infinity.c) */
+            if (inf_param_open(e, err)) {
+                zt_engine_destroy(e);
+                return -1;
+            }
+        } else {
+            e->params = engine_host_alloc(e, param_n * E, e->off.param_pin_memory, ZT_MEM_PARAMS);
+        }
     } else {
         e->params = engine_dev_alloc(e, param_n * E, ZT_MEM_PARAMS);
     }
@@ -185,7 +227,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     e->adam_v = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     if (e->params_on_host && !fp32) e->dev_params_out = engine_dev_alloc(e, max_sz(dev_n, 16) * E, ZT_MEM_COMM);
     if (e->host_n && twin_alloc(e)) goto oom;
-    if (!e->params || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
+    if ((!e->params && !e->param_swap) || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
         (e->params_on_host && !fp32 && !e->dev_params_out) ||
         (e->opt.stage >= 1 && !e->recv_tmp && (stage >= 2 || e->lay.world > 1)) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
         goto oom;
@@ -196,8 +238,8 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
 
     /* parameters and master weights from the fp32 init */
     if (stage == 3) {
-        if (e->lay.hi > e->lay.lo && params_from_f32(e, e->params, init_f32 + e->lay.lo, e->lay.hi - e->lay.lo)) goto oom;
-    } else if (params_from_f32(e, e->params, init_f32, e->lay.total)) {
+        if (e->lay.hi > e->lay.lo && params_from_f32(e, 0, init_f32 + e->lay.lo, e->lay.hi - e->lay.lo)) goto oom;
+    } else if (params_from_f32(e, 0, init_f32, e->lay.total)) {
         goto oom;
     }
     if (e->host_n && twin_init_master(e, init_f32 + e->lay.opt_lo, err)) {
@@ -473,7 +515,7 @@ void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t 
     if (which == ZT_STATE_MASTER && e->be->compute_dtype == ZT_F32) {
         size_t mirror_end = e->params_on_host ? end : min_sz(end, max_sz(e->host_n, off));
         if (mirror_end > off) {
-            if (e->params_on_host) memcpy(params_at_opt(e, off), host_in, (mirror_end - off) * sizeof(float));
+            if (e->params_on_host) engine_params_store(e, off, host_in, mirror_end - off);
             else e->be->copy(params_at_opt(e, off), host_in, (mirror_end - off) * sizeof(float), ZT_H2D);
         }
     }

@@ -67,6 +67,7 @@ typedef struct zt_engine_offload {
     int param_device;          /* ZT_PARAM_ON_DEVICE, ZT_PARAM_ON_CPU, ZT_PARAM_ON_NVME */
     int param_pin_memory;
     const char *param_nvme_path;
+    double param_buffer_size;  /* nvme: elements the staging buffer may hold (offload_param.buffer_size) */
     /* aio section: both swap files' requests */
     size_t aio_block_size;
     int aio_queue_depth, aio_single_submit, aio_overlap_events;

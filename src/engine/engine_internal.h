@@ -39,7 +39,11 @@ struct zt_engine {
     int *seg_resident;  /* [n_segments] a resident segment's own gather buffer, or -1 */
     int n_rotating;     /* rotating gather buffers: 2 with prefetch, 1 without */
     size_t gathered_elems; /* elements gathered so far (the clock of stage3_max_reuse_distance) */
-    int params_on_host; /* offload_param: the stage-3 shard (params) is in host memory */
+    int params_on_host; /* offload_param: the stage-3 shard is not on the device: in host memory
+                           (params) or, with nvme, in param_swap (params NULL) */
+    struct zt_swap *param_swap;
+    void *param_stage;  /* param_swap's staging buffer for one gathered piece */
+    size_t param_stage_bytes;
     void *dev_params_out; /* offload_param, 16-bit: the device Adam's updated params before they go down */
 
     zt_inflight *inflight; int n_inflight, cap_inflight;
@@ -123,6 +127,10 @@ static inline void *params_at_opt(const zt_engine *e, size_t off) {
 void *engine_dev_alloc(zt_engine *e, size_t bytes, int category); /* counted in e->mem.device */
 void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category); /* counted in e->mem.host */
 void engine_host_free(zt_engine *e, void *p, int pinned);
+/* offload_param: compute-dtype values of shard elements [off, off + n) into the host shard or the
+ * parameter swap file, from host memory or from device memory */
+void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n);
+void engine_params_store_from_device(zt_engine *e, size_t off, const void *dev_src, size_t n);
 
 /* zero_comm.c */
 /* stage 3: the gather buffers, as many as prefetch and stage3_max_live_parameters allow; -1 with err
@@ -170,6 +178,11 @@ int inf_open(zt_engine *e, zt_err *err);  /* the optimizer swap file and its sta
 void inf_close(zt_engine *e);             /* removes the swap file */
 /* host-part optimizer state [off, off + n) of `which` from or to the swap file (synchronous) */
 void inf_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *buf, int write);
+/* offload_param nvme: the parameter swap file; shard elements [off, off + n) from or to it
+ * (synchronous); inf_param_fetch returns a host pointer to them in the staging buffer */
+int inf_param_open(zt_engine *e, zt_err *err);
+void inf_param_rw(zt_engine *e, size_t off, size_t n, void *buf, int write);
+const void *inf_param_fetch(zt_engine *e, size_t off, size_t n);
 /* the host Adam lane with the states on NVMe: group by group, the next read and the previous
  * write in flight while this one is updated (ZeRO-Infinity's pipeline) */
 void inf_host_adam_lane(twin_flow *tf);

@@ -37,11 +37,12 @@ static void host_buf_free(zt_engine *e, void *p, int transfer) { engine_host_fre
  * 16-bit backends, and with NVMe (the fp32 master is only in a staging buffer while its group is
  * updated). Only the fp32 backends' in-memory master is itself the H2D source. */
 static int host_out_buffer(const zt_engine *e) {
+    if (e->param_swap) return 1; /* written to the parameter swap file after the update */
     return !e->params_on_host && (e->be->compute_dtype != ZT_F32 || e->off.nvme_path);
 }
 
 void *twin_host_out(zt_engine *e, size_t off) {
-    if (e->params_on_host) return params_at_opt(e, off);
+    if (e->params_on_host && !e->param_swap) return params_at_opt(e, off);
     return e->host_params16 ? at(e, e->host_params16, off) : NULL;
 }
 
@@ -320,7 +321,7 @@ static void device_adam(zt_engine *e, zt_adam_step st) {
     /* offloaded parameters: the device part's updated values go down into the shard */
     size_t dev_n = e->lay.opt_hi - split;
     if (e->params_on_host && e->lay.opt_hi > split)
-        be->copy(params_at_opt(e, e->host_n), fp32 ? (const void *)e->master : e->dev_params_out, dev_n * esz(e), ZT_D2H);
+        engine_params_store_from_device(e, e->host_n, fp32 ? (const void *)e->master : e->dev_params_out, dev_n);
     be->synchronize();
 }
 
@@ -364,6 +365,8 @@ void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st)
         pthread_mutex_destroy(&tf->mu);
         pthread_cond_destroy(&tf->cv);
     }
+    /* parameters on NVMe: the host part's updated values go to the swap file */
+    if (threads && e->param_swap) engine_params_store(e, 0, e->host_params16, e->host_n);
     double t1 = zt_now();
     zt_engine_timing *tm = &e->timing;
     tm->device_adam = td1 - td0;

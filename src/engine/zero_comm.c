@@ -158,9 +158,10 @@ static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
     size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
     range_counts(e, a, b, counts);
     size_t mine = max_sz(a, e->lay.lo), k = counts[e->lay.rank];
-    const void *send = k ? at(e, e->params, mine - e->lay.lo) : e->params;
+    const void *send = k && e->params ? at(e, e->params, mine - e->lay.lo) : e->params;
     if (e->params_on_host) {
         void *place = at(e, g->buf, k ? mine - a : 0);
+        if (k && e->param_swap) send = inf_param_fetch(e, mine - e->lay.lo, k); /* NVMe -> host staging */
         if (k) e->be->copy(place, send, k * esz(e), ZT_H2D); /* after queued work still reading g */
         send = place;
     }

@@ -94,7 +94,7 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
     params_host_ctx phc = {e};
     int params_host = zt_engine_params_on_host(e);
     ck_target pt = {(host || params_host) && fp32 ? (float *)zt_engine_params(e) : NULL, fp32 ? sink_f32 : sink_convert, &pc};
-    if (params_host && !fp32) pt = (ck_target){NULL, sink_params_host, &phc};
+    if (params_host && (!fp32 || !zt_engine_params(e))) pt = (ck_target){NULL, sink_params_host, &phc}; /* NVMe: no buffer */
     if (!fp32 && !params_host) { /* staged pieces are at most the staging size (whole chunks): the scratch matches it */
         size_t cap = ck_max(CK_STAGE_ELEMS, ck_chunk_elems(r->meta.shard));
         pc.tmp = be->alloc(cap * sizeof(float));
@@ -110,7 +110,7 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
             int in_host;
             float *span = zt_engine_state_span(e, v, off, &k, &in_host);
             size_t a = zt_engine_layout_of(e)->opt_lo + off;
-            if (v == ZT_CKPT_MASTER && fp32 && span == (float *)zt_engine_params(e) + (a - pa)) continue;
+            if (v == ZT_CKPT_MASTER && fp32 && span && span == (float *)zt_engine_params(e) + (a - pa)) continue;
             ck_target t = {in_host ? span : NULL, sink_state, &c};
             rc = ck_read_range(r, v, a, a + k, &t, err);
         }
