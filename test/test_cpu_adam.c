@@ -4,7 +4,8 @@
  * not multiples of any vector width or tile, weight decay on and off, 1 and 2 threads, and the
  * fused bf16/fp16 copy-out against opmath.h's round-to-nearest-even conversions; also Adam without
  * bias correction (m and v used as they are) against its formula (the fp16 one
- * checked here against F16C, and exhaustively on all binary16 values). */
+ * checked here against F16C, and exhaustively on all binary16 values); and 16-bit gradients read on
+ * the fly against widening them first. */
 #pragma GCC optimize("fp-contract=off") /* the reference formula with the same roundings as cpu_adam.c */
 
 #include <immintrin.h>
@@ -152,6 +153,40 @@ static void test_f16(void) {
           "%zu differ, first 0x%08x", bad, first);
 }
 
+/* On-the-fly casting: 16-bit gradients read by zt_cpu_adamw_g give exactly what widening them
+ * first and calling the fp32 path gives, on every path this CPU runs (bf16 widening is a shift; fp16
+ * through F16C or the scalar conversion), including zero, denormal, inf and NaN gradients. */
+static void test_grad16(size_t n, zt_dtype gd) {
+    char name[200];
+    const char *gn = gd == ZT_BF16 ? "bf16" : "fp16";
+    state ref = make(n);
+    uint16_t *g16 = calloc(n + 1, 2);
+    for (size_t i = 0; i < n; i++) {
+        float x = 50.0f * ref.g[i];
+        if (i % 97 == 1) x = INFINITY;
+        if (i % 101 == 2) x = NAN;
+        if (i % 103 == 3) x = 1e-6f * urand(); /* fp16 subnormal */
+        g16[i] = gd == ZT_BF16 ? zt_f32_to_bf16_bits(x) : zt_f32_to_f16_bits(x);
+    }
+    zt_cpu_to_f32(ref.g, g16, n, gd); /* the two-pass reference: widen, then the fp32 path */
+    for (int isa = 0; isa <= zt_cpu_adam_best_isa(); isa++) {
+        state a = clone(ref, n), b = clone(ref, n);
+        for (int t = 1; t <= 2; t++) {
+            zt_adam_step s = step_at(t, 0.1f, 1);
+            zt_cpu_adamw_isa(a.p, a.m, a.v, a.g, n, &s, a.out, ZT_BF16, 2, isa);
+            zt_cpu_adamw_g(b.p, b.m, b.v, g16, gd, n, &s, b.out, ZT_BF16, 2, isa);
+        }
+        snprintf(name, sizeof name, "adam %s n=%zu %s gradients read on the fly equal widening first",
+                 zt_cpu_adam_isa_name(isa), n, gn);
+        CHECK(!memcmp(a.p, b.p, n * 4) && !memcmp(a.m, b.m, n * 4) && !memcmp(a.v, b.v, n * 4) &&
+                  !memcmp(a.out, b.out, n * 2), name, "p, m, v or the copy-out differ");
+        drop(a);
+        drop(b);
+    }
+    free(g16);
+    drop(ref);
+}
+
 int main(void) {
     printf("# cpu adam: best path on this CPU: %s\n", zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
     size_t sizes[] = {0, 1, 7, 15, 17, 31, 4095, 4097, 3 * 4096 + 13};
@@ -164,5 +199,8 @@ int main(void) {
     test_paths_bc(4097 + 5, 0.1f, ZT_F32, 0);
     test_paths_bc(33, 0.0f, ZT_BF16, 0);
     test_f16();
+    test_grad16(4097 + 5, ZT_BF16);
+    test_grad16(4097 + 5, ZT_F16);
+    test_grad16(23, ZT_F16);
     return zt_check_exit();
 }

@@ -11,7 +11,8 @@
  * only needed because AVX2-era CPUs are what the path is for; it is not used for the math.
  *
  * Streaming. The update reads p, g, m, v and writes p, m, v (plus 2 bytes with a copy-out) once
- * each: 28 B/element. Threads take contiguous blocks (schedule(static)) of 4096-element tiles, so
+ * each: 28 B/element, 26 when the gradients come as 16-bit (zt_cpu_adamw_g widens them in
+ * registers as they are loaded: "on-the-fly casting", no fp32 gradient copy anywhere). Threads take contiguous blocks (schedule(static)) of 4096-element tiles, so
  * each thread streams through its block in order and the hardware prefetchers see simple
  * sequential streams; the math (3 divisions and a sqrt per element) fits under the memory time
  * at 16 lanes. The ragged tail of the last tile goes through the scalar formula. */
@@ -50,20 +51,40 @@ static inline void store16_scalar(void *out16, zt_dtype dt, size_t i, float x) {
     ((uint16_t *)out16)[i] = dt == ZT_BF16 ? zt_f32_to_bf16_bits(x) : zt_f32_to_f16_bits(x);
 }
 
+/* gradient i of g in dtype gd as fp32 (16-bit -> fp32 is exact) */
+static inline float grad_at(const void *g, zt_dtype gd, size_t i) {
+    if (gd == ZT_F32) return ((const float *)g)[i];
+    uint16_t h = ((const uint16_t *)g)[i];
+    return gd == ZT_BF16 ? zt_bf16_bits_to_f32(h) : zt_f16_bits_to_f32(h);
+}
+
+static inline const void *grad_plus(const void *g, zt_dtype gd, size_t i) {
+    return (const char *)g + i * zt_dtype_size(gd);
+}
+
 /* ---------------------------------------------------------------- scalar */
 
-static void adam_scalar(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,
-                        zt_dtype dt) {
+static void adam_scalar(float *p, float *m, float *v, const void *g, zt_dtype gd, size_t n, const zt_adam_step *s,
+                        void *out16, zt_dtype dt) {
     for (size_t i = 0; i < n; i++) {
-        zt_adamw_element(&p[i], &m[i], &v[i], g[i], s);
+        zt_adamw_element(&p[i], &m[i], &v[i], grad_at(g, gd, i), s);
         if (out16) store16_scalar(out16, dt, i, p[i]);
     }
 }
 
 /* ---------------------------------------------------------------- AVX2 (+FMA, F16C) */
 
-__attribute__((target("avx2,fma,f16c"))) static void adam_avx2(float *p, float *m, float *v, const float *g, size_t n,
-                                                               const zt_adam_step *s, void *out16, zt_dtype dt) {
+/* 8 gradients as fp32, widened on the fly from 16-bit (bf16: the bits shifted up; fp16: F16C) */
+__attribute__((target("avx2,fma,f16c"))) static inline __m256 load_grad8(const void *g, zt_dtype gd, size_t i) {
+    if (gd == ZT_F32) return _mm256_loadu_ps((const float *)g + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)g + i));
+    if (gd == ZT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void adam_avx2(float *p, float *m, float *v, const void *g, zt_dtype gd,
+                                                               size_t n, const zt_adam_step *s, void *out16,
+                                                               zt_dtype dt) {
     adam_consts c = consts_of(s);
     const __m256 gs = _mm256_set1_ps(c.gs), b1 = _mm256_set1_ps(c.b1), omb1 = _mm256_set1_ps(c.omb1),
                  b2 = _mm256_set1_ps(c.b2), omb2 = _mm256_set1_ps(c.omb2), bc1 = _mm256_set1_ps(c.bc1),
@@ -71,7 +92,7 @@ __attribute__((target("avx2,fma,f16c"))) static void adam_avx2(float *p, float *
                  wd = _mm256_set1_ps(c.wd);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), gs);
+        __m256 gi = _mm256_mul_ps(load_grad8(g, gd, i), gs);
         __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, gi));
         __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
         __m256 mhat = _mm256_div_ps(mi, bc1), vhat = _mm256_div_ps(vi, bc2);
@@ -98,13 +119,20 @@ __attribute__((target("avx2,fma,f16c"))) static void adam_avx2(float *p, float *
         }
         _mm_storeu_si128((__m128i *)((uint16_t *)out16 + i), h);
     }
-    adam_scalar(p + i, m + i, v + i, g + i, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
+    adam_scalar(p + i, m + i, v + i, grad_plus(g, gd, i), gd, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
 }
 
 /* ---------------------------------------------------------------- AVX-512F */
 
-__attribute__((target("avx512f"))) static void adam_avx512(float *p, float *m, float *v, const float *g, size_t n,
-                                                            const zt_adam_step *s, void *out16, zt_dtype dt) {
+__attribute__((target("avx512f"))) static inline __m512 load_grad16(const void *g, zt_dtype gd, size_t i) {
+    if (gd == ZT_F32) return _mm512_loadu_ps((const float *)g + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i));
+    if (gd == ZT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx512f"))) static void adam_avx512(float *p, float *m, float *v, const void *g, zt_dtype gd,
+                                                            size_t n, const zt_adam_step *s, void *out16, zt_dtype dt) {
     adam_consts c = consts_of(s);
     const __m512 gs = _mm512_set1_ps(c.gs), b1 = _mm512_set1_ps(c.b1), omb1 = _mm512_set1_ps(c.omb1),
                  b2 = _mm512_set1_ps(c.b2), omb2 = _mm512_set1_ps(c.omb2), bc1 = _mm512_set1_ps(c.bc1),
@@ -112,7 +140,7 @@ __attribute__((target("avx512f"))) static void adam_avx512(float *p, float *m, f
                  wd = _mm512_set1_ps(c.wd);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), gs);
+        __m512 gi = _mm512_mul_ps(load_grad16(g, gd, i), gs);
         __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(omb1, gi));
         __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
         __m512 mhat = _mm512_div_ps(mi, bc1), vhat = _mm512_div_ps(vi, bc2);
@@ -137,7 +165,7 @@ __attribute__((target("avx512f"))) static void adam_avx512(float *p, float *m, f
         }
         _mm256_storeu_si256((__m256i *)((uint16_t *)out16 + i), h);
     }
-    adam_scalar(p + i, m + i, v + i, g + i, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
+    adam_scalar(p + i, m + i, v + i, grad_plus(g, gd, i), gd, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
 }
 
 /* ---------------------------------------------------------------- dispatch */
@@ -154,10 +182,11 @@ const char *zt_cpu_adam_isa_name(int isa) {
     return isa == ZT_ADAM_ISA_AVX512 ? "avx512" : isa == ZT_ADAM_ISA_AVX2 ? "avx2" : "scalar";
 }
 
-typedef void (*adam_fn)(float *, float *, float *, const float *, size_t, const zt_adam_step *, void *, zt_dtype);
+typedef void (*adam_fn)(float *, float *, float *, const void *, zt_dtype, size_t, const zt_adam_step *, void *,
+                        zt_dtype);
 
-void zt_cpu_adamw_isa(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,
-                      zt_dtype out_dtype, int nthreads, int isa) {
+void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s,
+                    void *out16, zt_dtype out_dtype, int nthreads, int isa) {
     int best = zt_cpu_adam_best_isa();
     if (isa < 0 || isa > best) isa = best;
     adam_fn fn = isa == ZT_ADAM_ISA_AVX512 ? adam_avx512 : isa == ZT_ADAM_ISA_AVX2 ? adam_avx2 : adam_scalar;
@@ -168,11 +197,17 @@ void zt_cpu_adamw_isa(float *p, float *m, float *v, const float *g, size_t n, co
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (size_t t = 0; t < tiles; t++) {
         size_t a = t * TILE, k = n - a < TILE ? n - a : TILE;
-        fn(p + a, m + a, v + a, g + a, k, s, out16 ? (uint16_t *)out16 + a : NULL, out_dtype);
+        fn(p + a, m + a, v + a, grad_plus(g, g_dtype, a), g_dtype, k, s, out16 ? (uint16_t *)out16 + a : NULL,
+           out_dtype);
     }
+}
+
+void zt_cpu_adamw_isa(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,
+                      zt_dtype out_dtype, int nthreads, int isa) {
+    zt_cpu_adamw_g(p, m, v, g, ZT_F32, n, s, out16, out_dtype, nthreads, isa);
 }
 
 void zt_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,
                   zt_dtype out_dtype, int nthreads) {
-    zt_cpu_adamw_isa(p, m, v, g, n, s, out16, out_dtype, nthreads, ZT_ADAM_ISA_BEST);
+    zt_cpu_adamw_g(p, m, v, g, ZT_F32, n, s, out16, out_dtype, nthreads, ZT_ADAM_ISA_BEST);
 }

@@ -25,6 +25,11 @@ void zt_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, const 
 void zt_cpu_adamw_isa(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,
                       zt_dtype out_dtype, int nthreads, int isa);
 
+/* The same with the gradients g in g_dtype (F32, BF16 or F16), widened to fp32 as they are loaded
+ * (exact), and a given path: the results equal converting g first and calling zt_cpu_adamw. */
+void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s,
+                    void *out16, zt_dtype out_dtype, int nthreads, int isa);
+
 /* dst[i] = src[i] as fp32, src in dtype (F32, BF16, F16); for 16-bit gradients on the host */
 void zt_cpu_to_f32(float *dst, const void *src, size_t n, zt_dtype dtype);
 

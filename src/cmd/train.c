@@ -275,6 +275,12 @@ static void record_step(trainer *t, const step_plan *p, const step_record *rec) 
         if (cfg->wall_clock_breakdown)
             fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",
                     rec->forward * 1e3, rec->backward * 1e3, rec->optimizer * 1e3);
+        if (cfg->wall_clock_breakdown && zt_engine_timing_of(t->s.engine)->host_adam > 0) {
+            /* Twin-Flow: how long the device sat idle waiting for the host part of the update */
+            const zt_engine_timing *tm = zt_engine_timing_of(t->s.engine);
+            fprintf(t->metrics, ", \"host_adam_ms\": %.3f, \"device_idle_ms\": %.3f, \"device_idle_pct\": %.2f",
+                    tm->host_adam * 1e3, tm->device_idle * 1e3, 100.0 * tm->device_idle / rec->seconds);
+        }
         zt_comm_bytes_json(t->metrics, bytes_per_rank, t->comm->world);
         if (!isnan(rec->val_loss)) fprintf(t->metrics, ", \"val_loss\": %.9g", rec->val_loss);
         fprintf(t->metrics, "}\n");

@@ -539,6 +539,8 @@ void zt_engine_phase(zt_engine *e, const char *name, double t0, double t1) {
     zt_trace_complete(e->trace, ZT_LANE_MAIN, name, t0, t1);
 }
 
+const zt_engine_timing *zt_engine_timing_of(const zt_engine *e) { return &e->timing; }
+
 void zt_engine_print_timing(const zt_engine *e) {
     const zt_engine_timing *t = &e->timing;
     zt_info("      time (ms): forward %.1f | backward %.1f | reduce-scatter %.1f | grad norm %.1f | host adam %.1f | "

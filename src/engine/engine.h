@@ -179,6 +179,8 @@ float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t
 /* Records a caller's phase (forward, backward, ...) [t0, t1] (zt_now() seconds) in the trace and, for
  * "forward"/"backward", in e->timing. */
 void zt_engine_phase(zt_engine *e, const char *name, double t0, double t1);
+/* The last step's timing. */
+const zt_engine_timing *zt_engine_timing_of(const zt_engine *e);
 /* One line with e->timing of the last step (ms), via zt_info. */
 void zt_engine_print_timing(const zt_engine *e);
 

@@ -198,7 +198,7 @@ static void read_ahead(pipe *p, size_t last) {
 
 void inf_host_adam_lane(twin_flow *tf) {
     zt_engine *e = tf->e;
-    int fp32 = e->be->compute_dtype == ZT_F32, nb = e->swap_nbuf;
+    int nb = e->swap_nbuf;
     size_t G = e->swap_group, ng = n_groups(e);
     pipe p = {e, zt_xcalloc((size_t)nb, sizeof(int)), zt_xcalloc((size_t)nb, sizeof(int)), 0};
     for (int i = 0; i < nb; i++) p.read_ticket[i] = p.write_ticket[i] = -1;
@@ -225,12 +225,8 @@ void inf_host_adam_lane(twin_flow *tf) {
             size_t ca, cb;
             twin_chunk_range(tf, c, &ca, &cb);
             size_t a = max_sz(ca, lo), b = min_sz(cb, hi);
-            const float *grad = (const float *)e->host_grad + a;
-            if (!fp32) {
-                zt_cpu_to_f32(e->host_grad32, at(e, e->host_grad, a), b - a, e->be->compute_dtype);
-                grad = e->host_grad32;
-            }
-            twin_adam_span(e, &tf->st, a, b - a, master + (a - lo), m + (a - lo), v + (a - lo), grad, twin_host_out(e, a));
+            twin_adam_span(e, &tf->st, a, b - a, master + (a - lo), m + (a - lo), v + (a - lo), at(e, e->host_grad, a),
+                           twin_host_out(e, a));
         }
         p.write_ticket[slot] = zt_swap_write(e->opt_swap, group_offset(e, g), e->swap_buf[slot], group_bytes(e));
         double t1 = zt_now();

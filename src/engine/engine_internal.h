@@ -56,7 +56,6 @@ struct zt_engine {
     double offload_ratio;  /* the ratio in effect (auto: the chosen one) */
     float *host_master, *host_m, *host_v; /* [host_n] host memory */
     void *host_grad;       /* [host_n] gradients, compute dtype (D2H landing) */
-    float *host_grad32;    /* 16-bit backends: [host_chunk] fp32 gradients of one chunk */
     void *host_params16;   /* 16-bit backends: [host_n] updated params in compute dtype (H2D source) */
     size_t host_chunk;     /* pipeline chunk, elements */
     /* ZeRO-Infinity (engine_infinity.c): with offload_optimizer nvme the host part's master, m and v
@@ -163,9 +162,9 @@ int twin_init_master(zt_engine *e, const float *init, zt_err *err);
  * when the fp32 host master itself is what goes up */
 void *twin_host_out(zt_engine *e, size_t off);
 /* AdamW of host-part elements [off, off + n) split per tensor (weight decay differs); p, m, v, g and
- * out point at element off of their arrays; out (compute dtype) may be NULL */
+ * out point at element off of their arrays; g and out are in the compute dtype, out may be NULL */
 void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size_t n, float *p, float *m, float *v,
-                    const float *g, void *out);
+                    const void *g, void *out);
 int twin_alloc(zt_engine *e);  /* the host part's buffers; -1 when out of memory */
 void twin_free(zt_engine *e);
 /* starts the D2H lane (and the others, which wait) as soon as the gradients are final */

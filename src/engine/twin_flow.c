@@ -64,9 +64,8 @@ int twin_alloc(zt_engine *e) {
         if (!e->host_master || !e->host_m || !e->host_v) return -1;
     }
     e->host_grad = host_buf(e, n * E, 1, ZT_MEM_GRADS);
-    if (!fp32) e->host_grad32 = host_buf(e, e->host_chunk * sizeof(float), 0, ZT_MEM_GRADS);
     if (host_out_buffer(e)) e->host_params16 = host_buf(e, n * E, 1, ZT_MEM_COMM);
-    if (!e->host_grad || (!fp32 && !e->host_grad32) || (host_out_buffer(e) && !e->host_params16)) return -1;
+    if (!e->host_grad || (host_out_buffer(e) && !e->host_params16)) return -1;
     return 0;
 }
 
@@ -76,7 +75,6 @@ void twin_free(zt_engine *e) {
     host_buf_free(e, e->host_m, 0);
     host_buf_free(e, e->host_v, 0);
     host_buf_free(e, e->host_grad, 1);
-    host_buf_free(e, e->host_grad32, 0);
     host_buf_free(e, e->host_params16, 1);
 }
 
@@ -222,7 +220,7 @@ static void timed_transfer(twin_flow *tf, int lane, const char *what, void *dst,
 }
 
 void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size_t n, float *p, float *m, float *v,
-                    const float *g, void *out) {
+                    const void *g, void *out) {
     const zt_param_table *tab = e->table;
     int fp32 = e->be->compute_dtype == ZT_F32;
     for (int i = 0; i < tab->count; i++) {
@@ -233,13 +231,15 @@ void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size
         zt_adam_step sti = *st;
         sti.weight_decay = decay_of(e, q);
         void *o = out ? (char *)out + d * esz(e) : NULL;
-        zt_cpu_adamw(p + d, m + d, v + d, g + d, y - x, &sti, fp32 ? NULL : o, e->be->compute_dtype, e->off.host_threads);
+        zt_cpu_adamw_g(p + d, m + d, v + d, (const char *)g + d * esz(e), e->be->compute_dtype, y - x, &sti,
+                       fp32 ? NULL : o, e->be->compute_dtype, e->off.host_threads, ZT_ADAM_ISA_BEST);
         if (fp32 && o) memcpy(o, p + d, (y - x) * sizeof(float)); /* fp32 "casting" is a copy */
     }
 }
 
-/* host-adam lane: CPU Adam of each chunk once its gradients are down; 16-bit backends widen the
- * gradients first and write the rounded params (to the H2D buffer, or the offloaded shard) */
+/* host-adam lane: CPU Adam of each chunk once its gradients are down; on 16-bit backends it reads
+ * the 16-bit gradients as they came down and writes the rounded params (to the H2D buffer, or the
+ * offloaded shard): no widening pass, no fp32 copy of the gradients */
 static void *host_adam_lane(void *arg) {
     twin_flow *tf = arg;
     zt_engine *e = tf->e;
@@ -247,7 +247,6 @@ static void *host_adam_lane(void *arg) {
         inf_host_adam_lane(tf);
         return NULL;
     }
-    int fp32 = e->be->compute_dtype == ZT_F32;
     for (size_t c = 0; c < tf->nchunks; c++) {
         pthread_mutex_lock(&tf->mu);
         while (!tf->go || tf->d2h_done <= c) pthread_cond_wait(&tf->cv, &tf->mu);
@@ -255,12 +254,8 @@ static void *host_adam_lane(void *arg) {
         double t0 = zt_now();
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
-        const float *g = (const float *)e->host_grad + a;
-        if (!fp32) {
-            zt_cpu_to_f32(e->host_grad32, at(e, e->host_grad, a), b - a, e->be->compute_dtype);
-            g = e->host_grad32;
-        }
-        twin_adam_span(e, &tf->st, a, b - a, e->host_master + a, e->host_m + a, e->host_v + a, g, twin_host_out(e, a));
+        twin_adam_span(e, &tf->st, a, b - a, e->host_master + a, e->host_m + a, e->host_v + a, at(e, e->host_grad, a),
+                       twin_host_out(e, a));
         double t1 = zt_now();
         tf->adam_busy += t1 - t0;
         zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "host adam", t0, t1);
