@@ -15,6 +15,7 @@ packages=(
   libyaml-dev              # config parser
   libpcre2-dev             # GPT-2 pre-tokenizer regex
   libhdf5-dev hdf5-tools   # checkpoints (h5dump for tests)
+  liburing-dev             # asynchronous I/O of the NVMe swap files (io_uring)
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-torch python3-h5py python3-regex   # reference cross-checks
   python3-venv python3-yaml python3-requests   # the PyPI environment below

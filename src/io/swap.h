@@ -49,7 +49,8 @@ int zt_swap_write(zt_swap *s, size_t offset, const void *buf, size_t bytes);
 /* Blocks until request `ticket` is complete (and reaps whatever else completed); 0, or -1 with err
  * set if it failed. Waiting for a ticket twice is an error caught by an assertion. */
 int zt_swap_wait(zt_swap *s, int ticket, zt_err *err);
-/* Waits for every request in flight; 0, or -1 with the first failure in err. */
+/* Waits for every request in flight; 0, or -1 with the first failure in err. Their tickets are used
+ * up: waiting for one of them afterwards is the same error as waiting twice. */
 int zt_swap_wait_all(zt_swap *s, zt_err *err);
 
 /* Buffers for requests: aligned to ZT_SWAP_ALIGN, size rounded up to it, zeroed. */

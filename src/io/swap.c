@@ -1,0 +1,352 @@
+/* swap.c — see swap.h.
+ *
+ * Why io_uring: it is asynchronous for buffered and O_DIRECT files alike (Linux AIO is asynchronous
+ * only with O_DIRECT and blocks otherwise), and one system call submits a whole batch of pieces.
+ * Why O_DIRECT: the drive then moves the bytes by DMA straight to and from the caller's buffer. The
+ * page cache would copy every byte once more and fill host memory with pages of the swap file,
+ * when the reason to swap at all is that host memory is short.
+ * Why pieces of aio.block_size with aio.queue_depth in flight: an NVMe drive reaches its bandwidth
+ * only with several commands queued at once (it serves them in parallel across its flash chips),
+ * and a bounded piece keeps the memory the kernel pins per request bounded too.
+ *
+ * Bookkeeping: a request (one ticket) is cut into pieces lazily, oldest request first, as piece
+ * slots free up; a piece whose transfer comes back short is resubmitted for the rest, and one that
+ * fails marks its request failed (the rest of that request is not submitted). A request is complete
+ * when every piece it handed out has come back. */
+#define _GNU_SOURCE
+#include "io/swap.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <liburing.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+enum { KIND_READ, KIND_WRITE };
+static const char *const kind_names[] = {"read", "write"};
+
+typedef struct swap_request {
+    int ticket; /* -1: the slot is free */
+    uint64_t seq; /* issue order: pieces are cut from the oldest request first */
+    int kind, done, failed;
+    char *buf;
+    size_t offset, bytes;
+    size_t split;   /* bytes already handed out to pieces */
+    int pieces_out; /* its pieces in flight */
+    char error[sizeof(((zt_err *)0)->msg)];
+} swap_request;
+
+typedef struct swap_piece {
+    int req;       /* slot of its request; -1: the piece is free */
+    size_t at, len; /* byte within the request where it starts, bytes still to move */
+} swap_piece;
+
+struct zt_swap {
+    char *dir, *path;
+    int fd, direct;
+    size_t bytes, block_size;
+    zt_swap_opts opts;
+    struct io_uring ring;
+    swap_piece *pieces; /* opts.queue_depth of them */
+    int pieces_out, unsubmitted;
+    swap_request *reqs;
+    int nreqs;
+    uint64_t next_seq;
+    size_t moved[2];      /* bytes read, written */
+    int active[2];        /* requests of each kind not yet complete */
+    double busy[2], busy_since[2];
+};
+
+size_t zt_swap_round(size_t bytes) { return (bytes + ZT_SWAP_ALIGN - 1) / ZT_SWAP_ALIGN * ZT_SWAP_ALIGN; }
+
+void *zt_swap_buffer_alloc(size_t bytes) {
+    size_t n = bytes ? zt_swap_round(bytes) : ZT_SWAP_ALIGN;
+    void *p = aligned_alloc(ZT_SWAP_ALIGN, n);
+    if (!p) {
+        fprintf(stderr, "zerotrain: error: out of host memory (%zu bytes for a swap buffer)\n", n);
+        abort();
+    }
+    return memset(p, 0, n);
+}
+
+void zt_swap_buffer_free(void *p) { free(p); }
+
+const char *zt_swap_path(const zt_swap *s) { return s->path; }
+int zt_swap_is_direct(const zt_swap *s) { return s->direct; }
+
+/* a byte count for messages: MiB below 1 GiB, GiB above */
+static const char *human(double bytes, char *buf, size_t cap) {
+    if (bytes >= (double)(1 << 30)) snprintf(buf, cap, "%.2f GiB", bytes / (double)(1 << 30));
+    else snprintf(buf, cap, "%.2f MiB", bytes / (double)(1 << 20));
+    return buf;
+}
+
+/* ---- submission and completion ---- */
+
+static void prep_piece(zt_swap *s, swap_piece *p) {
+    swap_request *r = &s->reqs[p->req];
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+    assert(sqe && "the submission queue holds queue_depth entries and at most that many pieces exist");
+    if (r->kind == KIND_READ) io_uring_prep_read(sqe, s->fd, r->buf + p->at, (unsigned)p->len, r->offset + p->at);
+    else io_uring_prep_write(sqe, s->fd, r->buf + p->at, (unsigned)p->len, r->offset + p->at);
+    io_uring_sqe_set_data(sqe, p);
+    s->unsubmitted++;
+}
+
+/* Hands prepared pieces to the kernel. The only errors io_uring_submit can give on a ring set up
+ * as ours is are transient (retried) or the kernel being out of memory, which, as for malloc in
+ * this project, is not a recoverable input error. */
+static void flush(zt_swap *s) {
+    while (s->unsubmitted > 0) {
+        int rc = io_uring_submit(&s->ring);
+        if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) continue;
+        if (rc < 0) {
+            fprintf(stderr, "zerotrain: error: %s: io_uring_submit: %s\n", s->path, strerror(-rc));
+            abort();
+        }
+        s->unsubmitted -= rc;
+    }
+}
+
+static swap_request *oldest_unsplit(zt_swap *s) {
+    swap_request *best = NULL;
+    for (int i = 0; i < s->nreqs; i++) {
+        swap_request *r = &s->reqs[i];
+        if (r->ticket >= 0 && r->split < r->bytes && (!best || r->seq < best->seq)) best = r;
+    }
+    return best;
+}
+
+/* Cuts pieces from the oldest requests into free piece slots and submits them: one submit call per
+ * piece with aio.single_submit, one for the whole batch otherwise. Without aio.overlap_events new
+ * pieces go out only once every piece in flight has come back (batch by batch). */
+static void feed(zt_swap *s) {
+    if (!s->opts.overlap_events && s->pieces_out > 0) return;
+    for (int slot = 0; slot < s->opts.queue_depth && s->pieces_out < s->opts.queue_depth; slot++) {
+        swap_piece *p = &s->pieces[slot];
+        if (p->req >= 0) continue;
+        swap_request *r = oldest_unsplit(s);
+        if (!r) break;
+        p->req = (int)(r - s->reqs);
+        p->at = r->split;
+        p->len = r->bytes - r->split < s->block_size ? r->bytes - r->split : s->block_size;
+        r->split += p->len;
+        r->pieces_out++;
+        s->pieces_out++;
+        prep_piece(s, p);
+        if (s->opts.single_submit) flush(s);
+    }
+    flush(s);
+}
+
+static void request_finished(zt_swap *s, swap_request *r) {
+    r->done = 1;
+    if (--s->active[r->kind] == 0) s->busy[r->kind] += zt_now() - s->busy_since[r->kind];
+}
+
+/* One completion: res is the byte count moved or -errno. */
+static void complete_piece(zt_swap *s, swap_piece *p, int res) {
+    swap_request *r = &s->reqs[p->req];
+    if (res == -EAGAIN || res == -EINTR) { /* nothing moved: the same piece again */
+        prep_piece(s, p);
+        return;
+    }
+    if (res > 0) {
+        s->moved[r->kind] += (size_t)res;
+        p->at += (size_t)res;
+        p->len -= (size_t)res;
+        if (p->len > 0 && !r->failed) { /* short transfer: the rest as a new submission */
+            prep_piece(s, p);
+            return;
+        }
+    } else if (!r->failed) {
+        const char *why = res < 0 ? strerror(-res) : r->kind == KIND_READ ? "unexpected end of file" : "nothing written";
+        snprintf(r->error, sizeof r->error, "%s: %s of %zu bytes at byte %zu failed: %s", s->path,
+                 kind_names[r->kind], p->len, r->offset + p->at, why);
+        r->failed = 1;
+        r->split = r->bytes; /* the rest of a failed request is not submitted */
+    }
+    p->req = -1;
+    s->pieces_out--;
+    if (--r->pieces_out == 0 && r->split == r->bytes) request_finished(s, r);
+}
+
+/* Handles every completion that is ready, after waiting for one when `block`; then resubmits
+ * short pieces and feeds new ones. */
+static void reap(zt_swap *s, int block) {
+    struct io_uring_cqe *cqe;
+    int rc;
+    do rc = block ? io_uring_wait_cqe(&s->ring, &cqe) : io_uring_peek_cqe(&s->ring, &cqe);
+    while (rc == -EINTR);
+    while (rc == 0) {
+        complete_piece(s, io_uring_cqe_get_data(cqe), cqe->res);
+        io_uring_cqe_seen(&s->ring, cqe);
+        rc = io_uring_peek_cqe(&s->ring, &cqe);
+    }
+    flush(s);
+    feed(s);
+}
+
+static int issue(zt_swap *s, int kind, size_t offset, void *buf, size_t bytes) {
+    assert(offset % ZT_SWAP_ALIGN == 0 && bytes % ZT_SWAP_ALIGN == 0 && (uintptr_t)buf % ZT_SWAP_ALIGN == 0);
+    assert(offset <= s->bytes && bytes <= s->bytes - offset && "request outside the swap file");
+    int slot = 0;
+    while (slot < s->nreqs && s->reqs[slot].ticket >= 0) slot++;
+    if (slot == s->nreqs) {
+        s->nreqs = s->nreqs ? 2 * s->nreqs : 8;
+        s->reqs = zt_xrealloc(s->reqs, (size_t)s->nreqs * sizeof *s->reqs);
+        for (int i = slot; i < s->nreqs; i++) s->reqs[i].ticket = -1;
+    }
+    swap_request *r = &s->reqs[slot];
+    uint64_t seq = s->next_seq++;
+    *r = (swap_request){.ticket = (int)(seq % INT_MAX), .seq = seq, .kind = kind, .buf = buf, .offset = offset,
+                        .bytes = bytes};
+    if (s->active[kind]++ == 0) s->busy_since[kind] = zt_now();
+    if (bytes == 0) request_finished(s, r);
+    reap(s, 0); /* takes what has completed meanwhile, then feeds this request's first pieces */
+    return r->ticket;
+}
+
+int zt_swap_read(zt_swap *s, size_t offset, void *buf, size_t bytes) {
+    return issue(s, KIND_READ, offset, buf, bytes);
+}
+
+int zt_swap_write(zt_swap *s, size_t offset, const void *buf, size_t bytes) {
+    return issue(s, KIND_WRITE, offset, (void *)buf, bytes); /* only ever read from */
+}
+
+int zt_swap_wait(zt_swap *s, int ticket, zt_err *err) {
+    int slot = 0;
+    while (slot < s->nreqs && !(ticket >= 0 && s->reqs[slot].ticket == ticket)) slot++;
+    assert(slot < s->nreqs && "zt_swap_wait: ticket unknown or already waited for");
+    swap_request *r = &s->reqs[slot];
+    while (!r->done) {
+        feed(s);
+        assert(s->pieces_out > 0);
+        reap(s, 1);
+    }
+    r->ticket = -1;
+    return r->failed ? zt_fail(err, "%s", r->error) : 0;
+}
+
+int zt_swap_wait_all(zt_swap *s, zt_err *err) {
+    int rc = 0;
+    for (;;) { /* oldest first, so that the first failure reported is the earliest request's */
+        swap_request *oldest = NULL;
+        for (int i = 0; i < s->nreqs; i++)
+            if (s->reqs[i].ticket >= 0 && (!oldest || s->reqs[i].seq < oldest->seq)) oldest = &s->reqs[i];
+        if (!oldest) return rc;
+        if (zt_swap_wait(s, oldest->ticket, rc ? NULL : err)) rc = -1;
+    }
+}
+
+zt_swap_stats zt_swap_get_stats(const zt_swap *s) {
+    double now = zt_now(), busy[2];
+    for (int k = 0; k < 2; k++) busy[k] = s->busy[k] + (s->active[k] ? now - s->busy_since[k] : 0);
+    return (zt_swap_stats){s->moved[KIND_READ], s->moved[KIND_WRITE], busy[KIND_READ], busy[KIND_WRITE]};
+}
+
+/* ---- open and close ---- */
+
+/* Reserves the file's blocks so that later writes cannot run out of space. fallocate is the
+ * file system's own reservation; where it has none (EOPNOTSUPP), posix_fallocate writes a byte
+ * into each block, through a descriptor without O_DIRECT since such small writes are unaligned. */
+static int reserve(const char *path, int fd, size_t bytes) {
+    if (fallocate(fd, 0, 0, (off_t)bytes) == 0) return 0;
+    if (errno != EOPNOTSUPP && errno != ENOSYS) return errno;
+    int plain = open(path, O_RDWR | O_CLOEXEC);
+    if (plain < 0) return errno;
+    int rc = posix_fallocate(plain, 0, (off_t)bytes);
+    close(plain);
+    return rc;
+}
+
+static zt_swap *open_fail(zt_swap *s, int unlink_file) {
+    if (s->fd >= 0) close(s->fd);
+    if (unlink_file) unlink(s->path);
+    free(s->dir);
+    free(s->path);
+    free(s);
+    return NULL;
+}
+
+zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t bytes, const zt_swap_opts *opts,
+                      zt_err *err) {
+    struct stat st;
+    if (stat(dir, &st)) { zt_fail(err, "%s: %s", dir, strerror(errno)); return NULL; }
+    if (!S_ISDIR(st.st_mode)) { zt_fail(err, "%s: not a directory", dir); return NULL; }
+    if (access(dir, W_OK | X_OK)) { zt_fail(err, "%s: not writable: %s", dir, strerror(errno)); return NULL; }
+
+    zt_swap *s = zt_xcalloc(1, sizeof *s);
+    s->fd = -1;
+    s->dir = zt_xstrdup(dir);
+    zt_sb name = {0};
+    zt_sb_printf(&name, "%s/zerotrain-swap-%s-rank%d-%ld.bin", dir, purpose, rank, (long)getpid());
+    s->path = name.p;
+    s->bytes = zt_swap_round(bytes);
+    s->opts = *opts;
+    if (s->opts.queue_depth < 1) s->opts.queue_depth = 1;
+    size_t block = opts->block_size < ZT_SWAP_ALIGN ? ZT_SWAP_ALIGN : zt_swap_round(opts->block_size);
+    s->block_size = block > ((size_t)1 << 30) ? (size_t)1 << 30 : block; /* io_uring lengths are 32-bit */
+
+    /* The space check: what the file system grants an unprivileged user (f_bavail), plus what a
+     * leftover file of the same name holds, since it is reused. A file system that reports no
+     * size at all (f_blocks 0: ramfs and some virtual ones) is not checked. */
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs)) { zt_fail(err, "%s: %s", dir, strerror(errno)); return open_fail(s, 0); }
+    double free_bytes = (double)vfs.f_bavail * (double)vfs.f_frsize;
+    if (stat(s->path, &st) == 0) free_bytes += (double)st.st_blocks * 512.0;
+    char need[32], have[32];
+    if (vfs.f_blocks > 0 && (double)s->bytes > free_bytes) {
+        zt_fail(err, "%s: needs %s for %s swap, %s free", dir, human((double)s->bytes, need, sizeof need), purpose,
+                human(free_bytes, have, sizeof have));
+        return open_fail(s, 0);
+    }
+
+    /* O_DIRECT where the file system takes it; those without it refuse the open with EINVAL */
+    s->fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
+    s->direct = s->fd >= 0;
+    if (s->fd < 0 && errno == EINVAL) s->fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s->fd < 0) { zt_fail(err, "%s: cannot create: %s", s->path, strerror(errno)); return open_fail(s, 0); }
+    if (ftruncate(s->fd, (off_t)s->bytes)) {
+        zt_fail(err, "%s: cannot set its size to %zu bytes: %s", s->path, s->bytes, strerror(errno));
+        return open_fail(s, 1);
+    }
+    int rc = opts->preallocate ? reserve(s->path, s->fd, s->bytes) : 0;
+    if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG) {
+        zt_fail(err, "%s: needs %s for %s swap, %s free (reserving it: %s)", dir,
+                human((double)s->bytes, need, sizeof need), purpose, human(free_bytes, have, sizeof have),
+                strerror(rc));
+        return open_fail(s, 1);
+    } else if (rc) {
+        zt_fail(err, "%s: cannot reserve %zu bytes: %s", s->path, s->bytes, strerror(rc));
+        return open_fail(s, 1);
+    }
+    rc = io_uring_queue_init((unsigned)s->opts.queue_depth, &s->ring, 0);
+    if (rc < 0) {
+        zt_fail(err, "%s: cannot set up io_uring with queue depth %d: %s", s->path, s->opts.queue_depth,
+                strerror(-rc));
+        return open_fail(s, 1);
+    }
+    s->pieces = zt_xcalloc((size_t)s->opts.queue_depth, sizeof *s->pieces);
+    for (int i = 0; i < s->opts.queue_depth; i++) s->pieces[i].req = -1;
+    return s;
+}
+
+void zt_swap_close(zt_swap *s, int remove_file) {
+    if (!s) return;
+    /* the kernel may still be writing into caller buffers: let what is in flight come back, and
+     * submit nothing new */
+    for (int i = 0; i < s->nreqs; i++) s->reqs[i].split = s->reqs[i].bytes;
+    while (s->pieces_out > 0) reap(s, 1);
+    io_uring_queue_exit(&s->ring);
+    free(s->pieces);
+    free(s->reqs);
+    open_fail(s, remove_file);
+}
