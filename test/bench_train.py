@@ -3,12 +3,17 @@
       forward and backward separately, tokens/s and GFLOP/s as a fraction of the OpenBLAS SGEMM peak
       measured by bench_ops in the same `make bench` run;
   ZeRO: config (b) on 2 ranks x 1 thread for stages 0-3 relative to 1 rank x 2 threads, with the
-      time spent waiting on collectives per step.
+      time spent waiting on collectives per step;
+  ZeRO-Infinity: config (b) at stage 3 with offload_param cpu / nvme and offload_optimizer nvme
+      against no offload, and the swap files' throughput during the steps against the disk
+      bandwidth bench_swap measured in this run.
 Medians over the timed steps (the first step, warm-up, is dropped)."""
 import os
 import re
+import shutil
 import statistics
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ztlib  # noqa: E402
@@ -39,7 +44,8 @@ def bench(config, sets=(), ranks=0, omp=threads):
         return None
     timed = rows[1:]
     med = lambda k: statistics.median(r.get(k, 0.0) for r in timed)
-    return {k: med(k) for k in ("step_ms", "tokens_per_s", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms")}
+    return {k: med(k) for k in ("step_ms", "tokens_per_s", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
+                                "nvme_read_bytes", "nvme_written_bytes", "nvme_read_ms", "nvme_write_ms")}
 
 
 peak = sgemm_peak()
@@ -69,10 +75,46 @@ for stage in (0, 1, 2, 3):
           f"1 rank x 2 threads ({one['tokens_per_s']:.0f}); waiting on collectives {r['comm_ms']:.0f} ms of "
           f"{r['step_ms']:.0f} ms/step")
 
+# ZeRO-Infinity on config (b), stage 3, 1 rank: what parameter offload and the NVMe tier cost per step
+# on the CPU backend (where "device" and host are the same memory, so this is the bookkeeping and
+# the I/O, not PCIe), and the swap throughput during the steps against bench_swap's disk figures
+swap_disk = None
+try:
+    text = open(os.path.join(ztlib.ROOT, "build/bench/bench_swap.txt")).read()
+    m = re.search(r"disk baseline: write ([0-9.]+) GiB/s, read ([0-9.]+) GiB/s", text)
+    swap_disk = (float(m.group(1)), float(m.group(2))) if m else None
+except OSError:
+    pass
+nvme_dir = tempfile.mkdtemp(dir=os.path.join(ztlib.ROOT, "build"))
+infinity = {"no offload": [],
+            "offload_param cpu": ["zero_optimization.offload_param.device=cpu"],
+            "offload_optimizer nvme": [f"zero_optimization.offload_optimizer={{device: nvme, nvme_path: {nvme_dir}}}",
+                                       "zero_optimization.sub_group_size=4000000"],
+            "offload_param nvme + offload_optimizer nvme": [
+                f"zero_optimization.offload_param={{device: nvme, nvme_path: {nvme_dir}}}",
+                f"zero_optimization.offload_optimizer={{device: nvme, nvme_path: {nvme_dir}}}",
+                "zero_optimization.sub_group_size=4000000"]}
+print("ZeRO-Infinity on config (b), stage 3, 1 rank x 2 threads")
+ref = None
+for name, sets in infinity.items():
+    r = bench(shapes["b"][0], ["zero_optimization.stage=3", "train_iters=6"] + sets, omp=2)
+    if not r:
+        print(f"  {name}: failed")
+        continue
+    ref = ref or r
+    line = f"  {name}: {r['step_ms']:.0f} ms/step = {r['step_ms'] / ref['step_ms']:.2f}x of no offload"
+    if r["nvme_read_bytes"]:
+        rd = r["nvme_read_bytes"] / 2**30 / max(r["nvme_read_ms"] / 1e3, 1e-9)
+        wr = r["nvme_written_bytes"] / 2**30 / max(r["nvme_write_ms"] / 1e3, 1e-9)
+        line += (f"; swap {r['nvme_read_bytes'] / 1e6:.0f} MB read at {rd:.2f} GiB/s, "
+                 f"{r['nvme_written_bytes'] / 1e6:.0f} MB written at {wr:.2f} GiB/s while I/O was in flight")
+        if swap_disk:
+            line += f" = {100 * rd / swap_disk[1]:.0f}% / {100 * wr / swap_disk[0]:.0f}% of the disk (goal >= 70%)"
+    print(line)
+shutil.rmtree(nvme_dir, ignore_errors=True)
+
 # checkpoint save/load of GPT-2 124M on 2 ranks (stage 2) against the disk bandwidth bench_checkpoint
 # measured in this run (plain write()+fsync / read() of the same number of bytes)
-import shutil
-import tempfile
 
 base = None
 try:

@@ -149,7 +149,7 @@ typedef struct step_record {
     double seconds, forward, backward, optimizer;
     long samples_done;       /* training-stream samples consumed after this step */
     zt_comm_bytes bytes;     /* this rank's communication volume in the step */
-    double nvme_read, nvme_written; /* this rank's swap-file bytes in the step (ZeRO-Infinity) */
+    zt_engine_nvme nvme;     /* this rank's swap-file traffic in the step (ZeRO-Infinity) */
 } step_record;
 
 /* Shapes of every step, fixed for the run. */
@@ -186,8 +186,8 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
     double t0 = zt_now(), loss_sum = 0;
     zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes;
-    double nvme_read0, nvme_written0;
-    zt_engine_nvme_stats(eng, &nvme_read0, &nvme_written0);
+    zt_engine_nvme nvme0;
+    zt_engine_nvme_stats(eng, &nvme0);
     memset(rec, 0, sizeof *rec);
     rec->step = step + 1;
     rec->lr = zt_lr_at(cfg, step);
@@ -226,9 +226,11 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     rec->seconds = zt_now() - t0;
     rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
     rec->bytes = zt_comm_bytes_since(&zt_engine_comm(eng)->bytes, &bytes0);
-    zt_engine_nvme_stats(eng, &rec->nvme_read, &rec->nvme_written);
-    rec->nvme_read -= nvme_read0;
-    rec->nvme_written -= nvme_written0;
+    zt_engine_nvme_stats(eng, &rec->nvme);
+    rec->nvme.bytes_read -= nvme0.bytes_read;
+    rec->nvme.bytes_written -= nvme0.bytes_written;
+    rec->nvme.read_seconds -= nvme0.read_seconds;
+    rec->nvme.write_seconds -= nvme0.write_seconds;
 }
 
 /* The step line (and the breakdown) on rank 0 every steps_per_print steps, the first and the last. */
@@ -246,8 +248,10 @@ static void print_step(trainer *t, const step_plan *p, const step_record *rec, d
     if (cfg->wall_clock_breakdown) {
         zt_engine_print_timing(t->s.engine);
         zt_comm_bytes_print(&rec->bytes);
-        if (rec->nvme_read + rec->nvme_written > 0)
-            zt_info("      nvme (MB read/written by rank 0): %.3f/%.3f", rec->nvme_read * 1e-6, rec->nvme_written * 1e-6);
+        if (rec->nvme.bytes_read + rec->nvme.bytes_written > 0)
+            zt_info("      nvme (rank 0): read %.1f MB in %.1f ms, written %.1f MB in %.1f ms (time with I/O in flight)",
+                    rec->nvme.bytes_read * 1e-6, rec->nvme.read_seconds * 1e3, rec->nvme.bytes_written * 1e-6,
+                    rec->nvme.write_seconds * 1e3);
     }
     if (cfg->memory_breakdown) zt_mem_report_step(t->s.engine, rec->step, t->s.model.act_bytes);
 }
@@ -269,8 +273,9 @@ static void record_step(trainer *t, const step_plan *p, const step_record *rec) 
         fprintf(t->metrics, ", \"params_peak_mib\": %.3f", mem->params_peak / 1048576.0);
         if (mem->nvme[ZT_MEM_OPTIM] + mem->nvme[ZT_MEM_PARAMS])
             fprintf(t->metrics, ", \"nvme_params_mib\": %.3f, \"nvme_optimizer_mib\": %.3f, \"nvme_read_bytes\": %.0f, "
-                                "\"nvme_written_bytes\": %.0f", mem->nvme[ZT_MEM_PARAMS] / 1048576.0,
-                    mem->nvme[ZT_MEM_OPTIM] / 1048576.0, rec->nvme_read, rec->nvme_written);
+                                "\"nvme_written_bytes\": %.0f, \"nvme_read_ms\": %.3f, \"nvme_write_ms\": %.3f",
+                    mem->nvme[ZT_MEM_PARAMS] / 1048576.0, mem->nvme[ZT_MEM_OPTIM] / 1048576.0, rec->nvme.bytes_read,
+                    rec->nvme.bytes_written, rec->nvme.read_seconds * 1e3, rec->nvme.write_seconds * 1e3);
         if (cfg->fp16_enabled) fprintf(t->metrics, ", \"loss_scale\": %g, \"skipped\": %d", rec->scale_used, rec->skipped);
         if (cfg->wall_clock_breakdown)
             fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",

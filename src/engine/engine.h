@@ -159,8 +159,12 @@ void zt_engine_gather_params(zt_engine *e, float *out_f32);
 /* Expected model-state bytes per rank from the ZeRO formulas for this backend (see engine.c). */
 size_t zt_engine_model_state_formula(const zt_engine *e);
 size_t zt_engine_model_state_bytes(const zt_engine *e);
-/* Bytes this rank has read from and written to its NVMe swap files since the start (0 without). */
-void zt_engine_nvme_stats(const zt_engine *e, double *bytes_read, double *bytes_written);
+/* This rank's NVMe swap traffic since the start (all 0 without): bytes, and seconds with a read or a
+ * write in flight (the swap's throughput is bytes over those seconds). */
+typedef struct zt_engine_nvme {
+    double bytes_read, bytes_written, read_seconds, write_seconds;
+} zt_engine_nvme;
+void zt_engine_nvme_stats(const zt_engine *e, zt_engine_nvme *out);
 /* Prints device and host bytes per category and the Twin-Flow split. */
 void zt_engine_print_memory(const zt_engine *e, size_t act_bytes);
 

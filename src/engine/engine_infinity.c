@@ -243,13 +243,15 @@ void inf_host_adam_lane(twin_flow *tf) {
     free(p.write_ticket);
 }
 
-void zt_engine_nvme_stats(const zt_engine *e, double *bytes_read, double *bytes_written) {
-    *bytes_read = *bytes_written = 0;
+void zt_engine_nvme_stats(const zt_engine *e, zt_engine_nvme *out) {
+    memset(out, 0, sizeof *out);
     const zt_swap *swaps[2] = {e->opt_swap, e->param_swap};
     for (int i = 0; i < 2; i++) {
         if (!swaps[i]) continue;
         zt_swap_stats s = zt_swap_get_stats(swaps[i]);
-        *bytes_read += (double)s.bytes_read;
-        *bytes_written += (double)s.bytes_written;
+        out->bytes_read += (double)s.bytes_read;
+        out->bytes_written += (double)s.bytes_written;
+        out->read_seconds += s.read_seconds;
+        out->write_seconds += s.write_seconds;
     }
 }
