@@ -196,6 +196,15 @@ with ztlib.Tmpfs("size=12m", tmp) as small:
     _, p = start_error("nvme_path_too_small_for_two_ranks", small.path, "free")
     print("   ", errors_of(p))
     ztlib.check(os.listdir(small.path) == [], "nvme_path_too_small_leaves_nothing", f"{os.listdir(small.path)}")
+    # a killed run's file (its pid no longer alive) is named in the error, and left alone
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = os.path.join(small.path, f"zerotrain-swap-optimizer-rank0-{dead.pid}.bin")
+    with open(stale, "wb") as f:
+        f.write(b"\0" * (4 << 20))
+    _, p = start_error("nvme_path_too_small_names_leftovers", small.path, "1 swap file of earlier runs holds 4.00 MiB",
+                       ranks=1)
+    ztlib.check(os.path.exists(stale), "nvme_path_leftovers_not_removed", f"{os.listdir(small.path)}")
 
 # --- the disk fills up during a step: two ranks on one 14 MiB file system without preallocation
 # both pass the space check and write their masters at start; the first update's write-back of m and v

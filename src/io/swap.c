@@ -17,9 +17,11 @@
 #include "io/swap.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <liburing.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -267,6 +269,36 @@ static int reserve(const char *path, int fd, size_t bytes) {
     return rc;
 }
 
+/* Swap files in dir left by runs that are no longer alive on this host (killed, crashed: a clean
+ * end removes its files): " (N swap files of earlier runs hold X in DIR: remove them if no run
+ * on another host uses them)" for the space errors, or "" when there are none. Never removes them:
+ * on a directory shared between hosts the pid says nothing about another host's runs. */
+static void leftovers(const char *dir, char *note, size_t cap) {
+    note[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int count = 0;
+    double bytes = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        const char *name = de->d_name, *dash = strrchr(name, '-');
+        size_t len = strlen(name);
+        if (strncmp(name, "zerotrain-swap-", 15) || !dash || len < 5 || strcmp(name + len - 4, ".bin")) continue;
+        long pid = strtol(dash + 1, NULL, 10);
+        if (pid <= 0 || !(kill((pid_t)pid, 0) && errno == ESRCH)) continue; /* alive (or not ours to tell) */
+        struct stat st;
+        zt_sb path = {0};
+        zt_sb_printf(&path, "%s/%s", dir, name);
+        if (stat(path.p, &st) == 0) bytes += (double)st.st_blocks * 512.0, count++;
+        free(path.p);
+    }
+    closedir(d);
+    char size[32];
+    if (count)
+        snprintf(note, cap, " (%d swap file%s of earlier runs %s %s there: remove %s if no run on another host uses %s)",
+                 count, count > 1 ? "s" : "", count > 1 ? "hold" : "holds", human(bytes, size, sizeof size),
+                 count > 1 ? "them" : "it", count > 1 ? "them" : "it");
+}
+
 static zt_swap *open_fail(zt_swap *s, int unlink_file) {
     if (s->fd >= 0) close(s->fd);
     if (unlink_file) unlink(s->path);
@@ -302,10 +334,11 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     if (statvfs(dir, &vfs)) { zt_fail(err, "%s: %s", dir, strerror(errno)); return open_fail(s, 0); }
     double free_bytes = (double)vfs.f_bavail * (double)vfs.f_frsize;
     if (stat(s->path, &st) == 0) free_bytes += (double)st.st_blocks * 512.0;
-    char need[32], have[32];
+    char need[32], have[32], note[200];
     if (vfs.f_blocks > 0 && (double)s->bytes > free_bytes) {
-        zt_fail(err, "%s: needs %s for %s swap, %s free", dir, human((double)s->bytes, need, sizeof need), purpose,
-                human(free_bytes, have, sizeof have));
+        leftovers(dir, note, sizeof note);
+        zt_fail(err, "%s: needs %s for %s swap, %s free%s", dir, human((double)s->bytes, need, sizeof need), purpose,
+                human(free_bytes, have, sizeof have), note);
         return open_fail(s, 0);
     }
 
@@ -320,9 +353,10 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     }
     int rc = opts->preallocate ? reserve(s->path, s->fd, s->bytes) : 0;
     if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG) {
-        zt_fail(err, "%s: needs %s for %s swap, %s free (reserving it: %s)", dir,
+        leftovers(dir, note, sizeof note);
+        zt_fail(err, "%s: needs %s for %s swap, %s free (reserving it: %s)%s", dir,
                 human((double)s->bytes, need, sizeof need), purpose, human(free_bytes, have, sizeof have),
-                strerror(rc));
+                strerror(rc), note);
         return open_fail(s, 1);
     } else if (rc) {
         zt_fail(err, "%s: cannot reserve %zu bytes: %s", s->path, s->bytes, strerror(rc));
