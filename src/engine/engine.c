@@ -172,7 +172,6 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     int stage = opt->stage;
     e->lay.opt_lo = stage == 0 ? 0 : e->lay.lo;
     e->lay.opt_hi = stage == 0 ? e->lay.total : e->lay.hi;
-    size_t opt_n = stage == 0 ? e->lay.padded_total : e->lay.shard;
     size_t E = esz(e);
     int fp32 = be->compute_dtype == ZT_F32;
 
@@ -217,10 +216,10 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
      * device part's on the device (the fp32 master is the fp32 params there, unless those are
      * offloaded) */
     twin_plan(e);
-    size_t dev_n = opt_n - e->host_n;
+    size_t dev_n = e->host_lo; /* the device part is the head of the optimizer range */
     int master_is_params = fp32 && !e->params_on_host;
     if (master_is_params)
-        e->master = stage == 3 ? (float *)at(e, e->params, e->host_n) : (float *)at(e, e->params, e->lay.opt_lo + e->host_n);
+        e->master = stage == 3 ? (float *)e->params : (float *)at(e, e->params, e->lay.opt_lo);
     else
         e->master = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     e->adam_m = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
@@ -242,18 +241,17 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     } else if (params_from_f32(e, 0, init_f32, e->lay.total)) {
         goto oom;
     }
-    if (e->host_n && twin_init_master(e, init_f32 + e->lay.opt_lo, err)) {
+    if (e->host_n && twin_init_master(e, init_f32 + e->lay.opt_lo + e->host_lo, err)) {
         zt_engine_destroy(e);
         return -1;
     }
-    size_t n_opt = e->lay.opt_hi - e->lay.opt_lo;
-    if (!master_is_params && n_opt > e->host_n)
-        be->copy(e->master, init_f32 + e->lay.opt_lo + e->host_n, (n_opt - e->host_n) * sizeof(float), ZT_H2D);
+    if (!master_is_params && e->host_lo)
+        be->copy(e->master, init_f32 + e->lay.opt_lo, e->host_lo * sizeof(float), ZT_H2D);
     e->mem.params_peak = e->params_on_host ? 0 : stage == 3 ? e->lay.shard * E : param_n * E;
     if (e->off.enabled)
-        zt_info("twin-flow: rank %d updates %zu of %zu optimizer elements on the host (ratio %.3f, split at %zu), "
+        zt_info("twin-flow: rank %d updates %zu of %zu optimizer elements on the host (ratio %.3f, the tail from %zu), "
                 "the rest on the %s; CPU Adam path %s", e->lay.rank, e->host_n, e->lay.opt_hi - e->lay.opt_lo, e->offload_ratio,
-                e->lay.opt_lo + e->host_n, be->name, zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
+                e->lay.opt_lo + e->host_lo, be->name, zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
     return 0;
 oom:
     {
@@ -399,16 +397,16 @@ void zt_engine_gather_params(zt_engine *e, float *out) {
     for (int r = 0; r < e->lay.world; r++) counts[r] = e->lay.shard;
     float *full = be->alloc(e->lay.padded_total * sizeof(float));
     size_t own = e->opt.stage == 0 ? e->lay.total : e->lay.hi - e->lay.lo;
-    /* this rank's master, host part (from host memory or NVMe) then device part, into full at opt_lo */
-    size_t h = min_sz(e->host_n, own);
+    /* this rank's master, device part then host part (from host memory or NVMe), into full at opt_lo */
     float *mine = full + e->lay.opt_lo;
-    if (h) {
-        float *tmp = zt_xmalloc(h * sizeof(float));
-        zt_engine_state_read(e, ZT_STATE_MASTER, 0, h, tmp);
-        be->copy(mine, tmp, h * 4, ZT_H2D);
+    size_t d = min_sz(e->host_lo, own);
+    if (d) be->copy(mine, e->master, d * 4, ZT_D2D);
+    if (own > d) {
+        float *tmp = zt_xmalloc((own - d) * sizeof(float));
+        zt_engine_state_read(e, ZT_STATE_MASTER, d, own - d, tmp);
+        be->copy(mine + d, tmp, (own - d) * 4, ZT_H2D);
         free(tmp);
     }
-    if (own > h) be->copy(mine + h, e->master, (own - h) * 4, ZT_D2D);
     if (e->opt.stage != 0) {
         e->comm->wait(e->comm, e->comm->allgather(e->comm, (char *)full + e->lay.lo * 4, full, counts, ZT_F32));
     }
@@ -491,46 +489,46 @@ static void host_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n
 
 void zt_engine_state_read(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *host_out) {
     size_t end = off + n;
-    if (off < e->host_n) { /* host part */
-        size_t k = min_sz(end, e->host_n) - off;
-        host_state_rw(e, which, off, k, host_out, 0);
+    if (off < e->host_lo) { /* device part */
+        size_t k = min_sz(end, e->host_lo) - off;
+        e->be->copy(host_out, state_device(e, which) + off, k * sizeof(float), ZT_D2H);
         host_out += k;
         off += k;
     }
-    if (end > off) e->be->copy(host_out, state_device(e, which) + (off - e->host_n), (end - off) * sizeof(float), ZT_D2H);
+    if (end > off) host_state_rw(e, which, off - e->host_lo, end - off, host_out, 0);
 }
 
 void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t n, const float *host_in) {
     size_t end = off + n, o = off;
     const float *src = host_in;
-    if (o < e->host_n) {
-        size_t k = min_sz(end, e->host_n) - o;
-        host_state_rw(e, which, o, k, (float *)src, 1);
+    if (o < e->host_lo) {
+        size_t k = min_sz(end, e->host_lo) - o;
+        e->be->copy(state_device(e, which) + o, src, k * sizeof(float), ZT_H2D);
         src += k;
         o += k;
     }
-    if (end > o) e->be->copy(state_device(e, which) + (o - e->host_n), src, (end - o) * sizeof(float), ZT_H2D);
+    if (end > o) host_state_rw(e, which, o - e->host_lo, end - o, (float *)src, 1);
     /* fp32: the parameters hold the master's values; mirror them wherever they are not the same
      * buffer (the host part always; the device part when the parameters are offloaded) */
     if (which == ZT_STATE_MASTER && e->be->compute_dtype == ZT_F32) {
-        size_t mirror_end = e->params_on_host ? end : min_sz(end, max_sz(e->host_n, off));
-        if (mirror_end > off) {
-            if (e->params_on_host) engine_params_store(e, off, host_in, mirror_end - off);
-            else e->be->copy(params_at_opt(e, off), host_in, (mirror_end - off) * sizeof(float), ZT_H2D);
+        size_t from = e->params_on_host ? off : max_sz(off, e->host_lo);
+        if (end > from) {
+            if (e->params_on_host) engine_params_store(e, from, host_in + (from - off), end - from);
+            else e->be->copy(params_at_opt(e, from), host_in + (from - off), (end - from) * sizeof(float), ZT_H2D);
         }
     }
 }
 
 float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory) {
     size_t n = e->lay.opt_hi - e->lay.opt_lo;
-    if (off < e->host_n) {
-        *n_out = e->host_n - off;
-        *host_memory = !e->off.nvme_path; /* on NVMe: no span, write through zt_engine_state_write */
-        return e->off.nvme_path ? NULL : state_host(e, which) + off;
+    if (off < e->host_lo) {
+        *n_out = e->host_lo - off;
+        *host_memory = e->be->memory_is_host;
+        return state_device(e, which) + off;
     }
     *n_out = n - off;
-    *host_memory = e->be->memory_is_host;
-    return state_device(e, which) + (off - e->host_n);
+    *host_memory = !e->off.nvme_path; /* on NVMe: no span, write through zt_engine_state_write */
+    return e->off.nvme_path ? NULL : state_host(e, which) + (off - e->host_lo);
 }
 
 void zt_engine_phase(zt_engine *e, const char *name, double t0, double t1) {

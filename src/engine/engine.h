@@ -7,10 +7,12 @@
  * multiple of ZT_SHARD_ALIGN; rank r owns [r*shard, (r+1)*shard) ∩ [0, total).
  *
  * Twin-Flow (optimizer offload with a ratio R): the optimizer range [opt_lo, opt_hi) is split at
- * split = opt_lo + host_n, host_n = R (opt_hi - opt_lo) rounded to ZT_TWIN_ALIGN. The fp32 master,
- * m and v of [opt_lo, split) live in host memory and are updated by the SIMD CPU Adam; those of
- * [split, opt_hi) stay on the device (e->master, adam_m, adam_v start at split) and are updated by
- * the device Adam, at the same time. Read and write optimizer state through zt_engine_state_*,
+ * split = opt_hi - host_n, host_n = R (opt_hi - opt_lo) with split - opt_lo a multiple of
+ * ZT_TWIN_ALIGN. The fp32 master, m and v of [opt_lo, split) stay on the device (e->master, adam_m,
+ * adam_v) and are updated by the device Adam; those of [split, opt_hi) live in host memory and are
+ * updated by the SIMD CPU Adam, at the same time. The host part is the tail of the range because
+ * backward finishes it first and the next forward needs it last. Read and write optimizer state
+ * through zt_engine_state_*,
  * which know where each piece lives. */
 #ifndef ZT_ENGINE_H
 #define ZT_ENGINE_H

@@ -51,8 +51,10 @@ struct zt_engine {
     double comm_seconds; /* time spent waiting on collectives this step */
     zt_mem_account mem;
 
-    /* Twin-Flow: [opt_lo, opt_lo + host_n) is updated on the host */
-    size_t host_n;
+    /* Twin-Flow: optimizer offsets [host_lo, host_lo + host_n) (from opt_lo: the tail of this rank's
+     * range) are updated on the host, [0, host_lo) on the device. Arrays of the host part (host_*,
+     * swap groups, chunks) are indexed from host_lo. */
+    size_t host_n, host_lo;
     double offload_ratio;  /* the ratio in effect (auto: the chosen one) */
     float *host_master, *host_m, *host_v; /* [host_n] host memory */
     void *host_grad;       /* [host_n] gradients, compute dtype (D2H landing) */
@@ -158,10 +160,10 @@ void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b); /* c
 void twin_publish(twin_flow *tf, size_t *counter, size_t chunks); /* a lane finished `chunks` chunks */
 /* the host part's master from fp32 init values (host memory or NVMe) */
 int twin_init_master(zt_engine *e, const float *init, zt_err *err);
-/* where the CPU Adam writes the updated compute-dtype parameters of host-part element off, or NULL
- * when the fp32 host master itself is what goes up */
+/* where the CPU Adam writes the updated compute-dtype parameters of host-part element off (from
+ * host_lo), or NULL when the fp32 host master itself is what goes up */
 void *twin_host_out(zt_engine *e, size_t off);
-/* AdamW of host-part elements [off, off + n) split per tensor (weight decay differs); p, m, v, g and
+/* AdamW of host-part elements [off, off + n) (from host_lo) split per tensor (weight decay differs); p, m, v, g and
  * out point at element off of their arrays; g and out are in the compute dtype, out may be NULL */
 void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size_t n, float *p, float *m, float *v,
                     const void *g, void *out);

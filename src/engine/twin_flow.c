@@ -5,7 +5,7 @@
  *   D2H lane         the host part's gradients down, chunk by chunk (into host_grad), never waiting
  *   host Adam lane   SIMD CPU Adam of chunk c once its gradients are down
  *   H2D lane         chunk c's updated parameters up as soon as the CPU Adam has finished it
- *   caller           device Adam of [split, opt_hi)
+ *   caller           device Adam of [opt_lo, split)
  * so the H2D of chunk c overlaps the CPU Adam of chunk c+1 and the D2H of chunk c+2 (ZeRO-Offload's
  * pipeline), and the whole host pipeline overlaps the device Adam. On the CPU backend the "device"
  * is host memory and be->copy a memcpy, but the code path is the same. */
@@ -18,12 +18,14 @@
 
 /* ---------------------------------------------------------------- split and host buffers */
 
-/* host_n for ratio r of n elements: round(r n) to a multiple of ZT_TWIN_ALIGN (all of n at r = 1) */
+/* host_n for ratio r of n elements: the device part n - host_n is round((1 - r) n) to a multiple of
+ * ZT_TWIN_ALIGN, so the split stays aligned with the host part at the tail (all of n at r = 1) */
 static size_t split_elements(size_t n, double r) {
     if (r >= 1.0) return n;
-    size_t x = (size_t)llround(r * (double)n);
-    x = (x + ZT_TWIN_ALIGN / 2) / ZT_TWIN_ALIGN * ZT_TWIN_ALIGN;
-    return min_sz(x, n);
+    if (r <= 0.0) return 0;
+    size_t dev = (size_t)llround((1.0 - r) * (double)n);
+    dev = (dev + ZT_TWIN_ALIGN / 2) / ZT_TWIN_ALIGN * ZT_TWIN_ALIGN;
+    return n - min_sz(dev, n);
 }
 
 static void *host_buf(zt_engine *e, size_t bytes, int transfer, int category) {
@@ -42,7 +44,7 @@ static int host_out_buffer(const zt_engine *e) {
 }
 
 void *twin_host_out(zt_engine *e, size_t off) {
-    if (e->params_on_host && !e->param_swap) return params_at_opt(e, off);
+    if (e->params_on_host && !e->param_swap) return params_at_opt(e, e->host_lo + off);
     return e->host_params16 ? at(e, e->host_params16, off) : NULL;
 }
 
@@ -184,9 +186,11 @@ static double choose_ratio(zt_engine *e) {
 
 /* the ratio in effect (auto: calibrated here, the same on every rank) and the host part's size */
 void twin_plan(zt_engine *e) {
+    e->host_lo = e->lay.opt_hi - e->lay.opt_lo; /* everything on the device unless offloaded */
     if (!e->off.enabled) return;
     e->offload_ratio = e->off.ratio < 0 ? choose_ratio(e) : e->off.ratio;
     e->host_n = split_elements(e->lay.opt_hi - e->lay.opt_lo, e->offload_ratio);
+    e->host_lo -= e->host_n;
 }
 
 /* ---------------------------------------------------------------- the split update */
@@ -225,9 +229,10 @@ void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size
     int fp32 = e->be->compute_dtype == ZT_F32;
     for (int i = 0; i < tab->count; i++) {
         const zt_param_info *q = &tab->params[i];
-        size_t x = max_sz(q->offset, e->lay.opt_lo + off), y = min_sz(q->offset + q->numel, e->lay.opt_lo + off + n);
+        size_t first = e->lay.opt_lo + e->host_lo + off; /* the span's first element in the flat vector */
+        size_t x = max_sz(q->offset, first), y = min_sz(q->offset + q->numel, first + n);
         if (y <= x) continue;
-        size_t d = x - e->lay.opt_lo - off; /* into the span */
+        size_t d = x - first; /* into the span */
         zt_adam_step sti = *st;
         sti.weight_decay = decay_of(e, q);
         void *o = out ? (char *)out + d * esz(e) : NULL;
@@ -273,7 +278,7 @@ static void *d2h_lane(void *arg) {
     for (size_t c = 0; c < tf->nchunks; c++) {
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
-        timed_transfer(tf, ZT_LANE_D2H, "D2H grads", at(e, e->host_grad, a), at(e, e->grad_shard, a), (b - a) * E,
+        timed_transfer(tf, ZT_LANE_D2H, "D2H grads", at(e, e->host_grad, a), at(e, e->grad_shard, e->host_lo + a), (b - a) * E,
                        ZT_D2H, &tf->d2h_busy);
         twin_publish(tf, &tf->d2h_done, c + 1);
     }
@@ -294,29 +299,29 @@ static void *h2d_lane(void *arg) {
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
         const void *src = e->host_params16 ? at(e, e->host_params16, a) : (const void *)(e->host_master + a);
-        timed_transfer(tf, ZT_LANE_H2D, "H2D params", params_at_opt(e, a), src, (b - a) * E, ZT_H2D, &tf->h2d_busy);
+        timed_transfer(tf, ZT_LANE_H2D, "H2D params", params_at_opt(e, e->host_lo + a), src, (b - a) * E, ZT_H2D,
+                       &tf->h2d_busy);
     }
     return NULL;
 }
 
-/* device Adam of [opt_lo + host_n, opt_hi), one call per tensor piece */
+/* device Adam of [opt_lo, opt_lo + host_lo), one call per tensor piece */
 static void device_adam(zt_engine *e, zt_adam_step st) {
     const zt_backend *be = e->be;
     int fp32 = be->compute_dtype == ZT_F32;
-    size_t split = e->lay.opt_lo + e->host_n;
+    size_t split = e->lay.opt_lo + e->host_lo;
     for (int i = 0; i < e->table->count; i++) {
         const zt_param_info *p = &e->table->params[i];
-        size_t a = max_sz(p->offset, split), b = min_sz(p->offset + p->numel, e->lay.opt_hi);
+        size_t a = max_sz(p->offset, e->lay.opt_lo), b = min_sz(p->offset + p->numel, split);
         if (b <= a) continue;
-        size_t off = a - e->lay.opt_lo, doff = a - split;
+        size_t off = a - e->lay.opt_lo;
         st.weight_decay = decay_of(e, p);
-        void *out = fp32 ? NULL : e->params_on_host ? at(e, e->dev_params_out, doff) : params_at_opt(e, off);
-        be->adamw(e->master + doff, e->adam_m + doff, e->adam_v + doff, at(e, e->grad_shard, off), out, b - a, &st);
+        void *out = fp32 ? NULL : e->params_on_host ? at(e, e->dev_params_out, off) : params_at_opt(e, off);
+        be->adamw(e->master + off, e->adam_m + off, e->adam_v + off, at(e, e->grad_shard, off), out, b - a, &st);
     }
     /* offloaded parameters: the device part's updated values go down into the shard */
-    size_t dev_n = e->lay.opt_hi - split;
-    if (e->params_on_host && e->lay.opt_hi > split)
-        engine_params_store_from_device(e, e->host_n, fp32 ? (const void *)e->master : e->dev_params_out, dev_n);
+    if (e->params_on_host && e->host_lo)
+        engine_params_store_from_device(e, 0, fp32 ? (const void *)e->master : e->dev_params_out, e->host_lo);
     be->synchronize();
 }
 
@@ -354,14 +359,14 @@ void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st)
     double td0 = zt_now();
     device_adam(e, *st);
     double td1 = zt_now();
-    if (e->lay.opt_hi > e->lay.opt_lo + e->host_n) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device adam", td0, td1);
+    if (e->host_lo) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device adam", td0, td1);
     if (threads) {
         for (int i = 0; i < 3; i++) pthread_join(tf->lanes[i], NULL);
         pthread_mutex_destroy(&tf->mu);
         pthread_cond_destroy(&tf->cv);
     }
     /* parameters on NVMe: the host part's updated values go to the swap file */
-    if (threads && e->param_swap) engine_params_store(e, 0, e->host_params16, e->host_n);
+    if (threads && e->param_swap) engine_params_store(e, e->host_lo, e->host_params16, e->host_n);
     double t1 = zt_now();
     zt_engine_timing *tm = &e->timing;
     tm->device_adam = td1 - td0;
