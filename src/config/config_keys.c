@@ -199,6 +199,8 @@ const zt_keydef zt_config_keys[] = {
         .flags = E, .help = "Twin-Flow: share of the optimizer shard in host memory, or auto"),
     KEY("zero_optimization.offload_optimizer.pin_memory", K_BOOL, offload_pin_memory, .def = 0, .flags = E,
         .help = "page-locked host buffers"),
+    KEY("zero_optimization.offload_optimizer.overlap_step", K_BOOL, offload_overlap_step, .def = 1, .flags = E,
+        .help = "ours: the host part's update finishes during the next step's forward (exact)"),
     KEY("zero_optimization.offload_optimizer.device_memory", K_BYTES, offload_device_memory, .def = 0, .flags = E,
         .help = "device memory budget for ratio auto; 0 = what is free"),
     KEY("zero_optimization.offload_optimizer.nvme_path", K_STR, offload_nvme_path, .flags = E,

@@ -299,7 +299,10 @@ zt_comm *zt_engine_comm(const zt_engine *e) { return e->comm; }
 const zt_param_table *zt_engine_table(const zt_engine *e) { return e->table; }
 long zt_engine_steps(const zt_engine *e) { return e->adam_t; }
 void zt_engine_set_steps(zt_engine *e, long t) { e->adam_t = t; }
-void *zt_engine_params(zt_engine *e) { return e->params; }
+void *zt_engine_params(zt_engine *e) {
+    twin_settle(e);
+    return e->params;
+}
 const void *zt_engine_full_grads(const zt_engine *e) { return e->grads_full; }
 double zt_engine_comm_seconds(const zt_engine *e) { return e->comm_seconds; }
 const zt_mem_account *zt_engine_memory(const zt_engine *e) { return &e->mem; }
@@ -307,6 +310,7 @@ void zt_engine_count_activations(zt_engine *e, size_t bytes) { e->mem.device[ZT_
 
 void zt_engine_destroy(zt_engine *e) {
     if (!e->be) return;
+    twin_settle(e);
     const zt_backend *be = e->be;
     int fp32 = be->compute_dtype == ZT_F32;
     int master_is_params = fp32 && !e->params_on_host;
@@ -329,6 +333,7 @@ void zt_engine_destroy(zt_engine *e) {
 
 void zt_engine_begin_micro(zt_engine *e, int first, int last) {
     if (first) {
+        twin_wait_grads_read(e); /* the last update's D2H lane must have read them before they are zeroed */
         e->comm_seconds = 0;
         memset(&e->timing, 0, sizeof e->timing);
         trace_memory(e);
@@ -347,7 +352,7 @@ double zt_engine_step(zt_engine *e, float lr, float max_norm) {
 
 double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped) {
     zero_finish_all(e);
-    twin_flow tf;
+    twin_settle(e); /* the last update's host lanes, if still running */
     double tn0 = zt_now();
     *skipped = 0;
     /* with loss scaling the step may be skipped (overflow), so the norm comes before the host
@@ -359,7 +364,8 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
         zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_now());
         return norm;
     }
-    twin_start(e, &tf);
+    twin_flow *tf = zt_xcalloc(1, sizeof *tf); /* freed by twin_update or, later, twin_settle */
+    twin_start(e, tf);
     if (!scaled) norm = zero_grad_norm(e);
     float clip = 1.0f;
     if (max_norm > 0 && norm > max_norm) clip = (float)(max_norm / (norm + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
@@ -372,7 +378,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     zt_adam_step st = {lr, e->opt.beta1, e->opt.beta2, e->opt.eps, 0.0f,
                        bc ? 1.0f - powf(e->opt.beta1, (float)e->adam_t) : 1.0f,
                        bc ? 1.0f - powf(e->opt.beta2, (float)e->adam_t) : 1.0f, (float)(clip / loss_scale)};
-    twin_update(e, &tf, tn0, &st);
+    twin_update(e, tf, tn0, &st);
     if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e);
     if (e->opt.stage == 3) zero_reset_residents(e);
     trace_memory(e);
@@ -380,12 +386,14 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
 }
 
 void zt_engine_inject_overflow(zt_engine *e) {
+    twin_settle(e);
     zero_finish_all(e);
     e->be->scale(e->grad_shard, INFINITY, 1);
 }
 
 void zt_engine_gather_params(zt_engine *e, float *out) {
     const zt_backend *be = e->be;
+    twin_settle(e);
     if (e->opt.stage < 3) {
         if (be->compute_dtype == ZT_F32) {
             be->copy(out, e->params, e->lay.total * 4, ZT_D2H);
@@ -488,6 +496,7 @@ static void host_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n
 }
 
 void zt_engine_state_read(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *host_out) {
+    twin_settle(e);
     size_t end = off + n;
     if (off < e->host_lo) { /* device part */
         size_t k = min_sz(end, e->host_lo) - off;
@@ -499,6 +508,7 @@ void zt_engine_state_read(zt_engine *e, zt_opt_state which, size_t off, size_t n
 }
 
 void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t n, const float *host_in) {
+    twin_settle(e);
     size_t end = off + n, o = off;
     const float *src = host_in;
     if (o < e->host_lo) {
@@ -520,6 +530,7 @@ void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t 
 }
 
 float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory) {
+    twin_settle(e);
     size_t n = e->lay.opt_hi - e->lay.opt_lo;
     if (off < e->host_lo) {
         *n_out = e->host_lo - off;

@@ -59,6 +59,8 @@ typedef struct zt_engine_offload {
     int pin_memory;       /* transfer buffers from be->host_alloc (pinned on GPUs) */
     double device_memory; /* bytes: device budget for ratio auto; 0 = what the device has free */
     int host_threads;     /* CPU Adam threads; 0 = OpenMP's default */
+    int overlap_step;     /* the host part's update may finish during the next step (exact: what the next
+                             step uses waits for it) */
     double device_reserve; /* bytes the caller allocates on the device after the engine (activations,
                               backend scratch): ratio auto leaves them free */
     /* ZeRO-Infinity (engine_infinity.c): the host part's optimizer states on NVMe */
@@ -86,7 +88,9 @@ typedef struct zt_engine_timing {
     double d2h, h2d;        /* host part: gradients down, updated parameters up */
     double allgather;       /* stages 1-2: updated params; stage 3: waiting on segment gathers */
     double optimizer;       /* wall time of the split update (host and device parts together) */
-    double host_idle, device_idle; /* within that wall time: CPU Adam lane idle, device side idle */
+    double host_idle, device_idle; /* within that wall time: CPU Adam lane idle, device side idle;
+                                      with overlap_step, device_idle is the time this step waited for
+                                      the host part (in the update, or for its parameters later) */
 } zt_engine_timing;
 
 /* This rank's place in the partition (see the top of this file): what checkpoints and exports need

@@ -68,6 +68,7 @@ struct zt_engine {
     float **swap_buf;
     int host_pinned;       /* transfer buffers came from be->host_alloc */
     zt_engine_timing timing;
+    struct twin_flow *pending; /* the last update's host lanes, still running (overlap_step), or NULL */
     zt_trace *trace;       /* owned; NULL unless zt_engine_open_trace */
 };
 
@@ -152,8 +153,9 @@ typedef struct twin_flow {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int go;                     /* st is set: the CPU Adam may start */
-    size_t d2h_done, adam_done; /* chunks */
+    size_t d2h_done, adam_done, h2d_done; /* chunks */
     double adam_busy, d2h_busy, h2d_busy;
+    double t_start;             /* when the update started (for the optimizer's wall time) */
 } twin_flow;
 void twin_plan(zt_engine *e);  /* the ratio in effect (auto: calibrated, collective) and host_n */
 void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b); /* chunk c's host-part elements */
@@ -169,10 +171,21 @@ void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size
                     const void *g, void *out);
 int twin_alloc(zt_engine *e);  /* the host part's buffers; -1 when out of memory */
 void twin_free(zt_engine *e);
-/* starts the D2H lane (and the others, which wait) as soon as the gradients are final */
+/* starts the D2H lane (and the others, which wait) as soon as the gradients are final; tf is
+ * heap memory that the engine owns from here on */
 void twin_start(zt_engine *e, twin_flow *tf);
-/* the update: CPU Adam on the host part and device Adam on the rest at once; fills e->timing */
+/* the update: CPU Adam on the host part and device Adam on the rest at once; fills e->timing. With
+ * offload_optimizer.overlap_step the host lanes may still be running when it returns (e->pending):
+ * the next step's uses of the host part's parameters wait for exactly what they need. */
 void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st);
+/* Waits until the host lanes of the last update are done (nothing pending after it). Everything
+ * that reads or writes optimizer state or the host part's buffers calls it first. */
+void twin_settle(zt_engine *e);
+/* Waits until the updated parameters of optimizer offsets [a, b) are in place (at once when
+ * nothing is pending). */
+void twin_wait_params(zt_engine *e, size_t a, size_t b);
+/* Waits until the D2H lane has read all gradients (before the next step overwrites them). */
+void twin_wait_grads_read(zt_engine *e);
 
 /* engine_infinity.c: the NVMe tier */
 int inf_open(zt_engine *e, zt_err *err);  /* the optimizer swap file and its staging buffers */

@@ -75,7 +75,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
                          cfg->stage3_max_reuse_distance};
     zt_engine_offload off = {.enabled = cfg->offload_device != ZT_OFFLOAD_NONE, .ratio = cfg->offload_ratio,
                              .pin_memory = cfg->offload_pin_memory, .device_memory = cfg->offload_device_memory,
-                             .device_reserve = reserve};
+                             .device_reserve = reserve, .overlap_step = cfg->offload_overlap_step};
     if (cfg->offload_device == ZT_OFFLOAD_NVME) {
         off.nvme_path = cfg->offload_nvme_path;
         off.sub_group_size = cfg->sub_group_size;

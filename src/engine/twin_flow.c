@@ -301,6 +301,7 @@ static void *h2d_lane(void *arg) {
         const void *src = e->host_params16 ? at(e, e->host_params16, a) : (const void *)(e->host_master + a);
         timed_transfer(tf, ZT_LANE_H2D, "H2D params", params_at_opt(e, e->host_lo + a), src, (b - a) * E, ZT_H2D,
                        &tf->h2d_busy);
+        twin_publish(tf, &tf->h2d_done, c + 1);
     }
     return NULL;
 }
@@ -353,29 +354,113 @@ static void twin_go(twin_flow *tf, const zt_adam_step *st) {
     pthread_mutex_unlock(&tf->mu);
 }
 
+/* whether this engine's next step may start before the host lanes finish: not where the step ends
+ * with an all-gather of everyone's updated parameters (stages 1-2 on several ranks), and not with
+ * the parameters on NVMe (their host part is written back after the lanes) */
+static int may_defer(const zt_engine *e) {
+    if (!e->off.overlap_step || e->param_swap) return 0;
+    return e->opt.stage == 0 || e->opt.stage == 3 || e->lay.world == 1;
+}
+
+/* the lanes' figures into the step's timing, once they are done */
+static void record_lanes(zt_engine *e, twin_flow *tf, double t1) {
+    zt_engine_timing *tm = &e->timing;
+    tm->host_adam = tf->adam_busy;
+    tm->d2h = tf->d2h_busy;
+    tm->h2d = tf->h2d_busy;
+    tm->host_idle = (t1 - tf->t_start) - tf->adam_busy;
+}
+
+static void join_lanes(zt_engine *e, twin_flow *tf) {
+    for (int i = 0; i < 3; i++) pthread_join(tf->lanes[i], NULL);
+    pthread_mutex_destroy(&tf->mu);
+    pthread_cond_destroy(&tf->cv);
+    record_lanes(e, tf, zt_now());
+}
+
 void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st) {
     int threads = tf->nchunks > 0;
+    tf->t_start = t0;
     twin_go(tf, st);
     double td0 = zt_now();
     device_adam(e, *st);
     double td1 = zt_now();
     if (e->host_lo) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device adam", td0, td1);
-    if (threads) {
-        for (int i = 0; i < 3; i++) pthread_join(tf->lanes[i], NULL);
-        pthread_mutex_destroy(&tf->mu);
-        pthread_cond_destroy(&tf->cv);
+    zt_engine_timing *tm = &e->timing;
+    tm->device_adam = td1 - td0;
+    if (threads && may_defer(e)) { /* the next step waits for the host part where it needs it */
+        e->pending = tf;
+        tm->optimizer = td1 - t0;
+        return;
     }
+    if (threads) join_lanes(e, tf);
     /* parameters on NVMe: the host part's updated values go to the swap file */
     if (threads && e->param_swap) engine_params_store(e, e->host_lo, e->host_params16, e->host_n);
     double t1 = zt_now();
-    zt_engine_timing *tm = &e->timing;
-    tm->device_adam = td1 - td0;
-    tm->host_adam = tf->adam_busy;
-    tm->d2h = tf->d2h_busy;
-    tm->h2d = tf->h2d_busy;
     tm->optimizer = t1 - t0;
     tm->device_idle = t1 - td1;
-    tm->host_idle = threads ? (t1 - t0) - tf->adam_busy : 0;
     if (threads && t1 > td1 + 1e-6) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device idle (host part)", td1, t1);
+    free(tf);
 }
 
+/* chunks whose updated parameters are in place: sent up, or written straight into the offloaded
+ * shard by the CPU Adam */
+static size_t ready_chunks(const zt_engine *e, const twin_flow *tf) {
+    return e->params_on_host ? tf->adam_done : tf->h2d_done;
+}
+
+/* waits (timed and traced as device idle) until `enough` says so */
+static void wait_lanes(zt_engine *e, const char *what, int (*enough)(const zt_engine *, const twin_flow *, size_t),
+                       size_t arg) {
+    twin_flow *tf = e->pending;
+    pthread_mutex_lock(&tf->mu);
+    if (enough(e, tf, arg)) {
+        pthread_mutex_unlock(&tf->mu);
+        return;
+    }
+    double t0 = zt_now();
+    while (!enough(e, tf, arg)) pthread_cond_wait(&tf->cv, &tf->mu);
+    pthread_mutex_unlock(&tf->mu);
+    double t1 = zt_now();
+    e->timing.device_idle += t1 - t0;
+    zt_trace_complete(e->trace, ZT_LANE_MAIN, what, t0, t1);
+}
+
+static int all_ready(const zt_engine *e, const twin_flow *tf, size_t unused) {
+    (void)unused;
+    return ready_chunks(e, tf) == tf->nchunks;
+}
+static int ready_through(const zt_engine *e, const twin_flow *tf, size_t chunk) { return ready_chunks(e, tf) > chunk; }
+static int grads_read(const zt_engine *e, const twin_flow *tf, size_t unused) {
+    (void)e, (void)unused;
+    return tf->d2h_done == tf->nchunks;
+}
+
+void twin_settle(zt_engine *e) {
+    twin_flow *tf = e->pending;
+    if (!tf) return;
+    wait_lanes(e, "wait for the host part (all)", all_ready, 0);
+    double t0 = zt_now();
+    join_lanes(e, tf);
+    zt_trace_complete(e->trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_now());
+    e->pending = NULL;
+    free(tf);
+}
+
+/* the last chunk holding optimizer offsets [a, b), or (size_t)-1 when none does */
+static size_t last_chunk(const zt_engine *e, size_t a, size_t b) {
+    size_t end = min_sz(b, e->lay.opt_hi - e->lay.opt_lo);
+    if (end <= max_sz(a, e->host_lo)) return (size_t)-1;
+    return (end - 1 - e->host_lo) / e->host_chunk;
+}
+
+void twin_wait_params(zt_engine *e, size_t a, size_t b) {
+    size_t c = last_chunk(e, a, b);
+    if (!e->pending || c == (size_t)-1) return;
+    wait_lanes(e, "wait for the host part's parameters", ready_through, c);
+    if (c + 1 == e->pending->nchunks) twin_settle(e); /* the last chunk: the lanes are finishing */
+}
+
+void twin_wait_grads_read(zt_engine *e) {
+    if (e->pending) wait_lanes(e, "wait for the gradients to be read", grads_read, 0);
+}

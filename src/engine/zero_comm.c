@@ -87,6 +87,12 @@ static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
 
 /* ---------------------------------------------------------------- parameter source */
 
+/* Twin-Flow with overlap_step: the host part's updated parameters of flat range [x, y) in place */
+static void wait_updated(zt_engine *e, size_t x, size_t y) {
+    size_t a = max_sz(x, e->lay.opt_lo), b = min_sz(y, e->lay.opt_hi);
+    if (b > a) twin_wait_params(e, a - e->lay.opt_lo, b - e->lay.opt_lo);
+}
+
 /* Stage 3 gather buffers: segment 0's own (the embeddings, used at both ends of the step), one or
  * two rotating ones for the rest (two when the next segment is prefetched while one is in use), and
  * one per resident segment (fewer elements than stage3_param_persistence_threshold: gathered once a
@@ -158,6 +164,7 @@ static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
     size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
     range_counts(e, a, b, counts);
     size_t mine = max_sz(a, e->lay.lo), k = counts[e->lay.rank];
+    if (k) wait_updated(e, mine, mine + k);
     const void *send = k && e->params ? at(e, e->params, mine - e->lay.lo) : e->params;
     if (e->params_on_host) {
         void *place = at(e, g->buf, k ? mine - a : 0);
@@ -212,13 +219,18 @@ static void stage3_prefetch(void *ctx, int seg) {
     zt_engine *e = ctx;
     if (e->opt.stage != 3 || e->n_rotating < 2 || seg < 0 || seg >= e->table->n_segments || e->seg_gather[seg] >= 0)
         return;
+    /* a piece still being updated on the host is waited for in start_gather: skipping the prefetch
+     * on some ranks only would put their collectives in different orders */
     zt_gather_buf *g = gather_target(e, seg);
     if (g) start_gather(e, seg, g);
 }
 
 static void *src_acquire(void *ctx, int seg) {
     zt_engine *e = ctx;
-    if (e->opt.stage < 3) return at(e, e->params, seg_lo(e, seg));
+    if (e->opt.stage < 3) {
+        wait_updated(e, seg_lo(e, seg), seg_hi(e, seg));
+        return at(e, e->params, seg_lo(e, seg));
+    }
     if (e->seg_gather[seg] >= 0) { /* still there from an earlier use: reused if it was released recently enough */
         zt_gather_buf *g = &e->gather[e->seg_gather[seg]];
         if (!g->req && !g->held && !g->resident &&
