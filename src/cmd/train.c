@@ -364,10 +364,12 @@ static void print_banner(trainer *t) {
             m->recompute ? "checkpointing: block inputs kept, blocks recomputed in backward" : "all kept",
             m->act_bytes_full / 1048576.0, m->act_bytes_ckpt / 1048576.0);
     zt_engine_print_memory(s->engine, m->act_bytes);
-    if (cfg->stage3_gather_16bit_weights_on_model_save)
-        zt_info(cfg->checkpoint_dir ? "16-bit model save: each checkpoint also gets a %s Hugging Face export in %s/step_N/%s"
-                                    : "16-bit model save: %s requested, but checkpoint.dir is null: nothing is saved%s%s",
-                cfg->fp16_enabled ? "fp16" : "bf16", cfg->checkpoint_dir ? cfg->checkpoint_dir : "", ZT_CKPT_HF_DIR);
+    const char *bits = cfg->fp16_enabled ? "fp16" : "bf16";
+    if (cfg->stage3_gather_16bit_weights_on_model_save && cfg->checkpoint_dir)
+        zt_info("16-bit model save: each checkpoint also gets the %s Hugging Face model in %s/step_N/%s", bits,
+                cfg->checkpoint_dir, ZT_CKPT_HF_DIR);
+    else if (cfg->stage3_gather_16bit_weights_on_model_save)
+        zt_info("16-bit model save: asked for, but checkpoint.dir is null, so nothing is saved");
 }
 
 int zt_cmd_train(int argc, char **argv) {

@@ -61,14 +61,12 @@ static int export_step(const char *step_dir, const char *dtype, const char *voca
         ck_rmtree(tmp); /* nothing half-written stays; the checkpoint beside it is untouched */
         return -1;
     }
-    static int warned; /* once per run: every save would say the same */
-    if (why_not.msg[0] && !warned++)
-        zt_warn("checkpoint: %s: tokenizer not written (the weights are): %s", final, why_not.msg);
     char weights[CK_PATHCAP];
     struct stat st;
     double mb = ck_path_join(weights, sizeof weights, final, "model.safetensors", NULL) == 0 && stat(weights, &st) == 0
                     ? (double)st.st_size / 1e6 : 0;
-    zt_info("checkpoint: wrote the 16-bit model %s (%s, %.1f MB in %.2f s)", final, dtype, mb, zt_now() - t0);
+    zt_info("checkpoint: wrote the 16-bit model %s (%s, %.1f MB in %.2f s%s%s)", final, dtype, mb, zt_now() - t0,
+            why_not.msg[0] ? "; no tokenizer: " : "", why_not.msg);
     return 0;
 }
 
