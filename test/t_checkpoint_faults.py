@@ -13,7 +13,10 @@ checkpoint saved before the fault must stay loadable (`zerotrain info` verifies 
   - messages: a damaged index.h5 (HDF5 metadata checksum) says "damaged" with HDF5's reason; the
     trainer state edited with h5py is refused; `latest` naming something that is not a step
     directory is refused at resume; junk bytes in `latest` (and a --set with a newline) are escaped
-    onto one line."""
+    onto one line;
+  - the 16-bit model save beside a checkpoint (stage3_gather_16bit_weights_on_model_save) fails on a
+    full disk, and when its files cannot be created (no inode left): every rank stops, nothing half-written
+    stays, the checkpoint itself is complete, `latest` names it, and a run resumes from it."""
 import os
 import shutil
 import signal
@@ -250,6 +253,51 @@ try:
     # 7e. a --set with a newline in it: every error message goes out escaped, on one line
     r = train(os.path.join(tmp, "unused"), ["no_such\nkey=1"])
     failed_together(r, "no_such\\nkey", "set_with_newline_one_line")
+
+    # ---- 8. the 16-bit model save after a checkpoint (stage3_gather_16bit_weights_on_model_save) fails:
+    # every rank stops with one line, the checkpoint it belongs to stays complete, loadable and resumable
+    SAVE16 = "zero_optimization.stage3_gather_16bit_weights_on_model_save=true"
+
+    def export_failure_keeps_checkpoint(fs, ck, tag):
+        sd = os.path.join(ck, "step_00000002")
+        ztlib.check(os.path.isfile(os.path.join(sd, "index.h5")) and not os.path.exists(os.path.join(sd, "hf"))
+                    and not os.path.exists(os.path.join(sd, ".hf.tmp")), f"{tag}_no_partial_export",
+                    str(os.listdir(sd) if os.path.isdir(sd) else "no step_00000002"))
+        ztlib.check(open(os.path.join(ck, "latest")).read() == "step_00000002\n", f"{tag}_latest_on_the_checkpoint")
+        fs.remount("size=128m,nr_inodes=1000")  # room for step 3 with its export
+        still_loadable(ck, 2, f"{tag}_checkpoint_loadable")
+        r = train(ck, ["train_iters=3", "checkpoint.save_interval=1", SAVE16])
+        ztlib.check(r.rc == 0 and "resumed from" in r.stdout and "at step 2" in r.stdout
+                    and os.path.isfile(os.path.join(ck, "step_00000003", "hf", "model.safetensors")),
+                    f"{tag}_resumes_and_exports", r.why())
+
+    # 8a. disk full: the checkpoint fits, its export does not
+    with Tmpfs("size=128m") as fs:
+        ck = os.path.join(fs.path, "ck")
+        r = train(ck, ["train_iters=1", "zero_optimization.stage=3", SAVE16])
+        ztlib.check(r.rc == 0 and os.path.isdir(os.path.join(ck, "step_00000001", "hf")), "first_save_with_export", r.why())
+        sd = os.path.join(ck, "step_00000001")
+        ckpt = sum(blocks(os.path.join(sd, f)) for f in os.listdir(sd) if f.endswith(".h5"))
+        fs.remount(f"size={fs.used()[0] + ckpt + 256 * 1024}")  # the export needs 3.3 MB more
+        r = train(ck, ["train_iters=3", "checkpoint.save_interval=1", "zero_optimization.stage=3", SAVE16])
+        failed_together(r, "No space left on device", "export_disk_full_fails_on_every_rank")
+        ztlib.check(r.errors and "16-bit model save" in r.errors[0] and "step_00000002 itself is complete" in r.errors[0],
+                    "export_disk_full_message", str(r.errors))
+        export_failure_keeps_checkpoint(fs, ck, "export_disk_full")
+
+    # 8b. the export's files cannot be created (no inode left once the checkpoint is written)
+    with Tmpfs("size=128m,nr_inodes=1000") as fs:
+        ck = os.path.join(fs.path, "ck")
+        r = train(ck, ["train_iters=1", SAVE16])
+        ztlib.check(r.rc == 0, "first_save_with_export_inodes", r.why())
+        # a save takes 4 (its directory, 2 rank files, index.h5) and 1 more while latest is replaced:
+        # then the export makes its directory with that last one and cannot create a file in it
+        fs.remount(f"nr_inodes={fs.used()[1] + 5}")
+        r = train(ck, ["train_iters=3", "checkpoint.save_interval=1", SAVE16])
+        failed_together(r, ".hf.tmp/model.safetensors.tmp", "export_uncreatable_fails_on_every_rank")
+        ztlib.check(r.errors and "cannot create: No space left on device" in r.errors[0], "export_uncreatable_says_why",
+                    str(r.errors))
+        export_failure_keeps_checkpoint(fs, ck, "export_uncreatable")
 finally:
     for p in started:
         if p.poll() is None:

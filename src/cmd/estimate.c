@@ -1,7 +1,10 @@
-/* cmd_estimate.c — `zerotrain estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB]
- * [--ranks-per-node K] [--dtype bf16|fp32]`: the memory each rank needs for every ZeRO stage with
- * and without optimizer offload, and which settings fit — DeepSpeed's estimate_zero2/zero3 helpers
- * as one command, computed from the same formulas and buffer plans the engine and model use. */
+/* estimate.c — `zerotrain estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB]
+ * [--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32]`: the memory each rank needs — device,
+ * host and NVMe — for every ZeRO stage with and without optimizer offload and for stage 3's
+ * ZeRO-Infinity settings (parameter offload, NVMe), which settings fit, and the Twin-Flow ratios that
+ * fit — DeepSpeed's estimate_zero2/zero3 helpers as one command, computed from the same formulas
+ * (engine/zero_formula.h) and buffer plans the engine and model use. Host and NVMe sizes are per
+ * node, shared by its ranks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,17 +15,85 @@
 #include "engine/session.h"
 #include "engine/zero_formula.h"
 
-static double gib(double b) { return b / 1073741824.0; }
+/* the table's unit: GiB, or MiB for a model whose largest figure is under 1 GiB */
+typedef struct unit { const char *name; double bytes; } unit;
+static double in(unit u, double b) { return b / u.bytes; }
 
 static void usage(void) {
     fprintf(stderr, "usage: zerotrain estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB] "
-                    "[--ranks-per-node K] [--dtype bf16|fp32] [--set KEY=VALUE]...\n");
+                    "[--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--set KEY=VALUE]...\n");
+}
+
+/* one setting: where the optimizer states and the parameters live, and what each place holds per rank */
+typedef struct row {
+    int stage;
+    const char *optimizer, *params; /* "device", "cpu", "nvme" */
+    double states, device, host, nvme;
+} row;
+
+/* Every stage with and without optimizer offload, and stage 3's ZeRO-Infinity settings. */
+static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *table, long ranks, size_t P, size_t K,
+                     double acts) {
+    size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
+    size_t seg0 = table->segment_lo[1], block = table->segment_lo[2] - table->segment_lo[1], largest = 0;
+    for (int s = 1; s < table->n_segments; s++)
+        if (table->segment_lo[s + 1] - table->segment_lo[s] > largest) largest = table->segment_lo[s + 1] - table->segment_lo[s];
+    double param_shard = (double)P * shard, twin_host = (double)ZT_TWIN_HOST_BYTES * shard;
+    double opt_staging = zt_nvme_optimizer_staging_bytes(cfg->offload_buffer_count, cfg->sub_group_size, shard);
+    double param_staging = zt_nvme_param_staging_bytes(seg0 > largest ? seg0 : largest, shard, P);
+    int n = 0;
+    for (int stage = 0; stage <= 3; stage++) {
+        double states = (double)zt_zero_model_state_bytes(stage, P, K, shard, (int)ranks);
+        size_t opt_n = stage == 0 ? shard * (size_t)ranks : shard;
+        double optim = (double)K * opt_n;
+        /* buffers besides model states: stage 2/3 gradient segment buffers, stage >= 1 the
+         * reduce-scatter landing zone, stage 3 the gather buffers */
+        double buffers = 0;
+        if (stage >= 2) buffers += (double)P * (seg0 + 2 * block);
+        if (stage >= 1 && ranks > 1) buffers += (double)P * shard;
+        if (stage == 3) buffers += zt_zero3_gather_bytes(P, seg0, largest, 1);
+        double device = states + buffers + acts;
+        rows[n++] = (row){stage, "device", "device", states, device, 0, 0};
+        if (stage == 0) continue; /* Twin-Flow splits a rank's shard: stages 1-3 */
+        /* ratio 1: fp32 master + m + v in host memory, with the transfer buffers */
+        rows[n++] = (row){stage, "cpu", "device", states, device - optim, (double)ZT_TWIN_HOST_BYTES * opt_n, 0};
+        if (stage < 3) continue; /* parameter offload and NVMe: ZeRO-Infinity, stage 3 */
+        /* the parameter shard moves to the host; the device keeps only the gather buffers */
+        rows[n++] = (row){3, "cpu", "cpu", states, device - optim - param_shard, twin_host + param_shard, 0};
+        /* optimizer states on NVMe, staged through host buffers; host gradients and 16-bit params */
+        rows[n++] = (row){3, "nvme", "device", states, device - optim, opt_staging + 2 * param_shard, optim};
+        /* and the parameter shard on NVMe too, read through one staging buffer; the host still
+         * lands the gradients and the updated 16-bit parameters before they are written */
+        rows[n++] = (row){3, "nvme", "nvme", states, device - optim - param_shard,
+                          opt_staging + 2 * param_shard + param_staging, optim + param_shard};
+    }
+    return n;
+}
+
+/* The Twin-Flow ratios (offload_optimizer cpu) that fit device and host, for stages 1-3. */
+static void print_ratio_windows(const row *rows, int n, size_t K, size_t shard, double device_mem, double host_mem,
+                                unit u) {
+    printf("\nTwin-Flow ratios that fit (offload_optimizer cpu, ratio r: the share r of the optimizer shard in host\n"
+           "memory at %d B per element, 1 - r on the device at K = %zu B): [r_min, r_max], r_min from device memory,\n"
+           "r_max from host memory\n", ZT_TWIN_HOST_BYTES, K);
+    for (int i = 0; i < n; i++) {
+        if (rows[i].stage == 0 || strcmp(rows[i].optimizer, "device") != 0) continue;
+        zt_twin_window w = zt_twin_ratio_window(rows[i].device, K, ZT_TWIN_HOST_BYTES, shard, device_mem, host_mem);
+        if (w.fits)
+            printf("  stage %d: [%.3f, %.3f]\n", rows[i].stage, w.r_min, w.r_max);
+        else if (w.short_on_device)
+            printf("  stage %d: none: the device is %.2f %s short even at ratio 1\n", rows[i].stage, in(u, w.short_bytes),
+                   u.name);
+        else
+            printf("  stage %d: none: the device needs r >= %.3f, the host takes r <= %.3f (%.2f %s short at r = %.3f)\n",
+                   rows[i].stage, w.r_min, w.r_max, in(u, w.short_bytes), u.name, w.r_min);
+    }
 }
 
 int zt_cmd_estimate(int argc, char **argv) {
     const char *path = NULL;
     long ranks = 0, per_node = 0;
-    double device_mem = 80.0 * 1073741824.0, host_mem = 512.0 * 1073741824.0;
+    double device_mem = 80.0 * 1073741824.0, host_mem = 512.0 * 1073741824.0, nvme_size = -1; /* < 0: no limit */
     int fp32 = 0;
     char **sets = zt_xcalloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0;
@@ -33,6 +104,7 @@ int zt_cmd_estimate(int argc, char **argv) {
         else if (!strcmp(a, "--ranks-per-node") && v) per_node = strtol(v, NULL, 10), bad = per_node < 1, i++;
         else if (!strcmp(a, "--device-mem") && v) bad = zt_parse_bytes(v, &device_mem), i++;
         else if (!strcmp(a, "--host-mem") && v) bad = zt_parse_bytes(v, &host_mem), i++;
+        else if (!strcmp(a, "--nvme-size") && v) bad = zt_parse_bytes(v, &nvme_size), i++;
         else if (!strcmp(a, "--dtype") && v) fp32 = !strcmp(v, "fp32"), bad = !fp32 && strcmp(v, "bf16"), i++;
         else if (!strcmp(a, "--set") && v) sets[n_sets++] = argv[++i];
         else if (a[0] != '-' && !path) path = a;
@@ -62,7 +134,7 @@ int zt_cmd_estimate(int argc, char **argv) {
         return 1;
     }
     if (per_node < 1) per_node = ranks < 8 ? ranks : 8;
-    double host_per_rank = host_mem / (double)per_node;
+    double host_per_rank = host_mem / (double)per_node, nvme_per_rank = nvme_size / (double)per_node;
 
     zt_gpt2_shape shape = zt_shape_from_config(&cfg);
     zt_param_table table;
@@ -75,41 +147,41 @@ int zt_cmd_estimate(int argc, char **argv) {
         zt_config_free(&cfg);
         return 1;
     }
-    size_t shard = zt_zero_shard(table.total, (int)ranks, ZT_SHARD_ALIGN);
-    size_t seg0 = table.segment_lo[1], block = table.segment_lo[2] - table.segment_lo[1];
-    double acts = (double)(plan.act_bytes + plan.scratch_bytes);
+    double acts = (double)(plan.act_bytes + plan.scratch_bytes), biggest = 0;
+    row rows[16];
+    int n = plan_rows(rows, &cfg, &table, ranks, P, K, acts);
+    for (int i = 0; i < n; i++) biggest = rows[i].device > biggest ? rows[i].device : biggest;
+    unit u = biggest >= 1073741824.0 ? (unit){"GiB", 1073741824.0} : (unit){"MiB", 1048576.0};
     printf("zerotrain estimate: %s — GPT-2 L%d H%d C%d V%d, %.2fM parameters, micro-batch %d x T %d, %s "
-           "activations %.2f GiB/rank (checkpointing %s)\n",
+           "activations %.2f %s/rank (checkpointing %s)\n",
            path, shape.n_layer, shape.n_head, shape.n_embd, shape.vocab_size, table.total / 1e6,
-           cfg.train_micro_batch_size_per_gpu, cfg.seq_len, fp32 ? "fp32" : "bf16", gib(acts),
+           cfg.train_micro_batch_size_per_gpu, cfg.seq_len, fp32 ? "fp32" : "bf16", in(u, acts), u.name,
            cfg.ckpt_enabled ? "on" : "off");
-    printf("%ld ranks (%ld per node); device %.1f GiB/rank, host %.1f GiB/rank\n\n", ranks, per_node, gib(device_mem),
-           gib(host_per_rank));
-    printf("%-6s %-16s %14s %14s %14s  %s\n", "stage", "optimizer", "model states", "device total", "host total", "fits");
-    for (int stage = 0; stage <= 3; stage++) {
-        for (int offload = 0; offload <= 1; offload++) {
-            if (offload && stage == 0) continue; /* Twin-Flow splits a rank's shard: stages 1-3 */
-            size_t states = zt_zero_model_state_bytes(stage, P, K, shard, (int)ranks);
-            size_t opt_n = stage == 0 ? shard * (size_t)ranks : shard;
-            double optim = (double)K * opt_n, host = 0;
-            /* buffers besides model states: stage 2/3 gradient segment buffers, stage >= 1 the
-             * reduce-scatter landing zone, stage 3 the gather buffers */
-            double buffers = 0;
-            if (stage >= 2) buffers += (double)P * (seg0 + 2 * block);
-            if (stage >= 1 && ranks > 1) buffers += (double)P * shard;
-            if (stage == 3) buffers += (double)P * (seg0 + 2 * block);
-            double device = (double)states + buffers + acts;
-            if (offload) { /* ratio 1: fp32 master + m + v in host memory (12 B; fp32 grads staged too) */
-                device -= optim;
-                host = (double)(12 + 4) * opt_n;
-            }
-            int fits = device <= device_mem && host <= host_per_rank;
-            printf("%-6d %-16s %11.2f GiB %11.2f GiB %11.2f GiB  %s\n", stage, offload ? "offload cpu" : "on device",
-                   gib((double)states), gib(device), gib(host), fits ? "yes" : "no");
-        }
+    char nvme_s[64] = "not limited (--nvme-size)";
+    if (nvme_size >= 0) snprintf(nvme_s, sizeof nvme_s, "%.1f %s/rank", in(u, nvme_per_rank), u.name);
+    printf("%ld ranks (%ld per node); device %.1f %s/rank, host %.1f %s/rank, NVMe %s\n\n", ranks, per_node,
+           in(u, device_mem), u.name, in(u, host_per_rank), u.name, nvme_s);
+    printf("%-6s %-10s %-8s %16s %16s %16s %16s  %s\n", "stage", "optimizer", "params", "model states", "device total",
+           "host total", "NVMe", "fits");
+    for (int i = 0; i < n; i++) {
+        const row *r = &rows[i];
+        int fits = r->device <= device_mem && r->host <= host_per_rank && (nvme_size < 0 || r->nvme <= nvme_per_rank);
+        printf("%-6d %-10s %-8s %12.2f %s %12.2f %s %12.2f %s %12.2f %s  %s\n", r->stage, r->optimizer, r->params,
+               in(u, r->states), u.name, in(u, r->device), u.name, in(u, r->host), u.name, in(u, r->nvme), u.name,
+               fits ? "yes" : "no");
     }
-    printf("\nmodel states follow the ZeRO paper: stage 0 (2P+K)Ψ, 1 2PΨ+KΨ/N, 2 PΨ+(P+K)Ψ/N, 3 (2P+K)Ψ/N "
-           "with P = %zu, K = %zu; \"device total\" adds activations and the engine's gradient/gather buffers.\n", P, K);
+    size_t shard = zt_zero_shard(table.total, (int)ranks, ZT_SHARD_ALIGN);
+    print_ratio_windows(rows, n, K, shard, device_mem, host_per_rank, u);
+    printf("\nmodel states follow the ZeRO paper: stage 0 (2P+K)Ψ, 1 2PΨ+KΨ/N, 2 PΨ+(P+K)Ψ/N, 3 (2P+K)Ψ/N with P = %zu,\n"
+           "K = %zu; \"device total\" adds activations and the engine's gradient/gather buffers. Offload, ratio 1:\n"
+           "  optimizer cpu:  KΨ/N moves to the host (%d B per element there, with the transfer buffers)\n"
+           "  params cpu:     the parameter shard PΨ/N too; the device keeps stage 3's gather buffers (embeddings\n"
+           "                  + 2 x the largest block), the gradient shard PΨ/N and the gradient buffers\n"
+           "  optimizer nvme: KΨ/N on NVMe; the host keeps min(offload_optimizer.buffer_count (%d), groups) groups of\n"
+           "                  min(sub_group_size, Ψ/N) x 12 B, and gradients and 16-bit parameters, PΨ/N each\n"
+           "  params nvme:    PΨ/N on NVMe too; the host keeps one staging buffer of the largest segment's piece x P\n"
+           "                  instead of the parameters\n",
+           P, K, ZT_TWIN_HOST_BYTES, cfg.offload_buffer_count);
     zt_param_table_free(&table);
     zt_config_free(&cfg);
     return 0;

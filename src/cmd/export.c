@@ -24,13 +24,6 @@ static zt_checkpoint_reader *open_checkpoint(const char *path, zt_err *err) {
 
 /* ---------------------------------------------------------------- export */
 
-typedef struct export_ctx { zt_checkpoint_reader *r; zt_err *err; } export_ctx;
-
-static int read_master(void *ctx, size_t offset, size_t n, float *out) {
-    export_ctx *c = ctx;
-    return zt_checkpoint_read(c->r, ZT_CKPT_MASTER, offset, n, out, c->err);
-}
-
 /* OUT/model.h5: one dataset per tensor (Hugging Face name and shape), attributes with the model shape */
 static int export_hdf5(zt_checkpoint_reader *r, const char *out, int f16, zt_err *err) {
     const zt_param_table *t = zt_checkpoint_reader_table(r);
@@ -118,14 +111,10 @@ int zt_cmd_export(int argc, char **argv) {
         rc = mkdir(out, 0777) && !(access(out, W_OK) == 0) ? zt_fail(&err, "%s: cannot create directory", out) : 0;
         if (!rc) rc = export_hdf5(r, out, !strcmp(dtype, "fp16"), &err);
     } else {
-        export_ctx c = {r, &err};
-        zt_err herr = {{0}};
-        rc = zt_hf_save(out, zt_checkpoint_reader_table(r), &m->shape, read_master, &c, st_dtype, &herr);
-        if (rc && !err.msg[0]) err = herr; /* a read failure's own message is the better one */
         zt_err why_not = {{0}};
-        int tok = rc ? 0 : zt_hf_save_tokenizer(out, vocab ? vocab : zt_default_vocab_dir(), &m->shape, &why_not, &err);
-        if (tok < 0) rc = -1;
-        if (tok > 0) fprintf(stderr, "zerotrain: warning: %s: tokenizer not written (the weights are): %s\n", out, why_not.msg);
+        rc = zt_checkpoint_export_hf(r, out, st_dtype, vocab ? vocab : zt_default_vocab_dir(), &why_not, &err);
+        if (!rc && why_not.msg[0])
+            fprintf(stderr, "zerotrain: warning: %s: tokenizer not written (the weights are): %s\n", out, why_not.msg);
     }
     if (rc) zt_print_error(&err);
     else

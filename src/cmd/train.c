@@ -82,11 +82,14 @@ static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     st.loss_scale = t->scaler.scale;
     st.loss_scale_good_steps = (int)t->scaler.good_steps;
     st.hysteresis_left = t->scaler.hysteresis_left;
-    if (zt_checkpoint_save(&t->ckdir, t->s.engine, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err)) {
-        if (t->comm->rank == 0) zt_print_error(err);
-        return -1;
-    }
-    return 0;
+    int rc = zt_checkpoint_save(&t->ckdir, t->s.engine, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err);
+    /* DeepSpeed's 16-bit model save, beside the checkpoint: 16 bits as the run computes (fp16 with
+     * fp16.enabled, else bf16 — also on the CPU backend, which computes in fp32) */
+    if (!rc && t->cfg.stage3_gather_16bit_weights_on_model_save)
+        rc = zt_checkpoint_export_16bit(&t->ckdir, step, t->cfg.fp16_enabled ? "F16" : "BF16", zt_default_vocab_dir(),
+                                        t->comm, err);
+    if (rc && t->comm->rank == 0) zt_print_error(err);
+    return rc;
 }
 
 /* resume: auto (from checkpoint.dir/latest when there is one), never, or PATH. Tells the user what
@@ -384,6 +387,12 @@ static void print_banner(trainer *t) {
             m->recompute ? "checkpointing: block inputs kept, blocks recomputed in backward" : "all kept",
             m->act_bytes_full / 1048576.0, m->act_bytes_ckpt / 1048576.0);
     zt_engine_print_memory(s->engine, m->act_bytes);
+    const char *bits = cfg->fp16_enabled ? "fp16" : "bf16";
+    if (cfg->stage3_gather_16bit_weights_on_model_save && cfg->checkpoint_dir)
+        zt_info("16-bit model save: each checkpoint also gets the %s Hugging Face model in %s/step_N/%s", bits,
+                cfg->checkpoint_dir, ZT_CKPT_HF_DIR);
+    else if (cfg->stage3_gather_16bit_weights_on_model_save)
+        zt_info("16-bit model save: asked for, but checkpoint.dir is null, so nothing is saved");
 }
 
 int zt_cmd_train(int argc, char **argv) {

@@ -1,5 +1,7 @@
 /* zero_formula.h — per-rank model-state bytes of each ZeRO stage (Rajbhandari et al. 2020,
- * section 5), shared by the engine's accounting check and `zerotrain estimate`. */
+ * section 5), shared by the engine's accounting check and `zerotrain estimate`; and the memory
+ * formulas `estimate` uses for offload: stage-3 gather buffers, ZeRO-Infinity's NVMe placement
+ * (Rajbhandari et al. 2021) and the Twin-Flow ratio window. Ψ/N is one rank's shard. */
 #ifndef ZT_ZERO_FORMULA_H
 #define ZT_ZERO_FORMULA_H
 
@@ -24,6 +26,70 @@ static inline size_t zt_zero_model_state_bytes(int stage, size_t P, size_t K, si
     case 2: return P * psi + (P + K) * shard;
     default: return (2 * P + K) * shard;
     }
+}
+
+/* Stage 3's gather buffers (bytes): the embedding segment, kept gathered for both ends of the
+ * forward pass, and 1 + PREFETCH_DEPTH buffers of the largest other segment (the one in use and the
+ * ones being gathered ahead; the engine prefetches one segment ahead, depth 1). */
+static inline double zt_zero3_gather_bytes(size_t P, size_t embed_elems, size_t largest_elems, int prefetch_depth) {
+    return (double)P * ((double)embed_elems + (1.0 + prefetch_depth) * (double)largest_elems);
+}
+
+/* Host bytes per element of the optimizer shard that Twin-Flow puts in host memory: fp32 master,
+ * m and v (12) and the gradient / updated-parameter transfer buffers (4: two 16-bit, or one fp32
+ * gradient on fp32 backends whose master is the parameter upload itself). */
+#define ZT_TWIN_HOST_BYTES 16
+
+/* ZeRO-Infinity optimizer offload to NVMe (engine_infinity.c): the K Ψ/N bytes of optimizer state
+ * live on NVMe in groups of G = min(sub_group_size, Ψ/N) elements (rounded up to 2048); the host
+ * stages min(BUFFER_COUNT, groups) groups of 12 B per element (fp32 master + m + v). */
+static inline double zt_nvme_optimizer_staging_bytes(int buffer_count, double sub_group_size, size_t shard) {
+    double sub = sub_group_size < (double)shard ? sub_group_size : (double)shard;
+    sub = ((double)(size_t)((sub + 2047) / 2048)) * 2048;
+    double groups = (double)(size_t)(((double)shard + sub - 1) / sub), nbuf = buffer_count < groups ? buffer_count : groups;
+    return nbuf * sub * 12.0;
+}
+
+/* ZeRO-Infinity parameter offload to NVMe: the host keeps one staging buffer for the piece of a
+ * segment being gathered: at most the largest segment, at most the shard, P bytes per element
+ * (offload_param.buffer_size only has to allow it), plus two 4 KiB blocks of alignment. */
+static inline double zt_nvme_param_staging_bytes(size_t largest_segment, size_t shard, size_t P) {
+    size_t piece = largest_segment < shard ? largest_segment : shard;
+    return (double)piece * (double)P + 8192.0;
+}
+
+/* Twin-Flow (offload_optimizer cpu, ratio r): of a rank's optimizer shard of OPT_N elements, the
+ * share r lives in host memory, HOST_PER_ELEM bytes per element, and 1 - r stays on the device, K
+ * bytes per element. With DEVICE_AT_0 the device bytes at r = 0 (nothing offloaded):
+ *   device(r) = DEVICE_AT_0 - r K OPT_N <= DEVICE_MEM   gives r >= r_min
+ *   host(r)   = r HOST_PER_ELEM OPT_N  <= HOST_MEM     gives r <= r_max
+ * The window is [r_min, r_max] clamped to [0, 1]; empty when r_min > 1 (the device does not fit even
+ * with everything offloaded: short = device(1) - DEVICE_MEM) or r_min > r_max (the host cannot take
+ * r_min: short = host(r_min) - HOST_MEM). */
+typedef struct zt_twin_window {
+    int fits;                 /* 1: every r in [r_min, r_max] fits both */
+    double r_min, r_max;
+    int short_on_device;      /* when it does not fit: 1 device, 0 host */
+    double short_bytes;
+} zt_twin_window;
+
+static inline zt_twin_window zt_twin_ratio_window(double device_at_0, size_t K, size_t host_per_elem, size_t opt_n,
+                                                   double device_mem, double host_mem) {
+    zt_twin_window w = {0, 0, 1, 0, 0};
+    double dev_part = (double)K * (double)opt_n, host_part = (double)host_per_elem * (double)opt_n;
+    double need = device_at_0 - device_mem; /* bytes that must leave the device */
+    w.r_min = need <= 0 ? 0 : dev_part > 0 ? need / dev_part : 2;
+    w.r_max = host_part > 0 ? host_mem / host_part : 1;
+    if (w.r_max > 1) w.r_max = 1;
+    if (w.r_min > 1) {
+        w.short_on_device = 1;
+        w.short_bytes = device_at_0 - dev_part - device_mem;
+    } else if (w.r_min > w.r_max) {
+        w.short_bytes = w.r_min * host_part - host_mem;
+    } else {
+        w.fits = 1;
+    }
+    return w;
 }
 
 #endif

@@ -4,7 +4,8 @@
  * resharding to any world size / ZeRO stage, and a verified reader for `export` and `info`.
  * Modules: checkpoint_dir.c (the directory lock, run id, resolving `latest`), checkpoint_save.c,
  * checkpoint_read.c (reader and verification), checkpoint_load.c (into the engine),
- * checkpoint_common.c (CRC32C, digests, HDF5 and file helpers).
+ * checkpoint_export.c (the master weights as a Hugging Face directory: export, and the 16-bit
+ * save beside a checkpoint), checkpoint_common.c (CRC32C, digests, HDF5 and file helpers).
  *
  * Layout of a checkpoint directory DIR (format_version 2):
  *   DIR/.lock                        held (flock) by the rank 0 of the run that owns DIR; says which
@@ -21,6 +22,9 @@
  *                                    group state (trainer state); dataset param_table (compound);
  *                                    virtual datasets master, adam_m, adam_v [total] over the rank files
  *                                    and group params/ with one virtual dataset per tensor (HF shape)
+ *   DIR/step_00000020/hf/            with stage3_gather_16bit_weights_on_model_save: the 16-bit Hugging
+ *                                    Face GPT-2 directory of this step (config.json, model.safetensors,
+ *                                    tokenizer), written after the checkpoint is complete; not part of it
  *   DIR/.tmp_step_*.RUNID            a save in progress (or a crashed one): ignored, removed by the next
  *                                    run that opens DIR, or by the same run when that save fails
  * Version 1 (no run id, shard digests or metadata checksum) still loads, with a warning.
@@ -127,6 +131,29 @@ size_t zt_checkpoint_file_bytes(const zt_checkpoint_reader *r, int rank);
  * id and digest against the index).
  * Returns 0, or -1 with the first problem in err. */
 int zt_checkpoint_verify(zt_checkpoint_reader *r, zt_err *err);
+
+/* ---- the model as a Hugging Face GPT-2 directory (checkpoint_export.c) ---- */
+
+/* Writes R's master weights into OUT (created when missing) as a Hugging Face GPT-2 directory:
+ * model.safetensors in DTYPE ("F32", "BF16" or "F16", rounded to nearest even), config.json (its
+ * torch_dtype says which), generation_config.json (zt_hf_save), then the tokenizer from VOCAB_DIR
+ * (zt_hf_save_tokenizer). One tensor at a time: memory stays bounded by the largest tensor.
+ * Returns 0 (WHY_NOT set when the tokenizer could not be written: the weights are), or -1 with ERR. */
+int zt_checkpoint_export_hf(zt_checkpoint_reader *r, const char *out, const char *dtype, const char *vocab_dir,
+                            zt_err *why_not, zt_err *err);
+
+/* The 16-bit model saved beside a checkpoint: D/step_N/hf */
+#define ZT_CKPT_HF_DIR "hf"
+
+/* Collective; after zt_checkpoint_save of STEP has succeeded on every rank. The 16-bit save of
+ * zero_optimization.stage3_gather_16bit_weights_on_model_save: rank 0 reads D/step_%08ld back,
+ * tensor by tensor, and writes zt_checkpoint_export_hf's directory in DTYPE into
+ * D/step_%08ld/.hf.tmp, renamed to D/step_%08ld/hf once complete (and removed on failure, so an hf
+ * directory is always whole). The checkpoint files are only read: a failed export leaves the
+ * checkpoint (and `latest`) complete and resumable. Returns 0 on every rank, or -1 on every rank
+ * with rank 0's message in err. */
+int zt_checkpoint_export_16bit(const zt_checkpoint_dir *d, long step, const char *dtype, const char *vocab_dir,
+                               zt_comm *comm, zt_err *err);
 
 /* CRC32C (Castagnoli) of n bytes, continuing from crc (0 to start). Exposed for tests. */
 uint32_t zt_crc32c(uint32_t crc, const void *data, size_t n);

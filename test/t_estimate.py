@@ -1,0 +1,116 @@
+"""t_estimate.py — `zerotrain estimate`'s offload rows and Twin-Flow ratio window (issues 13, 14)
+against numbers computed here by hand for configs/tiny.yaml on 2 ranks (bf16: P = 2, K = 12):
+  - stage 3 + params cpu: the device drops the parameter shard PΨ/N, the host takes it;
+  - optimizer nvme: KΨ/N on NVMe, the host keeps min(buffer_count, groups) groups of
+    min(sub_group_size, Ψ/N) (rounded up to 2048) x 12 B of staging plus gradients and 16-bit
+    parameters, as engine_infinity.c allocates; with sub_group_size above and below the shard;
+  - optimizer + params nvme: PΨ/N on NVMe too, one staging buffer of the largest piece on the host;
+  - --nvme-size decides which NVMe rows fit (per node, shared by its ranks);
+  - the ratio window [r_min, r_max] (r_min from device memory, r_max from host memory), a device
+    that does not fit even at ratio 1, and a host too small for the least ratio the device needs.
+The other estimate checks (every stage fits / none fits, bad arguments) are in t_zero_launch.py."""
+import re
+
+import ztlib
+
+check = ztlib.check
+MiB = 1048576.0
+P, K, N = 2, 12, 2
+# tiny.yaml: L2, C32, V50257, n_positions 64
+C, V, T = 32, 50257, 64
+embed = V * C + T * C                                               # wte + wpe: segment 0
+block = 2 * 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + (C * 4 * C + 4 * C) + (4 * C * C + C)
+total = embed + 2 * block + 2 * C
+shard = -(-(-(-total // N)) // 128) * 128                            # ceil(total / N) up to 128 elements
+ROW = re.compile(r"^(\d)\s+(\S+)\s+(\S+)\s+([\d.]+) MiB\s+([\d.]+) MiB\s+([\d.]+) MiB\s+([\d.]+) MiB\s+(yes|no)$")
+
+
+def estimate(*args):
+    p = ztlib.run(["estimate", "configs/tiny.yaml", "--ranks", str(N)] + list(args))
+    rows = {}
+    for line in p.stdout.splitlines():
+        m = ROW.match(line)
+        if m:
+            rows[(int(m[1]), m[2], m[3])] = dict(states=float(m[4]) * MiB, device=float(m[5]) * MiB,
+                                                 host=float(m[6]) * MiB, nvme=float(m[7]) * MiB, fits=m[8] == "yes")
+    acts = re.search(r"activations ([\d.]+) MiB/rank", p.stdout)
+    return p, rows, float(acts[1]) * MiB if acts else None
+
+
+def near(a, b, tol=0.011 * MiB):  # the table prints MiB with 2 decimals
+    return a is not None and abs(a - b) <= tol
+
+
+def window(out, stage):
+    m = re.search(rf"stage {stage}: \[([\d.]+), ([\d.]+)\]", out)
+    return (float(m[1]), float(m[2])) if m else None
+
+
+# ---- the rows, by hand
+SUB, BUFC, PBUF, PBUFC = 100000, 2, 1000, 3
+p, rows, acts = estimate("--set", f"zero_optimization.sub_group_size={SUB}",
+                         "--set", f"zero_optimization.offload_optimizer.buffer_count={BUFC}",
+                         "--set", f"zero_optimization.offload_param.buffer_size={PBUF}",
+                         "--set", f"zero_optimization.offload_param.buffer_count={PBUFC}")
+check(p.returncode == 0 and len(rows) == 10 and acts, "estimate_ten_rows", p.stdout[-2500:] + p.stderr[-500:])
+grad_buffers = P * (embed + 2 * block) + P * shard                  # gradient segment buffers + landing zone
+gather = P * (embed + (1 + 1) * block)                                # embeddings + (1 + prefetch depth) blocks
+device3 = 16 * shard + grad_buffers + gather + (acts or 0)
+def staging(sub, bufc):  # what engine_infinity.c allocates: groups of G rounded up to 2048, min(bufc, groups) of them
+    g = -(-min(sub, shard) // 2048) * 2048
+    return min(bufc, -(-shard // g)) * g * 12
+
+
+opt_staging = staging(SUB, BUFC)
+want = {
+    (3, "device", "device"): (device3, 0, 0),
+    (3, "cpu", "device"): (device3 - K * shard, 16 * shard, 0),
+    (3, "cpu", "cpu"): (device3 - K * shard - P * shard, 16 * shard + P * shard, 0),
+    (3, "nvme", "device"): (device3 - K * shard, opt_staging + 2 * P * shard, K * shard),
+    (3, "nvme", "nvme"): (device3 - K * shard - P * shard, opt_staging + 2 * P * shard + P * min(embed, shard) + 8192,
+                          K * shard + P * shard),
+}
+for key, (dev, host, nvme) in want.items():
+    r = rows.get(key)
+    ok = r is not None and near(r["device"], dev) and near(r["host"], host) and near(r["nvme"], nvme) \
+        and near(r["states"], 16 * shard)
+    check(ok, "row_" + "_".join(map(str, key)),
+          f"got {r}; want device {dev / MiB:.3f} host {host / MiB:.3f} nvme {nvme / MiB:.3f} MiB")
+
+# sub_group_size at its default (1e9) is larger than the shard: the staging holds the whole shard
+p, rows, _ = estimate()
+r = rows.get((3, "nvme", "device"))
+check(r is not None and near(r["host"], staging(10**9, 4) + 2 * P * shard), "nvme_staging_capped_at_shard", str(r))
+
+# ---- --nvme-size (per node: 2 ranks share it): 10 MiB per rank holds KΨ/N (9.36 MiB), not (K+P)Ψ/N
+p, rows, _ = estimate("--nvme-size", "20MiB")
+check(p.returncode == 0 and rows.get((3, "nvme", "device"), {}).get("fits") is True
+      and rows.get((3, "nvme", "nvme"), {}).get("fits") is False and "NVMe 10.0 MiB/rank" in p.stdout,
+      "nvme_size_decides_fit", p.stdout[-2000:])
+p, rows, _ = estimate("--nvme-size", "1 MB")
+check(all(not r["fits"] for k, r in rows.items() if "nvme" in k) and rows[(3, "cpu", "cpu")]["fits"],
+      "nvme_size_parsed_with_units", str(rows))
+p = ztlib.run(["estimate", "configs/tiny.yaml", "--ranks", "2", "--nvme-size", "lots"])
+check(p.returncode == 2 and "--nvme-size" in p.stderr, "nvme_size_bad_value", p.stderr[-300:])
+
+# ---- the Twin-Flow ratio window, stage 1: device(r) = D0 - r K Ψ/N, host(r) = r 16 Ψ/N
+p, rows, acts = estimate()
+D0 = rows[(1, "device", "device")]["device"]
+dev_mem, host_rank = D0 - 0.5 * K * shard, 0.75 * 16 * shard      # r_min 0.5, r_max 0.75
+p, _, _ = estimate("--device-mem", f"{dev_mem:.0f}", "--host-mem", f"{N * host_rank:.0f}")
+w = window(p.stdout, 1)
+check(w is not None and abs(w[0] - 0.5) < 0.002 and abs(w[1] - 0.75) < 0.002, "ratio_window_inside", p.stdout[-900:])
+p, _, _ = estimate()
+check(window(p.stdout, 1) == (0.0, 1.0) and window(p.stdout, 3) == (0.0, 1.0), "ratio_window_all_fit", p.stdout[-900:])
+# the device does not fit even with the whole optimizer shard on the host
+p, rows, _ = estimate("--device-mem", "1MiB")
+m = re.search(r"stage 1: none: the device is ([\d.]+) MiB short even at ratio 1", p.stdout)
+check(m is not None and near(float(m[1]) * MiB, rows[(1, "cpu", "device")]["device"] - MiB, 0.02 * MiB),
+      "ratio_window_device_short", p.stdout[-900:])
+# the device needs r >= 0.5 but the host takes r <= 0.25: short 0.25 x 16 Ψ/N at r = 0.5
+p, _, _ = estimate("--device-mem", f"{dev_mem:.0f}", "--host-mem", f"{N * 0.25 * 16 * shard:.0f}")
+m = re.search(r"stage 1: none: the device needs r >= ([\d.]+), the host takes r <= ([\d.]+) \(([\d.]+) MiB short",
+              p.stdout)
+check(m is not None and abs(float(m[1]) - 0.5) < 0.002 and abs(float(m[2]) - 0.25) < 0.002
+      and near(float(m[3]) * MiB, 0.25 * 16 * shard, 0.02 * MiB), "ratio_window_host_short", p.stdout[-900:])
+ztlib.finish()
