@@ -45,7 +45,8 @@ def bench(config, sets=(), ranks=0, omp=threads):
     timed = rows[1:]
     med = lambda k: statistics.median(r.get(k, 0.0) for r in timed)
     return {k: med(k) for k in ("step_ms", "tokens_per_s", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
-                                "nvme_read_bytes", "nvme_written_bytes", "nvme_read_ms", "nvme_write_ms")}
+                                "nvme_read_bytes", "nvme_written_bytes", "nvme_read_ms", "nvme_write_ms",
+                                "host_adam_ms", "device_idle_ms")}
 
 
 peak = sgemm_peak()
@@ -74,6 +75,19 @@ for stage in (0, 1, 2, 3):
     print(f"  stage {stage}: {r['tokens_per_s']:.0f} tokens/s = {r['tokens_per_s'] / one['tokens_per_s']:.2f}x of "
           f"1 rank x 2 threads ({one['tokens_per_s']:.0f}); waiting on collectives {r['comm_ms']:.0f} ms of "
           f"{r['step_ms']:.0f} ms/step")
+
+# Twin-Flow on config (b), 1 rank, ratio 0.5: the host part's update finishing during the next forward
+# (overlap_step) against waiting for it at the end of the step. On the CPU backend both sides share the
+# cores, so this shows the waiting moved, not a speed-up; the GPU figure is in bench_gpu.sh
+print("Twin-Flow on config (b), ratio 0.5, 1 rank x 2 threads")
+for ov in ("false", "true"):
+    r = bench(shapes["b"][0], ["zero_optimization.offload_optimizer={device: cpu, ratio: 0.5}", "train_iters=6",
+                               f"zero_optimization.offload_optimizer.overlap_step={ov}"], omp=2)
+    if r:
+        print(f"  overlap_step {ov}: {r['step_ms']:.0f} ms/step, host adam {r['host_adam_ms']:.0f} ms, device waited for "
+              f"the host part {r['device_idle_ms']:.0f} ms per step")
+    else:
+        print(f"  overlap_step {ov}: failed")
 
 # ZeRO-Infinity on config (b), stage 3, 1 rank: what parameter offload and the NVMe tier cost per step
 # on the CPU backend (where "device" and host are the same memory, so this is the bookkeeping and
