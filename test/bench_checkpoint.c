@@ -18,19 +18,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_io.h"
 #include "io/checkpoint.h"
 #include "engine/engine_internal.h" /* white-box: the engine's own buffers */
 #include "model/gpt2.h"
 
 #define BLOCK ((size_t)64 << 20)
 
-static void drop_cache(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return;
-    fdatasync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-}
 
 static void drop_dir(const char *dir) {
     char p[1200];

@@ -22,17 +22,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "bench_io.h"
 #include "io/swap.h"
 
 #define ROUNDS 3
 
-static void drop_cache(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return;
-    fdatasync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-}
 
 /* sequential pwrite (+ fdatasync) then pread of buf's bytes; seconds of each, -1 on failure */
 static int baseline(const char *path, int direct, const char *buf, size_t bytes, size_t block, double *tw, double *tr) {

@@ -92,13 +92,16 @@ for ov in ("false", "true"):
 # ZeRO-Infinity on config (b), stage 3, 1 rank: what parameter offload and the NVMe tier cost per step
 # on the CPU backend (where "device" and host are the same memory, so this is the bookkeeping and
 # the I/O, not PCIe), and the swap throughput during the steps against bench_swap's disk figures
-swap_disk = None
-try:
-    text = open(os.path.join(ztlib.ROOT, "build/bench/bench_swap.txt")).read()
-    m = re.search(r"disk baseline: write ([0-9.]+) GiB/s, read ([0-9.]+) GiB/s", text)
-    swap_disk = (float(m.group(1)), float(m.group(2))) if m else None
-except OSError:
-    pass
+def disk_figures(bench_output, pattern):
+    """(write, read) bandwidth a C bench of this `make bench` run measured, or None."""
+    try:
+        m = re.search(pattern, open(os.path.join(ztlib.ROOT, "build/bench", bench_output)).read())
+    except OSError:
+        return None
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
+swap_disk = disk_figures("bench_swap.txt", r"disk baseline: write ([0-9.]+) GiB/s, read ([0-9.]+) GiB/s")
 nvme_dir = tempfile.mkdtemp(dir=os.path.join(ztlib.ROOT, "build"))
 infinity = {"no offload": [],
             "offload_param cpu": ["zero_optimization.offload_param.device=cpu"],
@@ -130,13 +133,8 @@ shutil.rmtree(nvme_dir, ignore_errors=True)
 # checkpoint save/load of GPT-2 124M on 2 ranks (stage 2) against the disk bandwidth bench_checkpoint
 # measured in this run (plain write()+fsync / read() of the same number of bytes)
 
-base = None
-try:
-    text = open(os.path.join(ztlib.ROOT, "build/bench/bench_checkpoint.txt")).read()
-    m = re.search(r"disk baseline: write\+fsync [0-9.]+ s \(([0-9.]+) GB/s\), read [0-9.]+ s \(([0-9.]+) GB/s\)", text)
-    base = (float(m.group(1)), float(m.group(2))) if m else None
-except OSError:
-    pass
+base = disk_figures("bench_checkpoint.txt",
+                    r"disk baseline: write\+fsync [0-9.]+ s \(([0-9.]+) GB/s\), read [0-9.]+ s \(([0-9.]+) GB/s\)")
 d = tempfile.mkdtemp(dir=os.path.join(ztlib.ROOT, "build"))
 ztlib.ENV["OMP_NUM_THREADS"] = "1"
 sets = ["train_iters=1", f"checkpoint.dir={d}", "zero_optimization.stage=2", "train_batch_size=8"]
