@@ -341,9 +341,13 @@ int main(int argc, char **argv) {
     expect_error("error_deepspeed_key_unsupported", "e16.json", "{\"zero_optimization\": {\"stage\": 3,\n"
                  "  \"zero_quantized_weights\": true}}\n",
                  "2:3: zero_optimization.zero_quantized_weights is a DeepSpeed key zerotrain does not support");
-    expect_error("error_offload_param_cpu", "e17.yaml", "zero_optimization:\n  offload_param:\n    device: cpu\n",
-                 "3:13: zero_optimization.offload_param.device: parameter offload to cpu is not implemented yet in "
-                 "zerotrain (only device none; use zero_optimization.offload_optimizer to offload optimizer state)");
+    expect_error("error_offload_param_below_stage3", "e17.yaml", "zero_optimization:\n  offload_param:\n    device: cpu\n",
+                 "3:13: zero_optimization.offload_param.device: parameter offload needs zero_optimization.stage 3 (it "
+                 "is 0): only stage 3 partitions the parameters");
+    expect_error("error_offload_param_nvme_no_path", "e17b.yaml",
+                 "zero_optimization:\n  stage: 3\n  offload_param: {device: nvme}\n",
+                 "3:27: zero_optimization.offload_param.device: device nvme needs zero_optimization.offload_param.nvme_path "
+                 "(a directory on the NVMe drive for the parameter swap files)");
     expect_error("error_partition_activations", "e18.yaml", "activation_checkpointing:\n  partition_activations: true\n",
                  "2:26: activation_checkpointing.partition_activations: true is not supported by zerotrain (only false)");
     expect_error("error_l2_adam", "e19.yaml",

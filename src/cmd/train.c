@@ -34,6 +34,8 @@ typedef struct trainer {
     long start_step;       /* 0, or the step a resumed run continues after */
     long samples_at_start; /* training-stream samples consumed before start_step */
     zt_loss_scaler scaler; /* fp16 loss scaling (scale 1, never skipping, otherwise) */
+    zt_engine_nvme nvme_counted; /* NVMe traffic already put in a step record: each step reports what
+                                    came after (the host part's I/O may run on between steps) */
 } trainer;
 
 /* Exit status of a run stopped by SIGUSR1/SIGTERM after saving its checkpoint: the Slurm scripts
@@ -189,8 +191,6 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
     double t0 = zt_now(), loss_sum = 0;
     zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes;
-    zt_engine_nvme nvme0;
-    zt_engine_nvme_stats(eng, &nvme0);
     memset(rec, 0, sizeof *rec);
     rec->step = step + 1;
     rec->lr = zt_lr_at(cfg, step);
@@ -229,11 +229,13 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     rec->seconds = zt_now() - t0;
     rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
     rec->bytes = zt_comm_bytes_since(&zt_engine_comm(eng)->bytes, &bytes0);
-    zt_engine_nvme_stats(eng, &rec->nvme);
-    rec->nvme.bytes_read -= nvme0.bytes_read;
-    rec->nvme.bytes_written -= nvme0.bytes_written;
-    rec->nvme.read_seconds -= nvme0.read_seconds;
-    rec->nvme.write_seconds -= nvme0.write_seconds;
+    zt_engine_nvme now;
+    zt_engine_nvme_stats(eng, &now);
+    rec->nvme = (zt_engine_nvme){now.bytes_read - t->nvme_counted.bytes_read,
+                                 now.bytes_written - t->nvme_counted.bytes_written,
+                                 now.read_seconds - t->nvme_counted.read_seconds,
+                                 now.write_seconds - t->nvme_counted.write_seconds};
+    t->nvme_counted = now;
 }
 
 /* The step line (and the breakdown) on rank 0 every steps_per_print steps, the first and the last. */
@@ -315,6 +317,7 @@ static int run(trainer *t) {
     step_plan p = plan_steps(t);
     long steps = cfg->train_iters;
     double timed_start = 0; /* ETA: from the end of the first step, which warms up */
+    zt_engine_nvme_stats(t->s.engine, &t->nvme_counted); /* start-up and resume I/O are not a step's */
     for (long step = t->start_step; step < steps; step++) {
         step_record rec;
         train_step(t, &p, step, &rec);
