@@ -105,7 +105,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     if (stage == 3 && zero_alloc_gather(e)) goto oom;
     /* Twin-Flow split, then the optimizer states: the host part's in host memory, the device
      * part's on the device (fp32 master aliasing the fp32 params there) */
-    twin_plan(e);
+    if (twin_plan(e, err)) { zt_engine_destroy(e); return -1; }
     size_t dev_n = opt_n - e->host_n;
     if (fp32)
         e->master = stage == 3 ? (float *)at(e, e->params, e->host_n) : (float *)at(e, e->params, e->lay.opt_lo + e->host_n);

@@ -52,6 +52,10 @@ typedef struct zt_engine_offload {
     int host_threads;     /* CPU Adam threads; 0 = OpenMP's default */
     double device_reserve; /* bytes the caller allocates on the device after the engine (activations,
                               backend scratch): ratio auto leaves them free */
+    double host_memory;   /* bytes: host budget of the host part for ratio auto; 0 = the machine's
+                             available memory shared among its ranks, less host_reserve */
+    double host_reserve;  /* bytes the run takes in host memory after the engine, besides the host
+                             part (without a host_memory budget, ratio auto leaves them free) */
 } zt_engine_offload;
 
 /* Seconds spent in each part of the current step (reset by zt_engine_begin_micro(first)).

@@ -131,12 +131,18 @@ typedef struct twin_flow {
     size_t d2h_done, adam_done; /* chunks */
     double adam_busy, d2h_busy, h2d_busy;
 } twin_flow;
-void twin_plan(zt_engine *e);  /* the ratio in effect (auto: calibrated, collective) and host_n */
+/* the ratio in effect (auto: calibrated, collective) and host_n; -1 with err set when no ratio fits */
+int twin_plan(zt_engine *e, zt_err *err);
 int twin_alloc(zt_engine *e);  /* the host part's buffers; -1 when out of memory */
 void twin_free(zt_engine *e);
 /* starts the D2H lane (and the others, which wait) as soon as the gradients are final */
 void twin_start(zt_engine *e, twin_flow *tf);
 /* the update: CPU Adam on the host part and device Adam on the rest at once; fills e->timing */
 void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st);
+
+/* twin_ratio.c: ratio auto (collective): *ratio in [0, 1] and which bound decided it; -1 with err set,
+ * on every rank, when no ratio fits both the device and the host memory */
+enum { TWIN_BOUND_SPEED, TWIN_BOUND_DEVICE, TWIN_BOUND_HOST };
+int twin_choose_ratio(zt_engine *e, double *ratio, int *bound, zt_err *err);
 
 #endif

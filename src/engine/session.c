@@ -71,8 +71,12 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
                          cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
                          cfg->weight_decay, cfg->decay_all_params, !cfg->bias_correction};
+    /* host memory the run takes after the engine, kept free by ratio auto when host_memory is not set:
+     * the activations and scratch where device memory is host memory, and 1 GiB for checkpoint
+     * staging (64 MiB), MPI and the runtimes (the data and the init vector are in use already) */
+    double host_reserve = (gpu ? 0.0 : (double)(plan.act_bytes + plan.scratch_bytes)) + 1073741824.0;
     zt_engine_offload off = {cfg->offload_device == ZT_OFFLOAD_CPU, cfg->offload_ratio, cfg->offload_pin_memory,
-                             cfg->offload_device_memory, 0, reserve};
+                             cfg->offload_device_memory, 0, reserve, cfg->offload_host_memory, host_reserve};
     s->engine = zt_engine_open(s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off, init_f32, err);
     free(init);
     if (!s->engine) { zt_param_table_free(&s->table); return -1; }
