@@ -173,27 +173,50 @@ static void copy_pass(const zt_engine *e, calib *c, zt_copy_kind kind) {
 }
 
 /* One pass kind, repeated on a thread of its own until told to stop; the first pass warms up, the
- * others are timed. */
+ * others are timed. The copy lanes start one pass per pass of the host Adam, as the step moves each
+ * element down and up once per update (copying without pause would load the memory more than the
+ * step does). */
 enum { LANE_HOST_ADAM, LANE_D2H, LANE_H2D, NLANES };
+typedef struct calib_pace {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int host_passes; /* host Adam passes started */
+    atomic_int stop;
+} calib_pace;
 typedef struct calib_lane {
     const zt_engine *e;
     calib *c;
     const zt_adam_step *st;
     int kind;
-    atomic_int *stop;
+    calib_pace *pace;
     atomic_int timed; /* timed passes so far */
     double seconds;   /* their total time */
     pthread_t th;
 } calib_lane;
 
+/* the host lane announces its pass; a copy lane waits for the host pass it goes with (0: stop) */
+static int pace_pass(calib_lane *l, int pass) {
+    calib_pace *p = l->pace;
+    pthread_mutex_lock(&p->mu);
+    if (l->kind == LANE_HOST_ADAM) {
+        p->host_passes = pass + 1;
+        pthread_cond_broadcast(&p->cv);
+    } else {
+        while (!atomic_load(&p->stop) && p->host_passes <= pass) pthread_cond_wait(&p->cv, &p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return !atomic_load(&p->stop);
+}
+
 static void *lane_main(void *arg) {
     calib_lane *l = arg;
-    for (int pass = 0; !atomic_load(l->stop); pass++) {
+    atomic_int *stop = &l->pace->stop;
+    for (int pass = 0; pace_pass(l, pass); pass++) {
         double t0 = zt_now();
         if (l->kind == LANE_HOST_ADAM) host_pass(l->e, l->c, l->st);
         else copy_pass(l->e, l->c, l->kind == LANE_D2H ? ZT_D2H : ZT_H2D);
         double t = zt_now() - t0;
-        if (pass > 0) {
+        if (pass > 0 && !atomic_load(stop)) { /* a pass that ended alone does not count */
             l->seconds += t;
             atomic_fetch_add(&l->timed, 1);
         }
@@ -214,11 +237,14 @@ static void calibrate(const zt_engine *e, size_t n, double rates[4]) {
         return;
     }
     zt_adam_step st = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f};
-    atomic_int stop = 0;
+    calib_pace pace = {.host_passes = 0};
+    pthread_mutex_init(&pace.mu, NULL);
+    pthread_cond_init(&pace.cv, NULL);
+    atomic_init(&pace.stop, 0);
     calib_lane lanes[NLANES];
     int started = 0;
     for (int k = 0; k < NLANES; k++) {
-        lanes[k] = (calib_lane){.e = e, .c = &c, .st = &st, .kind = k, .stop = &stop};
+        lanes[k] = (calib_lane){.e = e, .c = &c, .st = &st, .kind = k, .pace = &pace};
         atomic_init(&lanes[k].timed, 0);
         if (pthread_create(&lanes[k].th, NULL, lane_main, &lanes[k])) break;
         started++;
@@ -233,8 +259,13 @@ static void calibrate(const zt_engine *e, size_t n, double rates[4]) {
         for (int k = 0; k < NLANES; k++) least = least < atomic_load(&lanes[k].timed) ? least : atomic_load(&lanes[k].timed);
         if (least >= 3 || (least >= 1 && zt_now() - t_start > 10.0)) break;
     }
-    atomic_store(&stop, 1);
+    pthread_mutex_lock(&pace.mu);
+    atomic_store(&pace.stop, 1);
+    pthread_cond_broadcast(&pace.cv);
+    pthread_mutex_unlock(&pace.mu);
     for (int k = 0; k < started; k++) pthread_join(lanes[k].th, NULL);
+    pthread_mutex_destroy(&pace.mu);
+    pthread_cond_destroy(&pace.cv);
     if (started == NLANES) {
         size_t E = esz(e);
         double per[NLANES];
