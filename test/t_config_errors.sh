@@ -53,6 +53,10 @@ case_ ds_unsupported_scheduler $'{"scheduler": {"type": "OneCycle"}}\n' \
   "zerotrain: error: @:1:24: scheduler.type: OneCycle is a DeepSpeed scheduler zerotrain does not support (expected WarmupLR, WarmupDecayLR or WarmupCosineLR)"
 case_ nvme_offload $'zero_optimization:\n  offload_optimizer: {device: nvme}\n' \
   "zerotrain: error: @:2:31: zero_optimization.offload_optimizer.device: device nvme needs zero_optimization.offload_optimizer.nvme_path (a directory on the NVMe drive for the swap files)"
+case_ host_memory_negative $'zero_optimization:\n  offload_optimizer: {device: cpu, ratio: auto, host_memory: -1}\n' \
+  "zerotrain: error: @:2:62: zero_optimization.offload_optimizer.host_memory: expected a byte count >= 0 (a number or a string like \"40GiB\"), got -1"
+case_ host_memory_bad_unit $'zero_optimization:\n  offload_optimizer:\n    host_memory: 12 parsecs\n' \
+  "zerotrain: error: @:3:18: zero_optimization.offload_optimizer.host_memory: expected a byte count >= 0 (a number or a string like \"40GiB\"), got string '12 parsecs'"
 case_ cpu_checkpointing $'activation_checkpointing: {cpu_checkpointing: true}\n' \
   "zerotrain: error: @:1:47: activation_checkpointing.cpu_checkpointing: true is not supported by zerotrain (only false)"
 case_ number_checkpoints_over_layers $'model: {n_layer: 2}\nactivation_checkpointing: {number_checkpoints: 3}\n' \
@@ -72,7 +76,7 @@ case_ set_cross_check_blames_last $'model: {n_head: 12}\n' \
 
 # the effective config loads back to itself (through the driver, i.e. the printed text)
 f="$tmp/rt.yaml"
-printf '%s' $'{"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},\n "scheduler": {"type": "WarmupLR"}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu", "ratio": "auto", "device_memory": "2GiB"}},\n "data": {"train": "a \\"quoted\\" path*.bin"}}\n' >"$f"
+printf '%s' $'{"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},\n "scheduler": {"type": "WarmupLR"}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu", "ratio": "auto", "device_memory": "2GiB", "host_memory": "100 GB"}},\n "data": {"train": "a \\"quoted\\" path*.bin"}}\n' >"$f"
 if "$drv" --load "$f" --set seed=7 >"$tmp/rt1.yaml" 2>"$tmp/rt.err" && "$drv" --load "$tmp/rt1.yaml" >"$tmp/rt2.yaml" 2>>"$tmp/rt.err" &&
    diff <(tail -n +2 "$tmp/rt1.yaml") <(tail -n +2 "$tmp/rt2.yaml") >"$tmp/rt.diff"; then
   pass effective_config_round_trip

@@ -69,6 +69,9 @@ void zt_comm_bytes_json(FILE *f, const zt_comm_bytes *per_rank, int world);
 /* The wall_clock_breakdown line: MB sent/received per kind, via zt_info. */
 void zt_comm_bytes_print(const zt_comm_bytes *b);
 
+/* Collective: how many ranks of c run on this rank's machine (same host name), this one included. */
+int zt_comm_ranks_on_node(zt_comm *c);
+
 /* Process-wide MPI setup: MPI_Init_thread once, error handler that makes every rank exit non-zero
  * when one fails, and a duplicate of MPI_COMM_WORLD reserved for data parallelism / ZeRO. */
 int zt_mpi_init(int *argc, char ***argv, zt_err *err);

@@ -76,6 +76,7 @@ typedef struct zt_config {
     double offload_ratio;      /* [0,1]; < 0 means auto */
     int offload_pin_memory;
     double offload_device_memory; /* bytes budget for ratio auto, 0 = ask the device */
+    double offload_host_memory;   /* bytes budget of the host part for ratio auto, 0 = what is available */
     /* ZeRO-3 / ZeRO-Infinity settings: read and range-checked for the NVMe/parameter-offload work;
      * config_deepspeed.c refuses the values that ask for what the engine does not do yet */
     double stage3_max_live_parameters, stage3_max_reuse_distance, sub_group_size;

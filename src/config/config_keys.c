@@ -203,6 +203,8 @@ const zt_keydef zt_config_keys[] = {
         .help = "ours: the host part's update finishes during the next step's forward (exact)"),
     KEY("zero_optimization.offload_optimizer.device_memory", K_BYTES, offload_device_memory, .def = 0, .flags = E,
         .help = "device memory budget for ratio auto; 0 = what is free"),
+    KEY("zero_optimization.offload_optimizer.host_memory", K_BYTES, offload_host_memory, .def = 0, .flags = E,
+        .help = "ours: host memory budget of the offloaded part for ratio auto; 0 = what is available"),
     KEY("zero_optimization.offload_optimizer.nvme_path", K_STR, offload_nvme_path, .flags = E,
         .help = "NVMe directory for the optimizer swap files (ZeRO-Infinity)"),
     KEY("zero_optimization.offload_optimizer.buffer_count", K_INT, offload_buffer_count, .def = 4, .lo = 1,

@@ -215,7 +215,10 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     /* Twin-Flow split, then the optimizer states: the host part's in host memory (or on NVMe), the
      * device part's on the device (the fp32 master is the fp32 params there, unless those are
      * offloaded) */
-    twin_plan(e);
+    if (twin_plan(e, err)) {
+        zt_engine_destroy(e);
+        return -1;
+    }
     size_t dev_n = e->host_lo; /* the device part is the head of the optimizer range */
     int master_is_params = fp32 && !e->params_on_host;
     if (master_is_params)

@@ -75,6 +75,10 @@ typedef struct zt_engine_offload {
     /* aio section: both swap files' requests */
     size_t aio_block_size;
     int aio_queue_depth, aio_single_submit, aio_overlap_events;
+    double host_memory;   /* bytes: host budget of the host part for ratio auto; 0 = the machine's
+                             available memory shared among its ranks, less host_reserve */
+    double host_reserve;  /* bytes the run takes in host memory after the engine, besides the host
+                             part (without a host_memory budget, ratio auto leaves them free) */
 } zt_engine_offload;
 enum { ZT_PARAM_ON_DEVICE, ZT_PARAM_ON_CPU, ZT_PARAM_ON_NVME };
 

@@ -157,9 +157,12 @@ typedef struct twin_flow {
     double adam_busy, d2h_busy, h2d_busy;
     double t_start;             /* when the update started (for the optimizer's wall time) */
 } twin_flow;
-void twin_plan(zt_engine *e);  /* the ratio in effect (auto: calibrated, collective) and host_n */
+/* the ratio in effect (auto: calibrated, collective) and host_n; -1 with err set when no ratio fits */
+int twin_plan(zt_engine *e, zt_err *err);
 void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b); /* chunk c's host-part elements */
 void twin_publish(twin_flow *tf, size_t *counter, size_t chunks); /* a lane finished `chunks` chunks */
+/* whether the host part has a buffer for its updated compute-dtype parameters (twin_alloc) */
+int twin_has_out_buffer(const zt_engine *e);
 /* the host part's master from fp32 init values (host memory or NVMe) */
 int twin_init_master(zt_engine *e, const float *init, zt_err *err);
 /* where the CPU Adam writes the updated compute-dtype parameters of host-part element off (from
@@ -200,5 +203,10 @@ const void *inf_param_fetch(zt_engine *e, size_t off, size_t n);
 /* the host Adam lane with the states on NVMe: group by group, the next read and the previous
  * write in flight while this one is updated (ZeRO-Infinity's pipeline) */
 void inf_host_adam_lane(twin_flow *tf);
+
+/* twin_ratio.c: ratio auto (collective): *ratio in [0, 1] and which bound decided it; -1 with err set,
+ * on every rank, when no ratio fits both the device and the host memory */
+enum { TWIN_BOUND_SPEED, TWIN_BOUND_DEVICE, TWIN_BOUND_HOST };
+int twin_choose_ratio(zt_engine *e, double *ratio, int *bound, zt_err *err);
 
 #endif

@@ -73,9 +73,14 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
                          cfg->weight_decay, cfg->decay_all_params, !cfg->bias_correction,
                          cfg->stage3_prefetch_bucket_size, cfg->stage3_max_live_parameters,
                          cfg->stage3_max_reuse_distance};
+    /* host memory the run takes after the engine, kept free by ratio auto when host_memory is not set:
+     * the activations and scratch where device memory is host memory, and 1 GiB for checkpoint
+     * staging (64 MiB), MPI and the runtimes (the data and the init vector are in use already) */
+    double host_reserve = (gpu ? 0.0 : (double)(plan.act_bytes + plan.scratch_bytes)) + 1073741824.0;
     zt_engine_offload off = {.enabled = cfg->offload_device != ZT_OFFLOAD_NONE, .ratio = cfg->offload_ratio,
                              .pin_memory = cfg->offload_pin_memory, .device_memory = cfg->offload_device_memory,
-                             .device_reserve = reserve, .overlap_step = cfg->offload_overlap_step};
+                             .device_reserve = reserve, .overlap_step = cfg->offload_overlap_step,
+                             .host_memory = cfg->offload_host_memory, .host_reserve = host_reserve};
     if (cfg->offload_device == ZT_OFFLOAD_NVME) {
         off.nvme_path = cfg->offload_nvme_path;
         off.sub_group_size = cfg->sub_group_size;

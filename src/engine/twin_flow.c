@@ -38,7 +38,7 @@ static void host_buf_free(zt_engine *e, void *p, int transfer) { engine_host_fre
  * (offload_param: nothing goes up), else into a compute-dtype buffer for the H2D lane — needed on
  * 16-bit backends, and with NVMe (the fp32 master is only in a staging buffer while its group is
  * updated). Only the fp32 backends' in-memory master is itself the H2D source. */
-static int host_out_buffer(const zt_engine *e) {
+int twin_has_out_buffer(const zt_engine *e) {
     if (e->param_swap) return 1; /* written to the parameter swap file after the update */
     return !e->params_on_host && (e->be->compute_dtype != ZT_F32 || e->off.nvme_path);
 }
@@ -66,8 +66,8 @@ int twin_alloc(zt_engine *e) {
         if (!e->host_master || !e->host_m || !e->host_v) return -1;
     }
     e->host_grad = host_buf(e, n * E, 1, ZT_MEM_GRADS);
-    if (host_out_buffer(e)) e->host_params16 = host_buf(e, n * E, 1, ZT_MEM_COMM);
-    if (!e->host_grad || (host_out_buffer(e) && !e->host_params16)) return -1;
+    if (twin_has_out_buffer(e)) e->host_params16 = host_buf(e, n * E, 1, ZT_MEM_COMM);
+    if (!e->host_grad || (twin_has_out_buffer(e) && !e->host_params16)) return -1;
     return 0;
 }
 
@@ -92,105 +92,22 @@ int twin_init_master(zt_engine *e, const float *init, zt_err *err) {
 
 /* ---------------------------------------------------------------- ratio auto */
 
-/* best of 3 timed runs (after a warm-up) of one measurement */
-#define BEST_OF_3(var, stmt)                             \
-    do {                                                 \
-        stmt;                                            \
-        var = 1e30;                                      \
-        for (int r_ = 0; r_ < 3; r_++) {                 \
-            double t0_ = zt_now();                       \
-            stmt;                                        \
-            double d_ = zt_now() - t0_;                  \
-            if (d_ < var) var = d_;                      \
-        }                                                \
-    } while (0)
-
-/* Measures, on scratch buffers of up to 2^24 elements, the CPU Adam (elements/s), the device Adam
- * and both copy directions (bytes/s), averages them over ranks (so every rank picks the same
- * ratio), and picks r for the optimizer step time model
- *   host lane   t_h(r) = r N / H,  H = min(CPU Adam, D2H bw / E, H2D bw / E)   (pipelined chunks)
- *   device lane t_d(r) = (1 - r) N / D
- * whose maximum is smallest where t_h = t_d: r* = H / (H + D) (D2H, CPU Adam and H2D are separate
- * lanes, so the slowest of the three sets H). The device part's optimizer bytes (1 - r) N K_dev
- * (K_dev = 8: m, v; + 4 for the master on 16-bit backends) must then fit, r >= r_min: in
- * device_memory less the engine's other buffers when that is set, else in the device's free memory
- * less offload.device_reserve (activations and scratch, allocated after the engine). */
-static double choose_ratio(zt_engine *e) {
-    const zt_backend *be = e->be;
-    /* 2^24 elements (256 MiB of fp32 master, m, v, grads): beyond any CPU cache, so the CPU Adam is
-     * timed at its memory-bound speed; at 2^20 it ran from cache 5x faster than in real steps */
-    size_t N = e->lay.opt_hi - e->lay.opt_lo, n = max_sz(min_sz(N, (size_t)1 << 24), 4096), E = esz(e);
-    int fp32 = be->compute_dtype == ZT_F32;
-    float *hp = zt_xcalloc(n, 4), *hm = zt_xcalloc(n, 4), *hv = zt_xcalloc(n, 4), *hg = zt_xcalloc(n, 4);
-    float *dp = be->alloc(n * 4), *dm = be->alloc(n * 4), *dv = be->alloc(n * 4);
-    void *dg = be->alloc(n * E), *dout = fp32 ? NULL : be->alloc(n * E);
-    void *pin = be->host_alloc(n * E);
-    double rates[4] = {0, 0, 0, 0}; /* host adam el/s, device adam el/s, D2H B/s, H2D B/s */
-    if (dp && dm && dv && dg && pin && (fp32 || dout)) {
-        zt_adam_step st = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f};
-        double th, td, tdown, tup;
-        BEST_OF_3(th, zt_cpu_adamw(hp, hm, hv, hg, n, &st, NULL, ZT_F32, e->off.host_threads));
-        BEST_OF_3(td, (be->adamw(dp, dm, dv, dg, dout, n, &st), be->synchronize()));
-        BEST_OF_3(tdown, be->transfer(pin, dg, n * E, ZT_D2H));
-        BEST_OF_3(tup, be->transfer(dg, pin, n * E, ZT_H2D));
-        double tiny = 1e-9;
-        rates[0] = n / (th + tiny), rates[1] = n / (td + tiny), rates[2] = n * E / (tdown + tiny), rates[3] = n * E / (tup + tiny);
-    }
-    free(hp); free(hm); free(hv); free(hg);
-    void *dbufs[] = {dp, dm, dv, dg, dout};
-    for (int i = 0; i < 5; i++)
-        if (dbufs[i]) be->free(dbufs[i]);
-    if (pin) be->host_free(pin);
-    e->comm->allreduce_host_double(e->comm, rates, 4);
-    for (int i = 0; i < 4; i++) rates[i] /= e->lay.world;
-    if (!(rates[0] > 0 && rates[1] > 0)) {
-        zt_warn("twin-flow: ratio auto: calibration failed (out of memory?); using ratio 1 (full offload)");
-        return 1.0;
-    }
-    double H = fmin(rates[0], fmin(rates[2] / E, rates[3] / E)), D = rates[1];
-    double r = H / (H + D);
-    /* the device part's optimizer bytes must fit: in device_memory less the engine's other device
-     * buffers when it is set, else in what the device has free now less what the caller reserved */
-    double r_min = 0;
-    double K = fp32 ? 8 : 12, budget = e->off.device_memory, avail = 0;
-    int limited = budget > 0; /* whether avail bounds the device part */
-    size_t free_now = 0, total_dev = 0;
-    be->mem_info(&free_now, &total_dev);
-    char why_mem[240] = "device memory is host memory: no device budget";
-    if (budget > 0) {
-        double other = (double)mem_sum(e->mem.device); /* params, grads, comm buffers allocated so far */
-        avail = budget - other;
-        snprintf(why_mem, sizeof why_mem, "budget %.1f MiB (device_memory), other device buffers %.1f MiB",
-                 budget / 1048576.0, other / 1048576.0);
-    } else if (total_dev > 0) {
-        limited = 1;
-        avail = (double)free_now - e->off.device_reserve;
-        snprintf(why_mem, sizeof why_mem, "%.1f MiB free on the device, %.1f MiB kept for activations and scratch",
-                 free_now / 1048576.0, e->off.device_reserve / 1048576.0);
-    }
-    if (limited && N > 0) {
-        r_min = 1.0 - avail / ((double)N * K);
-        size_t len = strlen(why_mem);
-        snprintf(why_mem + len, sizeof why_mem - len, ": at least %.3f must go to the host", fmax(r_min, 0.0));
-    }
-    /* every rank takes the largest (in millionths, rounded up) */
-    r_min = e->comm->agree_max(e->comm, (int)ceil(fmin(fmax(r_min, 0.0), 2.0) * 1e6)) / 1e6;
-    if (r_min > 1) zt_warn("twin-flow: the device is short of memory even with everything offloaded (%s)", why_mem);
-    r = fmax(r, r_min);
-    r = fmin(fmax(r, 0.0), 1.0);
-    zt_info("twin-flow: ratio auto = %.3f: CPU Adam %.0f M el/s, device Adam %.0f M el/s, D2H %.2f GB/s, H2D %.2f GB/s; "
-            "host pipeline %.0f M el/s -> balanced ratio H/(H+D) = %.3f; %s",
-            r, rates[0] * 1e-6, D * 1e-6, rates[2] * 1e-9, rates[3] * 1e-9, H * 1e-6, H / (H + D), why_mem);
-    return r;
-}
-
-/* the ratio in effect (auto: calibrated here, the same on every rank) and the host part's size */
-void twin_plan(zt_engine *e) {
-    e->host_lo = e->lay.opt_hi - e->lay.opt_lo; /* everything on the device unless offloaded */
-    if (!e->off.enabled) return;
-    e->offload_ratio = e->off.ratio < 0 ? choose_ratio(e) : e->off.ratio;
-    e->host_n = split_elements(e->lay.opt_hi - e->lay.opt_lo, e->offload_ratio);
-    e->host_lo -= e->host_n;
+/* The ratio in effect (auto: chosen by twin_ratio.c, the same on every rank) and the host part's size.
+ * A bound that decided auto is kept when the split is rounded to ZT_TWIN_ALIGN: the host part is
+ * rounded down under the host-memory bound, up under the device-memory bound. */
+int twin_plan(zt_engine *e, zt_err *err) {
+    size_t n = e->lay.opt_hi - e->lay.opt_lo;
+    e->host_lo = n; /* everything on the device unless offloaded */
+    if (!e->off.enabled) return 0;
+    int bound = TWIN_BOUND_SPEED;
+    e->offload_ratio = e->off.ratio;
+    if (e->off.ratio < 0 && twin_choose_ratio(e, &e->offload_ratio, &bound, err)) return -1;
+    e->host_n = split_elements(n, e->offload_ratio);
+    double exact = e->offload_ratio * (double)n;
+    if (bound == TWIN_BOUND_HOST && (double)e->host_n > exact && e->host_n >= ZT_TWIN_ALIGN) e->host_n -= ZT_TWIN_ALIGN;
+    if (bound == TWIN_BOUND_DEVICE && (double)e->host_n < exact) e->host_n = min_sz(e->host_n + ZT_TWIN_ALIGN, n);
+    e->host_lo = n - e->host_n; /* the host part is the tail */
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the split update */
