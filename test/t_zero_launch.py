@@ -60,7 +60,7 @@ for ranks in (2, 4):
                                  f"model.vocab_size={V}", f"model.n_layer={L}", f"model.n_embd={C}"], ranks=ranks)
     peak = rows[-1]["params_peak_mib"] * MiB if rows else float("inf")
     bound = 4 * (shard + seg0 + 2 * block + 2 * C)  # + the final LayerNorm, persistent under the threshold
-    ztlib.check(peak <= bound and peak < 0.75 * 4 * total, f"stage3_releases_params_ranks{ranks}",
+    ztlib.check(peak <= bound + 0.0005 * MiB and peak < 0.75 * 4 * total, f"stage3_releases_params_ranks{ranks}",  # %.3f MiB
                 f"peak {peak / MiB:.2f} MiB, bound {bound / MiB:.2f}, whole model {4 * total / MiB:.2f}; "
                 + p.stderr[-600:])
 
