@@ -134,6 +134,22 @@ same_as_base("overlap_step_no_clipping_stage0_ranks4", ["zero_optimization.stage
 same_as_base("overlap_step_fp16_overflow_skips_stage3_ranks2",
              ["zero_optimization.stage=3", "fp16.enabled=true", "fp16.initial_scale_power=8"], 2,
              env={"ZEROTRAIN_INJECT_OVERFLOW": "2,3"})
+# evaluation, sampling and checkpoint saves while the host part is still updating, then a resume:
+# val losses, samples and the resumed losses are those of the run without offload
+with tempfile.TemporaryDirectory() as tmp:
+    mid = ["zero_optimization.stage=3", "eval_interval=2", "sample_tokens=8", "sample_interval=4",
+           "checkpoint.save_interval=3"]
+    p0, r0 = ztlib.train(cfg, mid + ["train_iters=8", f"checkpoint.dir={tmp}/a"], ranks=2)
+    p1, r1 = ztlib.train(cfg, mid + ["train_iters=8", f"checkpoint.dir={tmp}/b", offload("0.5")], ranks=2)
+    samples = [[l for l in p.stdout.splitlines() if "sample" in l.lower()] for p in (p0, p1)]
+    ztlib.check(p0.returncode == 0 and p1.returncode == 0 and len(r1) == 8 and ztlib.losses(r0) == ztlib.losses(r1)
+                and [r.get("val_loss") for r in r0] == [r.get("val_loss") for r in r1] and samples[0] == samples[1]
+                and samples[0], "overlap_step_eval_sample_save_mid_run", f"{p1.stderr[-600:]}")
+    p2, r2 = ztlib.train(cfg, mid + ["train_iters=10", f"checkpoint.dir={tmp}/b", offload("0.5")], ranks=2)
+    p3, r3 = ztlib.train(cfg, mid + ["train_iters=10", f"checkpoint.dir={tmp}/a"], ranks=2)
+    ztlib.check(p2.returncode == 0 and len(r2) == 2 and ztlib.losses(r2) == ztlib.losses(r3),
+                "overlap_step_resume_continues_exactly", f"{ztlib.losses(r2)} vs {ztlib.losses(r3)}; {p2.stderr[-600:]}")
+
 p0, r0 = ztlib.train(cfg, [ITERS, "zero_optimization.stage=2", offload("0.5")])
 p1, r1 = ztlib.train(cfg, [ITERS, "zero_optimization.stage=2", offload("0.5"),
                            "zero_optimization.offload_optimizer.overlap_step=false"])
