@@ -77,12 +77,7 @@ def wait_job(job, timeout):
 rows_of = ztlib.read_metrics
 
 
-def read(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
+read = ztlib.read_text
 
 
 def submit(name, sbatch_args=(), sets=()):

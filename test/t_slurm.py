@@ -83,12 +83,7 @@ def merged_losses(rows):
     return [by_step[s] for s in sorted(by_step)], sorted(by_step)
 
 
-def read(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
+read = ztlib.read_text
 
 
 class Run:

@@ -66,6 +66,15 @@ def train(config, sets=(), ranks=0, metrics=None, timeout=300):
     return p, rows
 
 
+def read_text(path):
+    """A log file's text so far ("" while it does not exist; undecodable bytes replaced)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def read_metrics(path):
     """The rows of a metrics_file (JSON lines); [] when it does not exist (yet)."""
     if not os.path.exists(path):

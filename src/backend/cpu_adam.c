@@ -51,6 +51,12 @@ static inline void store16_scalar(void *out16, zt_dtype dt, size_t i, float x) {
     ((uint16_t *)out16)[i] = dt == ZT_BF16 ? zt_f32_to_bf16_bits(x) : zt_f32_to_f16_bits(x);
 }
 
+void zt_cpu_from_f32(void *dst, const float *src, size_t n, zt_dtype dtype) {
+    if (dtype == ZT_F32) { memmove(dst, src, n * 4); return; }
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) store16_scalar(dst, dtype, i, src[i]);
+}
+
 /* gradient i of g in dtype gd as fp32 (16-bit -> fp32 is exact) */
 static inline float grad_at(const void *g, zt_dtype gd, size_t i) {
     if (gd == ZT_F32) return ((const float *)g)[i];

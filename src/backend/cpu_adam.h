@@ -32,5 +32,7 @@ void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtyp
 
 /* dst[i] = src[i] as fp32, src in dtype (F32, BF16, F16); for 16-bit gradients on the host */
 void zt_cpu_to_f32(float *dst, const void *src, size_t n, zt_dtype dtype);
+/* dst[i] = src[i] in dtype, rounded to nearest-even as the devices do; for offloaded parameters */
+void zt_cpu_from_f32(void *dst, const float *src, size_t n, zt_dtype dtype);
 
 #endif

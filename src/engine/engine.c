@@ -55,13 +55,6 @@ void engine_host_free(zt_engine *e, void *p, int pinned) {
     else free(p);
 }
 
-/* n compute-dtype values from fp32 on the host (rounded to nearest-even, as the device does) */
-static void host_to_compute(zt_dtype t, void *dst, const float *src, size_t n) {
-    if (t == ZT_F32) { memcpy(dst, src, n * sizeof(float)); return; }
-    unsigned short *d = dst;
-    for (size_t i = 0; i < n; i++) d[i] = t == ZT_BF16 ? zt_f32_to_bf16_bits(src[i]) : zt_f32_to_f16_bits(src[i]);
-}
-
 /* Compute-dtype values of n shard elements from host memory into the offloaded parameters at shard
  * offset off: the host shard (offload_param cpu) or the parameter swap file (nvme). */
 void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n) {
@@ -97,7 +90,7 @@ static int params_from_f32(zt_engine *e, size_t first, const float *src, size_t 
         void *tmp = zt_xmalloc(max_sz(step, 1) * esz(e));
         for (size_t a = 0; a < n; a += step) {
             size_t k = min_sz(step, n - a);
-            host_to_compute(be->compute_dtype, tmp, src + a, k);
+            zt_cpu_from_f32(tmp, src + a, k, be->compute_dtype);
             engine_params_store(e, first + a, tmp, k);
         }
         free(tmp);

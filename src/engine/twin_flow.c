@@ -322,41 +322,28 @@ void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st)
 
 /* chunks whose updated parameters are in place: sent up, or written straight into the offloaded
  * shard by the CPU Adam */
-static size_t ready_chunks(const zt_engine *e, const twin_flow *tf) {
-    return e->params_on_host ? tf->adam_done : tf->h2d_done;
+static const size_t *ready_counter(const zt_engine *e, const twin_flow *tf) {
+    return e->params_on_host ? &tf->adam_done : &tf->h2d_done;
 }
 
-/* waits (timed and traced as device idle) until `enough` says so */
-static void wait_lanes(zt_engine *e, const char *what, int (*enough)(const zt_engine *, const twin_flow *, size_t),
-                       size_t arg) {
+/* waits (timed and traced as device idle) until a lane's counter of finished chunks reaches target */
+static void wait_lanes(zt_engine *e, const char *what, const size_t *counter, size_t target) {
     twin_flow *tf = e->pending;
     pthread_mutex_lock(&tf->mu);
-    if (enough(e, tf, arg)) {
-        pthread_mutex_unlock(&tf->mu);
-        return;
-    }
     double t0 = zt_now();
-    while (!enough(e, tf, arg)) pthread_cond_wait(&tf->cv, &tf->mu);
+    int waited = *counter < target;
+    while (*counter < target) pthread_cond_wait(&tf->cv, &tf->mu);
     pthread_mutex_unlock(&tf->mu);
+    if (!waited) return;
     double t1 = zt_now();
     e->timing.device_idle += t1 - t0;
     zt_trace_complete(e->trace, ZT_LANE_MAIN, what, t0, t1);
 }
 
-static int all_ready(const zt_engine *e, const twin_flow *tf, size_t unused) {
-    (void)unused;
-    return ready_chunks(e, tf) == tf->nchunks;
-}
-static int ready_through(const zt_engine *e, const twin_flow *tf, size_t chunk) { return ready_chunks(e, tf) > chunk; }
-static int grads_read(const zt_engine *e, const twin_flow *tf, size_t unused) {
-    (void)e, (void)unused;
-    return tf->d2h_done == tf->nchunks;
-}
-
 void twin_settle(zt_engine *e) {
     twin_flow *tf = e->pending;
     if (!tf) return;
-    wait_lanes(e, "wait for the host part (all)", all_ready, 0);
+    wait_lanes(e, "wait for the host part (all)", ready_counter(e, tf), tf->nchunks);
     double t0 = zt_now();
     join_lanes(e, tf);
     zt_trace_complete(e->trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_now());
@@ -374,10 +361,10 @@ static size_t last_chunk(const zt_engine *e, size_t a, size_t b) {
 void twin_wait_params(zt_engine *e, size_t a, size_t b) {
     size_t c = last_chunk(e, a, b);
     if (!e->pending || c == (size_t)-1) return;
-    wait_lanes(e, "wait for the host part's parameters", ready_through, c);
+    wait_lanes(e, "wait for the host part's parameters", ready_counter(e, e->pending), c + 1);
     if (c + 1 == e->pending->nchunks) twin_settle(e); /* the last chunk: the lanes are finishing */
 }
 
 void twin_wait_grads_read(zt_engine *e) {
-    if (e->pending) wait_lanes(e, "wait for the gradients to be read", grads_read, 0);
+    if (e->pending) wait_lanes(e, "wait for the gradients to be read", &e->pending->d2h_done, e->pending->nchunks);
 }

@@ -164,13 +164,16 @@ static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
     size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
     range_counts(e, a, b, counts);
     size_t mine = max_sz(a, e->lay.lo), k = counts[e->lay.rank];
-    if (k) wait_updated(e, mine, mine + k);
-    const void *send = k && e->params ? at(e, e->params, mine - e->lay.lo) : e->params;
-    if (e->params_on_host) {
-        void *place = at(e, g->buf, k ? mine - a : 0);
-        if (k && e->param_swap) send = inf_param_fetch(e, mine - e->lay.lo, k); /* NVMe -> host staging */
-        if (k) e->be->copy(place, send, k * esz(e), ZT_H2D); /* after queued work still reading g */
-        send = place;
+    const void *send = g->buf; /* this rank has no piece: sends nothing */
+    if (k) {
+        wait_updated(e, mine, mine + k);
+        send = e->param_swap ? inf_param_fetch(e, mine - e->lay.lo, k) /* NVMe -> host staging */
+                             : at(e, e->params, mine - e->lay.lo);
+        if (e->params_on_host) {
+            void *place = at(e, g->buf, mine - a);
+            e->be->copy(place, send, k * esz(e), ZT_H2D); /* after queued work still reading g */
+            send = place;
+        }
     }
     g->seg = seg;
     g->req = e->comm->allgather(e->comm, send, g->buf, counts, e->be->compute_dtype);
