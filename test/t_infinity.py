@@ -213,6 +213,15 @@ with ztlib.Tmpfs("size=12m", tmp) as small:
                        ranks=1)
     ztlib.check(os.path.exists(stale), "nvme_path_leftovers_not_removed", f"{os.listdir(small.path)}")
 
+# a parameter swap that fits one rank, not two, with ratio auto (a collective calibration right after):
+# the rank that cannot reserve its file must not leave the other waiting in the calibration
+with ztlib.Tmpfs("size=5m", tmp) as small:
+    p = ztlib.run(["train", cfg, "--set", "zero_optimization.stage=3", "--set", param_nvme(small.path), "--set",
+                   "zero_optimization.offload_optimizer={device: cpu, ratio: auto}"], ranks=2, timeout=120)
+    errs = errors_of(p)
+    ztlib.check(p.returncode != 0 and len(errs) == 1 and "offload_param.nvme_path" in errs[0] and "free" in errs[0],
+                "param_swap_too_small_for_two_ranks_with_ratio_auto", f"rc {p.returncode}: {errs}; {p.stderr[-400:]}")
+
 # --- the disk fills up during a step: two ranks on one 14 MiB file system without preallocation
 # both pass the space check and write their masters at start; the first update's write-back of m and v
 # needs ~19 MiB together

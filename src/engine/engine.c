@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backend/cpu_adam.h"
+#include "comm/fail_together.h"
 
 const char *const zt_mem_category_names[ZT_MEM_NCAT] = {"params", "grads", "optimizer", "activations", "comm"};
 
@@ -168,6 +169,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     size_t E = esz(e);
     int fp32 = be->compute_dtype == ZT_F32;
 
+    int failed = 0; /* before the first collective (below), failures are agreed on, not returned */
     /* parameters (compute dtype): on the device, or with offload_param the stage-3 shard in host
      * memory (each segment's piece goes up when it is gathered) */
     size_t param_n = stage == 3 ? e->lay.shard : e->lay.padded_total;
@@ -176,10 +178,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
             return zt_fail(err, "zero_optimization.offload_param needs zero_optimization.stage 3 (it is %d)", stage);
         e->params_on_host = 1;
         if (e->off.param_device == ZT_PARAM_ON_NVME) { /* the shard is in a swap file (engine_infinity.c) */
-            if (inf_param_open(e, err)) {
-                zt_engine_destroy(e);
-                return -1;
-            }
+            failed = inf_param_open(e, err);
         } else {
             e->params = engine_host_alloc(e, param_n * E, e->off.param_pin_memory, ZT_MEM_PARAMS);
         }
@@ -201,7 +200,10 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         e->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_grad);
     }
     if (stage >= 2 || (stage == 1 && e->lay.world > 1)) e->recv_tmp = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_COMM);
-    if (stage == 3 && zero_alloc_gather(e, err)) {
+    if (!failed && stage == 3) failed = zero_alloc_gather(e, err);
+    /* ratio auto below is collective: what failed on some ranks only (a swap file that does not fit,
+     * out of memory) must stop every rank here, not leave the others waiting in the calibration */
+    if (zt_agree(e->comm, failed, err)) {
         zt_engine_destroy(e);
         return -1;
     }
