@@ -151,8 +151,10 @@ struct alignas(16) zt16x8 { zt16 v[8]; };
 /* kernels.cu */
 void zt_cu_to_compute(void *dst, const float *src, size_t n);
 void zt_cu_to_f32(float *dst, const void *src, size_t n);
-void zt_cu_embedding_forward(void *out, const int *tokens, const void *wte, const void *wpe, int B, int T, int C);
-void zt_cu_embedding_backward(void *dwte, void *dwpe, const void *dout, const int *tokens, int B, int T, int C);
+void zt_cu_embedding_forward(void *out, const int *tokens, const void *wte, int row_lo, int row_hi, const void *wpe,
+                             int B, int T, int C);
+void zt_cu_embedding_backward(void *dwte, int row_lo, int row_hi, void *dwpe, const void *dout, const int *tokens,
+                              int B, int T, int C);
 void zt_cu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b,
                              int N, int C);
 void zt_cu_layernorm_backward(void *dinp, void *dw, void *db, const void *dout, const void *inp, const void *w,

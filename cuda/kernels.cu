@@ -85,38 +85,45 @@ void zt_cu_to_f32(float *dst, const void *src, size_t n) {
 }
 
 /* ================================================================ embedding */
-/* out[i, :] = wte[tokens[i], :] + wpe[i % T, :]; 8 channels per thread when C % 8 == 0 and all
- * pointers are 16-byte aligned (then every row start is too), one channel otherwise. */
+/* out[i, :] = wte[tokens[i] - row_lo, :] + wpe[i % T, :] for tokens in [row_lo, row_hi) (without wpe
+ * when it is NULL); other tokens get out[i, :] += wpe[i % T, :] (their row came in an earlier block),
+ * or nothing. 8 channels per thread when C % 8 == 0 and all pointers are 16-byte aligned (then every
+ * row start is too), one channel otherwise. */
 template <bool VEC>
-__global__ void k_embedding_fwd(zt16 *out, const int *tokens, const zt16 *wte, const zt16 *wpe, int BT, int T, int C) {
+__global__ void k_embedding_fwd(zt16 *out, const int *tokens, const zt16 *wte, int row_lo, int row_hi,
+                                const zt16 *wpe, int BT, int T, int C) {
     int W = VEC ? 8 : 1, per_row = C / W;
     size_t total = (size_t)BT * per_row;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         int row = (int)(i / per_row), c = (int)(i % per_row) * W;
-        int t = row % T;
-        size_t tok = (size_t)tokens[row];
+        int t = row % T, tok = tokens[row];
+        bool mine = tok >= row_lo && tok < row_hi;
+        if (!mine && !wpe) continue;
+        const zt16 *src = mine ? wte + (size_t)(tok - row_lo) * C + c : out + (size_t)row * C + c;
         if (VEC) {
-            zt16x8 a = *reinterpret_cast<const zt16x8 *>(wte + tok * C + c);
-            zt16x8 p = *reinterpret_cast<const zt16x8 *>(wpe + (size_t)t * C + c);
-            zt16x8 o;
+            zt16x8 a = *reinterpret_cast<const zt16x8 *>(src), o = a;
+            if (wpe) {
+                zt16x8 p = *reinterpret_cast<const zt16x8 *>(wpe + (size_t)t * C + c);
 #pragma unroll
-            for (int k = 0; k < 8; k++) o.v[k] = zt_to16(zt_f(a.v[k]) + zt_f(p.v[k]));
+                for (int k = 0; k < 8; k++) o.v[k] = zt_to16(zt_f(a.v[k]) + zt_f(p.v[k]));
+            }
             *reinterpret_cast<zt16x8 *>(out + (size_t)row * C + c) = o;
         } else {
-            out[(size_t)row * C + c] = zt_to16(zt_ld(wte + tok * C + c) + zt_ld(wpe + (size_t)t * C + c));
+            out[(size_t)row * C + c] = wpe ? zt_to16(zt_ld(src) + zt_ld(wpe + (size_t)t * C + c)) : *src;
         }
     }
 }
-void zt_cu_embedding_forward(void *out, const int *tokens, const void *wte, const void *wpe, int B, int T, int C) {
+void zt_cu_embedding_forward(void *out, const int *tokens, const void *wte, int row_lo, int row_hi, const void *wpe,
+                             int B, int T, int C) {
     size_t total = (size_t)B * T * C;
     if (!total) return;
-    bool vec = C % 8 == 0 && zt_aligned16(out) && zt_aligned16(wte) && zt_aligned16(wpe);
+    bool vec = C % 8 == 0 && zt_aligned16(out) && zt_aligned16(wte) && (!wpe || zt_aligned16(wpe));
     if (vec)
-        k_embedding_fwd<true><<<zt_blocks(total / 8, 256), 256, 0, g_zt.stream>>>((zt16 *)out, tokens, (const zt16 *)wte,
-                                                                                  (const zt16 *)wpe, B * T, T, C);
+        k_embedding_fwd<true><<<zt_blocks(total / 8, 256), 256, 0, g_zt.stream>>>(
+            (zt16 *)out, tokens, (const zt16 *)wte, row_lo, row_hi, (const zt16 *)wpe, B * T, T, C);
     else
-        k_embedding_fwd<false><<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>((zt16 *)out, tokens, (const zt16 *)wte,
-                                                                               (const zt16 *)wpe, B * T, T, C);
+        k_embedding_fwd<false><<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>(
+            (zt16 *)out, tokens, (const zt16 *)wte, row_lo, row_hi, (const zt16 *)wpe, B * T, T, C);
     ZT_LAUNCH_CHECK("embedding_forward");
 }
 
@@ -134,14 +141,14 @@ __global__ void k_iota(int *p, int n) {
 }
 /* One block per sorted slot i; the block whose slot starts a run of equal tokens sums the run's rows
  * (positions ascending: the radix sort is stable) in fp32 and adds once into dwte. Other blocks exit. */
-__global__ void k_embedding_bwd_wte(zt16 *dwte, const zt16 *dout, const int *stok, const int *spos, int N, int C,
-                                    bool vec) {
+__global__ void k_embedding_bwd_wte(zt16 *dwte, int row_lo, int row_hi, const zt16 *dout, const int *stok,
+                                    const int *spos, int N, int C, bool vec) {
     int i = blockIdx.x;
     int tok = stok[i];
-    if (i > 0 && stok[i - 1] == tok) return;
+    if ((i > 0 && stok[i - 1] == tok) || tok < row_lo || tok >= row_hi) return;
     int end = i + 1;
     while (end < N && stok[end] == tok) end++;
-    zt16 *dst = dwte + (size_t)tok * C;
+    zt16 *dst = dwte + (size_t)(tok - row_lo) * C;
     if (vec) {
         for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
             float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -163,7 +170,8 @@ __global__ void k_embedding_bwd_wte(zt16 *dwte, const zt16 *dout, const int *sto
         }
     }
 }
-void zt_cu_embedding_backward(void *dwte, void *dwpe, const void *dout, const int *tokens, int B, int T, int C) {
+void zt_cu_embedding_backward(void *dwte, int row_lo, int row_hi, void *dwpe, const void *dout, const int *tokens,
+                              int B, int T, int C) {
     int N = B * T;
     if (N <= 0 || C <= 0) return;
     if (dwpe) {
@@ -186,7 +194,8 @@ void zt_cu_embedding_backward(void *dwte, void *dwpe, const void *dout, const in
     ZT_LAUNCH_CHECK("embedding_backward(sort)");
     bool vec = C % 8 == 0 && zt_aligned16(dwte) && zt_aligned16(dout);
     int threads = vec ? (C / 8 >= 128 ? 128 : ((C / 8 + 31) / 32) * 32) : (C >= 256 ? 256 : ((C + 31) / 32) * 32);
-    k_embedding_bwd_wte<<<N, threads, 0, g_zt.stream>>>((zt16 *)dwte, (const zt16 *)dout, stok, spos, N, C, vec);
+    k_embedding_bwd_wte<<<N, threads, 0, g_zt.stream>>>((zt16 *)dwte, row_lo, row_hi, (const zt16 *)dout, stok, spos,
+                                                        N, C, vec);
     ZT_LAUNCH_CHECK("embedding_backward(dwte)");
 }
 

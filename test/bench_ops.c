@@ -136,9 +136,9 @@ int main(int argc, char **argv) {
 #define ADD(sec, count) step += (sec) * (count), step_min += t_min * (count)
 
     snprintf(shape, sizeof shape, "B%d T%d C%d", B, T, C);
-    TIME(t, be->embedding_forward(x, tok, wte, wpe, B, T, C));
+    TIME(t, be->embedding_forward(x, tok, wte, 0, V, wpe, B, T, C));
     row_bytes("embedding_forward", shape, t, 3.0 * NC * 4, 1), ADD(t, 1);
-    TIME(t, be->embedding_backward(dwte, dwpe, dy, tok, B, T, C));
+    TIME(t, be->embedding_backward(dwte, 0, V, dwpe, dy, tok, B, T, C));
     row_bytes("embedding_backward", shape, t, 5.0 * NC * 4, 1), ADD(t, 1);
 
     snprintf(shape, sizeof shape, "N%d C%d", N, C);

@@ -142,7 +142,7 @@ static void test_embedding(void) {
     int tok[10] = {3, 1, 3, 6, 0, 3, 3, 1, 2, 6}; /* repeats, within and across rows */
     size_t N = (size_t)B * T;
     float *wte = frand((size_t)V * C, 1), *wpe = frand((size_t)T * C, 1), *out = falloc(N * C), *G = frand(N * C, 1);
-    be->embedding_forward(out, tok, wte, wpe, B, T, C);
+    be->embedding_forward(out, tok, wte, 0, V, wpe, B, T, C);
     emb_ctx c = {B, T, C, tok, todouble(wte, (size_t)V * C), todouble(wpe, (size_t)T * C), todouble(G, N * C), dalloc(N * C)};
     ref_embedding(&c);
     CHECK_ERR(relerr(out, c.out, N * C), TOL_FWD, "embedding_forward");
@@ -151,9 +151,22 @@ static void test_embedding(void) {
     fd_grad(emb_loss, &c, c.wpe, (size_t)T * C, gpe);
     float *dwte = frand((size_t)V * C, 0.5), *dwpe = frand((size_t)T * C, 0.5);
     float *r_te = fcopy(dwte, (size_t)V * C), *r_pe = fcopy(dwpe, (size_t)T * C);
-    be->embedding_backward(dwte, dwpe, G, tok, B, T, C);
+    float *bte = fcopy(dwte, (size_t)V * C), *bpe = fcopy(dwpe, (size_t)T * C);
+    be->embedding_backward(dwte, 0, V, dwpe, G, tok, B, T, C);
     CHECK_ERR(relerr_acc(dwte, r_te, gte, (size_t)V * C), TOL_BWD, "embedding_backward dwte (accumulates, repeated tokens)");
     CHECK_ERR(relerr_acc(dwpe, r_pe, gpe, (size_t)T * C), TOL_BWD, "embedding_backward dwpe (accumulates)");
+
+    /* stage 3 with a tight stage3_max_live_parameters runs the table in row blocks, wpe with the
+     * last: the result must be the whole table's, bit for bit */
+    const int cut[4] = {0, 3, 5, V};
+    float *bout = frand(N * C, 1); /* stale contents: every token must be overwritten */
+    for (int k = 0; k < 3; k++)
+        be->embedding_forward(bout, tok, wte + (size_t)cut[k] * C, cut[k], cut[k + 1], k == 2 ? wpe : NULL, B, T, C);
+    for (int k = 2; k >= 0; k--)
+        be->embedding_backward(bte + (size_t)cut[k] * C, cut[k], cut[k + 1], k == 2 ? bpe : NULL, G, tok, B, T, C);
+    CHECK(memcmp(bout, out, N * C * sizeof *out) == 0, "embedding_forward in 3 row blocks = whole table (bitwise)", "differs");
+    CHECK(memcmp(bte, dwte, (size_t)V * C * sizeof *bte) == 0 && memcmp(bpe, dwpe, (size_t)T * C * sizeof *bpe) == 0,
+          "embedding_backward in 3 row blocks = whole table (bitwise)", "differs");
 }
 
 /* ------------------------------------------------------------------ layernorm */
@@ -544,8 +557,8 @@ static size_t det_run(const det_inputs *d, int op, float *o) {
     size_t nc = (size_t)N * C;
     float *const *in = d->in; /* 0 wte[V,C] 1 wpe 2 x[N,C] 3 dout[N,4C] 4 w[C,4C] 5 bias[4C] 6 qkv[N,3C] 7 dy[N,3C] 8 logits[N,Vp] 9 g[N,4C] */
     switch (op) {
-    case 0: be->embedding_forward(o, d->tok, in[0], in[1], B, T, C); return nc;
-    case 1: memset(o, 0, ((size_t)V + T) * C * 4); be->embedding_backward(o, o + (size_t)V * C, in[2], d->tok, B, T, C); return ((size_t)V + T) * C;
+    case 0: be->embedding_forward(o, d->tok, in[0], 0, V, in[1], B, T, C); return nc;
+    case 1: memset(o, 0, ((size_t)V + T) * C * 4); be->embedding_backward(o, 0, V, o + (size_t)V * C, in[2], d->tok, B, T, C); return ((size_t)V + T) * C;
     case 2: be->layernorm_forward(o, o + nc, o + nc + N, in[2], in[1], in[1] + C, N, C); return nc + 2 * N;
     case 3: {
         float *mean = o + nc + 2 * C, *rstd = mean + N;

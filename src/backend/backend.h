@@ -47,10 +47,16 @@ typedef struct zt_backend {
     void (*to_f32)(float *dst, const void *src, size_t n);
 
     /* ---- model ops (N = B*T rows) ---- */
-    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] */
-    void (*embedding_forward)(void *out, const int *tokens, const void *wte, const void *wpe, int B, int T, int C);
-    /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]  (accumulates) */
-    void (*embedding_backward)(void *dwte, void *dwpe, const void *dout, const int *tokens, int B, int T, int C);
+    /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], over one block of vocabulary rows at a time (stage 3
+     * may gather the embedding in row blocks): wte holds rows [row_lo, row_hi) (wte[0] is row row_lo).
+     * Tokens in the block: out = wte row (+ wpe[t] if wpe); other tokens: out += wpe[t] if wpe, else
+     * untouched. Blocks called in turn, wpe with the last, give the whole-table result exactly. */
+    void (*embedding_forward)(void *out, const int *tokens, const void *wte, int row_lo, int row_hi, const void *wpe,
+                              int B, int T, int C);
+    /* dwte[tokens[b,t] - row_lo,:] += dout[b,t,:] for tokens in [row_lo, row_hi) (if dwte);
+     * dwpe[t,:] += sum_b dout[b,t,:] (if dwpe)  (accumulates) */
+    void (*embedding_backward)(void *dwte, int row_lo, int row_hi, void *dwpe, const void *dout, const int *tokens,
+                               int B, int T, int C);
     /* out = LayerNorm(inp) * w + b; saves per-row mean and rstd for backward */
     void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N, int C);
     /* dinp += ..., dw += ..., db += ...  (all accumulate) */

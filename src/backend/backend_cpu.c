@@ -152,21 +152,35 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
 
 /* ------------------------------------------------------------------ embedding */
 
-static void cpu_embedding_forward(void *out_, const int *tokens, const void *wte_, const void *wpe_, int B, int T, int C) {
+static void cpu_embedding_forward(void *out_, const int *tokens, const void *wte_, int row_lo, int row_hi,
+                                  const void *wpe_, int B, int T, int C) {
     float *out = out_;
     const float *wte = wte_, *wpe = wpe_;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < B * T; i++) {
-        const float *e = wte + (size_t)tokens[i] * C, *p = wpe + (size_t)(i % T) * C;
+        int tok = tokens[i];
+        const float *p = wpe ? wpe + (size_t)(i % T) * C : NULL;
         float *o = out + (size_t)i * C;
+        if (tok >= row_lo && tok < row_hi) {
+            const float *e = wte + (size_t)(tok - row_lo) * C;
+            if (p) {
 #pragma omp simd
-        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+                for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+            } else {
+                memcpy(o, e, (size_t)C * sizeof *o);
+            }
+        } else if (p) { /* this token's row came in an earlier block */
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] += p[c];
+        }
     }
 }
 
 /* Parallel over channel blocks, tokens in order inside each: repeated tokens never race, and
- * each dwte/dwpe element receives its additions in (b,t) order whatever the thread count. */
-static void cpu_embedding_backward(void *dwte_, void *dwpe_, const void *dout_, const int *tokens, int B, int T, int C) {
+ * each dwte/dwpe element receives its additions in (b,t) order whatever the thread count (and
+ * whatever the row blocks). */
+static void cpu_embedding_backward(void *dwte_, int row_lo, int row_hi, void *dwpe_, const void *dout_,
+                                   const int *tokens, int B, int T, int C) {
     float *dwte = dwte_, *dwpe = dwpe_;
     const float *dout = dout_;
 #pragma omp parallel
@@ -176,11 +190,16 @@ static void cpu_embedding_backward(void *dwte_, void *dwpe_, const void *dout_, 
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
                 const float *d = dout + ((size_t)b * T + t) * C;
-                float *w = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)t * C;
+                int tok = tokens[b * T + t];
+                if (dwte && tok >= row_lo && tok < row_hi) {
+                    float *w = dwte + (size_t)(tok - row_lo) * C;
 #pragma omp simd
-                for (int c = c0; c < c1; c++) {
-                    w[c] += d[c];
-                    p[c] += d[c];
+                    for (int c = c0; c < c1; c++) w[c] += d[c];
+                }
+                if (dwpe) {
+                    float *p = dwpe + (size_t)t * C;
+#pragma omp simd
+                    for (int c = c0; c < c1; c++) p[c] += d[c];
                 }
             }
     }

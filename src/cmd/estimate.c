@@ -35,12 +35,23 @@ typedef struct row {
 static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *table, long ranks, size_t P, size_t K,
                      double acts) {
     size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
-    size_t seg0 = table->segment_lo[1], block = table->segment_lo[2] - table->segment_lo[1], largest = 0;
+    size_t seg0 = table->segment_lo[1], block = table->segment_lo[2] - table->segment_lo[1];
+    /* stage 3's gather buffers: the embedding cut in row blocks where the config's
+     * stage3_max_live_parameters asks for it, as the run will (then it has no buffer of its own) */
+    zt_engine_opts o3 = {.stage = 3, .stage3_param_persistence_threshold = cfg->stage3_param_persistence_threshold,
+                         .stage3_prefetch_bucket_size = cfg->stage3_prefetch_bucket_size,
+                         .stage3_max_live_parameters = cfg->stage3_max_live_parameters};
+    int rows3 = zt_engine_embedding_rows(table, &o3), C = table->params[0].shape[1];
+    size_t embed3 = rows3 ? 0 : seg0, largest = 0;
+    if (rows3) { /* every block of rows, and the last one's rows with wpe */
+        int V = table->params[0].shape[0], last_rows = V - (V - 1) / rows3 * rows3;
+        largest = (size_t)C * (size_t)(rows3 > last_rows + table->params[1].shape[0] ? rows3 : last_rows + table->params[1].shape[0]);
+    }
     for (int s = 1; s < table->n_segments; s++)
         if (table->segment_lo[s + 1] - table->segment_lo[s] > largest) largest = table->segment_lo[s + 1] - table->segment_lo[s];
     double param_shard = (double)P * shard, twin_host = (double)ZT_TWIN_HOST_BYTES * shard;
     double opt_staging = zt_nvme_optimizer_staging_bytes(cfg->offload_buffer_count, cfg->sub_group_size, shard);
-    double param_staging = zt_nvme_param_staging_bytes(seg0 > largest ? seg0 : largest, shard, P);
+    double param_staging = zt_nvme_param_staging_bytes(embed3 > largest ? embed3 : largest, shard, P);
     int n = 0;
     for (int stage = 0; stage <= 3; stage++) {
         double states = (double)zt_zero_model_state_bytes(stage, P, K, shard, (int)ranks);
@@ -51,7 +62,7 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         double buffers = 0;
         if (stage >= 2) buffers += (double)P * (seg0 + 2 * block);
         if (stage >= 1 && ranks > 1) buffers += (double)P * shard;
-        if (stage == 3) buffers += zt_zero3_gather_bytes(P, seg0, largest, 1);
+        if (stage == 3) buffers += zt_zero3_gather_bytes(P, embed3, largest, 1);
         double device = states + buffers + acts;
         rows[n++] = (row){stage, "device", "device", states, device, 0, 0};
         if (stage == 0) continue; /* Twin-Flow splits a rank's shard: stages 1-3 */

@@ -109,10 +109,10 @@ static void run_xent_b(const zt_backend *be, bench_op *o) {
     be->softmax_xent(o->fp[0], o->p[0], o->p[0], o->ip, o->i[0], o->i[1], o->i[2], 1.0f / o->i[0]);
 }
 static void run_emb_f(const zt_backend *be, bench_op *o) {
-    be->embedding_forward(o->p[0], o->ip, o->p[1], o->p[2], o->i[0], o->i[1], o->i[2]);
+    be->embedding_forward(o->p[0], o->ip, o->p[1], 0, o->i[3], o->p[2], o->i[0], o->i[1], o->i[2]);
 }
 static void run_emb_b(const zt_backend *be, bench_op *o) {
-    be->embedding_backward(o->p[3], o->p[4], o->p[0], o->ip, o->i[0], o->i[1], o->i[2]);
+    be->embedding_backward(o->p[3], 0, o->i[3], o->p[4], o->p[0], o->ip, o->i[0], o->i[1], o->i[2]);
 }
 static void run_adam(const zt_backend *be, bench_op *o) {
     zt_adam_step s = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
@@ -267,7 +267,7 @@ int zt_selftest_bench(const zt_backend *be, int B, int T) {
         void *dwpe = st_alloc(be, (size_t)T * C * es);
         memset(&o, 0, sizeof o);
         o.p[0] = out, o.p[1] = wte, o.p[2] = wpe, o.p[3] = dwte, o.p[4] = dwpe, o.ip = dt;
-        o.i[0] = B, o.i[1] = T, o.i[2] = C;
+        o.i[0] = B, o.i[1] = T, o.i[2] = C, o.i[3] = V;
         o.run = run_emb_f;
         t = bench_time(&bc, &o);
         bench_report("embedding_forward N x 768", t, 0, 3.0 * N * C * es);

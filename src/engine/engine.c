@@ -191,8 +191,10 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         e->grad_shard = e->grads_full ? at(e, e->grads_full, e->lay.opt_lo) : NULL;
     } else {
         e->grad_shard = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_GRADS);
-        size_t seg0 = seg_hi(e, 0) - seg_lo(e, 0), other = 0;
-        for (int s = 1; s < table->n_segments; s++) other = max_sz(other, seg_hi(e, s) - seg_lo(e, s));
+        /* the embeddings' gradients (all its segments) are in use from the LM head to the token lookup */
+        int emb = table->n_embed_segments;
+        size_t seg0 = seg_lo(e, emb) - seg_lo(e, 0), other = 0;
+        for (int s = emb; s < table->n_segments; s++) other = max_sz(other, seg_hi(e, s) - seg_lo(e, s));
         e->grad_pool[0] = engine_dev_alloc(e, seg0 * E, ZT_MEM_GRADS);
         e->grad_pool[1] = engine_dev_alloc(e, other * E, ZT_MEM_GRADS);
         e->grad_pool[2] = engine_dev_alloc(e, other * E, ZT_MEM_GRADS);

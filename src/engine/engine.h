@@ -109,6 +109,11 @@ typedef struct zt_engine_layout {
 /* The engine is opaque outside src/engine/ (engine_internal.h has it). */
 typedef struct zt_engine zt_engine;
 
+/* Stage 3 with a stage3_max_live_parameters bound that cannot hold the whole tied embedding beside
+ * the largest block(s): the vocabulary rows per embedding segment that make it fit
+ * (zt_param_table_split_embedding, before zt_engine_open); 0 = keep the embedding one segment. */
+int zt_engine_embedding_rows(const zt_param_table *table, const zt_engine_opts *opt);
+
 /* Creates the engine: allocates the buffers and initialises parameters from init_f32 (the full fp32
  * vector, GPT-2 init or imported weights; every rank passes the same one). off may be NULL (no
  * optimizer offload); ratio auto calibrates here (collective: every rank must call it). NULL with

@@ -30,7 +30,7 @@ struct zt_engine {
 
     /* stages 2-3: gradient buffers handed to backward, per segment */
     void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */
-    void *grad_pool[3]; /* [0] for segment 0 (embeddings, used at both ends), [1..2] rotate */
+    void *grad_pool[3]; /* [0] for the embedding segments (used at both ends), [1..2] rotate */
     int grad_pool_seg[3];
     int grad_rotate;
     /* stage 3: gathered parameters */

@@ -93,12 +93,44 @@ static void wait_updated(zt_engine *e, size_t x, size_t y) {
     if (b > a) twin_wait_params(e, a - e->lay.opt_lo, b - e->lay.opt_lo);
 }
 
-/* Stage 3 gather buffers: segment 0's own (the embeddings, used at both ends of the step), one or
- * two rotating ones for the rest (two when the next segment is prefetched while one is in use), and
- * one per resident segment (fewer elements than stage3_param_persistence_threshold: gathered once a
- * step, kept until the update). Their sum is the most gathered parameters the device ever holds, so
- * stage3_max_live_parameters is enforced here: prefetch is given up first, and a bound below the
- * least working set (embeddings + the largest block + residents) is an error. */
+/* The stage-3 working set of a segment table, in elements: the whole embedding's own buffer (0 when
+ * it is cut in row blocks, which rotate with the rest), the largest rotating segment, and the
+ * residents (fewer elements than stage3_param_persistence_threshold). */
+typedef struct { size_t seg0, other, residents; } working_set;
+
+static working_set working_set_of(const zt_param_table *t, double persistence_threshold) {
+    working_set w = {0, 0, 0};
+    int whole = t->n_embed_segments == 1;
+    if (whole) w.seg0 = t->segment_lo[1];
+    for (int s = whole; s < t->n_segments; s++) {
+        size_t n = t->segment_lo[s + 1] - t->segment_lo[s];
+        w.other = max_sz(w.other, n);
+        if (s >= t->n_embed_segments && (double)n < persistence_threshold) w.residents += n;
+    }
+    return w;
+}
+
+int zt_engine_embedding_rows(const zt_param_table *table, const zt_engine_opts *opt) {
+    double bound = opt->stage3_max_live_parameters;
+    if (opt->stage != 3 || bound <= 0 || table->n_embed_segments != 1) return 0;
+    working_set w = working_set_of(table, opt->stage3_param_persistence_threshold);
+    int rotating = opt->stage3_prefetch_bucket_size >= 1 ? 2 : 1;
+    if ((double)(w.seg0 + rotating * w.other + w.residents) <= bound) return 0; /* fits whole */
+    int V = table->params[0].shape[0], C = table->params[0].shape[1];
+    /* blocks no larger than the largest other segment (a transformer block), in whole 128-row tiles
+     * so every block's logits and rows start 256-byte aligned */
+    int rows = (int)(w.other / (size_t)C / 128 * 128);
+    if (rows < 128) rows = 128;
+    return rows < V ? rows : 0;
+}
+
+/* Stage 3 gather buffers: the whole embedding's own (used at both ends of the step; none when it is
+ * gathered in row blocks), one or two rotating ones for the rest (two when the next segment is
+ * prefetched while one is in use), and one per resident segment (gathered once a step, kept until
+ * the update). Their sum is the most gathered parameters the device ever holds, so
+ * stage3_max_live_parameters is enforced here: the embedding is cut in row blocks first (the
+ * session asked zt_engine_embedding_rows), then prefetch is given up, and a bound below the least
+ * working set is an error. */
 int zero_alloc_gather(zt_engine *e, zt_err *err) {
     const zt_param_table *table = e->table;
     size_t E = esz(e);
@@ -106,13 +138,12 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
     e->seg_resident = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_resident);
     for (int s = 0; s < table->n_segments; s++) e->seg_gather[s] = e->seg_resident[s] = -1;
     e->gather = zt_xcalloc((size_t)table->n_segments + 3, sizeof *e->gather);
-    size_t other = 0, residents = 0;
-    for (int s = 1; s < table->n_segments; s++) {
-        size_t n = seg_hi(e, s) - seg_lo(e, s);
-        other = max_sz(other, n);
-        if ((double)n < e->opt.stage3_param_persistence_threshold) residents += n;
-    }
-    size_t seg0 = seg_hi(e, 0) - seg_lo(e, 0);
+    working_set w = working_set_of(table, e->opt.stage3_param_persistence_threshold);
+    size_t seg0 = w.seg0, other = w.other, residents = w.residents;
+    int E_seg = table->n_embed_segments;
+    if (E_seg > 1)
+        zt_info("stage 3: the embedding is gathered in %d row blocks of %d rows: stage3_max_live_parameters %.0f does "
+                "not hold it whole beside the blocks", E_seg, table->embed_rows, e->opt.stage3_max_live_parameters);
     e->n_rotating = e->opt.stage3_prefetch_bucket_size >= 1 ? 2 : 1;
     double bound = e->opt.stage3_max_live_parameters;
     if (bound > 0 && (double)(seg0 + 2 * other + residents) > bound && e->n_rotating == 2) {
@@ -121,6 +152,10 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
                 "(embeddings %zu + 2 x block %zu + persistent %zu elements would not fit)", bound, seg0, other, residents);
     }
     size_t least = seg0 + other + residents;
+    if (bound > 0 && (double)least > bound && E_seg > 1)
+        return zt_fail(err, "zero_optimization.stage3_max_live_parameters %.0f is below the least stage-3 working set, "
+                            "%zu elements (the largest segment %zu, with the embedding in row blocks of %d rows, + "
+                            "persistent segments %zu)", bound, least, other, table->embed_rows, residents);
     if (bound > 0 && (double)least > bound)
         return zt_fail(err, "zero_optimization.stage3_max_live_parameters %.0f is below the least stage-3 working set, "
                             "%zu elements (embeddings %zu + the largest block %zu + persistent segments %zu)",
@@ -128,13 +163,13 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
     size_t caps[3] = {seg0, other, other};
     for (int i = 0; i < 3; i++) {
         e->gather[i].seg = -1;
-        if (i > e->n_rotating) continue; /* unused slot: cap 0, never chosen */
+        if (i > e->n_rotating || caps[i] == 0) continue; /* unused slot: cap 0, never chosen */
         e->gather[i].cap = caps[i];
         e->gather[i].buf = engine_dev_alloc(e, caps[i] * E, ZT_MEM_COMM);
         if (!e->gather[i].buf) return zt_fail(err, "out of %s memory for the stage-3 gather buffers", e->be->name);
     }
     e->n_gather = 3;
-    for (int s = 1; s < table->n_segments; s++) {
+    for (int s = E_seg; s < table->n_segments; s++) {
         size_t n = seg_hi(e, s) - seg_lo(e, s);
         if ((double)n >= e->opt.stage3_param_persistence_threshold) continue;
         zt_gather_buf *g = &e->gather[e->n_gather++];
@@ -200,9 +235,10 @@ static void evict(zt_engine *e, zt_gather_buf *g) {
 static zt_gather_buf *free_gather_buf(zt_engine *e, int seg) {
     size_t need = seg_hi(e, seg) - seg_lo(e, seg);
     zt_gather_buf *best = NULL;
-    for (int i = 0; i < 3; i++) { /* buffer 0 is segment 0's; 1 and 2 rotate; the rest are residents' */
+    int whole_embedding = e->table->n_embed_segments == 1 && seg == 0;
+    for (int i = 0; i < 3; i++) { /* buffer 0 is the whole embedding's; 1 and 2 rotate; the rest are residents' */
         zt_gather_buf *g = &e->gather[i];
-        if (i == 0 && seg != 0) continue;
+        if ((i == 0) != whole_embedding) continue;
         if (g->held || g->req || g->cap < need) continue;
         if (g->seg < 0) { best = g; break; }
         if (!best || g->released_at < best->released_at) best = g;
@@ -279,9 +315,15 @@ static void *src_grads(void *ctx, int seg) {
     zt_engine *e = ctx;
     if (e->opt.stage < 2) return at(e, e->grads_full, seg_lo(e, seg));
     if (e->seg_grad[seg]) return e->seg_grad[seg];
-    int slot = seg == 0 ? 0 : 1 + (e->grad_rotate++ % 2);
-    void *buf = e->grad_pool[slot];
     size_t n = seg_hi(e, seg) - seg_lo(e, seg);
+    if (seg < e->table->n_embed_segments) { /* its own place in pool 0 */
+        void *buf = at(e, e->grad_pool[0], seg_lo(e, seg));
+        finish_reading(e, buf, n * esz(e));
+        e->be->memset_zero(buf, n * esz(e));
+        return e->seg_grad[seg] = buf;
+    }
+    int slot = 1 + (e->grad_rotate++ % 2);
+    void *buf = e->grad_pool[slot];
     finish_reading(e, buf, n * esz(e) + 1);
     if (e->grad_pool_seg[slot] >= 0) e->seg_grad[e->grad_pool_seg[slot]] = NULL;
     e->be->memset_zero(buf, n * esz(e));

@@ -299,7 +299,7 @@ static int load_params(weights *w, const zt_param_table *table, float *flat, zt_
     for (int i = 0; i < w->count; i++)
         if (!w->tensors[i].used && !is_ignored_buffer(w->tensors[i].name))
             return zt_fail(err, "%s: unexpected tensor %s (not a parameter of the GPT-2 the config describes: n_layer %d)",
-                           w->tensors[i].file->path, w->tensors[i].name, table->n_segments - 2);
+                           w->tensors[i].file->path, w->tensors[i].name, table->n_layer);
     return 0;
 }
 

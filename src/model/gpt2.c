@@ -48,7 +48,10 @@ int zt_gpt2_param_table(zt_param_table *t, const zt_gpt2_shape *s, zt_err *err) 
                        L, s->n_head, C, s->vocab_size, s->n_positions);
     memset(t, 0, sizeof *t);
     t->params = zt_xcalloc((size_t)(2 + P_PER_BLOCK * L + 2), sizeof *t->params);
+    t->n_layer = L;
     t->n_segments = L + 2;
+    t->n_embed_segments = 1;
+    t->embed_rows = s->vocab_size;
     t->segment_lo = zt_xcalloc((size_t)t->n_segments + 1, sizeof *t->segment_lo);
     add_param(t, "transformer.wte.weight", s->vocab_size, C, 0);
     add_param(t, "transformer.wpe.weight", s->n_positions, C, 0);
@@ -67,6 +70,24 @@ int zt_gpt2_param_table(zt_param_table *t, const zt_gpt2_shape *s, zt_err *err) 
     add_param(t, "transformer.ln_f.bias", C, 0, L + 1);
     t->segment_lo[L + 2] = t->total;
     return 0;
+}
+
+void zt_param_table_split_embedding(zt_param_table *t, int rows) {
+    int V = t->params[0].shape[0], C = t->params[0].shape[1], L = t->n_layer;
+    if (rows <= 0 || rows > V) rows = V;
+    int E = (V + rows - 1) / rows;
+    size_t *lo = zt_xcalloc((size_t)(E + L + 2), sizeof *lo);
+    for (int k = 0; k < E; k++) lo[k] = (size_t)k * rows * C; /* the last also holds wpe */
+    for (int l = 0; l <= L; l++) lo[E + l] = t->params[2 + P_PER_BLOCK * l].offset; /* blocks, then ln_f */
+    lo[E + L + 1] = t->total;
+    free(t->segment_lo);
+    t->segment_lo = lo;
+    t->params[0].segment = 0;
+    t->params[1].segment = E - 1;
+    for (int i = 2; i < t->count; i++) t->params[i].segment = E + (i - 2) / P_PER_BLOCK;
+    t->n_embed_segments = E;
+    t->embed_rows = rows;
+    t->n_segments = E + L + 1;
 }
 
 void zt_param_table_free(zt_param_table *t) {
@@ -233,7 +254,7 @@ typedef struct { void *p[P_PER_BLOCK]; } block_params;
 static block_params block_params_at(const zt_gpt2 *m, int layer, void *segment_base) {
     block_params bp;
     const zt_param_info *first = &m->table->params[2 + P_PER_BLOCK * layer];
-    size_t lo = m->table->segment_lo[layer + 1];
+    size_t lo = m->table->segment_lo[zt_segment_of_block(m->table, layer)];
     for (int i = 0; i < P_PER_BLOCK; i++) bp.p[i] = at(m, segment_base, first[i].offset - lo);
     return bp;
 }
@@ -301,28 +322,82 @@ static void *acquire(const zt_param_source *src, int segment) {
     return p;
 }
 
+/* The tied embedding, segment by segment (one segment unless stage 3 cuts it in row blocks; see
+ * gpt2.h): the token lookup, and the LM head logits[:, lo:hi) = lnf wte[lo:hi]^T per block. */
+static void embedding_forward(zt_gpt2 *m, const zt_param_source *src) {
+    const zt_param_table *t = m->table;
+    int E = t->n_embed_segments;
+    for (int k = 0; k < E; k++) {
+        int lo, hi;
+        zt_embed_segment_rows(t, k, &lo, &hi);
+        void *seg = acquire(src, k);
+        void *wpe = k == E - 1 ? at(m, seg, t->params[1].offset - t->segment_lo[k]) : NULL; /* added last */
+        m->be->embedding_forward(residual_at(m, 0), m->tokens, seg, lo, hi, wpe, m->B, m->T, m->shape.n_embd);
+        src->release(src->ctx, k);
+    }
+}
+
+static void lm_head_forward(zt_gpt2 *m, const zt_param_source *src) {
+    int E = m->table->n_embed_segments, N = m->B * m->T, C = m->shape.n_embd, Vp = m->shape.padded_vocab;
+    for (int k = 0; k < E; k++) {
+        int lo, hi;
+        zt_embed_segment_rows(m->table, k, &lo, &hi);
+        void *wte = src->acquire(src->ctx, k);
+        if (src->prefetch && k + 1 < E) src->prefetch(src->ctx, k + 1);
+        m->be->matmul_forward(at(m, m->logits, (size_t)lo), m->lnf, wte, NULL, N, C, hi - lo, 1, Vp);
+        src->release(src->ctx, k);
+    }
+}
+
+/* dlnf (into dlnf) = sum over blocks of dlogits[:, lo:hi) wte[lo:hi], last block first (the one
+ * forward left gathered); dwte[lo:hi) += dlogits[:, lo:hi)^T lnf. tmp: N*C scratch. */
+static void lm_head_backward(zt_gpt2 *m, const zt_param_source *src, void *dlnf, void *tmp) {
+    int E = m->table->n_embed_segments, N = m->B * m->T, C = m->shape.n_embd, Vp = m->shape.padded_vocab;
+    for (int k = E - 1; k >= 0; k--) {
+        int lo, hi;
+        zt_embed_segment_rows(m->table, k, &lo, &hi);
+        void *wte = src->acquire(src->ctx, k);
+        if (src->prefetch && k > 0) src->prefetch(src->ctx, k - 1);
+        void *gwte = src->grads(src->ctx, k);
+        m->be->matmul_backward(k == E - 1 ? dlnf : tmp, gwte, NULL, at(m, m->logits, (size_t)lo), m->lnf, wte, N, C,
+                               hi - lo, 1, Vp);
+        if (k != E - 1) m->be->accumulate(dlnf, tmp, (size_t)N * C);
+        src->release(src->ctx, k);
+    }
+}
+
+/* the token lookup's gradients (no parameters needed), then every embedding segment is final */
+static void embedding_backward(zt_gpt2 *m, const zt_param_source *src, const void *dres) {
+    const zt_param_table *t = m->table;
+    int E = t->n_embed_segments;
+    for (int k = E - 1; k >= 0; k--) {
+        int lo, hi;
+        zt_embed_segment_rows(t, k, &lo, &hi);
+        void *g = src->grads(src->ctx, k);
+        void *gwpe = k == E - 1 ? at(m, g, t->params[1].offset - t->segment_lo[k]) : NULL;
+        m->be->embedding_backward(g, lo, hi, gwpe, dres, m->tokens, m->B, m->T, m->shape.n_embd);
+        src->grads_done(src->ctx, k);
+    }
+}
+
 float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens, const int *targets, float dloss) {
     const zt_backend *be = m->be;
     int B = m->B, T = m->T, C = m->shape.n_embd, L = m->shape.n_layer, N = B * T;
-    int V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
+    int V = m->shape.vocab_size, Vp = m->shape.padded_vocab, LNF = zt_segment_of_lnf(m->table);
     be->copy(m->tokens, tokens, (size_t)N * sizeof(int), ZT_H2D);
     if (targets) be->copy(m->targets, targets, (size_t)N * sizeof(int), ZT_H2D);
 
-    void *emb = acquire(src, 0);
-    void *wte = emb, *wpe = at(m, emb, m->table->params[1].offset);
-    be->embedding_forward(residual_at(m, 0), m->tokens, wte, wpe, B, T, C);
-    src->release(src->ctx, 0);
+    embedding_forward(m, src);
     for (int l = 0; l < L; l++) {
-        block_params bp = block_params_at(m, l, acquire(src, l + 1));
+        int s = zt_segment_of_block(m->table, l);
+        block_params bp = block_params_at(m, l, acquire(src, s));
         block_forward(m, l, &bp);
-        src->release(src->ctx, l + 1);
+        src->release(src->ctx, s);
     }
-    void *lnf = acquire(src, L + 1);
+    void *lnf = acquire(src, LNF);
     be->layernorm_forward(m->lnf, m->lnf_stats, m->lnf_stats + N, residual_at(m, L), lnf, at(m, lnf, C), N, C);
-    src->release(src->ctx, L + 1);
-    wte = src->acquire(src->ctx, 0);
-    be->matmul_forward(m->logits, m->lnf, wte, NULL, N, C, V, 1, Vp);
-    src->release(src->ctx, 0);
+    src->release(src->ctx, LNF);
+    lm_head_forward(m, src);
     if (!targets) return 0.0f;
 
     /* with dloss != 0 the fused kernel also leaves d(loss)/d(logits) in place of the logits */
@@ -335,42 +410,39 @@ float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens,
 
 void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src) {
     const zt_backend *be = m->be;
-    int B = m->B, T = m->T, C = m->shape.n_embd, L = m->shape.n_layer, N = B * T;
-    int V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
+    int B = m->B, T = m->T, C = m->shape.n_embd, L = m->shape.n_layer, N = B * T, LNF = zt_segment_of_lnf(m->table);
     scratch_layout sc = scratch_of(m);
     void *dres = at(m, m->scratch, sc.dres), *dsmall = at(m, m->scratch, sc.dsmall);
 
     /* LM head (tied): logits = lnf wte^T; m->logits holds dlogits from the forward */
-    void *wte = src->acquire(src->ctx, 0);
-    void *gemb = src->grads(src->ctx, 0);
-    be->matmul_backward(dsmall, gemb, NULL, m->logits, m->lnf, wte, N, C, V, 1, Vp);
-    src->release(src->ctx, 0);
-    void *lnf = src->acquire(src->ctx, L + 1);
-    void *glnf = src->grads(src->ctx, L + 1);
+    lm_head_backward(m, src, dsmall, at(m, m->scratch, sc.dbig));
+    void *lnf = src->acquire(src->ctx, LNF);
+    void *glnf = src->grads(src->ctx, LNF);
     be->memset_zero(dres, (size_t)N * C * esz(m));
     be->layernorm_backward(dres, glnf, at(m, glnf, C), dsmall, residual_at(m, L), lnf, m->lnf_stats,
                            m->lnf_stats + N, N, C);
-    src->release(src->ctx, L + 1);
-    src->grads_done(src->ctx, L + 1);
+    src->release(src->ctx, LNF);
+    src->grads_done(src->ctx, LNF);
 
     for (int seg_end = L; seg_end > 0;) {
         int seg_start = ((seg_end - 1) / m->segment_layers) * m->segment_layers;
         if (m->recompute) /* re-run the segment's forward from its kept input */
             for (int l = seg_start; l < seg_end; l++) {
-                block_params bp = block_params_at(m, l, src->acquire(src->ctx, l + 1));
+                int s = zt_segment_of_block(m->table, l);
+                block_params bp = block_params_at(m, l, src->acquire(src->ctx, s));
                 block_forward(m, l, &bp);
-                src->release(src->ctx, l + 1);
+                src->release(src->ctx, s);
             }
         for (int l = seg_end - 1; l >= seg_start; l--) {
-            block_params bp = block_params_at(m, l, src->acquire(src->ctx, l + 1));
-            if (src->prefetch && l > seg_start) src->prefetch(src->ctx, l); /* block l-1, next in backward */
-            block_params gp = block_params_at(m, l, src->grads(src->ctx, l + 1));
+            int s = zt_segment_of_block(m->table, l);
+            block_params bp = block_params_at(m, l, src->acquire(src->ctx, s));
+            if (src->prefetch && l > seg_start) src->prefetch(src->ctx, s - 1); /* block l-1, next in backward */
+            block_params gp = block_params_at(m, l, src->grads(src->ctx, s));
             block_backward(m, l, &bp, &gp);
-            src->release(src->ctx, l + 1);
-            src->grads_done(src->ctx, l + 1);
+            src->release(src->ctx, s);
+            src->grads_done(src->ctx, s);
         }
         seg_end = seg_start;
     }
-    be->embedding_backward(gemb, at(m, gemb, m->table->params[1].offset), dres, m->tokens, B, T, C);
-    src->grads_done(src->ctx, 0);
+    embedding_backward(m, src, dres);
 }

@@ -21,22 +21,39 @@ typedef struct zt_param_info {
     int shape[2];        /* Conv1D layout: weights are [in, out] */
     size_t offset;       /* in elements, into the flat vector */
     size_t numel;
-    int segment;         /* 0 = embeddings, 1..L = block l-1, L+1 = final LayerNorm */
+    int segment;         /* its first segment (see zt_param_table) */
     int decay;           /* weight decay applies (2-D weights) */
 } zt_param_info;
 
 /* Segments are contiguous ranges of the flat vector, in the order forward first uses them:
- * 0 embeddings (wte, wpe), 1..L the transformer blocks, L+1 the final LayerNorm. */
+ * 0..E-1 the embeddings (wte in blocks of embed_rows vocabulary rows, wpe with the last), E..E+L-1
+ * the transformer blocks, E+L the final LayerNorm. E is 1 (the whole embedding one segment) unless
+ * stage 3 must gather the tied embedding in row blocks to keep within stage3_max_live_parameters
+ * (zt_param_table_split_embedding). */
 typedef struct zt_param_table {
     zt_param_info *params;
     int count;
     size_t total;            /* elements in the flat vector */
-    int n_segments;          /* L + 2 */
+    int n_layer;
+    int n_segments;          /* E + L + 1 */
+    int n_embed_segments;    /* E */
+    int embed_rows;          /* vocabulary rows per embedding segment (the last may have fewer) */
     size_t *segment_lo;      /* [n_segments + 1]; segment s is [segment_lo[s], segment_lo[s+1]) */
 } zt_param_table;
 
 int zt_gpt2_param_table(zt_param_table *table, const zt_gpt2_shape *shape, zt_err *err);
 void zt_param_table_free(zt_param_table *table);
+/* Re-cuts the embedding into segments of `rows` vocabulary rows (0 or >= vocab: one segment). The
+ * flat vector does not move; only segment numbers and bounds change. */
+void zt_param_table_split_embedding(zt_param_table *table, int rows);
+static inline int zt_segment_of_block(const zt_param_table *t, int layer) { return t->n_embed_segments + layer; }
+static inline int zt_segment_of_lnf(const zt_param_table *t) { return t->n_embed_segments + t->n_layer; }
+/* vocabulary rows [lo, hi) of embedding segment k */
+static inline void zt_embed_segment_rows(const zt_param_table *t, int k, int *lo, int *hi) {
+    int V = t->params[0].shape[0];
+    *lo = k * t->embed_rows;
+    *hi = k == t->n_embed_segments - 1 ? V : (k + 1) * t->embed_rows;
+}
 /* GPT-2 init in fp32: weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj weights)
  * N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. One RNG stream over the flat vector in table
  * order, so the result does not depend on how the vector is later sharded. */
