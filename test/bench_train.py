@@ -105,6 +105,8 @@ swap_disk = disk_figures("bench_swap.txt", r"disk baseline: write ([0-9.]+) GiB/
 nvme_dir = tempfile.mkdtemp(dir=os.path.join(ztlib.ROOT, "build"))
 infinity = {"no offload": [],
             "offload_param cpu": ["zero_optimization.offload_param.device=cpu"],
+            "offload_param cpu, embedding in row blocks": ["zero_optimization.offload_param.device=cpu",
+                                                           "zero_optimization.stage3_max_live_parameters=5e6"],
             "offload_optimizer nvme": [f"zero_optimization.offload_optimizer={{device: nvme, nvme_path: {nvme_dir}}}",
                                        "zero_optimization.sub_group_size=4000000"],
             "offload_param nvme + offload_optimizer nvme": [
