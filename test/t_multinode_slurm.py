@@ -152,7 +152,10 @@ def node_losses(reference):
     if ONLY in ("", "link"):
         node_loss("link", reference)
         link("up")
-        ztlib.check(wait_idle("node2", 90), "link_up_node2_idle_again", slurm("sinfo", "-N").stdout)
+        t_up = time.time()
+        idle = wait_idle("node2", 90)
+        print(f"t_multinode_slurm: node2 idle again {time.time() - t_up:.1f}s after its link came back up", flush=True)
+        ztlib.check(idle, "link_up_node2_idle_again", slurm("sinfo", "-N").stdout)
         ns = f"zt{ENV['NETNS_CLUSTER_NET']}-node2"
         left = []
         for _ in range(40):  # slurmd kills the old job's steps once it hears from slurmctld again

@@ -28,13 +28,19 @@ extern char **environ;
 enum { HANG_BYTES_COUNT = 1000, CHILD_LIMIT_S = 60 };
 
 void zt_selftest_nccl_watchdog_healthy(zt_selftest *st) {
-    /* the watchdog ticks once a second: wait for a tick after the last operation was queued */
+    /* the watchdog ticks once a second: wait for its answer from a tick after the last operation */
+    long asked0 = 0, asked = 0;
+    zt_watchdog_last_probe(&asked0);
     int seen = 2;
-    for (int i = 0; i < 40 && (seen = zt_watchdog_last_probe()) != 0; i++) usleep(100000);
+    for (int i = 0; i < 40; i++) {
+        seen = zt_watchdog_last_probe(&asked);
+        if (asked > asked0 + 1 && seen == 0) break; /* a whole tick after asked0 */
+        usleep(100000);
+    }
     char name[160];
     snprintf(name, sizeof name, "nccl watchdog saw every collective complete (probe %s)",
              seen == 0 ? "all done" : seen == 1 ? "still pending" : seen < 0 ? "error" : "not watching");
-    zt_selftest_check(st, name, seen == 0 ? 0 : 1, 0);
+    zt_selftest_check(st, name, asked > asked0 + 1 && seen == 0 ? 0 : 1, 0);
 }
 
 /* `selftest --nccl-hang-child`: returns only when the watchdog did not fire */

@@ -31,6 +31,7 @@ static struct {
     zt_watchdog_probe probe;
     int watching;
     atomic_int last_probe;
+    atomic_long probes; /* probe calls so far */
 } wd = {.probe_mu = PTHREAD_MUTEX_INITIALIZER, .last_probe = 2};
 
 static void sleep_seconds(double s) {
@@ -68,6 +69,7 @@ static void check_device(double now, double resumed, double timeout) {
         zt_watchdog_op op = {0};
         int st = wd.probe.probe(wd.probe.ctx, &op);
         atomic_store(&wd.last_probe, st);
+        atomic_fetch_add(&wd.probes, 1);
         double waited = now - (op.since > resumed ? op.since : resumed);
         char how[320];
         if (st < 0) {
@@ -132,7 +134,6 @@ void zt_watchdog_watch(const zt_watchdog_probe *p) {
     pthread_mutex_lock(&wd.probe_mu);
     wd.probe = *p;
     wd.watching = 1;
-    atomic_store(&wd.last_probe, 0);
     pthread_mutex_unlock(&wd.probe_mu);
     start_thread();
 }
@@ -146,7 +147,10 @@ void zt_watchdog_unwatch(void *ctx) {
     pthread_mutex_unlock(&wd.probe_mu);
 }
 
-int zt_watchdog_last_probe(void) { return atomic_load(&wd.last_probe); }
+int zt_watchdog_last_probe(long *asked) {
+    if (asked) *asked = atomic_load(&wd.probes);
+    return atomic_load(&wd.last_probe);
+}
 
 void zt_watchdog_stop(void) {
     if (!wd.running) return;

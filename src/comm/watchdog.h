@@ -54,7 +54,8 @@ typedef struct zt_watchdog_probe {
  * no longer calls the probe. */
 void zt_watchdog_watch(const zt_watchdog_probe *p);
 void zt_watchdog_unwatch(void *ctx);
-/* The probe's last answer, for the selftest: 0 all done, 1 pending, -1 error (2: not watching). */
-int zt_watchdog_last_probe(void);
+/* The probe's last answer, for tests: 0 all done, 1 pending, -1 error (2: not asked yet, or not
+ * watching); *asked (if not NULL): how many times the watchdog has called a probe so far. */
+int zt_watchdog_last_probe(long *asked);
 
 #endif
