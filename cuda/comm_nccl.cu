@@ -7,10 +7,15 @@
  * so communication overlaps with whatever the compute stream does next, and a wait() costs the
  * host nothing. Variable counts: when every rank's piece has the same size, one
  * ncclReduceScatter / ncclAllGather; otherwise one ncclReduce / ncclBroadcast per root inside a
- * ncclGroupStart/End (pieces of size 0 are skipped on every rank alike). */
+ * ncclGroupStart/End (pieces of size 0 are skipped on every rank alike).
+ *
+ * The hang watchdog (comm/watchdog.h) watches the comm stream: every operation also records an
+ * event of its own into a ring, and the watchdog thread (nccl_probe) walks the ring from the oldest
+ * operation it has not seen complete, and asks NCCL for asynchronous errors. */
 #include "cuda_common.cuh"
 #include <nccl.h>
 #include <cstring>
+#include <pthread.h>
 
 extern "C" {
 #include "util/util.h"
@@ -18,6 +23,7 @@ extern "C" {
 #include "comm/comm_nccl.h"
 #include "comm/watchdog.h"
 #include "comm/fail_together.h"
+#include "util/test_hooks.h"
 }
 
 #define ZT_NCCL_CHECK(call)                                                                                   \
@@ -30,11 +36,28 @@ struct zt_comm_req {
     cudaEvent_t done; /* recorded on the comm stream after the operation */
 };
 
+/* one enqueued operation, as the watchdog sees it */
+struct watch_slot {
+    cudaEvent_t done; /* recorded on the comm stream after the operation */
+    const char *what;
+    long seq;
+    size_t bytes;
+    double since; /* zt_now() at enqueue */
+};
+/* The ring holds the last WATCH_RING operations; a full ring reuses the oldest slot: a later
+ * operation completing implies that one did (one stream, in order). */
+enum { WATCH_RING = 64 };
+
 struct nccl_impl {
     ncclComm_t nccl;
     cudaStream_t stream;  /* communication stream */
     cudaEvent_t ready;    /* compute-stream position the next operation starts after */
     zt_comm *mpi;         /* host-side helper and bootstrap */
+    /* under mu: enqueued by the main thread (head), checked by the watchdog thread (tail) */
+    pthread_mutex_t mu;
+    watch_slot ring[WATCH_RING];
+    long head, tail;      /* operations enqueued; operations seen complete */
+    double progress_at;   /* zt_now() when the watchdog last saw one complete */
 };
 
 static nccl_impl *impl_of(zt_comm *c) { return (nccl_impl *)c->impl; }
@@ -47,23 +70,88 @@ static ncclDataType_t nccl_type(zt_dtype t) {
     }
 }
 
+/* ZEROTRAIN_INJECT_NCCL_HANG (util/test_hooks.h): spins on the comm stream for up to `ns`
+ * nanoseconds of the GPU's clock, so the collective queued behind it hangs on the device */
+__global__ void nccl_hang_kernel(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(1000000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
 /* the comm stream waits for all work queued so far on the compute stream */
 static void begin_op(nccl_impl *m) {
     ZT_CUDA_CHECK(cudaEventRecord(m->ready, g_zt.stream));
     ZT_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->ready, 0));
+    if (zt_test_hook_nccl_hang_at(m->head + 1)) {
+        nccl_hang_kernel<<<1, 1, 0, m->stream>>>(120ull * 1000000000ull);
+        ZT_CUDA_CHECK(cudaGetLastError()); /* not ZT_LAUNCH_CHECK: ZT_CUDA_SYNC=1 would wait here, unwatched */
+    }
 }
-static zt_comm_req *end_op(nccl_impl *m) {
+static zt_comm_req *end_op(nccl_impl *m, const char *what, size_t bytes) {
     zt_comm_req *r = (zt_comm_req *)zt_xcalloc(1, sizeof *r);
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
     ZT_CUDA_CHECK(cudaEventRecord(r->done, m->stream));
+    pthread_mutex_lock(&m->mu);
+    if (m->head - m->tail == WATCH_RING) m->tail++;
+    watch_slot *w = &m->ring[m->head % WATCH_RING];
+    cudaError_t e = cudaEventRecord(w->done, m->stream);
+    w->what = what, w->seq = m->head + 1, w->bytes = bytes, w->since = zt_now();
+    m->head++;
+    pthread_mutex_unlock(&m->mu);
+    ZT_CUDA_CHECK(e);
     if (g_zt.debug_sync) ZT_CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return r;
 }
+
+/* The watchdog's probe (watchdog.h), on its thread: the oldest operation not complete yet, and
+ * NCCL's asynchronous errors (a peer gone, a network failure NCCL noticed). */
+static int nccl_probe(void *ctx, zt_watchdog_op *op) {
+    nccl_impl *m = (nccl_impl *)ctx;
+    int st = 0;
+    cudaSetDevice(g_zt.device); /* this thread's current device */
+    pthread_mutex_lock(&m->mu);
+    double now = zt_now();
+    while (m->tail < m->head) {
+        cudaError_t q = cudaEventQuery(m->ring[m->tail % WATCH_RING].done);
+        if (q == cudaErrorNotReady) break;
+        if (q != cudaSuccess) {
+            snprintf(op->error, sizeof op->error, "cudaEventQuery: %s", cudaGetErrorString(q));
+            st = -1;
+            break;
+        }
+        m->tail++;
+        m->progress_at = now;
+    }
+    if (m->tail < m->head) {
+        const watch_slot *w = &m->ring[m->tail % WATCH_RING];
+        op->what = w->what, op->seq = w->seq, op->bytes = w->bytes;
+        op->since = w->since > m->progress_at ? w->since : m->progress_at;
+        if (st == 0) st = 1;
+    }
+    pthread_mutex_unlock(&m->mu);
+    ncclResult_t async = ncclSuccess;
+    if (st >= 0 && ncclCommGetAsyncError(m->nccl, &async) == ncclSuccess && async != ncclSuccess &&
+        async != ncclInProgress) {
+        snprintf(op->error, sizeof op->error, "ncclCommGetAsyncError: %s", ncclGetErrorString(async));
+        st = -1;
+    }
+    return st;
+}
+/* on the watchdog thread before MPI_Abort: NCCL's kernels and proxy threads give up */
+static void nccl_watch_abort(void *ctx) { ncclCommAbort(((nccl_impl *)ctx)->nccl); }
 
 static bool equal_counts(const zt_comm *c, const size_t *counts) {
     for (int r = 1; r < c->world; r++)
         if (counts[r] != counts[0]) return false;
     return true;
+}
+static size_t sum_counts(const zt_comm *c, const size_t *counts) {
+    size_t n = 0;
+    for (int r = 0; r < c->world; r++) n += counts[r];
+    return n;
 }
 
 static zt_comm_req *nccl_allreduce_sum(zt_comm *c, void *buf, size_t count, zt_dtype t) {
@@ -71,7 +159,7 @@ static zt_comm_req *nccl_allreduce_sum(zt_comm *c, void *buf, size_t count, zt_d
     zt_comm_count_allreduce(c, ZT_COLL_ALLREDUCE, count * zt_dtype_size(t));
     begin_op(m);
     if (count) ZT_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, m->nccl, m->stream));
-    return end_op(m);
+    return end_op(m, "NCCL all-reduce", count * zt_dtype_size(t));
 }
 
 static zt_comm_req *nccl_reduce_scatter_sum(zt_comm *c, const void *send, void *recv, const size_t *counts,
@@ -95,7 +183,7 @@ static zt_comm_req *nccl_reduce_scatter_sum(zt_comm *c, const void *send, void *
         }
         ZT_NCCL_CHECK(ncclGroupEnd());
     }
-    return end_op(m);
+    return end_op(m, "NCCL reduce-scatter", sum_counts(c, counts) * es);
 }
 
 static zt_comm_req *nccl_allgather(zt_comm *c, const void *send, void *recv, const size_t *counts, zt_dtype t) {
@@ -117,7 +205,7 @@ static zt_comm_req *nccl_allgather(zt_comm *c, const void *send, void *recv, con
         }
         ZT_NCCL_CHECK(ncclGroupEnd());
     }
-    return end_op(m);
+    return end_op(m, "NCCL all-gather", sum_counts(c, counts) * es);
 }
 
 static zt_comm_req *nccl_broadcast(zt_comm *c, void *buf, size_t bytes, int root) {
@@ -125,7 +213,7 @@ static zt_comm_req *nccl_broadcast(zt_comm *c, void *buf, size_t bytes, int root
     zt_comm_count_broadcast(c, bytes, root);
     begin_op(m);
     if (bytes) ZT_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
-    return end_op(m);
+    return end_op(m, "NCCL broadcast", bytes);
 }
 
 static void nccl_wait(zt_comm *c, zt_comm_req *r) {
@@ -158,8 +246,11 @@ static int nccl_agree_max(zt_comm *c, int status) {
 static void nccl_destroy(zt_comm *c) {
     if (!c) return;
     nccl_impl *m = impl_of(c);
+    zt_watchdog_unwatch(m);
     cudaStreamSynchronize(m->stream);
     ncclCommDestroy(m->nccl);
+    for (int i = 0; i < WATCH_RING; i++) cudaEventDestroy(m->ring[i].done);
+    pthread_mutex_destroy(&m->mu);
     cudaEventDestroy(m->ready);
     cudaStreamDestroy(m->stream);
     m->mpi->destroy(m->mpi);
@@ -205,6 +296,10 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     ZT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
     ZT_CUDA_CHECK(cudaStreamCreateWithPriority(&m->stream, cudaStreamNonBlocking, hi));
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m->ready, cudaEventDisableTiming));
+    for (int i = 0; i < WATCH_RING; i++) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m->ring[i].done, cudaEventDisableTiming));
+    pthread_mutex_init(&m->mu, NULL);
+    zt_watchdog_probe probe = {nccl_probe, nccl_watch_abort, m};
+    zt_watchdog_watch(&probe);
 
     zt_comm *c = (zt_comm *)zt_xcalloc(1, sizeof *c);
     c->name = "nccl";

@@ -6,11 +6,14 @@ sbatch (srun --mpi=pmix), configs/tiny.yaml with ZeRO-3 and checkpoints:
   - 2 nodes x 2 ranks: the job completes and its losses equal the 4-rank single-host run's bit for bit;
   - slow link: the veths shaped to 200 Mbit/s (tc tbf): the job completes at the default comm_timeout
     with the same losses, no watchdog error (step times printed, not checked);
-  - node loss: everything on node2 killed mid-run (slurmd too); every surviving rank exits non-zero
-    once Slurm marks node2 DOWN (SlurmdTimeout 10 s; the test allows 50 s), one line names node2,
-    the last checkpoint is intact (`zerotrain info`), the job requeues itself, comes back on node1
-    with 2 ranks (counted from the allocation), resumes resharded from 4 ranks, and its losses
-    continue the straight run's within 1e-5 (t_checkpoint.py's resharding tolerance).
+  - node loss, two ways, each while the job runs (after KILL_AFTER steps): node2's link down (its
+    switch port: node2, its slurmd and its ranks keep running, nobody reaches them), and everything on
+    node2 killed (slurmd too). Each time: every surviving rank exits non-zero once Slurm marks node2
+    DOWN (SlurmdTimeout 10 s; the test allows BOUND = 50 s), one line names node2, the last
+    checkpoint is intact (`zerotrain info`), the job requeues itself, comes back on node1 with 2
+    ranks (counted from the allocation), resumes resharded from 4 ranks, and its losses continue the
+    straight run's within 1e-5 (t_checkpoint.py's resharding tolerance). After the link comes back
+    up node2 returns to idle and none of the old job's ranks are left on it.
 SKIP line when not root, no network namespaces, or no Slurm binaries after install-deps.sh --with-slurm."""
 import json
 import os
@@ -28,7 +31,11 @@ ROOT = ztlib.ROOT
 SCRIPT = os.path.join(ROOT, "scripts", "netns-slurm")
 MULTI = "scripts/slurm/train-multi-node.sbatch"
 STEPS = 24
-KILL_AFTER = 10  # metrics rows seen before node2 is killed (checkpoints every 4 steps)
+KILL_AFTER = 10  # metrics rows seen before node2 is lost (checkpoints every 4 steps)
+BOUND = 50  # seconds from node2's loss until the ranks on node1 have exited (SlurmdTimeout 10 s)
+# T_MULTINODE_ONLY=link|kill: only that node loss (after the reference run), for working on it
+ONLY = os.environ.get("T_MULTINODE_ONLY", "")
+link_down = False
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
 ENV = {k: v for k, v in ztlib.ENV.items() if not k.startswith("SLURM_")}
@@ -110,6 +117,8 @@ def main():
     if not ztlib.check(pr.returncode == 0 and len(reference) == STEPS, "reference_run", pr.stderr[-400:]):
         return
 
+    if ONLY:
+        return node_losses(reference)
     # 2 nodes x 2 ranks, as written
     job, log, metrics, ck = submit("straight")
     st = wait_job(job, 180) if job else "NOT_SUBMITTED"
@@ -134,38 +143,91 @@ def main():
     subprocess.run([SCRIPT.replace("netns-slurm", "netns-cluster"), "shape", "off"], env=env_net,
                    capture_output=True, timeout=30)
 
-    # node loss: kill everything on node2 mid-run; the job requeues and comes back on node1
-    job, log, metrics, ck = submit("lost", ["--nodes=1-2"])
+    node_losses(reference)
+
+
+def node_losses(reference):
+    """node2's link down (it keeps running, unreachable), back up, then everything on node2 killed;
+    each time the job requeues and comes back on node1"""
+    if ONLY in ("", "link"):
+        node_loss("link", reference)
+        link("up")
+        t_up = time.time()
+        idle = wait_idle("node2", 120)  # measured 16-56 s (Slurm asks a DOWN node to register again now and then)
+        print(f"t_multinode_slurm: node2 idle again {time.time() - t_up:.1f}s after its link came back up", flush=True)
+        ztlib.check(idle, "link_up_node2_idle_again", slurm("sinfo", "-N").stdout)
+        ns = f"zt{ENV['NETNS_CLUSTER_NET']}-node2"
+        left = []
+        for _ in range(40):  # slurmd kills the old job's steps once it hears from slurmctld again
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            left = [p for p in pids if read(f"/proc/{p}/comm").strip() == "zerotrain"]
+            if not left:
+                break
+            time.sleep(0.5)
+        ztlib.check(not left, "link_up_no_ranks_left_on_node2", f"zerotrain pids {left} still in {ns}")
+    if ONLY in ("", "kill"):
+        node_loss("kill", reference)
+
+
+def link(updown):
+    """node2's switch port down or up (scripts/netns-cluster link)"""
+    global link_down
+    r = subprocess.run([SCRIPT.replace("netns-slurm", "netns-cluster"), "link", "node2", updown],
+                       env=dict(ENV, NETNS_CLUSTER_DIR=os.path.join(state, "net")), capture_output=True, text=True,
+                       timeout=30)
+    link_down = updown == "down" and r.returncode == 0
+    return r
+
+
+def wait_idle(node, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        if slurm("sinfo", "-h", "-n", node, "-o", "%t").stdout.strip() == "idle":
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def node_loss(how, reference):
+    """node2 lost mid-run, by `how`: "kill" (SIGKILL everything on it, slurmd too) or "link" (its
+    switch port down: node2 and its slurmd keep running but nobody reaches them)."""
+    name = "node_loss" if how == "kill" else "link_down"
+    job, log, metrics, ck = submit("lost-" + how, ["--nodes=1-2"])
     end = time.time() + 120
     while job and time.time() < end and len(rows_of(metrics)) < KILL_AFTER and job_field(job, "JobState") not in TERMINAL:
         time.sleep(0.1)
-    killed = len(rows_of(metrics)) >= KILL_AFTER
-    if killed:
-        sh(SCRIPT, "kill", "node2")
-        t_kill = time.time()
-        while time.time() - t_kill < 90 and "zerotrain exited with status" not in read(log):
+    lost = len(rows_of(metrics)) >= KILL_AFTER
+    took = -1.0
+    if lost:
+        r = sh(SCRIPT, "kill", "node2") if how == "kill" else link("down")
+        t_lost = time.time()
+        while time.time() - t_lost < 90 and "zerotrain exited with status" not in read(log):
             time.sleep(0.2)
-        took = time.time() - t_kill
-        print(f"t_multinode_slurm: node2 killed; the ranks on node1 exited after {took:.1f}s", flush=True)
-    ztlib.check(killed, "node_loss_job_ran", read(log)[-600:])
+        took = time.time() - t_lost
+        what = "killed" if how == "kill" else "link down"
+        print(f"t_multinode_slurm: node2 {what} ({(r.stdout + r.stderr).strip()}); the ranks on node1 exited after "
+              f"{took:.1f}s", flush=True)
+    ztlib.check(lost, f"{name}_job_ran", read(log)[-600:])
     m = re.search(r"zerotrain exited with status (\d+)", read(log))
-    ztlib.check(killed and m is not None and m.group(1) != "0" and took < 50, "node_loss_ranks_exit_nonzero_bounded",
-                f"{m and m.group(0)} after {took if killed else -1:.1f}s")
+    ztlib.check(lost and m is not None and m.group(1) != "0" and took < BOUND, f"{name}_ranks_exit_nonzero_bounded",
+                f"{m and m.group(0)} after {took:.1f}s (bound {BOUND}s)")
     st = wait_job(job, 180) if job else "NOT_SUBMITTED"
     out = read(log)
+    # how the job noticed and came back: the launcher's lines and the error lines, as they came
+    print("\n".join(l for l in out.splitlines() if re.search(r"^\[launch|error|srun: ", l))[-3000:], flush=True)
     ztlib.check(re.search(r"zerotrain: error: lost node\(s\) node2 of job", out) is not None,
-                "node_loss_names_lost_node", out[-800:])
+                f"{name}_names_lost_node", out[-800:])
     mr = re.search(r"resumed from (\S+) at step (\d+) .*\(SLURM_RESTART_COUNT=1\)", out)
     ztlib.check(st == "COMPLETED" and job_field(job, "Restarts") == "1" and "2 ranks on 1 nodes" in out,
-                "node_loss_job_requeued_on_remaining_node", f"state {st}, Restarts={job_field(job, 'Restarts')}: {out[-800:]}")
+                f"{name}_job_requeued_on_remaining_node", f"state {st}, Restarts={job_field(job, 'Restarts')}: {out[-800:]}")
     saved = mr.group(1) if mr else ""
     info = sh(ztlib.BIN, "info", saved) if saved else None
     ztlib.check(mr is not None and 0 < int(mr.group(2)) <= KILL_AFTER and "resharded from 4 ranks" in out
-                and info.returncode == 0 and "integrity: OK" in info.stdout, "node_loss_resumes_resharded_from_intact_checkpoint",
+                and info.returncode == 0 and "integrity: OK" in info.stdout, f"{name}_resumes_resharded_from_intact_checkpoint",
                 out[-600:])
     losses, steps = merged(rows_of(metrics))
     ztlib.check(steps == list(range(1, STEPS + 1)) and ztlib.max_rel_diff(losses, reference) <= 1e-5,
-                "node_loss_elastic_resume_continues_straight_run", f"{len(steps)} steps; {losses[-3:]} vs {reference[-3:]}")
+                f"{name}_elastic_resume_continues_straight_run", f"{len(steps)} steps; {losses[-3:]} vs {reference[-3:]}")
 
 
 def stop_on_signal(sig, frame):
@@ -181,6 +243,8 @@ try:
     if ztlib.check(p.returncode == 0, "netns_slurm_starts", p.stderr[-2000:]):
         main()
 finally:
+    if link_down:
+        link("up")
     p = sh(SCRIPT, "stop", state, timeout=120)
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     ztlib.check(p.returncode == 0 and f"zt{ENV['NETNS_CLUSTER_NET']}-" not in left and sh(SCRIPT, "status", state).returncode != 0,

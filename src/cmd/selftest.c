@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
+#include "comm/watchdog.h"
 #include "cmd/commands.h"
 #include "config/config.h"
 #include "engine/session.h"
@@ -127,6 +128,7 @@ void zt_selftest_comm(zt_selftest *st) {
     zt_comm *mpi = zt_comm_mpi(NULL, &err);
     /* on the cpu backend a second MPI comm stands in for NCCL: that checks the harness itself */
     int cpu = st->dev->memory_is_host;
+    if (!cpu) zt_watchdog_start(30.0, mpi->rank, mpi->world); /* the NCCL comm registers with it */
     zt_comm *nc = cpu ? zt_comm_mpi(NULL, &err) : zt_comm_nccl(st->dev, &err);
     if (!nc) {
         char name[1200];
@@ -138,7 +140,11 @@ void zt_selftest_comm(zt_selftest *st) {
     zt_rng rng;
     zt_rng_seed(&rng, st->seed * 7919u + (uint64_t)mpi->rank);
     test_comm_pair(st, mpi, nc, &rng);
+    if (!cpu) zt_selftest_nccl_watchdog_healthy(st);
     nc->destroy(nc);
+    zt_watchdog_stop();
+    if (!cpu && mpi->world == 1) zt_selftest_nccl_watchdog_hang(st);
+    else if (!cpu && st->verbose) printf("selftest: the hung-collective watchdog check runs with one rank only\n");
     mpi->destroy(mpi);
 }
 
@@ -241,6 +247,7 @@ int zt_cmd_selftest(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fp16")) bench_fp16 = 1;
         else if (!strcmp(argv[i], "--bench-B") && i + 1 < argc) bench_b = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bench-T") && i + 1 < argc) bench_t = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--nccl-hang-child")) return zt_selftest_nccl_hang_child(); /* internal */
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: zerotrain selftest [--device cuda|cpu] [--seed N] [--allow-skip]\n"
                    "       zerotrain selftest --bench [--device cuda|cpu] [--fp16] [--bench-B 16] [--bench-T 1024]\n"

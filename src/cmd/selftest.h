@@ -37,6 +37,14 @@ void zt_selftest_ops(zt_selftest *st);
  * Needs st->dev to be the CUDA backend; with a single rank both are one-rank communicators. */
 void zt_selftest_comm(zt_selftest *st);
 
+/* The NCCL side of the hang watchdog (selftest_watchdog.c): after the NCCL collectives ran with the
+ * watchdog watching, it saw them all complete; and a collective hung on the GPU (in a child process,
+ * `selftest --nccl-hang-child`, which zt_selftest_nccl_hang_child runs) ends that process with the
+ * watchdog's line. */
+void zt_selftest_nccl_watchdog_healthy(zt_selftest *st);
+void zt_selftest_nccl_watchdog_hang(zt_selftest *st);
+int zt_selftest_nccl_hang_child(void);
+
 /* For the training part of the selftest: checks a device loss trajectory against the reference
  * one step by step; err = max_i |dev_i - ref_i| / |ref_i| (inf if a device loss is not finite).
  * Prints one PASS/FAIL line naming the worst step; returns 0 on pass, -1 on failure. */

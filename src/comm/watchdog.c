@@ -2,7 +2,8 @@
  * of B bytes, number N, entered at t" through atomics; the watchdog thread only reads them, so the
  * hot path costs two relaxed stores per wait. MPI is initialised MPI_THREAD_FUNNELED: the watchdog
  * thread makes exactly one MPI call, MPI_Abort, which Open MPI serves from any thread; an alarm
- * ends the process should even that not return. */
+ * ends the process should even that not return. A registered device probe is called under a mutex
+ * that zt_watchdog_unwatch also takes, so a comm never goes away while it is being probed. */
 #include "comm/watchdog.h"
 
 #include <mpi.h>
@@ -25,25 +26,63 @@ static struct {
     atomic_size_t bytes;
     _Atomic double since;
     atomic_long seq; /* blocking waits begun so far */
-} wd;
+    /* the device comm watched, if any (under probe_mu) */
+    pthread_mutex_t probe_mu;
+    zt_watchdog_probe probe;
+    int watching;
+    atomic_int last_probe;
+    atomic_long probes; /* probe calls so far */
+} wd = {.probe_mu = PTHREAD_MUTEX_INITIALIZER, .last_probe = 2};
 
 static void sleep_seconds(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
 }
 
-static void report_and_abort(const char *what, size_t bytes, long seq, double waited) {
+/* one line naming this rank, its host and the operation (`how` says what went wrong), then the
+ * device comm's own abort if one is watched, then MPI_Abort */
+static void report_and_abort(const char *what, size_t bytes, long seq, const char *how) {
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
-    fprintf(stderr,
-            "zerotrain: error: rank %d (host %s): %s #%ld (%zu bytes) made no progress for %.0fs (waiting on the "
-            "other %d rank%s; comm_timeout %gs); aborting the job\n",
-            wd.rank, host, what, seq, bytes, waited, wd.world - 1, wd.world == 2 ? "" : "s", atomic_load(&wd.timeout));
+    fprintf(stderr, "zerotrain: error: rank %d (host %s): %s #%ld (%zu bytes) %s; aborting the job\n", wd.rank, host,
+            what, seq, bytes, how);
     fflush(stderr);
     fflush(stdout);
-    alarm(30); /* SIGALRM's default action ends the process if MPI_Abort cannot reach mpirun */
+    alarm(30); /* SIGALRM's default action ends the process if the aborts below cannot finish */
+    if (wd.watching && wd.probe.abort) wd.probe.abort(wd.probe.ctx); /* the caller holds probe_mu */
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1);
+}
+
+static void report_wait(const char *what, size_t bytes, long seq, double waited) {
+    char how[200];
+    snprintf(how, sizeof how, "made no progress for %.0fs (waiting on the other %d rank%s; comm_timeout %gs)", waited,
+             wd.world - 1, wd.world == 2 ? "" : "s", atomic_load(&wd.timeout));
+    pthread_mutex_lock(&wd.probe_mu); /* held until the process ends: the watched comm stays */
+    report_and_abort(what, bytes, seq, how);
+}
+
+/* the watched device comm: its oldest pending operation against the timeout, and its errors */
+static void check_device(double now, double resumed, double timeout) {
+    pthread_mutex_lock(&wd.probe_mu);
+    if (wd.watching) {
+        zt_watchdog_op op = {0};
+        int st = wd.probe.probe(wd.probe.ctx, &op);
+        atomic_store(&wd.last_probe, st);
+        atomic_fetch_add(&wd.probes, 1);
+        double waited = now - (op.since > resumed ? op.since : resumed);
+        char how[320];
+        if (st < 0) {
+            snprintf(how, sizeof how, "failed on the GPU: %s", op.error);
+            report_and_abort(op.what ? op.what : "NCCL comm", op.bytes, op.seq, how);
+        }
+        if (st > 0 && waited > timeout) {
+            snprintf(how, sizeof how, "made no progress for %.0fs (on the GPU, with %d rank%s; comm_timeout %gs)", waited,
+                     wd.world, wd.world == 1 ? "" : "s", timeout);
+            report_and_abort(op.what, op.bytes, op.seq, how);
+        }
+    }
+    pthread_mutex_unlock(&wd.probe_mu);
 }
 
 static void *watch(void *arg) {
@@ -61,25 +100,56 @@ static void *watch(void *arg) {
         if (now - last > 2 * poll + 1.0) resumed = now;
         last = now;
         if (timeout <= 0) continue;
+        check_device(now, resumed, timeout);
         long seq = atomic_load(&wd.seq);
         const char *what = atomic_load(&wd.what);
         double since = atomic_load(&wd.since);
         size_t bytes = atomic_load(&wd.bytes);
         if (!what || seq != atomic_load(&wd.seq)) continue; /* none, or it changed while we read */
         double waited = now - (since > resumed ? since : resumed);
-        if (waited > timeout) report_and_abort(what, bytes, seq, waited);
+        if (waited > timeout) report_wait(what, bytes, seq, waited);
     }
     return NULL;
+}
+
+static void start_thread(void) {
+    if (wd.running || atomic_load(&wd.timeout) <= 0) return;
+    atomic_store(&wd.stop, 0);
+    if (pthread_create(&wd.thread, NULL, watch, NULL) == 0) wd.running = 1;
+    else zt_warn("comm_timeout: cannot start the watchdog thread; hung collectives will not be detected");
 }
 
 void zt_watchdog_start(double timeout_s, int rank, int world) {
     atomic_store(&wd.timeout, timeout_s);
     wd.rank = rank;
     wd.world = world;
-    if (wd.running || timeout_s <= 0 || world < 2) return;
-    atomic_store(&wd.stop, 0);
-    if (pthread_create(&wd.thread, NULL, watch, NULL) == 0) wd.running = 1;
-    else zt_warn("comm_timeout: cannot start the watchdog thread; hung collectives will not be detected");
+    /* one rank alone has no peer to wait on, unless a device comm can hang on its GPU */
+    pthread_mutex_lock(&wd.probe_mu);
+    int watching = wd.watching;
+    pthread_mutex_unlock(&wd.probe_mu);
+    if (world >= 2 || watching) start_thread();
+}
+
+void zt_watchdog_watch(const zt_watchdog_probe *p) {
+    pthread_mutex_lock(&wd.probe_mu);
+    wd.probe = *p;
+    wd.watching = 1;
+    pthread_mutex_unlock(&wd.probe_mu);
+    start_thread();
+}
+
+void zt_watchdog_unwatch(void *ctx) {
+    pthread_mutex_lock(&wd.probe_mu);
+    if (wd.watching && wd.probe.ctx == ctx) {
+        wd.watching = 0;
+        atomic_store(&wd.last_probe, 2);
+    }
+    pthread_mutex_unlock(&wd.probe_mu);
+}
+
+int zt_watchdog_last_probe(long *asked) {
+    if (asked) *asked = atomic_load(&wd.probes);
+    return atomic_load(&wd.last_probe);
 }
 
 void zt_watchdog_stop(void) {

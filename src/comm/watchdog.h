@@ -9,7 +9,16 @@
  * and takes the whole job down with MPI_Abort (mpirun kills every rank, the stopped one included).
  * The hung rank itself cannot print; every rank waiting on it does. The timeout covers one wait,
  * not a step: a long checkpoint save by rank 0 while others wait in a collective counts, so the
- * default is generous (ZT_COMM_TIMEOUT_DEFAULT). */
+ * default is generous (ZT_COMM_TIMEOUT_DEFAULT).
+ *
+ * Device collectives (NCCL on a GPU stream) return to the host before they run, and their wait()
+ * only orders the compute stream, so a collective hung on the GPU would surface later in some
+ * unwatched synchronize. A comm with such operations registers a probe instead (zt_watchdog_watch):
+ * on every tick the watchdog thread asks it for the oldest operation that has not completed and
+ * since when the comm made no progress (cudaEventQuery on its operations' events), and for an
+ * asynchronous error (ncclCommGetAsyncError). Past comm_timeout, or on such an error, it prints
+ *   zerotrain: error: rank R (host H): NCCL <collective> #N (B bytes) made no progress for Ns (on the GPU; ...)
+ * lets the comm abort itself (ncclCommAbort) and then takes the job down like a host wait. */
 #ifndef ZT_WATCHDOG_H
 #define ZT_WATCHDOG_H
 
@@ -24,5 +33,29 @@ void zt_watchdog_stop(void);
 /* A blocking wait on collective `what` (a string literal) of `bytes` begins / ends. Not nested. */
 void zt_watchdog_enter(const char *what, size_t bytes);
 void zt_watchdog_leave(void);
+
+/* What a probe reports about a device comm (see above). */
+typedef struct zt_watchdog_op {
+    const char *what; /* "NCCL allreduce" (a string literal) */
+    long seq;         /* the operation's number on its comm, from 1 */
+    size_t bytes;
+    double since;     /* zt_now() of its enqueue or of the comm's last progress, whichever is later */
+    char error[200];  /* an asynchronous error, when probe returns -1 */
+} zt_watchdog_op;
+typedef struct zt_watchdog_probe {
+    /* From the watchdog thread: 0 when every operation has completed; 1 with *op the oldest one
+     * that has not; -1 with op->error set (and op naming the oldest pending one, if any). */
+    int (*probe)(void *ctx, zt_watchdog_op *op);
+    void (*abort)(void *ctx); /* from the watchdog thread, before the job is taken down */
+    void *ctx;
+} zt_watchdog_probe;
+/* Watches a device comm (one at a time; *p is copied). Starts the watchdog thread when a timeout
+ * is set, also on a single rank. Unwatch before the comm goes away: once it returns, the watchdog
+ * no longer calls the probe. */
+void zt_watchdog_watch(const zt_watchdog_probe *p);
+void zt_watchdog_unwatch(void *ctx);
+/* The probe's last answer, for tests: 0 all done, 1 pending, -1 error (2: not asked yet, or not
+ * watching); *asked (if not NULL): how many times the watchdog has called a probe so far. */
+int zt_watchdog_last_probe(long *asked);
 
 #endif

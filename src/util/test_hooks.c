@@ -19,3 +19,8 @@ int zt_test_hook_no_prealloc(void) {
     const char *v = getenv("ZEROTRAIN_INJECT_NO_PREALLOC");
     return v && *v && *v != '0';
 }
+
+int zt_test_hook_nccl_hang_at(long seq) {
+    const char *v = getenv("ZEROTRAIN_INJECT_NCCL_HANG");
+    return v && *v && strtol(v, NULL, 10) == seq;
+}

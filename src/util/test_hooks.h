@@ -5,6 +5,9 @@
  *   ZEROTRAIN_INJECT_NO_PREALLOC=1   NVMe swap files are not preallocated, so several ranks whose
  *                                    swaps each passed the free-space check can fill a small file
  *                                    system together during steps (test/t_infinity.py's ENOSPC case)
+ *   ZEROTRAIN_INJECT_NCCL_HANG=N     the N-th NCCL collective of the process (1-based) waits on its
+ *                                    GPU stream behind a kernel that spins (for 120 s at most): a
+ *                                    collective hung on the device (`zerotrain selftest`'s watchdog check)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -14,5 +17,8 @@ int zt_test_hook_overflow_at(long step);
 
 /* 1 when ZEROTRAIN_INJECT_NO_PREALLOC is set (not "0"). */
 int zt_test_hook_no_prealloc(void);
+
+/* 1 when ZEROTRAIN_INJECT_NCCL_HANG is `seq` (1-based). */
+int zt_test_hook_nccl_hang_at(long seq);
 
 #endif

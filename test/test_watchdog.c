@@ -1,0 +1,114 @@
+/* test_watchdog.c — the hang watchdog's device-comm side (comm/watchdog.h: zt_watchdog_watch) on the
+ * CPU, with a probe written here (the NCCL comm's is cuda/comm_nccl.cu, which needs a GPU): each case
+ * runs in a child process that is an MPI singleton with comm_timeout 1 s on one rank:
+ *   - all done: the probe reports every operation complete; nothing fires in 3 s, the probe was asked;
+ *   - progressing: an operation stays pending, but the probe reports progress on every tick; nothing
+ *     fires in 3 s;
+ *   - stuck: the probe reports the same operation pending since the start: the child prints one line
+ *     `rank 0 (host H): TEST all-reduce #7 (4096 bytes) made no progress for Ns (on the GPU, ...)`,
+ *     the comm's abort runs, and the child exits non-zero, within 1 s + a tick (the test allows 10 s);
+ *   - asynchronous error: the probe reports one; the line says `failed on the GPU: <error>`, abort
+ *     runs, non-zero exit. */
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "comm/watchdog.h"
+#include "util/util.h"
+
+enum { ALL_DONE, PROGRESSING, STUCK, ASYNC_ERROR };
+static int mode, probes;
+static double t_start;
+
+static int test_probe(void *ctx, zt_watchdog_op *op) {
+    probes++;
+    if (mode == ALL_DONE) return 0;
+    op->what = "TEST all-reduce", op->seq = 7, op->bytes = 4096;
+    op->since = mode == PROGRESSING ? zt_now() : t_start;
+    if (mode == ASYNC_ERROR) {
+        snprintf(op->error, sizeof op->error, "test: remote peer gone");
+        return -1;
+    }
+    return 1;
+}
+static void test_abort(void *ctx) {
+    printf("abort callback ran (ctx %s)\n", (const char *)ctx);
+    fflush(stdout);
+}
+
+/* the child: returns its exit status when the watchdog did not end it */
+static int child(int m) {
+    mode = m;
+    MPI_Init(NULL, NULL);
+    t_start = zt_now();
+    zt_watchdog_start(1.0, 0, 1);
+    zt_watchdog_probe p = {test_probe, test_abort, "comm"};
+    zt_watchdog_watch(&p);
+    sleep(3);
+    long asked = 0;
+    int last = zt_watchdog_last_probe(&asked);
+    zt_watchdog_unwatch("comm");
+    zt_watchdog_stop();
+    printf("alive after 3s: %d probes (watchdog counted %ld), last answer %d\n", probes, asked, last);
+    fflush(stdout);
+    MPI_Finalize();
+    return probes > 0 && asked == probes && last == (m == ALL_DONE ? 0 : 1) ? 0 : 3;
+}
+
+/* runs child(m) with its output in `out`; returns the wait status, -1 when it outlives 10 s */
+static int run_child(int m, char *out, size_t cap, double *took) {
+    char path[] = "/tmp/zt-test-watchdog-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    fflush(stdout);
+    double t0 = zt_now();
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 1), dup2(fd, 2);
+        _exit(child(m));
+    }
+    int status = 0, done = 0;
+    while (!done && zt_now() - t0 < 10) {
+        done = waitpid(pid, &status, WNOHANG) == pid;
+        if (!done) usleep(20000);
+    }
+    *took = zt_now() - t0;
+    if (!done) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(path);
+    return done ? status : -1;
+}
+
+int main(void) {
+    static char out[8192];
+    double took;
+    int st = run_child(ALL_DONE, out, sizeof out, &took);
+    CHECK(st == 0 && strstr(out, "alive after 3s") && !strstr(out, "zerotrain: error"), "device_probe_all_done_no_fire",
+          "status %d: %s", st, out);
+    st = run_child(PROGRESSING, out, sizeof out, &took);
+    CHECK(st == 0 && strstr(out, "alive after 3s") && !strstr(out, "zerotrain: error"),
+          "device_probe_progressing_no_fire", "status %d: %s", st, out);
+
+    st = run_child(STUCK, out, sizeof out, &took);
+    const char *line = strstr(out, "zerotrain: error: rank 0 (host ");
+    CHECK(st > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && line &&
+              strstr(line, "): TEST all-reduce #7 (4096 bytes) made no progress for ") &&
+              strstr(line, "(on the GPU, with 1 rank; comm_timeout 1s); aborting the job") &&
+              strstr(out, "abort callback ran (ctx comm)") && !strstr(out, "alive after"),
+          "device_probe_stuck_fires_names_op_aborts", "status %d after %.1fs: %s", st, took, out);
+    printf("test_watchdog: a stuck device op ended the process %.1fs after it was enqueued (comm_timeout 1s)\n", took);
+    st = run_child(ASYNC_ERROR, out, sizeof out, &took);
+    line = strstr(out, "zerotrain: error: rank 0 (host ");
+    CHECK(st > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && line &&
+              strstr(line, "TEST all-reduce #7 (4096 bytes) failed on the GPU: test: remote peer gone; aborting") &&
+              strstr(out, "abort callback ran") && !strstr(out, "alive after"),
+          "device_probe_async_error_fires", "status %d after %.1fs: %s", st, took, out);
+    return zt_check_exit();
+}
