@@ -65,15 +65,15 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 
 $(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) src/backend/opmath.h src/backend/backend.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/cuda/%.bf16.o: cuda/%.cu $(wildcard cuda/*.cuh) src/backend/opmath.h src/backend/backend.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -DZT_CU_FP16=0 -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -DZT_CU_FP16=0 -c -o $@ $<
 
 $(BUILD)/cuda/%.f16.o: cuda/%.cu $(wildcard cuda/*.cuh) src/backend/opmath.h src/backend/backend.h $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -DZT_CU_FP16=1 -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -DZT_CU_FP16=1 -c -o $@ $<
 
 $(BUILD)/test/%: test/%.c $(LIB_OBJS) $(BACKEND_OBJS)
 	@mkdir -p $(dir $@)
