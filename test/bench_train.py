@@ -6,7 +6,8 @@
       time spent waiting on collectives per step;
   ZeRO-Infinity: config (b) at stage 3 with offload_param cpu / nvme and offload_optimizer nvme
       against no offload, and the swap files' throughput during the steps against the disk
-      bandwidth bench_swap measured in this run.
+      bandwidth bench_swap measured in this run; with parameters on NVMe, how long the gathers still
+      waited for their reads and how many pieces were read ahead.
 Medians over the timed steps (the first step, warm-up, is dropped)."""
 import os
 import re
@@ -46,7 +47,8 @@ def bench(config, sets=(), ranks=0, omp=threads):
     med = lambda k: statistics.median(r.get(k, 0.0) for r in timed)
     return {k: med(k) for k in ("step_ms", "tokens_per_s", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
                                 "nvme_read_bytes", "nvme_written_bytes", "nvme_read_ms", "nvme_write_ms",
-                                "host_adam_ms", "device_idle_ms")}
+                                "host_adam_ms", "device_idle_ms", "nvme_param_pieces", "nvme_param_hits",
+                                "nvme_param_wait_ms")}
 
 
 peak = sgemm_peak()
@@ -129,6 +131,9 @@ for name, sets in infinity.items():
                  f"{r['nvme_written_bytes'] / 1e6:.0f} MB written at {wr:.2f} GiB/s while I/O was in flight")
         if swap_disk:
             line += f" = {100 * rd / swap_disk[1]:.0f}% / {100 * wr / swap_disk[0]:.0f}% of the disk (goal >= 70%)"
+    if r["nvme_param_pieces"]:  # offload_param nvme: how much of the parameter reads the gathers still waited for
+        line += (f"; gathers waited {r['nvme_param_wait_ms']:.0f} ms for parameter reads, "
+                 f"{r['nvme_param_hits']:.0f} of {r['nvme_param_pieces']:.0f} pieces read ahead")
     print(line)
 shutil.rmtree(nvme_dir, ignore_errors=True)
 

@@ -4,7 +4,7 @@ against numbers computed here by hand for configs/tiny.yaml on 2 ranks (bf16: P 
   - optimizer nvme: KΨ/N on NVMe, the host keeps min(buffer_count, groups) groups of
     min(sub_group_size, Ψ/N) (rounded up to 2048) x 12 B of staging plus gradients and 16-bit
     parameters, as engine_infinity.c allocates; with sub_group_size above and below the shard;
-  - optimizer + params nvme: PΨ/N on NVMe too, one staging buffer of the largest piece on the host;
+  - optimizer + params nvme: PΨ/N on NVMe too, buffer_count staging buffers of the largest piece on the host;
   - --nvme-size decides which NVMe rows fit (per node, shared by its ranks);
   - the ratio window [r_min, r_max] (r_min from device memory, r_max from host memory), a device
     that does not fit even at ratio 1, and a host too small for the least ratio the device needs.
@@ -62,12 +62,14 @@ def staging(sub, bufc):  # what engine_infinity.c allocates: groups of G rounded
 
 
 opt_staging = staging(SUB, BUFC)
+# what infinity_params.c allocates: buffer_count buffers of the largest piece in 4 KiB blocks, one block more each side
+param_staging = PBUFC * (-(-P * min(embed, shard) // 4096) + 2) * 4096
 want = {
     (3, "device", "device"): (device3, 0, 0),
     (3, "cpu", "device"): (device3 - K * shard, 16 * shard, 0),
     (3, "cpu", "cpu"): (device3 - K * shard - P * shard, 16 * shard + P * shard, 0),
     (3, "nvme", "device"): (device3 - K * shard, opt_staging + 2 * P * shard, K * shard),
-    (3, "nvme", "nvme"): (device3 - K * shard - P * shard, opt_staging + 2 * P * shard + P * min(embed, shard) + 8192,
+    (3, "nvme", "nvme"): (device3 - K * shard - P * shard, opt_staging + 2 * P * shard + param_staging,
                           K * shard + P * shard),
 }
 for key, (dev, host, nvme) in want.items():

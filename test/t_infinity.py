@@ -3,6 +3,8 @@ buffer and the swap files are real files written and read through io_uring:
   - equivalence: offload_param cpu and nvme, offload_optimizer nvme, combinations, with and without
     Twin-Flow's ratio, on 2 ranks and each on 1 or 4, give exactly stage 3's losses without offload (the arithmetic is
     the same: the CPU Adam is bit-identical to the backend's, and moving bytes changes nothing);
+  - offload_param nvme reads the pieces of the next gathers ahead (counted per step), none with
+    buffer_count 1, and wrong guesses (every use gathered anew, two buffers) leave the losses exact;
   - the swap files are really read and written in every step (bytes counted per step, equal to
     the groups' regions), live under nvme_path only during the run and are gone after a clean end;
   - the device's gathered parameters stay under stage3_max_live_parameters (the measured peak),
@@ -31,8 +33,9 @@ os.makedirs(nvme)
 PARAM_CPU = "zero_optimization.offload_param.device=cpu"
 
 
-def param_nvme(path=nvme):
-    return f"zero_optimization.offload_param={{device: nvme, nvme_path: {path}}}"
+def param_nvme(path=nvme, buffers=None):
+    count = f", buffer_count: {buffers}" if buffers else ""
+    return f"zero_optimization.offload_param={{device: nvme, nvme_path: {path}{count}}}"
 
 
 def opt_nvme(path=nvme, ratio=1, group=100000):
@@ -58,7 +61,10 @@ VARIANTS = {
     "param_nvme": [param_nvme()],
     "param_nvme_twin_flow_0.3": [param_nvme(), "zero_optimization.offload_optimizer={device: cpu, ratio: 0.3}"],
     "param_nvme_optimizer_nvme_0.5": [param_nvme()] + opt_nvme(ratio=0.5),
+    "param_nvme_buffer_count_1": [param_nvme(buffers=1)],  # no read-ahead: one buffer, read at the gather
+    "param_nvme_buffer_count_2": [param_nvme(buffers=2)],  # one piece read ahead
 }
+ONLY_ON_2_RANKS = ("param_nvme_buffer_count_1", "param_nvme_buffer_count_2")
 base_sets = ["train_iters=4", "zero_optimization.stage=3"]
 # every variant on 2 ranks, and each on one of 1 or 4 ranks too (the whole product would cost minutes)
 ON_1_RANK = ("param_cpu", "optimizer_nvme", "param_nvme", "param_nvme_optimizer_nvme_0.5")
@@ -68,7 +74,7 @@ for ranks in (1, 2, 4):
     if not ztlib.check(p.returncode == 0 and len(base) == 4, f"infinity_baseline_ranks{ranks}", p.stderr[-800:]):
         continue
     for name, sets in VARIANTS.items():
-        if ranks != 2 and (name in ON_1_RANK) != (ranks == 1):
+        if ranks != 2 and ((name in ON_1_RANK) != (ranks == 1) or name in ONLY_ON_2_RANKS):
             continue
         p, rows = ztlib.train(cfg, base_sets + sets, ranks=mpi(ranks))
         got = ztlib.losses(rows)
@@ -94,6 +100,15 @@ for ranks in (1, 2, 4):
             ztlib.check(0 < r.get("nvme_read_bytes", 0) <= 2 * r.get("nvme_params_mib", 0) * 1048576 + 4096 * 64 and
                         r.get("nvme_written_bytes", 0) >= r.get("nvme_params_mib", 0) * 1048576 - 4096,
                         f"param_nvme_ranks{ranks}_reads_and_writes_the_shard", f"{r}")
+        if name.startswith("param_nvme") and ok:
+            # the gathers' pieces are read ahead of their gathers (from the second step on the order is
+            # known): every step from the third finds some of its pieces read ahead; one buffer reads none
+            reads = [(r.get("nvme_param_pieces"), r.get("nvme_param_read_ahead"), r.get("nvme_param_hits")) for r in rows]
+            if name.endswith("_1"):
+                good = all(n and n > 0 and ahead == 0 and hits == 0 for n, ahead, hits in reads)
+            else:
+                good = all(n and 0 < hits <= n and hits <= ahead for n, ahead, hits in reads[2:])
+            ztlib.check(good, f"{name}_ranks{ranks}_reads_ahead", f"(pieces, read ahead, hits) per step: {reads}")
         if name == "param_cpu" and ranks == 2:
             ztlib.check("offload_param: the parameter shard" in p.stdout and
                         re.search(r"memory per rank \(cpu\): params 0\.0 MiB", p.stdout) is not None,
@@ -140,6 +155,15 @@ ztlib.check(p.returncode == 0 and peak <= bound and "stage 3: no prefetch" in p.
             f"peak {peak:.0f} elements with bound {bound}, {peak_free} without; {p.stdout[-600:]} {p.stderr[-600:]}")
 ztlib.check(ztlib.losses(rows) == free_run and len(free_run) == 3, "max_live_parameters_same_losses",
             f"{ztlib.losses(rows)} vs {free_run}")
+# parameters on NVMe, every use gathered anew (forward up, LM head, backward down, per micro-step) with two
+# staging buffers: the guesses turn with the direction, some are wrong and dropped, the losses stay exact
+nvme_deep = [s for s in deep if s != PARAM_CPU] + ["zero_optimization.stage3_max_reuse_distance=0", param_nvme(buffers=2)]
+p, rows = ztlib.train(cfg, nvme_deep, ranks=2)
+reads = [(r.get("nvme_param_pieces"), r.get("nvme_param_read_ahead"), r.get("nvme_param_hits")) for r in rows]
+ztlib.check(p.returncode == 0 and ztlib.losses(rows) == free_run, "param_nvme_read_ahead_no_reuse_same_losses",
+            f"{ztlib.losses(rows)} vs {free_run}; {p.stderr[-600:]}")
+ztlib.check(len(reads) == 3 and all(n and n > 4 and n // 2 <= hits <= ahead for n, ahead, hits in reads[1:]),
+            "param_nvme_read_ahead_no_reuse_mostly_hits", f"(pieces, read ahead, hits) per step: {reads}")
 p, rows = ztlib.train(cfg, deep + [f"zero_optimization.stage3_max_live_parameters={seg0 + block // 2}"], ranks=2)
 errs = errors_of(p)
 ztlib.check(p.returncode != 0 and len(errs) == 1 and all("stage3_max_live_parameters" in e and

@@ -51,7 +51,8 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         if (table->segment_lo[s + 1] - table->segment_lo[s] > largest) largest = table->segment_lo[s + 1] - table->segment_lo[s];
     double param_shard = (double)P * shard, twin_host = (double)ZT_TWIN_HOST_BYTES * shard;
     double opt_staging = zt_nvme_optimizer_staging_bytes(cfg->offload_buffer_count, cfg->sub_group_size, shard);
-    double param_staging = zt_nvme_param_staging_bytes(embed3 > largest ? embed3 : largest, shard, P);
+    double param_staging =
+        zt_nvme_param_staging_bytes(cfg->offload_param_buffer_count, embed3 > largest ? embed3 : largest, shard, P);
     int n = 0;
     for (int stage = 0; stage <= 3; stage++) {
         double states = (double)zt_zero_model_state_bytes(stage, P, K, shard, (int)ranks);
@@ -73,7 +74,7 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         rows[n++] = (row){3, "cpu", "cpu", states, device - optim - param_shard, twin_host + param_shard, 0};
         /* optimizer states on NVMe, staged through host buffers; host gradients and 16-bit params */
         rows[n++] = (row){3, "nvme", "device", states, device - optim, opt_staging + 2 * param_shard, optim};
-        /* and the parameter shard on NVMe too, read through one staging buffer; the host still
+        /* and the parameter shard on NVMe too, read through buffer_count staging buffers; the host still
          * lands the gradients and the updated 16-bit parameters before they are written */
         rows[n++] = (row){3, "nvme", "nvme", states, device - optim - param_shard,
                           opt_staging + 2 * param_shard + param_staging, optim + param_shard};
@@ -190,9 +191,9 @@ int zt_cmd_estimate(int argc, char **argv) {
            "                  + 2 x the largest block), the gradient shard PΨ/N and the gradient buffers\n"
            "  optimizer nvme: KΨ/N on NVMe; the host keeps min(offload_optimizer.buffer_count (%d), groups) groups of\n"
            "                  min(sub_group_size, Ψ/N) x 12 B, and gradients and 16-bit parameters, PΨ/N each\n"
-           "  params nvme:    PΨ/N on NVMe too; the host keeps one staging buffer of the largest segment's piece x P\n"
-           "                  instead of the parameters\n",
-           P, K, ZT_TWIN_HOST_BYTES, cfg.offload_buffer_count);
+           "  params nvme:    PΨ/N on NVMe too; the host keeps offload_param.buffer_count (%d) staging buffers of\n"
+           "                  the largest segment's piece x P (one gathered, the next read ahead) instead of the parameters\n",
+           P, K, ZT_TWIN_HOST_BYTES, cfg.offload_buffer_count, cfg.offload_param_buffer_count);
     zt_param_table_free(&table);
     zt_config_free(&cfg);
     return 0;

@@ -234,7 +234,11 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     rec->nvme = (zt_engine_nvme){now.bytes_read - t->nvme_counted.bytes_read,
                                  now.bytes_written - t->nvme_counted.bytes_written,
                                  now.read_seconds - t->nvme_counted.read_seconds,
-                                 now.write_seconds - t->nvme_counted.write_seconds};
+                                 now.write_seconds - t->nvme_counted.write_seconds,
+                                 now.param_pieces - t->nvme_counted.param_pieces,
+                                 now.param_read_ahead - t->nvme_counted.param_read_ahead,
+                                 now.param_hits - t->nvme_counted.param_hits,
+                                 now.param_wait_seconds - t->nvme_counted.param_wait_seconds};
     t->nvme_counted = now;
 }
 
@@ -257,6 +261,9 @@ static void print_step(trainer *t, const step_plan *p, const step_record *rec, d
             zt_info("      nvme (rank 0): read %.1f MB in %.1f ms, written %.1f MB in %.1f ms (time with I/O in flight)",
                     rec->nvme.bytes_read * 1e-6, rec->nvme.read_seconds * 1e3, rec->nvme.bytes_written * 1e-6,
                     rec->nvme.write_seconds * 1e3);
+        if (rec->nvme.param_pieces > 0)
+            zt_info("      nvme params (rank 0): %.0f pieces gathered, %.0f of them read ahead, waited %.1f ms for reads",
+                    rec->nvme.param_pieces, rec->nvme.param_hits, rec->nvme.param_wait_seconds * 1e3);
     }
     if (cfg->memory_breakdown) zt_mem_report_step(t->s.engine, rec->step, t->s.model.act_bytes);
 }
@@ -281,6 +288,11 @@ static void record_step(trainer *t, const step_plan *p, const step_record *rec) 
                                 "\"nvme_written_bytes\": %.0f, \"nvme_read_ms\": %.3f, \"nvme_write_ms\": %.3f",
                     mem->nvme[ZT_MEM_PARAMS] / 1048576.0, mem->nvme[ZT_MEM_OPTIM] / 1048576.0, rec->nvme.bytes_read,
                     rec->nvme.bytes_written, rec->nvme.read_seconds * 1e3, rec->nvme.write_seconds * 1e3);
+        if (mem->nvme[ZT_MEM_PARAMS]) /* offload_param nvme: the gathers' reads, how many were read ahead */
+            fprintf(t->metrics, ", \"nvme_param_pieces\": %.0f, \"nvme_param_read_ahead\": %.0f, "
+                                "\"nvme_param_hits\": %.0f, \"nvme_param_wait_ms\": %.3f",
+                    rec->nvme.param_pieces, rec->nvme.param_read_ahead, rec->nvme.param_hits,
+                    rec->nvme.param_wait_seconds * 1e3);
         if (cfg->fp16_enabled) fprintf(t->metrics, ", \"loss_scale\": %g, \"skipped\": %d", rec->scale_used, rec->skipped);
         if (cfg->wall_clock_breakdown)
             fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",

@@ -224,7 +224,7 @@ const zt_keydef zt_config_keys[] = {
     KEY("zero_optimization.offload_param.nvme_path", K_STR, offload_param_nvme_path, .flags = E,
         .help = "NVMe directory (ZeRO-Infinity)"),
     KEY("zero_optimization.offload_param.buffer_count", K_INT, offload_param_buffer_count, .def = 5, .lo = 1,
-        .hi = INF, .flags = E | F_INERT, .help = "one staging buffer: a piece is read when its segment is gathered"),
+        .hi = INF, .flags = E, .help = "nvme: staging buffers; all but one read the next gathers' pieces ahead"),
     KEY("zero_optimization.offload_param.buffer_size", K_DOUBLE, offload_param_buffer_size, .def = 1e8, .lo = 1,
         .hi = INF, .flags = E, .help = "nvme: elements the staging buffer may hold (at least a segment's piece)"),
     KEY("zero_optimization.offload_param.max_in_cpu", K_DOUBLE, offload_param_max_in_cpu, .def = 1e9, .lo = 0,

@@ -381,6 +381,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     twin_update(e, tf, tn0, &st);
     if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e);
     if (e->opt.stage == 3) zero_reset_residents(e);
+    if (e->param_swap) inf_param_after_update(e); /* the file holds the new values: the next reads may start */
     trace_memory(e);
     return norm;
 }

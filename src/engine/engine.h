@@ -71,7 +71,9 @@ typedef struct zt_engine_offload {
     int param_device;          /* ZT_PARAM_ON_DEVICE, ZT_PARAM_ON_CPU, ZT_PARAM_ON_NVME */
     int param_pin_memory;
     const char *param_nvme_path;
-    double param_buffer_size;  /* nvme: elements the staging buffer may hold (offload_param.buffer_size) */
+    double param_buffer_size;  /* nvme: elements a staging buffer may hold (offload_param.buffer_size) */
+    int param_buffer_count;    /* nvme: staging buffers (offload_param.buffer_count): one for the piece being
+                                  gathered, the others for the next pieces read ahead */
     /* aio section: both swap files' requests */
     size_t aio_block_size;
     int aio_queue_depth, aio_single_submit, aio_overlap_events;
@@ -178,6 +180,9 @@ size_t zt_engine_model_state_bytes(const zt_engine *e);
  * write in flight (the swap's throughput is bytes over those seconds). */
 typedef struct zt_engine_nvme {
     double bytes_read, bytes_written, read_seconds, write_seconds;
+    /* offload_param nvme: pieces fetched for gathers, reads issued ahead of their gather, fetches
+     * that found their piece read ahead, and seconds the gathers waited for their reads */
+    double param_pieces, param_read_ahead, param_hits, param_wait_seconds;
 } zt_engine_nvme;
 void zt_engine_nvme_stats(const zt_engine *e, zt_engine_nvme *out);
 /* Prints device and host bytes per category and the Twin-Flow split. */

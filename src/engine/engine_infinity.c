@@ -57,6 +57,7 @@ int inf_open(zt_engine *e, zt_err *err) {
 }
 
 void inf_close(zt_engine *e) {
+    inf_param_close(e);
     zt_swap **swaps[2] = {&e->opt_swap, &e->param_swap};
     for (int i = 0; i < 2; i++) {
         if (!*swaps[i]) continue;
@@ -65,15 +66,13 @@ void inf_close(zt_engine *e) {
         zt_swap_close(*swaps[i], 1);
         *swaps[i] = NULL;
     }
-    zt_swap_buffer_free(e->param_stage);
-    e->param_stage = NULL;
     for (int i = 0; i < e->swap_nbuf; i++) zt_swap_buffer_free(e->swap_buf[i]);
     free(e->swap_buf);
     e->swap_buf = NULL;
     e->swap_nbuf = 0;
 }
 
-static void swap_failed(const zt_err *err) {
+void inf_swap_failed(const zt_err *err) {
     fprintf(stderr, "zerotrain: error: %s\n", err->msg);
     fflush(stderr);
     zt_mpi_abort(1);
@@ -91,85 +90,15 @@ void inf_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float 
         size_t g = off / G, within = off % G, k = min_sz(n, G - within);
         size_t at_byte = group_offset(e, g) + (size_t)which * bytes;
         int whole = write && within == 0 && k == G; /* nothing of the old region survives: no read */
-        if (!whole && zt_swap_wait(e->opt_swap, zt_swap_read(e->opt_swap, at_byte, stage, bytes), &err)) swap_failed(&err);
+        if (!whole && zt_swap_wait(e->opt_swap, zt_swap_read(e->opt_swap, at_byte, stage, bytes), &err)) inf_swap_failed(&err);
         if (write) {
             memcpy(stage + within, buf, k * sizeof(float));
-            if (zt_swap_wait(e->opt_swap, zt_swap_write(e->opt_swap, at_byte, stage, bytes), &err)) swap_failed(&err);
+            if (zt_swap_wait(e->opt_swap, zt_swap_write(e->opt_swap, at_byte, stage, bytes), &err)) inf_swap_failed(&err);
         } else {
             memcpy(buf, stage + within, k * sizeof(float));
         }
         off += k, n -= k, buf += k;
     }
-}
-
-/* ---------------------------------------------------------------- parameters on NVMe */
-
-/* offload_param nvme: this rank's stage-3 shard, compute dtype, one swap file. A segment's piece
- * comes up from it into the staging buffer when the segment is gathered; the update writes the new
- * values back. The staging buffer holds the largest piece of any segment in this shard, which
- * offload_param.buffer_size must allow (DeepSpeed's rule: a buffer holds the largest parameter). */
-int inf_param_open(zt_engine *e, zt_err *err) {
-    size_t E = esz(e), piece = 0;
-    for (int s = 0; s < e->table->n_segments; s++) {
-        size_t a = max_sz(seg_lo(e, s), e->lay.lo), b = min_sz(seg_hi(e, s), e->lay.hi);
-        if (b > a) piece = max_sz(piece, b - a);
-    }
-    if ((double)piece > e->off.param_buffer_size)
-        return zt_fail(err, "zero_optimization.offload_param.buffer_size %.0f is smaller than the largest piece of a "
-                            "segment this rank holds, %zu elements (the embeddings' or a block's share of the shard)",
-                       e->off.param_buffer_size, piece);
-    zt_swap_opts so = {e->off.aio_block_size, e->off.aio_queue_depth, e->off.aio_single_submit,
-                       e->off.aio_overlap_events, !zt_test_hook_no_prealloc()};
-    zt_err why;
-    size_t bytes = zt_swap_round(e->lay.shard * E);
-    e->param_swap = zt_swap_open(e->off.param_nvme_path, "params", e->lay.rank, bytes, &so, &why);
-    if (!e->param_swap) return zt_fail(err, "zero_optimization.offload_param.nvme_path: %s", why.msg);
-    e->mem.nvme[ZT_MEM_PARAMS] += bytes;
-    /* a piece may start and end anywhere in a block: one block more on each side */
-    e->param_stage_bytes = zt_swap_round(piece * E) + 2 * ZT_SWAP_ALIGN;
-    e->param_stage = zt_swap_buffer_alloc(e->param_stage_bytes);
-    if (!e->param_stage) return zt_fail(err, "out of host memory for the parameter staging buffer");
-    e->mem.host[ZT_MEM_PARAMS] += e->param_stage_bytes;
-    zt_info("zero-infinity: rank %d keeps its %zu parameters in %s (%s, %.1f MiB), staging %.1f MiB",
-            e->lay.rank, e->lay.hi - e->lay.lo, zt_swap_path(e->param_swap),
-            zt_swap_is_direct(e->param_swap) ? "O_DIRECT" : "buffered: the file system refuses O_DIRECT",
-            bytes / 1048576.0, e->param_stage_bytes / 1048576.0);
-    return 0;
-}
-
-/* reads the aligned blocks covering bytes [lo, hi) of the parameter file into the staging buffer
- * (in pieces of at most its size) and returns where byte lo landed */
-static char *param_blocks(zt_engine *e, size_t lo, size_t hi, size_t *first) {
-    zt_err err;
-    size_t a = lo / ZT_SWAP_ALIGN * ZT_SWAP_ALIGN, b = min_sz(zt_swap_round(hi), a + e->param_stage_bytes);
-    if (zt_swap_wait(e->param_swap, zt_swap_read(e->param_swap, a, e->param_stage, b - a), &err)) swap_failed(&err);
-    *first = a;
-    return (char *)e->param_stage + (lo - a);
-}
-
-void inf_param_rw(zt_engine *e, size_t off, size_t n, void *buf, int write) {
-    zt_err err;
-    size_t E = esz(e), lo = off * E, hi = (off + n) * E;
-    char *p = buf;
-    while (lo < hi) {
-        size_t first;
-        char *at_lo = param_blocks(e, lo, hi, &first);
-        size_t k = min_sz(hi - lo, first + e->param_stage_bytes - lo);
-        if (write) {
-            memcpy(at_lo, p, k);
-            size_t len = zt_swap_round(lo + k) - first;
-            if (zt_swap_wait(e->param_swap, zt_swap_write(e->param_swap, first, e->param_stage, len), &err))
-                swap_failed(&err);
-        } else {
-            memcpy(p, at_lo, k);
-        }
-        lo += k, p += k;
-    }
-}
-
-const void *inf_param_fetch(zt_engine *e, size_t off, size_t n) {
-    size_t first, E = esz(e);
-    return param_blocks(e, off * E, (off + n) * E, &first);
 }
 
 /* ---------------------------------------------------------------- the step's pipeline */
@@ -182,7 +111,7 @@ typedef struct pipe {
 
 static void wait_ticket(pipe *p, int *ticket) {
     zt_err err;
-    if (*ticket >= 0 && zt_swap_wait(p->e->opt_swap, *ticket, &err)) swap_failed(&err);
+    if (*ticket >= 0 && zt_swap_wait(p->e->opt_swap, *ticket, &err)) inf_swap_failed(&err);
     *ticket = -1;
 }
 
@@ -237,7 +166,7 @@ void inf_host_adam_lane(twin_flow *tf) {
     }
     double tw = zt_now();
     zt_err err;
-    if (zt_swap_wait_all(e->opt_swap, &err)) swap_failed(&err);
+    if (zt_swap_wait_all(e->opt_swap, &err)) inf_swap_failed(&err);
     zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "nvme write wait", tw, zt_now());
     free(p.read_ticket);
     free(p.write_ticket);
@@ -254,4 +183,5 @@ void zt_engine_nvme_stats(const zt_engine *e, zt_engine_nvme *out) {
         out->read_seconds += s.read_seconds;
         out->write_seconds += s.write_seconds;
     }
+    inf_param_stats(e, out);
 }

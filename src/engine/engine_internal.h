@@ -42,8 +42,7 @@ struct zt_engine {
     int params_on_host; /* offload_param: the stage-3 shard is not on the device: in host memory
                            (params) or, with nvme, in param_swap (params NULL) */
     struct zt_swap *param_swap;
-    void *param_stage;  /* param_swap's staging buffer for one gathered piece */
-    size_t param_stage_bytes;
+    struct inf_param_reader *param_rd; /* param_swap's staging buffers and read-ahead (infinity_params.c) */
     void *dev_params_out; /* offload_param, 16-bit: the device Adam's updated params before they go down */
 
     zt_inflight *inflight; int n_inflight, cap_inflight;
@@ -195,11 +194,21 @@ int inf_open(zt_engine *e, zt_err *err);  /* the optimizer swap file and its sta
 void inf_close(zt_engine *e);             /* removes the swap file */
 /* host-part optimizer state [off, off + n) of `which` from or to the swap file (synchronous) */
 void inf_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *buf, int write);
-/* offload_param nvme: the parameter swap file; shard elements [off, off + n) from or to it
- * (synchronous); inf_param_fetch returns a host pointer to them in the staging buffer */
+/* the one-line error of a failed swap request, then every rank ends */
+void inf_swap_failed(const zt_err *err);
+
+/* infinity_params.c: offload_param nvme, the parameter swap file and its staging buffers */
+typedef struct inf_param_reader inf_param_reader;
 int inf_param_open(zt_engine *e, zt_err *err);
+void inf_param_close(zt_engine *e); /* the buffers (before the swap file closes) */
+/* shard elements [off, off + n) from or to the file, synchronously (reads ahead are dropped first) */
 void inf_param_rw(zt_engine *e, size_t off, size_t n, void *buf, int write);
-const void *inf_param_fetch(zt_engine *e, size_t off, size_t n);
+/* this rank's piece of segment seg (NULL if none) in a staging buffer, valid until the next call:
+ * read ahead or read now; the predicted next pieces' reads are issued before it returns */
+const void *inf_param_fetch(zt_engine *e, int seg);
+/* after the update has written the file: the next step's first pieces are read ahead */
+void inf_param_after_update(zt_engine *e);
+void inf_param_stats(const zt_engine *e, zt_engine_nvme *out); /* the param_* counters */
 /* the host Adam lane with the states on NVMe: group by group, the next read and the previous
  * write in flight while this one is updated (ZeRO-Infinity's pipeline) */
 void inf_host_adam_lane(twin_flow *tf);

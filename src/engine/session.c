@@ -93,6 +93,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     off.param_pin_memory = cfg->offload_param_pin_memory;
     off.param_nvme_path = cfg->offload_param_nvme_path;
     off.param_buffer_size = cfg->offload_param_buffer_size;
+    off.param_buffer_count = cfg->offload_param_buffer_count;
     off.aio_block_size = (size_t)cfg->aio_block_size;
     off.aio_queue_depth = cfg->aio_queue_depth;
     off.aio_single_submit = cfg->aio_single_submit;

@@ -202,7 +202,7 @@ static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
     const void *send = g->buf; /* this rank has no piece: sends nothing */
     if (k) {
         wait_updated(e, mine, mine + k);
-        send = e->param_swap ? inf_param_fetch(e, mine - e->lay.lo, k) /* NVMe -> host staging */
+        send = e->param_swap ? inf_param_fetch(e, seg) /* NVMe -> host staging (read ahead, or now) */
                              : at(e, e->params, mine - e->lay.lo);
         if (e->params_on_host) {
             void *place = at(e, g->buf, mine - a);

@@ -50,12 +50,14 @@ static inline double zt_nvme_optimizer_staging_bytes(int buffer_count, double su
     return nbuf * sub * 12.0;
 }
 
-/* ZeRO-Infinity parameter offload to NVMe: the host keeps one staging buffer for the piece of a
- * segment being gathered: at most the largest segment, at most the shard, P bytes per element
- * (offload_param.buffer_size only has to allow it), plus two 4 KiB blocks of alignment. */
-static inline double zt_nvme_param_staging_bytes(size_t largest_segment, size_t shard, size_t P) {
+/* ZeRO-Infinity parameter offload to NVMe: the host keeps BUFFER_COUNT staging buffers (the piece of
+ * a segment being gathered and the next ones read ahead), each the largest piece: at most the
+ * largest segment, at most the shard, P bytes per element (offload_param.buffer_size only has to
+ * allow it) rounded up to a 4 KiB block, plus two blocks of alignment. */
+static inline double zt_nvme_param_staging_bytes(int buffer_count, size_t largest_segment, size_t shard, size_t P) {
     size_t piece = largest_segment < shard ? largest_segment : shard;
-    return (double)piece * (double)P + 8192.0;
+    size_t blocks = (piece * P + 4095) / 4096 + 2;
+    return (double)(buffer_count > 0 ? buffer_count : 1) * (double)blocks * 4096.0;
 }
 
 /* Twin-Flow (offload_optimizer cpu, ratio r): of a rank's optimizer shard of OPT_N elements, the

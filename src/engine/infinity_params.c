@@ -1,0 +1,291 @@
+/* infinity_params.c — ZeRO-Infinity's parameters on NVMe (offload_param.device: nvme, stage 3):
+ * this rank's shard in the compute dtype lives in one swap file (io/swap.h); a segment's piece of
+ * it comes up into one of offload_param.buffer_count host staging buffers when the segment is
+ * gathered (start_gather in zero_comm.c), and the update writes the new values back.
+ *
+ * Read-ahead: when a segment's piece is fetched, the pieces of the segments predicted to be gathered
+ * next are read into the other staging buffers at once, so their reads run while the device computes
+ * with this one; their fetch then only waits for what is left of the read. The prediction is learned
+ * from the order of the gathers themselves: after the pair (previous, current) came `next` last time
+ * (the step boundary, where the update writes the file, is one more symbol in that sequence). Until
+ * a pair has been seen, the guess is the next segment in the direction of the last move (up at the
+ * start: forward goes up the segments, backward down). Nothing of this knows what a segment holds.
+ *
+ * A wrong guess costs only time: a fetch uses a buffer only if it holds (or is reading) that very
+ * piece, read after the file's last write; otherwise it reads the piece now. Every write to the file
+ * (the update, a checkpoint load, initialisation) first completes and drops every read in flight or
+ * done, and reads ahead never cross the step boundary (the update comes first). A buffer handed out
+ * by a fetch is only read by the H2D copy that follows, which returns once the buffer may be reused
+ * (backend.h), so the next fetch may read into it again. Only the engine's main thread comes here.
+ * A failed read ends the job with the swap's one-line error, wherever it is waited for. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "io/swap.h"
+#include "util/test_hooks.h"
+
+typedef struct param_buf {
+    char *buf;
+    int seg;        /* segment whose piece it holds or is reading; -1: nothing valid */
+    size_t first;   /* file byte where buf starts (the piece's first byte rounded down to a block) */
+    int ticket;     /* read in flight, -1 when none */
+    int ahead;      /* the read was issued ahead of the segment's gather */
+    long used;      /* fetch clock when last filled or handed out (the oldest is reused first) */
+} param_buf;
+
+struct inf_param_reader {
+    int nbuf;
+    size_t buf_bytes;
+    param_buf *b;
+    int current;    /* buffer handed out by the last fetch, -1 none */
+    int n_sym;      /* n_segments + 1: the last symbol is the step boundary */
+    int *next;      /* [n_sym * n_sym]: what followed the pair (prev, cur) last time; -1 unknown */
+    int prev, cur;  /* the last two symbols */
+    long clock;
+    long pieces, issued_ahead, hits; /* fetches; reads issued ahead; fetches that found theirs issued ahead */
+    double wait_seconds;             /* fetches waiting for their read */
+};
+
+#define BOUNDARY(r) ((r)->n_sym - 1)
+
+/* this rank's piece of segment s as file bytes [*lo, *hi); 0 when it has none */
+static int piece_bytes(const zt_engine *e, int s, size_t *lo, size_t *hi) {
+    size_t a = max_sz(seg_lo(e, s), e->lay.lo), b = min_sz(seg_hi(e, s), e->lay.hi);
+    if (b <= a) return 0;
+    *lo = (a - e->lay.lo) * esz(e);
+    *hi = (b - e->lay.lo) * esz(e);
+    return 1;
+}
+
+int inf_param_open(zt_engine *e, zt_err *err) {
+    size_t E = esz(e), piece = 0;
+    for (int s = 0; s < e->table->n_segments; s++) {
+        size_t a = max_sz(seg_lo(e, s), e->lay.lo), b = min_sz(seg_hi(e, s), e->lay.hi);
+        if (b > a) piece = max_sz(piece, b - a);
+    }
+    if ((double)piece > e->off.param_buffer_size)
+        return zt_fail(err, "zero_optimization.offload_param.buffer_size %.0f is smaller than the largest piece of a "
+                            "segment this rank holds, %zu elements (the embeddings' or a block's share of the shard)",
+                       e->off.param_buffer_size, piece);
+    zt_swap_opts so = {e->off.aio_block_size, e->off.aio_queue_depth, e->off.aio_single_submit,
+                       e->off.aio_overlap_events, !zt_test_hook_no_prealloc()};
+    zt_err why;
+    size_t bytes = zt_swap_round(e->lay.shard * E);
+    e->param_swap = zt_swap_open(e->off.param_nvme_path, "params", e->lay.rank, bytes, &so, &why);
+    if (!e->param_swap) return zt_fail(err, "zero_optimization.offload_param.nvme_path: %s", why.msg);
+    e->mem.nvme[ZT_MEM_PARAMS] += bytes;
+    inf_param_reader *r = zt_xcalloc(1, sizeof *r);
+    e->param_rd = r;
+    r->nbuf = e->off.param_buffer_count >= 1 ? e->off.param_buffer_count : 5;
+    /* a piece may start and end anywhere in a block: one block more on each side */
+    r->buf_bytes = zt_swap_round(piece * E) + 2 * ZT_SWAP_ALIGN;
+    r->b = zt_xcalloc((size_t)r->nbuf, sizeof *r->b);
+    for (int i = 0; i < r->nbuf; i++) {
+        r->b[i] = (param_buf){zt_swap_buffer_alloc(r->buf_bytes), -1, 0, -1, 0, 0};
+        e->mem.host[ZT_MEM_PARAMS] += r->buf_bytes;
+    }
+    r->current = -1;
+    r->n_sym = e->table->n_segments + 1;
+    r->next = zt_xmalloc((size_t)r->n_sym * (size_t)r->n_sym * sizeof *r->next);
+    for (size_t i = 0; i < (size_t)r->n_sym * (size_t)r->n_sym; i++) r->next[i] = -1;
+    r->prev = r->cur = BOUNDARY(r); /* the start is like the end of an update */
+    zt_info("zero-infinity: rank %d keeps its %zu parameters in %s (%s, %.1f MiB), %d staging buffers of %.1f MiB "
+            "(the next pieces read ahead)", e->lay.rank, e->lay.hi - e->lay.lo, zt_swap_path(e->param_swap),
+            zt_swap_is_direct(e->param_swap) ? "O_DIRECT" : "buffered: the file system refuses O_DIRECT",
+            bytes / 1048576.0, r->nbuf, r->buf_bytes / 1048576.0);
+    return 0;
+}
+
+static void wait_buf(zt_engine *e, param_buf *b) {
+    zt_err err;
+    if (b->ticket >= 0 && zt_swap_wait(e->param_swap, b->ticket, &err)) inf_swap_failed(&err);
+    b->ticket = -1;
+}
+
+/* completes every read in flight and forgets what the buffers hold (before the file is written) */
+static void drop_all(zt_engine *e) {
+    inf_param_reader *r = e->param_rd;
+    for (int i = 0; i < r->nbuf; i++) {
+        wait_buf(e, &r->b[i]);
+        r->b[i].seg = -1;
+    }
+    r->current = -1;
+}
+
+void inf_param_close(zt_engine *e) {
+    inf_param_reader *r = e->param_rd;
+    if (!r) return;
+    if (e->param_swap) drop_all(e); /* the kernel may still be writing into the buffers */
+    for (int i = 0; i < r->nbuf; i++) zt_swap_buffer_free(r->b[i].buf);
+    free(r->b);
+    free(r->next);
+    free(r);
+    e->param_rd = NULL;
+}
+
+/* ---------------------------------------------------------------- synchronous access */
+
+/* Reads the aligned blocks covering bytes [lo, hi) of the file (at most one buffer's worth) into
+ * buffer 0 and returns where byte lo landed; *first is the file byte the buffer starts at. */
+static char *read_blocks(zt_engine *e, size_t lo, size_t hi, size_t *first) {
+    inf_param_reader *r = e->param_rd;
+    zt_err err;
+    size_t a = lo / ZT_SWAP_ALIGN * ZT_SWAP_ALIGN, b = min_sz(zt_swap_round(hi), a + r->buf_bytes);
+    if (zt_swap_wait(e->param_swap, zt_swap_read(e->param_swap, a, r->b[0].buf, b - a), &err)) inf_swap_failed(&err);
+    *first = a;
+    return r->b[0].buf + (lo - a);
+}
+
+/* Outside the gathers (initialisation, the update's write-back, checkpoint loads): through buffer 0,
+ * after every read ahead is dropped, since what it read may be about to change. */
+void inf_param_rw(zt_engine *e, size_t off, size_t n, void *buf, int write) {
+    inf_param_reader *r = e->param_rd;
+    zt_err err;
+    drop_all(e);
+    size_t E = esz(e), lo = off * E, hi = (off + n) * E;
+    char *p = buf;
+    while (lo < hi) {
+        size_t first;
+        char *at_lo = read_blocks(e, lo, hi, &first);
+        size_t k = min_sz(hi - lo, first + r->buf_bytes - lo);
+        if (write) {
+            memcpy(at_lo, p, k);
+            size_t len = zt_swap_round(lo + k) - first;
+            if (zt_swap_wait(e->param_swap, zt_swap_write(e->param_swap, first, r->b[0].buf, len), &err))
+                inf_swap_failed(&err);
+        } else {
+            memcpy(p, at_lo, k);
+        }
+        lo += k, p += k;
+    }
+}
+
+/* ---------------------------------------------------------------- gathers and read-ahead */
+
+/* the symbol guessed to follow (prev, cur) when that pair has not been seen: the neighbour in the
+ * direction of the last move (up after the boundary), if this rank has a piece of it; -1 if none */
+static int guess(const zt_engine *e, int prev, int cur) {
+    const inf_param_reader *r = e->param_rd;
+    if (cur == BOUNDARY(r) || prev == cur) return -1;
+    int x = prev == BOUNDARY(r) || cur > prev ? cur + 1 : cur - 1;
+    size_t lo, hi;
+    return x >= 0 && x < e->table->n_segments && piece_bytes(e, x, &lo, &hi) ? x : -1;
+}
+
+/* Up to nbuf - 1 segments (other than the current one) predicted to be fetched next, in order,
+ * stopping at the step boundary; returns how many. */
+static int predict(const zt_engine *e, int *out) {
+    const inf_param_reader *r = e->param_rd;
+    int n = 0, prev = r->prev, cur = r->cur;
+    for (int steps = 0; steps < 2 * r->n_sym && n < r->nbuf - 1; steps++) {
+        int x = r->next[(size_t)prev * (size_t)r->n_sym + (size_t)cur];
+        if (x < 0) x = guess(e, prev, cur);
+        if (x < 0 || x == BOUNDARY(r)) break;
+        int seen = x == r->cur;
+        for (int i = 0; i < n; i++) seen |= out[i] == x;
+        if (!seen) out[n++] = x;
+        prev = cur, cur = x;
+    }
+    return n;
+}
+
+/* symbol s happened: learned as what follows the last pair */
+static void learn(inf_param_reader *r, int s) {
+    r->next[(size_t)r->prev * (size_t)r->n_sym + (size_t)r->cur] = s;
+    r->prev = r->cur;
+    r->cur = s;
+}
+
+static int holding(const inf_param_reader *r, int seg) {
+    for (int i = 0; i < r->nbuf; i++)
+        if (r->b[i].seg == seg) return i;
+    return -1;
+}
+
+/* a buffer to read a new piece into: not the one handed out, not one holding a wanted segment;
+ * empty first, then the least recently used with no read in flight, then one still reading (its
+ * read is waited for: a wrong guess) */
+static int victim(const zt_engine *e, const int *wanted, int n_wanted) {
+    const inf_param_reader *r = e->param_rd;
+    int best = -1, best_rank = 0;
+    for (int i = 0; i < r->nbuf; i++) {
+        const param_buf *b = &r->b[i];
+        int keep = i == r->current;
+        for (int w = 0; w < n_wanted; w++) keep |= b->seg == wanted[w];
+        if (keep) continue;
+        int rank = b->seg < 0 ? 0 : b->ticket < 0 ? 1 : 2;
+        if (best < 0 || rank < best_rank || (rank == best_rank && b->used < r->b[best].used)) best = i, best_rank = rank;
+    }
+    return best;
+}
+
+static void issue(zt_engine *e, int i, int seg, int ahead) {
+    inf_param_reader *r = e->param_rd;
+    param_buf *b = &r->b[i];
+    size_t lo = 0, hi = 0;
+    piece_bytes(e, seg, &lo, &hi);
+    wait_buf(e, b); /* a read still landing in it (a wrong guess) */
+    b->seg = seg;
+    b->first = lo / ZT_SWAP_ALIGN * ZT_SWAP_ALIGN;
+    b->ticket = zt_swap_read(e->param_swap, b->first, b->buf, zt_swap_round(hi) - b->first);
+    b->ahead = ahead;
+    b->used = ++r->clock;
+    if (ahead) r->issued_ahead++;
+}
+
+/* reads the predicted pieces that no buffer holds yet */
+static void read_ahead(zt_engine *e) {
+    inf_param_reader *r = e->param_rd;
+    int want[r->nbuf > 1 ? r->nbuf - 1 : 1];
+    int n = predict(e, want);
+    for (int w = 0; w < n; w++) {
+        if (holding(r, want[w]) >= 0) continue;
+        int i = victim(e, want, n);
+        if (i < 0) break;
+        issue(e, i, want[w], 1);
+    }
+}
+
+const void *inf_param_fetch(zt_engine *e, int seg) {
+    inf_param_reader *r = e->param_rd;
+    size_t lo, hi;
+    if (!piece_bytes(e, seg, &lo, &hi)) return NULL;
+    learn(r, seg);
+    r->current = -1; /* its H2D copy has returned: the buffer may be read into again */
+    int i = holding(r, seg);
+    if (i >= 0 && r->b[i].ahead) r->hits++;
+    if (i < 0) { /* not guessed: read now, then the guesses from here */
+        int want[r->nbuf > 1 ? r->nbuf - 1 : 1];
+        int n = predict(e, want);
+        i = victim(e, want, n);
+        issue(e, i, seg, 0);
+    }
+    r->current = i;
+    r->b[i].used = ++r->clock;
+    r->b[i].ahead = 0; /* a later fetch of the same piece from here is no read-ahead */
+    read_ahead(e);
+    double t0 = zt_now();
+    wait_buf(e, &r->b[i]);
+    double t1 = zt_now();
+    r->pieces++;
+    r->wait_seconds += t1 - t0;
+    if (t1 - t0 > 1e-5) zt_trace_complete(e->trace, ZT_LANE_MAIN, "param NVMe read wait", t0, t1);
+    return r->b[i].buf + (lo - r->b[i].first);
+}
+
+void inf_param_after_update(zt_engine *e) {
+    inf_param_reader *r = e->param_rd;
+    learn(r, BOUNDARY(r));
+    r->current = -1;
+    read_ahead(e);
+}
+
+void inf_param_stats(const zt_engine *e, zt_engine_nvme *out) {
+    const inf_param_reader *r = e->param_rd;
+    if (!r) return;
+    out->param_pieces = (double)r->pieces;
+    out->param_read_ahead = (double)r->issued_ahead;
+    out->param_hits = (double)r->hits;
+    out->param_wait_seconds = r->wait_seconds;
+}
