@@ -6,7 +6,8 @@ comm_sent_bytes / comm_recv_bytes) against the ZeRO paper's volumes, for 2 and 4
     uses twice (token embedding and LM head) and releases in between; that is with
     stage3_max_reuse_distance 0 (every use gathers). With the default reuse distance, what is still
     in a gather buffer when it is used again is not gathered again: the embeddings at the LM head
-    and in backward, the final LayerNorm and the last block when backward starts — 3Ψ less those;
+    and in backward, the final LayerNorm and the last blocks when backward starts (1 + prefetch
+    depth rotating buffers hold the final LayerNorm and the last `depth` blocks) — 3Ψ less those;
   - the stated padding: stages 1-2 gather whole shards, so they move up to n*128 elements more
     (shard = ceil(Ψ/n) rounded up to 128); reductions and stage-3 gathers move exactly Ψ;
   - one micro-step per step (stages 2-3 reduce-scatter, and stage 3 gathers, once per micro-step,
@@ -67,15 +68,21 @@ for n in (2, 4):
                            for i, k in enumerate(("allreduce", "reduce_scatter", "allgather")))
             ztlib.check(bool(ok), f"comm_bytes_breakdown_line_stage{stage}", lines[-1] if lines else p.stdout[-300:])
 
-# stage 3 with reuse (the default distance): the same step without the re-gathers
+# stage 3 with reuse (the default distance): the same step without the re-gathers; prefetch depth 1
+# (a bucket of one element) and the default bucket's depth (5e7 / block, at most 4: both blocks here)
 for n in (2, 4):
-    p, rows = ztlib.train(tiny, ["zero_optimization.stage=3", "train_iters=3", f"train_batch_size={2 * n}",
-                                 "zero_optimization.stage3_param_persistence_threshold=0"], ranks=n)
-    if not ztlib.check(p.returncode == 0 and len(rows) == 3, f"comm_bytes_stage3_reuse_ranks{n}_runs", p.stderr[-300:]):
-        continue
-    sent = rows[-1]["comm_sent_bytes"]
-    per_rank = sum(sum(sent[k]) for k in MODEL_KINDS) / n / E / ((n - 1) / n)
-    want = 3 * psi - emb - lnf - block
-    ztlib.check(abs(per_rank - want) < 1e-6, f"comm_bytes_stage3_reuse_ranks{n}",
-                f"{per_rank:.1f} elements per rank per step, want 3Ψ - embeddings - final LayerNorm - last block = {want}")
+    for bucket, depth in ((1, 1), (5e7, 4)):
+        p, rows = ztlib.train(tiny, ["zero_optimization.stage=3", "train_iters=3", f"train_batch_size={2 * n}",
+                                     "zero_optimization.stage3_param_persistence_threshold=0",
+                                     f"zero_optimization.stage3_prefetch_bucket_size={bucket}"], ranks=n)
+        name = f"comm_bytes_stage3_reuse_ranks{n}_depth{depth}"
+        if not ztlib.check(p.returncode == 0 and len(rows) == 3, f"{name}_runs", p.stderr[-300:]):
+            continue
+        sent = rows[-1]["comm_sent_bytes"]
+        per_rank = sum(sum(sent[k]) for k in MODEL_KINDS) / n / E / ((n - 1) / n)
+        kept = min(2, depth)  # blocks still gathered when backward starts (tiny has 2)
+        want = 3 * psi - emb - lnf - kept * block
+        ztlib.check(abs(per_rank - want) < 1e-6, name,
+                    f"{per_rank:.1f} elements per rank per step, want 3Ψ - embeddings - final LayerNorm - {kept} "
+                    f"block(s) = {want}")
 ztlib.finish()

@@ -54,7 +54,8 @@ p, rows, acts = estimate("--set", f"zero_optimization.sub_group_size={SUB}",
                          "--set", f"zero_optimization.offload_param.buffer_count={PBUFC}")
 check(p.returncode == 0 and len(rows) == 10 and acts, "estimate_ten_rows", p.stdout[-2500:] + p.stderr[-500:])
 grad_buffers = P * (embed + 2 * block) + P * shard                  # gradient segment buffers + landing zone
-gather = P * (embed + (1 + 1) * block)                                # embeddings + (1 + prefetch depth) blocks
+depth = min(4, max(1, int(5e7 // block)))                            # stage3_prefetch_bucket_size / block, at most 4
+gather = P * (embed + (1 + depth) * block)                            # embeddings + (1 + prefetch depth) blocks
 device3 = 16 * shard + grad_buffers + gather + (acts or 0)
 def staging(sub, bufc):  # what engine_infinity.c allocates: groups of G rounded up to 2048, min(bufc, groups) of them
     g = -(-min(sub, shard) // 2048) * 2048

@@ -57,6 +57,7 @@ for ranks in (2, 4):
     shard = -(-(-(-total // ranks)) // 128) * 128
     p, rows = ztlib.train(tiny, ["zero_optimization.stage=3", "train_iters=2", f"data.train={synth}", "data.val=",
                                  "zero_optimization.stage3_param_persistence_threshold=1000",
+                                 "zero_optimization.stage3_prefetch_bucket_size=1",  # one block ahead
                                  f"model.vocab_size={V}", f"model.n_layer={L}", f"model.n_embd={C}"], ranks=ranks)
     peak = rows[-1]["params_peak_mib"] * MiB if rows else float("inf")
     bound = 4 * (shard + seg0 + 2 * block + 2 * C)  # + the final LayerNorm, persistent under the threshold

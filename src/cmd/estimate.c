@@ -63,7 +63,10 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         double buffers = 0;
         if (stage >= 2) buffers += (double)P * (seg0 + 2 * block);
         if (stage >= 1 && ranks > 1) buffers += (double)P * shard;
-        if (stage == 3) buffers += zt_zero3_gather_bytes(P, embed3, largest, 1);
+        if (stage == 3)
+            buffers += zt_zero3_gather_bytes(P, embed3, largest,
+                                             zt_zero3_prefetch_depth(cfg->stage3_prefetch_bucket_size,
+                                                                     cfg->stage3_max_live_parameters, embed3, largest, 0));
         double device = states + buffers + acts;
         rows[n++] = (row){stage, "device", "device", states, device, 0, 0};
         if (stage == 0) continue; /* Twin-Flow splits a rank's shard: stages 1-3 */

@@ -293,6 +293,9 @@ static void record_step(trainer *t, const step_plan *p, const step_record *rec) 
                                 "\"nvme_param_hits\": %.0f, \"nvme_param_wait_ms\": %.3f",
                     rec->nvme.param_pieces, rec->nvme.param_read_ahead, rec->nvme.param_hits,
                     rec->nvme.param_wait_seconds * 1e3);
+        if (cfg->zero_stage == 3) /* segments gathered this step, and of them gathered ahead of their use */
+            fprintf(t->metrics, ", \"stage3_gathers\": %.0f, \"stage3_gathers_ahead\": %.0f",
+                    zt_engine_timing_of(t->s.engine)->stage3_gathers, zt_engine_timing_of(t->s.engine)->stage3_gathers_ahead);
         if (cfg->fp16_enabled) fprintf(t->metrics, ", \"loss_scale\": %g, \"skipped\": %d", rec->scale_used, rec->skipped);
         if (cfg->wall_clock_breakdown)
             fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",

@@ -341,6 +341,7 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last) {
         e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
     e->reduce_now = e->opt.stage >= 2 || last;
+    if (e->opt.stage == 3) zero_begin_micro(e);
 }
 
 void zt_engine_finish_reductions(zt_engine *e) { zero_finish_all(e); }
@@ -351,6 +352,7 @@ double zt_engine_step(zt_engine *e, float lr, float max_norm) {
 }
 
 double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped) {
+    if (e->opt.stage == 3) zero_end_micros(e);
     zero_finish_all(e);
     twin_settle(e); /* the last update's host lanes, if still running */
     double tn0 = zt_now();
@@ -465,8 +467,8 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
                 e->mem.nvme[ZT_MEM_OPTIM] / 1048576.0);
     if (e->params_on_host)
         zt_info("offload_param: the parameter shard (%.1f MiB) is in host memory; the device holds gathered segments "
-                "only (%d rotating buffer(s), prefetch %s)", (double)e->lay.shard * esz(e) / 1048576.0, e->n_rotating,
-                e->n_rotating > 1 ? "on" : "off");
+                "only (%d rotating buffer(s), prefetch depth %d)", (double)e->lay.shard * esz(e) / 1048576.0,
+                e->n_rotating, e->prefetch_depth);
     if (e->off.enabled)
         zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements in host memory "
                 "(%.1f MiB, %s transfer buffers)", e->offload_ratio, e->host_n, e->lay.opt_hi - e->lay.opt_lo,

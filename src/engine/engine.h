@@ -46,7 +46,8 @@ typedef struct zt_engine_opts {
     int decay_all_params;
     int no_bias_correction; /* optimizer.params.bias_correction false: Adam uses m and v as they are */
     /* stage 3 (zero_comm.c); zero: no prefetch, no bound, no reuse */
-    double stage3_prefetch_bucket_size; /* 0 = no prefetch; else the next segment is gathered ahead */
+    double stage3_prefetch_bucket_size; /* elements gathered ahead of use: 0 = no prefetch; else this / the largest
+                                           segment segments ahead, at least 1, at most ZT_MAX_PREFETCH */
     double stage3_max_live_parameters;  /* bound on gathered parameter elements on the device; 0 = none */
     double stage3_max_reuse_distance;   /* a released segment is used again without a new gather if fewer
                                            elements than this were gathered since its release */
@@ -94,6 +95,7 @@ typedef struct zt_engine_timing {
     double d2h, h2d;        /* host part: gradients down, updated parameters up */
     double allgather;       /* stages 1-2: updated params; stage 3: waiting on segment gathers */
     double optimizer;       /* wall time of the split update (host and device parts together) */
+    double stage3_gathers, stage3_gathers_ahead; /* counts: segments gathered, and of them before their use */
     double host_idle, device_idle; /* within that wall time: CPU Adam lane idle, device side idle;
                                       with overlap_step, device_idle is the time this step waited for
                                       the host part (in the update, or for its parameters later) */

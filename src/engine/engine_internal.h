@@ -37,7 +37,13 @@ struct zt_engine {
     zt_gather_buf *gather; int n_gather;
     int *seg_gather;    /* [n_segments] the gather buffer holding the segment now, or -1 */
     int *seg_resident;  /* [n_segments] a resident segment's own gather buffer, or -1 */
-    int n_rotating;     /* rotating gather buffers: 2 with prefetch, 1 without */
+    int n_rotating;     /* rotating gather buffers: 1 + prefetch_depth */
+    int prefetch_depth; /* segments gathered ahead of use (zt_zero3_prefetch_depth); 0 = no prefetch */
+    /* prefetch deeper than the model's next-segment hint: the order of the acquires of one training
+     * micro-step, recorded in the first and followed in the next ones (zero_comm.c) */
+    int *use_order; int use_n, use_cap, use_pos;
+    int use_state, use_lost; /* USE_*; this micro-step left the recorded order (hints only until the next) */
+    int in_micro;       /* between zt_engine_begin_micro and the step */
     size_t gathered_elems; /* elements gathered so far (the clock of stage3_max_reuse_distance) */
     int params_on_host; /* offload_param: the stage-3 shard is not on the device: in host memory
                            (params) or, with nvme, in param_swap (params NULL) */
@@ -142,6 +148,8 @@ void zero_finish_all(zt_engine *e);        /* waits for every reduction in fligh
 double zero_grad_norm(zt_engine *e);       /* global L2 norm of the (reduced) gradients */
 void zero_allgather_params(zt_engine *e);  /* stages 1-2 after the update: everyone's new parameters */
 void zero_reset_residents(zt_engine *e);   /* stage 3 after the update: every gathered segment is stale */
+void zero_begin_micro(zt_engine *e);       /* stage 3: a training micro-step starts (the recorded use order) */
+void zero_end_micros(zt_engine *e);        /* stage 3: the step: what runs next until begin_micro is no training */
 
 /* twin_flow.c: one step's host lanes */
 typedef struct twin_flow {

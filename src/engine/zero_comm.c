@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "engine/engine_internal.h"
+#include "engine/zero_formula.h"
 
 /* per-rank piece sizes of the flat range [a, b) under the shard partition */
 static void range_counts(const zt_engine *e, size_t a, size_t b, size_t *counts) {
@@ -137,20 +138,23 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
     e->seg_gather = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_gather);
     e->seg_resident = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_resident);
     for (int s = 0; s < table->n_segments; s++) e->seg_gather[s] = e->seg_resident[s] = -1;
-    e->gather = zt_xcalloc((size_t)table->n_segments + 3, sizeof *e->gather);
+    e->gather = zt_xcalloc((size_t)table->n_segments + 2 + ZT_MAX_PREFETCH, sizeof *e->gather);
     working_set w = working_set_of(table, e->opt.stage3_param_persistence_threshold);
     size_t seg0 = w.seg0, other = w.other, residents = w.residents;
     int E_seg = table->n_embed_segments;
     if (E_seg > 1)
         zt_info("stage 3: the embedding is gathered in %d row blocks of %d rows: stage3_max_live_parameters %.0f does "
                 "not hold it whole beside the blocks", E_seg, table->embed_rows, e->opt.stage3_max_live_parameters);
-    e->n_rotating = e->opt.stage3_prefetch_bucket_size >= 1 ? 2 : 1;
-    double bound = e->opt.stage3_max_live_parameters;
-    if (bound > 0 && (double)(seg0 + 2 * other + residents) > bound && e->n_rotating == 2) {
-        e->n_rotating = 1;
+    double bound = e->opt.stage3_max_live_parameters, bucket = e->opt.stage3_prefetch_bucket_size;
+    int wanted = zt_zero3_prefetch_depth(bucket, 0, seg0, other, residents);
+    e->prefetch_depth = zt_zero3_prefetch_depth(bucket, bound, seg0, other, residents);
+    e->n_rotating = 1 + e->prefetch_depth;
+    if (wanted > 0 && e->prefetch_depth == 0)
         zt_info("stage 3: no prefetch: stage3_max_live_parameters %.0f leaves room for one block at a time "
                 "(embeddings %zu + 2 x block %zu + persistent %zu elements would not fit)", bound, seg0, other, residents);
-    }
+    else if (e->prefetch_depth < wanted)
+        zt_info("stage 3: prefetch %d segments ahead, not %d: stage3_max_live_parameters %.0f", e->prefetch_depth,
+                wanted, bound);
     size_t least = seg0 + other + residents;
     if (bound > 0 && (double)least > bound && E_seg > 1)
         return zt_fail(err, "zero_optimization.stage3_max_live_parameters %.0f is below the least stage-3 working set, "
@@ -160,15 +164,15 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
         return zt_fail(err, "zero_optimization.stage3_max_live_parameters %.0f is below the least stage-3 working set, "
                             "%zu elements (embeddings %zu + the largest block %zu + persistent segments %zu)",
                        bound, least, seg0, other, residents);
-    size_t caps[3] = {seg0, other, other};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i <= e->n_rotating; i++) { /* 0: the whole embedding's; 1..n_rotating */
+        size_t cap = i == 0 ? seg0 : other;
         e->gather[i].seg = -1;
-        if (i > e->n_rotating || caps[i] == 0) continue; /* unused slot: cap 0, never chosen */
-        e->gather[i].cap = caps[i];
-        e->gather[i].buf = engine_dev_alloc(e, caps[i] * E, ZT_MEM_COMM);
+        if (cap == 0) continue; /* unused slot: cap 0, never chosen */
+        e->gather[i].cap = cap;
+        e->gather[i].buf = engine_dev_alloc(e, cap * E, ZT_MEM_COMM);
         if (!e->gather[i].buf) return zt_fail(err, "out of %s memory for the stage-3 gather buffers", e->be->name);
     }
-    e->n_gather = 3;
+    e->n_gather = 1 + e->n_rotating;
     for (int s = E_seg; s < table->n_segments; s++) {
         size_t n = seg_hi(e, s) - seg_lo(e, s);
         if ((double)n >= e->opt.stage3_param_persistence_threshold) continue;
@@ -189,12 +193,13 @@ void zero_free_gather(zt_engine *e) {
     free(e->gather);
     free(e->seg_gather);
     free(e->seg_resident);
+    free(e->use_order);
 }
 
 /* All-gathers segment seg into g. This rank's piece comes from its shard: on the device it is sent
  * from there; offloaded (offload_param) it goes up into its own place in g first and is gathered in
  * place, so no device copy of the shard exists. */
-static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
+static void start_gather(zt_engine *e, int seg, zt_gather_buf *g, int ahead) {
     size_t a = seg_lo(e, seg), b = seg_hi(e, seg);
     size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
     range_counts(e, a, b, counts);
@@ -214,6 +219,8 @@ static void start_gather(zt_engine *e, int seg, zt_gather_buf *g) {
     g->req = e->comm->allgather(e->comm, send, g->buf, counts, e->be->compute_dtype);
     e->seg_gather[seg] = (int)(g - e->gather);
     e->gathered_elems += b - a;
+    e->timing.stage3_gathers++;
+    e->timing.stage3_gathers_ahead += ahead;
     free(counts);
 }
 
@@ -236,7 +243,7 @@ static zt_gather_buf *free_gather_buf(zt_engine *e, int seg) {
     size_t need = seg_hi(e, seg) - seg_lo(e, seg);
     zt_gather_buf *best = NULL;
     int whole_embedding = e->table->n_embed_segments == 1 && seg == 0;
-    for (int i = 0; i < 3; i++) { /* buffer 0 is the whole embedding's; 1 and 2 rotate; the rest are residents' */
+    for (int i = 0; i <= e->n_rotating; i++) { /* 0 is the whole embedding's; 1..n_rotating rotate; then residents */
         zt_gather_buf *g = &e->gather[i];
         if ((i == 0) != whole_embedding) continue;
         if (g->held || g->req || g->cap < need) continue;
@@ -254,6 +261,45 @@ static zt_gather_buf *gather_target(zt_engine *e, int seg) {
     return free_gather_buf(e, seg);
 }
 
+/* ---------------------------------------------------------------- prefetch: the hint and the use order
+ * The model hints the next segment (one ahead). Deeper prefetch follows the order of acquires that
+ * the first training micro-step recorded (every micro-step runs the same model code, so the order
+ * repeats, the same on every rank, like DeepSpeed's trace of the first step): after each acquire
+ * the next prefetch_depth segments of it are gathered where a rotating buffer is free. It never
+ * reaches past the micro-step's end, so nothing is gathered ahead of the update. A micro-step that
+ * leaves the order (it cannot in training; evaluation runs outside micro-steps) falls back to the
+ * hints until the next one. */
+enum { USE_NONE, USE_RECORDING, USE_READY, USE_OFF };
+
+void zero_begin_micro(zt_engine *e) {
+    if (e->prefetch_depth < 2) return;
+    if (e->use_state == USE_RECORDING) e->use_state = USE_READY;
+    if (e->use_state == USE_NONE) e->use_state = USE_RECORDING, e->use_n = 0;
+    e->use_pos = 0;
+    e->use_lost = 0;
+    e->in_micro = 1;
+}
+
+void zero_end_micros(zt_engine *e) {
+    if (e->use_state == USE_RECORDING) e->use_state = USE_READY;
+    e->in_micro = 0;
+}
+
+static void follow_use_order(zt_engine *e, int seg) {
+    if (!e->in_micro) return;
+    if (e->use_state == USE_RECORDING) {
+        if (e->use_n == 64 * e->table->n_segments) { e->use_state = USE_OFF; return; } /* not a training loop */
+        if (e->use_n == e->use_cap) {
+            e->use_cap = e->use_cap ? 2 * e->use_cap : 256;
+            e->use_order = zt_xrealloc(e->use_order, (size_t)e->use_cap * sizeof *e->use_order);
+        }
+        e->use_order[e->use_n++] = seg;
+    } else if (e->use_state == USE_READY && !e->use_lost) {
+        if (e->use_pos < e->use_n && e->use_order[e->use_pos] == seg) e->use_pos++;
+        else e->use_lost = 1;
+    }
+}
+
 static void stage3_prefetch(void *ctx, int seg) {
     zt_engine *e = ctx;
     if (e->opt.stage != 3 || e->n_rotating < 2 || seg < 0 || seg >= e->table->n_segments || e->seg_gather[seg] >= 0)
@@ -261,7 +307,42 @@ static void stage3_prefetch(void *ctx, int seg) {
     /* a piece still being updated on the host is waited for in start_gather: skipping the prefetch
      * on some ranks only would put their collectives in different orders */
     zt_gather_buf *g = gather_target(e, seg);
-    if (g) start_gather(e, seg, g);
+    if (g) start_gather(e, seg, g, 1);
+}
+
+static void prefetch_ahead(zt_engine *e) {
+    if (!e->in_micro || e->use_state != USE_READY || e->use_lost) return;
+    for (int j = e->use_pos; j < e->use_n && j < e->use_pos + e->prefetch_depth; j++) {
+        int s = e->use_order[j];
+        if (e->seg_gather[s] >= 0) continue;
+        zt_gather_buf *g = gather_target(e, s);
+        if (!g) return;
+        start_gather(e, s, g, 1);
+    }
+}
+
+/* waits for a gather in flight (prefetched, not yet acquired) */
+static void complete_gather(zt_engine *e, zt_gather_buf *g) {
+    double t0 = zt_now();
+    e->comm->wait(e->comm, g->req);
+    double t1 = zt_now();
+    e->comm_seconds += t1 - t0;
+    e->timing.allgather += t1 - t0;
+    zt_trace_complete(e->trace, ZT_LANE_COMM, "all-gather wait", t0, t1);
+    g->req = NULL;
+}
+
+/* every rotating buffer holds a prefetched segment not yet used (only if the order was left): the
+ * oldest prefetch is completed and becomes a released segment, so its buffer may be taken */
+static void reclaim_prefetched(zt_engine *e) {
+    zt_gather_buf *oldest = NULL;
+    for (int i = 1; i <= e->n_rotating; i++) {
+        zt_gather_buf *g = &e->gather[i];
+        if (g->req && !g->held && (!oldest || g->released_at < oldest->released_at)) oldest = g;
+    }
+    if (!oldest) return;
+    complete_gather(e, oldest);
+    oldest->released_at = e->gathered_elems;
 }
 
 static void *src_acquire(void *ctx, int seg) {
@@ -276,22 +357,17 @@ static void *src_acquire(void *ctx, int seg) {
             (double)(e->gathered_elems - g->released_at) > e->opt.stage3_max_reuse_distance)
             evict(e, g);
     }
+    follow_use_order(e, seg);
     if (e->seg_gather[seg] < 0) {
         zt_gather_buf *g = gather_target(e, seg);
+        if (!g) reclaim_prefetched(e), g = gather_target(e, seg);
         if (!g) { fprintf(stderr, "zerotrain: error: stage 3: no free gather buffer for segment %d\n", seg); abort(); }
-        start_gather(e, seg, g);
+        start_gather(e, seg, g, 0);
     }
     zt_gather_buf *g = &e->gather[e->seg_gather[seg]];
-    if (g->req) {
-        double t0 = zt_now();
-        e->comm->wait(e->comm, g->req);
-        double t1 = zt_now();
-        e->comm_seconds += t1 - t0;
-        e->timing.allgather += t1 - t0;
-        zt_trace_complete(e->trace, ZT_LANE_COMM, "all-gather wait", t0, t1);
-        g->req = NULL;
-    }
+    if (g->req) complete_gather(e, g);
     g->held = 1;
+    prefetch_ahead(e);
     size_t held = params_held_bytes(e);
     if (held > e->mem.params_peak) e->mem.params_peak = held;
     if (e->trace) zt_trace_counter(e->trace, "stage-3 params held (MiB)", zt_now(), "held", held / 1048576.0, "peak",
@@ -347,7 +423,10 @@ zt_param_source zt_engine_param_source(zt_engine *e) {
 }
 
 void zero_reset_residents(zt_engine *e) {
-    for (int i = 0; i < e->n_gather; i++) evict(e, &e->gather[i]);
+    for (int i = 0; i < e->n_gather; i++) {
+        if (e->gather[i].req) complete_gather(e, &e->gather[i]); /* a prefetch nobody used */
+        evict(e, &e->gather[i]);
+    }
 }
 
 

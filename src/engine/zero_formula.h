@@ -28,9 +28,23 @@ static inline size_t zt_zero_model_state_bytes(int stage, size_t P, size_t K, si
     }
 }
 
+/* Stage 3's prefetch depth: how many segments are gathered ahead of use. DeepSpeed's
+ * stage3_prefetch_bucket_size is the elements fetched ahead: as many of the largest segment as it
+ * holds, at least one (0 turns prefetch off), at most ZT_MAX_PREFETCH; then fewer while the gather
+ * buffers (EMBED's own, 1 + depth rotating ones of LARGEST, the RESIDENTS) exceed
+ * stage3_max_live_parameters (BOUND, 0 = none). */
+#define ZT_MAX_PREFETCH 4
+static inline int zt_zero3_prefetch_depth(double bucket, double bound, size_t embed, size_t largest, size_t residents) {
+    if (bucket < 1 || largest == 0) return 0;
+    double fit = bucket / (double)largest;
+    int depth = fit < 2 ? 1 : fit >= ZT_MAX_PREFETCH ? ZT_MAX_PREFETCH : (int)fit;
+    while (depth > 0 && bound > 0 && (double)embed + (1.0 + depth) * (double)largest + (double)residents > bound) depth--;
+    return depth;
+}
+
 /* Stage 3's gather buffers (bytes): the embedding segment, kept gathered for both ends of the
- * forward pass, and 1 + PREFETCH_DEPTH buffers of the largest other segment (the one in use and the
- * ones being gathered ahead; the engine prefetches one segment ahead, depth 1). */
+ * forward pass (0 when it is gathered in row blocks), and 1 + PREFETCH_DEPTH buffers of the largest
+ * other segment (the one in use and the ones being gathered ahead). */
 static inline double zt_zero3_gather_bytes(size_t P, size_t embed_elems, size_t largest_elems, int prefetch_depth) {
     return (double)P * ((double)embed_elems + (1.0 + prefetch_depth) * (double)largest_elems);
 }

@@ -1,7 +1,8 @@
-"""t_embed_blocks.py — stage 3 gathers the tied embedding in row blocks when stage3_max_live_parameters
-cannot hold it whole beside the transformer blocks (issue 13: "one segment never forces the whole
-embedding onto the device at once"). The tiny config's embedding is 1.6M of its 1.64M parameters, a
-block 12.7K, so a bound of 100K forces it:
+"""t_stage3_gather.py — stage 3's gather buffers (issue 13).
+
+The tied embedding in row blocks, when stage3_max_live_parameters cannot hold it whole beside the
+transformer blocks ("one segment never forces the whole embedding onto the device at once"). The
+tiny config's embedding is 1.6M of its 1.64M parameters, a block 12.7K, so a bound of 100K forces it:
   - the run says so (131 blocks of 384 rows), and the measured peak of gathered parameters on the
     device (parameter shard offloaded, so only gathered segments count) stays under the bound,
     where the unbounded run holds the whole embedding;
@@ -11,7 +12,13 @@ block 12.7K, so a bound of 100K forces it:
   - a checkpoint saved in blocks resumes with the whole embedding (segments are not part of the
     checkpoint) and continues the straight run's losses exactly;
   - a bound that leaves room for one block at a time gives up prefetch and still trains the same;
-    a bound below the largest block is an error at start that names the blocked working set."""
+    a bound below the largest block is an error at start that names the blocked working set.
+
+The prefetch depth (stage3_prefetch_bucket_size / the largest segment, at most 4): past the model's
+next-segment hint, prefetch follows the order of acquires the first micro-step recorded, so from
+the second step on only the first segment of a step is gathered on demand (metrics:
+stage3_gathers, stage3_gathers_ahead); depth 1 leaves many more on demand; a bound that holds
+fewer rotating buffers lowers the depth; the losses are the same at every depth."""
 import os
 import shutil
 import tempfile
@@ -20,7 +27,7 @@ import ztlib
 
 ztlib.ensure_shakespeare()
 cfg = "configs/tiny.yaml"
-tmp = tempfile.mkdtemp(prefix="zt_t_embed_blocks_")
+tmp = tempfile.mkdtemp(prefix="zt_t_stage3_gather_")
 BOUND = 100000
 BASE = ["zero_optimization.stage=3", "train_iters=6", "zero_optimization.stage3_param_persistence_threshold=0"]
 BLOCKED = BASE + [f"zero_optimization.stage3_max_live_parameters={BOUND}"]
@@ -79,6 +86,26 @@ errs = errors_of(p)
 ztlib.check(p.returncode != 0 and len(errs) == 1 and all("below the least stage-3 working set" in e and
                                                           "in row blocks" in e for e in errs),
             "blocked_bound_below_largest_block_error", f"rc {p.returncode}: {errs} {p.stderr[-400:]}")
+
+# the prefetch depth, on the blocked embedding (134 segments a micro-step)
+def on_demand(rows):
+    return [r["stage3_gathers"] - r["stage3_gathers_ahead"] for r in rows]
+
+
+p, rows = ztlib.train(cfg, BLOCKED + [PARAM_CPU, "zero_optimization.stage3_prefetch_bucket_size=1"], ranks=2)
+depth1 = on_demand(rows)
+ztlib.check(p.returncode == 0 and ztlib.losses(rows) == blocked and "prefetch depth 1" in p.stdout,
+            "prefetch_depth_1_same_losses", f"{ztlib.losses(rows)}; {p.stderr[-400:]}")
+p, rows = ztlib.train(cfg, BLOCKED + [PARAM_CPU], ranks=2)  # the default bucket, 5e7: depth 4
+depth4 = on_demand(rows)
+ztlib.check(p.returncode == 0 and "prefetch depth 4" in p.stdout and len(depth4) == 6 and
+            all(x == 1 for x in depth4[1:]) and all(a > 1 for a in depth1[1:]), "prefetch_follows_recorded_order",
+            f"gathered on demand per step: depth 4 {depth4}, depth 1 {depth1}")
+bound = 1 + 3 * 12832  # three rotating buffers of the largest segment: depth 2
+p, rows = ztlib.train(cfg, BASE + [PARAM_CPU, f"zero_optimization.stage3_max_live_parameters={bound}"], ranks=2)
+ztlib.check(p.returncode == 0 and "prefetch 2 segments ahead, not 4" in p.stdout and ztlib.losses(rows) == blocked and
+            peak_elements(rows) <= bound, "prefetch_depth_lowered_to_fit_bound",
+            f"peak {peak_elements(rows)}; {p.stdout[-500:]} {p.stderr[-400:]}")
 
 shutil.rmtree(tmp, ignore_errors=True)
 ztlib.finish()
