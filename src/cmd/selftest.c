@@ -173,11 +173,22 @@ int zt_selftest_check_losses(zt_selftest *st, const char *name, const float *dev
  * backend: the loss trajectories must agree to a relative 3e-2 per step. bf16 rounds activations and
  * gradients to 8 bits of mantissa (relative 2^-9 per rounding); AdamW's normalised update keeps the
  * parameter paths close, and the observed gap on an H100 is printed in the PASS line. */
-static int train_tiny(zt_comm *comm, int device, int fp16, float *losses, int steps, zt_err *err) {
+/* stage3: the same at ZeRO stage 3 with the parameter shard in host memory and a
+ * stage3_max_live_parameters that cuts the embedding (vocabulary 2048, tokens spread over it) into
+ * row blocks: the token lookup and LM head by blocks, gathers prefetched, pieces going up from the
+ * host. Its CPU reference is stage 0 with the whole embedding. */
+static int train_tiny(zt_comm *comm, int device, int fp16, int stage3, float *losses, int steps, zt_err *err) {
     zt_config cfg;
     zt_config_defaults(&cfg);
-    cfg.n_layer = 2, cfg.n_head = 2, cfg.n_embd = 64, cfg.vocab_size = 512, cfg.n_positions = 64;
+    cfg.n_layer = 2, cfg.n_head = 2, cfg.n_embd = 64, cfg.vocab_size = stage3 >= 0 ? 2048 : 512, cfg.n_positions = 64;
     cfg.seq_len = 32, cfg.device = device, cfg.seed = 7, cfg.weight_decay = 0.1f;
+    int spread = cfg.vocab_size / 512; /* token t of a sequence: spread * ((a t + c) mod 512) */
+    if (stage3 > 0) {
+        cfg.zero_stage = 3;
+        cfg.offload_param_device = ZT_OFFLOAD_CPU;
+        cfg.stage3_param_persistence_threshold = 0;
+        cfg.stage3_max_live_parameters = 125000; /* 2.5 blocks: the embedding (135K) in 3 row blocks */
+    }
     cfg.fp16_enabled = fp16; /* picks the fp16 CUDA table; the CPU computes in fp32 either way */
     /* fp16 runs with a static loss scale of 2^10 on both backends (the same fp32 scaling on the CPU) */
     double scale = fp16 ? 1024.0 : 1.0;
@@ -192,7 +203,7 @@ static int train_tiny(zt_comm *comm, int device, int fp16, float *losses, int st
         for (int b = 0; b < B; b++) {
             int a = 1 + (int)(zt_rng_u64(&rng) % 7), c = (int)(zt_rng_u64(&rng) % 512);
             for (int t = 0; t <= T; t++) {
-                int tok = (a * t + c) % 512;
+                int tok = spread * ((a * t + c) % 512);
                 if (t < T) in[b * T + t] = tok;
                 if (t > 0) tg[b * T + t - 1] = tok;
             }
@@ -223,14 +234,23 @@ static void selftest_training(zt_selftest *st) {
     zt_comm *comm = zt_comm_mpi(NULL, &err);
     int dev_kind = strcmp(st->dev->name, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
     int fp16 = st->dev->compute_dtype == ZT_F16;
-    if (train_tiny(comm, ZT_DEVICE_CPU, fp16, ref, STEPS, &err) || train_tiny(comm, dev_kind, fp16, dev, STEPS, &err)) {
-        printf("FAIL %straining_20_steps: %s\n", st->tag ? st->tag : "", err.msg);
-        st->failed++;
-    } else {
-        zt_selftest_check_losses(st, "training_20_steps_loss_trajectory", dev, ref, STEPS, 3e-2);
+    /* train_tiny's stage3 argument, reference and device: -1 stage 0 as it always was; 0 and 1
+     * vocabulary 2048, stage 0 (the reference) and stage 3 */
+    const int ref_variant[2] = {-1, 0}, dev_variant[2] = {-1, 1};
+    const char *names[2] = {"training_20_steps_loss_trajectory", "training_20_steps_stage3_param_offload_embedding_"
+                                                                 "row_blocks_loss_trajectory"};
+    for (int k = 0; k < 2; k++) {
+        err.msg[0] = 0;
+        if (train_tiny(comm, ZT_DEVICE_CPU, fp16, ref_variant[k], ref, STEPS, &err) ||
+            train_tiny(comm, dev_kind, fp16, dev_variant[k], dev, STEPS, &err)) {
+            printf("FAIL %s%s: %s\n", st->tag ? st->tag : "", names[k], err.msg);
+            st->failed++;
+            continue;
+        }
+        zt_selftest_check_losses(st, names[k], dev, ref, STEPS, 3e-2);
         if (st->verbose)
-            printf("selftest: tiny training loss %.4f -> %.4f (%s) vs %.4f -> %.4f (cpu)\n", dev[0], dev[STEPS - 1],
-                   st->dev->name, ref[0], ref[STEPS - 1]);
+            printf("selftest: tiny training%s loss %.4f -> %.4f (%s) vs %.4f -> %.4f (cpu)\n", k ? " (stage 3)" : "",
+                   dev[0], dev[STEPS - 1], st->dev->name, ref[0], ref[STEPS - 1]);
     }
     comm->destroy(comm);
 }

@@ -153,7 +153,8 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
         zt_info("stage 3: no prefetch: stage3_max_live_parameters %.0f leaves room for one block at a time "
                 "(embeddings %zu + 2 x block %zu + persistent %zu elements would not fit)", bound, seg0, other, residents);
     else if (e->prefetch_depth < wanted)
-        zt_info("stage 3: prefetch %d segments ahead, not %d: stage3_max_live_parameters %.0f", e->prefetch_depth,
+        zt_info("stage 3: prefetch %d segment%s ahead, not %d: stage3_max_live_parameters %.0f", e->prefetch_depth,
+                e->prefetch_depth == 1 ? "" : "s",
                 wanted, bound);
     size_t least = seg0 + other + residents;
     if (bound > 0 && (double)least > bound && E_seg > 1)
