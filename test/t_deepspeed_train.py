@@ -48,4 +48,9 @@ p, rows = ztlib.train("test/configs/deepspeed/hf_zero2_auto.json", tiny_sets, ra
 ztlib.check(p.returncode == 0 and len(rows) == 3 and 'config: "auto" filled in: train_batch_size = 8,' in p.stdout
             and "zero_optimization.reduce_bucket_size = 1024" in p.stdout,
             "hf_auto_config_trains", p.stdout[-1500:] + p.stderr[-800:])
+# the fine-tuning recipes' ZeRO-3 "offload everything" config: sub_group_size 0 (DeepSpeed: one tensor a
+# group), stage3_max_live_parameters and stage3_max_reuse_distance 0, "auto" elsewhere
+p, rows = ztlib.train("test/configs/deepspeed/hf_zero3_offload_all_sub_group_0.json", tiny_sets, ranks=2)
+ztlib.check(p.returncode == 0 and len(rows) == 3 and "offload_param: the parameter shard" in p.stdout,
+            "hf_zero3_offload_all_config_trains", p.stdout[-1500:] + p.stderr[-800:])
 ztlib.finish()

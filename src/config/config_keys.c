@@ -168,8 +168,9 @@ const zt_keydef zt_config_keys[] = {
     KEY("zero_optimization.stage3_max_reuse_distance", K_DOUBLE, stage3_max_reuse_distance, .def = 1e9, .lo = 0,
         .hi = INF, .flags = E,
         .help = "stage 3: a released segment is reused without a new gather within this many elements"),
-    KEY("zero_optimization.sub_group_size", K_DOUBLE, sub_group_size, .def = 1e9, .lo = 1, .hi = INF,
-        .flags = E, .help = "elements per swapped group of optimizer states with NVMe offload (ZeRO-Infinity)"),
+    KEY("zero_optimization.sub_group_size", K_DOUBLE, sub_group_size, .def = 1e9, .lo = 0, .hi = INF,
+        .flags = E, .help = "elements per swapped group of optimizer states with NVMe offload (ZeRO-Infinity); "
+                            "0: the smallest group (DeepSpeed: one tensor per group)"),
     KEY("zero_optimization.stage3_gather_16bit_weights_on_model_save", K_BOOL,
         stage3_gather_16bit_weights_on_model_save, .def = 0, .flags = E | F_AUTO,
         .help = "each checkpoint save also writes the 16-bit Hugging Face model in step_N/hf (any stage)"),

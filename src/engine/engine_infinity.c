@@ -29,7 +29,7 @@ static size_t group_bytes(const zt_engine *e) { return 3 * e->swap_group * sizeo
 static size_t group_offset(const zt_engine *e, size_t g) { return g * group_bytes(e); }
 
 int inf_open(zt_engine *e, zt_err *err) {
-    size_t G = e->off.sub_group_size >= 1 ? (size_t)e->off.sub_group_size : e->host_n;
+    size_t G = (size_t)e->off.sub_group_size; /* 0 (DeepSpeed: one tensor a group): the smallest, GROUP_ALIGN */
     size_t whole = (e->host_n + GROUP_ALIGN - 1) / GROUP_ALIGN * GROUP_ALIGN;
     G = (G + GROUP_ALIGN - 1) / GROUP_ALIGN * GROUP_ALIGN;
     e->swap_group = min_sz(max_sz(G, GROUP_ALIGN), whole);

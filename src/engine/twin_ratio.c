@@ -29,7 +29,7 @@ static double host_part_bytes(const zt_engine *e, double *fixed) {
     double E = (double)esz(e), N = (double)(e->lay.opt_hi - e->lay.opt_lo);
     *fixed = 0;
     if (e->off.nvme_path) {
-        double group = e->off.sub_group_size >= 1 ? fmin(e->off.sub_group_size, N) : N;
+        double group = fmin(fmax(e->off.sub_group_size, 2048.0), N); /* as inf_open rounds it (0: the smallest) */
         *fixed = (e->off.buffer_count > 0 ? e->off.buffer_count : 4) * group * 12.0;
     }
     return (e->off.nvme_path ? 0.0 : 12.0) + E + (twin_has_out_buffer(e) ? E : 0.0);

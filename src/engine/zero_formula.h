@@ -59,7 +59,7 @@ static inline double zt_zero3_gather_bytes(size_t P, size_t embed_elems, size_t 
  * stages min(BUFFER_COUNT, groups) groups of 12 B per element (fp32 master + m + v). */
 static inline double zt_nvme_optimizer_staging_bytes(int buffer_count, double sub_group_size, size_t shard) {
     double sub = sub_group_size < (double)shard ? sub_group_size : (double)shard;
-    sub = ((double)(size_t)((sub + 2047) / 2048)) * 2048;
+    sub = sub < 2048 ? 2048 : ((double)(size_t)((sub + 2047) / 2048)) * 2048; /* 0: the smallest group */
     double groups = (double)(size_t)(((double)shard + sub - 1) / sub), nbuf = buffer_count < groups ? buffer_count : groups;
     return nbuf * sub * 12.0;
 }
