@@ -12,7 +12,8 @@ tiny config's embedding is 1.6M of its 1.64M parameters, a block 12.7K, so a bou
   - a checkpoint saved in blocks resumes with the whole embedding (segments are not part of the
     checkpoint) and continues the straight run's losses exactly;
   - a bound that leaves room for one block at a time gives up prefetch and still trains the same;
-    a bound below the largest block is an error at start that names the blocked working set.
+    a bound below the largest block is an error at start that names the blocked working set;
+  - 0, which DeepSpeed reads as no room to prefetch, is the least working set (blocks, no prefetch).
 
 The prefetch depth (stage3_prefetch_bucket_size / the largest segment, at most 4): past the model's
 next-segment hint, prefetch follows the order of acquires the first micro-step recorded, so from
@@ -106,6 +107,13 @@ p, rows = ztlib.train(cfg, BASE + [PARAM_CPU, f"zero_optimization.stage3_max_liv
 ztlib.check(p.returncode == 0 and "prefetch 2 segments ahead, not 4" in p.stdout and ztlib.losses(rows) == blocked and
             peak_elements(rows) <= bound, "prefetch_depth_lowered_to_fit_bound",
             f"peak {peak_elements(rows)}; {p.stdout[-500:]} {p.stderr[-400:]}")
+
+# DeepSpeed's stage3_max_live_parameters 0 (the fine-tuning recipes set it): no room to prefetch, the
+# least working set: the embedding in row blocks, one rotating buffer, no error
+p, rows = ztlib.train(cfg, BASE + [PARAM_CPU, "zero_optimization.stage3_max_live_parameters=0"], ranks=2)
+ztlib.check(p.returncode == 0 and "the least working set" in p.stdout and "131 row blocks" in p.stdout and
+            "prefetch depth 0" in p.stdout and ztlib.losses(rows) == blocked and peak_elements(rows) <= 12832 + 64,
+            "max_live_0_is_the_least_working_set", f"peak {peak_elements(rows)}; {p.stdout[-600:]} {p.stderr[-400:]}")
 
 shutil.rmtree(tmp, ignore_errors=True)
 ztlib.finish()

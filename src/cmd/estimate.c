@@ -40,7 +40,7 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
      * stage3_max_live_parameters asks for it, as the run will (then it has no buffer of its own) */
     zt_engine_opts o3 = {.stage = 3, .stage3_param_persistence_threshold = cfg->stage3_param_persistence_threshold,
                          .stage3_prefetch_bucket_size = cfg->stage3_prefetch_bucket_size,
-                         .stage3_max_live_parameters = cfg->stage3_max_live_parameters};
+                         .stage3_max_live_parameters = zt_zero3_live_bound(cfg->stage3_max_live_parameters)};
     int rows3 = zt_engine_embedding_rows(table, &o3), C = table->params[0].shape[1];
     size_t embed3 = rows3 ? 0 : seg0, largest = 0;
     if (rows3) { /* every block of rows, and the last one's rows with wpe */
@@ -66,7 +66,7 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         if (stage == 3)
             buffers += zt_zero3_gather_bytes(P, embed3, largest,
                                              zt_zero3_prefetch_depth(cfg->stage3_prefetch_bucket_size,
-                                                                     cfg->stage3_max_live_parameters, embed3, largest, 0));
+                                                                     o3.stage3_max_live_parameters, embed3, largest, 0));
         double device = states + buffers + acts;
         rows[n++] = (row){stage, "device", "device", states, device, 0, 0};
         if (stage == 0) continue; /* Twin-Flow splits a rank's shard: stages 1-3 */

@@ -48,7 +48,8 @@ typedef struct zt_engine_opts {
     /* stage 3 (zero_comm.c); zero: no prefetch, no bound, no reuse */
     double stage3_prefetch_bucket_size; /* elements gathered ahead of use: 0 = no prefetch; else this / the largest
                                            segment segments ahead, at least 1, at most ZT_MAX_PREFETCH */
-    double stage3_max_live_parameters;  /* bound on gathered parameter elements on the device; 0 = none */
+    double stage3_max_live_parameters;  /* bound on gathered parameter elements on the device; 0 = none; < 0 =
+                                           the least working set (DeepSpeed's 0, zt_zero3_live_bound) */
     double stage3_max_reuse_distance;   /* a released segment is used again without a new gather if fewer
                                            elements than this were gathered since its release */
 } zt_engine_opts;

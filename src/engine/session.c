@@ -1,5 +1,6 @@
 /* session.c — see session.h */
 #include "engine/session.h"
+#include "engine/zero_formula.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
                          cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
                          cfg->weight_decay, cfg->decay_all_params, !cfg->bias_correction,
-                         cfg->stage3_prefetch_bucket_size, cfg->stage3_max_live_parameters,
+                         cfg->stage3_prefetch_bucket_size, zt_zero3_live_bound(cfg->stage3_max_live_parameters),
                          cfg->stage3_max_reuse_distance};
     /* host memory the run takes after the engine, kept free by ratio auto when host_memory is not set:
      * the activations and scratch where device memory is host memory, and 1 GiB for checkpoint

@@ -112,11 +112,11 @@ static working_set working_set_of(const zt_param_table *t, double persistence_th
 }
 
 int zt_engine_embedding_rows(const zt_param_table *table, const zt_engine_opts *opt) {
-    double bound = opt->stage3_max_live_parameters;
-    if (opt->stage != 3 || bound <= 0 || table->n_embed_segments != 1) return 0;
+    double bound = opt->stage3_max_live_parameters; /* < 0: the least working set */
+    if (opt->stage != 3 || bound == 0 || table->n_embed_segments != 1) return 0;
     working_set w = working_set_of(table, opt->stage3_param_persistence_threshold);
     int rotating = opt->stage3_prefetch_bucket_size >= 1 ? 2 : 1;
-    if ((double)(w.seg0 + rotating * w.other + w.residents) <= bound) return 0; /* fits whole */
+    if (bound > 0 && (double)(w.seg0 + rotating * w.other + w.residents) <= bound) return 0; /* fits whole */
     int V = table->params[0].shape[0], C = table->params[0].shape[1];
     /* blocks no larger than the largest other segment (a transformer block), in whole 128-row tiles
      * so every block's logits and rows start 256-byte aligned */
@@ -142,17 +142,20 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
     working_set w = working_set_of(table, e->opt.stage3_param_persistence_threshold);
     size_t seg0 = w.seg0, other = w.other, residents = w.residents;
     int E_seg = table->n_embed_segments;
+    double bound = e->opt.stage3_max_live_parameters, bucket = e->opt.stage3_prefetch_bucket_size;
+    if (bound < 0)
+        zt_info("stage 3: stage3_max_live_parameters 0: the least working set (as DeepSpeed reads 0): no prefetch%s",
+                E_seg > 1 ? ", the embedding in row blocks" : "");
     if (E_seg > 1)
         zt_info("stage 3: the embedding is gathered in %d row blocks of %d rows: stage3_max_live_parameters %.0f does "
-                "not hold it whole beside the blocks", E_seg, table->embed_rows, e->opt.stage3_max_live_parameters);
-    double bound = e->opt.stage3_max_live_parameters, bucket = e->opt.stage3_prefetch_bucket_size;
+                "not hold it whole beside the blocks", E_seg, table->embed_rows, bound < 0 ? 0 : bound);
     int wanted = zt_zero3_prefetch_depth(bucket, 0, seg0, other, residents);
     e->prefetch_depth = zt_zero3_prefetch_depth(bucket, bound, seg0, other, residents);
     e->n_rotating = 1 + e->prefetch_depth;
-    if (wanted > 0 && e->prefetch_depth == 0)
+    if (wanted > 0 && e->prefetch_depth == 0 && bound > 0)
         zt_info("stage 3: no prefetch: stage3_max_live_parameters %.0f leaves room for one block at a time "
                 "(embeddings %zu + 2 x block %zu + persistent %zu elements would not fit)", bound, seg0, other, residents);
-    else if (e->prefetch_depth < wanted)
+    else if (e->prefetch_depth < wanted && bound > 0)
         zt_info("stage 3: prefetch %d segment%s ahead, not %d: stage3_max_live_parameters %.0f", e->prefetch_depth,
                 e->prefetch_depth == 1 ? "" : "s",
                 wanted, bound);

@@ -28,14 +28,18 @@ static inline size_t zt_zero_model_state_bytes(int stage, size_t P, size_t K, si
     }
 }
 
+/* DeepSpeed's stage3_max_live_parameters 0 leaves no room to prefetch (its budget is the bound less
+ * what is gathered): the least working set, not "no bound". The engine's bound: < 0 for that. */
+static inline double zt_zero3_live_bound(double deepspeed_value) { return deepspeed_value == 0 ? -1 : deepspeed_value; }
+
 /* Stage 3's prefetch depth: how many segments are gathered ahead of use. DeepSpeed's
  * stage3_prefetch_bucket_size is the elements fetched ahead: as many of the largest segment as it
  * holds, at least one (0 turns prefetch off), at most ZT_MAX_PREFETCH; then fewer while the gather
  * buffers (EMBED's own, 1 + depth rotating ones of LARGEST, the RESIDENTS) exceed
- * stage3_max_live_parameters (BOUND, 0 = none). */
+ * stage3_max_live_parameters (BOUND, 0 = none, < 0 = the least working set: no prefetch). */
 #define ZT_MAX_PREFETCH 4
 static inline int zt_zero3_prefetch_depth(double bucket, double bound, size_t embed, size_t largest, size_t residents) {
-    if (bucket < 1 || largest == 0) return 0;
+    if (bucket < 1 || largest == 0 || bound < 0) return 0;
     double fit = bucket / (double)largest;
     int depth = fit < 2 ? 1 : fit >= ZT_MAX_PREFETCH ? ZT_MAX_PREFETCH : (int)fit;
     while (depth > 0 && bound > 0 && (double)embed + (1.0 + depth) * (double)largest + (double)residents > bound) depth--;
