@@ -21,13 +21,18 @@ static void range_counts(const zt_engine *e, size_t a, size_t b, size_t *counts)
 
 /* ---------------------------------------------------------------- collectives bookkeeping */
 
-static void finish(zt_engine *e, zt_inflight *f) {
+/* waits for req, counting the time in the step's comm time, in *bucket and in the trace as `what` */
+static void timed_wait(zt_engine *e, zt_comm_req *req, double *bucket, const char *what) {
     double t0 = zt_now();
-    e->comm->wait(e->comm, f->req);
+    e->comm->wait(e->comm, req);
     double t1 = zt_now();
     e->comm_seconds += t1 - t0;
-    e->timing.reduce_scatter += t1 - t0;
-    zt_trace_complete(e->trace, ZT_LANE_COMM, e->opt.stage == 0 ? "all-reduce wait" : "reduce-scatter wait", t0, t1);
+    *bucket += t1 - t0;
+    zt_trace_complete(e->trace, ZT_LANE_COMM, what, t0, t1);
+}
+
+static void finish(zt_engine *e, zt_inflight *f) {
+    timed_wait(e, f->req, &e->timing.reduce_scatter, e->opt.stage == 0 ? "all-reduce wait" : "reduce-scatter wait");
     if (f->count && f->landing == ZT_LAND_ADD)
         e->be->accumulate(at(e, e->grad_shard, f->shard_off), at(e, e->recv_tmp, f->shard_off), f->count);
     else if (f->count && f->landing == ZT_LAND_COPY)
@@ -327,12 +332,7 @@ static void prefetch_ahead(zt_engine *e) {
 
 /* waits for a gather in flight (prefetched, not yet acquired) */
 static void complete_gather(zt_engine *e, zt_gather_buf *g) {
-    double t0 = zt_now();
-    e->comm->wait(e->comm, g->req);
-    double t1 = zt_now();
-    e->comm_seconds += t1 - t0;
-    e->timing.allgather += t1 - t0;
-    zt_trace_complete(e->trace, ZT_LANE_COMM, "all-gather wait", t0, t1);
+    timed_wait(e, g->req, &e->timing.allgather, "all-gather wait");
     g->req = NULL;
 }
 
@@ -448,12 +448,7 @@ double zero_grad_norm(zt_engine *e) {
 void zero_allgather_params(zt_engine *e) {
     size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
     for (int r = 0; r < e->lay.world; r++) counts[r] = e->lay.shard;
-    double t0 = zt_now();
-    e->comm->wait(e->comm, e->comm->allgather(e->comm, at(e, e->params, e->lay.lo), e->params, counts,
-                                              e->be->compute_dtype));
-    double t1 = zt_now();
-    e->comm_seconds += t1 - t0;
-    e->timing.allgather += t1 - t0;
-    zt_trace_complete(e->trace, ZT_LANE_COMM, "all-gather params", t0, t1);
+    timed_wait(e, e->comm->allgather(e->comm, at(e, e->params, e->lay.lo), e->params, counts, e->be->compute_dtype),
+               &e->timing.allgather, "all-gather params");
     free(counts);
 }
