@@ -31,24 +31,13 @@ typedef struct row {
     double states, device, host, nvme;
 } row;
 
-/* Every stage with and without optimizer offload, and stage 3's ZeRO-Infinity settings. */
-static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *table, long ranks, size_t P, size_t K,
-                     double acts) {
+/* Every stage with and without optimizer offload, and stage 3's ZeRO-Infinity settings; g3 is stage
+ * 3's gather buffers as the run will size them (zt_engine_stage3_plan). */
+static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *table, const zt_stage3_plan *g3,
+                     long ranks, size_t P, size_t K, double acts) {
     size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
     size_t seg0 = table->segment_lo[1], block = table->segment_lo[2] - table->segment_lo[1];
-    /* stage 3's gather buffers: the embedding cut in row blocks where the config's
-     * stage3_max_live_parameters asks for it, as the run will (then it has no buffer of its own) */
-    zt_engine_opts o3 = {.stage = 3, .stage3_param_persistence_threshold = cfg->stage3_param_persistence_threshold,
-                         .stage3_prefetch_bucket_size = cfg->stage3_prefetch_bucket_size,
-                         .stage3_max_live_parameters = zt_zero3_live_bound(cfg->stage3_max_live_parameters)};
-    int rows3 = zt_engine_embedding_rows(table, &o3), C = table->params[0].shape[1];
-    size_t embed3 = rows3 ? 0 : seg0, largest = 0;
-    if (rows3) { /* every block of rows, and the last one's rows with wpe */
-        int V = table->params[0].shape[0], last_rows = V - (V - 1) / rows3 * rows3;
-        largest = (size_t)C * (size_t)(rows3 > last_rows + table->params[1].shape[0] ? rows3 : last_rows + table->params[1].shape[0]);
-    }
-    for (int s = 1; s < table->n_segments; s++)
-        if (table->segment_lo[s + 1] - table->segment_lo[s] > largest) largest = table->segment_lo[s + 1] - table->segment_lo[s];
+    size_t embed3 = g3->embed, largest = g3->largest;
     double param_shard = (double)P * shard, twin_host = (double)ZT_TWIN_HOST_BYTES * shard;
     double opt_staging = zt_nvme_optimizer_staging_bytes(cfg->offload_buffer_count, cfg->sub_group_size, shard);
     double param_staging =
@@ -64,9 +53,7 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         if (stage >= 2) buffers += (double)P * (seg0 + 2 * block);
         if (stage >= 1 && ranks > 1) buffers += (double)P * shard;
         if (stage == 3)
-            buffers += zt_zero3_gather_bytes(P, embed3, largest,
-                                             zt_zero3_prefetch_depth(cfg->stage3_prefetch_bucket_size,
-                                                                     o3.stage3_max_live_parameters, embed3, largest, 0));
+            buffers += zt_zero3_gather_bytes(P, embed3, largest, g3->depth);
         double device = states + buffers + acts;
         rows[n++] = (row){stage, "device", "device", states, device, 0, 0};
         if (stage == 0) continue; /* Twin-Flow splits a rank's shard: stages 1-3 */
@@ -163,8 +150,18 @@ int zt_cmd_estimate(int argc, char **argv) {
         return 1;
     }
     double acts = (double)(plan.act_bytes + plan.scratch_bytes), biggest = 0;
+    /* stage 3's gather buffers: the table cut as the run will cut it (the embedding in row blocks where
+     * stage3_max_live_parameters asks for it; then it has no buffer of its own) */
+    zt_param_table table3;
+    zt_gpt2_param_table(&table3, &shape, &err);
+    zt_engine_opts o3 = {.stage = 3, .stage3_param_persistence_threshold = cfg.stage3_param_persistence_threshold,
+                         .stage3_prefetch_bucket_size = cfg.stage3_prefetch_bucket_size,
+                         .stage3_max_live_parameters = zt_zero3_live_bound(cfg.stage3_max_live_parameters)};
+    zt_param_table_split_embedding(&table3, zt_engine_embedding_rows(&table3, &o3));
+    zt_stage3_plan g3 = zt_engine_stage3_plan(&table3, &o3);
+    zt_param_table_free(&table3);
     row rows[16];
-    int n = plan_rows(rows, &cfg, &table, ranks, P, K, acts);
+    int n = plan_rows(rows, &cfg, &table, &g3, ranks, P, K, acts);
     for (int i = 0; i < n; i++) biggest = rows[i].device > biggest ? rows[i].device : biggest;
     unit u = biggest >= 1073741824.0 ? (unit){"GiB", 1073741824.0} : (unit){"MiB", 1048576.0};
     printf("zerotrain estimate: %s — GPT-2 L%d H%d C%d V%d, %.2fM parameters, micro-batch %d x T %d, %s "

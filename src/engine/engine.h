@@ -114,6 +114,13 @@ typedef struct zt_engine_layout {
 /* The engine is opaque outside src/engine/ (engine_internal.h has it). */
 typedef struct zt_engine zt_engine;
 
+/* Stage 3's gather buffers for a segment table, as the engine sizes them (elements): the whole
+ * embedding's own buffer (0 when it is in row blocks, which rotate with the rest), the largest
+ * rotating segment, the residents (below stage3_param_persistence_threshold) and the prefetch depth
+ * (one rotating buffer each, besides the one in use). Also for estimates. */
+typedef struct zt_stage3_plan { size_t embed, largest, residents; int depth; } zt_stage3_plan;
+zt_stage3_plan zt_engine_stage3_plan(const zt_param_table *table, const zt_engine_opts *opt);
+
 /* Stage 3 with a stage3_max_live_parameters bound that cannot hold the whole tied embedding beside
  * the largest block(s): the vocabulary rows per embedding segment that make it fit
  * (zt_param_table_split_embedding, before zt_engine_open); 0 = keep the embedding one segment. */

@@ -99,33 +99,30 @@ static void wait_updated(zt_engine *e, size_t x, size_t y) {
     if (b > a) twin_wait_params(e, a - e->lay.opt_lo, b - e->lay.opt_lo);
 }
 
-/* The stage-3 working set of a segment table, in elements: the whole embedding's own buffer (0 when
- * it is cut in row blocks, which rotate with the rest), the largest rotating segment, and the
- * residents (fewer elements than stage3_param_persistence_threshold). */
-typedef struct { size_t seg0, other, residents; } working_set;
-
-static working_set working_set_of(const zt_param_table *t, double persistence_threshold) {
-    working_set w = {0, 0, 0};
+zt_stage3_plan zt_engine_stage3_plan(const zt_param_table *t, const zt_engine_opts *opt) {
+    zt_stage3_plan w = {0, 0, 0, 0};
     int whole = t->n_embed_segments == 1;
-    if (whole) w.seg0 = t->segment_lo[1];
+    if (whole) w.embed = t->segment_lo[1];
     for (int s = whole; s < t->n_segments; s++) {
         size_t n = t->segment_lo[s + 1] - t->segment_lo[s];
-        w.other = max_sz(w.other, n);
-        if (s >= t->n_embed_segments && (double)n < persistence_threshold) w.residents += n;
+        w.largest = max_sz(w.largest, n);
+        if (s >= t->n_embed_segments && (double)n < opt->stage3_param_persistence_threshold) w.residents += n;
     }
+    w.depth = zt_zero3_prefetch_depth(opt->stage3_prefetch_bucket_size, opt->stage3_max_live_parameters, w.embed,
+                                      w.largest, w.residents);
     return w;
 }
 
 int zt_engine_embedding_rows(const zt_param_table *table, const zt_engine_opts *opt) {
     double bound = opt->stage3_max_live_parameters; /* < 0: the least working set */
     if (opt->stage != 3 || bound == 0 || table->n_embed_segments != 1) return 0;
-    working_set w = working_set_of(table, opt->stage3_param_persistence_threshold);
-    int rotating = opt->stage3_prefetch_bucket_size >= 1 ? 2 : 1;
-    if (bound > 0 && (double)(w.seg0 + rotating * w.other + w.residents) <= bound) return 0; /* fits whole */
+    zt_stage3_plan w = zt_engine_stage3_plan(table, opt);
+    int rotating = opt->stage3_prefetch_bucket_size >= 1 ? 2 : 1; /* whole with at least one segment ahead */
+    if (bound > 0 && (double)(w.embed + rotating * w.largest + w.residents) <= bound) return 0; /* fits whole */
     int V = table->params[0].shape[0], C = table->params[0].shape[1];
     /* blocks no larger than the largest other segment (a transformer block), in whole 128-row tiles
      * so every block's logits and rows start 256-byte aligned */
-    int rows = (int)(w.other / (size_t)C / 128 * 128);
+    int rows = (int)(w.largest / (size_t)C / 128 * 128);
     if (rows < 128) rows = 128;
     return rows < V ? rows : 0;
 }
@@ -144,8 +141,8 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
     e->seg_resident = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_resident);
     for (int s = 0; s < table->n_segments; s++) e->seg_gather[s] = e->seg_resident[s] = -1;
     e->gather = zt_xcalloc((size_t)table->n_segments + 2 + ZT_MAX_PREFETCH, sizeof *e->gather);
-    working_set w = working_set_of(table, e->opt.stage3_param_persistence_threshold);
-    size_t seg0 = w.seg0, other = w.other, residents = w.residents;
+    zt_stage3_plan w = zt_engine_stage3_plan(table, &e->opt);
+    size_t seg0 = w.embed, other = w.largest, residents = w.residents;
     int E_seg = table->n_embed_segments;
     double bound = e->opt.stage3_max_live_parameters, bucket = e->opt.stage3_prefetch_bucket_size;
     if (bound < 0)
@@ -154,8 +151,8 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
     if (E_seg > 1)
         zt_info("stage 3: the embedding is gathered in %d row blocks of %d rows: stage3_max_live_parameters %.0f does "
                 "not hold it whole beside the blocks", E_seg, table->embed_rows, bound < 0 ? 0 : bound);
-    int wanted = zt_zero3_prefetch_depth(bucket, 0, seg0, other, residents);
-    e->prefetch_depth = zt_zero3_prefetch_depth(bucket, bound, seg0, other, residents);
+    int wanted = zt_zero3_prefetch_depth(bucket, 0, seg0, other, residents); /* without the bound */
+    e->prefetch_depth = w.depth;
     e->n_rotating = 1 + e->prefetch_depth;
     if (wanted > 0 && e->prefetch_depth == 0 && bound > 0)
         zt_info("stage 3: no prefetch: stage3_max_live_parameters %.0f leaves room for one block at a time "
@@ -165,14 +162,16 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
                 e->prefetch_depth == 1 ? "" : "s",
                 wanted, bound);
     size_t least = seg0 + other + residents;
-    if (bound > 0 && (double)least > bound && E_seg > 1)
+    if (bound > 0 && (double)least > bound) {
+        char parts[128];
+        if (E_seg > 1)
+            snprintf(parts, sizeof parts, "the largest segment %zu, with the embedding in row blocks of %d rows,", other,
+                     table->embed_rows);
+        else
+            snprintf(parts, sizeof parts, "embeddings %zu + the largest block %zu", seg0, other);
         return zt_fail(err, "zero_optimization.stage3_max_live_parameters %.0f is below the least stage-3 working set, "
-                            "%zu elements (the largest segment %zu, with the embedding in row blocks of %d rows, + "
-                            "persistent segments %zu)", bound, least, other, table->embed_rows, residents);
-    if (bound > 0 && (double)least > bound)
-        return zt_fail(err, "zero_optimization.stage3_max_live_parameters %.0f is below the least stage-3 working set, "
-                            "%zu elements (embeddings %zu + the largest block %zu + persistent segments %zu)",
-                       bound, least, seg0, other, residents);
+                            "%zu elements (%s + persistent segments %zu)", bound, least, parts, residents);
+    }
     for (int i = 0; i <= e->n_rotating; i++) { /* 0: the whole embedding's; 1..n_rotating */
         size_t cap = i == 0 ? seg0 : other;
         e->gather[i].seg = -1;
@@ -225,6 +224,7 @@ static void start_gather(zt_engine *e, int seg, zt_gather_buf *g, int ahead) {
         }
     }
     g->seg = seg;
+    g->released_at = e->gathered_elems; /* a prefetch in flight ages from its start (reclaim_prefetched) */
     g->req = e->comm->allgather(e->comm, send, g->buf, counts, e->be->compute_dtype);
     e->seg_gather[seg] = (int)(g - e->gather);
     e->gathered_elems += b - a;
