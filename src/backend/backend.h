@@ -1,5 +1,5 @@
 /* backend.h — the op table every compute backend implements (CPU in backend_cpu.c, CUDA in
- * cuda/). The model, the engine and the commands call only these entries,
+ * cuda/, the simulated GPU in backend_sim.c). The model, the engine and the commands call only these entries,
  * never a backend directly: no #ifdef for backends outside the backends themselves.
  *
  * Memory: "device" buffers come from alloc() and are only touched through the table; on the
@@ -21,7 +21,7 @@ static inline size_t zt_dtype_size(zt_dtype t) { return t == ZT_F32 ? 4 : 2; }
 typedef enum { ZT_H2D = 0, ZT_D2H = 1, ZT_D2D = 2 } zt_copy_kind;
 
 typedef struct zt_backend {
-    const char *name;        /* "cpu", "cuda": for messages; test the properties below, not the name */
+    const char *name;        /* "cpu", "cuda", "sim": for messages; test the properties below, not the name */
     zt_dtype compute_dtype;  /* dtype of params/activations/grads in forward and backward */
     int memory_is_host;      /* "device" memory is ordinary host memory (the CPU backend) */
 
@@ -114,5 +114,9 @@ typedef struct zt_backend {
  * when built without CUDA or when no usable GPU is present (with the reason in *why). */
 const zt_backend *zt_backend_cpu(void);
 const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why);
+/* The simulated GPU (backend_sim.c, `device: sim`): a test device on the CPU with its own memory
+ * space, 16-bit compute in dtype (ZT_BF16 or ZT_F16) and asynchronous lanes; NULL with the reason in
+ * *why when ZEROTRAIN_SIM_MEM is unreadable. Always compiled in. */
+const zt_backend *zt_backend_sim(zt_dtype dtype, const char **why);
 
 #endif
