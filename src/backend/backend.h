@@ -71,7 +71,9 @@ typedef struct zt_backend {
     void (*layernorm_backward)(void *dinp, void *dw, void *db, const void *dout, const void *inp, const void *w,
                                const float *mean, const float *rstd, int N, int C);
     /* out[N,OC] = inp[N,C] W + bias, W is [C,OC] (Conv1D); with w_transposed, W is stored [OC,C]
-     * (the tied LM head uses wte [V,C]). bias may be NULL. ldout is out's row stride (>= OC). */
+     * (the tied LM head uses wte [V,C]). bias may be NULL. ldout is out's row stride (>= OC). The
+     * matmuls write (and in backward read) only columns [0, OC) of out's (dout's) rows: out may be a
+     * block of columns inside wider rows (stage 3's LM head in row blocks, out at column lo). */
     void (*matmul_forward)(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
                            int w_transposed, int ldout);
     /* dinp = dout W^T (overwrites, skipped if NULL); dw += inp^T dout; dbias += colsum(dout) (if non-NULL) */
