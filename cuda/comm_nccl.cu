@@ -253,7 +253,7 @@ static void nccl_wait(zt_comm *c, zt_comm_req *r) {
 
 /* waits for every operation on the comm stream, as a watched host wait (and the probe watches the
  * operations themselves while the comm is watched) */
-static cudaError_t drain(nccl_impl *m) {
+static cudaError_t drain_comm_stream(nccl_impl *m) {
     zt_watchdog_enter("NCCL stream drain", 0);
     cudaError_t e = cudaStreamSynchronize(m->stream);
     zt_watchdog_leave();
@@ -262,7 +262,7 @@ static cudaError_t drain(nccl_impl *m) {
 
 static void nccl_barrier(zt_comm *c) {
     nccl_impl *m = impl_of(c);
-    ZT_CUDA_CHECK(drain(m));
+    ZT_CUDA_CHECK(drain_comm_stream(m));
     m->mpi->barrier(m->mpi);
 }
 
@@ -284,7 +284,7 @@ static void nccl_destroy(zt_comm *c) {
     /* the drain still watched, so a collective hung on the GPU ends the job here as anywhere else;
      * then NCCL's teardown under a host wait of its own (no longer watched: a watchdog that fired
      * during ncclCommDestroy must not ncclCommAbort the comm being destroyed) */
-    (void)drain(m);
+    (void)drain_comm_stream(m);
     zt_watchdog_unwatch(m);
     zt_watchdog_enter("NCCL comm teardown", 0);
     ncclCommDestroy(m->nccl);
