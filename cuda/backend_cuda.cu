@@ -145,6 +145,12 @@ static void cu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind)
     else ZT_LAUNCH_CHECK("copy D2D");
 }
 
+static void cu_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (!bytes) return;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.stream));
+    ZT_LAUNCH_CHECK("copy async");
+}
+
 /* a thread's current device is GPU 0 until it sets one: without this, a rank on GPU 1 would make a
  * second context on GPU 0 from each of its Twin-Flow and calibration lanes */
 static void cu_bind_thread(void) { ZT_CUDA_CHECK(cudaSetDevice(g_zt.device)); }
@@ -280,6 +286,7 @@ static void fill_table(zt_backend *b, void (*fill_ops)(zt_backend *)) {
     b->host_free = cu_host_free;
     b->memset_zero = cu_memset_zero;
     b->copy = cu_copy;
+    b->copy_async = cu_copy_async;
     b->transfer = cu_transfer;
     b->synchronize = cu_synchronize;
     b->bind_thread = cu_bind_thread;

@@ -194,5 +194,41 @@ for name, key, sets in (("10b_settings_stage2_opt_cpu", (2, "cpu", "device"), []
     ztlib.check(p.returncode == 0 and got and want and abs(got - want) / want <= 0.01, f"estimate_device_{name}",
                 f"sim in use {got} MiB, estimate {want} MiB\n" + p.stderr[-400:] + est.stdout[-300:])
 
+# cpu_checkpointing: the kept block inputs in host memory change no loss (the same bytes come back for
+# the recompute), on the sim (its copies queued without waiting, under jitter) and on the CPU; the
+# device memory saved is what estimate predicts
+CPU_CKPT = "activation_checkpointing.cpu_checkpointing=true"
+for name, ranks, sets in (("stage3_2ranks_param_cpu", 2, [stage(3), PAR_CPU, CKPT]),
+                          ("stage2_1rank_2_per_segment", 1, [stage(2), CKPT, "activation_checkpointing.number_checkpoints=1"])):
+    p1, plain = sim_run(sets, ranks, seed=7)
+    p2, host = sim_run(sets + [CPU_CKPT], ranks, seed=8)
+    ztlib.check(p1.returncode == 0 and p2.returncode == 0 and len(plain) == 4 and
+                ztlib.losses(plain) == ztlib.losses(host), f"cpu_checkpointing_same_losses_sim_{name}",
+                f"{ztlib.losses(plain)} vs {ztlib.losses(host)}\n" + p2.stderr[-600:])
+p1, plain = ztlib.train(cfg, ["device=cpu", CKPT] + BASE)
+p2, host = ztlib.train(cfg, ["device=cpu", CKPT, CPU_CKPT] + BASE)
+ztlib.check(p2.returncode == 0 and len(host) == 4 and ztlib.losses(plain) == ztlib.losses(host),
+            "cpu_checkpointing_same_losses_cpu", f"{ztlib.losses(plain)} vs {ztlib.losses(host)}")
+in_use, est_dev, est_host = {}, {}, {}
+deep = ["zero_optimization.offload_optimizer.device=none", "model.n_layer=8", "train_micro_batch_size_per_gpu=4"]
+for key, sets in (("off", deep), ("on", deep + [CPU_CKPT])):
+    args, ea = ["train", mid], ["estimate", mid, "--ranks", "1"]
+    for x in sets:
+        args += ["--set", x]
+        ea += ["--set", x]
+    p = ztlib.run(args)
+    m = re.search(r"device in use ([0-9.]+) of", p.stdout)
+    h = re.search(r"host .* activations ([0-9.]+) comm", p.stdout)
+    in_use[key] = (float(m.group(1)) if m else None, float(h.group(1)) if h else None)
+    e = ztlib.run(ea)
+    row = [ln.split() for ln in e.stdout.splitlines() if ln.split()[:3] == ["2", "device", "device"]]
+    est_dev[key], est_host[key] = (float(row[0][5]), float(row[0][7])) if row else (None, None)
+saved, predicted = in_use["off"][0] - in_use["on"][0], est_dev["off"] - est_dev["on"]
+ztlib.check(predicted > 0 and abs(saved - predicted) <= 0.05 * predicted and
+            abs(in_use["on"][1] - (est_host["on"] - est_host["off"])) <= 0.05 * predicted,
+            "cpu_checkpointing_saves_what_estimate_predicts",
+            f"sim in use {in_use}, estimate device {est_dev} host {est_host} (MiB)")
+print(f"cpu_checkpointing: device memory saved {saved:.2f} MiB, estimate {predicted:.2f} MiB")
+
 shutil.rmtree(work, ignore_errors=True)
 ztlib.finish()

@@ -6,11 +6,13 @@
  * contracts allow. fp32 tensors (LayerNorm statistics, losses, Adam states) stay fp32.
  * Memory: a separate space — a host read of a device buffer faults at once with one line naming
  * it; a host pointer handed to an op, an op running past its buffer, and a freed buffer are each
- * stopped with the op and argument named (each in a child process). Capacity: ZEROTRAIN_SIM_MEM is
+ * stopped with the op and argument named, and so is a thread that uses the table without calling
+ * bind_thread first (each in a child process). Capacity: ZEROTRAIN_SIM_MEM is
  * what mem_info reports, an alloc past it returns NULL (as cudaMalloc fails), a free gives it back,
  * and alloc() is zero-filled. Order: work queued on the stream is complete before a copy to the host
  * returns, under jitter. */
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -219,6 +221,22 @@ static void freed(void *p) {
     sim->scale(q, 2.0f, 16);
 }
 
+static void *unbound_thread_main(void *p) {
+    sim->scale(p, 2.0f, 16);
+    return NULL;
+}
+static void unbound_thread(void *p) {
+    pthread_t t;
+    pthread_create(&t, NULL, unbound_thread_main, p);
+    pthread_join(t, NULL);
+}
+static void *bound_thread_main(void *p) {
+    zt_backend_bind_thread(sim);
+    sim->scale(p, 2.0f, 16);
+    sim->synchronize();
+    return NULL;
+}
+
 static void faults(void) {
     void *buf = sim->alloc(128);
     int st = 0;
@@ -231,6 +249,13 @@ static void faults(void) {
     err = in_child(past_the_end, buf, &st);
     CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "runs past its buffer"), "op_past_its_buffer_stops",
           "status %d, stderr: %.300s", st, err);
+    err = in_child(unbound_thread, buf, &st);
+    CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "did not call bind_thread"),
+          "thread_without_bind_thread_stops", "status %d, stderr: %.300s", st, err);
+    pthread_t t;
+    pthread_create(&t, NULL, bound_thread_main, buf);
+    pthread_join(t, NULL);
+    CHECK(1, "thread_with_bind_thread_runs", "");
     err = in_child(freed, NULL, &st);
     CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "freed device memory"), "op_on_freed_buffer_stops",
           "status %d, stderr: %.300s", st, err);

@@ -33,6 +33,12 @@ typedef struct zt_backend {
     void (*memset_zero)(void *ptr, size_t bytes);
     /* ordered after all work queued so far; H2D/D2H return once the host buffer may be reused/read */
     void (*copy)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    /* H2D or D2H ordered after all work queued so far, like copy(), but returning at once: the copy
+     * runs when the device reaches it, so the host buffer must stay unchanged (H2D) or unread (D2H)
+     * until the next synchronize() or blocking copy returns; pinned (host_alloc) memory on GPUs keeps
+     * it asynchronous. Lets a stage-3 gather of an offloaded parameter piece, or an activation
+     * checkpoint going to or from host memory, be queued without draining the device. */
+    void (*copy_async)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
     /* H2D or D2H on the backend's own stream for that direction (the CUDA backend has one each), so
      * it runs while compute work (the device part of Twin-Flow's Adam) does and the two directions
      * run at the same time. It is NOT ordered after queued compute work: the caller synchronize()s

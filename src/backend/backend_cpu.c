@@ -539,6 +539,7 @@ static const zt_backend cpu_backend = {
     .host_free = cpu_free,
     .memset_zero = cpu_memset_zero,
     .copy = cpu_copy,
+    .copy_async = cpu_copy,
     .transfer = cpu_copy,
     .synchronize = cpu_synchronize,
     .bind_thread = cpu_bind_thread,

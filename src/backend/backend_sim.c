@@ -22,6 +22,8 @@
  *     wait for the stream; synchronize() waits for the stream only. ZEROTRAIN_SIM_JITTER=SEED adds
  *     seeded random delays before every item on every lane, widening every window: a missing
  *     synchronize shows up as a wrong loss.
+ *   - Threads: a thread other than the one that asked for the device must call bind_thread before
+ *     any other entry (CUDA's threads start on GPU 0); one that does not is stopped, named.
  *   - Capacity: mem_info reports ZEROTRAIN_SIM_MEM (bytes with a unit, default 8GiB) and an alloc
  *     past it returns NULL, as cudaMalloc fails, so ratio auto, the estimate's device column and the
  *     out-of-memory messages are exercised.
@@ -151,10 +153,19 @@ static void sim_release(void *p) {
     pthread_mutex_unlock(&g_mem.lock);
 }
 
+/* Threads other than the one that made the device call bind_thread before using the table, as on
+ * CUDA (where they would otherwise make a context on GPU 0): the sim stops the run where one forgets. */
+static __thread int t_bound;
+static void sim_bind_thread(void) { t_bound = 1; }
+static void check_bound(const char *op) {
+    if (!t_bound) sim_fatal("%s: called from a thread that did not call bind_thread first", op);
+}
+
 /* The shadow address of [p, p + bytes) for op `op`'s argument `arg`, after checking that the range
  * lies inside one live allocation; NULL stays NULL. Runs on the caller's thread, so a bad pointer
  * stops the run with the caller's stack. */
 static void *dev(const void *p, size_t bytes, const char *op, const char *arg) {
+    check_bound(op);
     if (!p) return NULL;
     if (!in_arena(p)) sim_fatal("%s: %s = %p is host memory, not a device buffer", op, arg, p);
     size_t off = (size_t)((const char *)p - g_mem.arena);
@@ -320,8 +331,12 @@ static void w16_done(wide *w) {
 
 /* ------------------------------------------------------------------ memory entries */
 
-static void *sim_alloc(size_t bytes) { return sim_alloc_bytes(bytes); }
+static void *sim_alloc(size_t bytes) {
+    check_bound("alloc");
+    return sim_alloc_bytes(bytes);
+}
 static void sim_free(void *p) {
+    check_bound("free");
     lane_sync(&g_lane[LANE_COMPUTE]); /* as cudaFree: queued work may still use it */
     sim_release(p);
 }
@@ -347,6 +362,7 @@ static void sim_memset_zero(void *p, size_t bytes) {
 
 static void run_copy(sim_item *it) { memmove(it->p[0], it->p[1], it->n); }
 static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kind kind, const char *op) {
+    check_bound(op);
     sim_item *it = item(run_copy);
     it->p[0] = kind == ZT_D2H ? host(dst, op, "dst") : dev(dst, bytes, op, "dst");
     it->p[1] = kind == ZT_H2D ? host(src, op, "src") : dev(src, bytes, op, "src");
@@ -360,6 +376,9 @@ static void sim_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind
     run_and_wait(&g_lane[LANE_COMPUTE], it); /* host memory: returns once it may be reused or read */
     free(it);
 }
+static void sim_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (bytes) enqueue(copy_item(dst, src, bytes, kind, "copy_async")); /* touches the host buffer when it runs */
+}
 static void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
     sim_item *it = copy_item(dst, src, bytes, kind, "transfer");
@@ -367,8 +386,12 @@ static void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind 
     run_and_wait(&g_lane[kind == ZT_H2D ? LANE_H2D : kind == ZT_D2H ? LANE_D2H : LANE_COMPUTE], it);
     free(it);
 }
-static void sim_synchronize(void) { lane_sync(&g_lane[LANE_COMPUTE]); }
+static void sim_synchronize(void) {
+    check_bound("synchronize");
+    lane_sync(&g_lane[LANE_COMPUTE]);
+}
 static void sim_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    check_bound("mem_info");
     pthread_mutex_lock(&g_mem.lock);
     *free_bytes = g_mem.cap - g_mem.used;
     *total_bytes = g_mem.cap;
@@ -767,7 +790,8 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
     static const zt_backend sim_##SFX = {                                                                              \
         .name = "sim", .compute_dtype = DTYPE, .memory_is_host = 0,                                                    \
         .alloc = sim_alloc, .free = sim_free, .host_alloc = sim_host_alloc, .host_free = sim_host_free,                \
-        .memset_zero = sim_memset_zero, .copy = sim_copy, .transfer = sim_transfer, .synchronize = sim_synchronize,    \
+        .memset_zero = sim_memset_zero, .copy = sim_copy, .copy_async = sim_copy_async,                                 \
+        .transfer = sim_transfer, .synchronize = sim_synchronize, .bind_thread = sim_bind_thread,                      \
         .mem_info = sim_mem_info, .to_compute = to_compute_##SFX, .to_f32 = to_f32_##SFX,                              \
         .embedding_forward = embedding_forward_##SFX, .embedding_backward = embedding_backward_##SFX,                  \
         .layernorm_forward = layernorm_forward_##SFX, .layernorm_backward = layernorm_backward_##SFX,                  \
@@ -837,6 +861,7 @@ static void sim_start(void) {
 
 const zt_backend *zt_backend_sim(zt_dtype dtype, const char **why) {
     pthread_once(&g_once, sim_start);
+    t_bound = 1; /* the thread that asks for the device uses it, as zt_backend_cuda's caller does */
     if (why) *why = g_why;
     if (g_why) return NULL;
     return dtype == ZT_F16 ? &sim_f16 : &sim_bf16;

@@ -93,6 +93,7 @@ typedef struct zt_config {
     /* activation checkpointing */
     int ckpt_enabled;
     int ckpt_number_checkpoints; /* 0 = every block */
+    int ckpt_cpu;                /* cpu_checkpointing: kept block inputs in host memory */
 
     /* checkpoints */
     char *checkpoint_dir;

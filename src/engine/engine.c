@@ -307,7 +307,10 @@ void *zt_engine_params(zt_engine *e) {
 const void *zt_engine_full_grads(const zt_engine *e) { return e->grads_full; }
 double zt_engine_comm_seconds(const zt_engine *e) { return e->comm_seconds; }
 const zt_mem_account *zt_engine_memory(const zt_engine *e) { return &e->mem; }
-void zt_engine_count_activations(zt_engine *e, size_t bytes) { e->mem.device[ZT_MEM_ACTS] = bytes; }
+void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_bytes) {
+    e->mem.device[ZT_MEM_ACTS] = device_bytes;
+    e->mem.host[ZT_MEM_ACTS] = host_bytes;
+}
 
 void zt_engine_destroy(zt_engine *e) {
     if (!e->be) return;

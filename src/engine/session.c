@@ -28,6 +28,10 @@ const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
     return zt_backend_cpu();
 }
 
+zt_act_ckpt zt_act_ckpt_of(const zt_config *cfg) {
+    return (zt_act_ckpt){cfg->ckpt_enabled, cfg->ckpt_number_checkpoints, cfg->ckpt_cpu};
+}
+
 zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
     zt_gpt2_shape s = {cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->n_positions, 0};
     s.padded_vocab = (cfg->vocab_size + 127) / 128 * 128;
@@ -73,8 +77,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     /* the model's activation and scratch sizes, known before any memory is taken: ratio auto keeps
      * room for them (plus 2 GiB for cuBLASLt's workspace and the CUDA backend's own scratch) */
     zt_gpt2 plan;
-    if (zt_gpt2_plan(&plan, &s->shape, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
-                     zt_dtype_size(s->be->compute_dtype), err)) {
+    if (zt_gpt2_plan(&plan, &s->shape, B, T, zt_act_ckpt_of(cfg), zt_dtype_size(s->be->compute_dtype), err)) {
         zt_param_table_free(&s->table);
         return -1;
     }
@@ -127,13 +130,12 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     free(init);
     if (!s->engine) { zt_param_table_free(&s->table); return -1; }
     s->src = zt_engine_param_source(s->engine);
-    if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
-                       err)) {
+    if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, B, T, zt_act_ckpt_of(cfg), err)) {
         zt_engine_close(s->engine);
         zt_param_table_free(&s->table);
         return -1;
     }
-    zt_engine_count_activations(s->engine, s->model.act_bytes);
+    zt_engine_count_activations(s->engine, s->model.act_bytes, s->model.act_host_bytes);
     return 0;
 }
 

@@ -223,8 +223,13 @@ static void start_gather(zt_engine *e, int seg, zt_gather_buf *g, int ahead) {
         send = e->param_swap ? inf_param_fetch(e, seg) /* NVMe -> host staging (read ahead, or now) */
                              : at(e, e->params, mine - e->lay.lo);
         if (e->params_on_host) {
+            /* up into its place in g, after the queued work still reading g. From the host shard the copy
+             * is queued without waiting (the shard is not written before the step's norm drains the
+             * device), so a prefetch does not drain the compute stream; an NVMe staging buffer is
+             * reused by the reads ahead, so that copy completes before they can start. */
             void *place = at(e, g->buf, mine - a);
-            e->be->copy(place, send, k * esz(e), ZT_H2D); /* after queued work still reading g */
+            if (e->param_swap) e->be->copy(place, send, k * esz(e), ZT_H2D);
+            else e->be->copy_async(place, send, k * esz(e), ZT_H2D);
             send = place;
         }
     }
