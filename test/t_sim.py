@@ -121,6 +121,12 @@ m = re.search(r"memory step 1: sim .* comm ([0-9.]+) = ", p.stdout)
 ztlib.check(p.returncode == 0 and m and float(m.group(1)) == 0.0, "one_rank_stage3_no_landing_zone",
             p.stdout[-600:] + p.stderr[-400:])
 
+# the log says where the states live: on NVMe, not "in host memory" (the host holds staging buffers)
+p, rows = sim_run([stage(3), PAR_NVME, OPT_NVME], 1, seed=0, iters=1)
+ztlib.check(p.returncode == 0 and "parameter shard (" in p.stdout and "is on NVMe" in p.stdout and
+            "elements on NVMe" in p.stdout and "in host memory" not in p.stdout, "nvme_log_says_nvme",
+            "\n".join(l for l in p.stdout.splitlines() if "host memory" in l or "NVMe" in l))
+
 # a missing synchronize before the Twin-Flow D2H lane gives another loss
 twin = [stage(2), OPT_CPU.format(0.5, "false")]
 p_ok, good = sim_run(twin, 1, seed=3, iters=6)

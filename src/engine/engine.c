@@ -469,14 +469,19 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
     if (e->mem.nvme[ZT_MEM_OPTIM] + e->mem.nvme[ZT_MEM_PARAMS])
         zt_info("memory per rank (nvme): params %.1f MiB, optimizer %.1f MiB", e->mem.nvme[ZT_MEM_PARAMS] / 1048576.0,
                 e->mem.nvme[ZT_MEM_OPTIM] / 1048576.0);
+    /* where each state really lives: on NVMe the host holds staging buffers only */
     if (e->params_on_host)
-        zt_info("offload_param: the parameter shard (%.1f MiB) is in host memory; the device holds gathered segments "
-                "only (%d rotating buffer(s), prefetch depth %d)", (double)e->lay.shard * esz(e) / 1048576.0,
+        zt_info("offload_param: the parameter shard (%.1f MiB) is %s; the device holds gathered segments only (%d "
+                "rotating buffer(s), prefetch depth %d)", (double)e->lay.shard * esz(e) / 1048576.0,
+                e->param_swap ? "on NVMe (offload_param.nvme_path), read through host staging buffers" : "in host memory",
                 e->n_rotating, e->prefetch_depth);
     if (e->off.enabled)
-        zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements in host memory "
-                "(%.1f MiB, %s transfer buffers)", e->offload_ratio, e->host_n, e->lay.opt_hi - e->lay.opt_lo,
-                (double)e->mem.host[ZT_MEM_OPTIM] / 1048576.0, e->host_pinned ? "pinned" : "pageable");
+        zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements %s (%.1f MiB "
+                "%s, %s transfer buffers)", e->offload_ratio, e->host_n, e->lay.opt_hi - e->lay.opt_lo,
+                e->off.nvme_path ? "on NVMe (offload_optimizer.nvme_path)" : "in host memory",
+                (double)(e->off.nvme_path ? e->mem.nvme[ZT_MEM_OPTIM] : e->mem.host[ZT_MEM_OPTIM]) / 1048576.0,
+                e->off.nvme_path ? "there, staged through host buffers" : "there",
+                e->host_pinned ? "pinned" : "pageable");
     zt_info("model states: %.1f MiB allocated, ZeRO formula %.1f MiB (stage %d, %d ranks, shard %zu of %zu elements)",
             (double)zt_engine_model_state_bytes(e) / 1048576.0, (double)zt_engine_model_state_formula(e) / 1048576.0,
             e->opt.stage, e->lay.world, e->lay.shard, e->lay.total);
