@@ -6,7 +6,8 @@
 # each of their files, as on a machine that never had them. There `run` checks the libraries with
 # ldd, runs selftest's CPU harness on 1 and 2 ranks (the packed mpirun), a smoke case's reference
 # side on 1 and on 2 ranks and the 10B estimate, and reports "no GPU" for the GPU parts; with one
-# packed library removed, its ldd check names it and the run fails. Needs root (unshare -m) and
+# packed library removed, its ldd check names it and the run fails. CUDA's libraries and NCCL are
+# moved, as far as the binary can tell, into a pip wheel's layout, where run must find them. Needs root (unshare -m) and
 # Debian's mirrors or the debs cached in ~/.cache/zerotrain/debs by an earlier pack.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -55,6 +56,14 @@ set -u
 tmp=$1; pack=$tmp/pack
 export LD_LIBRARY_PATH=$tmp/toollibs TMPDIR=$tmp/tmpdir OMP_NUM_THREADS=1
 while read -r f; do mount --bind /dev/null "$f" || { echo "FAIL gpu_check_hide: mount over $f"; exit 1; }; done <"$tmp/hidden"
+# CUDA's libraries and NCCL as pip's wheels lay them out (site-packages/nvidia/*/lib, on PYTHONPATH),
+# and not where the binary was linked (its RUNPATH) or where the loader's cache says
+cuda_dir=$(readlink -f "$(dirname "$(ldconfig -p | awk '$1 == "libnccl.so.2" { print $NF; exit }')")")
+for l in nccl/libnccl.so.2 cublas/libcublas.so.13 cublas/libcublasLt.so.13 cuda_runtime/libcudart.so.13; do
+    mkdir -p "$tmp/site/nvidia/${l%/*}/lib" && touch "$tmp/site/nvidia/${l%/*}/lib/${l#*/}" &&
+        mount --bind "$cuda_dir/${l#*/}" "$tmp/site/nvidia/${l%/*}/lib/${l#*/}" || { echo "FAIL gpu_check_wheel_layout: $l"; exit 1; }
+done
+mount -t tmpfs none "$cuda_dir" && export PYTHONPATH=$tmp/site || { echo "FAIL gpu_check_hide_cuda: $cuda_dir"; exit 1; }
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; }
 expect() { if [[ $2 =~ $3 ]]; then pass "$1"; else fail "$1" "expected /$3/ in: $(tail -c 600 <<<"$2")"; fi; }
@@ -68,6 +77,8 @@ log=$("$pack/run" --out "$o1" --parts selftest,smoke,10b --cases '^s3-param-nvme
 report=$(cat "$o1/report.md" 2>/dev/null)
 if ((rc == 0)) && [ -n "$report" ]; then pass gpu_check_run_1rank; else fail gpu_check_run_1rank "exit $rc: $(tail -n 8 <<<"$log")"; fi
 expect gpu_check_libs_resolve_in_pack "$(cat "$o1/parts/libs.verdict" 2>/dev/null)" "^PASS: all [0-9]+ libraries resolve"
+expect gpu_check_nccl_found_in_wheel "$report" "libnccl.so.2: found in $tmp/site/nvidia/nccl/lib \(wheel\)"
+expect gpu_check_nccl_where_in_verdict "$(cat "$o1/parts/libs.verdict" 2>/dev/null)" "NCCL from $tmp/site/nvidia/nccl/lib/libnccl.so.2"
 if grep -q 'from the system, not the pack' <<<"$report"; then fail gpu_check_nothing_from_system "$(grep 'from the system' <<<"$report")"
 else pass gpu_check_nothing_from_system; fi
 selftest=$(cat "$o1/parts/selftest.verdict" 2>/dev/null)
