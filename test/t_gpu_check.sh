@@ -48,6 +48,9 @@ done | sort -u | while read -r lib; do
     printf '%s\n' "${hide[@]}" | grep -qxF "$real" && cp "$real" "$tmp/toollibs/$(basename "$lib")"
 done
 printf '%s\n' "${hide[@]}" >"$tmp/hidden"
+# the CUDA libraries the binary links (none in a CUDA=0 build): "soname real-path"
+ldd ./zerotrain | awk '$1 ~ /^lib(nccl|cudart|cublas|cublasLt)\.so/ && $3 ~ /^\// { print $1, $3 }' |
+    while read -r so path; do echo "$so $(readlink -f "$path")"; done >"$tmp/cudalibs"
 echo "hiding ${#hide[@]} files of $(grep -c . <<<"$(awk '/^## Debian packages/ { f = 1; next } /^$/ { f = 0 } f' "$pack/MANIFEST")") packages"
 
 # everything below runs in the namespace; its output is the test's (PASS/FAIL lines)
@@ -56,14 +59,17 @@ set -u
 tmp=$1; pack=$tmp/pack
 export LD_LIBRARY_PATH=$tmp/toollibs TMPDIR=$tmp/tmpdir OMP_NUM_THREADS=1
 while read -r f; do mount --bind /dev/null "$f" || { echo "FAIL gpu_check_hide: mount over $f"; exit 1; }; done <"$tmp/hidden"
-# CUDA's libraries and NCCL as pip's wheels lay them out (site-packages/nvidia/*/lib, on PYTHONPATH),
-# and not where the binary was linked (its RUNPATH) or where the loader's cache says
-cuda_dir=$(readlink -f "$(dirname "$(ldconfig -p | awk '$1 == "libnccl.so.2" { print $NF; exit }')")")
-for l in nccl/libnccl.so.2 cublas/libcublas.so.13 cublas/libcublasLt.so.13 cuda_runtime/libcudart.so.13; do
-    mkdir -p "$tmp/site/nvidia/${l%/*}/lib" && touch "$tmp/site/nvidia/${l%/*}/lib/${l#*/}" &&
-        mount --bind "$cuda_dir/${l#*/}" "$tmp/site/nvidia/${l%/*}/lib/${l#*/}" || { echo "FAIL gpu_check_wheel_layout: $l"; exit 1; }
+# CUDA's libraries and NCCL (of a CUDA build) as pip's wheels lay them out (site-packages/nvidia/*/lib,
+# on PYTHONPATH), and no longer where the binary was linked (its RUNPATH) nor in the loader's cache
+while read -r so real; do
+    case $so in libnccl*) w=nccl ;; libcublas*) w=cublas ;; *) w=cuda_runtime ;; esac
+    mkdir -p "$tmp/site/nvidia/$w/lib" && touch "$tmp/site/nvidia/$w/lib/$so" &&
+        mount --bind "$real" "$tmp/site/nvidia/$w/lib/$so" || { echo "FAIL gpu_check_wheel_layout: $so"; exit 1; }
+done <"$tmp/cudalibs"
+for d in $(awk '{ sub(/\/[^\/]*$/, "", $2); print $2 }' "$tmp/cudalibs" | sort -u); do
+    mount -t tmpfs none "$d" || { echo "FAIL gpu_check_hide_cuda: $d"; exit 1; }
 done
-mount -t tmpfs none "$cuda_dir" && export PYTHONPATH=$tmp/site || { echo "FAIL gpu_check_hide_cuda: $cuda_dir"; exit 1; }
+export PYTHONPATH=$tmp/site
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; }
 expect() { if [[ $2 =~ $3 ]]; then pass "$1"; else fail "$1" "expected /$3/ in: $(tail -c 600 <<<"$2")"; fi; }
@@ -77,8 +83,12 @@ log=$("$pack/run" --out "$o1" --parts selftest,smoke,10b --cases '^s3-param-nvme
 report=$(cat "$o1/report.md" 2>/dev/null)
 if ((rc == 0)) && [ -n "$report" ]; then pass gpu_check_run_1rank; else fail gpu_check_run_1rank "exit $rc: $(tail -n 8 <<<"$log")"; fi
 expect gpu_check_libs_resolve_in_pack "$(cat "$o1/parts/libs.verdict" 2>/dev/null)" "^PASS: all [0-9]+ libraries resolve"
-expect gpu_check_nccl_found_in_wheel "$report" "libnccl.so.2: found in $tmp/site/nvidia/nccl/lib \(wheel\)"
-expect gpu_check_nccl_where_in_verdict "$(cat "$o1/parts/libs.verdict" 2>/dev/null)" "NCCL from $tmp/site/nvidia/nccl/lib/libnccl.so.2"
+if grep -q libnccl "$tmp/cudalibs"; then
+    expect gpu_check_nccl_found_in_wheel "$report" "libnccl.so.2: found in $tmp/site/nvidia/nccl/lib \(wheel\)"
+    expect gpu_check_nccl_where_in_verdict "$(cat "$o1/parts/libs.verdict" 2>/dev/null)" "NCCL from $tmp/site/nvidia/nccl/lib/libnccl.so.2"
+else
+    echo "SKIP gpu_check_nccl_found_in_wheel: ./zerotrain is built without CUDA (CUDA=0)"
+fi
 if grep -q 'from the system, not the pack' <<<"$report"; then fail gpu_check_nothing_from_system "$(grep 'from the system' <<<"$report")"
 else pass gpu_check_nothing_from_system; fi
 selftest=$(cat "$o1/parts/selftest.verdict" 2>/dev/null)
