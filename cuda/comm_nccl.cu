@@ -13,10 +13,11 @@
  * event of its own into a ring, and the watchdog thread (nccl_probe) walks the ring from the oldest
  * operation it has not seen complete, and asks NCCL for asynchronous errors; a sticky CUDA error,
  * which fails the ring's events whatever kernel caused it, is reported as the GPU's. The stream is
- * drained, watched, before the comm is destroyed. */
+ * drained, watched, before the comm is destroyed. NCCL itself is loaded at run time (nccl_load). */
 #include "cuda_common.cuh"
 #include <nccl.h>
 #include <cstring>
+#include <dlfcn.h>
 #include <pthread.h>
 
 extern "C" {
@@ -28,10 +29,41 @@ extern "C" {
 #include "util/test_hooks.h"
 }
 
+/* NCCL is loaded at run time (dlopen), not linked: a binary carried to a GPU machine without NCCL's
+ * 218 MB still starts, and its ranks train on the host-staged comm (comm/comm_staged.c) instead.
+ * libnccl.so.2 is looked up as any library is (LD_LIBRARY_PATH, the binary's RUNPATH, ldconfig). */
+#define NCCL_API(X) X(AllGather) X(AllReduce) X(Broadcast) X(CommAbort) X(CommDestroy) X(CommGetAsyncError) \
+    X(CommInitRank) X(GetErrorString) X(GetUniqueId) X(GroupEnd) X(GroupStart) X(Reduce) X(ReduceScatter)
+static struct {
+#define NCCL_MEMBER(f) decltype(&nccl##f) f;
+    NCCL_API(NCCL_MEMBER)
+#undef NCCL_MEMBER
+} g_nccl;
+#define NCCL(f) g_nccl.f
+
+/* NULL once every entry is loaded, else why not (the first call decides for the process) */
+static const char *nccl_load(void) {
+    static int state; /* 0 not tried, 1 loaded, -1 failed */
+    static char why[512];
+    if (state == 0) {
+        void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+        state = lib ? 1 : -1;
+        if (!lib) snprintf(why, sizeof why, "cannot load NCCL: %s", dlerror());
+#define NCCL_LOAD(f)                                                                                           \
+    if (state == 1 && !(g_nccl.f = (decltype(g_nccl.f))dlsym(lib, "nccl" #f))) {                              \
+        snprintf(why, sizeof why, "libnccl.so.2 has no nccl" #f " (NCCL too old?)");                          \
+        state = -1;                                                                                           \
+    }
+        NCCL_API(NCCL_LOAD)
+#undef NCCL_LOAD
+    }
+    return state == 1 ? NULL : why;
+}
+
 #define ZT_NCCL_CHECK(call)                                                                                   \
     do {                                                                                                      \
         ncclResult_t zt_r_ = (call);                                                                          \
-        if (zt_r_ != ncclSuccess) zt_cuda_fatal(#call, ncclGetErrorString(zt_r_), __FILE__, __LINE__);       \
+        if (zt_r_ != ncclSuccess) zt_cuda_fatal(#call, NCCL(GetErrorString)(zt_r_), __FILE__, __LINE__);       \
     } while (0)
 
 struct zt_comm_req {
@@ -157,9 +189,9 @@ static int nccl_probe(void *ctx, zt_watchdog_op *op) {
         return -1;
     }
     ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(m->nccl, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+    if (NCCL(CommGetAsyncError)(m->nccl, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
         if (context_lost(op)) return -2; /* NCCL saw the lost context (ncclUnhandledCudaError) */
-        snprintf(op->error, sizeof op->error, "ncclCommGetAsyncError: %s", ncclGetErrorString(async));
+        snprintf(op->error, sizeof op->error, "ncclCommGetAsyncError: %s", NCCL(GetErrorString)(async));
         return -1;
     }
     return st;
@@ -168,7 +200,7 @@ static int nccl_probe(void *ctx, zt_watchdog_op *op) {
  * NCCL's kernels and proxy threads give up at once, its teardown may wait for the device forever */
 static void nccl_watch_abort(void *ctx) {
     cudaSetDevice(g_zt.device); /* a new thread's current device is GPU 0 */
-    ncclCommAbort(((nccl_impl *)ctx)->nccl);
+    NCCL(CommAbort)(((nccl_impl *)ctx)->nccl);
 }
 
 static bool equal_counts(const zt_comm *c, const size_t *counts) {
@@ -186,7 +218,7 @@ static zt_comm_req *nccl_allreduce_sum(zt_comm *c, void *buf, size_t count, zt_d
     nccl_impl *m = impl_of(c);
     zt_comm_count_allreduce(c, ZT_COLL_ALLREDUCE, count * zt_dtype_size(t));
     begin_op(m);
-    if (count) ZT_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, m->nccl, m->stream));
+    if (count) ZT_NCCL_CHECK(NCCL(AllReduce)(buf, buf, count, nccl_type(t), ncclSum, m->nccl, m->stream));
     return end_op(m, "NCCL all-reduce", count * zt_dtype_size(t));
 }
 
@@ -198,18 +230,18 @@ static zt_comm_req *nccl_reduce_scatter_sum(zt_comm *c, const void *send, void *
     begin_op(m);
     if (equal_counts(c, counts)) {
         if (counts[0])
-            ZT_NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], nccl_type(t), ncclSum, m->nccl, m->stream));
+            ZT_NCCL_CHECK(NCCL(ReduceScatter)(send, recv, counts[0], nccl_type(t), ncclSum, m->nccl, m->stream));
     } else {
         /* rank r's piece is the sum of every rank's r-th piece: a reduce rooted at r */
-        ZT_NCCL_CHECK(ncclGroupStart());
+        ZT_NCCL_CHECK(NCCL(GroupStart)());
         size_t off = 0;
         for (int r = 0; r < c->world; r++) {
             if (counts[r])
-                ZT_NCCL_CHECK(ncclReduce((const char *)send + off * es, recv, counts[r], /* recv: used at root r only */
+                ZT_NCCL_CHECK(NCCL(Reduce)((const char *)send + off * es, recv, counts[r], /* recv: used at root r only */
                                          nccl_type(t), ncclSum, r, m->nccl, m->stream));
             off += counts[r];
         }
-        ZT_NCCL_CHECK(ncclGroupEnd());
+        ZT_NCCL_CHECK(NCCL(GroupEnd)());
     }
     return end_op(m, "NCCL reduce-scatter", sum_counts(c, counts) * es);
 }
@@ -221,17 +253,17 @@ static zt_comm_req *nccl_allgather(zt_comm *c, const void *send, void *recv, con
     begin_op(m);
     if (equal_counts(c, counts)) {
         /* in place when send is this rank's piece of recv (NCCL supports exactly that case) */
-        if (counts[0]) ZT_NCCL_CHECK(ncclAllGather(send, recv, counts[0], nccl_type(t), m->nccl, m->stream));
+        if (counts[0]) ZT_NCCL_CHECK(NCCL(AllGather)(send, recv, counts[0], nccl_type(t), m->nccl, m->stream));
     } else {
-        ZT_NCCL_CHECK(ncclGroupStart());
+        ZT_NCCL_CHECK(NCCL(GroupStart)());
         size_t off = 0;
         for (int r = 0; r < c->world; r++) {
             if (counts[r])
-                ZT_NCCL_CHECK(ncclBroadcast(r == c->rank ? send : (char *)recv + off * es, (char *)recv + off * es, counts[r],
+                ZT_NCCL_CHECK(NCCL(Broadcast)(r == c->rank ? send : (char *)recv + off * es, (char *)recv + off * es, counts[r],
                                             nccl_type(t), r, m->nccl, m->stream));
             off += counts[r];
         }
-        ZT_NCCL_CHECK(ncclGroupEnd());
+        ZT_NCCL_CHECK(NCCL(GroupEnd)());
     }
     return end_op(m, "NCCL all-gather", sum_counts(c, counts) * es);
 }
@@ -240,7 +272,7 @@ static zt_comm_req *nccl_broadcast(zt_comm *c, void *buf, size_t bytes, int root
     nccl_impl *m = impl_of(c);
     zt_comm_count_broadcast(c, bytes, root);
     begin_op(m);
-    if (bytes) ZT_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
+    if (bytes) ZT_NCCL_CHECK(NCCL(Broadcast)(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
     return end_op(m, "NCCL broadcast", bytes);
 }
 
@@ -287,7 +319,7 @@ static void nccl_destroy(zt_comm *c) {
     (void)drain_comm_stream(m);
     zt_watchdog_unwatch(m);
     zt_watchdog_enter("NCCL comm teardown", 0);
-    ncclCommDestroy(m->nccl);
+    NCCL(CommDestroy)(m->nccl);
     zt_watchdog_leave();
     for (int i = 0; i < WATCH_RING; i++) cudaEventDestroy(m->ring[i].done);
     pthread_mutex_destroy(&m->mu);
@@ -306,13 +338,19 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     }
     zt_comm *mpi = zt_comm_mpi(NULL, err);
     if (!mpi) return NULL;
+    /* every rank must have NCCL (machines differ): all use it, or none does */
+    const char *no_nccl = nccl_load();
+    if (zt_agree(mpi, no_nccl ? zt_fail(err, "%s", no_nccl) : 0, err)) {
+        mpi->destroy(mpi);
+        return NULL;
+    }
     /* rank 0 creates the id; everybody learns whether that worked before going on */
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     int rc = 0;
     ncclResult_t res = ncclSuccess;
-    if (mpi->rank == 0 && (res = ncclGetUniqueId(&id)) != ncclSuccess)
-        rc = zt_fail(err, "ncclGetUniqueId failed on rank 0: %s", ncclGetErrorString(res));
+    if (mpi->rank == 0 && (res = NCCL(GetUniqueId)(&id)) != ncclSuccess)
+        rc = zt_fail(err, "ncclGetUniqueId failed on rank 0: %s", NCCL(GetErrorString)(res));
     if (zt_agree(mpi, rc, err)) {
         mpi->destroy(mpi);
         return NULL;
@@ -321,13 +359,13 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
 
     nccl_impl *m = (nccl_impl *)zt_xcalloc(1, sizeof *m);
     m->mpi = mpi;
-    res = ncclCommInitRank(&m->nccl, mpi->world, id, mpi->rank);
+    res = NCCL(CommInitRank)(&m->nccl, mpi->world, id, mpi->rank);
     int bad = res != ncclSuccess;
     if (bad)
         rc = zt_fail(err, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s", mpi->rank, mpi->world, g_zt.device,
-                     ncclGetErrorString(res));
+                     NCCL(GetErrorString)(res));
     if (zt_agree(mpi, rc, err)) {
-        if (!bad) ncclCommDestroy(m->nccl);
+        if (!bad) NCCL(CommDestroy)(m->nccl);
         mpi->destroy(mpi);
         free(m);
         return NULL;
