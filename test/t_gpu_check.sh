@@ -84,7 +84,7 @@ if mpirun --version >/dev/null 2>&1; then fail gpu_check_system_mpirun_hidden "m
 
 # 1 rank: libraries, selftest (CPU harness on 1 and 2 ranks), a smoke case, the 10B estimate
 o1=$tmp/out1
-log=$("$pack/run" --out "$o1" --parts selftest,smoke,10b --cases '^s3-param-nvme-opt-nvme-overlap-on$' --steps 2 2>&1); rc=$?
+log=$("$pack/run" --out "$o1" --parts selftest,smoke,10b,largest --cases '^s3-param-nvme-opt-nvme-overlap-on$' --steps 2 2>&1); rc=$?
 report=$(cat "$o1/report.md" 2>/dev/null)
 if ((rc == 0)) && [ -n "$report" ]; then pass gpu_check_run_1rank; else fail gpu_check_run_1rank "exit $rc: $(tail -n 8 <<<"$log")"; fi
 expect gpu_check_libs_resolve_in_pack "$(cat "$o1/parts/libs.verdict" 2>/dev/null)" "^PASS: all [0-9]+ libraries resolve"
@@ -103,6 +103,8 @@ expect gpu_check_selftest_cpu_2ranks_packed_mpirun "$selftest" "cpu harness 2 ra
 expect gpu_check_smoke_no_gpu_1rank "$(cat "$o1/parts/smoke.verdict" 2>/dev/null)" "^no GPU.*sim side of 1 cases trained on 1 rank"
 expect gpu_check_smoke_losses_1rank "$(cat "$o1/smoke/s3-param-nvme-opt-nvme-overlap-on.sim.loss" 2>/dev/null)" "^[0-9]+\.[0-9]+"$'\n'"[0-9]+\.[0-9]+$"
 expect gpu_check_10b_estimate "$(cat "$o1/logs/10b_estimate.log" 2>/dev/null)" "stage 2: "
+# the largest GPT-2 for one 80 GiB GPU with parameter offload: estimate's answer, training skipped
+expect gpu_check_largest_no_gpu "$(cat "$o1/parts/largest.verdict" 2>/dev/null)" "^no GPU.*params cpu: L[0-9]+ C[0-9]+ \([0-9.]+M parameters\), training skipped;params nvme: L[0-9]+ C[0-9]+"
 expect gpu_check_report_verdict_table "$report" "\| libs \| PASS.*\| selftest \| no GPU.*\| smoke \| no GPU.*\| 10b \| "
 
 # 2 ranks under the packed mpirun: another smoke case
