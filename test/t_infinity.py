@@ -330,13 +330,9 @@ def rank_pids_alive(marker):
 
 def corrupt_during_run(name, purpose, sets):
     ck = os.path.join(tmp, f"ck_{name}")
-    wrapped = 'b=$1; shift; "$b" "$@"; s=$?; echo "rank-exit $OMPI_COMM_WORLD_RANK $s" >&2; exit $s'
-    proc = subprocess.Popen(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "--mca",
-                             "orte_abort_on_non_zero_status", "0", "sh", "-c", wrapped, "sh", ztlib.BIN, "train", cfg,
-                             "--set", "train_iters=400", "--set", "zero_optimization.stage=3", "--set",
-                             f"checkpoint.dir={ck}", "--set", "checkpoint.save_interval=2", "--set", "steps_per_print=1"] +
-                            sum((["--set", s] for s in sets), []),
-                            cwd=ztlib.ROOT, env=ztlib.ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = ztlib.popen_rank_exits(["train", cfg, "--set", "train_iters=400", "--set", "zero_optimization.stage=3",
+                                   "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.save_interval=2", "--set",
+                                   "steps_per_print=1"] + sum((["--set", s] for s in sets), []))
     poked, left = [], None
     for line in proc.stdout:
         m = re.search(r"step +(\d+)/400", line)
@@ -355,13 +351,7 @@ def corrupt_during_run(name, purpose, sets):
                 f.seek(at)
                 f.write(bytes([left]))
                 poked.append((int(m.group(1)), path, at))
-    try:
-        _, err_text = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err_text = proc.communicate()
-    errs = [l for l in err_text.splitlines() if l.startswith("zerotrain: error:")]
-    status = dict(map(int, l.split()[1:]) for l in err_text.splitlines() if l.startswith("rank-exit "))
+    err_text, errs, status = ztlib.end_rank_exits(proc, 60)
     print("   ", errs, "poked (step, file, byte):", poked[:3], "rank exits:", status)
     m = re.fullmatch(r"zerotrain: error: (\S+): checksum mismatch in 4096 bytes at byte (\d+) \(step (\d+)\): .*",
                      errs[0]) if len(errs) == 1 else None
