@@ -50,7 +50,7 @@ fail:
 }
 
 void zt_dataset_close(zt_dataset *d) {
-    if (d->fd >= 0) close(d->fd);
+    if (d->paths && d->fd_file >= 0) close(d->fd); /* a dataset never opened is all zeros: fd 0 is not its */
     for (int f = 0; f < d->n_files; f++) free(d->paths[f]);
     free(d->paths);
     free(d->first);
