@@ -72,15 +72,23 @@ static int shard_of(const zt_dataset *d, size_t pos) {
     return lo;
 }
 
-/* n tokens of shard f from its token `at` into out, checked against the vocabulary */
-static int read_from_shard(zt_dataset *d, int f, size_t at, size_t n, uint16_t *out, zt_err *err) {
+/* n tokens of shard f from its token `at` into out, checked against the vocabulary. `advice` tells the
+ * kernel how the file is read: POSIX_FADV_RANDOM for training's shuffled windows (no read-ahead
+ * around them: a rank reads the pages of its windows only), POSIX_FADV_SEQUENTIAL for in-order
+ * batches (a larger read-ahead). */
+static int read_from_shard(zt_dataset *d, int f, size_t at, size_t n, uint16_t *out, int advice, zt_err *err) {
     const char *path = d->paths[f];
     if (d->fd_file != f) {
-        if (d->fd >= 0) close(d->fd);
+        if (d->fd_file >= 0) close(d->fd);
         d->fd_file = -1;
         d->fd = open(path, O_RDONLY | O_CLOEXEC);
         if (d->fd < 0) return zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
         d->fd_file = f;
+        d->advice = -1;
+    }
+    if (d->advice != advice) {
+        posix_fadvise(d->fd, 0, 0, advice); /* only advice: the reads are correct without it */
+        d->advice = advice;
     }
     size_t want = n * sizeof *out, got = 0;
     off_t offset = (off_t)(ZT_SHARD_HEADER_BYTES + at * sizeof *out);
@@ -107,7 +115,7 @@ static int read_from_shard(zt_dataset *d, int f, size_t at, size_t n, uint16_t *
 }
 
 /* tokens [pos, pos + n) of the concatenation, wrapping around at its end, into d->scratch */
-static int read_tokens(zt_dataset *d, size_t pos, size_t n, zt_err *err) {
+static int read_tokens(zt_dataset *d, size_t pos, size_t n, int advice, zt_err *err) {
     if (n > d->scratch_cap) {
         d->scratch = zt_xrealloc(d->scratch, n * sizeof *d->scratch);
         d->scratch_cap = n;
@@ -117,7 +125,7 @@ static int read_tokens(zt_dataset *d, size_t pos, size_t n, zt_err *err) {
         int f = shard_of(d, pos);
         size_t k = d->first[f + 1] - pos;
         if (k > n - done) k = n - done;
-        if (read_from_shard(d, f, pos - d->first[f], k, d->scratch + done, err)) return -1;
+        if (read_from_shard(d, f, pos - d->first[f], k, d->scratch + done, advice, err)) return -1;
         done += k, pos += k;
     }
     return 0;
@@ -150,14 +158,14 @@ int zt_dataset_sample(zt_dataset *d, uint64_t k, int *inputs, int *targets, zt_e
     long epoch = (long)(k / d->n_windows);
     if (epoch != d->perm_epoch) make_perm(d, epoch);
     size_t start = (size_t)d->perm[k % d->n_windows] * (size_t)d->T;
-    if (read_tokens(d, start, (size_t)d->T + 1, err)) return -1;
+    if (read_tokens(d, start, (size_t)d->T + 1, POSIX_FADV_RANDOM, err)) return -1;
     split_inputs_targets(d, (size_t)d->T, inputs, targets);
     return 0;
 }
 
 int zt_dataset_sequential(zt_dataset *d, size_t p, int B, int *inputs, int *targets, zt_err *err) {
     size_t n = (size_t)B * d->T;
-    if (read_tokens(d, p, n + 1, err)) return -1;
+    if (read_tokens(d, p, n + 1, POSIX_FADV_SEQUENTIAL, err)) return -1;
     split_inputs_targets(d, n, inputs, targets);
     return 0;
 }

@@ -21,7 +21,8 @@ typedef struct zt_dataset {
     int n_files;
     char **paths;          /* [n_files] */
     size_t *first;         /* [n_files + 1]: index of each shard's first token in the concatenation */
-    int fd, fd_file;       /* the shard open for reading now (-1: none) */
+    int fd, fd_file;       /* the shard open for reading now (fd_file -1: none) */
+    int advice;            /* the posix_fadvise given for fd (random or sequential access), -1 none */
     uint16_t *scratch;     /* raw tokens of the last read */
     size_t scratch_cap;
     int vocab_size;
