@@ -24,7 +24,7 @@
 
 static const zt_enumval warmup_types[] = {{"log", 1}, {"linear", 0}, {NULL, 0}};
 static const zt_enumval devices[] = {{"auto", ZT_DEVICE_AUTO}, {"cpu", ZT_DEVICE_CPU}, {"cuda", ZT_DEVICE_CUDA},
-                                     {NULL, 0}};
+                                     {"sim", ZT_DEVICE_SIM},   {NULL, 0}};
 const zt_enumval zt_sched_types[] = {{"WarmupLR", ZT_SCHED_WARMUP_LR},
                                      {"WarmupDecayLR", ZT_SCHED_WARMUP_DECAY_LR},
                                      {"WarmupCosineLR", ZT_SCHED_WARMUP_COSINE_LR},
@@ -306,7 +306,8 @@ const zt_keydef zt_config_keys[] = {
     KEY("comm_timeout", K_DOUBLE, comm_timeout, .def = 600, .lo = 0, .hi = INF, .flags = E,
         .help = "seconds a collective may wait without progress before the watchdog ends the job; 0 = off"),
     KEY("seed", K_U64, seed, .def = 1337, .lo = 0, .hi = INF, .flags = E, .help = "seed for init, data, sampling"),
-    KEY("device", K_ENUM, device, .def = ZT_DEVICE_AUTO, .flags = E, .ev = devices, .help = "auto, cpu or cuda"),
+    KEY("device", K_ENUM, device, .def = ZT_DEVICE_AUTO, .flags = E, .ev = devices,
+        .help = "auto, cpu, cuda, or sim (the simulated GPU, a test device: bf16, fp16 with fp16.enabled)"),
 
     /* DeepSpeed keys accepted and ignored, with a note */
     NOTE("prescale_gradients"), NOTE("gradient_predivide_factor"), NOTE("zero_allow_untested_optimizer"),
@@ -613,4 +614,10 @@ void zt_config_print_keys(FILE *f) {
         free(b.p);
     }
     zt_config_free(&def);
+}
+
+int zt_config_device_named(const char *name) {
+    for (const zt_enumval *v = devices; v->name; v++)
+        if (!strcmp(v->name, name)) return v->value;
+    return -1;
 }

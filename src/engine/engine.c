@@ -201,7 +201,8 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         e->grad_pool_seg[0] = e->grad_pool_seg[1] = e->grad_pool_seg[2] = -1;
         e->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_grad);
     }
-    if (stage >= 2 || (stage == 1 && e->lay.world > 1)) e->recv_tmp = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_COMM);
+    /* the reduce-scatter landing zone; one rank reduces straight into its shard (zero_comm.c) */
+    if (stage >= 1 && e->lay.world > 1) e->recv_tmp = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_COMM);
     if (!failed && stage == 3) failed = zero_alloc_gather(e, err);
     /* ratio auto below is collective: what failed on some ranks only (a swap file that does not fit,
      * out of memory) must stop every rank here, not leave the others waiting in the calibration */
@@ -228,7 +229,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     if (e->host_n && twin_alloc(e)) goto oom;
     if ((!e->params && !e->param_swap) || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
         (e->params_on_host && !fp32 && !e->dev_params_out) ||
-        (e->opt.stage >= 1 && !e->recv_tmp && (stage >= 2 || e->lay.world > 1)) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
+        (stage >= 1 && e->lay.world > 1 && !e->recv_tmp) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
         goto oom;
     if (e->host_n && e->off.nvme_path && inf_open(e, err)) {
         zt_engine_destroy(e);

@@ -77,6 +77,11 @@ static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
         f.send = send;
         if (e->opt.stage == 0) {
             f.req = e->comm->allreduce_sum(e->comm, (void *)send, y - x, e->be->compute_dtype);
+        } else if (e->lay.world == 1) {
+            /* one rank (stages 2-3): the bucket is the whole sum already; it lands in the shard directly,
+             * queued after backward's writes, with no landing zone and no collective */
+            e->be->accumulate(at(e, e->grad_shard, x - e->lay.lo), send, y - x);
+            continue;
         } else {
             range_counts(e, x, y, counts);
             size_t mine_lo = max_sz(x, e->lay.lo);
