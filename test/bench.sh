@@ -19,6 +19,9 @@ done
 echo "== training step time (CPU backend, fp32, $threads threads)"
 OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_train.py
 
+echo "== data shards: memory per rank against the corpus size"
+/usr/bin/python3 test/bench_data.py
+
 echo "== multi-node: 2 hosts (network namespaces), links shaped to 10 and 1 Gbit/s"
 OMP_NUM_THREADS=1 /usr/bin/python3 test/bench_multinode.py
 

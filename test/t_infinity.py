@@ -17,7 +17,11 @@ buffer and the swap files are real files written and read through io_uring:
     start on every rank; the disk filling up during a step (several ranks on one small file system
     without preallocation): the swap write's error, every rank non-zero, the last checkpoint intact;
     the swap files truncated under a running job: the read's "unexpected end of file" with the file
-    and offset, every rank non-zero within 60 s, the checkpoints resume."""
+    and offset, every rank non-zero within 60 s, the checkpoints resume;
+  - a byte changed in rank 0's optimizer swap file, and in its parameter swap file, under a running
+    job (a failing drive, another program): the read's checksum does not match, one line names the
+    file, the block's byte offset and the step, rank 0 exits 1 and mpirun ends the others (none exits
+    0, none is left running), `latest` stays on a checkpoint written before, and it resumes."""
 import os
 import re
 import shutil
@@ -308,6 +312,70 @@ for f in os.listdir(nvme):  # a killed run's files stay (they may belong to a ru
 p, rows = ztlib.train(cfg, ["zero_optimization.stage=3", f"checkpoint.dir={ck}", "train_iters=6"], ranks=2)
 ztlib.check(any(k.startswith("step_") for k in kept) and p.returncode == 0 and "checkpoint: loaded" in p.stdout + p.stderr
             and len(rows) >= 1, "nvme_swap_file_truncated_checkpoint_resumes", f"{kept}; {p.stderr[-500:]}")
+
+
+# --- a byte of a swap file changed under a running job: each step line, the byte at the middle of rank 0's
+# file is set to something other than what the run last left there (the run may overwrite a change before
+# reading it back: a group being updated, a piece being written; then it is changed again)
+def rank_pids_alive(marker):
+    alive = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and marker in open(f"/proc/{d}/cmdline", "rb").read().decode(errors="replace"):
+                alive.append(int(d))
+        except OSError:
+            pass
+    return alive
+
+
+def corrupt_during_run(name, purpose, sets):
+    ck = os.path.join(tmp, f"ck_{name}")
+    proc = ztlib.popen_rank_exits(["train", cfg, "--set", "train_iters=400", "--set", "zero_optimization.stage=3",
+                                   "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.save_interval=2", "--set",
+                                   "steps_per_print=1"] + sum((["--set", s] for s in sets), []))
+    poked, left = [], None
+    for line in proc.stdout:
+        m = re.search(r"step +(\d+)/400", line)
+        if not m or int(m.group(1)) < 4:
+            continue
+        files = [f for f in os.listdir(nvme) if f.startswith(f"zerotrain-swap-{purpose}-rank0-")]
+        if not files:
+            continue
+        path = os.path.join(nvme, files[0])
+        at = os.path.getsize(path) // 2
+        with open(path, "r+b") as f:
+            f.seek(at)
+            now = f.read(1)[0]
+            if now != left:  # the run's own bytes: change them
+                left = now ^ 0x5A
+                f.seek(at)
+                f.write(bytes([left]))
+                poked.append((int(m.group(1)), path, at))
+    err_text, errs, status = ztlib.end_rank_exits(proc, 60)
+    print("   ", errs, "poked (step, file, byte):", poked[:3], "rank exits:", status)
+    m = re.fullmatch(r"zerotrain: error: (\S+): checksum mismatch in 4096 bytes at byte (\d+) \(step (\d+)\): .*",
+                     errs[0]) if len(errs) == 1 else None
+    ok = (m is not None and poked and m.group(1) == poked[0][1] and int(m.group(2)) == poked[0][2] // 4096 * 4096 and
+          int(m.group(3)) >= poked[0][0])
+    ztlib.check(ok, f"{name}_one_line_file_offset_step", f"{errs}; poked {poked}; {err_text[-600:]}")
+    # rank 0 exits 1 by itself; MPI_Abort has mpirun end the others: none exits 0, none stays
+    ztlib.check(proc.returncode != 0 and status.get(0) == 1 and all(v != 0 for v in status.values()) and
+                not rank_pids_alive(ck), f"{name}_every_rank_ends_non_zero",
+                f"mpirun rc {proc.returncode}, rank exits {status}, alive {rank_pids_alive(ck)}")
+    # nothing saved after the read that failed: latest names a step at or before it, whole, and it resumes
+    latest = open(os.path.join(ck, "latest")).read().strip() if os.path.exists(os.path.join(ck, "latest")) else ""
+    step = int(re.sub(r"\D", "", latest) or -1)
+    for f in os.listdir(nvme):  # a killed run's files stay (they may belong to a run on another host)
+        os.unlink(os.path.join(nvme, f))
+    p, rows = ztlib.train(cfg, ["zero_optimization.stage=3", f"checkpoint.dir={ck}", f"train_iters={step + 2}"] + sets,
+                          ranks=2)
+    ztlib.check(m is not None and 2 <= step <= int(m.group(3)) and p.returncode == 0 and len(rows) == 2 and
+                "checkpoint: loaded" in p.stdout + p.stderr, f"{name}_checkpoint_before_resumes",
+                f"latest {latest!r}, rc {p.returncode}, {len(rows)} steps; {p.stderr[-500:]}")
+
+
+corrupt_during_run("nvme_optimizer_swap_corrupted", "optimizer", opt_nvme())
+corrupt_during_run("nvme_param_swap_corrupted", "params", [param_nvme()])
 
 shutil.rmtree(tmp, ignore_errors=True)
 ztlib.finish()

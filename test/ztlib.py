@@ -178,3 +178,71 @@ class Tmpfs:
     def __exit__(self, *exc):
         subprocess.run(["umount", "-l", self.path], check=False)
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def write_synthetic_shard(path, n_tokens, vocab=256, seed=1):
+    """An llm.c token shard of n_tokens random tokens below vocab (a 1 Mi-token random block repeated:
+    written at disk speed, not Python's)."""
+    import random
+    import struct
+    rng = random.Random(seed)
+    block_tokens = min(n_tokens, 1 << 20)
+    block = struct.pack(f"<{block_tokens}H", *(rng.randrange(vocab) for _ in range(block_tokens)))
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n_tokens, *([0] * 253)))
+        left = n_tokens
+        while left:
+            k = min(left, block_tokens)
+            f.write(block[: 2 * k])
+            left -= k
+
+
+# Runs each rank under a Python parent that waits for it and prints its peak resident set: the rusage
+# of a waited-for child is the kernel's high-water mark of its RSS (VmHWM in /proc/PID/status), read
+# after the whole run, so no sampling can miss the peak.
+RANK_PEAK = ('import os, resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); '
+             'os.write(2, ("rank-peak %s %d %d\\n" % (os.environ.get("OMPI_COMM_WORLD_RANK", "0"), '
+             'resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)).encode()); sys.exit(rc)')  # one write: one line
+
+
+def train_peak_rss(config, sets, ranks=2, timeout=600):
+    """Trains under mpirun; returns (CompletedProcess, {rank: (peak RSS in KiB, exit status)})."""
+    cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", sys.executable, "-c", RANK_PEAK, BIN,
+           "train", config]
+    for s in sets:
+        cmd += ["--set", s]
+    p = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+    peaks = {}
+    for line in p.stderr.splitlines():
+        if line.startswith("rank-peak "):
+            _, r, kib, rc = line.split()
+            peaks[int(r)] = (int(kib), int(rc))
+    return p, peaks
+
+
+# Each rank under a shell that prints its exit status; mpirun is told not to end the other ranks when one
+# exits non-zero, so every rank's own status is seen (a rank mpirun kills prints nothing).
+RANK_EXIT = 'b=$1; shift; "$b" "$@"; s=$?; echo "rank-exit $OMPI_COMM_WORLD_RANK $s" >&2; exit $s'
+
+
+def popen_rank_exits(args, ranks=2):
+    """Starts zerotrain ARGS under mpirun with RANK_EXIT (stdout and stderr piped, text)."""
+    return subprocess.Popen(["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "--mca",
+                             "orte_abort_on_non_zero_status", "0", "sh", "-c", RANK_EXIT, "sh", BIN] + list(args),
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def rank_exits(stderr):
+    """{rank: exit status} from RANK_EXIT's lines"""
+    return dict(map(int, l.split()[1:]) for l in stderr.splitlines() if l.startswith("rank-exit "))
+
+
+def end_rank_exits(proc, timeout):
+    """Waits for a popen_rank_exits run (killed after timeout seconds); returns (stderr, its
+    `zerotrain: error:` lines, {rank: exit status})."""
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return err, [l for l in err.splitlines() if l.startswith("zerotrain: error:")], rank_exits(err)

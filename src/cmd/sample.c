@@ -270,13 +270,14 @@ int zt_cmd_eval(int argc, char **argv) {
     float dloss = grads_path ? (float)(1.0 / ((double)nb * B * T)) : 0.0f;
     zt_engine_begin_micro(s.engine, 1, 1);
     double sum = 0;
-    for (long k = 0; k < nb; k++) {
-        zt_dataset_sequential(&d, (size_t)(k * B * T), (int)B, in, tg);
+    for (long k = 0; k < nb && !rc; k++) { /* read as used (io/data.h): a bad batch stops every rank */
+        rc = zt_dataset_sequential(&d, (size_t)(k * B * T), (int)B, in, tg, &err);
+        if (zt_fail_together(comm, rc, &err)) { rc = 1; break; }
         sum += zt_gpt2_forward(&s.model, &s.src, in, tg, dloss);
         if (grads_path) zt_gpt2_backward(&s.model, &s.src);
     }
-    zt_info("val_loss: %.6f", sum / nb);
-    if (grads_path && comm->rank == 0) {
+    if (!rc) zt_info("val_loss: %.6f", sum / nb);
+    if (!rc && grads_path && comm->rank == 0) {
         size_t n = s.table.total;
         float *g = zt_xmalloc(n * sizeof *g);
         if (s.be->compute_dtype == ZT_F32) {

@@ -59,8 +59,9 @@ static void usage(void) {
 }
 
 /* mean validation loss over eval_batches in-order batches, spread round-robin over ranks (every
- * rank runs the same number of forwards so stage-3 gathers stay matched) */
-static double evaluate(trainer *t) {
+ * rank runs the same number of forwards so stage-3 gathers stay matched); NaN with *failed set when
+ * a batch could not be read */
+static double evaluate(trainer *t, int *failed) {
     int B = t->cfg.train_micro_batch_size_per_gpu, T = t->cfg.seq_len;
     int nb = t->cfg.eval_batches, W = t->comm->world, r = t->comm->rank;
     int rounds = (nb + W - 1) / W;
@@ -68,7 +69,9 @@ static double evaluate(trainer *t) {
     for (int k = 0; k < rounds; k++) {
         int batch = k * W + r;
         int real = batch < nb;
-        zt_dataset_sequential(&t->val, (size_t)(real ? batch : 0) * B * T, B, t->inputs, t->targets);
+        zt_err err = {{0}};
+        int rc = zt_dataset_sequential(&t->val, (size_t)(real ? batch : 0) * B * T, B, t->inputs, t->targets, &err);
+        if ((*failed = zt_fail_together(t->comm, rc, &err))) return NAN;
         float loss = zt_gpt2_forward(&t->s.model, &t->s.src, t->inputs, t->targets, 0.0f);
         if (real) { acc[0] += loss; acc[1] += 1; }
     }
@@ -175,17 +178,25 @@ static step_plan plan_steps(const trainer *t) {
     return p;
 }
 
-/* Micro-batch a of step `step` into t->inputs/targets: the global batch of step s is samples
+/* The data is read as it is used (io/data.h): a rank that cannot read its batch (a shard cut short
+ * or unreadable since the start, a token outside the vocabulary) stops every rank with one line,
+ * agreed where every rank reads a batch, before any of it is used; 1 then.
+ * Micro-batch a of step `step` into t->inputs/targets: the global batch of step s is samples
  * [s*GB, (s+1)*GB) of the stream; rank r takes its B*A contiguous ones, micro-step a the a-th B. */
-static void load_micro_batch(trainer *t, const step_plan *p, long step, int a) {
+static int load_micro_batch(trainer *t, const step_plan *p, long step, int a) {
     uint64_t base = (uint64_t)t->samples_at_start + (uint64_t)(step - t->start_step) * p->global_batch +
                     (uint64_t)t->comm->rank * p->B * p->A + (uint64_t)a * p->B;
-    for (int b = 0; b < p->B; b++) zt_dataset_sample(&t->train, base + b, t->inputs + b * p->T, t->targets + b * p->T);
+    zt_err err = {{0}};
+    int rc = 0;
+    for (int b = 0; b < p->B && !rc; b++)
+        rc = zt_dataset_sample(&t->train, base + b, t->inputs + b * p->T, t->targets + b * p->T, &err);
+    return zt_fail_together(t->comm, rc, &err);
 }
 
 /* One optimizer step: A micro-steps of forward and backward (the engine reduces gradients as they
- * become final), then the engine's step (norm, clipping, AdamW, gathers). */
-static void train_step(trainer *t, const step_plan *p, long step, step_record *rec) {
+ * become final), then the engine's step (norm, clipping, AdamW, gathers). 1 when a batch could not
+ * be read (on every rank: the run ends). */
+static int train_step(trainer *t, const step_plan *p, long step, step_record *rec) {
     const zt_config *cfg = &t->cfg;
     zt_engine *eng = t->s.engine;
     int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
@@ -197,7 +208,7 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     rec->val_loss = NAN;
     for (int a = 0; a < p->A; a++) {
         zt_engine_begin_micro(eng, a == 0, a == p->A - 1);
-        load_micro_batch(t, p, step, a);
+        if (load_micro_batch(t, p, step, a)) return 1;
         double ta = zt_now();
         /* fp16: the loss is multiplied by the scale so small gradients survive 16 bits; the engine
          * divides it out of the norm and the update */
@@ -240,6 +251,7 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
                                  now.param_hits - t->nvme_counted.param_hits,
                                  now.param_wait_seconds - t->nvme_counted.param_wait_seconds};
     t->nvme_counted = now;
+    return 0;
 }
 
 /* The step line (and the breakdown) on rank 0 every steps_per_print steps, the first and the last. */
@@ -335,10 +347,12 @@ static int run(trainer *t) {
     zt_engine_nvme_stats(t->s.engine, &t->nvme_counted); /* start-up and resume I/O are not a step's */
     for (long step = t->start_step; step < steps; step++) {
         step_record rec;
-        train_step(t, &p, step, &rec);
+        if (train_step(t, &p, step, &rec)) return 1;
         int last = rec.step == steps;
+        int val_failed = 0;
         if (t->has_val && (due(rec.step, cfg->eval_interval) || (last && cfg->eval_interval > 0)))
-            rec.val_loss = evaluate(t);
+            rec.val_loss = evaluate(t, &val_failed);
+        if (val_failed) return 1;
         if (step == t->start_step) timed_start = zt_now();
         long timed = rec.step - (t->start_step + 1);
         print_step(t, &p, &rec, timed > 0 ? (zt_now() - timed_start) / timed * (steps - rec.step) : 0);

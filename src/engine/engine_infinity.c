@@ -11,8 +11,10 @@
  *     read g+1 (g+2 ...)  |  CPU Adam of g  |  write g-1
  * Reads start before the step's clip coefficient is known (they need nothing from it). The updated
  * compute-dtype parameters go where twin_host_out says (the H2D buffer, or the offloaded shard), so
- * nothing else reads the staging buffers. A failed read or write (a full disk, an I/O error) ends
- * the job on every rank with the swap's one-line error; checkpoints are never written here. */
+ * nothing else reads the staging buffers. A failed read or write (a full disk, an I/O error) or a
+ * read whose checksum does not match what was written (io/swap.h) ends the job on every rank with the
+ * swap's one-line error, which names the step, before anything read is used: no update and no
+ * checkpoint is ever made from corrupted state. Checkpoints are never written here. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +42,7 @@ int inf_open(zt_engine *e, zt_err *err) {
     e->opt_swap = zt_swap_open(e->off.nvme_path, "optimizer", e->lay.rank, ng * group_bytes(e), &so, &why);
     if (!e->opt_swap) return zt_fail(err, "zero_optimization.offload_optimizer.nvme_path: %s", why.msg);
     e->mem.nvme[ZT_MEM_OPTIM] += ng * group_bytes(e);
+    e->mem.host[ZT_MEM_OPTIM] += zt_swap_checksum_bytes(e->opt_swap);
     /* one group in use, the next read ahead, the previous being written: 3 keep all three going */
     e->swap_nbuf = (int)min_sz((size_t)(e->off.buffer_count > 0 ? e->off.buffer_count : 4), ng);
     e->swap_buf = zt_xcalloc((size_t)e->swap_nbuf, sizeof *e->swap_buf);
@@ -72,6 +75,12 @@ void inf_close(zt_engine *e) {
     e->swap_nbuf = 0;
 }
 
+void inf_swap_at_step(struct zt_swap *s, long step) {
+    char words[32];
+    snprintf(words, sizeof words, "step %ld", step);
+    zt_swap_set_context(s, words);
+}
+
 void inf_swap_failed(const zt_err *err) {
     fprintf(stderr, "zerotrain: error: %s\n", err->msg);
     fflush(stderr);
@@ -86,6 +95,7 @@ void inf_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float 
     zt_err err;
     float *stage = e->swap_buf[0];
     size_t G = e->swap_group, bytes = G * sizeof(float);
+    inf_swap_at_step(e->opt_swap, e->adam_t); /* a checkpoint of step adam_t, or the start */
     while (n > 0) {
         size_t g = off / G, within = off % G, k = min_sz(n, G - within);
         size_t at_byte = group_offset(e, g) + (size_t)which * bytes;
@@ -137,6 +147,7 @@ void inf_host_adam_lane(twin_flow *tf) {
     pthread_mutex_lock(&tf->mu);
     while (!tf->go) pthread_cond_wait(&tf->cv, &tf->mu);
     pthread_mutex_unlock(&tf->mu);
+    inf_swap_at_step(e->opt_swap, e->adam_t); /* counted before the go: the step being updated */
     for (size_t g = 0; g < ng; g++) {
         int slot = (int)(g % (size_t)nb);
         double tw = zt_now();

@@ -202,6 +202,8 @@ int inf_open(zt_engine *e, zt_err *err);  /* the optimizer swap file and its sta
 void inf_close(zt_engine *e);             /* removes the swap file */
 /* host-part optimizer state [off, off + n) of `which` from or to the swap file (synchronous) */
 void inf_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *buf, int write);
+/* names the step in the swap's errors from here on ("(step 12)") */
+void inf_swap_at_step(struct zt_swap *s, long step);
 /* the one-line error of a failed swap request, then every rank ends */
 void inf_swap_failed(const zt_err *err);
 

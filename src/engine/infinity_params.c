@@ -17,7 +17,9 @@
  * done, and reads ahead never cross the step boundary (the update comes first). A buffer handed out
  * by a fetch is only read by the H2D copy that follows, which returns once the buffer may be reused
  * (backend.h), so the next fetch may read into it again. Only the engine's main thread comes here.
- * A failed read ends the job with the swap's one-line error, wherever it is waited for. */
+ * A failed read, or one whose checksum does not match what was written (io/swap.h), ends the job
+ * with the swap's one-line error, naming the step, wherever it is waited for: a corrupted piece is
+ * never gathered. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +77,7 @@ int inf_param_open(zt_engine *e, zt_err *err) {
     e->param_swap = zt_swap_open(e->off.param_nvme_path, "params", e->lay.rank, bytes, &so, &why);
     if (!e->param_swap) return zt_fail(err, "zero_optimization.offload_param.nvme_path: %s", why.msg);
     e->mem.nvme[ZT_MEM_PARAMS] += bytes;
+    e->mem.host[ZT_MEM_PARAMS] += zt_swap_checksum_bytes(e->param_swap);
     inf_param_reader *r = zt_xcalloc(1, sizeof *r);
     e->param_rd = r;
     r->nbuf = e->off.param_buffer_count >= 1 ? e->off.param_buffer_count : 5;
@@ -142,6 +145,7 @@ static char *read_blocks(zt_engine *e, size_t lo, size_t hi, size_t *first) {
 void inf_param_rw(zt_engine *e, size_t off, size_t n, void *buf, int write) {
     inf_param_reader *r = e->param_rd;
     zt_err err;
+    inf_swap_at_step(e->param_swap, e->adam_t); /* the update's write-back, a checkpoint, the start */
     drop_all(e);
     size_t E = esz(e), lo = off * E, hi = (off + n) * E;
     char *p = buf;
@@ -251,6 +255,7 @@ const void *inf_param_fetch(zt_engine *e, int seg) {
     inf_param_reader *r = e->param_rd;
     size_t lo, hi;
     if (!piece_bytes(e, seg, &lo, &hi)) return NULL;
+    inf_swap_at_step(e->param_swap, e->adam_t + (e->in_micro ? 1 : 0)); /* training: the step under way */
     learn(r, seg);
     r->current = -1; /* its H2D copy has returned: the buffer may be read into again */
     int i = holding(r, seg);

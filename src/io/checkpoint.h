@@ -155,7 +155,7 @@ int zt_checkpoint_export_hf(zt_checkpoint_reader *r, const char *out, const char
 int zt_checkpoint_export_16bit(const zt_checkpoint_dir *d, long step, const char *dtype, const char *vocab_dir,
                                zt_comm *comm, zt_err *err);
 
-/* CRC32C (Castagnoli) of n bytes, continuing from crc (0 to start). Exposed for tests. */
-uint32_t zt_crc32c(uint32_t crc, const void *data, size_t n);
+/* the checksums' CRC32C (zt_crc32c) is util/crc32c.h's */
+#include "util/crc32c.h"
 
 #endif

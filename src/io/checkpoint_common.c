@@ -3,7 +3,7 @@
  *
  * Integrity: each rank file dataset is cut into chunks of checksum_chunk elements (1 Mi, doubled
  * until there are at most CK_MAX_CHUNKS) and stores one CRC32C per chunk, computed per chunk in
- * parallel (OpenMP) with the SSE4.2 crc32 instruction where available. */
+ * parallel (OpenMP) with util/crc32c.h (the SSE4.2 crc32 instruction where the CPU has it). */
 #define _GNU_SOURCE
 #include "io/checkpoint_common.h"
 
@@ -16,47 +16,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__SSE4_2__)
-#include <nmmintrin.h>
-#endif
+
+#include "util/crc32c.h"
 
 const char *const ck_vec_names[3] = {"master", "adam_m", "adam_v"};
 
-/* ================================================================ CRC32C */
-
-/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, as in iSCSI/ext4/btrfs): check value of
- * "123456789" is 0xE3069283. Hardware: SSE4.2 crc32 instruction, 8 bytes at a time. */
-static uint32_t crc_table[256];
-static void crc_init(void) {
-    if (crc_table[1]) return;
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
-uint32_t zt_crc32c(uint32_t crc, const void *data, size_t n) {
-    const unsigned char *p = data;
-    uint32_t c = ~crc;
-#if defined(__SSE4_2__)
-    uint64_t c64 = c;
-    for (; n >= 8; n -= 8, p += 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = _mm_crc32_u64(c64, w);
-    }
-    c = (uint32_t)c64;
-    for (; n; n--) c = _mm_crc32_u8(c, *p++);
-#else
-    crc_init();
-    for (; n; n--) c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
-#endif
-    return ~c;
-}
+/* ================================================================ chunk checksums */
 
 void ck_crc_chunks(const float *data, size_t n, size_t C, uint32_t *crc) {
-    crc_init();
     long nch = (long)((n + C - 1) / C);
 #pragma omp parallel for schedule(static)
     for (long k = 0; k < nch; k++) {

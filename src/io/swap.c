@@ -12,9 +12,17 @@
  * Bookkeeping: a request (one ticket) is cut into pieces lazily, oldest request first, as piece
  * slots free up; a piece whose transfer comes back short is resubmitted for the rest, and one that
  * fails marks its request failed (the rest of that request is not submitted). A request is complete
- * when every piece it handed out has come back. */
+ * when every piece it handed out has come back.
+ *
+ * Checksums: one CRC32C per ZT_SWAP_ALIGN block of the file, in host memory (4 bytes per 4 KiB,
+ * 0.1% of the file: the file is scratch, rewritten each run, so nothing needs them on the disk).
+ * A piece's blocks are summed when the piece completes, on the thread that reaps it, while the other
+ * pieces are still in flight: a write records them, a read compares them. The file starts empty
+ * (truncated at open), so every block's sum starts as that of a block of zeros: a block read before
+ * it was ever written is checked too. */
 #define _GNU_SOURCE
 #include "io/swap.h"
+#include "util/crc32c.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -45,8 +53,9 @@ typedef struct swap_request {
 } swap_request;
 
 typedef struct swap_piece {
-    int req;       /* slot of its request; -1: the piece is free */
-    size_t at, len; /* byte within the request where it starts, bytes still to move */
+    int req;        /* slot of its request; -1: the piece is free */
+    size_t start;   /* byte within the request where the piece starts */
+    size_t at, len; /* byte within the request of the next byte to move, bytes still to move */
 } swap_piece;
 
 struct zt_swap {
@@ -63,6 +72,8 @@ struct zt_swap {
     size_t moved[2];      /* bytes read, written */
     int active[2];        /* requests of each kind not yet complete */
     double busy[2], busy_since[2];
+    uint32_t *sums;       /* CRC32C of each ZT_SWAP_ALIGN block, as last written */
+    char context[64];     /* zt_swap_set_context's words, named in errors */
 };
 
 size_t zt_swap_round(size_t bytes) { return (bytes + ZT_SWAP_ALIGN - 1) / ZT_SWAP_ALIGN * ZT_SWAP_ALIGN; }
@@ -87,6 +98,49 @@ static const char *human(double bytes, char *buf, size_t cap) {
     if (bytes >= (double)(1 << 30)) snprintf(buf, cap, "%.2f GiB", bytes / (double)(1 << 30));
     else snprintf(buf, cap, "%.2f MiB", bytes / (double)(1 << 20));
     return buf;
+}
+
+/* " (CONTEXT)" for messages, or "" */
+static const char *context_note(const zt_swap *s, char *buf, size_t cap) {
+    if (s->context[0]) snprintf(buf, cap, " (%s)", s->context);
+    else buf[0] = 0;
+    return buf;
+}
+
+void zt_swap_set_context(zt_swap *s, const char *context) {
+    snprintf(s->context, sizeof s->context, "%s", context ? context : "");
+}
+
+size_t zt_swap_checksum_bytes(const zt_swap *s) { return s->bytes / ZT_SWAP_ALIGN * sizeof *s->sums; }
+
+/* A piece of request r that moved file bytes [lo, hi) (whole blocks) in full: a write records their
+ * sums, a read checks them; 0, or -1 with r failed and its error naming the first block that differs. */
+static int check_piece(zt_swap *s, swap_request *r, size_t lo, size_t hi) {
+    enum { BATCH = 48 }; /* blocks summed per call: a multiple of the three the instruction interleaves */
+    uint32_t got[BATCH];
+    const char *buf = r->buf + (lo - r->offset);
+    for (size_t b = lo / ZT_SWAP_ALIGN, end = hi / ZT_SWAP_ALIGN; b < end;) {
+        size_t k = end - b < BATCH ? end - b : BATCH;
+        if (r->kind == KIND_WRITE) {
+            zt_crc32c_blocks(buf, ZT_SWAP_ALIGN, k, s->sums + b);
+        } else {
+            zt_crc32c_blocks(buf, ZT_SWAP_ALIGN, k, got);
+            for (size_t i = 0; i < k; i++)
+                if (got[i] != s->sums[b + i]) {
+                    char note[80];
+                    snprintf(r->error, sizeof r->error,
+                             "%s: checksum mismatch in %d bytes at byte %zu%s: the bytes read back are not the ones "
+                             "written there (a failing drive, or another program wrote the file); nothing read from "
+                             "it was used", s->path, ZT_SWAP_ALIGN, (b + i) * ZT_SWAP_ALIGN,
+                             context_note(s, note, sizeof note));
+                    r->failed = 1;
+                    r->split = r->bytes;
+                    return -1;
+                }
+        }
+        b += k, buf += k * ZT_SWAP_ALIGN;
+    }
+    return 0;
 }
 
 /* ---- submission and completion ---- */
@@ -136,7 +190,7 @@ static void feed(zt_swap *s) {
         swap_request *r = oldest_unsplit(s);
         if (!r) break;
         p->req = (int)(r - s->reqs);
-        p->at = r->split;
+        p->start = p->at = r->split;
         p->len = r->bytes - r->split < s->block_size ? r->bytes - r->split : s->block_size;
         r->split += p->len;
         r->pieces_out++;
@@ -167,10 +221,12 @@ static void complete_piece(zt_swap *s, swap_piece *p, int res) {
             prep_piece(s, p);
             return;
         }
+        if (!r->failed) check_piece(s, r, r->offset + p->start, r->offset + p->at);
     } else if (!r->failed) {
         const char *why = res < 0 ? strerror(-res) : r->kind == KIND_READ ? "unexpected end of file" : "nothing written";
-        snprintf(r->error, sizeof r->error, "%s: %s of %zu bytes at byte %zu failed: %s", s->path,
-                 kind_names[r->kind], p->len, r->offset + p->at, why);
+        char note[80];
+        snprintf(r->error, sizeof r->error, "%s: %s of %zu bytes at byte %zu failed%s: %s", s->path,
+                 kind_names[r->kind], p->len, r->offset + p->at, context_note(s, note, sizeof note), why);
         r->failed = 1;
         r->split = r->bytes; /* the rest of a failed request is not submitted */
     }
@@ -304,6 +360,7 @@ static zt_swap *open_fail(zt_swap *s, int unlink_file) {
     if (unlink_file) unlink(s->path);
     free(s->dir);
     free(s->path);
+    free(s->sums);
     free(s);
     return NULL;
 }
@@ -342,10 +399,12 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
         return open_fail(s, 0);
     }
 
-    /* O_DIRECT where the file system takes it; those without it refuse the open with EINVAL */
-    s->fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
+    /* O_DIRECT where the file system takes it; those without it refuse the open with EINVAL. O_TRUNC:
+     * a leftover of the same name (a reused pid) must read as zeros, as the checksums expect */
+    int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+    s->fd = open(s->path, flags | O_DIRECT, 0600);
     s->direct = s->fd >= 0;
-    if (s->fd < 0 && errno == EINVAL) s->fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s->fd < 0 && errno == EINVAL) s->fd = open(s->path, flags, 0600);
     if (s->fd < 0) { zt_fail(err, "%s: cannot create: %s", s->path, strerror(errno)); return open_fail(s, 0); }
     if (ftruncate(s->fd, (off_t)s->bytes)) {
         zt_fail(err, "%s: cannot set its size to %zu bytes: %s", s->path, s->bytes, strerror(errno));
@@ -370,6 +429,11 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     }
     s->pieces = zt_xcalloc((size_t)s->opts.queue_depth, sizeof *s->pieces);
     for (int i = 0; i < s->opts.queue_depth; i++) s->pieces[i].req = -1;
+    size_t n_blocks = s->bytes / ZT_SWAP_ALIGN;
+    s->sums = zt_xmalloc((n_blocks ? n_blocks : 1) * sizeof *s->sums);
+    char zeros[ZT_SWAP_ALIGN] = {0};
+    uint32_t zero_sum = zt_crc32c(0, zeros, sizeof zeros);
+    for (size_t b = 0; b < n_blocks; b++) s->sums[b] = zero_sum;
     return s;
 }
 

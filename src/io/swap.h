@@ -9,7 +9,12 @@
  * most aio.queue_depth of them in flight; zt_swap_read / zt_swap_write return at once with a ticket,
  * zt_swap_wait blocks until that request is complete. A failed piece (ENOSPC, EIO, a short read)
  * fails its request: the wait returns -1 with a one-line error naming the file, the byte offset
- * and the cause. One thread uses a zt_swap at a time (the engine's host lane). */
+ * and the cause. One thread uses a zt_swap at a time (the engine's host lane).
+ *
+ * Integrity: every ZT_SWAP_ALIGN block carries a CRC32C, kept in host memory, recorded when a write
+ * completes and checked when a read completes; a block that reads back different from what was
+ * last written there (or, never written, not as zeros) fails its read with "FILE: checksum mismatch
+ * in 4096 bytes at byte OFF (CONTEXT): ...", so corrupted swap contents are never used. */
 #ifndef ZT_SWAP_H
 #define ZT_SWAP_H
 
@@ -40,6 +45,11 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
 void zt_swap_close(zt_swap *s, int remove_file);
 
 const char *zt_swap_path(const zt_swap *s);
+/* Words naming where the user is in its work ("step 12"), added to every error from here on as
+ * " (step 12)" after the byte offset; NULL or "" for none. */
+void zt_swap_set_context(zt_swap *s, const char *context);
+/* host memory the block checksums take (4 bytes per ZT_SWAP_ALIGN of the file) */
+size_t zt_swap_checksum_bytes(const zt_swap *s);
 int zt_swap_is_direct(const zt_swap *s); /* 1 when the file is open with O_DIRECT */
 
 /* Asynchronous transfer of `bytes` between buf and the file at byte `offset`; returns a ticket
