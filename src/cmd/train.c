@@ -38,7 +38,7 @@ typedef struct trainer {
                                     came after (the host part's I/O may run on between steps) */
 } trainer;
 
-/* Exit status of a run stopped by SIGUSR1/SIGTERM after saving its checkpoint: the Slurm scripts
+/* Exit status of a run stopped by SIGUSR1/SIGTERM/SIGINT after saving its checkpoint: the Slurm scripts
  * requeue the job on it, and the requeued job resumes from `latest`. */
 #define ZT_EXIT_PREEMPTED 99
 
@@ -52,6 +52,7 @@ static void install_stop_handlers(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL); /* Ctrl-C at a rank run by hand saves too */
 }
 
 static void usage(void) {
@@ -420,6 +421,7 @@ int zt_cmd_train(int argc, char **argv) {
     zt_config_defaults(&t.cfg);
     t.comm = zt_comm_mpi(NULL, &err);
     zt_log_set_rank(t.comm->rank);
+    install_stop_handlers(); /* a signal during start-up stops after the first step, with a save */
     int rc = setup(&t, argc, argv, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     zt_watchdog_start(t.cfg.comm_timeout, t.comm->rank, t.comm->world);
@@ -455,7 +457,6 @@ int zt_cmd_train(int argc, char **argv) {
         if (!t.monitor && (t.cfg.tensorboard.enabled || t.cfg.csv_monitor.enabled)) rc = -1;
     }
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
-    install_stop_handlers();
     size_t n = (size_t)t.cfg.train_micro_batch_size_per_gpu * t.cfg.seq_len;
     t.inputs = zt_xcalloc(n, sizeof(int));
     t.targets = zt_xcalloc(n, sizeof(int));
