@@ -14,6 +14,7 @@
 #include "engine/loss_scale.h"
 #include "cmd/sample.h"
 #include "engine/schedule.h"
+#include "engine/config_sizes.h"
 #include "engine/session.h"
 #include "comm/watchdog.h"
 #include "io/monitor.h"
@@ -378,6 +379,8 @@ static int setup(trainer *t, int argc, char **argv, zt_err *err) {
     free(sets);
     if (rc) return -1;
     if (zt_config_check_batch(&t->cfg, t->comm->world, err)) return -1;
+    const zt_backend *be = zt_pick_backend(&t->cfg, err); /* the checks `zerotrain config` also runs */
+    if (!be || zt_config_check_sizes(&t->cfg, t->comm->world, be, err)) return -1;
     zt_config *cfg = &t->cfg;
     if (!cfg->train_glob) return zt_fail(err, "%s: data.train is required for training", path);
     if (zt_dataset_open(&t->train, cfg->train_glob, cfg->seq_len, cfg->vocab_size, cfg->seed, err)) return -1;

@@ -190,6 +190,14 @@ int zt_loader_rec_index(const loader *L, const char *path) {
     return -1;
 }
 
+/* "WHERE: msg" at the latest of recs[0..n) that set path, else at the file (or "config") */
+static int fail_at_rec(const zt_posrec *recs, int n, const char *source, const char *path, zt_err *err,
+                       const char *msg) {
+    for (int i = n - 1; i >= 0; i--)
+        if (!strcmp(recs[i].path, path)) return zt_fail(err, "%s: %s", recs[i].where, msg);
+    return zt_fail(err, "%s: %s: %s", source ? source : "config", path, msg);
+}
+
 /* Cross-key error at where `path` was last set. */
 int zt_fail_rec(const loader *L, const char *path, const char *fmt, ...) {
     char m[768];
@@ -197,9 +205,16 @@ int zt_fail_rec(const loader *L, const char *path, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
-    int i = zt_loader_rec_index(L, path);
-    if (i >= 0) return zt_fail(L->err, "%s: %s", L->recs[i].where, m);
-    return zt_fail(L->err, "%s: %s: %s", L->cfg->source_path ? L->cfg->source_path : "config", path, m);
+    return fail_at_rec(L->recs, L->nrec, L->cfg->source_path, path, L->err, m);
+}
+
+int zt_config_fail_key(const zt_config *cfg, const char *path, zt_err *err, const char *fmt, ...) {
+    char m[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    return fail_at_rec(cfg->set_at, cfg->n_set_at, cfg->source_path, path, err, m);
 }
 
 static void *field(zt_config *cfg, size_t off) { return (char *)cfg + off; }
@@ -586,10 +601,41 @@ static int yaml_problem(const char *where, const yaml_parser_t *p, zt_err *err) 
     return zt_fail(err, "%s:%zu:%zu: %s", where, p->problem_mark.line + 1, p->problem_mark.column + 1, problem);
 }
 
+/* Nesting deeper than ZT_CONFIG_MAX_DEPTH is refused from libyaml's event stream, as the levels
+ * arrive: the document loader would first build the whole tree, and libyaml's scanner slows with
+ * every open level (a 200k-deep list took minutes). */
+static int check_depth(const char *path, const char *text, size_t len, zt_err *err) {
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) return zt_fail(err, "%s: cannot initialise the YAML parser", path);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    int depth = 0, rc = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&parser, &ev)) {
+            rc = 0; /* syntax errors are the loader's to report, with their context */
+            break;
+        }
+        yaml_event_type_t type = ev.type;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) depth++;
+        if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) depth--;
+        if (depth > ZT_CONFIG_MAX_DEPTH)
+            rc = zt_fail(err, "%s:%zu:%zu: nested deeper than %d levels, the most a config may be", path,
+                         ev.start_mark.line + 1, ev.start_mark.column + 1, ZT_CONFIG_MAX_DEPTH);
+        yaml_event_delete(&ev);
+        if (rc || type == YAML_STREAM_END_EVENT) break;
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
 static int load_file(loader *L, const char *path) {
     size_t len;
-    char *text = zt_read_file(path, &len, L->err);
+    char *text = zt_read_file_max(path, ZT_CONFIG_MAX_BYTES, &len, L->err);
     if (!text) return -1;
+    if (check_depth(path, text, len, L->err)) {
+        free(text);
+        return -1;
+    }
     yaml_parser_t parser;
     yaml_document_t doc, extra;
     if (!yaml_parser_initialize(&parser)) {
@@ -805,11 +851,13 @@ int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int
     }
     for (int i = 0; rc == 0 && i < n_overrides; i++) rc = apply_override(&L, overrides[i]);
     if (rc == 0) rc = finish(&L);
-    free(L.recs);
     if (rc != 0) {
+        free(L.recs);
         zt_config_free(cfg);
         return -1;
     }
+    cfg->set_at = L.recs;
+    cfg->n_set_at = L.nrec;
     cfg->effective_text = zt_config_effective_text(cfg);
     return 0;
 }
