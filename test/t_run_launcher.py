@@ -55,21 +55,6 @@ ztlib.check(p.returncode == 0 and len(rows) == 3, "run_passes_every_argument",
             f"rc {p.returncode}, {len(rows)} metric rows; " + p.stderr[-600:])
 
 
-def ranks_of(marker):
-    """pids of processes whose command line contains marker (the run's unique checkpoint dir)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    pids.append(int(d))
-        except OSError:
-            pass
-    return pids
-
-
 def start(name, extra=(), env=None):
     """zerotrain run -n 2 with a checkpoint dir of its own; returns (proc, ckdir, metrics)."""
     ck = os.path.join(tmp, name + "_ck")
@@ -109,7 +94,7 @@ for sig, extra in ((signal.SIGINT, slow_save), (signal.SIGTERM, big)):
         proc.kill()
         out, err = proc.communicate()
     info = ztlib.run(["info", ck], timeout=120)
-    leftovers = ranks_of(ck)
+    leftovers = ztlib.processes_with(ck)
     tmps = [d for d in os.listdir(ck) if d.startswith(".tmp")] if os.path.isdir(ck) else ["no dir"]
     ztlib.check(proc.returncode == 99 and latest_of(ck) and info.returncode == 0 and not leftovers and not tmps
                 and "checkpoint saved" in out + err, name,
@@ -133,9 +118,9 @@ out, err = proc.communicate(timeout=120)
 err = "".join(seen) + err
 info = ztlib.run(["info", ck], timeout=120)
 lines = error_lines(err)
-ztlib.check(proc.returncode == 1 and len(lines) == 1 and "second signal" in lines[0] and not ranks_of(ck)
+ztlib.check(proc.returncode == 1 and len(lines) == 1 and "second signal" in lines[0] and not ztlib.processes_with(ck)
             and before and info.returncode == 0, "run_second_sigint_stops_at_once",
-            f"rc {proc.returncode}, before {before}, info rc {info.returncode}, left {ranks_of(ck)}; {err[-600:]}")
+            f"rc {proc.returncode}, before {before}, info rc {info.returncode}, left {ztlib.processes_with(ck)}; {err[-600:]}")
 
 # ---- a save that outlasts the grace period (0 s here) is stopped, with one line
 proc, ck, m = start("run_grace_expired", env={"ZEROTRAIN_STOP_GRACE": "0"})
@@ -143,7 +128,7 @@ wait_rows(m, 2, proc)
 proc.send_signal(signal.SIGTERM)
 out, err = proc.communicate(timeout=120)
 lines = error_lines(err)
-ztlib.check(proc.returncode == 1 and len(lines) == 1 and "ZEROTRAIN_STOP_GRACE" in lines[0] and not ranks_of(ck),
-            "run_grace_period_expired", f"rc {proc.returncode}, left {ranks_of(ck)}; {err[-600:]}")
+ztlib.check(proc.returncode == 1 and len(lines) == 1 and "ZEROTRAIN_STOP_GRACE" in lines[0] and not ztlib.processes_with(ck),
+            "run_grace_period_expired", f"rc {proc.returncode}, left {ztlib.processes_with(ck)}; {err[-600:]}")
 
 ztlib.finish()

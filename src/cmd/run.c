@@ -29,7 +29,7 @@
 #define ZT_RUN_MAX_RANKS 65536
 #define ZT_EXIT_PREEMPTED 99      /* train's status after a signal and a saved checkpoint */
 #define ZT_STOP_GRACE_DEFAULT 120 /* seconds the ranks get to save after the first signal */
-#define ZT_SSH_CONNECT_TIMEOUT 30 /* seconds for ssh to reach a hostfile host */
+#define ZT_SSH_CONNECT_TIMEOUT 30 /* seconds for ssh to reach a hostfile host (ZEROTRAIN_SSH_TIMEOUT) */
 
 static int on_path(const char *prog) {
     const char *path = getenv("PATH");
@@ -115,7 +115,12 @@ static const char **build_command(const run_args *a, const char *self, const cha
         cmd[k++] = nbuf;
         if (a->hostfile) {
             static char ssh_args[96];
-            snprintf(ssh_args, sizeof ssh_args, "-o BatchMode=yes -o ConnectTimeout=%d", ZT_SSH_CONNECT_TIMEOUT);
+            long connect_s = ZT_SSH_CONNECT_TIMEOUT;
+            const char *env = getenv("ZEROTRAIN_SSH_TIMEOUT");
+            if (env && parse_whole(env, 1, 3600, &connect_s))
+                zt_warn("zerotrain run: ZEROTRAIN_SSH_TIMEOUT '%.40s' is not a number of seconds in [1, 3600]; using %d",
+                        env, ZT_SSH_CONNECT_TIMEOUT);
+            snprintf(ssh_args, sizeof ssh_args, "-o BatchMode=yes -o ConnectTimeout=%ld", connect_s);
             cmd[k++] = "--hostfile";
             cmd[k++] = a->hostfile;
             /* a host that never answers ssh, or asks for a password, fails within the timeout

@@ -8,6 +8,8 @@
  *   ZEROTRAIN_INJECT_NCCL_HANG=N     the N-th NCCL collective of the process (1-based) waits on its
  *                                    GPU stream behind a kernel that spins (for 120 s at most): a
  *                                    collective hung on the device (`zerotrain selftest`'s watchdog check)
+ *   ZEROTRAIN_INJECT_STOP_IN_FINALIZE=R  rank R stops itself (SIGSTOP) as it enters MPI_Finalize: a rank
+ *                                    that stops answering at the end (test/t_launch_bounds.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -20,5 +22,8 @@ int zt_test_hook_no_prealloc(void);
 
 /* 1 when ZEROTRAIN_INJECT_NCCL_HANG is `seq` (1-based). */
 int zt_test_hook_nccl_hang_at(long seq);
+
+/* 1 when ZEROTRAIN_INJECT_STOP_IN_FINALIZE is `rank`. */
+int zt_test_hook_stop_in_finalize(int rank);
 
 #endif
