@@ -33,7 +33,7 @@ int zt_cmd_config(int argc, char **argv) {
         }
         if (!strcmp(a, "--set") && v) sets[n_sets++] = argv[++i];
         else if (!strncmp(a, "--set=", 6)) sets[n_sets++] = argv[i] + 6;
-        else if (!strcmp(a, "--ranks") && v && (ranks = strtol(v, &end, 10)) >= 1 && !*end) i++;
+        else if (!strcmp(a, "--ranks") && v && (ranks = strtol(v, &end, 10)) >= 1 && ranks <= ZT_MAX_RANKS && !*end) i++;
         else if (a[0] != '-' && !path) path = a;
         else {
             fprintf(stderr, "zerotrain: error: config: bad argument '%s'\n", a);

@@ -26,7 +26,6 @@
 #include "cmd/commands.h"
 #include "util/util.h"
 
-#define ZT_RUN_MAX_RANKS 65536
 #define ZT_EXIT_PREEMPTED 99      /* train's status after a signal and a saved checkpoint */
 #define ZT_STOP_GRACE_DEFAULT 120 /* seconds the ranks get to save after the first signal */
 #define ZT_SSH_CONNECT_TIMEOUT 30 /* seconds for ssh to reach a hostfile host (ZEROTRAIN_SSH_TIMEOUT) */
@@ -73,8 +72,8 @@ static int parse_args(int argc, char **argv, run_args *a, zt_err *err) {
         if (!strcmp(arg, "-n") || !strcmp(arg, "--ranks") || !strcmp(arg, "-np")) {
             if (!val) return zt_fail(err, "run: %s needs a number of ranks", arg);
             if (a->n) return zt_fail(err, "run: the number of ranks is given twice");
-            if (parse_whole(val, 1, ZT_RUN_MAX_RANKS, &a->n))
-                return zt_fail(err, "run: %s: expected a number of ranks in [1, %d], got '%.40s'", arg, ZT_RUN_MAX_RANKS,
+            if (parse_whole(val, 1, ZT_MAX_RANKS, &a->n))
+                return zt_fail(err, "run: %s: expected a number of ranks in [1, %d], got '%.40s'", arg, ZT_MAX_RANKS,
                                val);
             i++;
         } else if (!strcmp(arg, "--hostfile")) {

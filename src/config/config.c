@@ -213,6 +213,12 @@ int zt_fail_rec(const loader *L, const char *path, const char *fmt, ...) {
     return fail_at_rec(L->recs, L->nrec, L->cfg->source_path, path, L->err, m);
 }
 
+int zt_config_was_set(const zt_config *cfg, const char *path) {
+    for (int i = 0; i < cfg->n_set_at; i++)
+        if (!strcmp(cfg->set_at[i].path, path)) return 1;
+    return 0;
+}
+
 int zt_config_fail_key(const zt_config *cfg, const char *path, zt_err *err, const char *fmt, ...) {
     char m[768];
     va_list ap;

@@ -143,6 +143,8 @@ int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int
  * left at its default. Returns -1. */
 int zt_config_fail_key(const zt_config *cfg, const char *path, zt_err *err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* whether the file or an override set key `path` */
+int zt_config_was_set(const zt_config *cfg, const char *path);
 /* DeepSpeed's batch rule: train_batch_size == micro * accumulation * world_size, deriving the one
  * left out; names all three numbers when it fails. On success all three are set, both "given"
  * flags are set and effective_text is regenerated with the derived values. Logs one info line

@@ -33,7 +33,10 @@ static int check_activations(const zt_config *cfg, const zt_gpt2_shape *shape, c
     }
     double have = compute_memory(be);
     if (need <= have) return 0;
-    const char *key = cfg->micro_batch_given ? "train_micro_batch_size_per_gpu" : "train_batch_size";
+    /* the micro-batch where the config gave it, else the total it was derived from */
+    const char *key = zt_config_was_set(cfg, "train_micro_batch_size_per_gpu") || !zt_config_was_set(cfg, "train_batch_size")
+                          ? "train_micro_batch_size_per_gpu"
+                          : "train_batch_size";
     return zt_config_fail_key(cfg, key,
                               err, "the activations of a micro-batch of %d x %d tokens need %.1f GiB per rank, more "
                                    "than the %.1f GiB of %s memory in all (a smaller micro-batch, gradient "
