@@ -5,6 +5,7 @@
   - Ctrl-C (SIGINT) or SIGTERM to `zerotrain run`: the ranks finish their step, write a checkpoint
     (a 2-rank model whose save outlasts Open MPI's one-second kill delay), and `run` exits 99 with
     the checkpoint complete (`zerotrain info` verifies it) and no rank left running;
+  - a rank run by hand (`zerotrain train`) takes SIGINT as SIGTERM: it saves and exits 99;
   - a second signal stops at once (exit 1, one line, nothing left running, `latest` untouched), and
     so does a save that outlasts ZEROTRAIN_STOP_GRACE."""
 import os
@@ -100,6 +101,19 @@ for sig, extra in ((signal.SIGINT, slow_save), (signal.SIGTERM, big)):
                 and "checkpoint saved" in out + err, name,
                 f"rc {proc.returncode}, latest {latest_of(ck)}, info rc {info.returncode} {info.stderr[-300:]}, "
                 f"left running {leftovers}, tmp {tmps}; " + err[-800:])
+
+# ---- a rank run by hand takes SIGINT as SIGTERM: saves and exits 99
+ck = os.path.join(tmp, "alone_ck")
+m = os.path.join(tmp, "alone.jsonl")
+proc = subprocess.Popen([ztlib.BIN, "train", tiny, "--set", "train_iters=1000000", "--set", f"checkpoint.dir={ck}",
+                         "--set", f"metrics_file={m}", "--set", "steps_per_print=1000"], cwd=ztlib.ROOT, env=ztlib.ENV,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+wait_rows(m, 2, proc)
+proc.send_signal(signal.SIGINT)
+out, err = proc.communicate(timeout=300)
+info = ztlib.run(["info", ck], timeout=120)
+ztlib.check(proc.returncode == 99 and latest_of(ck) and info.returncode == 0, "train_alone_sigint_saves_and_exits_99",
+            f"rc {proc.returncode}, latest {latest_of(ck)}, info rc {info.returncode}; {err[-600:]}")
 
 # ---- a second signal stops at once; latest stays what it was
 proc, ck, m = start("run_second_sigint", ["--set", "checkpoint.save_interval=2"] + big)

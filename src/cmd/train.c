@@ -44,7 +44,13 @@ typedef struct trainer {
 #define ZT_EXIT_PREEMPTED 99
 
 static volatile sig_atomic_t stop_requested = 0; /* set by the signal handler only */
-static void on_stop_signal(int sig) { stop_requested = sig; }
+static void on_stop_signal(int sig) {
+    if (sig == SIGINT && stop_requested) { /* a second Ctrl-C at a rank run by hand: stop at once */
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+    }
+    stop_requested = sig;
+}
 
 static void install_stop_handlers(void) {
     struct sigaction sa;
