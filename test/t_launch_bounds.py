@@ -2,8 +2,8 @@
   - a rank that never reaches MPI_Init (stopped before it starts): every started rank ends within
     ZEROTRAIN_MPI_TIMEOUT with one line naming itself and the phase, mpirun exits non-zero, and the
     stopped rank is gone too;
-  - a rank that stops in MPI_Finalize (ZEROTRAIN_INJECT_STOP_IN_FINALIZE): the same, after the run's
-    steps are all recorded;
+  - a rank that stops on its way into MPI_Finalize (ZEROTRAIN_INJECT_STOP_IN_FINALIZE), after the
+    run's steps are all recorded: rank 0 names it within the deadline, one line, nothing left;
   - a hostfile host that accepts TCP but never answers ssh (a local listener that never speaks, reached
     through an ssh config file): `zerotrain run` gives ssh BatchMode and a connect timeout
     (ZEROTRAIN_SSH_TIMEOUT), so the start fails within it instead of hanging, and no ssh is left."""
@@ -49,7 +49,7 @@ errs = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("zerotrain
 left = ztlib.processes_with(marker)
 rows = open(marker).read().splitlines() if os.path.exists(marker) else []
 ztlib.check(p.returncode != 0 and len(errs) == 1 and "rank 0 of 2" in errs[0] and
-            "MPI_Finalize did not complete in 5 s" in errs[0] and not left and len(rows) == 2,
+            "rank 1 did not reach the end within 5 s" in errs[0] and not left and len(rows) == 2,
             "mpi_finalize_bounded_when_a_rank_stops", f"rc {p.returncode} after {took:.0f} s, errors {errs}, "
             f"left {left}, {len(rows)} steps; {p.stderr[-600:]}")
 print(f"# MPI_Finalize deadline 5 s: the job ended after {took:.1f} s")

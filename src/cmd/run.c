@@ -302,7 +302,7 @@ int zt_cmd_run(int argc, char **argv) {
         setenv("OMP_NUM_THREADS", tbuf, 1);
     }
     printf("zerotrain run: OMP_NUM_THREADS=%s", getenv("OMP_NUM_THREADS"));
-    for (int i = 0; cmd[i]; i++) printf(" %s", cmd[i]);
+    for (int i = 0; cmd[i]; i++) printf(strchr(cmd[i], ' ') ? " '%s'" : " %s", cmd[i]); /* as a shell reads it */
     printf("\n");
     fflush(stdout);
     int rc = launch_and_wait(cmd);

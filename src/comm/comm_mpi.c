@@ -200,9 +200,13 @@ static void *deadline_main(void *arg) {
 }
 
 /* Starts the deadline for `phase` (a string literal). */
-static void deadline_arm(const char *phase) {
+static double phase_timeout(void) {
     const char *env = getenv("ZEROTRAIN_MPI_TIMEOUT");
-    double s = env ? atof(env) : ZT_MPI_PHASE_TIMEOUT;
+    return env ? atof(env) : ZT_MPI_PHASE_TIMEOUT;
+}
+
+static void deadline_arm(const char *phase) {
+    double s = phase_timeout();
     if (s <= 0) return;
     deadline.seconds = s;
     deadline.phase = phase;
@@ -231,12 +235,60 @@ int zt_mpi_init(int *argc, char ***argv, zt_err *err) {
     return 0;
 }
 
+/* Before MPI_Finalize every rank checks in with rank 0 (a one-int message: sent eagerly, so no rank
+ * waits here), and rank 0 names the ranks that did not arrive within the deadline: those stopped or
+ * hung before the end. The others then wait in MPI_Finalize under their own deadline. */
+#define ZT_TAG_AT_END 7177
+
+static void check_in_at_end(double seconds) {
+    int rank = zt_mpi_world_rank(), world = zt_mpi_world_size();
+    if (world < 2) return;
+    if (rank != 0) {
+        MPI_Send(&rank, 1, MPI_INT, 0, ZT_TAG_AT_END, MPI_COMM_WORLD);
+        return;
+    }
+    char *arrived = zt_xcalloc((size_t)world, 1);
+    int missing = world - 1;
+    double until = zt_now() + seconds;
+    while (missing > 0 && (seconds <= 0 || zt_now() < until)) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, ZT_TAG_AT_END, MPI_COMM_WORLD, &flag, &st);
+        if (!flag) {
+            struct timespec nap = {0, 2 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+            continue;
+        }
+        int who;
+        MPI_Recv(&who, 1, MPI_INT, st.MPI_SOURCE, ZT_TAG_AT_END, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (!arrived[st.MPI_SOURCE]) arrived[st.MPI_SOURCE] = 1, missing--;
+    }
+    if (missing > 0) {
+        char list[160] = "";
+        int shown = 0;
+        for (int r = 1; r < world && shown < 8; r++)
+            if (!arrived[r]) {
+                size_t len = strlen(list);
+                snprintf(list + len, sizeof list - len, "%s%d", shown++ ? ", " : "", r);
+            }
+        char host[256] = "?";
+        gethostname(host, sizeof host - 1);
+        fprintf(stderr, "zerotrain: error: rank 0 of %d (host %s): rank%s %s%s did not reach the end within %.0f s "
+                        "(stopped or hung; ZEROTRAIN_MPI_TIMEOUT)\n",
+                world, host, missing > 1 ? "s" : "", list, missing > shown ? ", ..." : "", seconds);
+        fflush(stderr);
+        _exit(1);
+    }
+    free(arrived);
+}
+
 void zt_mpi_finalize(void) {
     zt_watchdog_stop();
     int done = 0;
     MPI_Finalized(&done);
     if (done) return;
     if (zt_test_hook_stop_in_finalize(zt_mpi_world_rank())) raise(SIGSTOP);
+    check_in_at_end(phase_timeout());
     deadline_arm("MPI_Finalize");
     MPI_Finalize();
     deadline_disarm();

@@ -8,8 +8,8 @@
  *   ZEROTRAIN_INJECT_NCCL_HANG=N     the N-th NCCL collective of the process (1-based) waits on its
  *                                    GPU stream behind a kernel that spins (for 120 s at most): a
  *                                    collective hung on the device (`zerotrain selftest`'s watchdog check)
- *   ZEROTRAIN_INJECT_STOP_IN_FINALIZE=R  rank R stops itself (SIGSTOP) as it enters MPI_Finalize: a rank
- *                                    that stops answering at the end (test/t_launch_bounds.py)
+ *   ZEROTRAIN_INJECT_STOP_IN_FINALIZE=R  rank R stops itself (SIGSTOP) on its way into MPI_Finalize: a
+ *                                    rank that stops answering at the end (test/t_launch_bounds.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
