@@ -3,6 +3,8 @@
 #   make test       build and run the whole test suite (ends with "N passed, N failed")
 #   make bench      run the benchmarks (timing lives here, never in tests)
 #   make demo       tokenize the bundled corpus, train the demo model, print a sample
+#   make gpu-check  pack ./zerotrain and its runtime into build/gpu-check for a bare GPU machine,
+#                   whose build/gpu-check/run checks the whole GPU path there (README: GPU check)
 #   make MARCH=native   tune the C code for the build machine (the default, x86-64-v2, runs on
 #                   any x86-64 CPU of the last 15 years: a binary built on a cluster's login node
 #                   runs on its compute nodes; OpenBLAS and the CPU Adam pick their instructions
@@ -52,7 +54,7 @@ TEST_BINS := $(TEST_SRCS:test/%.c=$(BUILD)/test/%)
 BENCH_SRCS := $(wildcard test/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all test bench demo clean
+.PHONY: all test bench demo gpu-check clean
 .DEFAULT_GOAL := all
 all: zerotrain $(TEST_BINS) $(BENCH_BINS)
 
@@ -87,6 +89,9 @@ bench: all
 
 demo: all
 	@scripts/demo.sh
+
+gpu-check: zerotrain
+	@scripts/gpu-check pack build/gpu-check
 
 clean:
 	rm -rf $(BUILD) zerotrain

@@ -11,7 +11,9 @@
  *
  * The hang watchdog (comm/watchdog.h) watches the comm stream: every operation also records an
  * event of its own into a ring, and the watchdog thread (nccl_probe) walks the ring from the oldest
- * operation it has not seen complete, and asks NCCL for asynchronous errors. */
+ * operation it has not seen complete, and asks NCCL for asynchronous errors; a sticky CUDA error,
+ * which fails the ring's events whatever kernel caused it, is reported as the GPU's. The stream is
+ * drained, watched, before the comm is destroyed. */
 #include "cuda_common.cuh"
 #include <nccl.h>
 #include <cstring>
@@ -106,11 +108,29 @@ static zt_comm_req *end_op(nccl_impl *m, const char *what, size_t bytes) {
     return r;
 }
 
+/* Whether this process's CUDA context is lost to a sticky error: a kernel faulted (an illegal
+ * address, a trap), after which every CUDA call fails with that error, so an event of the comm
+ * stream does too, though the faulting kernel may as well be a compute one. Told apart from an
+ * error of the call alone by asking again about something else, the compute stream, after
+ * clearing this thread's last error (a sticky error is not cleared). Sets op->error when lost. */
+static bool context_lost(zt_watchdog_op *op) {
+    (void)cudaGetLastError();
+    cudaError_t e = cudaStreamQuery(g_zt.stream);
+    if (e == cudaSuccess || e == cudaErrorNotReady) return false;
+    snprintf(op->error, sizeof op->error,
+             "CUDA error %s (%s) on GPU %d: a kernel of this process faulted, compute or NCCL, and every CUDA call "
+             "fails now (ZT_CUDA_SYNC=1 names the op)",
+             cudaGetErrorName(e), cudaGetErrorString(e), g_zt.device);
+    return true;
+}
+
 /* The watchdog's probe (watchdog.h), on its thread: the oldest operation not complete yet, and
- * NCCL's asynchronous errors (a peer gone, a network failure NCCL noticed). */
+ * NCCL's asynchronous errors (a peer gone, a network failure NCCL noticed). An error that is the
+ * whole context's (context_lost) is reported as the GPU's (-2), not as this comm's (-1). */
 static int nccl_probe(void *ctx, zt_watchdog_op *op) {
     nccl_impl *m = (nccl_impl *)ctx;
     int st = 0;
+    cudaError_t failed = cudaSuccess;
     cudaSetDevice(g_zt.device); /* this thread's current device */
     pthread_mutex_lock(&m->mu);
     double now = zt_now();
@@ -118,8 +138,7 @@ static int nccl_probe(void *ctx, zt_watchdog_op *op) {
         cudaError_t q = cudaEventQuery(m->ring[m->tail % WATCH_RING].done);
         if (q == cudaErrorNotReady) break;
         if (q != cudaSuccess) {
-            snprintf(op->error, sizeof op->error, "cudaEventQuery: %s", cudaGetErrorString(q));
-            st = -1;
+            failed = q;
             break;
         }
         m->tail++;
@@ -129,19 +148,28 @@ static int nccl_probe(void *ctx, zt_watchdog_op *op) {
         const watch_slot *w = &m->ring[m->tail % WATCH_RING];
         op->what = w->what, op->seq = w->seq, op->bytes = w->bytes;
         op->since = w->since > m->progress_at ? w->since : m->progress_at;
-        if (st == 0) st = 1;
+        st = 1;
     }
     pthread_mutex_unlock(&m->mu);
+    if (failed != cudaSuccess) {
+        if (context_lost(op)) return -2;
+        snprintf(op->error, sizeof op->error, "cudaEventQuery on the comm stream: %s", cudaGetErrorString(failed));
+        return -1;
+    }
     ncclResult_t async = ncclSuccess;
-    if (st >= 0 && ncclCommGetAsyncError(m->nccl, &async) == ncclSuccess && async != ncclSuccess &&
-        async != ncclInProgress) {
+    if (ncclCommGetAsyncError(m->nccl, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+        if (context_lost(op)) return -2; /* NCCL saw the lost context (ncclUnhandledCudaError) */
         snprintf(op->error, sizeof op->error, "ncclCommGetAsyncError: %s", ncclGetErrorString(async));
-        st = -1;
+        return -1;
     }
     return st;
 }
-/* on the watchdog thread before MPI_Abort: NCCL's kernels and proxy threads give up */
-static void nccl_watch_abort(void *ctx) { ncclCommAbort(((nccl_impl *)ctx)->nccl); }
+/* before MPI_Abort, on a thread of the watchdog's that waits for it a bounded time (watchdog.h):
+ * NCCL's kernels and proxy threads give up at once, its teardown may wait for the device forever */
+static void nccl_watch_abort(void *ctx) {
+    cudaSetDevice(g_zt.device); /* a new thread's current device is GPU 0 */
+    ncclCommAbort(((nccl_impl *)ctx)->nccl);
+}
 
 static bool equal_counts(const zt_comm *c, const size_t *counts) {
     for (int r = 1; r < c->world; r++)
@@ -223,11 +251,18 @@ static void nccl_wait(zt_comm *c, zt_comm_req *r) {
     free(r);
 }
 
+/* waits for every operation on the comm stream, as a watched host wait (and the probe watches the
+ * operations themselves while the comm is watched) */
+static cudaError_t drain_comm_stream(nccl_impl *m) {
+    zt_watchdog_enter("NCCL stream drain", 0);
+    cudaError_t e = cudaStreamSynchronize(m->stream);
+    zt_watchdog_leave();
+    return e;
+}
+
 static void nccl_barrier(zt_comm *c) {
     nccl_impl *m = impl_of(c);
-    zt_watchdog_enter("NCCL stream drain", 0);
-    ZT_CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    zt_watchdog_leave();
+    ZT_CUDA_CHECK(drain_comm_stream(m));
     m->mpi->barrier(m->mpi);
 }
 
@@ -246,9 +281,14 @@ static int nccl_agree_max(zt_comm *c, int status) {
 static void nccl_destroy(zt_comm *c) {
     if (!c) return;
     nccl_impl *m = impl_of(c);
+    /* the drain still watched, so a collective hung on the GPU ends the job here as anywhere else;
+     * then NCCL's teardown under a host wait of its own (no longer watched: a watchdog that fired
+     * during ncclCommDestroy must not ncclCommAbort the comm being destroyed) */
+    (void)drain_comm_stream(m);
     zt_watchdog_unwatch(m);
-    cudaStreamSynchronize(m->stream);
+    zt_watchdog_enter("NCCL comm teardown", 0);
     ncclCommDestroy(m->nccl);
+    zt_watchdog_leave();
     for (int i = 0; i < WATCH_RING; i++) cudaEventDestroy(m->ring[i].done);
     pthread_mutex_destroy(&m->mu);
     cudaEventDestroy(m->ready);
