@@ -72,6 +72,41 @@ case_ set_cross_check_blames_last $'model: {n_head: 12}\n' \
   "zerotrain: error: --set model.n_embd: expected a multiple of model.n_head (12), got 100" \
   --set model.n_embd=100
 
+# config_and_train NAME FILE-TEXT EXPECTED [--set K=V]...: `zerotrain config` and `zerotrain train` both
+# refuse with the same one error line (EXPECTED is a glob, @ stands for the file), non-zero, no step
+config_and_train() {
+  local name=$1 text=$2 want=$3; shift 3
+  local f="$tmp/$name.yaml"
+  [[ $text == @* ]] && f=${text#@} || printf '%s' "$text" >"$f"
+  want=${want//@/$f}
+  local cmd err rc lines
+  for cmd in config train; do
+    err=$(OMPI_MCA_btl=self timeout 60 "$bin" $cmd "$f" "$@" 2>&1 >"$tmp/$name.out"); rc=$?
+    lines=$(grep -c '^zerotrain: error:' <<<"$err")
+    if (( rc != 0 && rc != 124 && lines == 1 )) && [[ $(grep '^zerotrain: error:' <<<"$err") == $want ]] &&
+       ! grep -q '^step ' "$tmp/$name.out"; then pass "${name}_$cmd"
+    else fail "${name}_$cmd" "rc $rc; stderr [$(head -c 600 <<<"$err")]; want [$want]"; fi
+  done
+}
+small=$'model: {n_layer: 2, n_head: 2, n_embd: 32, n_positions: 64}\ndata: {seq_len: 32, train: build/testdata/shakespeare_train_000000.bin, val: null}\ndevice: cpu\n'
+config_and_train micro_batch_1e9 "${small}train_micro_batch_size_per_gpu: 1e9"$'\n' \
+  "zerotrain: error: @:4:33: train_micro_batch_size_per_gpu: the activations of a micro-batch of 1000000000 x 32 tokens need * GiB per rank, more than the * GiB of cpu memory in all (*)"
+config_and_train stage3_max_live_1 "${small}zero_optimization: {stage: 3, stage3_max_live_parameters: 1}"$'\n' \
+  "zerotrain: error: @:4:59: zero_optimization.stage3_max_live_parameters: 1 is below the least stage-3 working set, * elements (*)"
+config_and_train stage3_max_live_set "$small" \
+  "zerotrain: error: --set zero_optimization.stage3_max_live_parameters: 1 is below the least stage-3 working set, *" \
+  --set zero_optimization.stage=3 --set zero_optimization.stage3_max_live_parameters=1
+config_and_train param_buffer_size_1 "${small}zero_optimization: {stage: 3, offload_param: {device: nvme, nvme_path: $tmp, buffer_size: 1}}"$'\n' \
+  "zerotrain: error: @:4:*: zero_optimization.offload_param.buffer_size: 1 is smaller than the largest piece of a segment a rank holds on 1 rank, * elements (*)"
+config_and_train config_dev_zero @/dev/zero \
+  "zerotrain: error: /dev/zero: larger than 16777216 bytes, the most this file may hold"
+python3 -c "print('seed: ' + '[' * 200000 + ']' * 200000)" >"$tmp/deep.yaml"
+config_and_train config_nested_200k "@$tmp/deep.yaml" \
+  "zerotrain: error: @:1:70: nested deeper than 64 levels, the most a config may be"
+head -c $((17 << 20)) /dev/zero | tr '\0' ' ' >"$tmp/big.yaml"
+config_and_train config_over_16mib "@$tmp/big.yaml" \
+  "zerotrain: error: @: larger than 16777216 bytes, the most this file may hold"
+
 # the effective config loads back to itself (through the driver, i.e. the printed text)
 f="$tmp/rt.yaml"
 printf '%s' $'{"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},\n "scheduler": {"type": "WarmupLR"}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu", "ratio": "auto", "device_memory": "2GiB", "host_memory": "100 GB"}},\n "data": {"train": "a \\"quoted\\" path*.bin"}}\n' >"$f"

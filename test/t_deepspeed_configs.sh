@@ -21,6 +21,7 @@ declare -A refused=(
   [amp_enabled.json]="@:4:16: amp.enabled: true is not supported by zerotrain (NVIDIA Apex mixed precision is not implemented; use bf16 or fp16)"
   [bing_bert_lamb.json]="@:7:13: optimizer.type: Lamb is a DeepSpeed optimizer zerotrain does not support (expected AdamW or Adam)"
   [max_grad_norm.json]="@:8:7: optimizer.params.max_grad_norm is not an optimizer parameter (DeepSpeed refuses it too); clip with the top-level gradient_clipping"
+  [megatron_lamb_max_grad_norm.json]="@:6:13: optimizer.type: Lamb is a DeepSpeed optimizer zerotrain does not support (expected AdamW or Adam)"
   [megatron_curriculum_on.json]="@:6:16: curriculum_learning.enabled: true is not supported by zerotrain (curriculum learning is not implemented)"
 )
 

@@ -221,7 +221,7 @@ start_error("nvme_path_missing", os.path.join(tmp, "no_such_dir"), "No such file
 p = ztlib.run(["train", cfg, "--set", "zero_optimization.stage=3", "--set", param_nvme(), "--set",
                "zero_optimization.offload_param.buffer_size=1000"], ranks=2)
 errs = errors_of(p)
-ztlib.check(p.returncode != 0 and len(errs) == 1 and "offload_param.buffer_size 1000 is smaller" in errs[0],
+ztlib.check(p.returncode != 0 and len(errs) == 1 and "offload_param.buffer_size: 1000 is smaller" in errs[0],
             "param_nvme_buffer_size_too_small", f"{errs}")
 afile = os.path.join(tmp, "a_file")
 open(afile, "w").close()

@@ -29,6 +29,22 @@ def finish():
     sys.exit(1 if failed else 0)
 
 
+def processes_with(marker):
+    """pids of this machine's processes whose command line contains marker (a run's unique path):
+    what a test checks is no longer running"""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(d))
+        except OSError:
+            pass
+    return found
+
+
 def ensure_shakespeare():
     """Tokenized tiny Shakespeare shards under build/testdata (made once by zerotrain tokenize)."""
     os.makedirs(TESTDATA, exist_ok=True)

@@ -3,6 +3,9 @@
 #ifndef ZT_COMMANDS_H
 #define ZT_COMMANDS_H
 
+/* the most ranks `run -n` and `config --ranks` take: past any real job, and far from int overflow */
+#define ZT_MAX_RANKS 65536
+
 int zt_cmd_train(int argc, char **argv);    /* train.c */
 int zt_cmd_tokenize(int argc, char **argv); /* tokenize.c */
 int zt_cmd_sample(int argc, char **argv);   /* sample.c */

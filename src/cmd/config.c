@@ -1,6 +1,7 @@
 /* config.c (the command) — `zerotrain config CONFIG [--ranks N] [--set KEY=VALUE]...`: loads and checks a
  * config exactly as `train` does before it touches data or memory (keys, types, ranges, cross-key
- * rules, the batch rule for N ranks, data_types against the backend that would run) and prints
+ * rules, the batch rule for N ranks, data_types against the backend that would run, and the checks
+ * that need the model's sizes: config_sizes.h) and prints
  * the effective config; nothing is trained. Errors are train's, one line, exit status 1.
  * `zerotrain config --keys` prints the key reference from the key table. */
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "cmd/commands.h"
 #include "config/config.h"
+#include "engine/config_sizes.h"
 #include "engine/session.h"
 
 static void usage(void) {
@@ -31,7 +33,7 @@ int zt_cmd_config(int argc, char **argv) {
         }
         if (!strcmp(a, "--set") && v) sets[n_sets++] = argv[++i];
         else if (!strncmp(a, "--set=", 6)) sets[n_sets++] = argv[i] + 6;
-        else if (!strcmp(a, "--ranks") && v && (ranks = strtol(v, &end, 10)) >= 1 && !*end) i++;
+        else if (!strcmp(a, "--ranks") && v && (ranks = strtol(v, &end, 10)) >= 1 && ranks <= ZT_MAX_RANKS && !*end) i++;
         else if (a[0] != '-' && !path) path = a;
         else {
             fprintf(stderr, "zerotrain: error: config: bad argument '%s'\n", a);
@@ -60,6 +62,7 @@ int zt_cmd_config(int argc, char **argv) {
         static const char *const dtype_names[] = {[ZT_F32] = "fp32", [ZT_BF16] = "bf16", [ZT_F16] = "fp16"};
         rc = zt_config_check_grad_accum(&cfg, be->name, dtype_names[be->compute_dtype], &err);
     }
+    if (!rc) rc = zt_config_check_sizes(&cfg, (int)ranks, be, &err);
     fflush(stdout);
     dup2(saved_stdout, 1);
     close(saved_stdout);

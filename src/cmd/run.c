@@ -1,19 +1,34 @@
 /* cmd_run.c — `zerotrain run -n N [--hostfile FILE] CONFIG [--set KEY=VALUE]...`: starts the
  * training job for you: `srun` inside a Slurm allocation, else `mpirun` with the flags this binary
- * needs (root, oversubscription on a small machine, no core binding so OpenMP threads spread).
- * A DeepSpeed hostfile ("host slots=K" lines) is also an Open MPI hostfile, so it is passed as is.
- * Each rank binds one GPU by its local rank (done by the CUDA backend). */
+ * needs (root, oversubscription on a small machine, no core binding so OpenMP threads spread, ssh
+ * to hostfile hosts without prompts and with a connect timeout). A DeepSpeed hostfile
+ * ("host slots=K" lines) is also an Open MPI hostfile, so it is passed as is. Each rank binds one
+ * GPU by its local rank (done by the CUDA backend).
+ *
+ * The launcher runs as a child in its own process group, so that Ctrl-C at the terminal reaches
+ * this process alone: the first SIGINT/SIGTERM is passed to the ranks as SIGUSR1 (mpirun and srun
+ * forward SIGUSR1 to every rank as it is; given SIGTERM, mpirun kills the ranks a second later,
+ * which would cut a save short), the ranks finish their step, save a checkpoint and exit 99, and
+ * this process exits 99 too. A save that does not end within the grace period
+ * (ZEROTRAIN_STOP_GRACE seconds, default 120), or a second signal, kills the launcher and the
+ * ranks below it at once; the previous checkpoint stays `latest` either way. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmd/commands.h"
 #include "util/util.h"
 
-static void usage(void) {
-    fprintf(stderr, "usage: zerotrain run -n N [--hostfile FILE] CONFIG [--set KEY=VALUE]...\n");
-}
+#define ZT_EXIT_PREEMPTED 99      /* train's status after a signal and a saved checkpoint */
+#define ZT_STOP_GRACE_DEFAULT 120 /* seconds the ranks get to save after the first signal */
+#define ZT_SSH_CONNECT_TIMEOUT 30 /* seconds for ssh to reach a hostfile host (ZEROTRAIN_SSH_TIMEOUT) */
 
 static int on_path(const char *prog) {
     const char *path = getenv("PATH");
@@ -29,37 +44,67 @@ static int on_path(const char *prog) {
     return found;
 }
 
-int zt_cmd_run(int argc, char **argv) {
-    long n = 0;
-    const char *hostfile = NULL;
-    char **rest = zt_xcalloc((size_t)argc + 1, sizeof *rest);
-    int n_rest = 0;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "--ranks")) && i + 1 < argc) n = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--hostfile") && i + 1 < argc) hostfile = argv[++i];
-        else rest[n_rest++] = argv[i];
-    }
-    if (n < 1 || n_rest < 1) {
-        usage();
-        free(rest);
-        return 2;
-    }
-    if (hostfile && access(hostfile, R_OK) != 0) {
-        fprintf(stderr, "zerotrain: error: %s: cannot read hostfile\n", hostfile);
-        free(rest);
-        return 1;
-    }
-    char self[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) snprintf(self, sizeof self, "zerotrain");
-    else self[len] = '\0';
+/* a whole decimal integer in [lo, hi], nothing else (no "2abc", no " 2", no overflow) */
+static int parse_whole(const char *text, long lo, long hi, long *out) {
+    if (!text || !*text || !(text[0] == '-' || (text[0] >= '0' && text[0] <= '9'))) return -1;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
 
-    char nbuf[32];
-    snprintf(nbuf, sizeof nbuf, "%ld", n);
-    const char *cmd[64 + 2 * 64];
+/* the arguments of `run`: what it launches, and the ones passed on to `train` */
+typedef struct run_args {
+    long n;
+    const char *hostfile;
+    const char **train_args; /* CONFIG and the --set pairs, in order */
+    int n_train_args;
+} run_args;
+
+static int parse_args(int argc, char **argv, run_args *a, zt_err *err) {
+    memset(a, 0, sizeof *a);
+    a->train_args = zt_xcalloc((size_t)argc + 1, sizeof *a->train_args);
+    const char *config = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(arg, "-n") || !strcmp(arg, "--ranks") || !strcmp(arg, "-np")) {
+            if (!val) return zt_fail(err, "run: %s needs a number of ranks", arg);
+            if (a->n) return zt_fail(err, "run: the number of ranks is given twice");
+            if (parse_whole(val, 1, ZT_MAX_RANKS, &a->n))
+                return zt_fail(err, "run: %s: expected a number of ranks in [1, %d], got '%.40s'", arg, ZT_MAX_RANKS,
+                               val);
+            i++;
+        } else if (!strcmp(arg, "--hostfile")) {
+            if (!val) return zt_fail(err, "run: --hostfile needs a file");
+            a->hostfile = argv[++i];
+        } else if (!strcmp(arg, "--set")) {
+            if (!val) return zt_fail(err, "run: --set needs KEY=VALUE");
+            a->train_args[a->n_train_args++] = arg;
+            a->train_args[a->n_train_args++] = argv[++i];
+        } else if (!strncmp(arg, "--set=", 6)) {
+            a->train_args[a->n_train_args++] = arg;
+        } else if (arg[0] == '-') {
+            return zt_fail(err, "run: unknown option '%.80s'", arg);
+        } else if (config) {
+            return zt_fail(err, "run: one CONFIG expected, got '%.80s' and '%.80s'", config, arg);
+        } else {
+            config = arg;
+            a->train_args[a->n_train_args++] = arg;
+        }
+    }
+    if (!a->n) return zt_fail(err, "run: -n N (the number of ranks) is required");
+    if (!config) return zt_fail(err, "run: CONFIG is required");
+    if (a->hostfile && access(a->hostfile, R_OK) != 0) return zt_fail(err, "%s: cannot read hostfile", a->hostfile);
+    return 0;
+}
+
+/* The launcher's command line, NULL-terminated (malloc'ed; its strings are the arguments' or static). */
+static const char **build_command(const run_args *a, const char *self, const char *nbuf) {
+    const char **cmd = zt_xcalloc((size_t)a->n_train_args + 32, sizeof *cmd);
     int k = 0;
-    int in_slurm = getenv("SLURM_JOB_ID") && on_path("srun");
-    if (in_slurm) {
+    if (getenv("SLURM_JOB_ID") && on_path("srun")) {
         cmd[k++] = "srun";
         cmd[k++] = "-n";
         cmd[k++] = nbuf;
@@ -67,29 +112,201 @@ int zt_cmd_run(int argc, char **argv) {
         cmd[k++] = "mpirun";
         cmd[k++] = "-np";
         cmd[k++] = nbuf;
-        if (hostfile) { cmd[k++] = "--hostfile"; cmd[k++] = hostfile; }
+        if (a->hostfile) {
+            static char ssh_args[96];
+            long connect_s = ZT_SSH_CONNECT_TIMEOUT;
+            const char *env = getenv("ZEROTRAIN_SSH_TIMEOUT");
+            if (env && parse_whole(env, 1, 3600, &connect_s))
+                zt_warn("zerotrain run: ZEROTRAIN_SSH_TIMEOUT '%.40s' is not a number of seconds in [1, 3600]; using %d",
+                        env, ZT_SSH_CONNECT_TIMEOUT);
+            snprintf(ssh_args, sizeof ssh_args, "-o BatchMode=yes -o ConnectTimeout=%ld", connect_s);
+            cmd[k++] = "--hostfile";
+            cmd[k++] = a->hostfile;
+            /* a host that never answers ssh, or asks for a password, fails within the timeout
+             * (unless the user chose ssh's arguments themselves) */
+            if (!getenv("OMPI_MCA_plm_rsh_args")) {
+                cmd[k++] = "--mca";
+                cmd[k++] = "plm_rsh_args";
+                cmd[k++] = ssh_args;
+            }
+        }
         if (geteuid() == 0) cmd[k++] = "--allow-run-as-root";
-        if (!hostfile && n > sysconf(_SC_NPROCESSORS_ONLN)) cmd[k++] = "--oversubscribe";
+        if (!a->hostfile && a->n > sysconf(_SC_NPROCESSORS_ONLN)) cmd[k++] = "--oversubscribe";
         cmd[k++] = "--bind-to";
         cmd[k++] = "none";
     }
     cmd[k++] = self;
     cmd[k++] = "train";
-    for (int i = 0; i < n_rest && k < 126; i++) cmd[k++] = rest[i];
+    for (int i = 0; i < a->n_train_args; i++) cmd[k++] = a->train_args[i];
     cmd[k] = NULL;
+    return cmd;
+}
+
+static volatile sig_atomic_t signals_seen = 0, last_signal = 0;
+static void on_signal(int sig) {
+    signals_seen++;
+    last_signal = sig;
+}
+
+/* SIGKILL to pid and every process below it on this node. mpirun puts the ranks it starts in
+ * process groups of their own, so a signal to its group would orphan them; the whole tree is
+ * listed first (from /proc) because a killed parent's children move to init. Ranks on other nodes
+ * end with their node's daemon, which loses mpirun. */
+static void kill_tree(pid_t root) {
+    for (int pass = 0; pass < 2; pass++) { /* again, for a process started while the first pass ran */
+        int cap = 64, n = 0;
+        pid_t *pid = zt_xmalloc((size_t)cap * sizeof *pid), *ppid = zt_xmalloc((size_t)cap * sizeof *ppid);
+        DIR *proc = opendir("/proc");
+        for (struct dirent *d; proc && (d = readdir(proc));) {
+            if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+            char path[300], buf[512];
+            snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            size_t got = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[got] = '\0';
+            const char *close_paren = strrchr(buf, ')'); /* the command name may hold spaces */
+            int parent;
+            if (!close_paren || sscanf(close_paren + 1, " %*c %d", &parent) != 1) continue;
+            if (n == cap) {
+                cap *= 2;
+                pid = zt_xrealloc(pid, (size_t)cap * sizeof *pid);
+                ppid = zt_xrealloc(ppid, (size_t)cap * sizeof *ppid);
+            }
+            pid[n] = (pid_t)atol(d->d_name);
+            ppid[n++] = parent;
+        }
+        if (proc) closedir(proc);
+        /* mark the tree: root, then anything whose parent is marked, until nothing changes */
+        char *in = zt_xcalloc((size_t)n + 1, 1);
+        for (int changed = 1; changed;) {
+            changed = 0;
+            for (int i = 0; i < n; i++) {
+                if (in[i]) continue;
+                int below = pid[i] == root;
+                for (int j = 0; j < n && !below; j++) below = in[j] && pid[j] == ppid[i];
+                if (below) in[i] = changed = 1;
+            }
+        }
+        for (int i = 0; i < n; i++)
+            if (in[i]) kill(pid[i], SIGKILL);
+        free(in);
+        free(pid);
+        free(ppid);
+    }
+}
+
+static double grace_seconds(void) {
+    const char *g = getenv("ZEROTRAIN_STOP_GRACE");
+    long v;
+    if (g && parse_whole(g, 0, 86400, &v) == 0) return (double)v;
+    if (g) zt_warn("zerotrain run: ZEROTRAIN_STOP_GRACE '%.40s' is not a number of seconds in [0, 86400]; using %d",
+                   g, ZT_STOP_GRACE_DEFAULT);
+    return ZT_STOP_GRACE_DEFAULT;
+}
+
+/* Runs cmd as a child in its own process group and waits for it, passing signals on as the
+ * header says. Returns this process's exit status. */
+static int launch_and_wait(const char **cmd) {
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &old); /* no signal may land between fork and the handlers */
+    pid_t child = fork();
+    if (child < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        fprintf(stderr, "zerotrain: error: cannot start %s: %s\n", cmd[0], strerror(errno));
+        return 1;
+    }
+    if (child == 0) {
+        setpgid(0, 0);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        /* in a background process group a read of the terminal would stop the launcher */
+        int null_fd = open("/dev/null", O_RDONLY);
+        if (null_fd >= 0) dup2(null_fd, 0);
+        execvp(cmd[0], (char *const *)cmd);
+        fprintf(stderr, "zerotrain: error: cannot start %s (is it installed and on PATH?)\n", cmd[0]);
+        _exit(127);
+    }
+    setpgid(child, child); /* also here, so the group exists before any signal is passed on */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+
+    double grace = grace_seconds(), stop_at = 0;
+    int forwarded = 0, status = 0;
+    for (;;) {
+        pid_t w = waitpid(child, &status, WNOHANG);
+        if (w == child) break;
+        if (w < 0 && errno != EINTR) {
+            fprintf(stderr, "zerotrain: error: waiting for %s: %s\n", cmd[0], strerror(errno));
+            return 1;
+        }
+        if (signals_seen >= 2 || (forwarded && zt_now() > stop_at)) {
+            kill_tree(child);
+            waitpid(child, &status, 0);
+            if (signals_seen >= 2)
+                fprintf(stderr, "zerotrain: error: stopped at once by a second signal; a checkpoint being written "
+                                "is left incomplete, `latest` names the previous one\n");
+            else
+                fprintf(stderr, "zerotrain: error: the ranks did not save and exit within %.0f s of the signal "
+                                "(ZEROTRAIN_STOP_GRACE); stopped them, `latest` names the previous checkpoint\n",
+                        grace);
+            return 1;
+        }
+        if (signals_seen == 1 && !forwarded) {
+            forwarded = 1;
+            stop_at = zt_now() + grace;
+            fprintf(stderr, "zerotrain run: %s: the ranks finish their step, save a checkpoint and exit (up to %.0f s; "
+                            "a second Ctrl-C stops at once)\n",
+                    last_signal == SIGINT ? "interrupted" : "terminated", grace);
+            kill(child, SIGUSR1);
+        }
+        struct timespec nap = {0, 50 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (forwarded && code == ZT_EXIT_PREEMPTED) return ZT_EXIT_PREEMPTED;
+    if (forwarded)
+        fprintf(stderr, "zerotrain: error: the ranks ended with status %d after the signal, not %d: no checkpoint "
+                        "was confirmed, `latest` names the last complete one\n", code, ZT_EXIT_PREEMPTED);
+    return code;
+}
+
+int zt_cmd_run(int argc, char **argv) {
+    run_args a;
+    zt_err err = {{0}};
+    if (parse_args(argc, argv, &a, &err)) {
+        zt_print_error(&err); /* the line names what is wrong; `zerotrain --help` shows the usage */
+        free(a.train_args);
+        return 2;
+    }
+    char self[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) snprintf(self, sizeof self, "zerotrain");
+    else self[len] = '\0';
+    char nbuf[32];
+    snprintf(nbuf, sizeof nbuf, "%ld", a.n);
+    const char **cmd = build_command(&a, self, nbuf);
     /* threads per rank: split this node's cores among the local ranks unless the user chose */
     if (!getenv("OMP_NUM_THREADS")) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN), per = hostfile ? 1 : cores / n;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN), per = a.hostfile ? 1 : cores / a.n;
         char tbuf[32];
         snprintf(tbuf, sizeof tbuf, "%ld", per > 0 ? per : 1);
         setenv("OMP_NUM_THREADS", tbuf, 1);
     }
     printf("zerotrain run: OMP_NUM_THREADS=%s", getenv("OMP_NUM_THREADS"));
-    for (int i = 0; cmd[i]; i++) printf(" %s", cmd[i]);
+    for (int i = 0; cmd[i]; i++) printf(strchr(cmd[i], ' ') ? " '%s'" : " %s", cmd[i]); /* as a shell reads it */
     printf("\n");
     fflush(stdout);
-    execvp(cmd[0], (char *const *)cmd);
-    fprintf(stderr, "zerotrain: error: cannot start %s (is it installed and on PATH?)\n", cmd[0]);
-    free(rest);
-    return 1;
+    int rc = launch_and_wait(cmd);
+    free(cmd);
+    free(a.train_args);
+    return rc;
 }

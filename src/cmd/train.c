@@ -14,6 +14,7 @@
 #include "engine/loss_scale.h"
 #include "cmd/sample.h"
 #include "engine/schedule.h"
+#include "engine/config_sizes.h"
 #include "engine/session.h"
 #include "comm/watchdog.h"
 #include "io/monitor.h"
@@ -38,12 +39,18 @@ typedef struct trainer {
                                     came after (the host part's I/O may run on between steps) */
 } trainer;
 
-/* Exit status of a run stopped by SIGUSR1/SIGTERM after saving its checkpoint: the Slurm scripts
+/* Exit status of a run stopped by SIGUSR1/SIGTERM/SIGINT after saving its checkpoint: the Slurm scripts
  * requeue the job on it, and the requeued job resumes from `latest`. */
 #define ZT_EXIT_PREEMPTED 99
 
 static volatile sig_atomic_t stop_requested = 0; /* set by the signal handler only */
-static void on_stop_signal(int sig) { stop_requested = sig; }
+static void on_stop_signal(int sig) {
+    if (sig == SIGINT && stop_requested) { /* a second Ctrl-C at a rank run by hand: stop at once */
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+    }
+    stop_requested = sig;
+}
 
 static void install_stop_handlers(void) {
     struct sigaction sa;
@@ -52,6 +59,7 @@ static void install_stop_handlers(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL); /* Ctrl-C at a rank run by hand saves too */
 }
 
 static void usage(void) {
@@ -391,6 +399,8 @@ static int setup(trainer *t, int argc, char **argv, zt_err *err) {
     free(sets);
     if (rc) return -1;
     if (zt_config_check_batch(&t->cfg, t->comm->world, err)) return -1;
+    const zt_backend *be = zt_pick_backend(&t->cfg, err); /* the checks `zerotrain config` also runs */
+    if (!be || zt_config_check_sizes(&t->cfg, t->comm->world, be, err)) return -1;
     zt_config *cfg = &t->cfg;
     if (!cfg->train_glob) return zt_fail(err, "%s: data.train is required for training", path);
     if (zt_dataset_open(&t->train, cfg->train_glob, cfg->seq_len, cfg->vocab_size, cfg->seed, err)) return -1;
@@ -434,6 +444,7 @@ int zt_cmd_train(int argc, char **argv) {
     zt_config_defaults(&t.cfg);
     t.comm = zt_comm_mpi(NULL, &err);
     zt_log_set_rank(t.comm->rank);
+    install_stop_handlers(); /* a signal during start-up stops after the first step, with a save */
     int rc = setup(&t, argc, argv, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     zt_watchdog_start(t.cfg.comm_timeout, t.comm->rank, t.comm->world);
@@ -469,7 +480,6 @@ int zt_cmd_train(int argc, char **argv) {
         if (!t.monitor && (t.cfg.tensorboard.enabled || t.cfg.csv_monitor.enabled)) rc = -1;
     }
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
-    install_stop_handlers();
     size_t n = (size_t)t.cfg.train_micro_batch_size_per_gpu * t.cfg.seq_len;
     t.inputs = zt_xcalloc(n, sizeof(int));
     t.targets = zt_xcalloc(n, sizeof(int));

@@ -73,7 +73,8 @@ void zt_comm_bytes_print(const zt_comm_bytes *b);
 int zt_comm_ranks_on_node(zt_comm *c);
 
 /* Process-wide MPI setup: MPI_Init_thread once, error handler that makes every rank exit non-zero
- * when one fails, and a duplicate of MPI_COMM_WORLD reserved for data parallelism / ZeRO. */
+ * when one fails, and a duplicate of MPI_COMM_WORLD reserved for data parallelism / ZeRO. Init and
+ * finalize each end the rank with one line past ZEROTRAIN_MPI_TIMEOUT seconds (comm_mpi.c). */
 int zt_mpi_init(int *argc, char ***argv, zt_err *err);
 void zt_mpi_finalize(void);
 /* Ends the whole job with status (MPI_Abort when world > 1, exit otherwise). */

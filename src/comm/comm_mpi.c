@@ -1,13 +1,21 @@
 /* comm_mpi.c — the MPI collectives table (see comm.h). Uses MPI-3 non-blocking collectives
  * (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather) on a communicator of its own,
- * duplicated from MPI_COMM_WORLD, so data-parallel/ZeRO traffic never mixes with other groups. */
+ * duplicated from MPI_COMM_WORLD, so data-parallel/ZeRO traffic never mixes with other groups.
+ * Also MPI start-up and shut-down, each bounded in time (the watchdog covers what lies between). */
 #include "comm/comm.h"
 
+#include <errno.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "comm/watchdog.h"
+#include "util/test_hooks.h"
 
 struct zt_comm_req {
     MPI_Request req;
@@ -146,20 +154,144 @@ zt_comm *zt_comm_mpi(const zt_backend *be, zt_err *err) {
 
 /* ---------------------------------------------------------------- process-wide MPI */
 
+/* Start-up and shut-down are collective too (Open MPI's MPI_Init and MPI_Finalize exchange with
+ * every rank), and the watchdog does not run then (no config yet; shutting down): a rank that never
+ * starts or stops in them would leave the others waiting forever. A deadline thread ends this rank
+ * with one line when the phase lasts longer than ZEROTRAIN_MPI_TIMEOUT seconds (default
+ * ZT_MPI_PHASE_TIMEOUT, 0 = off); mpirun then ends the rest of the job, the stopped rank included. */
+#define ZT_MPI_PHASE_TIMEOUT 300.0
+
+static struct {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running, done;
+    double seconds;
+    const char *phase;
+} deadline = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+/* this rank as the launcher numbered it (MPI cannot say before MPI_Init returns) */
+static const char *launcher_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i])) return getenv(vars[i]);
+    return "?";
+}
+
+static void *deadline_main(void *arg) {
+    (void)arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)deadline.seconds;
+    pthread_mutex_lock(&deadline.mu);
+    int expired = 0;
+    while (!deadline.done && !expired) expired = pthread_cond_timedwait(&deadline.cv, &deadline.mu, &until) == ETIMEDOUT;
+    pthread_mutex_unlock(&deadline.mu);
+    if (!expired || deadline.done) return NULL;
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    const char *size = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("SLURM_NTASKS");
+    fprintf(stderr, "zerotrain: error: rank %s%s%s (host %s): %s did not complete in %.0f s: another rank %s "
+                    "(ZEROTRAIN_MPI_TIMEOUT)\n",
+            launcher_rank(), size ? " of " : "", size ? size : "", host, deadline.phase, deadline.seconds,
+            strcmp(deadline.phase, "MPI_Init") ? "stopped answering before it finished" : "has not started or stopped answering");
+    fflush(stderr);
+    _exit(1);
+}
+
+/* Starts the deadline for `phase` (a string literal). */
+static double phase_timeout(void) {
+    const char *env = getenv("ZEROTRAIN_MPI_TIMEOUT");
+    return env ? atof(env) : ZT_MPI_PHASE_TIMEOUT;
+}
+
+static void deadline_arm(const char *phase) {
+    double s = phase_timeout();
+    if (s <= 0) return;
+    deadline.seconds = s;
+    deadline.phase = phase;
+    deadline.done = 0;
+    deadline.running = pthread_create(&deadline.thread, NULL, deadline_main, NULL) == 0;
+}
+
+static void deadline_disarm(void) {
+    if (!deadline.running) return;
+    pthread_mutex_lock(&deadline.mu);
+    deadline.done = 1;
+    pthread_cond_signal(&deadline.cv);
+    pthread_mutex_unlock(&deadline.mu);
+    pthread_join(deadline.thread, NULL);
+    deadline.running = 0;
+}
+
 int zt_mpi_init(int *argc, char ***argv, zt_err *err) {
     int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return zt_fail(err, "MPI_Init_thread failed");
+    deadline_arm("MPI_Init");
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    deadline_disarm();
+    if (rc != MPI_SUCCESS) return zt_fail(err, "MPI_Init_thread failed");
     /* any MPI failure (a dead peer included) aborts the whole job instead of hanging */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     return 0;
+}
+
+/* Before MPI_Finalize every rank checks in with rank 0 (a one-int message: sent eagerly, so no rank
+ * waits here), and rank 0 names the ranks that did not arrive within the deadline: those stopped or
+ * hung before the end. The others then wait in MPI_Finalize under their own deadline. */
+#define ZT_TAG_AT_END 7177
+
+static void check_in_at_end(double seconds) {
+    int rank = zt_mpi_world_rank(), world = zt_mpi_world_size();
+    if (world < 2) return;
+    if (rank != 0) {
+        MPI_Send(&rank, 1, MPI_INT, 0, ZT_TAG_AT_END, MPI_COMM_WORLD);
+        return;
+    }
+    char *arrived = zt_xcalloc((size_t)world, 1);
+    int missing = world - 1;
+    double until = zt_now() + seconds;
+    while (missing > 0 && (seconds <= 0 || zt_now() < until)) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, ZT_TAG_AT_END, MPI_COMM_WORLD, &flag, &st);
+        if (!flag) {
+            struct timespec nap = {0, 2 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+            continue;
+        }
+        int who;
+        MPI_Recv(&who, 1, MPI_INT, st.MPI_SOURCE, ZT_TAG_AT_END, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (!arrived[st.MPI_SOURCE]) arrived[st.MPI_SOURCE] = 1, missing--;
+    }
+    if (missing > 0) {
+        char list[160] = "";
+        int shown = 0;
+        for (int r = 1; r < world && shown < 8; r++)
+            if (!arrived[r]) {
+                size_t len = strlen(list);
+                snprintf(list + len, sizeof list - len, "%s%d", shown++ ? ", " : "", r);
+            }
+        char host[256] = "?";
+        gethostname(host, sizeof host - 1);
+        fprintf(stderr, "zerotrain: error: rank 0 of %d (host %s): rank%s %s%s did not reach the end within %.0f s "
+                        "(stopped or hung; ZEROTRAIN_MPI_TIMEOUT)\n",
+                world, host, missing > 1 ? "s" : "", list, missing > shown ? ", ..." : "", seconds);
+        fflush(stderr);
+        _exit(1);
+    }
+    free(arrived);
 }
 
 void zt_mpi_finalize(void) {
     zt_watchdog_stop();
     int done = 0;
     MPI_Finalized(&done);
-    if (!done) MPI_Finalize();
+    if (done) return;
+    if (zt_test_hook_stop_in_finalize(zt_mpi_world_rank())) raise(SIGSTOP);
+    check_in_at_end(phase_timeout());
+    deadline_arm("MPI_Finalize");
+    MPI_Finalize();
+    deadline_disarm();
 }
 
 int zt_mpi_world_rank(void) {

@@ -1,8 +1,13 @@
 /* config.c — loading a config (see config.h): the file is read with libyaml's document API (nodes
  * keep their marks, so every error names FILE:LINE:COL); the key table of config_keys.c drives both
  * the file walk and `--set` overrides, so both get the same types, ranges and near-miss
- * suggestions. Cross-key checks run once, after all overrides, using the position where each key
- * was last set; the DeepSpeed rules (config_deepspeed.c) run just before them. Also the batch rule. */
+ * suggestions. Overrides win before anything is judged: the paths they set are listed first, and
+ * the file walk skips those keys unread, so `--set` repairs any value a file is refused for, and
+ * `--set KEY=null` removes a key. Files over ZT_CONFIG_MAX_BYTES or nested deeper than
+ * ZT_CONFIG_MAX_DEPTH are refused before the document is built. Cross-key checks run once, after
+ * all overrides, using the position where each key was last set (kept in the config for the sized
+ * checks of engine/config_sizes.c); the DeepSpeed rules (config_deepspeed.c) run just before them.
+ * Also the batch rule. */
 #include "config/config.h"
 #include "config/config_schema.h"
 
@@ -190,6 +195,14 @@ int zt_loader_rec_index(const loader *L, const char *path) {
     return -1;
 }
 
+/* "WHERE: msg" at the latest of recs[0..n) that set path, else at the file (or "config") */
+static int fail_at_rec(const zt_posrec *recs, int n, const char *source, const char *path, zt_err *err,
+                       const char *msg) {
+    for (int i = n - 1; i >= 0; i--)
+        if (!strcmp(recs[i].path, path)) return zt_fail(err, "%s: %s", recs[i].where, msg);
+    return zt_fail(err, "%s: %s: %s", source ? source : "config", path, msg);
+}
+
 /* Cross-key error at where `path` was last set. */
 int zt_fail_rec(const loader *L, const char *path, const char *fmt, ...) {
     char m[768];
@@ -197,9 +210,43 @@ int zt_fail_rec(const loader *L, const char *path, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
-    int i = zt_loader_rec_index(L, path);
-    if (i >= 0) return zt_fail(L->err, "%s: %s", L->recs[i].where, m);
-    return zt_fail(L->err, "%s: %s: %s", L->cfg->source_path ? L->cfg->source_path : "config", path, m);
+    return fail_at_rec(L->recs, L->nrec, L->cfg->source_path, path, L->err, m);
+}
+
+int zt_config_was_set(const zt_config *cfg, const char *path) {
+    for (int i = 0; i < cfg->n_set_at; i++)
+        if (!strcmp(cfg->set_at[i].path, path)) return 1;
+    return 0;
+}
+
+int zt_config_fail_key(const zt_config *cfg, const char *path, zt_err *err, const char *fmt, ...) {
+    char m[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    return fail_at_rec(cfg->set_at, cfg->n_set_at, cfg->source_path, path, err, m);
+}
+
+/* whether list (paths, each ending in a newline) holds path itself (exact) or path or a section above it */
+static int listed(const zt_sb *list, const char *path, int exact) {
+    size_t plen = strlen(path);
+    for (const char *e = list->p; e && e < list->p + list->n;) {
+        const char *nl = strchr(e, '\n');
+        size_t len = (size_t)(nl - e);
+        if (exact ? len == plen && !memcmp(e, path, len)
+                  : len <= plen && !memcmp(e, path, len) && (path[len] == '\0' || path[len] == '.'))
+            return 1;
+        e = nl + 1;
+    }
+    return 0;
+}
+
+/* A file key an override sets (or removes) is not read: its value there is never judged. */
+static int unread_in_file(loader *L, const char *path) {
+    if (L->ov || !listed(&L->replaced, path, 0)) return 0;
+    zt_sb_printf(&L->unread, "%s\n", path);
+    return 1;
 }
 
 static void *field(zt_config *cfg, size_t off) { return (char *)cfg + off; }
@@ -322,6 +369,7 @@ static int apply_off_section(loader *L, const zt_keydef *d, const char *path, co
         const yaml_node_t *e = yaml_document_get_node((yaml_document_t *)doc, p->value);
         char child[256];
         snprintf(child, sizeof child, "%s.enabled", path);
+        if (unread_in_file(L, child)) continue;
         int b = 0;
         if (get_bool(L, child, e, &b)) return -1;
         if (b) return fail_at(L, e, child, "true is not supported by zerotrain (%s)", d->hint);
@@ -331,10 +379,35 @@ static int apply_off_section(loader *L, const zt_keydef *d, const char *path, co
 
 static int is_auto_text(const scalar *s) { return s->cls == C_STR && !strcasecmp(s->text, "auto"); }
 
+/* whether null is a value of key d (else `--set KEY=null` removes it) */
+static int takes_null(const zt_keydef *d) {
+    return d->kind == K_SECTION || d->kind == K_OFF_SECTION || d->kind == K_NOTE || d->kind == K_STR ||
+           (d->flags & F_NULL_DEFAULT) || d->tag == T_TB || d->tag == T_MICRO || d->tag == T_ACCUM;
+}
+
+/* `--set KEY=null` for a key that takes no null: KEY as if never given (its value in the file was
+ * not read): the default, no record for the cross-key checks to blame */
+static void remove_key(loader *L, const zt_keydef *d, const char *path) {
+    zt_key_set_default(L->cfg, d);
+    if (d->tag == T_ADAM_W_MODE) L->adam_w_mode = 1;
+    if (d->tag == T_ACT_ENABLED) L->act_enabled_given = 0;
+    if (d->tag == T_SCHED_TYPE) L->sched_type_given = 0;
+    int kept = 0;
+    for (int i = 0; i < L->nrec; i++)
+        if (strcmp(L->recs[i].path, path)) L->recs[kept++] = L->recs[i];
+    L->nrec = kept;
+}
+
 static int apply_key(loader *L, const zt_keydef *d, const char *path, const yaml_document_t *doc,
                      const yaml_node_t *key, const yaml_node_t *v) {
     zt_config *cfg = L->cfg;
     const yaml_node_t *at_key = key ? key : v;
+    scalar null_check;
+    classify(v, &null_check);
+    if (L->ov && null_check.cls == C_NULL && !takes_null(d)) {
+        remove_key(L, d, path);
+        return 0;
+    }
     switch (d->kind) {
     case K_NOTE: {
         char w[512];
@@ -515,9 +588,13 @@ static int apply_key(loader *L, const zt_keydef *d, const char *path, const yaml
     return fail_at(L, v, path, "internal error: unhandled key kind");
 }
 
+/* "base.name" ("name" at the top); a path longer than cap is cut, and matches no key */
 static void join_path(char *out, size_t cap, const char *base, const char *name) {
-    if (base && *base) snprintf(out, cap, "%s.%s", base, name);
-    else snprintf(out, cap, "%s", name);
+    size_t n = 0;
+    for (const char *p = base && *base ? base : ""; *p && n + 1 < cap; p++) out[n++] = *p;
+    if (base && *base && n + 1 < cap) out[n++] = '.';
+    for (const char *p = name; *p && n + 1 < cap; p++) out[n++] = *p;
+    out[n] = '\0';
 }
 
 /* the declaration of key `name` directly under section `parent`, or NULL */
@@ -560,6 +637,9 @@ static int apply_map(loader *L, const char *path, const yaml_document_t *doc, co
                                path, k2->start_mark.line + 1);
             }
         }
+        char full[256];
+        join_path(full, sizeof full, path, name);
+        if (unread_in_file(L, full)) continue;
         const zt_keydef *d = strchr(name, '.') ? NULL : find_child(path, name);
         if (!d) {
             char sug[128];
@@ -586,10 +666,41 @@ static int yaml_problem(const char *where, const yaml_parser_t *p, zt_err *err) 
     return zt_fail(err, "%s:%zu:%zu: %s", where, p->problem_mark.line + 1, p->problem_mark.column + 1, problem);
 }
 
+/* Nesting deeper than ZT_CONFIG_MAX_DEPTH is refused from libyaml's event stream, as the levels
+ * arrive: the document loader would first build the whole tree, and libyaml's scanner slows with
+ * every open level (a 200k-deep list took minutes). */
+static int check_depth(const char *path, const char *text, size_t len, zt_err *err) {
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) return zt_fail(err, "%s: cannot initialise the YAML parser", path);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    int depth = 0, rc = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&parser, &ev)) {
+            rc = 0; /* syntax errors are the loader's to report, with their context */
+            break;
+        }
+        yaml_event_type_t type = ev.type;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) depth++;
+        if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) depth--;
+        if (depth > ZT_CONFIG_MAX_DEPTH)
+            rc = zt_fail(err, "%s:%zu:%zu: nested deeper than %d levels, the most a config may be", path,
+                         ev.start_mark.line + 1, ev.start_mark.column + 1, ZT_CONFIG_MAX_DEPTH);
+        yaml_event_delete(&ev);
+        if (rc || type == YAML_STREAM_END_EVENT) break;
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
 static int load_file(loader *L, const char *path) {
     size_t len;
-    char *text = zt_read_file(path, &len, L->err);
+    char *text = zt_read_file_max(path, ZT_CONFIG_MAX_BYTES, &len, L->err);
     if (!text) return -1;
+    if (check_depth(path, text, len, L->err)) {
+        free(text);
+        return -1;
+    }
     yaml_parser_t parser;
     yaml_document_t doc, extra;
     if (!yaml_parser_initialize(&parser)) {
@@ -625,43 +736,78 @@ static int load_file(loader *L, const char *path) {
     return rc;
 }
 
-static int apply_override(loader *L, const char *spec) {
+/* Splits "KEY=VALUE" and reads VALUE as YAML into doc (the caller deletes it on success). */
+static int read_override(const char *spec, char key[256], yaml_document_t *doc, zt_err *err) {
     const char *eq = strchr(spec, '=');
-    if (!eq || eq == spec) return zt_fail(L->err, "--set %s: expected KEY=VALUE (e.g. optimizer.params.lr=3e-4)", spec);
-    char key[256];
+    if (!eq || eq == spec) return zt_fail(err, "--set %s: expected KEY=VALUE (e.g. optimizer.params.lr=3e-4)", spec);
     size_t klen = (size_t)(eq - spec);
     while (klen > 0 && isspace((unsigned char)spec[klen - 1])) klen--;
-    if (klen >= sizeof key) return zt_fail(L->err, "--set: key too long");
+    if (klen >= 256) return zt_fail(err, "--set: key too long");
     memcpy(key, spec, klen);
     key[klen] = '\0';
     const char *value = eq + 1;
 
-    yaml_document_t doc;
     int have_doc = 0;
     {
         yaml_parser_t parser;
         yaml_parser_initialize(&parser);
         yaml_parser_set_input_string(&parser, (const unsigned char *)value, strlen(value));
-        if (yaml_parser_load(&parser, &doc)) {
+        if (yaml_parser_load(&parser, doc)) {
             have_doc = 1;
         } else if (value[0] == '[' || value[0] == '{') {
-            int rc = zt_fail(L->err, "--set %s: cannot parse value '%s': %s", key, value,
+            int rc = zt_fail(err, "--set %s: cannot parse value '%s': %s", key, value,
                              parser.problem ? parser.problem : "syntax error");
             yaml_parser_delete(&parser);
             return rc;
         }
         yaml_parser_delete(&parser);
     }
-    if (!have_doc || !yaml_document_get_root_node(&doc)) {
+    if (!have_doc || !yaml_document_get_root_node(doc)) {
         /* empty value -> null; text YAML cannot read (e.g. "*.bin") -> a plain string */
-        if (have_doc) yaml_document_delete(&doc);
-        if (!yaml_document_initialize(&doc, NULL, NULL, NULL, 1, 1)) return zt_fail(L->err, "--set: out of memory");
+        if (have_doc) yaml_document_delete(doc);
+        if (!yaml_document_initialize(doc, NULL, NULL, NULL, 1, 1)) return zt_fail(err, "--set: out of memory");
         int empty = !have_doc ? 0 : 1;
         const char *txt = empty ? "null" : value;
-        yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)txt, (int)strlen(txt),
+        yaml_document_add_scalar(doc, NULL, (yaml_char_t *)txt, (int)strlen(txt),
                                  empty ? YAML_PLAIN_SCALAR_STYLE : YAML_SINGLE_QUOTED_SCALAR_STYLE);
     }
+    return 0;
+}
+
+/* The paths node sets at path: a mapping's keys (recursively; it is merged into the section), else path. */
+static void list_paths(zt_sb *out, const char *path, yaml_document_t *doc, const yaml_node_t *n, int depth) {
+    if (!n || n->type != YAML_MAPPING_NODE || depth > ZT_CONFIG_MAX_DEPTH) {
+        zt_sb_printf(out, "%s\n", path);
+        return;
+    }
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        const yaml_node_t *k = yaml_document_get_node(doc, p->key);
+        if (!k || k->type != YAML_SCALAR_NODE) continue;
+        char child[256];
+        join_path(child, sizeof child, path, (const char *)k->data.scalar.value);
+        list_paths(out, child, doc, yaml_document_get_node(doc, p->value), depth + 1);
+    }
+}
+
+/* Before the file is read: what the overrides will set (a malformed one is reported in its turn). */
+static void collect_replaced(loader *L, char *const *overrides, int n) {
+    for (int i = 0; i < n; i++) {
+        char key[256];
+        yaml_document_t doc;
+        zt_err ignored;
+        if (read_override(overrides[i], key, &doc, &ignored)) continue;
+        list_paths(&L->replaced, key, &doc, yaml_document_get_root_node(&doc), 0);
+        yaml_document_delete(&doc);
+    }
+}
+
+static int apply_override(loader *L, const char *spec) {
+    char key[256];
+    yaml_document_t doc;
+    if (read_override(spec, key, &doc, L->err)) return -1;
     const yaml_node_t *root = yaml_document_get_root_node(&doc);
+    scalar value;
+    classify(root, &value);
 
     L->ov = key;
     int rc = 0;
@@ -679,6 +825,7 @@ static int apply_override(loader *L, const char *spec) {
         memcpy(comp, p, n);
         comp[n] = '\0';
         d = find_child(sofar, comp);
+        if (!d && value.cls == C_NULL && listed(&L->unread, key, 1)) break; /* a file key removed unread */
         if (!d) {
             char sug[128];
             suggest_key(comp, sofar, sug, sizeof sug);
@@ -799,17 +946,22 @@ int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int
     L.err = err;
     L.adam_w_mode = 1;
     int rc = 0;
+    collect_replaced(&L, overrides, n_overrides);
     if (path) {
         cfg->source_path = zt_xstrdup(path);
         rc = load_file(&L, path);
     }
     for (int i = 0; rc == 0 && i < n_overrides; i++) rc = apply_override(&L, overrides[i]);
     if (rc == 0) rc = finish(&L);
-    free(L.recs);
+    free(L.replaced.p);
+    free(L.unread.p);
     if (rc != 0) {
+        free(L.recs);
         zt_config_free(cfg);
         return -1;
     }
+    cfg->set_at = L.recs;
+    cfg->n_set_at = L.nrec;
     cfg->effective_text = zt_config_effective_text(cfg);
     return 0;
 }

@@ -121,6 +121,10 @@ typedef struct zt_config {
     /* set by zt_config_load: whether the config (file or --set) gave these explicitly; DeepSpeed's
      * batch rule derives the ones left out (zt_config_check_batch) */
     int micro_batch_given, grad_accum_given;
+
+    /* set by zt_config_load: where each key was set, for errors found after loading (zt_config_fail_key) */
+    struct zt_posrec *set_at;
+    int n_set_at;
 } zt_config;
 
 /* Fills defaults (from the key table in config_keys.c). */
@@ -131,6 +135,17 @@ void zt_config_defaults(zt_config *cfg);
  * Starts from zt_config_defaults itself (do not call both without zt_config_free in between); on
  * failure everything is freed. Fills effective_text (YAML that loads back to the same config). */
 int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int n_overrides, zt_err *err);
+/* a config file larger, or nested deeper, is refused before it is parsed (a real one is a few KB,
+ * 4 levels deep) */
+#define ZT_CONFIG_MAX_BYTES ((size_t)16 << 20)
+#define ZT_CONFIG_MAX_DEPTH 64
+/* An error about key `path` found after loading (a size, a memory limit): "FILE:LINE:COL: path: MSG"
+ * at the place the key was last set, "--set KEY: MSG" for an override, "FILE: path: MSG" for a key
+ * left at its default. Returns -1. */
+int zt_config_fail_key(const zt_config *cfg, const char *path, zt_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* whether the file or an override set key `path` */
+int zt_config_was_set(const zt_config *cfg, const char *path);
 /* DeepSpeed's batch rule: train_batch_size == micro * accumulation * world_size, deriving the one
  * left out; names all three numbers when it fails. On success all three are set, both "given"
  * flags are set and effective_text is regenerated with the derived values. Logs one info line

@@ -424,6 +424,8 @@ void zt_config_free(zt_config *c) {
     free(c->source_path);
     free(c->effective_text);
     free(c->auto_keys);
+    free(c->set_at);
+    c->set_at = NULL;
     c->source_path = c->effective_text = c->auto_keys = NULL;
     for (const zt_keydef *d = zt_config_keys; d->kind != K_END; d++) {
         if (d->off == ZT_NOF) continue;

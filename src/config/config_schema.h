@@ -118,6 +118,9 @@ typedef struct zt_loader {
     int sched_seen, sched_type_given;
     int act_seen, act_enabled_given;
     int adam_w_mode;
+    /* overrides come first: the key paths they set (a mapping value: the paths it names), whose
+     * values in the file are not read at all, and the file's keys left unread for that reason */
+    zt_sb replaced, unread; /* paths, each followed by a newline */
 } zt_loader;
 
 /* index of the latest record of path, -1 if never set */

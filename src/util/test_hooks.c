@@ -29,3 +29,8 @@ int zt_test_hook_skip_sync(void) {
     const char *v = getenv("ZEROTRAIN_INJECT_SKIP_SYNC");
     return v && *v && *v != '0';
 }
+
+int zt_test_hook_stop_in_finalize(int rank) {
+    const char *v = getenv("ZEROTRAIN_INJECT_STOP_IN_FINALIZE");
+    return v && *v && strtol(v, NULL, 10) == rank;
+}

@@ -11,6 +11,8 @@
  *   ZEROTRAIN_INJECT_SKIP_SYNC=1     Twin-Flow starts its D2H lane without the synchronize() that
  *                                    orders it after backward's gradients: the bug the simulated
  *                                    device's jitter must turn into a wrong loss (test/t_sim.py)
+ *   ZEROTRAIN_INJECT_STOP_IN_FINALIZE=R  rank R stops itself (SIGSTOP) on its way into MPI_Finalize: a
+ *                                    rank that stops answering at the end (test/t_launch_bounds.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -26,5 +28,8 @@ int zt_test_hook_nccl_hang_at(long seq);
 
 /* 1 when ZEROTRAIN_INJECT_SKIP_SYNC is set (not "0"). */
 int zt_test_hook_skip_sync(void);
+
+/* 1 when ZEROTRAIN_INJECT_STOP_IN_FINALIZE is `rank`. */
+int zt_test_hook_stop_in_finalize(int rank);
 
 #endif

@@ -244,7 +244,9 @@ void zt_suggest(const char *word, const char *const *cands, int n, char *out, si
     else out[0] = '\0';
 }
 
-char *zt_read_file(const char *path, size_t *len, zt_err *err) {
+char *zt_read_file(const char *path, size_t *len, zt_err *err) { return zt_read_file_max(path, SIZE_MAX, len, err); }
+
+char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
@@ -253,6 +255,12 @@ char *zt_read_file(const char *path, size_t *len, zt_err *err) {
     size_t cap = 1 << 16, n = 0;
     char *buf = zt_xmalloc(cap);
     for (;;) {
+        if (n > max) { /* a device or pipe has no size to look at first: stop one byte past max */
+            free(buf);
+            fclose(f);
+            zt_fail(err, "%s: larger than %zu bytes, the most this file may hold", path, max);
+            return NULL;
+        }
         if (n + 1 >= cap) {
             cap *= 2;
             char *grown = realloc(buf, cap);

@@ -66,6 +66,8 @@ void zt_suggest(const char *word, const char *const *cands, int n, char *out, si
 
 /* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). */
 char *zt_read_file(const char *path, size_t *len, zt_err *err);
+/* The same, refusing a file (or device, or pipe) of more than max bytes without reading it all. */
+char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err);
 
 /* Deterministic RNG (xorshift64* seeded by splitmix64) for init, data order and sampling. */
 typedef struct zt_rng { uint64_t state; } zt_rng;
