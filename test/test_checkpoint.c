@@ -109,6 +109,14 @@ static int save(model *m, const char *dir, long step, int g, int keep_last, zt_e
     zt_train_state st = state_for(step);
     zt_checkpoint_dir d;
     if (zt_checkpoint_dir_open(&d, dir, comm, err)) return -1;
+    /* the saves into one directory are one run's (keep_last prunes only a run's own steps); each
+     * directory is another run (mixed_runs_refused mixes two) */
+    static char run_id[sizeof d.run_id], run_dir[1024];
+    if (strcmp(run_dir, dir)) {
+        snprintf(run_dir, sizeof run_dir, "%s", dir);
+        memcpy(run_id, d.run_id, sizeof run_id);
+    }
+    memcpy(d.run_id, run_id, sizeof run_id);
     int rc = zt_checkpoint_save(&d, &m->e, &m->shape, &st, "model:\n  n_layer: 2\n", keep_last, err);
     zt_checkpoint_dir_close(&d);
     return rc;

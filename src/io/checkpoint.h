@@ -71,6 +71,11 @@ typedef struct zt_checkpoint_dir {
     char path[4096];
     char run_id[24];   /* 16 hex digits, the same on every rank: names the run's saves */
     int lock_fd;       /* rank 0: the open .lock file whose flock the run holds; -1 elsewhere */
+    /* what keep_last may remove besides this run's own steps (checkpoint_save.c, prune) */
+    char lineage_run_id[24]; /* the run id of the checkpoint this run resumed from */
+    int has_lineage;
+    int prune_any;           /* checkpoint.overwrite: every step directory (the user said so) */
+    long keep_step;          /* never pruned (the newest saved before the divergence guard fired); 0 = none */
 } zt_checkpoint_dir;
 
 /* Collective. Creates PATH when missing, takes its lock on rank 0 for as long as the run lives
@@ -83,7 +88,9 @@ void zt_checkpoint_dir_close(zt_checkpoint_dir *d);
 
 /* Collective. Saves the engine's model states and ST as D/step_%08ld (st->step), updates D/latest,
  * then removes the oldest complete step directories beyond keep_last (0 = keep all; never the new
- * one). Every rank writes its own file (D must be on a file system
+ * one, nor d->keep_step, nor a step another run saved: see zt_checkpoint_dir). A non-finite value in
+ * the state fails the save like a write error (nothing published, `latest` unmoved). Every rank
+ * writes its own file (D must be on a file system
  * all ranks share). Every phase that can fail (temporary directory, rank files, index, rename,
  * latest) ends with the ranks agreeing on the outcome: returns 0 on every rank, or -1 on every rank
  * with the first failing rank's message in err, `latest` left on the previous checkpoint. */
