@@ -13,7 +13,8 @@ before must stay loadable (`zerotrain info` verifies every checksum) and stay `l
   - checkpoint.resume: never (or a path outside checkpoint.dir) in a directory holding checkpoints
     is refused at start naming the newest step, and nothing there changes; checkpoint.overwrite:
     true starts over there; keep_last removes only this run's steps and those of the run it resumed
-    from, never another run's."""
+    from, never another run's;
+  - a format-version-1 checkpoint is refused at resume unless checkpoint.allow_unverified is set."""
 import os
 import shutil
 import tempfile
@@ -132,7 +133,7 @@ try:
     ztlib.failed_together(r, "checkpoint.resume is a checkpoint outside it", "resume_elsewhere_refused")
     ztlib.check(sorted(os.listdir(ck)) == before, "resume_elsewhere_changes_nothing", str(os.listdir(ck)))
     r = train(ck, ["checkpoint.resume=never", "checkpoint.overwrite=true", "train_iters=4", "checkpoint.save_interval=2"])
-    ztlib.check(r.rc == 0 and latest(ck) == "step_00000004" and "resumed" not in r.stderr, "overwrite_starts_over",
+    ztlib.check(r.rc == 0 and latest(ck) == "step_00000004" and "resumed" not in r.stdout + r.stderr, "overwrite_starts_over",
                 r.why())
 
     # ---- keep_last prunes this run's and its predecessor's steps only: X saves 5, 10; A starts over
@@ -144,6 +145,18 @@ try:
     r = train(ck, ["train_iters=8", "checkpoint.save_interval=2", "checkpoint.keep_last=1"])
     ztlib.check(r.rc == 0 and steps(ck) == ["step_00000005", "step_00000008", "step_00000010"]
                 and latest(ck) == "step_00000008", "keep_last_spares_other_runs_steps", f"{steps(ck)} {r.why()}")
+    # ---- a format-version-1 checkpoint (nothing checksums its metadata) loads only when allowed
+    v1 = os.path.join(tmp, "v1", "step_00000020")
+    shutil.copytree(os.path.join(tmp, "never", "step_00000020"), v1)
+    with h5py.File(os.path.join(v1, "index.h5"), "r+") as h:
+        h.attrs["format_version"] = np.int64(1)
+    r = train(os.path.join(tmp, "v1_ck"), [f"checkpoint.resume={v1}", "train_iters=22"])
+    ztlib.failed_together(r, "checkpoint format version 1", "format_version_1_refused_on_every_rank")
+    ztlib.check(r.errors and "checkpoint.allow_unverified=true" in r.errors[0], "format_version_1_line_says_how", str(r.errors))
+    r = train(os.path.join(tmp, "v1_ck"), [f"checkpoint.resume={v1}", "train_iters=22", "checkpoint.allow_unverified=true"])
+    ztlib.check(r.rc == 0 and "resumed from" in r.stdout + r.stderr and "format version 1" in r.stderr,
+                "format_version_1_loads_when_allowed",
+                r.why())
 finally:
     ztlib.kill_started()
     shutil.rmtree(tmp, ignore_errors=True)

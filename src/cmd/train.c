@@ -123,7 +123,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     }
     zt_train_state st;
     zt_checkpoint_meta meta;
-    if (zt_checkpoint_load(step_dir, t->s.engine, &st, &meta, err)) return -1;
+    if (zt_checkpoint_load(step_dir, t->s.engine, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
     t->start_step = st.step;
     t->last_saved_step = st.step;
     if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues */

@@ -27,7 +27,8 @@
  *                                    tokenizer), written after the checkpoint is complete; not part of it
  *   DIR/.tmp_step_*.RUNID            a save in progress (or a crashed one): ignored, removed by the next
  *                                    run that opens DIR, or by the same run when that save fails
- * Version 1 (no run id, shard digests or metadata checksum) still loads, with a warning.
+ * Version 1 (no run id, shard digests or metadata checksum) loads into training only with
+ * allow_unverified (checkpoint.allow_unverified), with a warning; info and export read it with the warning.
  * A step directory is renamed into place only after every rank's file and the index are fsync'ed, and
  * `latest` is replaced atomically after that, so a crash leaves `latest` on the previous checkpoint. */
 #ifndef ZT_CHECKPOINT_H
@@ -115,7 +116,7 @@ int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir
  * checkpoint, other format version, a different model (tensor names/shapes/offsets), missing
  * shard, truncated or unreadable file, checksum mismatch. Returns 0, or -1 on every rank. */
 int zt_checkpoint_load(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta,
-                       zt_err *err);
+                       int allow_unverified, zt_err *err);
 
 /* ---- reading a checkpoint outside training (export, info): one process, bounded memory ---- */
 
