@@ -8,7 +8,9 @@ checkpoint saved before the fault must stay loadable (`zerotrain info` verifies 
   - no inode left for the save's temporary directory (mkdir fails in the save), or for a rank file;
   - disk full while writing the rank files, and while writing index.h5 (no crash at exit);
   - two runs on one checkpoint dir: the second is refused at start naming the holder (host, pid,
-    run id); after the first is killed with SIGKILL the lock is free and a third run resumes;
+    run id), also after its .lock was deleted (the directory itself is locked, and the holder writes
+    .lock again at its next save); .lock replaced by another file stops the holder at its next save;
+    after the first is killed with SIGKILL the lock is free and a third run resumes;
   - a step directory mixing one run's shards with another run's index is refused (load and info);
   - messages: a damaged index.h5 (HDF5 metadata checksum) says "damaged" with HDF5's reason; the
     trainer state edited with h5py is refused; `latest` naming something that is not a step
@@ -118,12 +120,39 @@ try:
     ztlib.check(r.errors and "pid " in r.errors[0] and "host " in r.errors[0] and lock.split(",")[1].strip() in r.errors[0],
                 "second_run_message_names_holder", f"{r.errors} vs lock '{lock}'")
     ztlib.check(a.poll() is None, "first_run_unharmed", "the first run ended while the second was refused")
+    # .lock deleted under the running job: the directory's own lock still refuses a second run, and
+    # the holder writes .lock again at its next save
+    os.unlink(os.path.join(ck, ".lock"))
+    r = train(ck, ["train_iters=400", "checkpoint.save_interval=1", "seed=2"])
+    failed_together(r, "in use by another run", "lock_deleted_second_run_refused")
+    deadline = time.time() + ztlib.RANKED_TIMEOUT
+    while time.time() < deadline and not os.path.exists(os.path.join(ck, ".lock")):
+        time.sleep(0.2)
+    relock = open(os.path.join(ck, ".lock")).read() if os.path.exists(os.path.join(ck, ".lock")) else ""
+    ztlib.check(a.poll() is None and relock.split(",")[1:3] == lock.split(",")[1:3], "lock_deleted_written_again",
+                f"'{relock}' vs '{lock}'")
     os.kill(int(lock.split(",")[1].split()[1]), signal.SIGKILL)  # the holder (rank 0) crashes
     finish(a)
     r = train(ck, ["train_iters=1"])
     ztlib.check(r.rc == 0 and ("resumed from" in r.stdout or "nothing left to train" in r.stdout),
                 "lock_released_when_holder_killed", r.why())
     still_loadable(ck, int(open(os.path.join(ck, "latest")).read().strip()[5:]), "killed_holder_leaves_loadable")
+
+    # ---- 5b. .lock replaced by another file under a running job (another run got in): the holder's
+    # next save stops every rank with one line naming the new holder; its checkpoints stay
+    ck = os.path.join(tmp, "replaced")
+    a = start(["train", TINY] + sum([["--set", s] for s in BASE + [f"checkpoint.dir={ck}", "train_iters=400",
+                                                                    "checkpoint.save_interval=1"]], []))
+    deadline = time.time() + ztlib.RANKED_TIMEOUT
+    while time.time() < deadline and not os.path.exists(os.path.join(ck, "latest")):
+        time.sleep(0.2)
+    with open(os.path.join(ck, ".lock.other"), "w") as f:
+        f.write("host elsewhere, pid 1, run id 0123456789abcdef, started now\n")
+    os.rename(os.path.join(ck, ".lock.other"), os.path.join(ck, ".lock"))
+    r = finish(a)
+    failed_together(r, "replaced while this run holds the checkpoint directory (now: host elsewhere",
+                    "lock_replaced_stops_holder")
+    still_loadable(ck, int(open(os.path.join(ck, "latest")).read().strip()[5:]), "lock_replaced_keeps_checkpoints")
 
     # ---- 6. a step directory mixing two runs' files is refused
     x, y, mixed = (os.path.join(tmp, n) for n in ("run_x", "run_y", "mixed"))

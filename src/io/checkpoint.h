@@ -72,6 +72,7 @@ typedef struct zt_checkpoint_dir {
     char path[4096];
     char run_id[24];   /* 16 hex digits, the same on every rank: names the run's saves */
     int lock_fd;       /* rank 0: the open .lock file whose flock the run holds; -1 elsewhere */
+    int dir_fd;        /* rank 0: the directory, flock'ed too where the file system can; -1 otherwise */
     /* what keep_last may remove besides this run's own steps (checkpoint_save.c, prune) */
     char lineage_run_id[24]; /* the run id of the checkpoint this run resumed from */
     int has_lineage;
@@ -86,6 +87,10 @@ typedef struct zt_checkpoint_dir {
  * Returns 0, or -1 on every rank with the message in err. */
 int zt_checkpoint_dir_open(zt_checkpoint_dir *d, const char *path, zt_comm *comm, zt_err *err);
 void zt_checkpoint_dir_close(zt_checkpoint_dir *d);
+/* Rank 0 (others return 0): D/.lock must still be the file this run locked. Deleted: made and
+ * locked again (warning); replaced by another file (another run got in): -1 with the new holder
+ * in err. zt_checkpoint_save calls it before each save. */
+int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err);
 
 /* Collective. Saves the engine's model states and ST as D/step_%08ld (st->step), updates D/latest,
  * then removes the oldest complete step directories beyond keep_last (0 = keep all; never the new
@@ -94,8 +99,9 @@ void zt_checkpoint_dir_close(zt_checkpoint_dir *d);
  * writes its own file (D must be on a file system
  * all ranks share). Every phase that can fail (temporary directory, rank files, index, rename,
  * latest) ends with the ranks agreeing on the outcome: returns 0 on every rank, or -1 on every rank
- * with the first failing rank's message in err, `latest` left on the previous checkpoint. */
-int zt_checkpoint_save(const zt_checkpoint_dir *d, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
+ * with the first failing rank's message in err, `latest` left on the previous checkpoint. Starts
+ * with zt_checkpoint_dir_check. */
+int zt_checkpoint_save(zt_checkpoint_dir *d, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
                        const char *config_text, int keep_last, zt_err *err);
 
 /* Finds the step directory PATH names: a step directory (holds index.h5; PATH/index.h5 itself is

@@ -366,7 +366,7 @@ static void prune(const zt_checkpoint_dir *cd, const char *keep, int keep_last) 
 
 /* ================================================================ save */
 
-int zt_checkpoint_save(const zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
+int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
                        const char *config_text, int keep_last, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
     double t0 = zt_now();
@@ -380,6 +380,7 @@ int zt_checkpoint_save(const zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_
     if (!rc) rc = ck_path_join(idx, sizeof idx, tmp, "index.h5", err);
     /* phase 1: rank 0 makes an empty temporary directory (removing what failed saves left) */
     int made = 0;
+    if (!rc) rc = zt_checkpoint_dir_check(cd, err); /* the directory is still this run's */
     if (!rc && zt_engine_layout_of(e)->rank == 0) {
         ck_rmtree(tmp); /* this run's own earlier failure at the same step */
         if (mkdir(tmp, 0777)) rc = zt_fail(err, "%s: cannot create directory: %s", tmp, strerror(errno));
