@@ -330,7 +330,8 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
     double to = zt_now();
     if (zt_test_hook_overflow_at(rec->step)) zt_engine_inject_overflow(eng);
     rec->scale_used = t->scaler.scale;
-    rec->guard = t->comm->agree_max(t->comm, guard_before_step(t, rec->loss));
+    /* the loss comes from one all-reduce, so every rank finds the same (run() agrees on it too) */
+    rec->guard = guard_before_step(t, rec->loss);
     if (rec->guard) { /* no update on a diverged loss, whatever the action: a stopped run stays as it was */
         zt_engine_skip_step(eng);
         rec->norm = NAN;
@@ -341,7 +342,7 @@ static void train_step(trainer *t, const step_plan *p, long step, step_record *r
         if (cfg->fp16_enabled && rec->skipped)
             zt_info("step %ld: gradient overflow at loss scale %g, update skipped; loss scale now %g", rec->step,
                     rec->scale_used, t->scaler.scale);
-        rec->guard = t->comm->agree_max(t->comm, guard_after_step(t, rec));
+        rec->guard = guard_after_step(t, rec); /* the norm is global: the same on every rank */
     }
     rec->optimizer = zt_now() - to;
     t->s.be->synchronize();
@@ -453,6 +454,9 @@ static int record_step(trainer *t, const step_plan *p, const step_record *rec, z
 
 static int due(long step, long interval) { return interval > 0 && step % interval == 0; }
 
+/* what the ranks agree on after each step (run()): the largest value any rank has */
+enum { EVENT_STOP = 1, EVENT_WRITE_FAILED = 2, EVENT_GUARD = 8 /* + GUARD_* */ };
+
 /* A writer failed (WHY, agreed by every rank; a full disk): the one policy for every writer
  * (metrics_file, trace, csv_monitor, tensorboard, checkpoints; README "Faults"): a last checkpoint
  * attempt, then one error line saying what failed and where the run can resume, and exit 1. */
@@ -491,12 +495,21 @@ static int run(trainer *t) {
         print_step(t, &p, &rec, timed > 0 ? (zt_now() - timed_start) / timed * (steps - rec.step) : 0);
         zt_err werr = {{0}};
         int wrc = record_step(t, &p, &rec, &werr);
+        /* one agreement a step on what happened on any rank, the weightiest first: the divergence
+         * guard's finding, a writer's failure, SIGUSR1/SIGTERM. A lesser one left out this step
+         * comes back the next (a failed writer stays failed, a signal stays requested). */
+        int event = t->comm->agree_max(t->comm, rec.guard ? EVENT_GUARD + rec.guard : wrc ? EVENT_WRITE_FAILED
+                                                : stop_requested ? EVENT_STOP : 0);
+        rec.guard = event > EVENT_GUARD ? event - EVENT_GUARD : GUARD_OK;
         if (guard_verdict(t, &rec)) return 1; /* before any save: a diverged state is never saved */
-        if (zt_agree(t->comm, wrc, &werr)) return stop_on_write_error(t, &rec, &werr);
+        if (event == EVENT_WRITE_FAILED) { /* every rank learns the failing rank's message */
+            zt_agree(t->comm, wrc, &werr);
+            return stop_on_write_error(t, &rec, &werr);
+        }
         if (due(rec.step, cfg->sample_interval) && !last) zt_sample_print(&t->s, cfg->sample_tokens, cfg->seed + (uint64_t)step);
 
         /* every rank stops at the same step when any rank got SIGUSR1/SIGTERM */
-        int stop = t->comm->agree_max(t->comm, stop_requested ? 1 : 0);
+        int stop = event == EVENT_STOP;
         if (cfg->checkpoint_dir && (due(rec.step, cfg->save_interval) || last || stop)) {
             zt_err err = {{0}};
             if (save_checkpoint(t, rec.step, rec.samples_done, &err)) {
