@@ -282,11 +282,11 @@ const zt_keydef zt_config_keys[] = {
 
     SEC("divergence_guard"),
     KEY("divergence_guard.action", K_ENUM, guard_action, .def = ZT_GUARD_STOP, .flags = E, .ev = guard_actions,
-        .help = "on a non-finite loss or gradient norm (or a loss spike): stop the run, skip the step, or off"),
+        .help = "on a non-finite loss or norm, a loss over max_loss or a spike: stop, skip the update, or off"),
     KEY("divergence_guard.max_loss", K_DOUBLE, guard_max_loss, .def = 100, .lo = 0, .hi = INF, .flags = E,
         .help = "a loss above this many nats diverged (uniform guessing is ln(vocab_size), 10.8); 0 = off"),
     KEY("divergence_guard.loss_spike", K_DOUBLE, guard_loss_spike, .def = 0, .lo = 0, .hi = INF, .flags = E,
-        .help = "a loss above this times the mean of the last loss_spike_window steps diverged; 0 = off"),
+        .help = "a loss above this (> 1) times the mean of the last loss_spike_window steps diverged; 0 = off"),
     KEY("divergence_guard.loss_spike_window", K_INT, guard_spike_window, .def = 20, .lo = 1, .hi = INF, .flags = E,
         .help = "steps in the mean the loss spike is measured against"),
     KEY("divergence_guard.max_skips", K_INT, guard_max_skips, .def = 10, .lo = 1, .hi = INF, .flags = E,
