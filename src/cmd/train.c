@@ -38,7 +38,7 @@ typedef struct trainer {
     zt_loss_scaler scaler; /* fp16 loss scaling (scale 1, never skipping, otherwise) */
     zt_engine_nvme nvme_counted; /* NVMe traffic already put in a step record: each step reports what
                                     came after (the host part's I/O may run on between steps) */
-    long last_saved_step;  /* the newest checkpoint of this run: saved by it, or resumed from (0 = none) */
+    long last_saved_step;  /* checkpoint.dir/latest as this run left it: its save, or the step resumed there (0 = none) */
     /* divergence guard: the accepted steps' recent losses (loss_spike), skips in a row, fired yet */
     double *recent_loss;
     int n_recent, recent_pos, skips_in_row, guard_fired;
@@ -91,12 +91,12 @@ static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     st.loss_scale_good_steps = (int)t->scaler.good_steps;
     st.hysteresis_left = t->scaler.hysteresis_left;
     int rc = zt_checkpoint_save(&t->ckdir, t->s.engine, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err);
+    if (!rc) t->last_saved_step = step; /* latest now, whatever the 16-bit export below does */
     /* DeepSpeed's 16-bit model save, beside the checkpoint: 16 bits as the run computes (fp16 with
      * fp16.enabled, else bf16 — also on the CPU backend, which computes in fp32) */
     if (!rc && t->cfg.stage3_gather_16bit_weights_on_model_save)
         rc = zt_checkpoint_export_16bit(&t->ckdir, step, t->cfg.fp16_enabled ? "F16" : "BF16", zt_default_vocab_dir(),
                                         t->comm, err);
-    if (!rc) t->last_saved_step = step;
     return rc;
 }
 
@@ -106,6 +106,16 @@ static void describe_latest(const trainer *t, char *buf, size_t cap) {
     else if (t->last_saved_step > 0)
         snprintf(buf, cap, "%s/latest is step_%08ld", t->cfg.checkpoint_dir, t->last_saved_step);
     else snprintf(buf, cap, "no checkpoint of this run in %s yet", t->cfg.checkpoint_dir);
+}
+
+/* Whether step directory STEP_DIR lies in directory DIR (both resolved; rank 0 decides). */
+static int step_is_in(const char *step_dir, const char *dir) {
+    char parent[4096], a[PATH_MAX], b[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", step_dir);
+    char *slash = strrchr(parent, '/');
+    if (slash) *slash = 0;
+    else snprintf(parent, sizeof parent, ".");
+    return realpath(parent, a) && realpath(dir, b) && !strcmp(a, b);
 }
 
 /* resume: auto (from checkpoint.dir/latest when there is one), never, or PATH. Tells the user what
@@ -125,7 +135,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     zt_checkpoint_meta meta;
     if (zt_checkpoint_load(step_dir, t->s.engine, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
     t->start_step = st.step;
-    t->last_saved_step = st.step;
+    if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = st.step;
     if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues */
         snprintf(t->ckdir.lineage_run_id, sizeof t->ckdir.lineage_run_id, "%s", meta.run_id);
         t->ckdir.has_lineage = 1;
@@ -577,16 +587,6 @@ static void print_banner(trainer *t) {
                 cfg->checkpoint_dir, ZT_CKPT_HF_DIR);
     else if (cfg->stage3_gather_16bit_weights_on_model_save)
         zt_info("16-bit model save: asked for, but checkpoint.dir is null, so nothing is saved");
-}
-
-/* Whether step directory STEP_DIR lies in directory DIR (both resolved; rank 0 decides). */
-static int step_is_in(const char *step_dir, const char *dir) {
-    char parent[4096], a[PATH_MAX], b[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", step_dir);
-    char *slash = strrchr(parent, '/');
-    if (slash) *slash = 0;
-    else snprintf(parent, sizeof parent, ".");
-    return realpath(parent, a) && realpath(dir, b) && !strcmp(a, b);
 }
 
 /* A run never replaces, prunes or moves `latest` away from checkpoints it does not continue:
