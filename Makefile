@@ -3,6 +3,8 @@
 #   make test       build and run the whole test suite (ends with "N passed, N failed")
 #   make bench      run the benchmarks (timing lives here, never in tests)
 #   make demo       tokenize the bundled corpus, train the demo model, print a sample
+#   make gpu-check  pack ./zerotrain and its runtime into build/gpu-check for a bare GPU machine,
+#                   whose build/gpu-check/run checks the whole GPU path there (README: GPU check)
 #   make MARCH=native   tune the C code for the build machine (the default, x86-64-v2, runs on
 #                   any x86-64 CPU of the last 15 years: a binary built on a cluster's login node
 #                   runs on its compute nodes; OpenBLAS and the CPU Adam pick their instructions
@@ -37,7 +39,8 @@ CUDA_DTYPE_SRCS := cuda/kernels.cu cuda/gemm.cu cuda/attention.cu
 CUDA_SRCS   := $(filter-out $(CUDA_DTYPE_SRCS),$(wildcard cuda/*.cu))
 BACKEND_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.bf16.o) \
                 $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.f16.o)
-LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+# NCCL is not linked: cuda/comm_nccl.cu loads it at run time (a GPU machine without it still runs)
+LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lstdc++
 else
 BACKEND_OBJS := $(BUILD)/src/backend/backend_cuda_absent.o $(BUILD)/src/comm/comm_nccl_absent.o
 endif
@@ -52,7 +55,7 @@ TEST_BINS := $(TEST_SRCS:test/%.c=$(BUILD)/test/%)
 BENCH_SRCS := $(wildcard test/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all test bench demo clean
+.PHONY: all test bench demo gpu-check clean
 .DEFAULT_GOAL := all
 all: zerotrain $(TEST_BINS) $(BENCH_BINS)
 
@@ -87,6 +90,9 @@ bench: all
 
 demo: all
 	@scripts/demo.sh
+
+gpu-check: zerotrain
+	@scripts/gpu-check pack build/gpu-check
 
 clean:
 	rm -rf $(BUILD) zerotrain

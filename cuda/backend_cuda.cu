@@ -6,7 +6,8 @@
  * zt_backend_cuda() is safe to call on a machine without a GPU or driver: it returns NULL with the
  * reason in *why and never aborts. The first call decides (device = local rank, from
  * OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, modulo the visible device count); later calls return
- * the same answer.
+ * the same answer. The CUDA runtime's current device is per thread: the thread that made that first
+ * call uses the chosen GPU, any other thread calls bind_thread (cudaSetDevice) before the table.
  *
  * Copies: H2D and D2H are synchronous from the host's point of view (the host buffer may be reused
  * or read as soon as copy() returns, like the CPU backend's memcpy); D2D is stream-ordered.
@@ -144,8 +145,19 @@ static void cu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind)
     else ZT_LAUNCH_CHECK("copy D2D");
 }
 
+static void cu_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (!bytes) return;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.stream));
+    ZT_LAUNCH_CHECK("copy async");
+}
+
+/* a thread's current device is GPU 0 until it sets one: without this, a rank on GPU 1 would make a
+ * second context on GPU 0 from each of its Twin-Flow and calibration lanes */
+static void cu_bind_thread(void) { ZT_CUDA_CHECK(cudaSetDevice(g_zt.device)); }
+
 static void cu_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
+    cu_bind_thread(); /* the entry other threads call: right even where a lane forgot bind_thread */
     cudaStream_t s = kind == ZT_H2D ? g_zt.h2d : kind == ZT_D2H ? g_zt.d2h : g_zt.stream;
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), s));
     ZT_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -274,8 +286,10 @@ static void fill_table(zt_backend *b, void (*fill_ops)(zt_backend *)) {
     b->host_free = cu_host_free;
     b->memset_zero = cu_memset_zero;
     b->copy = cu_copy;
+    b->copy_async = cu_copy_async;
     b->transfer = cu_transfer;
     b->synchronize = cu_synchronize;
+    b->bind_thread = cu_bind_thread;
     b->mem_info = cu_mem_info;
     fill_ops(b);
 }

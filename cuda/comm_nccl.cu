@@ -11,10 +11,13 @@
  *
  * The hang watchdog (comm/watchdog.h) watches the comm stream: every operation also records an
  * event of its own into a ring, and the watchdog thread (nccl_probe) walks the ring from the oldest
- * operation it has not seen complete, and asks NCCL for asynchronous errors. */
+ * operation it has not seen complete, and asks NCCL for asynchronous errors; a sticky CUDA error,
+ * which fails the ring's events whatever kernel caused it, is reported as the GPU's. The stream is
+ * drained, watched, before the comm is destroyed. NCCL itself is loaded at run time (nccl_load). */
 #include "cuda_common.cuh"
 #include <nccl.h>
 #include <cstring>
+#include <dlfcn.h>
 #include <pthread.h>
 
 extern "C" {
@@ -26,10 +29,41 @@ extern "C" {
 #include "util/test_hooks.h"
 }
 
+/* NCCL is loaded at run time (dlopen), not linked: a binary carried to a GPU machine without NCCL's
+ * 218 MB still starts, and its ranks train on the host-staged comm (comm/comm_staged.c) instead.
+ * libnccl.so.2 is looked up as any library is (LD_LIBRARY_PATH, the binary's RUNPATH, ldconfig). */
+#define NCCL_API(X) X(AllGather) X(AllReduce) X(Broadcast) X(CommAbort) X(CommDestroy) X(CommGetAsyncError) \
+    X(CommInitRank) X(GetErrorString) X(GetUniqueId) X(GroupEnd) X(GroupStart) X(Reduce) X(ReduceScatter)
+static struct {
+#define NCCL_MEMBER(f) decltype(&nccl##f) f;
+    NCCL_API(NCCL_MEMBER)
+#undef NCCL_MEMBER
+} g_nccl;
+#define NCCL(f) g_nccl.f
+
+/* NULL once every entry is loaded, else why not (the first call decides for the process) */
+static const char *nccl_load(void) {
+    static int state; /* 0 not tried, 1 loaded, -1 failed */
+    static char why[512];
+    if (state == 0) {
+        void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+        state = lib ? 1 : -1;
+        if (!lib) snprintf(why, sizeof why, "cannot load NCCL: %s", dlerror());
+#define NCCL_LOAD(f)                                                                                           \
+    if (state == 1 && !(g_nccl.f = (decltype(g_nccl.f))dlsym(lib, "nccl" #f))) {                              \
+        snprintf(why, sizeof why, "libnccl.so.2 has no nccl" #f " (NCCL too old?)");                          \
+        state = -1;                                                                                           \
+    }
+        NCCL_API(NCCL_LOAD)
+#undef NCCL_LOAD
+    }
+    return state == 1 ? NULL : why;
+}
+
 #define ZT_NCCL_CHECK(call)                                                                                   \
     do {                                                                                                      \
         ncclResult_t zt_r_ = (call);                                                                          \
-        if (zt_r_ != ncclSuccess) zt_cuda_fatal(#call, ncclGetErrorString(zt_r_), __FILE__, __LINE__);       \
+        if (zt_r_ != ncclSuccess) zt_cuda_fatal(#call, NCCL(GetErrorString)(zt_r_), __FILE__, __LINE__);       \
     } while (0)
 
 struct zt_comm_req {
@@ -106,11 +140,29 @@ static zt_comm_req *end_op(nccl_impl *m, const char *what, size_t bytes) {
     return r;
 }
 
+/* Whether this process's CUDA context is lost to a sticky error: a kernel faulted (an illegal
+ * address, a trap), after which every CUDA call fails with that error, so an event of the comm
+ * stream does too, though the faulting kernel may as well be a compute one. Told apart from an
+ * error of the call alone by asking again about something else, the compute stream, after
+ * clearing this thread's last error (a sticky error is not cleared). Sets op->error when lost. */
+static bool context_lost(zt_watchdog_op *op) {
+    (void)cudaGetLastError();
+    cudaError_t e = cudaStreamQuery(g_zt.stream);
+    if (e == cudaSuccess || e == cudaErrorNotReady) return false;
+    snprintf(op->error, sizeof op->error,
+             "CUDA error %s (%s) on GPU %d: a kernel of this process faulted, compute or NCCL, and every CUDA call "
+             "fails now (ZT_CUDA_SYNC=1 names the op)",
+             cudaGetErrorName(e), cudaGetErrorString(e), g_zt.device);
+    return true;
+}
+
 /* The watchdog's probe (watchdog.h), on its thread: the oldest operation not complete yet, and
- * NCCL's asynchronous errors (a peer gone, a network failure NCCL noticed). */
+ * NCCL's asynchronous errors (a peer gone, a network failure NCCL noticed). An error that is the
+ * whole context's (context_lost) is reported as the GPU's (-2), not as this comm's (-1). */
 static int nccl_probe(void *ctx, zt_watchdog_op *op) {
     nccl_impl *m = (nccl_impl *)ctx;
     int st = 0;
+    cudaError_t failed = cudaSuccess;
     cudaSetDevice(g_zt.device); /* this thread's current device */
     pthread_mutex_lock(&m->mu);
     double now = zt_now();
@@ -118,8 +170,7 @@ static int nccl_probe(void *ctx, zt_watchdog_op *op) {
         cudaError_t q = cudaEventQuery(m->ring[m->tail % WATCH_RING].done);
         if (q == cudaErrorNotReady) break;
         if (q != cudaSuccess) {
-            snprintf(op->error, sizeof op->error, "cudaEventQuery: %s", cudaGetErrorString(q));
-            st = -1;
+            failed = q;
             break;
         }
         m->tail++;
@@ -129,19 +180,28 @@ static int nccl_probe(void *ctx, zt_watchdog_op *op) {
         const watch_slot *w = &m->ring[m->tail % WATCH_RING];
         op->what = w->what, op->seq = w->seq, op->bytes = w->bytes;
         op->since = w->since > m->progress_at ? w->since : m->progress_at;
-        if (st == 0) st = 1;
+        st = 1;
     }
     pthread_mutex_unlock(&m->mu);
+    if (failed != cudaSuccess) {
+        if (context_lost(op)) return -2;
+        snprintf(op->error, sizeof op->error, "cudaEventQuery on the comm stream: %s", cudaGetErrorString(failed));
+        return -1;
+    }
     ncclResult_t async = ncclSuccess;
-    if (st >= 0 && ncclCommGetAsyncError(m->nccl, &async) == ncclSuccess && async != ncclSuccess &&
-        async != ncclInProgress) {
-        snprintf(op->error, sizeof op->error, "ncclCommGetAsyncError: %s", ncclGetErrorString(async));
-        st = -1;
+    if (NCCL(CommGetAsyncError)(m->nccl, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+        if (context_lost(op)) return -2; /* NCCL saw the lost context (ncclUnhandledCudaError) */
+        snprintf(op->error, sizeof op->error, "ncclCommGetAsyncError: %s", NCCL(GetErrorString)(async));
+        return -1;
     }
     return st;
 }
-/* on the watchdog thread before MPI_Abort: NCCL's kernels and proxy threads give up */
-static void nccl_watch_abort(void *ctx) { ncclCommAbort(((nccl_impl *)ctx)->nccl); }
+/* before MPI_Abort, on a thread of the watchdog's that waits for it a bounded time (watchdog.h):
+ * NCCL's kernels and proxy threads give up at once, its teardown may wait for the device forever */
+static void nccl_watch_abort(void *ctx) {
+    cudaSetDevice(g_zt.device); /* a new thread's current device is GPU 0 */
+    NCCL(CommAbort)(((nccl_impl *)ctx)->nccl);
+}
 
 static bool equal_counts(const zt_comm *c, const size_t *counts) {
     for (int r = 1; r < c->world; r++)
@@ -158,7 +218,7 @@ static zt_comm_req *nccl_allreduce_sum(zt_comm *c, void *buf, size_t count, zt_d
     nccl_impl *m = impl_of(c);
     zt_comm_count_allreduce(c, ZT_COLL_ALLREDUCE, count * zt_dtype_size(t));
     begin_op(m);
-    if (count) ZT_NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, m->nccl, m->stream));
+    if (count) ZT_NCCL_CHECK(NCCL(AllReduce)(buf, buf, count, nccl_type(t), ncclSum, m->nccl, m->stream));
     return end_op(m, "NCCL all-reduce", count * zt_dtype_size(t));
 }
 
@@ -170,18 +230,18 @@ static zt_comm_req *nccl_reduce_scatter_sum(zt_comm *c, const void *send, void *
     begin_op(m);
     if (equal_counts(c, counts)) {
         if (counts[0])
-            ZT_NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], nccl_type(t), ncclSum, m->nccl, m->stream));
+            ZT_NCCL_CHECK(NCCL(ReduceScatter)(send, recv, counts[0], nccl_type(t), ncclSum, m->nccl, m->stream));
     } else {
         /* rank r's piece is the sum of every rank's r-th piece: a reduce rooted at r */
-        ZT_NCCL_CHECK(ncclGroupStart());
+        ZT_NCCL_CHECK(NCCL(GroupStart)());
         size_t off = 0;
         for (int r = 0; r < c->world; r++) {
             if (counts[r])
-                ZT_NCCL_CHECK(ncclReduce((const char *)send + off * es, recv, counts[r], /* recv: used at root r only */
+                ZT_NCCL_CHECK(NCCL(Reduce)((const char *)send + off * es, recv, counts[r], /* recv: used at root r only */
                                          nccl_type(t), ncclSum, r, m->nccl, m->stream));
             off += counts[r];
         }
-        ZT_NCCL_CHECK(ncclGroupEnd());
+        ZT_NCCL_CHECK(NCCL(GroupEnd)());
     }
     return end_op(m, "NCCL reduce-scatter", sum_counts(c, counts) * es);
 }
@@ -193,17 +253,17 @@ static zt_comm_req *nccl_allgather(zt_comm *c, const void *send, void *recv, con
     begin_op(m);
     if (equal_counts(c, counts)) {
         /* in place when send is this rank's piece of recv (NCCL supports exactly that case) */
-        if (counts[0]) ZT_NCCL_CHECK(ncclAllGather(send, recv, counts[0], nccl_type(t), m->nccl, m->stream));
+        if (counts[0]) ZT_NCCL_CHECK(NCCL(AllGather)(send, recv, counts[0], nccl_type(t), m->nccl, m->stream));
     } else {
-        ZT_NCCL_CHECK(ncclGroupStart());
+        ZT_NCCL_CHECK(NCCL(GroupStart)());
         size_t off = 0;
         for (int r = 0; r < c->world; r++) {
             if (counts[r])
-                ZT_NCCL_CHECK(ncclBroadcast(r == c->rank ? send : (char *)recv + off * es, (char *)recv + off * es, counts[r],
+                ZT_NCCL_CHECK(NCCL(Broadcast)(r == c->rank ? send : (char *)recv + off * es, (char *)recv + off * es, counts[r],
                                             nccl_type(t), r, m->nccl, m->stream));
             off += counts[r];
         }
-        ZT_NCCL_CHECK(ncclGroupEnd());
+        ZT_NCCL_CHECK(NCCL(GroupEnd)());
     }
     return end_op(m, "NCCL all-gather", sum_counts(c, counts) * es);
 }
@@ -212,7 +272,7 @@ static zt_comm_req *nccl_broadcast(zt_comm *c, void *buf, size_t bytes, int root
     nccl_impl *m = impl_of(c);
     zt_comm_count_broadcast(c, bytes, root);
     begin_op(m);
-    if (bytes) ZT_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
+    if (bytes) ZT_NCCL_CHECK(NCCL(Broadcast)(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
     return end_op(m, "NCCL broadcast", bytes);
 }
 
@@ -223,11 +283,18 @@ static void nccl_wait(zt_comm *c, zt_comm_req *r) {
     free(r);
 }
 
+/* waits for every operation on the comm stream, as a watched host wait (and the probe watches the
+ * operations themselves while the comm is watched) */
+static cudaError_t drain_comm_stream(nccl_impl *m) {
+    zt_watchdog_enter("NCCL stream drain", 0);
+    cudaError_t e = cudaStreamSynchronize(m->stream);
+    zt_watchdog_leave();
+    return e;
+}
+
 static void nccl_barrier(zt_comm *c) {
     nccl_impl *m = impl_of(c);
-    zt_watchdog_enter("NCCL stream drain", 0);
-    ZT_CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    zt_watchdog_leave();
+    ZT_CUDA_CHECK(drain_comm_stream(m));
     m->mpi->barrier(m->mpi);
 }
 
@@ -246,9 +313,14 @@ static int nccl_agree_max(zt_comm *c, int status) {
 static void nccl_destroy(zt_comm *c) {
     if (!c) return;
     nccl_impl *m = impl_of(c);
+    /* the drain still watched, so a collective hung on the GPU ends the job here as anywhere else;
+     * then NCCL's teardown under a host wait of its own (no longer watched: a watchdog that fired
+     * during ncclCommDestroy must not ncclCommAbort the comm being destroyed) */
+    (void)drain_comm_stream(m);
     zt_watchdog_unwatch(m);
-    cudaStreamSynchronize(m->stream);
-    ncclCommDestroy(m->nccl);
+    zt_watchdog_enter("NCCL comm teardown", 0);
+    NCCL(CommDestroy)(m->nccl);
+    zt_watchdog_leave();
     for (int i = 0; i < WATCH_RING; i++) cudaEventDestroy(m->ring[i].done);
     pthread_mutex_destroy(&m->mu);
     cudaEventDestroy(m->ready);
@@ -266,13 +338,19 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     }
     zt_comm *mpi = zt_comm_mpi(NULL, err);
     if (!mpi) return NULL;
+    /* every rank must have NCCL (machines differ): all use it, or none does */
+    const char *no_nccl = nccl_load();
+    if (zt_agree(mpi, no_nccl ? zt_fail(err, "%s", no_nccl) : 0, err)) {
+        mpi->destroy(mpi);
+        return NULL;
+    }
     /* rank 0 creates the id; everybody learns whether that worked before going on */
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     int rc = 0;
     ncclResult_t res = ncclSuccess;
-    if (mpi->rank == 0 && (res = ncclGetUniqueId(&id)) != ncclSuccess)
-        rc = zt_fail(err, "ncclGetUniqueId failed on rank 0: %s", ncclGetErrorString(res));
+    if (mpi->rank == 0 && (res = NCCL(GetUniqueId)(&id)) != ncclSuccess)
+        rc = zt_fail(err, "ncclGetUniqueId failed on rank 0: %s", NCCL(GetErrorString)(res));
     if (zt_agree(mpi, rc, err)) {
         mpi->destroy(mpi);
         return NULL;
@@ -281,13 +359,13 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
 
     nccl_impl *m = (nccl_impl *)zt_xcalloc(1, sizeof *m);
     m->mpi = mpi;
-    res = ncclCommInitRank(&m->nccl, mpi->world, id, mpi->rank);
+    res = NCCL(CommInitRank)(&m->nccl, mpi->world, id, mpi->rank);
     int bad = res != ncclSuccess;
     if (bad)
         rc = zt_fail(err, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s", mpi->rank, mpi->world, g_zt.device,
-                     ncclGetErrorString(res));
+                     NCCL(GetErrorString)(res));
     if (zt_agree(mpi, rc, err)) {
-        if (!bad) ncclCommDestroy(m->nccl);
+        if (!bad) NCCL(CommDestroy)(m->nccl);
         mpi->destroy(mpi);
         free(m);
         return NULL;

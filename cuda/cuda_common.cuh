@@ -82,8 +82,6 @@ enum zt_scratch_slot {
     ZT_SCR_ATT_DQKV,     /* attention backward: dq, dk, dv [B,NH,T,hs] */
     ZT_SCR_ATT_F32,      /* attention: fp32 scores / datt for one chunk of heads */
     ZT_SCR_EMB_IDX,      /* embedding backward: sorted tokens/positions + radix-sort temp */
-    ZT_SCR_HEAD_W,       /* LM head: wte copied with zero rows up to a multiple of 64 */
-    ZT_SCR_HEAD_DW,      /* LM head: fp32 gradient of the padded wte copy */
     ZT_SCR_COUNT
 };
 void *zt_scratch(zt_scratch_slot slot, size_t bytes);

@@ -213,57 +213,53 @@ static void gemm_rm(bool ta, bool tb, int M, int N, int K, const zt16 *A, int ld
 
 /* The tied LM head multiplies by wte [V, C] with V = 50257: an odd GEMM dimension keeps cuBLASLt off
  * its fast tensor-core kernels (measured on an H100: 97 TFLOP/s forward against 600+ for the block
- * GEMMs). When the output row stride leaves room, the head runs on a copy of W padded with zero rows
- * to a multiple of 64 (OCp <= ldout): the padded logit columns come out 0, which the op contract
- * allows (padding is never read), and the padded rows contribute nothing to dinp. */
-static int padded_rows(int OC, int ld, int w_transposed) {
-    int p = (OC + 63) / 64 * 64;
-    return (w_transposed && OC % 8 != 0 && p <= ld) ? p : OC;
-}
-
-static const zt16 *padded_weight(const void *w, int OC, int OCp, int C) {
-    zt16 *wp = (zt16 *)zt_scratch(ZT_SCR_HEAD_W, (size_t)OCp * C * sizeof(zt16));
-    ZT_CUDA_CHECK(cudaMemcpyAsync(wp, w, (size_t)OC * C * sizeof(zt16), cudaMemcpyDeviceToDevice, g_zt.stream));
-    ZT_CUDA_CHECK(cudaMemsetAsync(wp + (size_t)OC * C, 0, (size_t)(OCp - OC) * C * sizeof(zt16), g_zt.stream));
-    return wp;
-}
-
-/* dst += src with one rounding to 16 bits (src is an fp32 GEMM result) */
-__global__ void k_add_f32_to_16(zt16 *dst, const float *src, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = zt_to16(zt_ld(dst + i) + src[i]);
+ * GEMMs). So a transposed W whose row count is not a multiple of 8 is cut in two: its first rows, a
+ * multiple of 64, in one GEMM on the fast kernels, the last (fewer than 64) in a small second one.
+ * Each part reads and writes only its own columns of out and dout, so the op touches columns
+ * [0, OC) of their rows and nothing past them: stage 3 runs the head in row blocks, with out at
+ * column lo of the logits, where the room left in a row is ld - lo, not ld. (Padding W with zero
+ * rows instead would write, and in backward read, up to 63 columns past OC.) */
+static int head_rows_fast(int OC, int w_transposed) {
+    return w_transposed && OC % 8 != 0 && OC > 64 ? OC / 64 * 64 : OC;
 }
 
 void zt_cu_matmul_forward(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
                           int w_transposed, int ldout) {
     /* out[N,OC] = inp[N,C] W; W stored [C,OC] (ld OC) or, transposed, [OC,C] (ld C) */
-    int OCp = padded_rows(OC, ldout, w_transposed);
-    const zt16 *W = OCp != OC ? padded_weight(w, OC, OCp, C) : (const zt16 *)w;
-    gemm_rm(false, w_transposed != 0, N, OCp, C, (const zt16 *)inp, C, 0, W, w_transposed ? C : OC, 0,
-            out, ZT_CUDA_R_16, ldout, 0, 1, 1.0f, 0.0f, (const zt16 *)bias);
+    const zt16 *X = (const zt16 *)inp, *W = (const zt16 *)w, *b = (const zt16 *)bias;
+    int fast = head_rows_fast(OC, w_transposed);
+    gemm_rm(false, w_transposed != 0, N, fast, C, X, C, 0, W, w_transposed ? C : OC, 0, out, ZT_CUDA_R_16, ldout, 0, 1,
+            1.0f, 0.0f, b);
+    if (fast < OC) /* the last rows of the transposed W: out[:, fast:OC) */
+        gemm_rm(false, true, N, OC - fast, C, X, C, 0, W + (size_t)fast * C, C, 0, (zt16 *)out + fast, ZT_CUDA_R_16,
+                ldout, 0, 1, 1.0f, 0.0f, b ? b + fast : NULL);
 }
 
 void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
                            int N, int C, int OC, int w_transposed, int lddout) {
     const zt16 *dY = (const zt16 *)dout, *X = (const zt16 *)inp, *W = (const zt16 *)w;
-    int OCp = padded_rows(OC, lddout, w_transposed);
+    int fast = head_rows_fast(OC, w_transposed), rest = OC - fast;
     if (dinp) {
-        /* dinp[N,C] = dout[N,OC] W^T: W stored [C,OC] -> op T; stored [OC,C] -> op N (padded rows are 0) */
-        if (OCp != OC) W = padded_weight(w, OC, OCp, C);
-        gemm_rm(false, w_transposed == 0, N, C, OCp, dY, lddout, 0, W, w_transposed ? C : OC, 0, dinp, ZT_CUDA_R_16, C,
-                0, 1, 1.0f, 0.0f, NULL);
+        /* dinp[N,C] = dout[N,OC] W^T: W stored [C,OC] -> op T; stored [OC,C] -> op N. Cut in two, the
+         * small part goes first and the large one accumulates onto it (beta 1, in fp32), so the
+         * large part is rounded to 16 bits once, as in one GEMM. */
+        float beta = 0.0f;
+        if (rest) {
+            gemm_rm(false, false, N, C, rest, dY + fast, lddout, 0, W + (size_t)fast * C, C, 0, dinp, ZT_CUDA_R_16, C,
+                    0, 1, 1.0f, 0.0f, NULL);
+            beta = 1.0f;
+        }
+        gemm_rm(false, w_transposed == 0, N, C, fast, dY, lddout, 0, W, w_transposed ? C : OC, 0, dinp, ZT_CUDA_R_16, C,
+                0, 1, 1.0f, beta, NULL);
     }
     if (dw) {
         if (!w_transposed) { /* dW[C,OC] += inp^T[C,N] dout[N,OC] */
             gemm_rm(true, false, C, OC, N, X, C, 0, dY, lddout, 0, dw, ZT_CUDA_R_16, OC, 0, 1, 1.0f, 1.0f, NULL);
-        } else if (OCp == OC) { /* dW[OC,C] += dout^T[OC,N] inp[N,C] */
-            gemm_rm(true, false, OC, C, N, dY, lddout, 0, X, C, 0, dw, ZT_CUDA_R_16, C, 0, 1, 1.0f, 1.0f, NULL);
-        } else { /* padded head: fp32 dWp[OCp,C] = dout^T inp, then dW += its first OC rows, rounded once */
-            float *dwp = (float *)zt_scratch(ZT_SCR_HEAD_DW, (size_t)OCp * C * sizeof(float));
-            gemm_rm(true, false, OCp, C, N, dY, lddout, 0, X, C, 0, dwp, CUDA_R_32F, C, 0, 1, 1.0f, 0.0f, NULL);
-            size_t n = (size_t)OC * C;
-            k_add_f32_to_16<<<zt_blocks(n, 256), 256, 0, g_zt.stream>>>((zt16 *)dw, dwp, n);
-            ZT_LAUNCH_CHECK("k_add_f32_to_16");
+        } else { /* dW[OC,C] += dout^T[OC,N] inp[N,C], rows [0, fast) and [fast, OC) */
+            gemm_rm(true, false, fast, C, N, dY, lddout, 0, X, C, 0, dw, ZT_CUDA_R_16, C, 0, 1, 1.0f, 1.0f, NULL);
+            if (rest)
+                gemm_rm(true, false, rest, C, N, dY + fast, lddout, 0, X, C, 0, (zt16 *)dw + (size_t)fast * C,
+                        ZT_CUDA_R_16, C, 0, 1, 1.0f, 1.0f, NULL);
         }
     }
     if (dbias) zt_cu_colsum(NULL, dbias, dY, lddout, NULL, NULL, NULL, N, OC);

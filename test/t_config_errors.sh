@@ -57,8 +57,6 @@ case_ host_memory_negative $'zero_optimization:\n  offload_optimizer: {device: c
   "zerotrain: error: @:2:62: zero_optimization.offload_optimizer.host_memory: expected a byte count >= 0 (a number or a string like \"40GiB\"), got -1"
 case_ host_memory_bad_unit $'zero_optimization:\n  offload_optimizer:\n    host_memory: 12 parsecs\n' \
   "zerotrain: error: @:3:18: zero_optimization.offload_optimizer.host_memory: expected a byte count >= 0 (a number or a string like \"40GiB\"), got string '12 parsecs'"
-case_ cpu_checkpointing $'activation_checkpointing: {cpu_checkpointing: true}\n' \
-  "zerotrain: error: @:1:47: activation_checkpointing.cpu_checkpointing: true is not supported by zerotrain (only false)"
 case_ number_checkpoints_over_layers $'model: {n_layer: 2}\nactivation_checkpointing: {number_checkpoints: 3}\n' \
   "zerotrain: error: @:2:48: activation_checkpointing.number_checkpoints: expected an integer in [0, model.n_layer = 2], got 3"
 case_ set_unknown $'seed: 1\n' \

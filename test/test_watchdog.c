@@ -8,7 +8,12 @@
  *     `rank 0 (host H): TEST all-reduce #7 (4096 bytes) made no progress for Ns (on the GPU, ...)`,
  *     the comm's abort runs, and the child exits non-zero, within 1 s + a tick (the test allows 10 s);
  *   - asynchronous error: the probe reports one; the line says `failed on the GPU: <error>`, abort
- *     runs, non-zero exit. */
+ *     runs, non-zero exit;
+ *   - device fault: the probe reports a sticky CUDA error (-2): the line blames the GPU, names no
+ *     collective, abort runs, non-zero exit;
+ *   - stuck, and the comm's abort never returns (ncclCommAbort behind a collective hung on the GPU):
+ *     the job is still taken down by MPI_Abort once ZT_WATCHDOG_ABORT_WAIT has passed, not by the
+ *     30 s alarm that is the last resort (the test waits up to 40 s to tell the two apart). */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,7 +26,7 @@
 #include "comm/watchdog.h"
 #include "util/util.h"
 
-enum { ALL_DONE, PROGRESSING, STUCK, ASYNC_ERROR };
+enum { ALL_DONE, PROGRESSING, STUCK, ASYNC_ERROR, DEVICE_FAULT, STUCK_ABORT_HANGS };
 static int mode, probes;
 static double t_start;
 
@@ -34,11 +39,16 @@ static int test_probe(void *ctx, zt_watchdog_op *op) {
         snprintf(op->error, sizeof op->error, "test: remote peer gone");
         return -1;
     }
+    if (mode == DEVICE_FAULT) {
+        snprintf(op->error, sizeof op->error, "test: an illegal memory access was encountered");
+        return -2;
+    }
     return 1;
 }
 static void test_abort(void *ctx) {
     printf("abort callback ran (ctx %s)\n", (const char *)ctx);
     fflush(stdout);
+    while (mode == STUCK_ABORT_HANGS) pause();
 }
 
 /* the child: returns its exit status when the watchdog did not end it */
@@ -60,8 +70,8 @@ static int child(int m) {
     return probes > 0 && asked == probes && last == (m == ALL_DONE ? 0 : 1) ? 0 : 3;
 }
 
-/* runs child(m) with its output in `out`; returns the wait status, -1 when it outlives 10 s */
-static int run_child(int m, char *out, size_t cap, double *took) {
+/* runs child(m) with its output in `out`; returns the wait status, -1 when it outlives `limit` s */
+static int run_child(int m, double limit, char *out, size_t cap, double *took) {
     char path[] = "/tmp/zt-test-watchdog-XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) return -1;
@@ -73,7 +83,7 @@ static int run_child(int m, char *out, size_t cap, double *took) {
         _exit(child(m));
     }
     int status = 0, done = 0;
-    while (!done && zt_now() - t0 < 10) {
+    while (!done && zt_now() - t0 < limit) {
         done = waitpid(pid, &status, WNOHANG) == pid;
         if (!done) usleep(20000);
     }
@@ -89,14 +99,14 @@ static int run_child(int m, char *out, size_t cap, double *took) {
 int main(void) {
     static char out[8192];
     double took;
-    int st = run_child(ALL_DONE, out, sizeof out, &took);
+    int st = run_child(ALL_DONE, 10, out, sizeof out, &took);
     CHECK(st == 0 && strstr(out, "alive after 3s") && !strstr(out, "zerotrain: error"), "device_probe_all_done_no_fire",
           "status %d: %s", st, out);
-    st = run_child(PROGRESSING, out, sizeof out, &took);
+    st = run_child(PROGRESSING, 10, out, sizeof out, &took);
     CHECK(st == 0 && strstr(out, "alive after 3s") && !strstr(out, "zerotrain: error"),
           "device_probe_progressing_no_fire", "status %d: %s", st, out);
 
-    st = run_child(STUCK, out, sizeof out, &took);
+    st = run_child(STUCK, 10, out, sizeof out, &took);
     const char *line = strstr(out, "zerotrain: error: rank 0 (host ");
     CHECK(st > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && line &&
               strstr(line, "): TEST all-reduce #7 (4096 bytes) made no progress for ") &&
@@ -104,11 +114,29 @@ int main(void) {
               strstr(out, "abort callback ran (ctx comm)") && !strstr(out, "alive after"),
           "device_probe_stuck_fires_names_op_aborts", "status %d after %.1fs: %s", st, took, out);
     printf("test_watchdog: a stuck device op ended the process %.1fs after it was enqueued (comm_timeout 1s)\n", took);
-    st = run_child(ASYNC_ERROR, out, sizeof out, &took);
+    st = run_child(ASYNC_ERROR, 10, out, sizeof out, &took);
     line = strstr(out, "zerotrain: error: rank 0 (host ");
     CHECK(st > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && line &&
               strstr(line, "TEST all-reduce #7 (4096 bytes) failed on the GPU: test: remote peer gone; aborting") &&
               strstr(out, "abort callback ran") && !strstr(out, "alive after"),
           "device_probe_async_error_fires", "status %d after %.1fs: %s", st, took, out);
+
+    st = run_child(DEVICE_FAULT, 10, out, sizeof out, &took);
+    line = strstr(out, "zerotrain: error: rank 0 (host ");
+    CHECK(st > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && line &&
+              strstr(line, "): the GPU failed: test: an illegal memory access was encountered; aborting the job") &&
+              !strstr(line, "TEST all-reduce") && strstr(out, "abort callback ran") && !strstr(out, "alive after"),
+          "device_probe_device_fault_blames_the_gpu", "status %d after %.1fs: %s", st, took, out);
+
+    st = run_child(STUCK_ABORT_HANGS, 40, out, sizeof out, &took);
+    line = strstr(out, "zerotrain: error: rank 0 (host ");
+    int by_alarm = st > 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM;
+    CHECK(st > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !by_alarm && line &&
+              strstr(line, "TEST all-reduce #7 (4096 bytes) made no progress for ") &&
+              strstr(out, "abort callback ran (ctx comm)") && !strstr(out, "alive after"),
+          "device_probe_abort_that_hangs_is_bounded", "%s after %.1fs: %s",
+          st < 0 ? "still running" : by_alarm ? "ended by the 30 s alarm" : "status", took, out);
+    printf("test_watchdog: with a comm abort that never returns, the process ended %.1fs after the op was enqueued "
+           "(comm_timeout 1s, abort wait %ds)\n", took, ZT_WATCHDOG_ABORT_WAIT);
     return zt_check_exit();
 }

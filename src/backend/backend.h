@@ -1,5 +1,5 @@
 /* backend.h — the op table every compute backend implements (CPU in backend_cpu.c, CUDA in
- * cuda/). The model, the engine and the commands call only these entries,
+ * cuda/, the simulated GPU in backend_sim.c). The model, the engine and the commands call only these entries,
  * never a backend directly: no #ifdef for backends outside the backends themselves.
  *
  * Memory: "device" buffers come from alloc() and are only touched through the table; on the
@@ -21,7 +21,7 @@ static inline size_t zt_dtype_size(zt_dtype t) { return t == ZT_F32 ? 4 : 2; }
 typedef enum { ZT_H2D = 0, ZT_D2H = 1, ZT_D2D = 2 } zt_copy_kind;
 
 typedef struct zt_backend {
-    const char *name;        /* "cpu", "cuda": for messages; test the properties below, not the name */
+    const char *name;        /* "cpu", "cuda", "sim": for messages; test the properties below, not the name */
     zt_dtype compute_dtype;  /* dtype of params/activations/grads in forward and backward */
     int memory_is_host;      /* "device" memory is ordinary host memory (the CPU backend) */
 
@@ -33,13 +33,27 @@ typedef struct zt_backend {
     void (*memset_zero)(void *ptr, size_t bytes);
     /* ordered after all work queued so far; H2D/D2H return once the host buffer may be reused/read */
     void (*copy)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    /* H2D or D2H ordered after all work queued so far, like copy(), but returning at once: the copy
+     * runs when the device reaches it, so the host buffer must stay unchanged (H2D) or unread (D2H)
+     * until the next synchronize() or blocking copy returns; pinned (host_alloc) memory on GPUs keeps
+     * it asynchronous. Lets a stage-3 gather of an offloaded parameter piece, or an activation
+     * checkpoint going to or from host memory, be queued without draining the device. */
+    void (*copy_async)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
     /* H2D or D2H on the backend's own stream for that direction (the CUDA backend has one each), so
      * it runs while compute work (the device part of Twin-Flow's Adam) does and the two directions
      * run at the same time. It is NOT ordered after queued compute work: the caller synchronize()s
      * after the source was last written on the device and keeps the device from touching dst
-     * until it returns. Returns once the copy is complete, like copy(); safe from any thread. */
+     * until it returns. Returns once the copy is complete, like copy(); safe from any thread that
+     * called bind_thread. */
     void (*transfer)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
     void (*synchronize)(void);
+    /* Makes the calling thread use this backend's device. Threads start on the default device (a
+     * CUDA thread's current device is GPU 0 until it sets one, whichever GPU the backend opened), so
+     * every thread other than the one that created the backend calls it first, before any other
+     * entry: the Twin-Flow copy lanes, ratio auto's calibration lanes. Optional: a backend whose
+     * threads need nothing may leave it NULL (the CPU backend's does nothing); callers go through
+     * zt_backend_bind_thread, which checks. */
+    void (*bind_thread)(void);
     /* free and total device memory in bytes; 0 and 0 where device memory is host memory (CPU) */
     void (*mem_info)(size_t *free_bytes, size_t *total_bytes);
     /* fp32 <-> compute dtype conversion on the device (identity copy on the CPU backend) */
@@ -63,7 +77,9 @@ typedef struct zt_backend {
     void (*layernorm_backward)(void *dinp, void *dw, void *db, const void *dout, const void *inp, const void *w,
                                const float *mean, const float *rstd, int N, int C);
     /* out[N,OC] = inp[N,C] W + bias, W is [C,OC] (Conv1D); with w_transposed, W is stored [OC,C]
-     * (the tied LM head uses wte [V,C]). bias may be NULL. ldout is out's row stride (>= OC). */
+     * (the tied LM head uses wte [V,C]). bias may be NULL. ldout is out's row stride (>= OC). The
+     * matmuls write (and in backward read) only columns [0, OC) of out's (dout's) rows: out may be a
+     * block of columns inside wider rows (stage 3's LM head in row blocks, out at column lo). */
     void (*matmul_forward)(void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC,
                            int w_transposed, int ldout);
     /* dinp = dout W^T (overwrites, skipped if NULL); dw += inp^T dout; dbias += colsum(dout) (if non-NULL) */
@@ -109,10 +125,19 @@ typedef struct zt_backend {
     void (*scale)(void *x, float s, size_t n);
 } zt_backend;
 
+/* be->bind_thread() where the backend has one: the first call of a thread that uses the table */
+static inline void zt_backend_bind_thread(const zt_backend *be) {
+    if (be->bind_thread) be->bind_thread();
+}
+
 /* The backends compiled into this binary. zt_backend_cuda(dtype) returns the CUDA backend computing
  * in dtype (ZT_BF16 or ZT_F16; both tables share one device, its streams and its memory), or NULL
  * when built without CUDA or when no usable GPU is present (with the reason in *why). */
 const zt_backend *zt_backend_cpu(void);
 const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why);
+/* The simulated GPU (backend_sim.c, `device: sim`): a test device on the CPU with its own memory
+ * space, 16-bit compute in dtype (ZT_BF16 or ZT_F16) and asynchronous lanes; NULL with the reason in
+ * *why when ZEROTRAIN_SIM_MEM is unreadable. Always compiled in. */
+const zt_backend *zt_backend_sim(zt_dtype dtype, const char **why);
 
 #endif

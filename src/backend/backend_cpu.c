@@ -69,6 +69,7 @@ static void cpu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind
 }
 static void cpu_synchronize(void) {}
 static void cpu_mem_info(size_t *free_bytes, size_t *total_bytes) { *free_bytes = *total_bytes = 0; }
+static void cpu_bind_thread(void) {} /* every host thread may use host memory and the BLAS */
 static void cpu_to_compute(void *dst, const float *src, size_t n) { cpu_copy(dst, src, n * sizeof(float), ZT_D2D); }
 static void cpu_to_f32(float *dst, const void *src, size_t n) { cpu_copy(dst, src, n * sizeof(float), ZT_D2D); }
 
@@ -538,8 +539,10 @@ static const zt_backend cpu_backend = {
     .host_free = cpu_free,
     .memset_zero = cpu_memset_zero,
     .copy = cpu_copy,
+    .copy_async = cpu_copy,
     .transfer = cpu_copy,
     .synchronize = cpu_synchronize,
+    .bind_thread = cpu_bind_thread,
     .mem_info = cpu_mem_info,
     .to_compute = cpu_to_compute,
     .to_f32 = cpu_to_f32,

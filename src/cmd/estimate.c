@@ -34,7 +34,7 @@ typedef struct row {
 /* Every stage with and without optimizer offload, and stage 3's ZeRO-Infinity settings; g3 is stage
  * 3's gather buffers as the run will size them (zt_engine_stage3_plan). */
 static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *table, const zt_stage3_plan *g3,
-                     long ranks, size_t P, size_t K, double acts) {
+                     long ranks, size_t P, size_t K, double acts, double host_acts) {
     size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
     size_t seg0 = table->segment_lo[1], block = table->segment_lo[2] - table->segment_lo[1];
     size_t embed3 = g3->embed, largest = g3->largest;
@@ -69,6 +69,7 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         rows[n++] = (row){3, "nvme", "nvme", states, device - optim - param_shard,
                           opt_staging + 2 * param_shard + param_staging, optim + param_shard};
     }
+    for (int i = 0; i < n; i++) rows[i].host += host_acts; /* cpu_checkpointing's kept block inputs */
     return n;
 }
 
@@ -143,8 +144,8 @@ int zt_cmd_estimate(int argc, char **argv) {
     zt_gpt2 plan;
     size_t P = fp32 ? 4 : 2, K = fp32 ? 8 : 12;
     if (zt_gpt2_param_table(&table, &shape, &err) ||
-        zt_gpt2_plan(&plan, &shape, cfg.train_micro_batch_size_per_gpu, cfg.seq_len, cfg.ckpt_enabled,
-                     cfg.ckpt_number_checkpoints, P, &err)) {
+        zt_gpt2_plan(&plan, &shape, cfg.train_micro_batch_size_per_gpu, cfg.seq_len, zt_act_ckpt_of(&cfg), P,
+                     &err)) {
         zt_print_error(&err);
         zt_config_free(&cfg);
         return 1;
@@ -161,7 +162,7 @@ int zt_cmd_estimate(int argc, char **argv) {
     zt_stage3_plan g3 = zt_engine_stage3_plan(&table3, &o3);
     zt_param_table_free(&table3);
     row rows[16];
-    int n = plan_rows(rows, &cfg, &table, &g3, ranks, P, K, acts);
+    int n = plan_rows(rows, &cfg, &table, &g3, ranks, P, K, acts, (double)plan.act_host_bytes);
     for (int i = 0; i < n; i++) biggest = rows[i].device > biggest ? rows[i].device : biggest;
     unit u = biggest >= 1073741824.0 ? (unit){"GiB", 1073741824.0} : (unit){"MiB", 1048576.0};
     printf("zerotrain estimate: %s — GPT-2 L%d H%d C%d V%d, %.2fM parameters, micro-batch %d x T %d, %s "

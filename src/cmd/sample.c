@@ -91,7 +91,7 @@ static int pick(float *logits, int V, const zt_sample_opts *o, zt_rng *rng) {
 int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_opts *o, zt_ids *out, zt_err *err) {
     int T = s->cfg->seq_len, V = s->shape.vocab_size;
     zt_gpt2 gen;
-    if (zt_gpt2_create(&gen, s->be, &s->shape, &s->table, 1, T, 0, 0, err)) return -1;
+    if (zt_gpt2_create(&gen, s->be, &s->shape, &s->table, 1, T, (zt_act_ckpt){0, 0, 0}, err)) return -1;
     int *ctx = zt_xcalloc((size_t)n_prompt + (size_t)o->max_tokens, sizeof *ctx);
     memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
     int n = n_prompt;
@@ -159,7 +159,8 @@ static float *weights_from_checkpoint(const char *step_dir, zt_gpt2_shape *shape
 /* A config for running a model on one rank, stage 0: MODEL is a zerotrain checkpoint (directory or
  * step directory) or a Hugging Face GPT-2 directory. Collective: rank 0 decides which for every
  * rank (ranks whose file system caches differ still read the same step). */
-static int model_from_dir(zt_comm *comm, const char *dir, zt_config *cfg, float **weights, int T, zt_err *err) {
+static int model_from_dir(zt_comm *comm, const char *dir, zt_config *cfg, float **weights, int T, int device,
+                          zt_err *err) {
     zt_gpt2_shape shape;
     char step_dir[4096];
     float *from_checkpoint = NULL;
@@ -181,7 +182,7 @@ static int model_from_dir(zt_comm *comm, const char *dir, zt_config *cfg, float 
     cfg->vocab_size = shape.vocab_size;
     cfg->n_positions = shape.n_positions;
     cfg->seq_len = T > 0 ? T : shape.n_positions;
-    cfg->device = ZT_DEVICE_AUTO;
+    cfg->device = device;
     if (cfg->seq_len > shape.n_positions) {
         free(from_checkpoint);
         return zt_fail(err, "--seq-len %d exceeds the model's n_positions %d", cfg->seq_len, shape.n_positions);
@@ -219,6 +220,7 @@ static int parse_float(const char *s, double lo, double hi, double *out) {
 int zt_cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *grads_path = NULL;
     long B = 4, T = 64, nb = 10;
+    int device = ZT_DEVICE_AUTO;
     zt_err err = {{0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -228,16 +230,17 @@ int zt_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--batch-size") && v) bad = parse_int(v, 1, 1 << 20, &B), i++;
         else if (!strcmp(a, "--seq-len") && v) bad = parse_int(v, 1, 1 << 20, &T), i++;
         else if (!strcmp(a, "--batches") && v) bad = parse_int(v, 1, 1 << 30, &nb), i++;
+        else if (!strcmp(a, "--device") && v) bad = (device = zt_config_device_named(v)) < 0, i++;
         else if (a[0] != '-' && !model) model = a;
         else bad = 1;
         if (bad) {
             fprintf(stderr, "zerotrain: error: eval: bad argument '%s'\n"
-                            "usage: zerotrain eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE]\n", a);
+                            "usage: zerotrain eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE] [--device auto|cpu|cuda|sim]\n", a);
             return 2;
         }
     }
     if (!model || !data) {
-        fprintf(stderr, "usage: zerotrain eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE]\n");
+        fprintf(stderr, "usage: zerotrain eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE] [--device auto|cpu|cuda|sim]\n");
         return 2;
     }
     zt_config cfg;
@@ -246,7 +249,7 @@ int zt_cmd_eval(int argc, char **argv) {
     zt_log_set_rank(comm->rank);
     zt_session s;
     zt_dataset d;
-    int rc = model_from_dir(comm, model, &cfg, &weights, (int)T, &err);
+    int rc = model_from_dir(comm, model, &cfg, &weights, (int)T, device, &err);
     if (!rc) rc = zt_dataset_open(&d, data, (int)T, cfg.vocab_size, 0, &err);
     unsigned long long need = (unsigned long long)nb * (unsigned long long)B * (unsigned long long)T + 1;
     if (!rc && d.n_tokens < need) { /* reading on would wrap around and join the last token to the first */
@@ -363,7 +366,7 @@ static void stream_end(text_stream *st) {
 int zt_cmd_sample(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *vocab = NULL;
     long max_tokens = 64, top_k = 40, seed = 1337;
-    int print_ids = 0;
+    int print_ids = 0, device = ZT_DEVICE_AUTO;
     double temperature = 1.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -375,16 +378,17 @@ int zt_cmd_sample(int argc, char **argv) {
         else if (!strcmp(a, "--top-k") && v) bad = parse_int(v, 0, 1 << 30, &top_k), i++;
         else if (!strcmp(a, "--seed") && v) bad = parse_int(v, 0, 0x7fffffffffffffffL, &seed), i++;
         else if (!strcmp(a, "--temperature") && v) bad = parse_float(v, 0.0, 100.0, &temperature), i++;
+        else if (!strcmp(a, "--device") && v) bad = (device = zt_config_device_named(v)) < 0, i++;
         else if (a[0] != '-' && !model) model = a;
         else bad = 1;
         if (bad || (!v && a[0] == '-')) {
             fprintf(stderr, "zerotrain: error: sample: bad argument '%s'\n"
-                            "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids]\n", a);
+                            "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids] [--device auto|cpu|cuda|sim]\n", a);
             return 2;
         }
     }
     if (!model) {
-        fprintf(stderr, "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids]\n");
+        fprintf(stderr, "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids] [--device auto|cpu|cuda|sim]\n");
         return 2;
     }
     zt_err err = {{0}};
@@ -394,7 +398,7 @@ int zt_cmd_sample(int argc, char **argv) {
     zt_config cfg;
     float *weights = NULL;
     int rc = zt_agree(comm, tok ? 0 : -1, &err);
-    if (!rc) rc = model_from_dir(comm, model, &cfg, &weights, 0, &err);
+    if (!rc) rc = model_from_dir(comm, model, &cfg, &weights, 0, device, &err);
     zt_session s;
     if (!zt_agree(comm, rc, &err)) rc = zt_session_open(&s, &cfg, comm, weights, 1, cfg.seq_len, &err);
     else rc = -1;

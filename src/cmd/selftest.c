@@ -120,16 +120,35 @@ static void test_comm_pair(zt_selftest *st, zt_comm *mpi, zt_comm *nc, zt_rng *r
 void zt_selftest_comm(zt_selftest *st) {
     /* alone, both sides are one-rank communicators: that still runs NCCL's MPI bootstrap, its comm
      * stream and events and every collective call on this GPU; the sums across GPUs need 2+ ranks */
-    if (zt_mpi_world_size() < 2 && st->verbose)
+    if (zt_mpi_world_size() < 2 && st->verbose && st->device_kind != ZT_DEVICE_SIM)
         printf("selftest: NCCL vs MPI on a one-rank communicator (run under mpirun with 2+ GPUs for sums across "
                "GPUs)\n");
     zt_err err;
     memset(&err, 0, sizeof err);
     zt_comm *mpi = zt_comm_mpi(NULL, &err);
     /* on the cpu backend a second MPI comm stands in for NCCL: that checks the harness itself */
-    int cpu = st->dev->memory_is_host;
+    int cpu = st->dev->memory_is_host, sim = st->device_kind == ZT_DEVICE_SIM;
+    zt_rng rng;
+    zt_rng_seed(&rng, st->seed * 7919u + (uint64_t)mpi->rank);
+    if (!cpu) { /* the device comm without NCCL: none for one rank, else staged through host memory */
+        zt_comm *dc = mpi->world == 1 ? zt_comm_device_local(st->dev) : zt_comm_staged(st->dev, &err);
+        test_comm_pair(st, mpi, dc, &rng);
+        dc->destroy(dc);
+    }
+    if (sim) { /* the simulated GPU has no NCCL */
+        mpi->destroy(mpi);
+        return;
+    }
     if (!cpu) zt_watchdog_start(30.0, mpi->rank, mpi->world); /* the NCCL comm registers with it */
     zt_comm *nc = cpu ? zt_comm_mpi(NULL, &err) : zt_comm_nccl(st->dev, &err);
+    /* several ranks on one GPU: NCCL refuses, and training runs on the host-staged comm checked above */
+    if (!cpu && mpi->world > 1 && mpi->agree_max(mpi, nc ? 0 : 1)) {
+        if (nc) nc->destroy(nc);
+        if (st->verbose) printf("SKIP nccl: NCCL refused on some rank (%s); training uses the host-staged comm\n", err.msg);
+        zt_watchdog_stop();
+        mpi->destroy(mpi);
+        return;
+    }
     if (!nc) {
         char name[1200];
         snprintf(name, sizeof name, "nccl comm created (%s)", err.msg);
@@ -137,8 +156,6 @@ void zt_selftest_comm(zt_selftest *st) {
         mpi->destroy(mpi);
         return;
     }
-    zt_rng rng;
-    zt_rng_seed(&rng, st->seed * 7919u + (uint64_t)mpi->rank);
     test_comm_pair(st, mpi, nc, &rng);
     if (!cpu) zt_selftest_nccl_watchdog_healthy(st);
     nc->destroy(nc);
@@ -232,7 +249,7 @@ static void selftest_training(zt_selftest *st) {
     float ref[STEPS], dev[STEPS];
     zt_err err = {{0}};
     zt_comm *comm = zt_comm_mpi(NULL, &err);
-    int dev_kind = strcmp(st->dev->name, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
+    int dev_kind = st->device_kind;
     int fp16 = st->dev->compute_dtype == ZT_F16;
     /* train_tiny's stage3 argument, reference and device: -1 stage 0 as it always was; 0 and 1
      * vocabulary 2048, stage 0 (the reference) and stage 3 */
@@ -269,12 +286,13 @@ int zt_cmd_selftest(int argc, char **argv) {
         else if (!strcmp(argv[i], "--bench-T") && i + 1 < argc) bench_t = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nccl-hang-child")) return zt_selftest_nccl_hang_child(); /* internal */
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: zerotrain selftest [--device cuda|cpu] [--seed N] [--allow-skip]\n"
+            printf("usage: zerotrain selftest [--device cuda|sim|cpu] [--seed N] [--allow-skip]\n"
                    "       zerotrain selftest --bench [--device cuda|cpu] [--fp16] [--bench-B 16] [--bench-T 1024]\n"
                    "  compares every backend op with the CPU reference backend on random inputs and trains\n"
                    "  20 tiny steps against the CPU (on a GPU: bf16, then fp16), then (under mpirun with\n"
                    "  2+ ranks) the NCCL collectives with the MPI ones;\n"
                    "  --device cpu checks the CPU backend against itself (exercises the harness);\n"
+                   "  --device sim runs it all on the simulated GPU (bf16, then fp16; host-staged comm);\n"
                    "  --allow-skip exits 0 when no GPU is usable;\n"
                    "  --bench times every op at GPT-2 124M shapes instead (ms, TFLOP/s or GB/s), in bf16\n"
                    "  or with --fp16 in fp16.\n");
@@ -303,10 +321,21 @@ int zt_cmd_selftest(int argc, char **argv) {
             printf("selftest: SKIPPED: %s\n", why ? why : "the CUDA backend is not available");
             return allow_skip ? 0 : 1;
         }
+        st.device_kind = ZT_DEVICE_CUDA;
+    } else if (!strcmp(device, "sim")) {
+        const char *why = NULL;
+        st.dev = zt_backend_sim(ZT_BF16, &why);
+        fp16_dev = zt_backend_sim(ZT_F16, NULL);
+        if (!st.dev) {
+            fprintf(stderr, "zerotrain: error: selftest: %s\n", why);
+            return 1;
+        }
+        st.device_kind = ZT_DEVICE_SIM;
     } else if (!strcmp(device, "cpu")) {
         st.dev = zt_backend_cpu();
+        st.device_kind = ZT_DEVICE_CPU;
     } else {
-        fprintf(stderr, "zerotrain: error: selftest: --device must be cuda or cpu, not '%s'\n", device);
+        fprintf(stderr, "zerotrain: error: selftest: --device must be cuda, sim or cpu, not '%s'\n", device);
         return 2;
     }
     if (bench) return rank == 0 ? zt_selftest_bench(bench_fp16 && fp16_dev ? fp16_dev : st.dev, bench_b, bench_t) : 0;

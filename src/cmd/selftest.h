@@ -22,6 +22,7 @@ typedef struct zt_selftest {
     int passed, failed;
     int verbose;           /* print PASS lines (rank 0); FAIL lines are always printed */
     const char *tag;       /* prefix of every check's name ("bf16 ", "fp16 "), or NULL */
+    int device_kind;       /* ZT_DEVICE_* of dev: the simulated GPU has no NCCL (host-staged comm instead) */
 } zt_selftest;
 
 /* Prints "PASS name (err E <= tol T)" or "FAIL name: err E > tol T" and counts it. */

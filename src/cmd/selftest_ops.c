@@ -278,46 +278,59 @@ static void test_layernorm(zt_selftest *st, zt_rng *rng, int N, int C) {
 }
 
 /* ---------------------------------------------------------------- matmul */
-/* forward then backward; outputs are the valid [N,OC] part of out and of everything else */
+/* Forward then backward on the block of columns [lo, lo + OC) of rows ld wide (lo > 0: stage 3's LM
+ * head in row blocks, out and dout pointing at column lo of the logits); outputs are the block's
+ * [N,OC] and everything else. The rest of out holds a marker the op must leave as it is, the rest
+ * of dout NaN it must not read (the padding columns too): *outside counts the changed markers, and
+ * a NaN read shows in dinp, dw or dbias. */
+static const float OUTSIDE_MARK = 3.0f; /* exact in bf16 and fp16 */
 static void run_matmul(const zt_backend *be, const float *inp, const float *w, const float *bias, const float *dout,
-                       const float *dw0, const float *db0, int N, int C, int OC, int wt, int ld, float *out,
-                       float *dinp, float *dw, float *db) {
-    size_t es = zt_dtype_size(be->compute_dtype), nw = (size_t)C * OC;
+                       const float *dw0, const float *db0, int N, int C, int OC, int wt, int ld, int lo, float *out,
+                       float *dinp, float *dw, float *db, size_t *outside) {
+    size_t es = zt_dtype_size(be->compute_dtype), nw = (size_t)C * OC, nrow = (size_t)N * ld;
     void *di = st_up_c(be, inp, (size_t)N * C), *dwt = st_up_c(be, w, nw), *dbias = bias ? st_up_c(be, bias, OC) : NULL;
-    void *o = st_alloc(be, (size_t)N * ld * es);
-    be->matmul_forward(o, di, dwt, dbias, N, C, OC, wt, ld);
-    float *full = st_zeros((size_t)N * ld);
-    st_down_c(be, full, o, (size_t)N * ld);
-    for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, full + (size_t)i * ld, OC * sizeof(float));
+    float *full = st_zeros(nrow);
+    for (size_t i = 0; i < nrow; i++) full[i] = OUTSIDE_MARK;
+    void *o = st_up_c(be, full, nrow);
+    be->matmul_forward((char *)o + (size_t)lo * es, di, dwt, dbias, N, C, OC, wt, ld);
+    st_down_c(be, full, o, nrow);
+    *outside = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < ld; j++) {
+            float x = full[(size_t)i * ld + j];
+            if (j >= lo && j < lo + OC) out[(size_t)i * OC + j - lo] = x;
+            else *outside += x != OUTSIDE_MARK;
+        }
+    for (size_t i = 0; i < nrow; i++) full[i] = NAN;
+    for (int i = 0; i < N; i++) memcpy(full + (size_t)i * ld + lo, dout + (size_t)i * OC, OC * sizeof(float));
+    void *dd = st_up_c(be, full, nrow);
     free(full);
-    /* dout with row stride ld, padding columns zero (as softmax_xent leaves them) */
-    float *dpad = st_zeros((size_t)N * ld);
-    for (int i = 0; i < N; i++) memcpy(dpad + (size_t)i * ld, dout + (size_t)i * OC, OC * sizeof(float));
-    void *dd = st_up_c(be, dpad, (size_t)N * ld);
-    free(dpad);
     void *gi = st_alloc(be, (size_t)N * C * es), *gw = st_up_c(be, dw0, nw), *gb = bias ? st_up_c(be, db0, OC) : NULL;
-    be->matmul_backward(gi, gw, gb, dd, di, dwt, N, C, OC, wt, ld);
+    be->matmul_backward(gi, gw, gb, (char *)dd + (size_t)lo * es, di, dwt, N, C, OC, wt, ld);
     st_down_c(be, dinp, gi, (size_t)N * C);
     st_down_c(be, dw, gw, nw);
     if (bias) st_down_c(be, db, gb, OC);
     be->free(di), be->free(dwt), be->free(o), be->free(dd), be->free(gi), be->free(gw);
     if (bias) be->free(dbias), be->free(gb);
 }
-static void test_matmul(zt_selftest *st, zt_rng *rng, int N, int C, int OC, int wt, int ld, int with_bias) {
-    char name[160], tag[96];
-    snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s%s ld=%d", N, C, OC, wt ? " w_transposed" : "",
-             with_bias ? " bias" : "", ld);
-    size_t nw = (size_t)C * OC;
+static void test_matmul(zt_selftest *st, zt_rng *rng, int N, int C, int OC, int wt, int ld, int lo, int with_bias) {
+    char name[256], tag[112];
+    snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s%s ld=%d%s", N, C, OC, wt ? " w_transposed" : "", with_bias ? " bias" : "",
+             ld, lo ? " (block at column " : "");
+    if (lo) snprintf(tag + strlen(tag), sizeof tag - strlen(tag), "%d)", lo);
+    size_t nw = (size_t)C * OC, outside[2];
     float *inp = st_rnd(rng, (size_t)N * C, 1, 0), *w = st_rnd(rng, nw, 0.1f, 0);
     float *bias = with_bias ? st_rnd(rng, OC, 0.5f, 0) : NULL, *db0 = with_bias ? st_rnd(rng, OC, 0.5f, 0) : NULL;
     float *dout = st_rnd(rng, (size_t)N * OC, 1, 0), *dw0 = st_rnd(rng, nw, 0.5f, 0);
     float *out[2], *gi[2], *gw[2], *gb[2];
     for (int k = 0; k < 2; k++)
         out[k] = st_zeros((size_t)N * OC), gi[k] = st_zeros((size_t)N * C), gw[k] = st_zeros(nw), gb[k] = st_zeros(OC);
-    run_matmul(st->ref, inp, w, bias, dout, dw0, db0, N, C, OC, wt, ld, out[0], gi[0], gw[0], gb[0]);
-    run_matmul(st->dev, inp, w, bias, dout, dw0, db0, N, C, OC, wt, ld, out[1], gi[1], gw[1], gb[1]);
+    run_matmul(st->ref, inp, w, bias, dout, dw0, db0, N, C, OC, wt, ld, lo, out[0], gi[0], gw[0], gb[0], &outside[0]);
+    run_matmul(st->dev, inp, w, bias, dout, dw0, db0, N, C, OC, wt, ld, lo, out[1], gi[1], gw[1], gb[1], &outside[1]);
     snprintf(name, sizeof name, "matmul_forward %s", tag);
     check_rel(st, name, out[1], out[0], (size_t)N * OC, TOL_BF16);
+    snprintf(name, sizeof name, "matmul_forward(columns outside the block changed) %s", tag);
+    zt_selftest_check(st, name, (double)(outside[0] + outside[1]), 0);
     snprintf(name, sizeof name, "matmul_backward(dinp) %s", tag);
     check_rel(st, name, gi[1], gi[0], (size_t)N * C, TOL_BF16);
     snprintf(name, sizeof name, "matmul_backward(dw) %s", tag);
@@ -562,10 +575,13 @@ void zt_selftest_ops(zt_selftest *st) {
     test_layernorm(st, &rng, 64, 128);
     test_layernorm(st, &rng, 50, 100);  /* C % 8 != 0: scalar path */
     test_layernorm(st, &rng, 33, 768);  /* GPT-2 width, 16-byte path */
-    test_matmul(st, &rng, 128, 128, 384, 0, 384, 1);   /* Conv1D with bias (qkv-like) */
-    test_matmul(st, &rng, 96, 128, 250, 1, 256, 0);    /* tied LM head: wte [V,C], padded rows */
-    test_matmul(st, &rng, 37, 40, 52, 0, 52, 1);       /* odd shapes */
-    test_matmul(st, &rng, 33, 24, 19, 1, 21, 1);       /* odd shapes, transposed, odd ld */
+    test_matmul(st, &rng, 128, 128, 384, 0, 384, 0, 1); /* Conv1D with bias (qkv-like) */
+    test_matmul(st, &rng, 96, 128, 250, 1, 256, 0, 0);  /* tied LM head: wte [V,C], V % 8 != 0, padded ld */
+    /* stage 3's head in row blocks: the last block at column lo = 128, 2 padding columns after it;
+     * its 250 rows rounded up to 64 (256) fit ld = 380 but not the 252 columns left after lo */
+    test_matmul(st, &rng, 96, 128, 250, 1, 380, 128, 0);
+    test_matmul(st, &rng, 37, 40, 52, 0, 52, 0, 1);     /* odd shapes */
+    test_matmul(st, &rng, 33, 24, 19, 1, 21, 0, 1);     /* odd shapes, transposed, odd ld */
     test_mlp_gelu(st, &rng, 128, 64, 256);             /* the MLP's GELU epilogues */
     test_mlp_gelu(st, &rng, 30, 20, 44);               /* odd shapes */
     test_attention(st, &rng, 2, 64, 128, 4, 1.0f);   /* hs 32, one tile */

@@ -1,5 +1,5 @@
 /* comm.h — the collectives table the engine uses for data parallelism and ZeRO (MPI in
- * src/comm_mpi.c; NCCL in cuda/). Buffers are device buffers of the backend the comm was made for.
+ * src/comm/comm_mpi.c; NCCL in cuda/; host-staged and one-rank device comms in comm_staged.c). Buffers are device buffers of the backend the comm was made for.
  * Asynchronous calls return a request that wait() completes; the MPI table uses non-blocking
  * collectives so that reduction overlaps with backward when overlap_comm is on. */
 #ifndef ZT_COMM_H
@@ -84,5 +84,13 @@ int zt_mpi_world_size(void);
 /* Data-parallel comm over MPI for the given backend (device buffers are host memory on the CPU
  * backend; a CUDA backend uses the NCCL table instead). */
 zt_comm *zt_comm_mpi(const zt_backend *be, zt_err *err);
+
+/* Device-buffer comms without NCCL (comm_staged.c), for backends whose memory is not host memory.
+ * zt_comm_device_local: one rank, no comm at all — a reduce-scatter or all-gather whose source and
+ * destination differ is a device copy, the rest does nothing. zt_comm_staged: several ranks, each
+ * collective copied through pinned host buffers and run over MPI (blocking; 16-bit sums in fp32);
+ * collective like zt_comm_mpi. Used by the simulated device, and by GPUs when NCCL is unusable. */
+zt_comm *zt_comm_device_local(const zt_backend *be);
+zt_comm *zt_comm_staged(const zt_backend *be, zt_err *err);
 
 #endif

@@ -3,9 +3,11 @@
  * hot path costs two relaxed stores per wait. MPI is initialised MPI_THREAD_FUNNELED: the watchdog
  * thread makes exactly one MPI call, MPI_Abort, which Open MPI serves from any thread; an alarm
  * ends the process should even that not return. A registered device probe is called under a mutex
- * that zt_watchdog_unwatch also takes, so a comm never goes away while it is being probed. */
+ * that zt_watchdog_unwatch also takes, so a comm never goes away while it is being probed (or
+ * aborted: the mutex is held from the report to the end of the process). */
 #include "comm/watchdog.h"
 
+#include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,27 +41,65 @@ static void sleep_seconds(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* one line naming this rank, its host and the operation (`how` says what went wrong), then the
- * device comm's own abort if one is watched, then MPI_Abort */
-static void report_and_abort(const char *what, size_t bytes, long seq, const char *how) {
+/* The device comm's abort, on a thread of its own (watchdog.h: it may wait for the device forever),
+ * waited for at most ZT_WATCHDOG_ABORT_WAIT seconds. Static: the thread may outlive the wait. */
+static struct {
+    zt_watchdog_probe probe;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} comm_abort = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *run_comm_abort(void *arg) {
+    (void)arg;
+    comm_abort.probe.abort(comm_abort.probe.ctx);
+    pthread_mutex_lock(&comm_abort.mu);
+    comm_abort.done = 1;
+    pthread_cond_signal(&comm_abort.cv);
+    pthread_mutex_unlock(&comm_abort.mu);
+    return NULL;
+}
+
+static void abort_comm_bounded(const zt_watchdog_probe *p) {
+    comm_abort.probe = *p;
+    pthread_t t;
+    if (pthread_create(&t, NULL, run_comm_abort, NULL) != 0) return; /* MPI_Abort without it */
+    pthread_detach(t);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ZT_WATCHDOG_ABORT_WAIT;
+    pthread_mutex_lock(&comm_abort.mu);
+    while (!comm_abort.done)
+        if (pthread_cond_timedwait(&comm_abort.cv, &comm_abort.mu, &until) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&comm_abort.mu);
+}
+
+/* one line naming this rank, its host and what failed (`subject`: an operation, or the GPU; `how`
+ * says what went wrong), then the device comm's own abort if one is watched, then MPI_Abort */
+static void report_and_abort(const char *subject, const char *how) {
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
-    fprintf(stderr, "zerotrain: error: rank %d (host %s): %s #%ld (%zu bytes) %s; aborting the job\n", wd.rank, host,
-            what, seq, bytes, how);
+    fprintf(stderr, "zerotrain: error: rank %d (host %s): %s %s; aborting the job\n", wd.rank, host, subject, how);
     fflush(stderr);
     fflush(stdout);
     alarm(30); /* SIGALRM's default action ends the process if the aborts below cannot finish */
-    if (wd.watching && wd.probe.abort) wd.probe.abort(wd.probe.ctx); /* the caller holds probe_mu */
+    if (wd.watching && wd.probe.abort) abort_comm_bounded(&wd.probe); /* the caller holds probe_mu */
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1);
 }
 
+/* "<collective> #N (B bytes)", the subject of a line about one operation */
+static const char *op_subject(char *buf, size_t cap, const char *what, long seq, size_t bytes) {
+    snprintf(buf, cap, "%s #%ld (%zu bytes)", what, seq, bytes);
+    return buf;
+}
+
 static void report_wait(const char *what, size_t bytes, long seq, double waited) {
-    char how[200];
+    char how[200], subject[160];
     snprintf(how, sizeof how, "made no progress for %.0fs (waiting on the other %d rank%s; comm_timeout %gs)", waited,
              wd.world - 1, wd.world == 2 ? "" : "s", atomic_load(&wd.timeout));
     pthread_mutex_lock(&wd.probe_mu); /* held until the process ends: the watched comm stays */
-    report_and_abort(what, bytes, seq, how);
+    report_and_abort(op_subject(subject, sizeof subject, what, seq, bytes), how);
 }
 
 /* the watched device comm: its oldest pending operation against the timeout, and its errors */
@@ -71,15 +111,19 @@ static void check_device(double now, double resumed, double timeout) {
         atomic_store(&wd.last_probe, st);
         atomic_fetch_add(&wd.probes, 1);
         double waited = now - (op.since > resumed ? op.since : resumed);
-        char how[320];
+        char how[320], subject[160];
+        if (st == -2) {
+            snprintf(how, sizeof how, "failed: %s", op.error);
+            report_and_abort("the GPU", how);
+        }
         if (st < 0) {
             snprintf(how, sizeof how, "failed on the GPU: %s", op.error);
-            report_and_abort(op.what ? op.what : "NCCL comm", op.bytes, op.seq, how);
+            report_and_abort(op.what ? op_subject(subject, sizeof subject, op.what, op.seq, op.bytes) : "NCCL comm", how);
         }
         if (st > 0 && waited > timeout) {
             snprintf(how, sizeof how, "made no progress for %.0fs (on the GPU, with %d rank%s; comm_timeout %gs)", waited,
                      wd.world, wd.world == 1 ? "" : "s", timeout);
-            report_and_abort(op.what, op.bytes, op.seq, how);
+            report_and_abort(op_subject(subject, sizeof subject, op.what, op.seq, op.bytes), how);
         }
     }
     pthread_mutex_unlock(&wd.probe_mu);

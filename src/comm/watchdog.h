@@ -18,13 +18,20 @@
  * since when the comm made no progress (cudaEventQuery on its operations' events), and for an
  * asynchronous error (ncclCommGetAsyncError). Past comm_timeout, or on such an error, it prints
  *   zerotrain: error: rank R (host H): NCCL <collective> #N (B bytes) made no progress for Ns (on the GPU; ...)
- * lets the comm abort itself (ncclCommAbort) and then takes the job down like a host wait. */
+ * lets the comm abort itself (ncclCommAbort) and then takes the job down like a host wait. A sticky
+ * CUDA error (a kernel faulted, the whole context with it) is the GPU's, not the comm's: the line
+ * then reads `rank R (host H): the GPU failed: <CUDA's error> ...` and names no collective.
+ * The comm's abort runs on a thread of its own and gets ZT_WATCHDOG_ABORT_WAIT seconds: NCCL's
+ * ncclCommAbort raises its abort flags at once, but then tears the communicator down, which waits
+ * for the device (behind a collective hung on the GPU: never; NCCL does that teardown blocking even
+ * for a nonblocking communicator), so the job is taken down without waiting longer. */
 #ifndef ZT_WATCHDOG_H
 #define ZT_WATCHDOG_H
 
 #include <stddef.h>
 
 #define ZT_COMM_TIMEOUT_DEFAULT 600.0 /* seconds; NCCL/torch use 10-30 minutes */
+#define ZT_WATCHDOG_ABORT_WAIT 5      /* seconds the device comm's abort may take before MPI_Abort */
 
 /* Starts (or retunes) the watchdog thread of this process: timeout_s <= 0 turns it off. */
 void zt_watchdog_start(double timeout_s, int rank, int world);
@@ -40,13 +47,16 @@ typedef struct zt_watchdog_op {
     long seq;         /* the operation's number on its comm, from 1 */
     size_t bytes;
     double since;     /* zt_now() of its enqueue or of the comm's last progress, whichever is later */
-    char error[200];  /* an asynchronous error, when probe returns -1 */
+    char error[256];  /* the error, when probe returns -1 or -2 */
 } zt_watchdog_op;
 typedef struct zt_watchdog_probe {
     /* From the watchdog thread: 0 when every operation has completed; 1 with *op the oldest one
-     * that has not; -1 with op->error set (and op naming the oldest pending one, if any). */
+     * that has not; -1 with op->error set: the comm failed (op names the oldest pending operation,
+     * if any); -2 with op->error set: the device failed (a sticky CUDA error: the faulting kernel
+     * may be any of the process's, so no operation is blamed). */
     int (*probe)(void *ctx, zt_watchdog_op *op);
-    void (*abort)(void *ctx); /* from the watchdog thread, before the job is taken down */
+    /* before the job is taken down, on a thread of its own: waited for ZT_WATCHDOG_ABORT_WAIT s */
+    void (*abort)(void *ctx);
     void *ctx;
 } zt_watchdog_probe;
 /* Watches a device comm (one at a time; *p is copied). Starts the watchdog thread when a timeout

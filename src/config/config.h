@@ -11,7 +11,7 @@
 #include "util/util.h"
 
 enum { ZT_SCHED_CONSTANT = 0, ZT_SCHED_WARMUP_LR, ZT_SCHED_WARMUP_DECAY_LR, ZT_SCHED_WARMUP_COSINE_LR };
-enum { ZT_DEVICE_AUTO = 0, ZT_DEVICE_CPU, ZT_DEVICE_CUDA };
+enum { ZT_DEVICE_AUTO = 0, ZT_DEVICE_CPU, ZT_DEVICE_CUDA, ZT_DEVICE_SIM };
 enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU, ZT_OFFLOAD_NVME };
 /* data_types.grad_accum_dtype; DEFAULT = not given (the backend's compute dtype) */
 enum { ZT_ACCUM_DEFAULT = 0, ZT_ACCUM_FP32, ZT_ACCUM_BF16, ZT_ACCUM_FP16 };
@@ -94,6 +94,7 @@ typedef struct zt_config {
     /* activation checkpointing */
     int ckpt_enabled;
     int ckpt_number_checkpoints; /* 0 = every block */
+    int ckpt_cpu;                /* cpu_checkpointing: kept block inputs in host memory */
 
     /* checkpoints */
     char *checkpoint_dir;
@@ -150,6 +151,9 @@ int zt_config_check_batch(zt_config *cfg, int world_size, zt_err *err);
 int zt_config_check_grad_accum(const zt_config *cfg, const char *backend, const char *compute_dtype, zt_err *err);
 /* The key reference (every key: dotted name, type, default, help), from config_keys.c's table. */
 void zt_config_print_keys(FILE *f);
+/* ZT_DEVICE_* for a `device` value ("auto", "cpu", "cuda", "sim"), -1 for anything else; for the
+ * commands that take --device */
+int zt_config_device_named(const char *name);
 /* Frees every string and sets the pointers to NULL (safe to call twice). */
 void zt_config_free(zt_config *cfg);
 

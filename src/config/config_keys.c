@@ -24,7 +24,7 @@
 
 static const zt_enumval warmup_types[] = {{"log", 1}, {"linear", 0}, {NULL, 0}};
 static const zt_enumval devices[] = {{"auto", ZT_DEVICE_AUTO}, {"cpu", ZT_DEVICE_CPU}, {"cuda", ZT_DEVICE_CUDA},
-                                     {NULL, 0}};
+                                     {"sim", ZT_DEVICE_SIM},   {NULL, 0}};
 const zt_enumval zt_sched_types[] = {{"WarmupLR", ZT_SCHED_WARMUP_LR},
                                      {"WarmupDecayLR", ZT_SCHED_WARMUP_DECAY_LR},
                                      {"WarmupCosineLR", ZT_SCHED_WARMUP_COSINE_LR},
@@ -257,8 +257,10 @@ const zt_keydef zt_config_keys[] = {
     SEC("activation_checkpointing", .tag = T_ACT),
     KEY("activation_checkpointing.enabled", K_BOOL, ckpt_enabled, .def = 0, .flags = E, .tag = T_ACT_ENABLED,
         .help = "recompute blocks in backward"),
-    NOKEY("activation_checkpointing.partition_activations", K_BOOL, .flags = F_ONLY_FALSE, .help = "only false"),
-    NOKEY("activation_checkpointing.cpu_checkpointing", K_BOOL, .flags = F_ONLY_FALSE, .help = "only false"),
+    NOKEY("activation_checkpointing.partition_activations", K_BOOL,
+          .help = "DeepSpeed's: splits the kept inputs across tensor-parallel ranks; no effect (one rank per tensor)"),
+    KEY("activation_checkpointing.cpu_checkpointing", K_BOOL, ckpt_cpu, .def = 0, .flags = E,
+        .help = "keep the checkpointed block inputs in host memory (pinned on GPUs)"),
     NOKEY("activation_checkpointing.contiguous_memory_optimization", K_BOOL, .help = "DeepSpeed's; no effect"),
     KEY("activation_checkpointing.number_checkpoints", K_INT, ckpt_number_checkpoints, .def = 0, .lo = 0, .hi = INF,
         .flags = E | F_NULL_DEFAULT, .help = "block inputs kept; 0 / null = every block"),
@@ -324,7 +326,8 @@ const zt_keydef zt_config_keys[] = {
     KEY("comm_timeout", K_DOUBLE, comm_timeout, .def = 600, .lo = 0, .hi = INF, .flags = E,
         .help = "seconds a collective may wait without progress before the watchdog ends the job; 0 = off"),
     KEY("seed", K_U64, seed, .def = 1337, .lo = 0, .hi = INF, .flags = E, .help = "seed for init, data, sampling"),
-    KEY("device", K_ENUM, device, .def = ZT_DEVICE_AUTO, .flags = E, .ev = devices, .help = "auto, cpu or cuda"),
+    KEY("device", K_ENUM, device, .def = ZT_DEVICE_AUTO, .flags = E, .ev = devices,
+        .help = "auto, cpu, cuda, or sim (the simulated GPU, a test device: bf16, fp16 with fp16.enabled)"),
 
     /* DeepSpeed keys accepted and ignored, with a note */
     NOTE("prescale_gradients"), NOTE("gradient_predivide_factor"), NOTE("zero_allow_untested_optimizer"),
@@ -631,4 +634,10 @@ void zt_config_print_keys(FILE *f) {
         free(b.p);
     }
     zt_config_free(&def);
+}
+
+int zt_config_device_named(const char *name) {
+    for (const zt_enumval *v = devices; v->name; v++)
+        if (!strcmp(v->name, name)) return v->value;
+    return -1;
 }

@@ -201,7 +201,8 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         e->grad_pool_seg[0] = e->grad_pool_seg[1] = e->grad_pool_seg[2] = -1;
         e->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_grad);
     }
-    if (stage >= 2 || (stage == 1 && e->lay.world > 1)) e->recv_tmp = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_COMM);
+    /* the reduce-scatter landing zone; one rank reduces straight into its shard (zero_comm.c) */
+    if (stage >= 1 && e->lay.world > 1) e->recv_tmp = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_COMM);
     if (!failed && stage == 3) failed = zero_alloc_gather(e, err);
     /* ratio auto below is collective: what failed on some ranks only (a swap file that does not fit,
      * out of memory) must stop every rank here, not leave the others waiting in the calibration */
@@ -228,7 +229,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     if (e->host_n && twin_alloc(e)) goto oom;
     if ((!e->params && !e->param_swap) || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
         (e->params_on_host && !fp32 && !e->dev_params_out) ||
-        (e->opt.stage >= 1 && !e->recv_tmp && (stage >= 2 || e->lay.world > 1)) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
+        (stage >= 1 && e->lay.world > 1 && !e->recv_tmp) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
         goto oom;
     if (e->host_n && e->off.nvme_path && inf_open(e, err)) {
         zt_engine_destroy(e);
@@ -306,7 +307,10 @@ void *zt_engine_params(zt_engine *e) {
 const void *zt_engine_full_grads(const zt_engine *e) { return e->grads_full; }
 double zt_engine_comm_seconds(const zt_engine *e) { return e->comm_seconds; }
 const zt_mem_account *zt_engine_memory(const zt_engine *e) { return &e->mem; }
-void zt_engine_count_activations(zt_engine *e, size_t bytes) { e->mem.device[ZT_MEM_ACTS] = bytes; }
+void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_bytes) {
+    e->mem.device[ZT_MEM_ACTS] = device_bytes;
+    e->mem.host[ZT_MEM_ACTS] = host_bytes;
+}
 
 void zt_engine_destroy(zt_engine *e) {
     if (!e->be) return;
@@ -475,14 +479,19 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
     if (e->mem.nvme[ZT_MEM_OPTIM] + e->mem.nvme[ZT_MEM_PARAMS])
         zt_info("memory per rank (nvme): params %.1f MiB, optimizer %.1f MiB", e->mem.nvme[ZT_MEM_PARAMS] / 1048576.0,
                 e->mem.nvme[ZT_MEM_OPTIM] / 1048576.0);
+    /* where each state really lives: on NVMe the host holds staging buffers only */
     if (e->params_on_host)
-        zt_info("offload_param: the parameter shard (%.1f MiB) is in host memory; the device holds gathered segments "
-                "only (%d rotating buffer(s), prefetch depth %d)", (double)e->lay.shard * esz(e) / 1048576.0,
+        zt_info("offload_param: the parameter shard (%.1f MiB) is %s; the device holds gathered segments only (%d "
+                "rotating buffer(s), prefetch depth %d)", (double)e->lay.shard * esz(e) / 1048576.0,
+                e->param_swap ? "on NVMe (offload_param.nvme_path), read through host staging buffers" : "in host memory",
                 e->n_rotating, e->prefetch_depth);
     if (e->off.enabled)
-        zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements in host memory "
-                "(%.1f MiB, %s transfer buffers)", e->offload_ratio, e->host_n, e->lay.opt_hi - e->lay.opt_lo,
-                (double)e->mem.host[ZT_MEM_OPTIM] / 1048576.0, e->host_pinned ? "pinned" : "pageable");
+        zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements %s (%.1f MiB "
+                "%s, %s transfer buffers)", e->offload_ratio, e->host_n, e->lay.opt_hi - e->lay.opt_lo,
+                e->off.nvme_path ? "on NVMe (offload_optimizer.nvme_path)" : "in host memory",
+                (double)(e->off.nvme_path ? e->mem.nvme[ZT_MEM_OPTIM] : e->mem.host[ZT_MEM_OPTIM]) / 1048576.0,
+                e->off.nvme_path ? "there, staged through host buffers" : "there",
+                e->host_pinned ? "pinned" : "pageable");
     zt_info("model states: %.1f MiB allocated, ZeRO formula %.1f MiB (stage %d, %d ranks, shard %zu of %zu elements)",
             (double)zt_engine_model_state_bytes(e) / 1048576.0, (double)zt_engine_model_state_formula(e) / 1048576.0,
             e->opt.stage, e->lay.world, e->lay.shard, e->lay.total);

@@ -154,8 +154,9 @@ const void *zt_engine_full_grads(const zt_engine *e);
 /* Seconds waited on collectives in the current step; the memory accounting. */
 double zt_engine_comm_seconds(const zt_engine *e);
 const zt_mem_account *zt_engine_memory(const zt_engine *e);
-/* The model's activation bytes, counted with the engine's device memory (allocated by the model). */
-void zt_engine_count_activations(zt_engine *e, size_t bytes);
+/* The model's activation bytes, counted with the engine's memory (allocated by the model): on the device,
+ * and in host memory (cpu_checkpointing's kept block inputs). */
+void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_bytes);
 
 /* Starts a Chrome trace of this rank (trace.h: PATH with ".rankN" inserted); closed by close. */
 int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err);

@@ -25,7 +25,7 @@ struct zt_engine {
     void *grad_shard;   /* gradients of [opt_lo, opt_hi) (aliases grads_full for stages 0-1) */
     float *master;      /* fp32 master weights of [opt_lo, opt_hi) (aliases params on fp32 backends) */
     float *adam_m, *adam_v;
-    void *recv_tmp;     /* reduce-scatter landing zone, one shard */
+    void *recv_tmp;     /* reduce-scatter landing zone, one shard (several ranks only) */
     long adam_t;        /* optimizer steps taken */
 
     /* stages 2-3: gradient buffers handed to backward, per segment */

@@ -37,6 +37,12 @@ void zt_mem_report_step(const zt_engine *e, long step, size_t act_bytes) {
                   mib(rss_bytes()));
     double nvme_total = 0;
     for (int c = 0; c < ZT_MEM_NCAT; c++) nvme_total += (double)e->mem.nvme[c];
-    if (nvme_total > 0) snprintf(line + n, sizeof line - (size_t)n, "; nvme %.1f MiB", mib(nvme_total));
+    if (nvme_total > 0) n += snprintf(line + n, sizeof line - (size_t)n, "; nvme %.1f MiB", mib(nvme_total));
+    if (!e->be->memory_is_host) { /* what the device itself counts: every buffer, the model's scratch included */
+        size_t free_b = 0, total_b = 0;
+        e->be->mem_info(&free_b, &total_b);
+        snprintf(line + n, sizeof line - (size_t)n, "; device in use %.2f of %.1f MiB", mib((double)(total_b - free_b)),
+                 mib((double)total_b));
+    }
     zt_info("%s", line);
 }

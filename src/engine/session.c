@@ -13,7 +13,13 @@ const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
     if (cfg->device == ZT_DEVICE_CPU) return zt_backend_cpu();
     const char *why = NULL;
     /* GPUs compute in bf16 unless fp16.enabled asks for fp16 (with dynamic loss scaling) */
-    const zt_backend *be = zt_backend_cuda(cfg->fp16_enabled ? ZT_F16 : ZT_BF16, &why);
+    zt_dtype dtype = cfg->fp16_enabled ? ZT_F16 : ZT_BF16;
+    if (cfg->device == ZT_DEVICE_SIM) {
+        const zt_backend *sim = zt_backend_sim(dtype, &why);
+        if (!sim) zt_fail(err, "device: sim: %s", why);
+        return sim;
+    }
+    const zt_backend *be = zt_backend_cuda(dtype, &why);
     if (be) return be;
     if (cfg->device == ZT_DEVICE_CUDA) {
         zt_fail(err, "device: cuda requested but unavailable: %s", why ? why : "unknown reason");
@@ -22,10 +28,37 @@ const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
     return zt_backend_cpu();
 }
 
+zt_act_ckpt zt_act_ckpt_of(const zt_config *cfg) {
+    return (zt_act_ckpt){cfg->ckpt_enabled, cfg->ckpt_number_checkpoints, cfg->ckpt_cpu};
+}
+
 zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
     zt_gpt2_shape s = {cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->n_positions, 0};
     s.padded_vocab = (cfg->vocab_size + 127) / 128 * 128;
     return s;
+}
+
+/* Device buffers never reach MPI (Debian's Open MPI is not CUDA-aware): one rank needs no comm at
+ * all; several ranks use NCCL, or — when NCCL is absent or refuses on any rank (the simulated
+ * device, several ranks on one GPU) — collectives staged through host memory. Collective. */
+static int open_device_comm(zt_session *s, zt_comm *comm, zt_err *err) {
+    if (s->be->memory_is_host) return 0;
+    if (comm->world == 1) {
+        s->device_comm = zt_comm_device_local(s->be);
+        return 0;
+    }
+    zt_err why = {{0}};
+    s->device_comm = zt_comm_nccl(s->be, &why);
+    if (comm->agree_max(comm, s->device_comm ? 0 : 1) == 0) return 0;
+    if (s->device_comm) s->device_comm->destroy(s->device_comm);
+    s->device_comm = zt_comm_staged(s->be, err);
+    if (zt_agree(comm, s->device_comm ? 0 : -1, err)) {
+        if (s->device_comm) s->device_comm->destroy(s->device_comm);
+        s->device_comm = NULL;
+        return -1;
+    }
+    zt_info("device comm: host-staged over MPI (no NCCL%s%s)", why.msg[0] ? ": " : "", why.msg);
+    return 0;
 }
 
 int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const float *init_f32, int B, int T,
@@ -38,19 +71,13 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     static const char *const dtype_names[] = {[ZT_F32] = "fp32", [ZT_BF16] = "bf16", [ZT_F16] = "fp16"};
     if (zt_config_check_grad_accum(cfg, s->be->name, dtype_names[s->be->compute_dtype], err)) return -1;
     s->shape = zt_shape_from_config(cfg);
-    /* device buffers travel over NCCL between GPUs; MPI only ever sees host memory */
     int gpu = s->be->compute_dtype != ZT_F32;
-    int nccl_failed = gpu && comm->world > 1 && !(s->device_comm = zt_comm_nccl(s->be, err));
-    if (zt_agree(comm, nccl_failed ? -1 : 0, err)) {
-        if (s->device_comm) s->device_comm->destroy(s->device_comm);
-        return -1;
-    }
+    if (open_device_comm(s, comm, err)) return -1;
     if (zt_gpt2_param_table(&s->table, &s->shape, err)) return -1;
     /* the model's activation and scratch sizes, known before any memory is taken: ratio auto keeps
      * room for them (plus 2 GiB for cuBLASLt's workspace and the CUDA backend's own scratch) */
     zt_gpt2 plan;
-    if (zt_gpt2_plan(&plan, &s->shape, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
-                     zt_dtype_size(s->be->compute_dtype), err)) {
+    if (zt_gpt2_plan(&plan, &s->shape, B, T, zt_act_ckpt_of(cfg), zt_dtype_size(s->be->compute_dtype), err)) {
         zt_param_table_free(&s->table);
         return -1;
     }
@@ -103,13 +130,12 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     free(init);
     if (!s->engine) { zt_param_table_free(&s->table); return -1; }
     s->src = zt_engine_param_source(s->engine);
-    if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, B, T, cfg->ckpt_enabled, cfg->ckpt_number_checkpoints,
-                       err)) {
+    if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, B, T, zt_act_ckpt_of(cfg), err)) {
         zt_engine_close(s->engine);
         zt_param_table_free(&s->table);
         return -1;
     }
-    zt_engine_count_activations(s->engine, s->model.act_bytes);
+    zt_engine_count_activations(s->engine, s->model.act_bytes, s->model.act_host_bytes);
     return 0;
 }
 

@@ -209,6 +209,7 @@ static int pace_pass(calib_lane *l, int pass) {
 static void *lane_main(void *arg) {
     calib_lane *l = arg;
     atomic_int *stop = &l->pace->stop;
+    zt_backend_bind_thread(l->e->be); /* the copy lanes transfer on the backend's device */
     for (int pass = 0; pace_pass(l, pass); pass++) {
         double t0 = zt_now();
         if (l->kind == LANE_HOST_ADAM) host_pass(l->e, l->c, l->st);

@@ -77,6 +77,11 @@ static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
         f.send = send;
         if (e->opt.stage == 0) {
             f.req = e->comm->allreduce_sum(e->comm, (void *)send, y - x, e->be->compute_dtype);
+        } else if (e->lay.world == 1) {
+            /* one rank (stages 2-3): the bucket is the whole sum already; it lands in the shard directly,
+             * queued after backward's writes, with no landing zone and no collective */
+            e->be->accumulate(at(e, e->grad_shard, x - e->lay.lo), send, y - x);
+            continue;
         } else {
             range_counts(e, x, y, counts);
             size_t mine_lo = max_sz(x, e->lay.lo);
@@ -218,8 +223,13 @@ static void start_gather(zt_engine *e, int seg, zt_gather_buf *g, int ahead) {
         send = e->param_swap ? inf_param_fetch(e, seg) /* NVMe -> host staging (read ahead, or now) */
                              : at(e, e->params, mine - e->lay.lo);
         if (e->params_on_host) {
+            /* up into its place in g, after the queued work still reading g. From the host shard the copy
+             * is queued without waiting (the shard is not written before the step's norm drains the
+             * device), so a prefetch does not drain the compute stream; an NVMe staging buffer is
+             * reused by the reads ahead, so that copy completes before they can start. */
             void *place = at(e, g->buf, mine - a);
-            e->be->copy(place, send, k * esz(e), ZT_H2D); /* after queued work still reading g */
+            if (e->param_swap) e->be->copy(place, send, k * esz(e), ZT_H2D);
+            else e->be->copy_async(place, send, k * esz(e), ZT_H2D);
             send = place;
         }
     }

@@ -11,7 +11,13 @@
  * `segment_layers` slots; layer l uses slot l % segment_layers. Without checkpointing there is one
  * slot per layer and nothing is recomputed; with it, backward re-runs the forward of a segment's
  * layers from its kept input before differentiating them. Recomputation runs the same ops on the
- * same inputs, so gradients are bit-identical to the run that keeps everything. */
+ * same inputs, so gradients are bit-identical to the run that keeps everything.
+ *
+ * cpu_checkpointing: only the segment inputs have to outlive the forward pass, so they go to host
+ * memory (an asynchronous D2H queued right after the block that reads them) and the device keeps
+ * segment_layers + 1 residual buffers, res_l in slot l % (segment_layers + 1) — enough for one
+ * segment's recompute and backward. Each segment's input comes back (an asynchronous H2D, queued
+ * before the recompute) into its slot; the bytes are the same, so are the gradients. */
 #include "model/gpt2.h"
 
 #include <math.h>
@@ -178,8 +184,9 @@ static scratch_layout scratch_of(const zt_gpt2 *m) {
     return s;
 }
 
-int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, int recompute, int number_checkpoints,
-                 size_t elem_size, zt_err *err) {
+int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ckpt ckpt, size_t elem_size,
+                 zt_err *err) {
+    int recompute = ckpt.enabled, number_checkpoints = ckpt.number_checkpoints;
     memset(m, 0, sizeof *m);
     m->shape = *shape;
     m->B = B;
@@ -190,32 +197,36 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, int recom
     m->recompute = recompute;
     int keep = recompute ? (number_checkpoints > 0 ? number_checkpoints : L) : 1;
     m->segment_layers = recompute ? (L + keep - 1) / keep : L;
+    m->cpu_checkpointing = recompute && ckpt.cpu;
+    m->residual_slots = m->cpu_checkpointing ? m->segment_layers + 1 : L + 1;
 
     size_t N = (size_t)B * T, C = shape->n_embd, Vp = shape->padded_vocab;
     slot_layout sl = layout_of(m);
     m->layer_act_elems = sl.total;
     m->scratch_elems = scratch_of(m).total;
     size_t e = elem_size;
-    size_t residual_bytes = (size_t)(L + 1) * N * C * e;
+    size_t residual_bytes = (size_t)(L + 1) * N * C * e, kept_bytes = (size_t)m->residual_slots * N * C * e;
     size_t slot_bytes = sl.total * e + 4 * N * sizeof(float);
     size_t head_bytes = N * C * e + 2 * N * sizeof(float) + N * Vp * e + N * sizeof(float);
     m->act_bytes_full = residual_bytes + (size_t)L * slot_bytes + head_bytes;
     m->act_bytes_ckpt = residual_bytes + slot_bytes + head_bytes;
-    m->act_bytes = residual_bytes + (size_t)m->segment_layers * slot_bytes + head_bytes;
+    m->act_bytes = kept_bytes + (size_t)m->segment_layers * slot_bytes + head_bytes;
+    m->act_host_bytes = m->cpu_checkpointing ? (size_t)((L + m->segment_layers - 1) / m->segment_layers) * N * C * e : 0;
     m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int);
     return 0;
 }
 
 int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
-                   int B, int T, int recompute, int number_checkpoints, zt_err *err) {
-    if (zt_gpt2_plan(m, shape, B, T, recompute, number_checkpoints, zt_dtype_size(be->compute_dtype), err)) return -1;
+                   int B, int T, zt_act_ckpt ckpt, zt_err *err) {
+    if (zt_gpt2_plan(m, shape, B, T, ckpt, zt_dtype_size(be->compute_dtype), err)) return -1;
     m->be = be;
     m->table = table;
     int L = shape->n_layer;
     size_t N = (size_t)B * T, C = shape->n_embd, Vp = shape->padded_vocab, e = m->elem_size;
     slot_layout sl = layout_of(m);
     scratch_layout sc = scratch_of(m);
-    size_t residual_bytes = (size_t)(L + 1) * N * C * e;
+    size_t residual_bytes = (size_t)m->residual_slots * N * C * e;
+    (void)L;
 
     m->tokens = be->alloc(N * sizeof(int));
     m->targets = be->alloc(N * sizeof(int));
@@ -228,6 +239,11 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
     m->losses = be->alloc(N * sizeof(float));
     m->host_losses = zt_xcalloc(N, sizeof(float));
     m->scratch = be->alloc(sc.total * e);
+    if (m->act_host_bytes && !(m->host_ckpt = be->host_alloc(m->act_host_bytes))) {
+        zt_gpt2_destroy(m);
+        return zt_fail(err, "out of host memory for the activation checkpoints (cpu_checkpointing: %.1f MiB)",
+                       (double)m->act_host_bytes / 1048576.0);
+    }
     if (!m->tokens || !m->targets || !m->residual || !m->layer_acts || !m->layer_stats || !m->lnf ||
         !m->lnf_stats || !m->logits || !m->losses || !m->scratch) {
         zt_gpt2_destroy(m);
@@ -243,6 +259,7 @@ void zt_gpt2_destroy(zt_gpt2 *m) {
                     m->lnf_stats, m->logits, m->losses, m->scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) m->be->free(bufs[i]);
+    if (m->host_ckpt) m->be->host_free(m->host_ckpt);
     free(m->host_losses);
     memset(m, 0, sizeof *m);
 }
@@ -274,7 +291,16 @@ static layer_acts layer_acts_of(const zt_gpt2 *m, int layer) {
 }
 
 static void *residual_at(const zt_gpt2 *m, int l) {
-    return at(m, m->residual, (size_t)l * m->B * m->T * m->shape.n_embd);
+    return at(m, m->residual, (size_t)(l % m->residual_slots) * m->B * m->T * m->shape.n_embd);
+}
+
+/* cpu_checkpointing: segment input res_l (l a multiple of segment_layers) to or from host memory,
+ * queued on the device after the work that reads or last wrote its slot */
+static void ckpt_move(zt_gpt2 *m, int l, zt_copy_kind kind) {
+    size_t n = (size_t)m->B * m->T * m->shape.n_embd;
+    void *host = (char *)m->host_ckpt + (size_t)(l / m->segment_layers) * n * m->elem_size;
+    if (kind == ZT_D2H) m->be->copy_async(host, residual_at(m, l), n * m->elem_size, ZT_D2H);
+    else m->be->copy_async(residual_at(m, l), host, n * m->elem_size, ZT_H2D);
 }
 
 static void block_forward(zt_gpt2 *m, int l, const block_params *bp) {
@@ -392,6 +418,7 @@ float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens,
         int s = zt_segment_of_block(m->table, l);
         block_params bp = block_params_at(m, l, acquire(src, s));
         block_forward(m, l, &bp);
+        if (m->cpu_checkpointing && l % m->segment_layers == 0) ckpt_move(m, l, ZT_D2H); /* after its reader */
         src->release(src->ctx, s);
     }
     void *lnf = acquire(src, LNF);
@@ -426,6 +453,7 @@ void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src) {
 
     for (int seg_end = L; seg_end > 0;) {
         int seg_start = ((seg_end - 1) / m->segment_layers) * m->segment_layers;
+        if (m->cpu_checkpointing) ckpt_move(m, seg_start, ZT_H2D); /* its input back into its slot */
         if (m->recompute) /* re-run the segment's forward from its kept input */
             for (int l = seg_start; l < seg_end; l++) {
                 int s = zt_segment_of_block(m->table, l);

@@ -73,6 +73,13 @@ typedef struct zt_param_source {
     void (*prefetch)(void *ctx, int segment);
 } zt_param_source;
 
+/* Activation checkpointing (DeepSpeed's activation_checkpointing section): enabled recomputes each
+ * segment's blocks in backward from its kept input; number_checkpoints segment inputs are kept (0:
+ * every block's); cpu keeps them in host memory (pinned on GPUs) instead of on the device. */
+typedef struct zt_act_ckpt {
+    int enabled, number_checkpoints, cpu;
+} zt_act_ckpt;
+
 /* Activation memory and scratch for one micro-batch shape [B, T]. */
 typedef struct zt_gpt2 {
     const zt_backend *be;
@@ -81,6 +88,9 @@ typedef struct zt_gpt2 {
     int B, T;
     int recompute;          /* activation checkpointing on */
     int segment_layers;     /* layers per checkpoint segment (all L when off) */
+    int cpu_checkpointing;  /* segment inputs kept in host memory (recompute on) */
+    int residual_slots;     /* residual buffers on the device: L + 1, or segment_layers + 1 with cpu_checkpointing */
+    size_t act_host_bytes;  /* host bytes of the kept segment inputs with cpu_checkpointing (pinned) */
     size_t act_bytes;       /* device bytes of activations kept (with the setting in use) */
     size_t act_bytes_full;  /* ... and what keeping everything would take */
     size_t act_bytes_ckpt;  /* ... and what checkpointing every block would take */
@@ -89,7 +99,9 @@ typedef struct zt_gpt2 {
 
     /* device buffers */
     int *tokens, *targets;  /* [B*T] */
-    void *residual;         /* [L+1][N*C]: block inputs (and the final block output) */
+    void *residual;         /* [residual_slots][N*C]: block inputs (and the final block output); res_l in slot
+                               l % residual_slots */
+    void *host_ckpt;        /* [segments][N*C] host: each segment's input (cpu_checkpointing), else NULL */
     void *layer_acts;       /* [segment_layers] x per-layer activations, see gpt2.c */
     size_t layer_act_elems; /* compute-dtype elements per layer slot */
     float *layer_stats;     /* [segment_layers][4 * N]: ln1 mean/rstd, ln2 mean/rstd */
@@ -103,11 +115,11 @@ typedef struct zt_gpt2 {
 } zt_gpt2;
 
 int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
-                   int B, int T, int recompute, int number_checkpoints, zt_err *err);
+                   int B, int T, zt_act_ckpt ckpt, zt_err *err);
 void zt_gpt2_destroy(zt_gpt2 *m);
 /* Fills only the shape and byte counts of create (no backend, nothing allocated): for estimates. */
-int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, int recompute, int number_checkpoints,
-                 size_t elem_size, zt_err *err);
+int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ckpt ckpt, size_t elem_size,
+                 zt_err *err);
 
 /* Forward over host tokens [B*T] (and targets, or NULL for logits only). Returns the mean loss over
  * the B*T positions (0 when targets is NULL). With dloss != 0 (d total loss / d token loss: 1 / tokens

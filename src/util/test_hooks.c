@@ -24,3 +24,8 @@ int zt_test_hook_nccl_hang_at(long seq) {
     const char *v = getenv("ZEROTRAIN_INJECT_NCCL_HANG");
     return v && *v && strtol(v, NULL, 10) == seq;
 }
+
+int zt_test_hook_skip_sync(void) {
+    const char *v = getenv("ZEROTRAIN_INJECT_SKIP_SYNC");
+    return v && *v && *v != '0';
+}

@@ -10,6 +10,9 @@
  *   ZEROTRAIN_INJECT_NCCL_HANG=N     the N-th NCCL collective of the process (1-based) waits on its
  *                                    GPU stream behind a kernel that spins (for 120 s at most): a
  *                                    collective hung on the device (`zerotrain selftest`'s watchdog check)
+ *   ZEROTRAIN_INJECT_SKIP_SYNC=1     Twin-Flow starts its D2H lane without the synchronize() that
+ *                                    orders it after backward's gradients: the bug the simulated
+ *                                    device's jitter must turn into a wrong loss (test/t_sim.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -22,5 +25,8 @@ int zt_test_hook_no_prealloc(void);
 
 /* 1 when ZEROTRAIN_INJECT_NCCL_HANG is `seq` (1-based). */
 int zt_test_hook_nccl_hang_at(long seq);
+
+/* 1 when ZEROTRAIN_INJECT_SKIP_SYNC is set (not "0"). */
+int zt_test_hook_skip_sync(void);
 
 #endif

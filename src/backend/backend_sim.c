@@ -1,0 +1,868 @@
+/* backend_sim.c — the simulated GPU (`device: sim`): a test device that fills the backend table on
+ * the CPU but behaves like a discrete GPU wherever the engine could tell the difference, so that
+ * every path the CUDA backend takes (device buffers, 16-bit compute, copy lanes, overlap_step,
+ * parameter offload feeding gather buffers, the device comm) runs — and breaks loudly — in
+ * `make test` on machines without a GPU. It is not a performance device.
+ *
+ * What it enforces, and how:
+ *   - A separate memory space. Device memory is an arena of address space reserved with no access
+ *     rights (PROT_NONE): the pointers alloc() hands out lie there, so any host access to a device
+ *     buffer outside the table faults at once — MPI, checkpoint code or the engine touching device
+ *     memory is caught where it happens (the SIGSEGV handler names the buffer and prints the host
+ *     stack). The table's own entries reach the bytes through a second, private mapping of the same
+ *     size ("the shadow", at a fixed distance from the arena). Every pointer handed to an op is
+ *     checked to lie inside one live allocation, with its whole extent: a host pointer given to an
+ *     op, or an op running past its buffer, stops the run with the op and argument named.
+ *   - 16-bit compute: tensors in compute dtype are bf16 or fp16 in memory; each op widens its inputs
+ *     to fp32, runs the CPU backend's fp32 op (the math), and rounds its outputs to nearest-even, as
+ *     the CUDA kernels keep 16-bit storage and compute in fp32. fp32 tensors (master weights, Adam
+ *     moments, LayerNorm statistics, losses) stay fp32.
+ *   - Asynchrony, as backend.h's contract says: ops, memset and D2D copies run in order on a compute
+ *     thread ("the stream"); transfer() runs on one thread per direction; copy() H2D/D2H and sumsq
+ *     wait for the stream; synchronize() waits for the stream only. ZEROTRAIN_SIM_JITTER=SEED adds
+ *     seeded random delays before every item on every lane, widening every window: a missing
+ *     synchronize shows up as a wrong loss.
+ *   - Threads: a thread other than the one that asked for the device must call bind_thread before
+ *     any other entry (CUDA's threads start on GPU 0); one that does not is stopped, named.
+ *   - Capacity: mem_info reports ZEROTRAIN_SIM_MEM (bytes with a unit, default 8GiB) and an alloc
+ *     past it returns NULL, as cudaMalloc fails, so ratio auto, the estimate's device column and the
+ *     out-of-memory messages are exercised.
+ * What it cannot show (a real GPU must): the CUDA kernels' own numerics, speed, PCIe, NCCL. */
+#define _GNU_SOURCE
+#include <execinfo.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_adam.h"
+#include "util/util.h"
+
+/* ------------------------------------------------------------------ failures */
+
+static void sim_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void sim_fatal(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "zerotrain: error: simulated device: %s\n", msg);
+    void *frames[32];
+    int n = backtrace(frames, 32);
+    backtrace_symbols_fd(frames, n, 2);
+    fflush(stderr);
+    abort();
+}
+
+/* ------------------------------------------------------------------ the arena and its allocator */
+
+#define SIM_ALIGN 256 /* cudaMalloc's alignment */
+
+typedef struct {
+    size_t off, size; /* [off, off + size) of the arena */
+    int used;
+} sim_block;
+
+static struct {
+    pthread_mutex_t lock;
+    char *arena;  /* PROT_NONE: the device addresses */
+    char *shadow; /* read/write: the same bytes as the table's entries see them */
+    size_t cap, used;
+    sim_block *blocks; /* sorted by offset, covering [0, cap) */
+    int n, nmax;
+} g_mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int in_arena(const void *p) {
+    return g_mem.arena && (const char *)p >= g_mem.arena && (const char *)p < g_mem.arena + g_mem.cap;
+}
+
+/* index of the block holding offset off (caller holds the lock) */
+static int block_at(size_t off) {
+    int lo = 0, hi = g_mem.n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (g_mem.blocks[mid].off <= off) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static void *sim_alloc_bytes(size_t bytes) {
+    size_t sz = (bytes + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
+    if (sz == 0) sz = SIM_ALIGN;
+    pthread_mutex_lock(&g_mem.lock);
+    int i = 0;
+    while (i < g_mem.n && (g_mem.blocks[i].used || g_mem.blocks[i].size < sz)) i++;
+    if (i == g_mem.n) {
+        pthread_mutex_unlock(&g_mem.lock);
+        return NULL; /* out of device memory, as cudaMalloc */
+    }
+    sim_block *b = &g_mem.blocks[i];
+    if (b->size > sz) { /* split: the rest stays free */
+        if (g_mem.n == g_mem.nmax) {
+            g_mem.nmax *= 2;
+            g_mem.blocks = zt_xrealloc(g_mem.blocks, (size_t)g_mem.nmax * sizeof *g_mem.blocks);
+            b = &g_mem.blocks[i];
+        }
+        memmove(b + 2, b + 1, (size_t)(g_mem.n - i - 1) * sizeof *b);
+        b[1] = (sim_block){b->off + sz, b->size - sz, 0};
+        b->size = sz;
+        g_mem.n++;
+    }
+    b->used = 1;
+    g_mem.used += sz;
+    size_t off = b->off;
+    pthread_mutex_unlock(&g_mem.lock);
+    memset(g_mem.shadow + off, 0, sz);
+    return g_mem.arena + off;
+}
+
+static void sim_release(void *p) {
+    if (!p) return;
+    if (!in_arena(p)) sim_fatal("free: %p is not device memory", p);
+    size_t off = (size_t)((char *)p - g_mem.arena);
+    pthread_mutex_lock(&g_mem.lock);
+    int i = block_at(off);
+    sim_block *b = &g_mem.blocks[i];
+    if (b->off != off || !b->used) {
+        pthread_mutex_unlock(&g_mem.lock);
+        sim_fatal("free: %p is not the start of a live allocation", p);
+    }
+    /* hand the pages back (they read as zeros when touched again) */
+    size_t pg = 4096, a = (b->off + pg - 1) / pg * pg, z = (b->off + b->size) / pg * pg;
+    if (z > a) madvise(g_mem.shadow + a, z - a, MADV_DONTNEED);
+    b->used = 0;
+    g_mem.used -= b->size;
+    if (i + 1 < g_mem.n && !b[1].used) { /* merge with the next free block */
+        b->size += b[1].size;
+        memmove(b + 1, b + 2, (size_t)(g_mem.n - i - 2) * sizeof *b);
+        g_mem.n--;
+    }
+    if (i > 0 && !b[-1].used) { /* and with the previous one */
+        b[-1].size += b->size;
+        memmove(b, b + 1, (size_t)(g_mem.n - i - 1) * sizeof *b);
+        g_mem.n--;
+    }
+    pthread_mutex_unlock(&g_mem.lock);
+}
+
+/* Threads other than the one that made the device call bind_thread before using the table, as on
+ * CUDA (where they would otherwise make a context on GPU 0): the sim stops the run where one forgets. */
+static __thread int t_bound;
+static void sim_bind_thread(void) { t_bound = 1; }
+static void check_bound(const char *op) {
+    if (!t_bound) sim_fatal("%s: called from a thread that did not call bind_thread first", op);
+}
+
+/* The shadow address of [p, p + bytes) for op `op`'s argument `arg`, after checking that the range
+ * lies inside one live allocation; NULL stays NULL. Runs on the caller's thread, so a bad pointer
+ * stops the run with the caller's stack. */
+static void *dev(const void *p, size_t bytes, const char *op, const char *arg) {
+    check_bound(op);
+    if (!p) return NULL;
+    if (!in_arena(p)) sim_fatal("%s: %s = %p is host memory, not a device buffer", op, arg, p);
+    size_t off = (size_t)((const char *)p - g_mem.arena);
+    pthread_mutex_lock(&g_mem.lock);
+    sim_block b = g_mem.blocks[block_at(off)];
+    pthread_mutex_unlock(&g_mem.lock);
+    if (!b.used) sim_fatal("%s: %s = %p lies in freed device memory", op, arg, p);
+    if (off + bytes > b.off + b.size)
+        sim_fatal("%s: %s = %p + %zu bytes runs past its buffer (%zu bytes at %p) by %zu bytes", op, arg, p, bytes,
+                  b.size, (void *)(g_mem.arena + b.off), off + bytes - (b.off + b.size));
+    return g_mem.shadow + off;
+}
+
+/* a host pointer for a copy: must not be device memory */
+static void *host(const void *p, const char *op, const char *arg) {
+    if (in_arena(p)) sim_fatal("%s: %s = %p is a device buffer where host memory is expected", op, arg, p);
+    return (void *)p;
+}
+
+/* A host access to the arena: say which buffer, print the host stack, then fault for real. */
+static void on_segv(int sig, siginfo_t *si, void *ctx) {
+    (void)ctx;
+    if (in_arena(si->si_addr)) {
+        char line[256];
+        int n = snprintf(line, sizeof line,
+                         "zerotrain: error: simulated device: host access to device memory at %p (arena offset "
+                         "%zu): device buffers are reached only through the backend table\n",
+                         si->si_addr, (size_t)((char *)si->si_addr - g_mem.arena));
+        if (write(2, line, (size_t)n) < 0) {}
+        void *frames[32];
+        backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+    }
+    signal(sig, SIG_DFL); /* returning re-runs the access: it faults again, now fatally */
+}
+
+/* ------------------------------------------------------------------ lanes (streams) */
+
+typedef struct sim_item sim_item;
+typedef void (*sim_fn)(sim_item *);
+struct sim_item {
+    sim_fn run;
+    void *p[10];             /* shadow addresses (or host pointers for copies) */
+    long i[10];              /* shapes and flags */
+    size_t n;                /* elements or bytes */
+    float f;                 /* scale, dloss */
+    zt_adam_step step;       /* adamw's step, copied: the caller's may change before the op runs */
+    double result;           /* sumsq */
+    int waited;              /* the submitter waits for it and frees it */
+    sim_item *next;
+};
+
+typedef struct {
+    const char *name;
+    pthread_mutex_t lock;
+    pthread_cond_t wake, idle;
+    sim_item *head, *tail;
+    unsigned long long queued, done;
+    unsigned jitter_us; /* the largest delay before an item; 0: none */
+    zt_rng rng;
+    pthread_t thread;
+} sim_lane;
+
+enum { LANE_COMPUTE, LANE_H2D, LANE_D2H, N_LANES };
+static sim_lane g_lane[N_LANES];
+
+static void *lane_main(void *arg) {
+    sim_lane *l = arg;
+    for (;;) {
+        pthread_mutex_lock(&l->lock);
+        while (!l->head) pthread_cond_wait(&l->wake, &l->lock);
+        sim_item *it = l->head;
+        l->head = it->next;
+        if (!l->head) l->tail = NULL;
+        unsigned delay = l->jitter_us ? (unsigned)(zt_rng_u64(&l->rng) % (l->jitter_us + 1)) : 0;
+        pthread_mutex_unlock(&l->lock);
+        if (delay) {
+            struct timespec ts = {0, (long)delay * 1000};
+            nanosleep(&ts, NULL);
+        }
+        it->run(it);
+        if (!it->waited) free(it); /* else the submitter frees it once done counts it */
+        pthread_mutex_lock(&l->lock);
+        l->done++;
+        pthread_cond_broadcast(&l->idle);
+        pthread_mutex_unlock(&l->lock);
+    }
+    return NULL;
+}
+
+/* queues it on lane l; returns its ticket */
+static unsigned long long submit(sim_lane *l, sim_item *it) {
+    pthread_mutex_lock(&l->lock);
+    it->next = NULL;
+    if (l->tail) l->tail->next = it;
+    else l->head = it;
+    l->tail = it;
+    unsigned long long ticket = ++l->queued;
+    pthread_cond_signal(&l->wake);
+    pthread_mutex_unlock(&l->lock);
+    return ticket;
+}
+
+static void wait_ticket(sim_lane *l, unsigned long long ticket) {
+    pthread_mutex_lock(&l->lock);
+    while (l->done < ticket) pthread_cond_wait(&l->idle, &l->lock);
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* queues it and returns once it has run (it is the caller's to free) */
+static void run_and_wait(sim_lane *l, sim_item *it) {
+    it->waited = 1;
+    wait_ticket(l, submit(l, it));
+}
+
+static void lane_sync(sim_lane *l) {
+    pthread_mutex_lock(&l->lock);
+    unsigned long long t = l->queued;
+    pthread_mutex_unlock(&l->lock);
+    wait_ticket(l, t);
+}
+
+static sim_item *item(sim_fn run) {
+    sim_item *it = zt_xcalloc(1, sizeof *it);
+    it->run = run;
+    return it;
+}
+static void enqueue(sim_item *it) { submit(&g_lane[LANE_COMPUTE], it); }
+
+/* ------------------------------------------------------------------ 16-bit tensors inside an op */
+
+static const zt_backend *g_cpu; /* the math */
+
+/* The fp32 copies of an op's 16-bit arguments: one per distinct buffer (aliased arguments share
+ * theirs, as the ops' contracts allow), written back rounded when the op may have written them. */
+typedef struct {
+    struct { void *shadow; float *f; size_t n; int write; } t[8];
+    int k;
+    zt_dtype dt;
+} wide;
+
+static float *w16(wide *w, void *shadow, size_t n, int write) {
+    if (!shadow) return NULL;
+    for (int j = 0; j < w->k; j++)
+        if (w->t[j].shadow == shadow && w->t[j].n >= n) {
+            w->t[j].write |= write;
+            return w->t[j].f;
+        }
+    float *f = zt_xmalloc((n ? n : 1) * sizeof(float));
+    zt_cpu_to_f32(f, shadow, n, w->dt);
+    w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write};
+    return f;
+}
+
+static void w16_done(wide *w) {
+    for (int j = 0; j < w->k; j++) {
+        if (w->t[j].write) zt_cpu_from_f32(w->t[j].shadow, w->t[j].f, w->t[j].n, w->dt);
+        free(w->t[j].f);
+    }
+}
+
+#define E(n) ((size_t)(n) * zt_dtype_size(dt)) /* bytes of n compute-dtype elements (dt in scope) */
+#define F(n) ((size_t)(n) * sizeof(float))
+
+/* ------------------------------------------------------------------ memory entries */
+
+static void *sim_alloc(size_t bytes) {
+    check_bound("alloc");
+    return sim_alloc_bytes(bytes);
+}
+static void sim_free(void *p) {
+    check_bound("free");
+    lane_sync(&g_lane[LANE_COMPUTE]); /* as cudaFree: queued work may still use it */
+    sim_release(p);
+}
+static void *sim_host_alloc(size_t bytes) {
+    size_t sz = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, sz ? sz : 64);
+    if (p) memset(p, 0, sz ? sz : 64);
+    return p;
+}
+static void sim_host_free(void *p) {
+    lane_sync(&g_lane[LANE_COMPUTE]);
+    free(p);
+}
+
+static void run_memset(sim_item *it) { memset(it->p[0], 0, it->n); }
+static void sim_memset_zero(void *p, size_t bytes) {
+    if (!bytes) return;
+    sim_item *it = item(run_memset);
+    it->p[0] = dev(p, bytes, "memset_zero", "ptr");
+    it->n = bytes;
+    enqueue(it);
+}
+
+static void run_copy(sim_item *it) { memmove(it->p[0], it->p[1], it->n); }
+static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kind kind, const char *op) {
+    check_bound(op);
+    sim_item *it = item(run_copy);
+    it->p[0] = kind == ZT_D2H ? host(dst, op, "dst") : dev(dst, bytes, op, "dst");
+    it->p[1] = kind == ZT_H2D ? host(src, op, "src") : dev(src, bytes, op, "src");
+    it->n = bytes;
+    return it;
+}
+static void sim_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (!bytes) return;
+    sim_item *it = copy_item(dst, src, bytes, kind, "copy");
+    if (kind == ZT_D2D) { enqueue(it); return; }
+    run_and_wait(&g_lane[LANE_COMPUTE], it); /* host memory: returns once it may be reused or read */
+    free(it);
+}
+static void sim_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (bytes) enqueue(copy_item(dst, src, bytes, kind, "copy_async")); /* touches the host buffer when it runs */
+}
+static void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (!bytes) return;
+    sim_item *it = copy_item(dst, src, bytes, kind, "transfer");
+    /* not ordered after the stream's work: that is the caller's synchronize() */
+    run_and_wait(&g_lane[kind == ZT_H2D ? LANE_H2D : kind == ZT_D2H ? LANE_D2H : LANE_COMPUTE], it);
+    free(it);
+}
+static void sim_synchronize(void) {
+    check_bound("synchronize");
+    lane_sync(&g_lane[LANE_COMPUTE]);
+}
+static void sim_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    check_bound("mem_info");
+    pthread_mutex_lock(&g_mem.lock);
+    *free_bytes = g_mem.cap - g_mem.used;
+    *total_bytes = g_mem.cap;
+    pthread_mutex_unlock(&g_mem.lock);
+}
+
+/* ------------------------------------------------------------------ ops
+ * Each entry checks and translates its pointers on the caller's thread, then queues a closure that
+ * widens, calls the CPU backend's op and rounds. The dtype travels in i[8]. */
+
+#define OP_BEGIN(it) wide w_ = {.dt = (zt_dtype)(it)->i[8]}
+#define OP_END() w16_done(&w_)
+
+static sim_item *op_item(sim_fn run, zt_dtype dt) {
+    sim_item *it = item(run);
+    it->i[8] = dt;
+    return it;
+}
+
+static void run_to_compute(sim_item *it) { zt_cpu_from_f32(it->p[0], it->p[1], it->n, (zt_dtype)it->i[8]); }
+static void run_to_f32(sim_item *it) { zt_cpu_to_f32(it->p[0], it->p[1], it->n, (zt_dtype)it->i[8]); }
+
+static void run_embedding_forward(sim_item *it) {
+    OP_BEGIN(it);
+    long B = it->i[2], T = it->i[3], C = it->i[4], lo = it->i[0], hi = it->i[1];
+    g_cpu->embedding_forward(w16(&w_, it->p[0], B * T * C, 1), it->p[1], w16(&w_, it->p[2], (hi - lo) * C, 0), (int)lo,
+                             (int)hi, w16(&w_, it->p[3], T * C, 0), (int)B, (int)T, (int)C);
+    OP_END();
+}
+static void run_embedding_backward(sim_item *it) {
+    OP_BEGIN(it);
+    long B = it->i[2], T = it->i[3], C = it->i[4], lo = it->i[0], hi = it->i[1];
+    g_cpu->embedding_backward(w16(&w_, it->p[0], (hi - lo) * C, 1), (int)lo, (int)hi, w16(&w_, it->p[1], T * C, 1),
+                              w16(&w_, it->p[2], B * T * C, 0), it->p[3], (int)B, (int)T, (int)C);
+    OP_END();
+}
+static void run_layernorm_forward(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1];
+    g_cpu->layernorm_forward(w16(&w_, it->p[0], N * C, 1), it->p[1], it->p[2], w16(&w_, it->p[3], N * C, 0),
+                             w16(&w_, it->p[4], C, 0), w16(&w_, it->p[5], C, 0), (int)N, (int)C);
+    OP_END();
+}
+static void run_layernorm_backward(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1];
+    g_cpu->layernorm_backward(w16(&w_, it->p[0], N * C, 1), w16(&w_, it->p[1], C, 1), w16(&w_, it->p[2], C, 1),
+                              w16(&w_, it->p[3], N * C, 0), w16(&w_, it->p[4], N * C, 0), w16(&w_, it->p[5], C, 0),
+                              it->p[6], it->p[7], (int)N, (int)C);
+    OP_END();
+}
+static void run_matmul_forward(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1], OC = it->i[2], wt = it->i[3], ld = it->i[4];
+    g_cpu->matmul_forward(w16(&w_, it->p[0], (N - 1) * ld + OC, 1), w16(&w_, it->p[1], N * C, 0),
+                          w16(&w_, it->p[2], C * OC, 0), w16(&w_, it->p[3], OC, 0), (int)N, (int)C, (int)OC, (int)wt,
+                          (int)ld);
+    OP_END();
+}
+static void run_matmul_backward(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1], OC = it->i[2], wt = it->i[3], ld = it->i[4];
+    g_cpu->matmul_backward(w16(&w_, it->p[0], N * C, 1), w16(&w_, it->p[1], C * OC, 1), w16(&w_, it->p[2], OC, 1),
+                           w16(&w_, it->p[3], (N - 1) * ld + OC, 0), w16(&w_, it->p[4], N * C, 0),
+                           w16(&w_, it->p[5], C * OC, 0), (int)N, (int)C, (int)OC, (int)wt, (int)ld);
+    OP_END();
+}
+static void run_matmul_forward_gelu(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1], OC = it->i[2];
+    g_cpu->matmul_forward_gelu(w16(&w_, it->p[0], N * OC, 1), w16(&w_, it->p[1], N * OC, 1),
+                               w16(&w_, it->p[2], N * C, 0), w16(&w_, it->p[3], C * OC, 0), w16(&w_, it->p[4], OC, 0),
+                               (int)N, (int)C, (int)OC);
+    OP_END();
+}
+static void run_matmul_backward_dgelu(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1], OC = it->i[2];
+    g_cpu->matmul_backward_dgelu(w16(&w_, it->p[0], N * C, 1), w16(&w_, it->p[1], C * OC, 1), w16(&w_, it->p[2], OC, 1),
+                                 w16(&w_, it->p[3], N * OC, 0), w16(&w_, it->p[4], N * C, 0),
+                                 w16(&w_, it->p[5], C * OC, 0), w16(&w_, it->p[6], N * C, 0), (int)N, (int)C, (int)OC);
+    OP_END();
+}
+/* Attention keeps nothing in att (the CUDA flash path keeps its own statistics there): backward
+ * recomputes the probabilities from qkv in fp32, which the CPU forward gives bit for bit. */
+static void run_attention_forward(sim_item *it) {
+    OP_BEGIN(it);
+    long B = it->i[0], T = it->i[1], C = it->i[2], NH = it->i[3];
+    float *att = zt_xmalloc(F(B * NH * T * T));
+    g_cpu->attention_forward(w16(&w_, it->p[0], B * T * C, 1), att, w16(&w_, it->p[2], B * T * 3 * C, 0), (int)B,
+                             (int)T, (int)C, (int)NH);
+    free(att);
+    OP_END();
+}
+static void run_attention_backward(sim_item *it) {
+    OP_BEGIN(it);
+    long B = it->i[0], T = it->i[1], C = it->i[2], NH = it->i[3];
+    float *att = zt_xmalloc(F(B * NH * T * T)), *datt = zt_xmalloc(F(B * NH * T * T)),
+          *out = zt_xmalloc(F(B * T * C));
+    float *qkv = w16(&w_, it->p[3], B * T * 3 * C, 0);
+    g_cpu->attention_forward(out, att, qkv, (int)B, (int)T, (int)C, (int)NH);
+    g_cpu->attention_backward(w16(&w_, it->p[0], B * T * 3 * C, 1), datt, w16(&w_, it->p[2], B * T * C, 0), qkv, att,
+                              (int)B, (int)T, (int)C, (int)NH);
+    free(att);
+    free(datt);
+    free(out);
+    OP_END();
+}
+static void run_gelu_forward(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->gelu_forward(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), it->n);
+    OP_END();
+}
+static void run_gelu_backward(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->gelu_backward(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), w16(&w_, it->p[2], it->n, 0),
+                         it->n);
+    OP_END();
+}
+static void run_residual_forward(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->residual_forward(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), w16(&w_, it->p[2], it->n, 0),
+                            it->n);
+    OP_END();
+}
+static void run_accumulate(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->accumulate(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), it->n);
+    OP_END();
+}
+static void run_scale(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->scale(w16(&w_, it->p[0], it->n, 1), it->f, it->n);
+    OP_END();
+}
+static void run_softmax_xent(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], V = it->i[1], Vp = it->i[2];
+    float *logits = w16(&w_, it->p[2], N * Vp, 0);
+    g_cpu->softmax_xent(it->p[0], w16(&w_, it->p[1], N * Vp, 1), logits, it->p[3], (int)N, (int)V, (int)Vp, it->f);
+    OP_END();
+}
+static void run_adamw(sim_item *it) {
+    zt_dtype dt = (zt_dtype)it->i[8];
+    zt_cpu_adamw_g(it->p[0], it->p[1], it->p[2], it->p[3], dt, it->n, &it->step, it->p[4], dt, 0, ZT_ADAM_ISA_BEST);
+}
+static void run_sumsq(sim_item *it) {
+    OP_BEGIN(it);
+    it->result = g_cpu->sumsq(w16(&w_, it->p[0], it->n, 0), it->n);
+    OP_END();
+}
+
+/* The entries. Shapes go to i[], pointers through dev() with the extent the op reads or writes. */
+#define SIM_ENTRIES(SFX, DTYPE)                                                                                        \
+    static void to_compute_##SFX(void *dst, const float *src, size_t n) {                                             \
+        sim_item *it = op_item(run_to_compute, DTYPE);                                                                 \
+        zt_dtype dt = DTYPE;                                                                                           \
+        it->p[0] = dev(dst, E(n), "to_compute", "dst");                                                                \
+        it->p[1] = dev(src, F(n), "to_compute", "src");                                                                \
+        it->n = n;                                                                                                     \
+        enqueue(it);                                                                                                   \
+    }                                                                                                                  \
+    static void to_f32_##SFX(float *dst, const void *src, size_t n) {                                                 \
+        sim_item *it = op_item(run_to_f32, DTYPE);                                                                     \
+        zt_dtype dt = DTYPE;                                                                                           \
+        it->p[0] = dev(dst, F(n), "to_f32", "dst");                                                                    \
+        it->p[1] = dev(src, E(n), "to_f32", "src");                                                                    \
+        it->n = n;                                                                                                     \
+        enqueue(it);                                                                                                   \
+    }
+SIM_ENTRIES(bf16, ZT_BF16)
+SIM_ENTRIES(f16, ZT_F16)
+
+/* The remaining entries take the dtype from the table through a per-dtype thunk; they are written
+ * once against `dt`. */
+static void q_embedding_forward(zt_dtype dt, void *out, const int *tokens, const void *wte, int lo, int hi,
+                                const void *wpe, int B, int T, int C) {
+    const char *op = "embedding_forward";
+    sim_item *it = op_item(run_embedding_forward, dt);
+    size_t BT = (size_t)B * T;
+    it->p[0] = dev(out, E(BT * C), op, "out");
+    it->p[1] = dev(tokens, BT * sizeof(int), op, "tokens");
+    it->p[2] = dev(wte, E((size_t)(hi - lo) * C), op, "wte");
+    it->p[3] = dev(wpe, E((size_t)T * C), op, "wpe");
+    it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
+    enqueue(it);
+}
+static void q_embedding_backward(zt_dtype dt, void *dwte, int lo, int hi, void *dwpe, const void *dout,
+                                 const int *tokens, int B, int T, int C) {
+    const char *op = "embedding_backward";
+    sim_item *it = op_item(run_embedding_backward, dt);
+    size_t BT = (size_t)B * T;
+    it->p[0] = dev(dwte, E((size_t)(hi - lo) * C), op, "dwte");
+    it->p[1] = dev(dwpe, E((size_t)T * C), op, "dwpe");
+    it->p[2] = dev(dout, E(BT * C), op, "dout");
+    it->p[3] = dev(tokens, BT * sizeof(int), op, "tokens");
+    it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
+    enqueue(it);
+}
+static void q_layernorm_forward(zt_dtype dt, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                                const void *b, int N, int C) {
+    const char *op = "layernorm_forward";
+    sim_item *it = op_item(run_layernorm_forward, dt);
+    size_t NC = (size_t)N * C;
+    it->p[0] = dev(out, E(NC), op, "out");
+    it->p[1] = dev(mean, F(N), op, "mean");
+    it->p[2] = dev(rstd, F(N), op, "rstd");
+    it->p[3] = dev(inp, E(NC), op, "inp");
+    it->p[4] = dev(w, E(C), op, "w");
+    it->p[5] = dev(b, E(C), op, "b");
+    it->i[0] = N, it->i[1] = C;
+    enqueue(it);
+}
+static void q_layernorm_backward(zt_dtype dt, void *dinp, void *dw, void *db, const void *dout, const void *inp,
+                                 const void *w, const float *mean, const float *rstd, int N, int C) {
+    const char *op = "layernorm_backward";
+    sim_item *it = op_item(run_layernorm_backward, dt);
+    size_t NC = (size_t)N * C;
+    it->p[0] = dev(dinp, E(NC), op, "dinp");
+    it->p[1] = dev(dw, E(C), op, "dw");
+    it->p[2] = dev(db, E(C), op, "db");
+    it->p[3] = dev(dout, E(NC), op, "dout");
+    it->p[4] = dev(inp, E(NC), op, "inp");
+    it->p[5] = dev(w, E(C), op, "w");
+    it->p[6] = dev(mean, F(N), op, "mean");
+    it->p[7] = dev(rstd, F(N), op, "rstd");
+    it->i[0] = N, it->i[1] = C;
+    enqueue(it);
+}
+static void q_matmul_forward(zt_dtype dt, void *out, const void *inp, const void *w, const void *bias, int N, int C,
+                             int OC, int wt, int ld) {
+    const char *op = "matmul_forward";
+    sim_item *it = op_item(run_matmul_forward, dt);
+    it->p[0] = dev(out, E((size_t)(N - 1) * ld + OC), op, "out");
+    it->p[1] = dev(inp, E((size_t)N * C), op, "inp");
+    it->p[2] = dev(w, E((size_t)C * OC), op, "w");
+    it->p[3] = dev(bias, E(OC), op, "bias");
+    it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
+    enqueue(it);
+}
+static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                              const void *w, int N, int C, int OC, int wt, int ld) {
+    const char *op = "matmul_backward";
+    sim_item *it = op_item(run_matmul_backward, dt);
+    it->p[0] = dev(dinp, E((size_t)N * C), op, "dinp");
+    it->p[1] = dev(dw, E((size_t)C * OC), op, "dw");
+    it->p[2] = dev(dbias, E(OC), op, "dbias");
+    it->p[3] = dev(dout, E((size_t)(N - 1) * ld + OC), op, "dout");
+    it->p[4] = dev(inp, E((size_t)N * C), op, "inp");
+    it->p[5] = dev(w, E((size_t)C * OC), op, "w");
+    it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
+    enqueue(it);
+}
+static void q_matmul_forward_gelu(zt_dtype dt, void *out, void *pre, const void *inp, const void *w, const void *bias,
+                                  int N, int C, int OC) {
+    const char *op = "matmul_forward_gelu";
+    sim_item *it = op_item(run_matmul_forward_gelu, dt);
+    it->p[0] = dev(out, E((size_t)N * OC), op, "out");
+    it->p[1] = dev(pre, E((size_t)N * OC), op, "pre");
+    it->p[2] = dev(inp, E((size_t)N * C), op, "inp");
+    it->p[3] = dev(w, E((size_t)C * OC), op, "w");
+    it->p[4] = dev(bias, E(OC), op, "bias");
+    it->i[0] = N, it->i[1] = C, it->i[2] = OC;
+    enqueue(it);
+}
+static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                                    const void *w, const void *gelu_pre, int N, int C, int OC) {
+    const char *op = "matmul_backward_dgelu";
+    sim_item *it = op_item(run_matmul_backward_dgelu, dt);
+    it->p[0] = dev(dinp, E((size_t)N * C), op, "dinp");
+    it->p[1] = dev(dw, E((size_t)C * OC), op, "dw");
+    it->p[2] = dev(dbias, E(OC), op, "dbias");
+    it->p[3] = dev(dout, E((size_t)N * OC), op, "dout");
+    it->p[4] = dev(inp, E((size_t)N * C), op, "inp");
+    it->p[5] = dev(w, E((size_t)C * OC), op, "w");
+    it->p[6] = dev(gelu_pre, E((size_t)N * C), op, "gelu_pre");
+    it->i[0] = N, it->i[1] = C, it->i[2] = OC;
+    enqueue(it);
+}
+static void q_attention_forward(zt_dtype dt, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+    const char *op = "attention_forward";
+    sim_item *it = op_item(run_attention_forward, dt);
+    it->p[0] = dev(out, E((size_t)B * T * C), op, "out");
+    it->p[1] = dev(att, E((size_t)B * NH * T * T), op, "att");
+    it->p[2] = dev(qkv, E((size_t)B * T * 3 * C), op, "qkv");
+    it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
+    enqueue(it);
+}
+static void q_attention_backward(zt_dtype dt, void *dqkv, void *datt, const void *dout, const void *qkv,
+                                 const void *att, int B, int T, int C, int NH) {
+    const char *op = "attention_backward";
+    sim_item *it = op_item(run_attention_backward, dt);
+    it->p[0] = dev(dqkv, E((size_t)B * T * 3 * C), op, "dqkv");
+    it->p[1] = dev(datt, E((size_t)B * NH * T * T), op, "datt");
+    it->p[2] = dev(dout, E((size_t)B * T * C), op, "dout");
+    it->p[3] = dev(qkv, E((size_t)B * T * 3 * C), op, "qkv");
+    it->p[4] = dev(att, E((size_t)B * NH * T * T), op, "att");
+    it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
+    enqueue(it);
+}
+/* pointwise ops over n elements with up to three tensors */
+static void q_pointwise(zt_dtype dt, sim_fn run, const char *op, const void *a, const void *b, const void *c, size_t n,
+                        float f) {
+    sim_item *it = op_item(run, dt);
+    it->p[0] = dev(a, E(n), op, "arg 1");
+    it->p[1] = dev(b, E(n), op, "arg 2");
+    it->p[2] = dev(c, E(n), op, "arg 3");
+    it->n = n;
+    it->f = f;
+    enqueue(it);
+}
+static void q_softmax_xent(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets, int N,
+                           int V, int Vp, float dloss) {
+    const char *op = "softmax_xent";
+    sim_item *it = op_item(run_softmax_xent, dt);
+    it->p[0] = dev(losses, F(N), op, "losses");
+    it->p[1] = dev(dlogits, E((size_t)N * Vp), op, "dlogits");
+    it->p[2] = dev(logits, E((size_t)N * Vp), op, "logits");
+    it->p[3] = dev(targets, (size_t)N * sizeof(int), op, "targets");
+    it->i[0] = N, it->i[1] = V, it->i[2] = Vp;
+    it->f = dloss;
+    enqueue(it);
+}
+static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
+                    const zt_adam_step *step) {
+    const char *op = "adamw";
+    sim_item *it = op_item(run_adamw, dt);
+    it->p[0] = dev(master, F(n), op, "master");
+    it->p[1] = dev(m, F(n), op, "m");
+    it->p[2] = dev(v, F(n), op, "v");
+    it->p[3] = dev(grad, E(n), op, "grad");
+    it->p[4] = dev(params_out, E(n), op, "params_out");
+    it->n = n;
+    it->step = *step;
+    enqueue(it);
+}
+static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
+    sim_item *it = op_item(run_sumsq, dt);
+    it->p[0] = dev(x, E(n), "sumsq", "x");
+    it->n = n;
+    run_and_wait(&g_lane[LANE_COMPUTE], it); /* returns a host value: waits for the stream, as the CUDA sumsq */
+    double r = it->result;
+    free(it);
+    return r;
+}
+
+/* per-dtype thunks: the table entries have no dtype argument */
+#define SIM_THUNKS(SFX, DTYPE)                                                                                         \
+    static void embedding_forward_##SFX(void *o, const int *t, const void *w, int lo, int hi, const void *p, int B,    \
+                                        int T, int C) { q_embedding_forward(DTYPE, o, t, w, lo, hi, p, B, T, C); }    \
+    static void embedding_backward_##SFX(void *dw, int lo, int hi, void *dp, const void *d, const int *t, int B,       \
+                                         int T, int C) { q_embedding_backward(DTYPE, dw, lo, hi, dp, d, t, B, T, C); } \
+    static void layernorm_forward_##SFX(void *o, float *m, float *r, const void *i, const void *w, const void *b,      \
+                                        int N, int C) { q_layernorm_forward(DTYPE, o, m, r, i, w, b, N, C); }         \
+    static void layernorm_backward_##SFX(void *di, void *dw, void *db, const void *d, const void *i, const void *w,    \
+                                         const float *m, const float *r, int N, int C) {                              \
+        q_layernorm_backward(DTYPE, di, dw, db, d, i, w, m, r, N, C);                                                  \
+    }                                                                                                                  \
+    static void matmul_forward_##SFX(void *o, const void *i, const void *w, const void *b, int N, int C, int OC,       \
+                                     int wt, int ld) { q_matmul_forward(DTYPE, o, i, w, b, N, C, OC, wt, ld); }       \
+    static void matmul_backward_##SFX(void *di, void *dw, void *db, const void *d, const void *i, const void *w,       \
+                                      int N, int C, int OC, int wt, int ld) {                                         \
+        q_matmul_backward(DTYPE, di, dw, db, d, i, w, N, C, OC, wt, ld);                                               \
+    }                                                                                                                  \
+    static void matmul_forward_gelu_##SFX(void *o, void *p, const void *i, const void *w, const void *b, int N, int C, \
+                                          int OC) { q_matmul_forward_gelu(DTYPE, o, p, i, w, b, N, C, OC); }          \
+    static void matmul_backward_dgelu_##SFX(void *di, void *dw, void *db, const void *d, const void *i, const void *w, \
+                                            const void *g, int N, int C, int OC) {                                    \
+        q_matmul_backward_dgelu(DTYPE, di, dw, db, d, i, w, g, N, C, OC);                                              \
+    }                                                                                                                  \
+    static void attention_forward_##SFX(void *o, void *a, const void *q, int B, int T, int C, int NH) {                \
+        q_attention_forward(DTYPE, o, a, q, B, T, C, NH);                                                              \
+    }                                                                                                                  \
+    static void attention_backward_##SFX(void *dq, void *da, const void *d, const void *q, const void *a, int B,       \
+                                         int T, int C, int NH) { q_attention_backward(DTYPE, dq, da, d, q, a, B, T, C, NH); } \
+    static void gelu_forward_##SFX(void *o, const void *i, size_t n) {                                                 \
+        q_pointwise(DTYPE, run_gelu_forward, "gelu_forward", o, i, NULL, n, 0);                                        \
+    }                                                                                                                  \
+    static void gelu_backward_##SFX(void *di, const void *i, const void *d, size_t n) {                                \
+        q_pointwise(DTYPE, run_gelu_backward, "gelu_backward", di, i, d, n, 0);                                        \
+    }                                                                                                                  \
+    static void residual_forward_##SFX(void *o, const void *a, const void *b, size_t n) {                              \
+        q_pointwise(DTYPE, run_residual_forward, "residual_forward", o, a, b, n, 0);                                   \
+    }                                                                                                                  \
+    static void accumulate_##SFX(void *d, const void *s, size_t n) {                                                   \
+        q_pointwise(DTYPE, run_accumulate, "accumulate", d, s, NULL, n, 0);                                            \
+    }                                                                                                                  \
+    static void scale_##SFX(void *x, float s, size_t n) { q_pointwise(DTYPE, run_scale, "scale", x, NULL, NULL, n, s); } \
+    static void softmax_xent_##SFX(float *l, void *dl, const void *lg, const int *t, int N, int V, int Vp, float d) {  \
+        q_softmax_xent(DTYPE, l, dl, lg, t, N, V, Vp, d);                                                              \
+    }                                                                                                                  \
+    static void adamw_##SFX(float *p, float *m, float *v, const void *g, void *o, size_t n, const zt_adam_step *s) {   \
+        q_adamw(DTYPE, p, m, v, g, o, n, s);                                                                           \
+    }                                                                                                                  \
+    static double sumsq_##SFX(const void *x, size_t n) { return q_sumsq(DTYPE, x, n); }                                \
+    static const zt_backend sim_##SFX = {                                                                              \
+        .name = "sim", .compute_dtype = DTYPE, .memory_is_host = 0,                                                    \
+        .alloc = sim_alloc, .free = sim_free, .host_alloc = sim_host_alloc, .host_free = sim_host_free,                \
+        .memset_zero = sim_memset_zero, .copy = sim_copy, .copy_async = sim_copy_async,                                 \
+        .transfer = sim_transfer, .synchronize = sim_synchronize, .bind_thread = sim_bind_thread,                      \
+        .mem_info = sim_mem_info, .to_compute = to_compute_##SFX, .to_f32 = to_f32_##SFX,                              \
+        .embedding_forward = embedding_forward_##SFX, .embedding_backward = embedding_backward_##SFX,                  \
+        .layernorm_forward = layernorm_forward_##SFX, .layernorm_backward = layernorm_backward_##SFX,                  \
+        .matmul_forward = matmul_forward_##SFX, .matmul_backward = matmul_backward_##SFX,                              \
+        .matmul_forward_gelu = matmul_forward_gelu_##SFX, .matmul_backward_dgelu = matmul_backward_dgelu_##SFX,        \
+        .attention_forward = attention_forward_##SFX, .attention_backward = attention_backward_##SFX,                  \
+        .gelu_forward = gelu_forward_##SFX, .gelu_backward = gelu_backward_##SFX,                                      \
+        .residual_forward = residual_forward_##SFX, .accumulate = accumulate_##SFX,                                    \
+        .softmax_xent = softmax_xent_##SFX, .adamw = adamw_##SFX, .sumsq = sumsq_##SFX, .scale = scale_##SFX,          \
+    };
+SIM_THUNKS(bf16, ZT_BF16)
+SIM_THUNKS(f16, ZT_F16)
+
+/* ------------------------------------------------------------------ start */
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static const char *g_why;
+static char g_why_buf[256];
+
+static void sim_start(void) {
+    double cap = 8.0 * 1073741824.0;
+    const char *mem = getenv("ZEROTRAIN_SIM_MEM");
+    if (mem && *mem && (zt_parse_bytes(mem, &cap) || cap < 1048576.0 || cap > 1099511627776.0)) {
+        snprintf(g_why_buf, sizeof g_why_buf, "ZEROTRAIN_SIM_MEM: expected a size from 1MiB to 1TiB, got '%.64s'", mem);
+        g_why = g_why_buf;
+        return;
+    }
+    size_t sz = (size_t)cap / SIM_ALIGN * SIM_ALIGN;
+    char *arena = mmap(NULL, sz, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char *shadow = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (arena == MAP_FAILED || shadow == MAP_FAILED) {
+        snprintf(g_why_buf, sizeof g_why_buf, "cannot reserve %zu bytes of address space for the simulated device", sz);
+        g_why = g_why_buf;
+        return;
+    }
+    g_mem.cap = sz;
+    g_mem.nmax = 64;
+    g_mem.blocks = zt_xcalloc((size_t)g_mem.nmax, sizeof *g_mem.blocks);
+    g_mem.blocks[0] = (sim_block){0, sz, 0};
+    g_mem.n = 1;
+    g_mem.shadow = shadow;
+    g_mem.arena = arena; /* last: in_arena() is false until the arena is complete */
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigaction(SIGSEGV, &sa, NULL);
+
+    g_cpu = zt_backend_cpu();
+    const char *jit = getenv("ZEROTRAIN_SIM_JITTER");
+    unsigned long long seed = jit && *jit ? strtoull(jit, NULL, 10) : 0;
+    static const char *const names[N_LANES] = {"compute", "H2D", "D2H"};
+    static const unsigned max_delay_us[N_LANES] = {200, 100, 100};
+    for (int i = 0; i < N_LANES; i++) {
+        sim_lane *l = &g_lane[i];
+        l->name = names[i];
+        pthread_mutex_init(&l->lock, NULL);
+        pthread_cond_init(&l->wake, NULL);
+        pthread_cond_init(&l->idle, NULL);
+        l->jitter_us = seed ? max_delay_us[i] : 0;
+        zt_rng_seed(&l->rng, seed * 3 + (unsigned long long)i);
+        pthread_create(&l->thread, NULL, lane_main, l);
+        pthread_detach(l->thread);
+    }
+}
+
+const zt_backend *zt_backend_sim(zt_dtype dtype, const char **why) {
+    pthread_once(&g_once, sim_start);
+    t_bound = 1; /* the thread that asks for the device uses it, as zt_backend_cuda's caller does */
+    if (why) *why = g_why;
+    if (g_why) return NULL;
+    return dtype == ZT_F16 ? &sim_f16 : &sim_bf16;
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# t_gpu_check.sh — scripts/gpu-check (the GPU check a bare GPU machine runs): `pack` makes the folder
+# from Debian's packages under its 64 MiB limit, and the folder's `run` works where the system's own
+# copies of everything the pack carries (Open MPI with its plugins and help files, OpenBLAS, HDF5 and
+# its chain, libyaml, pcre2, liburing, ...) are hidden: a mount namespace with /dev/null bound over
+# each of their files, as on a machine that never had them. There `run` checks the libraries with
+# ldd, runs selftest's CPU harness on 1 and 2 ranks (the packed mpirun), a smoke case's reference
+# side on 1 and on 2 ranks and the 10B estimate, and reports "no GPU" for the GPU parts; with one
+# packed library removed, its ldd check names it and the run fails. CUDA's libraries and NCCL are
+# moved, as far as the binary can tell, into a pip wheel's layout, where run must find them. Needs root (unshare -m) and
+# Debian's mirrors or the debs cached in ~/.cache/zerotrain/debs by an earlier pack.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+mkdir -p build && tmp=$(mktemp -d build/t_gpu_check.XXXXXX)
+tmp=$(cd "$tmp" && pwd)
+trap 'rm -rf "$tmp"' EXIT
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; }
+expect() { # expect NAME TEXT PATTERN: PASS when TEXT matches the extended regex PATTERN
+    if [[ $2 =~ $3 ]]; then pass "$1"; else fail "$1" "expected /$3/ in: $(tail -c 600 <<<"$2")"; fi
+}
+
+pack=$tmp/pack
+out=$(scripts/gpu-check pack "$pack" 2>&1); rc=$?
+if ((rc != 0)); then fail gpu_check_pack "exit $rc: $(tail -n 5 <<<"$out")"; exit 1; fi
+bytes=$(du -sb "$pack" | cut -f1)
+if ((bytes <= 64 * 1048576)) && [[ $out == *"MiB (limit 64 MiB"* ]]; then pass "gpu_check_pack_under_64MiB ($((bytes / 1048576)) MiB)"
+else fail gpu_check_pack_under_64MiB "$bytes bytes: $out"; fi
+for p in libopenmpi3 openmpi-bin openmpi-common libpmix2 libopenblas0-pthread libhdf5-103-1 libyaml-0-2 libpcre2-8-0 liburing2; do
+    if grep -qE "^${p}[: ]" "$pack/MANIFEST"; then pass "gpu_check_pack_carries_$p"; else fail "gpu_check_pack_carries_$p" "not in $pack/MANIFEST"; fi
+done
+if grep -qE '^(libc6|libstdc\+\+6)[: ]' "$pack/MANIFEST"; then fail gpu_check_pack_leaves_glibc "listed in MANIFEST"
+else pass gpu_check_pack_leaves_glibc; fi
+
+# the system's copies of every carried package's files, and the libraries the shell tools below need
+# from them (grep, sed and tar link pcre2): copies of those go to a directory only the tools see
+# (the pack's wrappers put the pack's own directories first, and run's ldd check names any library
+# that does not come from the pack)
+mapfile -t hide < <(awk '/^## Debian packages/ { f = 1; next } /^$/ { f = 0 } f { print $1 }' "$pack/MANIFEST" |
+    xargs dpkg -L 2>/dev/null | sort -u | while read -r f; do [[ -f $f && ! -L $f ]] && echo "$f"; done |
+    grep -vE '^/usr/share/(doc|man|lintian|bug|locale|info)/')
+mkdir -p "$tmp/toollibs" "$tmp/tmpdir"
+for t in bash grep sed awk tar gzip timeout mount ldd find cp mv ln rm mkdir touch chmod ls cat head tail cut wc tr \
+    du od cksum paste sort readlink dirname basename env id date uname nproc xargs; do
+    ldd "$(command -v "$t")" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
+done | sort -u | while read -r lib; do
+    real=$(readlink -f "$lib")
+    printf '%s\n' "${hide[@]}" | grep -qxF "$real" && cp "$real" "$tmp/toollibs/$(basename "$lib")"
+done
+printf '%s\n' "${hide[@]}" >"$tmp/hidden"
+# the CUDA libraries the binary links (none in a CUDA=0 build), and NCCL, which a CUDA build loads at
+# run time (cuda/comm_nccl.cu): "soname real-path"
+{
+    ldd ./zerotrain | awk '$1 ~ /^lib(cudart|cublas|cublasLt)\.so/ && $3 ~ /^\// { print $1, $3 }'
+    if ldd ./zerotrain | grep -q libcudart; then
+        ldconfig -p | awk '$1 == "libnccl.so.2" { print $1, $NF; exit }'
+    fi
+} | while read -r so path; do echo "$so $(readlink -f "$path")"; done >"$tmp/cudalibs"
+echo "hiding ${#hide[@]} files of $(grep -c . <<<"$(awk '/^## Debian packages/ { f = 1; next } /^$/ { f = 0 } f' "$pack/MANIFEST")") packages"
+
+# everything below runs in the namespace; its output is the test's (PASS/FAIL lines)
+cat >"$tmp/inside.sh" <<'EOF'
+set -u
+tmp=$1; pack=$tmp/pack
+export LD_LIBRARY_PATH=$tmp/toollibs TMPDIR=$tmp/tmpdir OMP_NUM_THREADS=1
+while read -r f; do mount --bind /dev/null "$f" || { echo "FAIL gpu_check_hide: mount over $f"; exit 1; }; done <"$tmp/hidden"
+# CUDA's libraries and NCCL (of a CUDA build) as pip's wheels lay them out (site-packages/nvidia/*/lib,
+# on PYTHONPATH), and no longer where the binary was linked (its RUNPATH) nor in the loader's cache
+while read -r so real; do
+    case $so in libnccl*) w=nccl ;; libcublas*) w=cublas ;; *) w=cuda_runtime ;; esac
+    mkdir -p "$tmp/site/nvidia/$w/lib" && touch "$tmp/site/nvidia/$w/lib/$so" &&
+        mount --bind "$real" "$tmp/site/nvidia/$w/lib/$so" || { echo "FAIL gpu_check_wheel_layout: $so"; exit 1; }
+done <"$tmp/cudalibs"
+for d in $(awk '{ sub(/\/[^\/]*$/, "", $2); print $2 }' "$tmp/cudalibs" | sort -u); do
+    mount -t tmpfs none "$d" || { echo "FAIL gpu_check_hide_cuda: $d"; exit 1; }
+done
+export PYTHONPATH=$tmp/site
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; }
+expect() { if [[ $2 =~ $3 ]]; then pass "$1"; else fail "$1" "expected /$3/ in: $(tail -c 600 <<<"$2")"; fi; }
+# the system's copies are gone: the unpacked binary cannot load, the system's mpirun cannot start
+expect gpu_check_system_libraries_hidden "$(ldd ./zerotrain 2>&1)" "file too short|not found"
+if mpirun --version >/dev/null 2>&1; then fail gpu_check_system_mpirun_hidden "mpirun still runs"; else pass gpu_check_system_mpirun_hidden; fi
+
+# 1 rank: libraries, selftest (CPU harness on 1 and 2 ranks), a smoke case, the 10B estimate
+o1=$tmp/out1
+log=$("$pack/run" --out "$o1" --parts selftest,smoke,10b,largest --cases '^s3-param-nvme-opt-nvme-overlap-on$' --steps 2 2>&1); rc=$?
+report=$(cat "$o1/report.md" 2>/dev/null)
+if ((rc == 0)) && [ -n "$report" ]; then pass gpu_check_run_1rank; else fail gpu_check_run_1rank "exit $rc: $(tail -n 8 <<<"$log")"; fi
+expect gpu_check_libs_resolve_in_pack "$(cat "$o1/parts/libs.verdict" 2>/dev/null)" "^PASS: all [0-9]+ libraries resolve"
+if grep -q libnccl "$tmp/cudalibs"; then
+    expect gpu_check_nccl_found_in_wheel "$report" "libnccl.so.2: found in $tmp/site/nvidia/nccl/lib \(wheel\)"
+    expect gpu_check_nccl_where_in_verdict "$(cat "$o1/parts/libs.verdict" 2>/dev/null)" "NCCL from $tmp/site/nvidia/nccl/lib"
+else
+    echo "SKIP gpu_check_nccl_found_in_wheel: ./zerotrain is built without CUDA (CUDA=0)"
+fi
+if grep -q 'from the system, not the pack' <<<"$report"; then fail gpu_check_nothing_from_system "$(grep 'from the system' <<<"$report")"
+else pass gpu_check_nothing_from_system; fi
+selftest=$(cat "$o1/parts/selftest.verdict" 2>/dev/null)
+expect gpu_check_selftest_no_gpu "$selftest" "^no GPU"
+expect gpu_check_selftest_cpu_1rank "$selftest" "cpu harness 1 rank\(s\): PASS"
+expect gpu_check_selftest_cpu_2ranks_packed_mpirun "$selftest" "cpu harness 2 rank\(s\): PASS"
+expect gpu_check_smoke_no_gpu_1rank "$(cat "$o1/parts/smoke.verdict" 2>/dev/null)" "^no GPU.*sim side of 1 cases trained on 1 rank"
+expect gpu_check_smoke_losses_1rank "$(cat "$o1/smoke/s3-param-nvme-opt-nvme-overlap-on.sim.loss" 2>/dev/null)" "^[0-9]+\.[0-9]+"$'\n'"[0-9]+\.[0-9]+$"
+expect gpu_check_10b_estimate "$(cat "$o1/logs/10b_estimate.log" 2>/dev/null)" "stage 2: "
+# the largest GPT-2 for one 80 GiB GPU with parameter offload: estimate's answer, training skipped
+expect gpu_check_largest_no_gpu "$(cat "$o1/parts/largest.verdict" 2>/dev/null)" "^no GPU.*params cpu: L[0-9]+ C[0-9]+ \([0-9.]+M parameters\), training skipped;params nvme: L[0-9]+ C[0-9]+"
+expect gpu_check_report_verdict_table "$report" "\| libs \| PASS.*\| selftest \| no GPU.*\| smoke \| no GPU.*\| 10b \| "
+
+# 2 ranks under the packed mpirun: another smoke case
+o2=$tmp/out2
+log=$("$pack/run" --out "$o2" --parts smoke --cases '^s2-opt-cpu-overlap-off$' --ranks 2 --steps 2 2>&1); rc=$?
+if ((rc == 0)); then pass gpu_check_run_2ranks; else fail gpu_check_run_2ranks "exit $rc: $(tail -n 8 <<<"$log")"; fi
+expect gpu_check_smoke_no_gpu_2ranks "$(cat "$o2/parts/smoke.verdict" 2>/dev/null)" "^no GPU.*sim side of 1 cases trained on 2 rank"
+
+# a library missing from the pack (here: removed from the unpacked runtime) is named, one line
+# each, and the run fails
+rt=$(ls -d "$TMPDIR"/zerotrain-gpu-check-runtime.* | head -1)
+find "$rt" -name 'libyaml-0.so*' -exec rm -f {} +
+touch "$rt/.unpacked"
+log=$("$pack/run" --out "$tmp/out3" --parts libs 2>&1); rc=$?
+verdict=$(cat "$tmp/out3/parts/libs.verdict" 2>/dev/null)
+if ((rc != 0)) && [[ $verdict == "FAIL: 1 missing: libyaml-0.so.2"* ]] && grep -q '^- MISSING: libyaml-0.so.2' "$tmp/out3/report.md"; then
+    pass gpu_check_missing_library_named
+else
+    fail gpu_check_missing_library_named "exit $rc, verdict '$verdict'"
+fi
+EOF
+unshare -m --propagation private bash "$tmp/inside.sh" "$tmp"

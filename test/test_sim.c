@@ -1,0 +1,335 @@
+/* test_sim.c — the simulated GPU (src/backend/backend_sim.c) keeps the rules it exists to enforce.
+ *
+ * Ops: each op on the sim, in bf16 and fp16, equals — bit for bit — the CPU backend's fp32 op on the
+ * widened 16-bit inputs with its outputs rounded to nearest-even (16-bit storage, fp32 math), with
+ * accumulating outputs prefilled and aliased arguments (dlogits = logits, dinp = dout) as the
+ * contracts allow. fp32 tensors (LayerNorm statistics, losses, Adam states) stay fp32.
+ * Memory: a separate space — a host read of a device buffer faults at once with one line naming
+ * it; a host pointer handed to an op, an op running past its buffer, and a freed buffer are each
+ * stopped with the op and argument named, and so is a thread that uses the table without calling
+ * bind_thread first (each in a child process). Capacity: ZEROTRAIN_SIM_MEM is
+ * what mem_info reports, an alloc past it returns NULL (as cudaMalloc fails), a free gives it back,
+ * and alloc() is zero-filled. Order: work queued on the stream is complete before a copy to the host
+ * returns, under jitter. */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_adam.h"
+#include "check.h"
+
+static const zt_backend *cpu, *sim;
+static zt_dtype dt;
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+static float urand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / (double)(1ull << 52) - 1.0);
+}
+
+/* A tensor on both sides: h = fp32 values exactly representable in dt (what the CPU op reads), d =
+ * the same on the sim device. */
+typedef struct {
+    float *h;
+    void *d;
+    size_t n;
+} pair;
+
+static pair make(size_t n, float scale) {
+    pair p = {calloc(n, sizeof(float)), sim->alloc(n * 2), n};
+    uint16_t *raw = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) p.h[i] = urand() * scale;
+    zt_cpu_from_f32(raw, p.h, n, dt);
+    zt_cpu_to_f32(p.h, raw, n, dt); /* now exactly 16-bit values */
+    sim->copy(p.d, raw, n * 2, ZT_H2D);
+    free(raw);
+    return p;
+}
+
+/* fp32 tensor on both sides */
+static pair make32(size_t n, float scale) {
+    pair p = {calloc(n, sizeof(float)), sim->alloc(n * 4), n};
+    for (size_t i = 0; i < n; i++) p.h[i] = urand() * scale;
+    sim->copy(p.d, p.h, n * 4, ZT_H2D);
+    return p;
+}
+
+static void drop(pair p) {
+    free(p.h);
+    sim->free(p.d);
+}
+
+/* the sim's 16-bit result equals the CPU's fp32 result rounded, bit for bit; then the CPU side's
+ * copy is rounded as well, as the next op reads it */
+static int same16(const char *name, pair p) {
+    uint16_t *got = malloc(p.n * 2), *want = malloc(p.n * 2);
+    sim->copy(got, p.d, p.n * 2, ZT_D2H);
+    zt_cpu_from_f32(want, p.h, p.n, dt);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < p.n; i++)
+        if (got[i] != want[i] && !(isnan(p.h[i]))) { if (!bad++) first = i; }
+    char full[128];
+    snprintf(full, sizeof full, "%s_%s", name, dt == ZT_BF16 ? "bf16" : "fp16");
+    int ok = CHECK(bad == 0, full, "%zu of %zu elements differ, first at %zu: 0x%04x vs 0x%04x", bad, p.n, first,
+                   got[first], want[first]);
+    zt_cpu_to_f32(p.h, want, p.n, dt); /* the CPU side goes on from the stored 16-bit values too */
+    free(got);
+    free(want);
+    return ok;
+}
+
+static int same32(const char *name, pair p) {
+    float *got = malloc(p.n * 4);
+    sim->copy(got, p.d, p.n * 4, ZT_D2H);
+    int ok = memcmp(got, p.h, p.n * 4) == 0;
+    char full[128];
+    snprintf(full, sizeof full, "%s_%s", name, dt == ZT_BF16 ? "bf16" : "fp16");
+    CHECK(ok, full, "fp32 results differ");
+    free(got);
+    return ok;
+}
+
+static void ops(void) {
+    int B = 2, T = 8, C = 16, NH = 2, N = B * T, OC = 24, ld = 32, V = 40, Vp = 48;
+    /* LayerNorm forward and backward (accumulating dinp, dw, db) */
+    pair x = make((size_t)N * C, 2), w = make(C, 1), b = make(C, 1), out = make((size_t)N * C, 1);
+    pair mean = make32(N, 0), rstd = make32(N, 0);
+    cpu->layernorm_forward(out.h, mean.h, rstd.h, x.h, w.h, b.h, N, C);
+    sim->layernorm_forward(out.d, mean.d, rstd.d, x.d, w.d, b.d, N, C);
+    same16("layernorm_forward", out);
+    same32("layernorm_forward_stats", mean);
+    pair dx = make((size_t)N * C, 1), dw = make(C, 1), db = make(C, 1);
+    cpu->layernorm_backward(dx.h, dw.h, db.h, out.h, x.h, w.h, mean.h, rstd.h, N, C);
+    sim->layernorm_backward(dx.d, dw.d, db.d, out.d, x.d, w.d, mean.d, rstd.d, N, C);
+    same16("layernorm_backward_dinp", dx);
+    same16("layernorm_backward_dw", dw);
+    /* matmul into a padded row stride, with bias; backward accumulating dW and dbias */
+    pair W = make((size_t)C * OC, 0.5f), bias = make(OC, 0.5f), y = make((size_t)N * ld, 1);
+    cpu->matmul_forward(y.h, x.h, W.h, bias.h, N, C, OC, 0, ld);
+    sim->matmul_forward(y.d, x.d, W.d, bias.d, N, C, OC, 0, ld);
+    same16("matmul_forward_padded", y);
+    pair dW = make((size_t)C * OC, 1), dbias = make(OC, 1);
+    cpu->matmul_backward(dx.h, dW.h, dbias.h, y.h, x.h, W.h, N, C, OC, 0, ld);
+    sim->matmul_backward(dx.d, dW.d, dbias.d, y.d, x.d, W.d, N, C, OC, 0, ld);
+    same16("matmul_backward_dinp", dx);
+    same16("matmul_backward_dw", dW);
+    same16("matmul_backward_dbias", dbias);
+    /* attention: backward recomputes the probabilities the forward used */
+    pair qkv = make((size_t)N * 3 * C, 1), att = make((size_t)B * NH * T * T, 0), ao = make((size_t)N * C, 0);
+    float *att32 = calloc((size_t)B * NH * T * T, 4), *datt32 = calloc((size_t)B * NH * T * T, 4);
+    cpu->attention_forward(ao.h, att32, qkv.h, B, T, C, NH);
+    sim->attention_forward(ao.d, att.d, qkv.d, B, T, C, NH);
+    same16("attention_forward", ao);
+    pair dqkv = make((size_t)N * 3 * C, 1), datt = make((size_t)B * NH * T * T, 0);
+    cpu->attention_backward(dqkv.h, datt32, out.h, qkv.h, att32, B, T, C, NH);
+    sim->attention_backward(dqkv.d, datt.d, out.d, qkv.d, att.d, B, T, C, NH);
+    same16("attention_backward", dqkv);
+    free(att32);
+    free(datt32);
+    /* softmax + cross-entropy with dlogits aliasing logits; padding columns zeroed */
+    pair logits = make((size_t)N * Vp, 3), losses = make32(N, 0);
+    int *tg = malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = (i * 7) % V;
+    int *tg_d = sim->alloc((size_t)N * sizeof(int));
+    sim->copy(tg_d, tg, (size_t)N * sizeof(int), ZT_H2D);
+    cpu->softmax_xent(losses.h, logits.h, logits.h, tg, N, V, Vp, 1.0f / N);
+    sim->softmax_xent(losses.d, logits.d, logits.d, tg_d, N, V, Vp, 1.0f / N);
+    same16("softmax_xent_dlogits_aliased", logits);
+    same32("softmax_xent_losses", losses);
+    /* embedding over a block of vocabulary rows [8, 24), wpe with it */
+    pair wte = make((size_t)16 * C, 1), wpe = make((size_t)T * C, 1), emb = make((size_t)N * C, 1);
+    cpu->embedding_forward(emb.h, tg, wte.h, 8, 24, wpe.h, B, T, C);
+    sim->embedding_forward(emb.d, tg_d, wte.d, 8, 24, wpe.d, B, T, C);
+    same16("embedding_forward_row_block", emb);
+    /* GELU backward in place (dinp aliases dout), residual, accumulate, scale */
+    pair g = make((size_t)N * C, 2);
+    cpu->gelu_backward(out.h, g.h, out.h, (size_t)N * C);
+    sim->gelu_backward(out.d, g.d, out.d, (size_t)N * C);
+    same16("gelu_backward_aliased", out);
+    cpu->residual_forward(g.h, g.h, x.h, (size_t)N * C);
+    sim->residual_forward(g.d, g.d, x.d, (size_t)N * C);
+    same16("residual_forward", g);
+    cpu->scale(g.h, 0.37f, (size_t)N * C);
+    sim->scale(g.d, 0.37f, (size_t)N * C);
+    same16("scale", g);
+    /* sumsq of the 16-bit values (a host value: waits for the stream) */
+    double s_cpu = cpu->sumsq(g.h, (size_t)N * C), s_sim = sim->sumsq(g.d, (size_t)N * C);
+    char name[64];
+    snprintf(name, sizeof name, "sumsq_%s", dt == ZT_BF16 ? "bf16" : "fp16");
+    CHECK(s_cpu == s_sim, name, "%.17g vs %.17g", s_sim, s_cpu);
+    /* AdamW: fp32 master and moments, 16-bit gradients in, 16-bit parameters out */
+    size_t n = 1000;
+    pair master = make32(n, 1), m = make32(n, 0.01f), v = make32(n, 0.01f), grad = make(n, 1), pout = make(n, 0);
+    for (size_t i = 0; i < n; i++) v.h[i] = fabsf(v.h[i]);
+    sim->copy(v.d, v.h, n * 4, ZT_H2D);
+    zt_adam_step st = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
+    zt_cpu_adamw(master.h, m.h, v.h, grad.h, n, &st, NULL, ZT_F32, 1);
+    memcpy(pout.h, master.h, n * 4);
+    sim->adamw(master.d, m.d, v.d, grad.d, pout.d, n, &st);
+    st.lr = 1e9f; /* the op copied the step when it was queued */
+    same32("adamw_master", master);
+    same32("adamw_v", v);
+    same16("adamw_params_out", pout);
+    pair all[] = {x, w, b, out, mean, rstd, dx, dw, db, W, bias, y, dW, dbias, qkv, att, ao, dqkv, datt, logits,
+                  losses, wte, wpe, emb, g, master, m, v, grad, pout};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+    sim->free(tg_d);
+    free(tg);
+}
+
+/* runs fn in a child with stderr captured; returns its stderr and how it ended */
+static char *in_child(void (*fn)(void *), void *arg, int *status) {
+    int fd[2];
+    if (pipe(fd)) return NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        fn(arg);
+        _exit(0);
+    }
+    close(fd[1]);
+    static char buf[8192];
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof buf - 1 && (r = read(fd[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
+    buf[got] = 0;
+    close(fd[0]);
+    waitpid(pid, status, 0);
+    return buf;
+}
+
+static void host_read(void *p) { printf("%d\n", *(volatile char *)p); }
+static void host_pointer_to_op(void *p) {
+    float host[64];
+    sim->scale(host, 2.0f, 64);
+}
+static void past_the_end(void *p) { sim->scale(p, 2.0f, 1000); } /* p holds 64 elements */
+static void freed(void *p) {
+    void *q = sim->alloc(4096);
+    sim->free(q);
+    sim->scale(q, 2.0f, 16);
+}
+
+static void *unbound_thread_main(void *p) {
+    sim->scale(p, 2.0f, 16);
+    return NULL;
+}
+static void unbound_thread(void *p) {
+    pthread_t t;
+    pthread_create(&t, NULL, unbound_thread_main, p);
+    pthread_join(t, NULL);
+}
+static void *bound_thread_main(void *p) {
+    zt_backend_bind_thread(sim);
+    sim->scale(p, 2.0f, 16);
+    sim->synchronize();
+    return NULL;
+}
+
+static void faults(void) {
+    void *buf = sim->alloc(128);
+    int st = 0;
+    char *err = in_child(host_read, buf, &st);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV && strstr(err, "host access to device memory"),
+          "host_read_of_device_buffer_faults", "status %d, stderr: %.300s", st, err);
+    err = in_child(host_pointer_to_op, NULL, &st);
+    CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "scale: arg 1 = ") && strstr(err, "is host memory"),
+          "host_pointer_to_op_stops", "status %d, stderr: %.300s", st, err);
+    err = in_child(past_the_end, buf, &st);
+    CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "runs past its buffer"), "op_past_its_buffer_stops",
+          "status %d, stderr: %.300s", st, err);
+    err = in_child(unbound_thread, buf, &st);
+    CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "did not call bind_thread"),
+          "thread_without_bind_thread_stops", "status %d, stderr: %.300s", st, err);
+    pthread_t t;
+    pthread_create(&t, NULL, bound_thread_main, buf);
+    pthread_join(t, NULL);
+    CHECK(1, "thread_with_bind_thread_runs", "");
+    err = in_child(freed, NULL, &st);
+    CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "freed device memory"), "op_on_freed_buffer_stops",
+          "status %d, stderr: %.300s", st, err);
+    sim->free(buf);
+}
+
+static void memory(void) {
+    size_t free0, total;
+    sim->mem_info(&free0, &total);
+    CHECK(total == (size_t)64 << 20, "mem_info_reports_ZEROTRAIN_SIM_MEM", "total %zu", total);
+    void *big = sim->alloc((size_t)48 << 20), *too_much = sim->alloc((size_t)32 << 20);
+    CHECK(big && !too_much, "alloc_past_capacity_returns_null", "big %p, past capacity %p", big, too_much);
+    size_t free1;
+    sim->mem_info(&free1, &total);
+    CHECK(free0 - free1 == (size_t)48 << 20, "mem_info_counts_allocations", "free %zu -> %zu", free0, free1);
+    sim->scale(big, 1.0f, 16); /* dirty a page, then give it back */
+    sim->memset_zero(big, 4096);
+    float one = 1.0f;
+    float *f32 = sim->alloc(4);
+    sim->copy(f32, &one, 4, ZT_H2D);
+    sim->free(f32);
+    sim->free(big);
+    sim->mem_info(&free1, &total);
+    void *again = sim->alloc((size_t)60 << 20);
+    uint16_t *back = malloc((size_t)1 << 20);
+    sim->copy(back, again, (size_t)1 << 20, ZT_D2H);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < ((size_t)1 << 19); i++) nonzero += back[i] != 0;
+    CHECK(free1 == free0 && again && nonzero == 0, "free_returns_memory_and_alloc_is_zeroed",
+          "free %zu vs %zu, nonzero %zu", free1, free0, nonzero);
+    free(back);
+    sim->free(again);
+}
+
+/* a long chain of queued ops, then one copy to the host: it sees all of them */
+static void ordering(void) {
+    size_t n = 1 << 16;
+    float *h = malloc(n * 4), *back = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) h[i] = 1.0f;
+    float *d32 = sim->alloc(n * 4);
+    void *d = sim->alloc(n * 2);
+    sim->copy(d32, h, n * 4, ZT_H2D);
+    sim->to_compute(d, d32, n);
+    for (int k = 0; k < 50; k++) sim->accumulate(d, d, n); /* 2^50 in exact powers of two, then inf in fp16 */
+    sim->scale(d, 0.0f, n);
+    sim->accumulate(d, d, n);
+    sim->to_f32(d32, d, n);
+    sim->copy(back, d32, n * 4, ZT_D2H);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !(back[i] == 0.0f || isnan(back[i]));
+    int want_nan = dt == ZT_F16; /* inf * 0 */
+    CHECK(bad == 0 && (want_nan ? isnan(back[0]) : back[0] == 0.0f), dt == ZT_BF16 ? "queued_work_in_order_bf16" : "queued_work_in_order_fp16",
+          "%zu wrong, back[0] = %g", bad, back[0]);
+    sim->free(d);
+    sim->free(d32);
+    free(h);
+    free(back);
+}
+
+int main(void) {
+    setenv("ZEROTRAIN_SIM_MEM", "64MiB", 1);
+    setenv("ZEROTRAIN_SIM_JITTER", "5", 1);
+    cpu = zt_backend_cpu();
+    const char *why = NULL;
+    for (int k = 0; k < 2; k++) {
+        dt = k ? ZT_F16 : ZT_BF16;
+        sim = zt_backend_sim(dt, &why);
+        if (!CHECK(sim != NULL, k ? "sim_fp16_starts" : "sim_bf16_starts", "%s", why ? why : "")) return 1;
+        CHECK(sim->compute_dtype == dt && !sim->memory_is_host, k ? "sim_fp16_table" : "sim_bf16_table", "dtype %d",
+              sim->compute_dtype);
+        ops();
+        ordering();
+    }
+    memory();
+    faults();
+    return zt_check_exit();
+}
