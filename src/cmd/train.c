@@ -108,7 +108,7 @@ static void describe_latest(const trainer *t, char *buf, size_t cap) {
     else snprintf(buf, cap, "no checkpoint of this run in %s yet", t->cfg.checkpoint_dir);
 }
 
-/* Whether step directory STEP_DIR lies in directory DIR (both resolved; rank 0 decides). */
+/* Whether step directory STEP_DIR lies in directory DIR (both resolved: symlinks and ./ alike). */
 static int step_is_in(const char *step_dir, const char *dir) {
     char parent[4096], a[PATH_MAX], b[PATH_MAX];
     snprintf(parent, sizeof parent, "%s", step_dir);
@@ -260,7 +260,7 @@ static void remember_loss(trainer *t, double loss) {
     if (t->n_recent < t->cfg.guard_spike_window) t->n_recent++;
 }
 
-/* what the guard found, for the log line: "loss nan", "gradient norm inf", "loss 9.1 > 3 x mean 2.9 ..." */
+/* what the guard found, for the log line: "loss is nan", "gradient norm is inf (loss 3.2)", ... */
 static void guard_finding(const trainer *t, const step_record *rec, char *buf, size_t cap) {
     if (rec->guard == GUARD_LOSS) snprintf(buf, cap, "loss is %g", rec->loss);
     else if (rec->guard == GUARD_NORM) snprintf(buf, cap, "gradient norm is %g (loss %g)", rec->norm, rec->loss);
