@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
         drop_dir(sd);
         memset(e.adam_m, 0, (e.lay.opt_hi - e.lay.opt_lo) * sizeof(float));
         t0 = zt_now();
-        if (zt_checkpoint_load(sd, &e, &st, NULL, &err)) { zt_print_error(&err); return 1; }
+        if (zt_checkpoint_load(sd, &e, &st, NULL, 0, &err)) { zt_print_error(&err); return 1; }
         t = zt_now() - t0;
         tl = t < tl ? t : tl;
         ok &= e.adam_m[12345] == m_check;

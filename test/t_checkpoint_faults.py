@@ -8,7 +8,9 @@ checkpoint saved before the fault must stay loadable (`zerotrain info` verifies 
   - no inode left for the save's temporary directory (mkdir fails in the save), or for a rank file;
   - disk full while writing the rank files, and while writing index.h5 (no crash at exit);
   - two runs on one checkpoint dir: the second is refused at start naming the holder (host, pid,
-    run id); after the first is killed with SIGKILL the lock is free and a third run resumes;
+    run id), also after its .lock was deleted (the directory itself is locked, and the holder writes
+    .lock again at its next save); .lock replaced by another file stops the holder at its next save;
+    after the first is killed with SIGKILL the lock is free and a third run resumes;
   - a step directory mixing one run's shards with another run's index is refused (load and info);
   - messages: a damaged index.h5 (HDF5 metadata checksum) says "damaged" with HDF5's reason; the
     trainer state edited with h5py is refused; `latest` naming something that is not a step
@@ -33,72 +35,7 @@ ztlib.ensure_shakespeare()
 TINY = "configs/tiny.yaml"
 BASE = ["zero_optimization.stage=2", "steps_per_print=1"]
 tmp = tempfile.mkdtemp(prefix="zt_ckfaults_")
-TIMEOUT = 90  # seconds per run: a hang fails the case instead of the suite
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a terminated test still unmounts (finally)
-
-
-def mpirun_cmd(args, ranks):
-    # every rank's exit status is printed by its wrapper; mpirun waits for all of them
-    wrapped = 'b=$1; shift; "$b" "$@"; s=$?; echo "rank-exit $OMPI_COMM_WORLD_RANK $s" >&2; exit $s'
-    return ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
-            "--mca", "orte_abort_on_non_zero_status", "0", "sh", "-c", wrapped, "sh", ztlib.BIN] + list(args)
-
-
-class Run:
-    """A finished (or timed-out) run: rc, stdout, stderr, rank_status {rank: status}, timed_out."""
-
-    def __init__(self, rc, out, err, timed_out):
-        self.rc, self.stdout, self.stderr, self.timed_out = rc, out, err, timed_out
-        self.rank_status = {}
-        for line in err.splitlines():
-            if line.startswith("rank-exit "):
-                _, r, s = line.split()
-                self.rank_status[int(r)] = int(s)
-        self.errors = [line for line in err.splitlines() if line.startswith("zerotrain: error:")]
-
-    def why(self):
-        return f"rc {self.rc}, timed out {self.timed_out}, ranks {self.rank_status}, stderr: {self.stderr[-1200:]}"
-
-
-started = []  # every run this test starts: none may outlive it
-
-
-def start(args, ranks=2):
-    started.append(subprocess.Popen(mpirun_cmd(args, ranks) if ranks else [ztlib.BIN] + list(args), cwd=ztlib.ROOT,
-                            env=ztlib.ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True))
-    return started[-1]
-
-
-def kill_tree(pid):
-    """SIGKILL pid and its descendants (mpirun may put the ranks in process groups of their own)"""
-    children = {}
-    for d in os.listdir("/proc"):
-        try:
-            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(d))
-        except (ValueError, OSError, IndexError):
-            pass
-    todo, seen = [pid], []
-    while todo:
-        p = todo.pop()
-        seen.append(p)
-        todo += children.get(p, [])
-    for p in seen:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def finish(p, timeout=TIMEOUT):
-    try:
-        out, err = p.communicate(timeout=timeout)
-        return Run(p.returncode, out, err, False)
-    except subprocess.TimeoutExpired:
-        kill_tree(p.pid)
-        out, err = p.communicate()
-        return Run(p.returncode, out, err, True)
 
 
 def train(ckdir, sets=(), ranks=2):
@@ -108,23 +45,9 @@ def train(ckdir, sets=(), ranks=2):
     return finish(start(args, ranks))
 
 
-def info(path):
-    return finish(start(["info", path], ranks=0))
-
-
-def failed_together(r, want, name):
-    """every rank non-zero (no crash), in time, one error line containing WANT"""
-    ok = (not r.timed_out and len(r.rank_status) == 2 and all(s not in (0, 139) and s < 128 for s in r.rank_status.values())
-          and len(r.errors) == 1 and want in r.errors[0])
-    if r.errors:
-        print(f"    {name}: {r.errors[0]}")
-    return ztlib.check(ok, name, f"want one error line with '{want}'; {r.errors}; {r.why()}")
-
-
-def still_loadable(ckdir, step, name):
-    r = info(ckdir)
-    ztlib.check(r.rc == 0 and f"step {step}," in r.stdout and "integrity: OK" in r.stdout, name,
-                r.stdout[-600:] + r.stderr[-600:])
+# the ranked-run helpers live in ztlib (shared with t_guard.py, t_disk_full.py)
+start, finish, kill_tree, started = ztlib.start_ranked, ztlib.finish_ranked, ztlib.kill_tree, ztlib.started
+info, failed_together, still_loadable = ztlib.info, ztlib.failed_together, ztlib.still_loadable
 
 
 def Tmpfs(opts):
@@ -188,7 +111,7 @@ try:
     ck = os.path.join(tmp, "shared")
     a = start(["train", TINY] + sum([["--set", s] for s in BASE + [f"checkpoint.dir={ck}", "train_iters=400",
                                                                     "checkpoint.save_interval=1", "seed=1"]], []))
-    deadline = time.time() + TIMEOUT
+    deadline = time.time() + ztlib.RANKED_TIMEOUT
     while time.time() < deadline and not os.path.exists(os.path.join(ck, "latest")):
         time.sleep(0.2)
     lock = open(os.path.join(ck, ".lock")).read() if os.path.exists(os.path.join(ck, ".lock")) else ""
@@ -197,12 +120,39 @@ try:
     ztlib.check(r.errors and "pid " in r.errors[0] and "host " in r.errors[0] and lock.split(",")[1].strip() in r.errors[0],
                 "second_run_message_names_holder", f"{r.errors} vs lock '{lock}'")
     ztlib.check(a.poll() is None, "first_run_unharmed", "the first run ended while the second was refused")
+    # .lock deleted under the running job: the directory's own lock still refuses a second run, and
+    # the holder writes .lock again at its next save
+    os.unlink(os.path.join(ck, ".lock"))
+    r = train(ck, ["train_iters=400", "checkpoint.save_interval=1", "seed=2"])
+    failed_together(r, "in use by another run", "lock_deleted_second_run_refused")
+    deadline = time.time() + ztlib.RANKED_TIMEOUT
+    while time.time() < deadline and not os.path.exists(os.path.join(ck, ".lock")):
+        time.sleep(0.2)
+    relock = open(os.path.join(ck, ".lock")).read() if os.path.exists(os.path.join(ck, ".lock")) else ""
+    ztlib.check(a.poll() is None and relock.split(",")[1:3] == lock.split(",")[1:3], "lock_deleted_written_again",
+                f"'{relock}' vs '{lock}'")
     os.kill(int(lock.split(",")[1].split()[1]), signal.SIGKILL)  # the holder (rank 0) crashes
     finish(a)
     r = train(ck, ["train_iters=1"])
     ztlib.check(r.rc == 0 and ("resumed from" in r.stdout or "nothing left to train" in r.stdout),
                 "lock_released_when_holder_killed", r.why())
     still_loadable(ck, int(open(os.path.join(ck, "latest")).read().strip()[5:]), "killed_holder_leaves_loadable")
+
+    # ---- 5b. .lock replaced by another file under a running job (another run got in): the holder's
+    # next save stops every rank with one line naming the new holder; its checkpoints stay
+    ck = os.path.join(tmp, "replaced")
+    a = start(["train", TINY] + sum([["--set", s] for s in BASE + [f"checkpoint.dir={ck}", "train_iters=400",
+                                                                    "checkpoint.save_interval=1"]], []))
+    deadline = time.time() + ztlib.RANKED_TIMEOUT
+    while time.time() < deadline and not os.path.exists(os.path.join(ck, "latest")):
+        time.sleep(0.2)
+    with open(os.path.join(ck, ".lock.other"), "w") as f:
+        f.write("host elsewhere, pid 1, run id 0123456789abcdef, started now\n")
+    os.rename(os.path.join(ck, ".lock.other"), os.path.join(ck, ".lock"))
+    r = finish(a)
+    failed_together(r, "replaced while this run holds the checkpoint directory (now: host elsewhere",
+                    "lock_replaced_stops_holder")
+    still_loadable(ck, int(open(os.path.join(ck, "latest")).read().strip()[5:]), "lock_replaced_keeps_checkpoints")
 
     # ---- 6. a step directory mixing two runs' files is refused
     x, y, mixed = (os.path.join(tmp, n) for n in ("run_x", "run_y", "mixed"))

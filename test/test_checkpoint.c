@@ -109,10 +109,21 @@ static int save(model *m, const char *dir, long step, int g, int keep_last, zt_e
     zt_train_state st = state_for(step);
     zt_checkpoint_dir d;
     if (zt_checkpoint_dir_open(&d, dir, comm, err)) return -1;
+    /* the saves into one directory are one run's (keep_last prunes only a run's own steps); each
+     * directory is another run (mixed_runs_refused mixes two) */
+    static char run_id[sizeof d.run_id], run_dir[1024];
+    if (strcmp(run_dir, dir)) {
+        snprintf(run_dir, sizeof run_dir, "%s", dir);
+        memcpy(run_id, d.run_id, sizeof run_id);
+    }
+    memcpy(d.run_id, run_id, sizeof run_id);
     int rc = zt_checkpoint_save(&d, &m->e, &m->shape, &st, "model:\n  n_layer: 2\n", keep_last, err);
     zt_checkpoint_dir_close(&d);
     return rc;
 }
+
+/* load_check loads format-version-1 checkpoints (checkpoint.allow_unverified) while this is set */
+static int allow_unverified = 0;
 
 /* loads DIR (resolved) into a fresh engine of this stage and counts mismatches against generation g */
 static int load_check(const char *dir, zt_gpt2_shape shape, int stage, int g, long step, zt_err *err, size_t *bad) {
@@ -122,7 +133,7 @@ static int load_check(const char *dir, zt_gpt2_shape shape, int stage, int g, lo
     if (make_model(&m, shape, stage)) return -1;
     zt_train_state st;
     zt_checkpoint_meta meta;
-    int rc = zt_checkpoint_load(sd, &m.e, &st, &meta, err);
+    int rc = zt_checkpoint_load(sd, &m.e, &st, &meta, allow_unverified, err);
     if (!rc) {
         zt_train_state want = state_for(step);
         *bad = mismatches(&m, g) + (memcmp(&st, &want, sizeof st) != 0) + (meta.step != step) +
@@ -343,16 +354,21 @@ static void test_damage(void) {
     expect_load_error("different_model_shape", good, tiny_shape(2, 32), "checkpoint is for a different model: tensor transformer.wte.weight has shape [1000, 64], the config needs [1000, 32]", NULL);
     expect_load_error("different_model_layers", good, tiny_shape(3, 64), "checkpoint is for a different model: it has 28 tensors (n_layer 2), the config needs 40", NULL);
 
-    /* another format version; version 1 (no run id, digests or metadata checksum) still loads */
+    /* another format version; version 1 (no run id, digests or metadata checksum) loads only when
+     * allowed (checkpoint.allow_unverified) */
     copy_file(good, path("v3"));
     set_i64_attr(path("v3/index.h5"), NULL, "format_version", 3);
     expect_load_error("other_format_version", path("v3"), shape, "v3/index.h5: checkpoint format version 3 is not supported", NULL);
     copy_file(good, path("v1"));
     set_i64_attr(path("v1/index.h5"), NULL, "format_version", 1);
+    expect_load_error("format_version_1_refused", path("v1"), shape,
+                      "v1/index.h5: checkpoint format version 1: its trainer state", "checkpoint.allow_unverified=true");
     {
         size_t bad = 99;
+        allow_unverified = 1;
         int rc = load_check(path("v1"), shape, 1, 1, 20, &err, &bad);
-        CHECK(rc == 0 && bad == 0, "format_version_1_loads", "rc %d %s bad %zu", rc, err.msg, bad);
+        allow_unverified = 0;
+        CHECK(rc == 0 && bad == 0, "format_version_1_loads_when_allowed", "rc %d %s bad %zu", rc, err.msg, bad);
     }
 
     /* the trainer state is covered by the metadata checksum */

@@ -236,29 +236,124 @@ def train_peak_rss(config, sets, ranks=2, timeout=600):
     return p, peaks
 
 
-# Each rank under a shell that prints its exit status; mpirun is told not to end the other ranks when one
-# exits non-zero, so every rank's own status is seen (a rank mpirun kills prints nothing).
-RANK_EXIT = 'b=$1; shift; "$b" "$@"; s=$?; echo "rank-exit $OMPI_COMM_WORLD_RANK $s" >&2; exit $s'
+# ---- runs whose every rank's exit status is recorded (fault tests: t_checkpoint_faults, t_guard, t_disk_full)
+
+RANKED_TIMEOUT = 90  # seconds per run: a hang fails the case instead of the suite
+
+
+def ranked_cmd(args, ranks):
+    # every rank's exit status is printed by its wrapper; mpirun waits for all of them
+    wrapped = 'b=$1; shift; "$b" "$@"; s=$?; echo "rank-exit $OMPI_COMM_WORLD_RANK $s" >&2; exit $s'
+    return ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
+            "--mca", "orte_abort_on_non_zero_status", "0", "sh", "-c", wrapped, "sh", BIN] + list(args)
+
+
+class RankedRun:
+    """A finished (or timed-out) run: rc, stdout, stderr, rank_status {rank: status}, timed_out,
+    errors (its `zerotrain: error:` lines)."""
+
+    def __init__(self, rc, out, err, timed_out):
+        self.rc, self.stdout, self.stderr, self.timed_out = rc, out, err, timed_out
+        self.rank_status = {}
+        for line in err.splitlines():
+            if line.startswith("rank-exit "):
+                _, r, s = line.split()
+                self.rank_status[int(r)] = int(s)
+        self.errors = [line for line in err.splitlines() if line.startswith("zerotrain: error:")]
+
+    def why(self):
+        return f"rc {self.rc}, timed out {self.timed_out}, ranks {self.rank_status}, stderr: {self.stderr[-1200:]}"
+
+
+started = []  # every ranked run a test starts: none may outlive it (kill what is left with kill_tree)
+
+
+def start_ranked(args, ranks=2, env=None):
+    """Starts zerotrain ARGS on RANKS ranks (0: one process, no mpirun), ENV added to the
+    environment; returns the Popen."""
+    started.append(subprocess.Popen(ranked_cmd(args, ranks) if ranks else [BIN] + list(args), cwd=ROOT,
+                                    env=dict(ENV, **(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True))
+    return started[-1]
+
+
+def kill_tree(pid):
+    """SIGKILL pid and its descendants (mpirun may put the ranks in process groups of their own)"""
+    import signal
+    children = {}
+    for d in os.listdir("/proc"):
+        try:
+            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(d))
+        except (ValueError, OSError, IndexError):
+            pass
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += children.get(p, [])
+    for p in seen:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def finish_ranked(p, timeout=RANKED_TIMEOUT):
+    """Waits for a start_ranked run (killing it after TIMEOUT seconds); returns its RankedRun."""
+    try:
+        out, err = p.communicate(timeout=timeout)
+        return RankedRun(p.returncode, out, err, False)
+    except subprocess.TimeoutExpired:
+        kill_tree(p.pid)
+        out, err = p.communicate()
+        return RankedRun(p.returncode, out, err, True)
+
+
+def kill_started():
+    """Kills every ranked run still going (a test's `finally`)."""
+    for p in started:
+        if p.poll() is None:
+            kill_tree(p.pid)
+
+
+def info(path):
+    return finish_ranked(start_ranked(["info", path], ranks=0))
+
+
+def failed_together(r, want, name, ranks=2):
+    """every rank non-zero (no crash), in time, one error line containing WANT"""
+    ok = (not r.timed_out and len(r.rank_status) == ranks
+          and all(s not in (0, 139) and s < 128 for s in r.rank_status.values())
+          and len(r.errors) == 1 and want in r.errors[0])
+    if r.errors:
+        print(f"    {name}: {r.errors[0]}")
+    return check(ok, name, f"want one error line with '{want}'; {r.errors}; {r.why()}")
+
+
+def still_loadable(ckdir, step, name):
+    """`zerotrain info CKDIR` verifies every checksum and names STEP (its `latest`)"""
+    r = info(ckdir)
+    return check(r.rc == 0 and f"step {step}," in r.stdout and "integrity: OK" in r.stdout, name,
+                 r.stdout[-600:] + r.stderr[-600:])
 
 
 def popen_rank_exits(args, ranks=2):
-    """Starts zerotrain ARGS under mpirun with RANK_EXIT (stdout and stderr piped, text)."""
-    return subprocess.Popen(["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "--mca",
-                             "orte_abort_on_non_zero_status", "0", "sh", "-c", RANK_EXIT, "sh", BIN] + list(args),
-                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def rank_exits(stderr):
-    """{rank: exit status} from RANK_EXIT's lines"""
-    return dict(map(int, l.split()[1:]) for l in stderr.splitlines() if l.startswith("rank-exit "))
+    """Starts zerotrain ARGS under mpirun with every rank's exit status recorded (ranked_cmd), stdout
+    and stderr piped (text); end it with end_rank_exits."""
+    return subprocess.Popen(ranked_cmd(args, ranks), cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def end_rank_exits(proc, timeout):
     """Waits for a popen_rank_exits run (killed after timeout seconds); returns (stderr, its
     `zerotrain: error:` lines, {rank: exit status})."""
+    timed_out = False
     try:
-        _, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        _, err = proc.communicate()
-    return err, [l for l in err.splitlines() if l.startswith("zerotrain: error:")], rank_exits(err)
+        out, err = proc.communicate()
+        timed_out = True
+    r = RankedRun(proc.returncode, out, err, timed_out)
+    return err, r.errors, r.rank_status

@@ -1,6 +1,8 @@
 /* train.c — `zerotrain train CONFIG [--set KEY=VALUE]...`: the training loop. Reads the config,
  * builds the session, and for each step runs the micro-batches of this rank through forward and
  * backward, lets the ZeRO engine reduce, clip and update, and logs the step line and metrics. */
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -37,6 +39,10 @@ typedef struct trainer {
     zt_loss_scaler scaler; /* fp16 loss scaling (scale 1, never skipping, otherwise) */
     zt_engine_nvme nvme_counted; /* NVMe traffic already put in a step record: each step reports what
                                     came after (the host part's I/O may run on between steps) */
+    long last_saved_step;  /* checkpoint.dir/latest as this run left it: its save, or the step resumed there (0 = none) */
+    /* divergence guard: the accepted steps' recent losses (loss_spike), skips in a row, fired yet */
+    double *recent_loss;
+    int n_recent, recent_pos, skips_in_row, guard_fired;
 } trainer;
 
 /* Exit status of a run stopped by SIGUSR1/SIGTERM/SIGINT after saving its checkpoint: the Slurm scripts
@@ -96,13 +102,31 @@ static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     st.loss_scale_good_steps = (int)t->scaler.good_steps;
     st.hysteresis_left = t->scaler.hysteresis_left;
     int rc = zt_checkpoint_save(&t->ckdir, t->s.engine, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err);
+    if (!rc) t->last_saved_step = step; /* latest now, whatever the 16-bit export below does */
     /* DeepSpeed's 16-bit model save, beside the checkpoint: 16 bits as the run computes (fp16 with
      * fp16.enabled, else bf16 — also on the CPU backend, which computes in fp32) */
     if (!rc && t->cfg.stage3_gather_16bit_weights_on_model_save)
         rc = zt_checkpoint_export_16bit(&t->ckdir, step, t->cfg.fp16_enabled ? "F16" : "BF16", zt_default_vocab_dir(),
                                         t->comm, err);
-    if (rc && t->comm->rank == 0) zt_print_error(err);
     return rc;
+}
+
+/* "DIR/latest is step_N" / "no checkpoint yet" / "no checkpoint.dir": where a stopped run resumes */
+static void describe_latest(const trainer *t, char *buf, size_t cap) {
+    if (!t->cfg.checkpoint_dir) snprintf(buf, cap, "no checkpoint.dir is set, nothing was saved");
+    else if (t->last_saved_step > 0)
+        snprintf(buf, cap, "%s/latest is step_%08ld", t->cfg.checkpoint_dir, t->last_saved_step);
+    else snprintf(buf, cap, "no checkpoint of this run in %s yet", t->cfg.checkpoint_dir);
+}
+
+/* Whether step directory STEP_DIR lies in directory DIR (both resolved: symlinks and ./ alike). */
+static int step_is_in(const char *step_dir, const char *dir) {
+    char parent[4096], a[PATH_MAX], b[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", step_dir);
+    char *slash = strrchr(parent, '/');
+    if (slash) *slash = 0;
+    else snprintf(parent, sizeof parent, ".");
+    return realpath(parent, a) && realpath(dir, b) && !strcmp(a, b);
 }
 
 /* resume: auto (from checkpoint.dir/latest when there is one), never, or PATH. Tells the user what
@@ -120,8 +144,13 @@ static int maybe_resume(trainer *t, zt_err *err) {
     }
     zt_train_state st;
     zt_checkpoint_meta meta;
-    if (zt_checkpoint_load(step_dir, t->s.engine, &st, &meta, err)) return -1;
+    if (zt_checkpoint_load(step_dir, t->s.engine, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
     t->start_step = st.step;
+    if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = st.step;
+    if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues */
+        snprintf(t->ckdir.lineage_run_id, sizeof t->ckdir.lineage_run_id, "%s", meta.run_id);
+        t->ckdir.has_lineage = 1;
+    }
     t->samples_at_start = st.data_samples;
     if (cfg->fp16_enabled && st.loss_scale > 0) {
         t->scaler.scale = st.loss_scale;
@@ -161,7 +190,8 @@ typedef struct step_record {
     double norm;             /* global gradient norm before clipping (inf/nan on an fp16 overflow) */
     double val_loss;         /* NaN unless evaluated this step */
     double scale_used;       /* fp16 loss scale of this step (1 without fp16) */
-    int skipped;             /* fp16 overflow: no update */
+    int skipped;             /* no update: an fp16 overflow, or the divergence guard (action skip) */
+    int guard;               /* the divergence guard's finding (GUARD_*), agreed by every rank */
     double seconds, forward, backward, optimizer;
     long samples_done;       /* training-stream samples consumed after this step */
     zt_comm_bytes bytes;     /* this rank's communication volume in the step */
@@ -201,6 +231,96 @@ static int load_micro_batch(trainer *t, const step_plan *p, long step, int a) {
     return zt_fail_together(t->comm, rc, &err);
 }
 
+/* ================================================================ divergence guard
+ * A step diverged when its loss (the mean over the global batch, the same on every rank) or its
+ * global gradient norm is not finite, when its loss is above divergence_guard.max_loss nats (a
+ * model far worse than uniform guessing), or, with loss_spike F > 0, when its loss is above F times
+ * the mean of up to loss_spike_window accepted steps before it in this run. With fp16 a non-finite
+ * gradient norm is the loss scaler's overflow (skipped as before, not a divergence). Action stop
+ * ends the run before the step is saved; skip drops the step's update and goes on, and stops after
+ * max_skips skipped steps in a row. */
+enum { GUARD_OK = 0, GUARD_LOSS, GUARD_NORM, GUARD_MAX_LOSS, GUARD_SPIKE };
+static const char *const guard_names[] = {"", "loss", "grad_norm", "max_loss", "loss_spike"}; /* metrics "diverged" */
+
+static double recent_mean(const trainer *t) {
+    double sum = 0;
+    for (int i = 0; i < t->n_recent; i++) sum += t->recent_loss[i];
+    return sum / t->n_recent;
+}
+
+/* Before the update: a non-finite loss (fp16 leaves it to the overflow check), a loss over
+ * max_loss, or a spike. */
+static int guard_before_step(const trainer *t, double loss) {
+    const zt_config *cfg = &t->cfg;
+    if (cfg->guard_action == ZT_GUARD_OFF) return GUARD_OK;
+    if (!isfinite(loss)) return cfg->fp16_enabled ? GUARD_OK : GUARD_LOSS;
+    if (cfg->guard_max_loss > 0 && loss > cfg->guard_max_loss) return GUARD_MAX_LOSS;
+    if (cfg->guard_loss_spike > 0 && t->n_recent > 0 &&
+        loss > cfg->guard_loss_spike * recent_mean(t))
+        return GUARD_SPIKE;
+    return GUARD_OK;
+}
+
+/* After the update: a non-finite norm (without fp16), or with fp16 a non-finite loss in a step the
+ * scaler did not skip. */
+static int guard_after_step(const trainer *t, const step_record *rec) {
+    const zt_config *cfg = &t->cfg;
+    if (cfg->guard_action == ZT_GUARD_OFF) return GUARD_OK;
+    if (!cfg->fp16_enabled && !isfinite(rec->norm)) return GUARD_NORM;
+    if (cfg->fp16_enabled && !rec->skipped && !isfinite(rec->loss)) return GUARD_LOSS;
+    return GUARD_OK;
+}
+
+static void remember_loss(trainer *t, double loss) {
+    if (!t->recent_loss) return;
+    t->recent_loss[t->recent_pos] = loss;
+    t->recent_pos = (t->recent_pos + 1) % t->cfg.guard_spike_window;
+    if (t->n_recent < t->cfg.guard_spike_window) t->n_recent++;
+}
+
+/* what the guard found, for the log line: "loss is nan", "gradient norm is inf (loss 3.2)", ... */
+static void guard_finding(const trainer *t, const step_record *rec, char *buf, size_t cap) {
+    if (rec->guard == GUARD_LOSS) snprintf(buf, cap, "loss is %g", rec->loss);
+    else if (rec->guard == GUARD_NORM) snprintf(buf, cap, "gradient norm is %g (loss %g)", rec->norm, rec->loss);
+    else if (rec->guard == GUARD_MAX_LOSS)
+        snprintf(buf, cap, "loss %g is over divergence_guard.max_loss %g", rec->loss, t->cfg.guard_max_loss);
+    else snprintf(buf, cap, "loss %g is over divergence_guard.loss_spike %g x the mean %g of the last %d steps", rec->loss,
+                  t->cfg.guard_loss_spike, recent_mean(t), t->n_recent);
+}
+
+/* After a step: 0 to go on, or 1 with the one error line printed (the run stops before any save).
+ * A skipped step is one warning line. The first time the guard fires, the newest checkpoint saved
+ * before it is kept from keep_last's pruning for the rest of the run. */
+static int guard_verdict(trainer *t, const step_record *rec) {
+    const zt_config *cfg = &t->cfg;
+    if (!rec->guard) {
+        if (!rec->skipped) remember_loss(t, rec->loss);
+        t->skips_in_row = 0;
+        return 0;
+    }
+    if (!t->guard_fired && t->has_ckdir) t->ckdir.keep_step = t->last_saved_step;
+    t->guard_fired = 1;
+    char what[200], latest[4200];
+    guard_finding(t, rec, what, sizeof what);
+    describe_latest(t, latest, sizeof latest);
+    t->skips_in_row++;
+    if (cfg->guard_action == ZT_GUARD_SKIP && t->skips_in_row < cfg->guard_max_skips) {
+        if (t->comm->rank == 0)
+            zt_warn("step %ld: %s: update skipped by the divergence guard (%d in a row, the run stops at %d)",
+                    rec->step, what, t->skips_in_row, cfg->guard_max_skips);
+        return 0;
+    }
+    zt_err err = {{0}};
+    if (cfg->guard_action == ZT_GUARD_SKIP)
+        zt_fail(&err, "step %ld: %s: %d steps in a row skipped by the divergence guard (divergence_guard.max_skips), "
+                      "the run stops; %s", rec->step, what, t->skips_in_row, latest);
+    else
+        zt_fail(&err, "step %ld: %s: the divergence guard stops the run (divergence_guard.action: stop) before saving "
+                      "it; %s", rec->step, what, latest);
+    if (t->comm->rank == 0) zt_print_error(&err);
+    return 1;
+}
+
 /* One optimizer step: A micro-steps of forward and backward (the engine reduces gradients as they
  * become final), then the engine's step (norm, clipping, AdamW, gathers). 1 when a batch could not
  * be read (on every rank: the run ends). */
@@ -232,18 +352,28 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
         rec->forward += tb - ta;
         rec->backward += tc - tb;
     }
-    double to = zt_now();
-    if (zt_test_hook_overflow_at(rec->step)) zt_engine_inject_overflow(eng);
-    rec->scale_used = t->scaler.scale;
-    rec->norm = zt_engine_step_scaled(eng, rec->lr, cfg->gradient_clipping, rec->scale_used, &rec->skipped);
-    zt_loss_scaler_update(&t->scaler, rec->skipped);
-    if (rec->skipped)
-        zt_info("step %ld: gradient overflow at loss scale %g, update skipped; loss scale now %g", rec->step,
-                rec->scale_used, t->scaler.scale);
-    rec->optimizer = zt_now() - to;
+    /* the global loss before the update: the divergence guard may skip the update on it */
     double loss_acc[1] = {loss_sum / p->A};
     if (t->comm->world > 1) t->comm->allreduce_host_double(t->comm, loss_acc, 1);
     rec->loss = loss_acc[0] / t->comm->world;
+    double to = zt_now();
+    if (zt_test_hook_overflow_at(rec->step)) zt_engine_inject_overflow(eng);
+    rec->scale_used = t->scaler.scale;
+    /* the loss comes from one all-reduce, so every rank finds the same (run() agrees on it too) */
+    rec->guard = guard_before_step(t, rec->loss);
+    if (rec->guard) { /* no update on a diverged loss, whatever the action: a stopped run stays as it was */
+        zt_engine_skip_step(eng);
+        rec->norm = NAN;
+        rec->skipped = 1;
+    } else {
+        rec->norm = zt_engine_step_scaled(eng, rec->lr, cfg->gradient_clipping, rec->scale_used, &rec->skipped);
+        zt_loss_scaler_update(&t->scaler, cfg->fp16_enabled && rec->skipped);
+        if (cfg->fp16_enabled && rec->skipped)
+            zt_info("step %ld: gradient overflow at loss scale %g, update skipped; loss scale now %g", rec->step,
+                    rec->scale_used, t->scaler.scale);
+        rec->guard = guard_after_step(t, rec); /* the norm is global: the same on every rank */
+    }
+    rec->optimizer = zt_now() - to;
     t->s.be->synchronize();
     rec->seconds = zt_now() - t0;
     rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
@@ -288,18 +418,20 @@ static void print_step(trainer *t, const step_plan *p, const step_record *rec, d
     if (cfg->memory_breakdown) zt_mem_report_step(t->s.engine, rec->step, t->s.model.act_bytes);
 }
 
-/* One JSON line in metrics_file (rank 0; every rank's bytes gathered for it) and the monitors. */
-static void record_step(trainer *t, const step_plan *p, const step_record *rec) {
+/* One JSON line in metrics_file (rank 0; every rank's bytes gathered for it) and the monitors.
+ * Returns 0, or -1 with the writer's error (a full disk) in err; the caller stops the run. */
+static int record_step(trainer *t, const step_plan *p, const step_record *rec, zt_err *err) {
     const zt_config *cfg = &t->cfg;
     const zt_mem_account *mem = zt_engine_memory(t->s.engine);
     double comm_ms = zt_engine_comm_seconds(t->s.engine) * 1e3;
     zt_comm_bytes *bytes_per_rank = cfg->metrics_file ? zt_comm_bytes_gather(t->comm, &rec->bytes) : NULL;
     if (t->metrics) {
-        char norm_s[32] = "null"; /* JSON has no inf: an overflowing step's norm is null */
+        char norm_s[32] = "null", loss_s[32] = "null"; /* JSON has no inf or nan: those are null */
         if (isfinite(rec->norm)) snprintf(norm_s, sizeof norm_s, "%.9g", rec->norm);
-        fprintf(t->metrics, "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %s, \"step_ms\": %.3f, "
+        if (isfinite(rec->loss)) snprintf(loss_s, sizeof loss_s, "%.9g", rec->loss);
+        fprintf(t->metrics, "{\"step\": %ld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"step_ms\": %.3f, "
                             "\"tokens_per_s\": %.1f, \"comm_ms\": %.3f",
-                rec->step, rec->loss, rec->lr, norm_s, rec->seconds * 1e3, p->tokens / rec->seconds, comm_ms);
+                rec->step, loss_s, rec->lr, norm_s, rec->seconds * 1e3, p->tokens / rec->seconds, comm_ms);
         for (int c = 0; c < ZT_MEM_NCAT; c++)
             fprintf(t->metrics, ", \"mem_%s_mib\": %.3f", zt_mem_category_names[c], mem->device[c] / 1048576.0);
         fprintf(t->metrics, ", \"params_peak_mib\": %.3f", mem->params_peak / 1048576.0);
@@ -316,7 +448,9 @@ static void record_step(trainer *t, const step_plan *p, const step_record *rec) 
         if (cfg->zero_stage == 3) /* segments gathered this step, and of them gathered ahead of their use */
             fprintf(t->metrics, ", \"stage3_gathers\": %.0f, \"stage3_gathers_ahead\": %.0f",
                     zt_engine_timing_of(t->s.engine)->stage3_gathers, zt_engine_timing_of(t->s.engine)->stage3_gathers_ahead);
-        if (cfg->fp16_enabled) fprintf(t->metrics, ", \"loss_scale\": %g, \"skipped\": %d", rec->scale_used, rec->skipped);
+        if (cfg->fp16_enabled) fprintf(t->metrics, ", \"loss_scale\": %g", rec->scale_used);
+        if (cfg->fp16_enabled || rec->skipped) fprintf(t->metrics, ", \"skipped\": %d", rec->skipped);
+        if (rec->guard) fprintf(t->metrics, ", \"diverged\": \"%s\"", guard_names[rec->guard]);
         if (cfg->wall_clock_breakdown)
             fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",
                     rec->forward * 1e3, rec->backward * 1e3, rec->optimizer * 1e3);
@@ -329,7 +463,10 @@ static void record_step(trainer *t, const step_plan *p, const step_record *rec) 
         zt_comm_bytes_json(t->metrics, bytes_per_rank, t->comm->world);
         if (!isnan(rec->val_loss)) fprintf(t->metrics, ", \"val_loss\": %.9g", rec->val_loss);
         fprintf(t->metrics, "}\n");
-        fflush(t->metrics);
+        if (fflush(t->metrics) || ferror(t->metrics)) {
+            free(bytes_per_rank);
+            return zt_fail(err, "%s: cannot write metrics_file: %s", cfg->metrics_file, strerror(errno ? errno : EIO));
+        }
     }
     free(bytes_per_rank);
     if (t->monitor) {
@@ -340,11 +477,35 @@ static void record_step(trainer *t, const step_plan *p, const step_record *rec) 
             .step_ms = rec->seconds * 1e3, .tokens_per_s = p->tokens / rec->seconds, .comm_ms = comm_ms,
             .forward_ms = bd ? rec->forward * 1e3 : NAN, .backward_ms = bd ? rec->backward * 1e3 : NAN,
             .optimizer_ms = bd ? rec->optimizer * 1e3 : NAN, .mem = mem};
-        zt_monitor_step(t->monitor, &sm);
+        if (zt_monitor_step(t->monitor, &sm, err)) return -1;
     }
+    return zt_trace_check(zt_engine_trace(t->s.engine), err);
 }
 
 static int due(long step, long interval) { return interval > 0 && step % interval == 0; }
+
+/* what the ranks agree on after each step (run()): the largest value any rank has */
+enum { EVENT_STOP = 1, EVENT_WRITE_FAILED = 2, EVENT_GUARD = 8 /* + GUARD_* */ };
+
+/* A writer failed (WHY, agreed by every rank; a full disk): the one policy for every writer
+ * (metrics_file, trace, csv_monitor, tensorboard, checkpoints; README "Faults"): a last checkpoint
+ * attempt, then one error line saying what failed and where the run can resume, and exit 1. */
+static int stop_on_write_error(trainer *t, const step_record *rec, zt_err *why) {
+    char latest[4200] = "";
+    int saved = -1;
+    zt_err save_err = {{0}};
+    if (t->cfg.checkpoint_dir && t->last_saved_step != rec->step)
+        saved = save_checkpoint(t, rec->step, rec->samples_done, &save_err);
+    describe_latest(t, latest, sizeof latest);
+    zt_err err = {{0}};
+    if (saved == 0) zt_fail(&err, "%s; the run stops after a last checkpoint: %s", why->msg, latest);
+    else if (saved < 0 && t->cfg.checkpoint_dir)
+        zt_fail(&err, "%s; the run stops; its last checkpoint attempt failed too (%s); %s", why->msg, save_err.msg,
+                latest);
+    else zt_fail(&err, "%s; the run stops; %s", why->msg, latest);
+    if (t->comm->rank == 0) zt_print_error(&err);
+    return 1;
+}
 
 /* The training loop: step, evaluate, log, record, sample, checkpoint, and stop together on a signal. */
 static int run(trainer *t) {
@@ -364,14 +525,29 @@ static int run(trainer *t) {
         if (step == t->start_step) timed_start = zt_now();
         long timed = rec.step - (t->start_step + 1);
         print_step(t, &p, &rec, timed > 0 ? (zt_now() - timed_start) / timed * (steps - rec.step) : 0);
-        record_step(t, &p, &rec);
+        zt_err werr = {{0}};
+        int wrc = record_step(t, &p, &rec, &werr);
+        /* one agreement a step on what happened on any rank, the weightiest first: the divergence
+         * guard's finding, a writer's failure, SIGUSR1/SIGTERM. A lesser one left out this step
+         * comes back the next (a failed writer stays failed, a signal stays requested). */
+        int event = t->comm->agree_max(t->comm, rec.guard ? EVENT_GUARD + rec.guard : wrc ? EVENT_WRITE_FAILED
+                                                : stop_requested ? EVENT_STOP : 0);
+        rec.guard = event > EVENT_GUARD ? event - EVENT_GUARD : GUARD_OK;
+        if (guard_verdict(t, &rec)) return 1; /* before any save: a diverged state is never saved */
+        if (event == EVENT_WRITE_FAILED) { /* every rank learns the failing rank's message */
+            zt_agree(t->comm, wrc, &werr);
+            return stop_on_write_error(t, &rec, &werr);
+        }
         if (due(rec.step, cfg->sample_interval) && !last) zt_sample_print(&t->s, cfg->sample_tokens, cfg->seed + (uint64_t)step);
 
         /* every rank stops at the same step when any rank got SIGUSR1/SIGTERM */
-        int stop = t->comm->agree_max(t->comm, stop_requested ? 1 : 0);
+        int stop = event == EVENT_STOP;
         if (cfg->checkpoint_dir && (due(rec.step, cfg->save_interval) || last || stop)) {
             zt_err err = {{0}};
-            if (save_checkpoint(t, rec.step, rec.samples_done, &err)) return 1;
+            if (save_checkpoint(t, rec.step, rec.samples_done, &err)) {
+                if (t->comm->rank == 0) zt_print_error(&err);
+                return 1;
+            }
         }
         if (stop) {
             zt_info("zerotrain: stopped by signal after step %ld%s; exiting with status %d (requeue to resume)",
@@ -437,6 +613,34 @@ static void print_banner(trainer *t) {
         zt_info("16-bit model save: asked for, but checkpoint.dir is null, so nothing is saved");
 }
 
+/* A run never replaces, prunes or moves `latest` away from checkpoints it does not continue:
+ * checkpoint.resume: never, or a path outside checkpoint.dir, in a checkpoint.dir that holds
+ * checkpoints is refused, naming the newest, unless checkpoint.overwrite says so. Collective; 0, or
+ * -1 on every rank with the message printed once. */
+static int refuse_foreign_checkpoints(trainer *t, zt_err *err) {
+    const zt_config *cfg = &t->cfg;
+    if (cfg->resume_mode == ZT_RESUME_AUTO || cfg->ckpt_overwrite) return 0;
+    char newest[4096], resumed[4096];
+    int found = zt_checkpoint_resolve_shared(t->comm, cfg->checkpoint_dir, newest, sizeof newest, err);
+    int elsewhere = 0; /* resume: PATH names a checkpoint outside checkpoint.dir */
+    if (found > 0 && cfg->resume_mode == ZT_RESUME_PATH) {
+        int r = zt_checkpoint_resolve_shared(t->comm, cfg->resume_path, resumed, sizeof resumed, err);
+        if (r < 0) found = -1;
+        elsewhere = r > 0 && t->comm->agree_max(t->comm, t->comm->rank == 0 && !step_is_in(resumed, cfg->checkpoint_dir));
+        if (r >= 0 && !elsewhere) return 0; /* continuing (or rolling back) this directory's own run */
+    }
+    if (found > 0) {
+        const char *slash = strrchr(newest, '/');
+        zt_fail(err, "%s: checkpoint.resume is %s, but the directory holds checkpoints of another run (newest %s), "
+                     "which this run would replace, prune and move `latest` from: resume them (checkpoint.resume: auto), "
+                     "use a new checkpoint.dir, or start over here with --set checkpoint.overwrite=true",
+                cfg->checkpoint_dir, elsewhere ? "a checkpoint outside it" : "never", slash ? slash + 1 : newest);
+    }
+    if (found == 0) return 0;
+    if (t->comm->rank == 0) zt_print_error(err);
+    return -1;
+}
+
 int zt_cmd_train(int argc, char **argv) {
     trainer t;
     memset(&t, 0, sizeof t);
@@ -455,6 +659,8 @@ int zt_cmd_train(int argc, char **argv) {
             goto done_fail;
         }
         t.has_ckdir = 1;
+        t.ckdir.prune_any = t.cfg.ckpt_overwrite;
+        if (refuse_foreign_checkpoints(&t, &err)) goto done_fail;
     }
     rc = zt_session_open(&t.s, &t.cfg, t.comm, NULL, t.cfg.train_micro_batch_size_per_gpu, t.cfg.seq_len, &err);
     if (zt_fail_together(t.comm, rc, &err)) {
@@ -463,6 +669,8 @@ int zt_cmd_train(int argc, char **argv) {
     }
     if (t.cfg.trace_file) rc = zt_engine_open_trace(t.s.engine, t.cfg.trace_file, &err);
     if (zt_fail_together(t.comm, rc, &err)) { zt_session_close(&t.s); goto done_fail; }
+    zt_engine_set_skip_nonfinite(t.s.engine, t.cfg.guard_action == ZT_GUARD_SKIP);
+    if (t.cfg.guard_loss_spike > 0) t.recent_loss = zt_xcalloc((size_t)t.cfg.guard_spike_window, sizeof(double));
     print_banner(&t);
     if (t.cfg.fp16_enabled)
         zt_loss_scaler_init(&t.scaler, t.cfg.loss_scale, t.cfg.initial_scale_power, t.cfg.loss_scale_window,
@@ -485,6 +693,7 @@ int zt_cmd_train(int argc, char **argv) {
     t.targets = zt_xcalloc(n, sizeof(int));
     rc = run(&t);
     zt_session_close(&t.s);
+    free(t.recent_loss);
     free(t.inputs);
     free(t.targets);
     if (t.metrics) fclose(t.metrics);

@@ -16,6 +16,7 @@ enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU, ZT_OFFLOAD_NVME };
 /* data_types.grad_accum_dtype; DEFAULT = not given (the backend's compute dtype) */
 enum { ZT_ACCUM_DEFAULT = 0, ZT_ACCUM_FP32, ZT_ACCUM_BF16, ZT_ACCUM_FP16 };
 enum { ZT_RESUME_AUTO = 0, ZT_RESUME_NEVER, ZT_RESUME_PATH };
+enum { ZT_GUARD_STOP = 0, ZT_GUARD_SKIP, ZT_GUARD_OFF }; /* divergence_guard.action */
 
 /* a DeepSpeed monitor section (tensorboard, csv_monitor): rank 0 writes into output_path/job_name/ */
 typedef struct zt_monitor_config {
@@ -101,6 +102,15 @@ typedef struct zt_config {
     int keep_last;             /* 0 = keep all */
     int resume_mode;
     char *resume_path;
+    int ckpt_overwrite;        /* resume: never may start over in a directory holding checkpoints */
+    int ckpt_allow_unverified; /* format-version-1 checkpoints (no metadata checksum) may load */
+
+    /* divergence guard (train.c) */
+    int guard_action;          /* ZT_GUARD_* */
+    double guard_max_loss;     /* a loss above this (nats) is a divergence; 0 = off */
+    double guard_loss_spike;   /* a loss above this times the recent mean is a divergence; 0 = off */
+    int guard_spike_window;    /* accepted steps in that mean */
+    int guard_max_skips;       /* action skip: skipped steps in a row before the run stops */
 
     /* logging */
     long steps_per_print;

@@ -35,6 +35,8 @@ static const zt_enumval offload_devs[] = {{"none", ZT_OFFLOAD_NONE}, {"cpu", ZT_
 static const zt_enumval accum_dtypes[] = {{"fp32", ZT_ACCUM_FP32}, {"bf16", ZT_ACCUM_BF16}, {"fp16", ZT_ACCUM_FP16},
                                           {NULL, 0}};
 static const zt_enumval resume_modes[] = {{"auto", ZT_RESUME_AUTO}, {"never", ZT_RESUME_NEVER}, {NULL, 0}};
+static const zt_enumval guard_actions[] = {{"stop", ZT_GUARD_STOP}, {"skip", ZT_GUARD_SKIP}, {"off", ZT_GUARD_OFF},
+                                           {NULL, 0}};
 /* names DeepSpeed knows that zerotrain refuses as "not supported" rather than "expected ..." */
 static const char *const ds_optimizers[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Lamb", "Lion",
                                             "Adagrad", "MuAdam", "MuAdamW", "MuSGD", "CPUAdam", NULL};
@@ -273,8 +275,24 @@ const zt_keydef zt_config_keys[] = {
         .help = "keep this many newest; 0 = all"),
     KEY2("checkpoint.resume", K_RESUME, resume_mode, resume_path, .def = ZT_RESUME_AUTO, .flags = E,
          .ev = resume_modes, .help = "auto, never or a step directory"),
+    KEY("checkpoint.overwrite", K_BOOL, ckpt_overwrite, .def = 0, .flags = E,
+        .help = "resume: never may start over in a directory that holds checkpoints (and replace them)"),
+    KEY("checkpoint.allow_unverified", K_BOOL, ckpt_allow_unverified, .def = 0, .flags = E,
+        .help = "load format-version-1 checkpoints, whose metadata carries no checksum"),
     DSKEY("checkpoint.tag_validation"), DSKEY("checkpoint.load_universal"),
     DSKEY("checkpoint.use_node_local_storage"), DSKEY("checkpoint.parallel_write"),
+
+    SEC("divergence_guard"),
+    KEY("divergence_guard.action", K_ENUM, guard_action, .def = ZT_GUARD_STOP, .flags = E, .ev = guard_actions,
+        .help = "on a non-finite loss or norm, a loss over max_loss or a spike: stop, skip the update, or off"),
+    KEY("divergence_guard.max_loss", K_DOUBLE, guard_max_loss, .def = 100, .lo = 0, .hi = INF, .flags = E,
+        .help = "a loss above this many nats diverged (uniform guessing is ln(vocab_size), 10.8); 0 = off"),
+    KEY("divergence_guard.loss_spike", K_DOUBLE, guard_loss_spike, .def = 0, .lo = 0, .hi = INF, .flags = E,
+        .help = "a loss above this (> 1) times the mean of the last loss_spike_window steps diverged; 0 = off"),
+    KEY("divergence_guard.loss_spike_window", K_INT, guard_spike_window, .def = 20, .lo = 1, .hi = INF, .flags = E,
+        .help = "steps in the mean the loss spike is measured against"),
+    KEY("divergence_guard.max_skips", K_INT, guard_max_skips, .def = 10, .lo = 1, .hi = INF, .flags = E,
+        .help = "action skip: steps skipped in a row before the run stops"),
 
     KEY("steps_per_print", K_LONG, steps_per_print, .def = 10, .lo = 1, .hi = INF, .flags = E,
         .help = "a step line every this many steps"),

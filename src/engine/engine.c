@@ -363,8 +363,8 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     *skipped = 0;
     /* with loss scaling the step may be skipped (overflow), so the norm comes before the host
      * threads start moving gradients; without it the first transfers overlap the norm */
-    int scaled = loss_scale != 1.0;
-    double norm = scaled ? zero_grad_norm(e) / loss_scale : 0.0;
+    int scaled = loss_scale != 1.0, norm_first = scaled || e->skip_nonfinite;
+    double norm = norm_first ? zero_grad_norm(e) / loss_scale : 0.0;
     if (!isfinite(norm)) {
         *skipped = 1;
         zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_now());
@@ -372,7 +372,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     }
     twin_flow *tf = zt_xcalloc(1, sizeof *tf); /* freed by twin_update or, later, twin_settle */
     twin_start(e, tf);
-    if (!scaled) norm = zero_grad_norm(e);
+    if (!norm_first) norm = zero_grad_norm(e);
     float clip = 1.0f;
     if (max_norm > 0 && norm > max_norm) clip = (float)(max_norm / (norm + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
     double tn1 = zt_now();
@@ -391,6 +391,16 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     trace_memory(e);
     return norm;
 }
+
+void zt_engine_skip_step(zt_engine *e) {
+    if (e->opt.stage == 3) zero_end_micros(e);
+    zero_finish_all(e);
+    twin_settle(e);
+}
+
+void zt_engine_set_skip_nonfinite(zt_engine *e, int on) { e->skip_nonfinite = on; }
+
+zt_trace *zt_engine_trace(zt_engine *e) { return e->trace; }
 
 void zt_engine_inject_overflow(zt_engine *e) {
     twin_settle(e);

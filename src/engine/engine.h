@@ -178,6 +178,17 @@ void zt_engine_finish_reductions(zt_engine *e);
  * (*skipped = 1, nothing changes, the norm is returned). */
 double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped);
 
+/* Ends an optimizer step without an update (the divergence guard skips it): waits for the
+ * reductions and the last update's host part as the step would; parameters and optimizer states
+ * stay as they were. */
+void zt_engine_skip_step(zt_engine *e);
+/* on: the step computes the global norm before any update starts on every path (not only with loss
+ * scaling), and a non-finite norm skips the update as an fp16 overflow does. Costs the overlap of
+ * the first host transfers with the norm (Twin-Flow). */
+void zt_engine_set_skip_nonfinite(zt_engine *e, int on);
+/* The rank's trace (NULL without one): train.c checks it for write errors after each step. */
+zt_trace *zt_engine_trace(zt_engine *e);
+
 /* Test hook (util/test_hooks.h): puts an inf into this rank's reduced gradients, as an fp16
  * overflow would, so that the next step_scaled skips. Call after the last micro-step. */
 void zt_engine_inject_overflow(zt_engine *e);

@@ -75,6 +75,7 @@ struct zt_engine {
     zt_engine_timing timing;
     struct twin_flow *pending; /* the last update's host lanes, still running (overlap_step), or NULL */
     zt_trace *trace;       /* owned; NULL unless zt_engine_open_trace */
+    int skip_nonfinite;    /* the norm comes before the update on every path; a non-finite one skips it */
 };
 
 

@@ -27,7 +27,8 @@
  *                                    tokenizer), written after the checkpoint is complete; not part of it
  *   DIR/.tmp_step_*.RUNID            a save in progress (or a crashed one): ignored, removed by the next
  *                                    run that opens DIR, or by the same run when that save fails
- * Version 1 (no run id, shard digests or metadata checksum) still loads, with a warning.
+ * Version 1 (no run id, shard digests or metadata checksum) loads into training only with
+ * allow_unverified (checkpoint.allow_unverified), with a warning; info and export read it with the warning.
  * A step directory is renamed into place only after every rank's file and the index are fsync'ed, and
  * `latest` is replaced atomically after that, so a crash leaves `latest` on the previous checkpoint. */
 #ifndef ZT_CHECKPOINT_H
@@ -71,6 +72,12 @@ typedef struct zt_checkpoint_dir {
     char path[4096];
     char run_id[24];   /* 16 hex digits, the same on every rank: names the run's saves */
     int lock_fd;       /* rank 0: the open .lock file whose flock the run holds; -1 elsewhere */
+    int dir_fd;        /* rank 0: the directory, flock'ed too where the file system can; -1 otherwise */
+    /* what keep_last may remove besides this run's own steps (checkpoint_save.c, prune) */
+    char lineage_run_id[24]; /* the run id of the checkpoint this run resumed from */
+    int has_lineage;
+    int prune_any;           /* checkpoint.overwrite: every step directory (the user said so) */
+    long keep_step;          /* never pruned (the newest saved before the divergence guard fired); 0 = none */
 } zt_checkpoint_dir;
 
 /* Collective. Creates PATH when missing, takes its lock on rank 0 for as long as the run lives
@@ -80,14 +87,21 @@ typedef struct zt_checkpoint_dir {
  * Returns 0, or -1 on every rank with the message in err. */
 int zt_checkpoint_dir_open(zt_checkpoint_dir *d, const char *path, zt_comm *comm, zt_err *err);
 void zt_checkpoint_dir_close(zt_checkpoint_dir *d);
+/* Rank 0 (others return 0): D/.lock must still be the file this run locked. Deleted: made and
+ * locked again (warning); replaced by another file (another run got in): -1 with the new holder
+ * in err. zt_checkpoint_save calls it before each save. */
+int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err);
 
 /* Collective. Saves the engine's model states and ST as D/step_%08ld (st->step), updates D/latest,
  * then removes the oldest complete step directories beyond keep_last (0 = keep all; never the new
- * one). Every rank writes its own file (D must be on a file system
+ * one, nor d->keep_step, nor a step another run saved: see zt_checkpoint_dir). A non-finite value in
+ * the state fails the save like a write error (nothing published, `latest` unmoved). Every rank
+ * writes its own file (D must be on a file system
  * all ranks share). Every phase that can fail (temporary directory, rank files, index, rename,
  * latest) ends with the ranks agreeing on the outcome: returns 0 on every rank, or -1 on every rank
- * with the first failing rank's message in err, `latest` left on the previous checkpoint. */
-int zt_checkpoint_save(const zt_checkpoint_dir *d, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
+ * with the first failing rank's message in err, `latest` left on the previous checkpoint. Starts
+ * with zt_checkpoint_dir_check. */
+int zt_checkpoint_save(zt_checkpoint_dir *d, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
                        const char *config_text, int keep_last, zt_err *err);
 
 /* Finds the step directory PATH names: a step directory (holds index.h5; PATH/index.h5 itself is
@@ -108,7 +122,7 @@ int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir
  * checkpoint, other format version, a different model (tensor names/shapes/offsets), missing
  * shard, truncated or unreadable file, checksum mismatch. Returns 0, or -1 on every rank. */
 int zt_checkpoint_load(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta,
-                       zt_err *err);
+                       int allow_unverified, zt_err *err);
 
 /* ---- reading a checkpoint outside training (export, info): one process, bounded memory ---- */
 

@@ -1,7 +1,11 @@
 /* checkpoint_dir.c — who owns a checkpoint directory, and which step directory a path names.
  *
  * Ownership: rank 0 of a run holds flock(LOCK_EX) on DIR/.lock from zt_checkpoint_dir_open to the
- * end of the run. The kernel releases it when the process exits or dies (kill -9 included), so a
+ * end of the run, and on DIR itself where the file system locks directories (local ones do; NFS
+ * does not, and then the .lock file alone holds). Deleting .lock under a running job therefore
+ * does not let a second run in: the directory's lock still refuses it, and each save re-checks
+ * .lock (zt_checkpoint_dir_check): a deleted one is written again, one replaced by another file
+ * (another run's) stops the save. The kernel releases it when the process exits or dies (kill -9 included), so a
  * crashed run never leaves the directory stuck; a second run on the same directory is refused at
  * start with the holder's host, pid, run id and start time read from the file. Each save works in
  * .tmp_step_N.RUNID, so even two runs that bypassed the lock could not share a temporary directory.
@@ -49,6 +53,47 @@ static void new_run_id(char out[24]) {
     snprintf(out, 24, "%016llx", id);
 }
 
+/* the holder record of a lock file (its first line, escaped), or "holder unknown" */
+static const char *holder_of(int fd, char *shown, size_t cap) {
+    char holder[512] = "";
+    ssize_t n = fd >= 0 ? pread(fd, holder, sizeof holder - 1, 0) : -1;
+    holder[n > 0 ? n : 0] = 0;
+    holder[strcspn(holder, "\n")] = 0;
+    return holder[0] ? zt_escape_str(holder, shown, cap) : "holder unknown";
+}
+
+static int refuse_in_use(const zt_checkpoint_dir *d, const char *holder, zt_err *err) {
+    return zt_fail(err, "%s: checkpoint directory is in use by another run (%s); a checkpoint.dir belongs to one run at "
+                        "a time: wait for it to end or use another directory", d->path, holder);
+}
+
+/* the directory's own lock: refused while another run holds it (its .lock may have been deleted);
+ * file systems that do not lock directories (NFS) leave the .lock file alone to hold */
+static int lock_directory(zt_checkpoint_dir *d, zt_err *err) {
+    int fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        d->dir_fd = fd;
+        return 0;
+    }
+    int busy = errno == EWOULDBLOCK;
+    close(fd);
+    return busy ? refuse_in_use(d, "its .lock file was deleted or replaced while it runs", err) : 0;
+}
+
+/* writes this run's holder record into the locked file fd */
+static int write_holder(const zt_checkpoint_dir *d, int fd, const char *lock, zt_err *err) {
+    char host[256] = "?", when[64] = "?", rec[512];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    int len = snprintf(rec, sizeof rec, "host %s, pid %ld, run id %s, started %s\n", host, (long)getpid(), d->run_id, when);
+    if (ftruncate(fd, 0) || pwrite(fd, rec, (size_t)len, 0) != len) return zt_fail(err, "%s: cannot write: %s", lock, strerror(errno));
+    return 0;
+}
+
 /* rank 0: directory, lock, holder record, leftovers */
 static int take_lock(zt_checkpoint_dir *d, zt_err *err) {
     if (ck_mkdir_p(d->path, err)) return -1;
@@ -58,40 +103,61 @@ static int take_lock(zt_checkpoint_dir *d, zt_err *err) {
     if (fd < 0) return zt_fail(err, "%s: cannot open the checkpoint directory's lock: %s", lock, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB)) {
         int e = errno;
+        char shown[600];
         if (e == EWOULDBLOCK) {
-            char holder[512] = "", shown[600];
-            ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-            holder[n > 0 ? n : 0] = 0;
-            holder[strcspn(holder, "\n")] = 0;
+            refuse_in_use(d, holder_of(fd, shown, sizeof shown), err);
             close(fd);
-            return zt_fail(err, "%s: checkpoint directory is in use by another run (%s); a checkpoint.dir belongs to one "
-                                "run at a time: wait for it to end or use another directory",
-                           d->path, holder[0] ? zt_escape_str(holder, shown, sizeof shown) : "holder unknown");
+            return -1;
         }
         close(fd);
         return zt_fail(err, "%s: cannot lock: %s%s", lock, strerror(e),
                        e == ENOSYS || e == EOPNOTSUPP ? " (on Lustre, mount with -o flock)" : "");
     }
-    char host[256] = "?", when[64] = "?", rec[512];
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = 0;
-    time_t now = time(NULL);
-    struct tm tm;
-    if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    int len = snprintf(rec, sizeof rec, "host %s, pid %ld, run id %s, started %s\n", host, (long)getpid(), d->run_id, when);
-    if (ftruncate(fd, 0) || pwrite(fd, rec, (size_t)len, 0) != len) {
-        int e = errno;
+    if (lock_directory(d, err)) {
         close(fd);
-        return zt_fail(err, "%s: cannot write: %s", lock, strerror(e));
+        return -1;
+    }
+    if (write_holder(d, fd, lock, err)) {
+        close(fd);
+        return -1;
     }
     d->lock_fd = fd;
     remove_leftovers(d->path);
     return 0;
 }
 
+int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err) {
+    if (d->lock_fd < 0) return 0;
+    char lock[CK_PATHCAP], shown[600];
+    if (ck_path_join(lock, sizeof lock, d->path, ".lock", err)) return -1;
+    struct stat now, held;
+    if (fstat(d->lock_fd, &held)) return zt_fail(err, "%s: %s", lock, strerror(errno));
+    int found = stat(lock, &now) == 0;
+    if (found && now.st_dev == held.st_dev && now.st_ino == held.st_ino) return 0;
+    if (found || errno != ENOENT) { /* another file took its place: another run's */
+        int fd = open(lock, O_RDONLY | O_CLOEXEC);
+        zt_fail(err, "%s: replaced while this run holds the checkpoint directory (now: %s): another run may be "
+                     "writing there; this run stops without saving", lock, holder_of(fd, shown, sizeof shown));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    /* deleted: written again, so the directory stays marked (and locked on NFS, where it alone holds) */
+    int fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) return zt_fail(err, "%s: deleted while this run holds the directory, and cannot be made again: %s", lock,
+                               strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) || write_holder(d, fd, lock, err)) {
+        close(fd);
+        return zt_fail(err, "%s: deleted while this run holds the directory, and cannot be locked again", lock);
+    }
+    close(d->lock_fd);
+    d->lock_fd = fd;
+    zt_warn("checkpoint: %s was deleted while this run holds the directory; written again", lock);
+    return 0;
+}
+
 int zt_checkpoint_dir_open(zt_checkpoint_dir *d, const char *path, zt_comm *comm, zt_err *err) {
     memset(d, 0, sizeof *d);
-    d->lock_fd = -1;
+    d->lock_fd = d->dir_fd = -1;
     int rc = (size_t)snprintf(d->path, sizeof d->path, "%s", path) >= sizeof d->path - 64 ? zt_fail(err, "%s: path too long", path) : 0;
     if (comm->rank == 0) new_run_id(d->run_id);
     if (!rc && comm->rank == 0) rc = take_lock(d, err);
@@ -105,7 +171,8 @@ int zt_checkpoint_dir_open(zt_checkpoint_dir *d, const char *path, zt_comm *comm
 
 void zt_checkpoint_dir_close(zt_checkpoint_dir *d) {
     if (d->lock_fd >= 0) close(d->lock_fd); /* closing the only descriptor releases the flock */
-    d->lock_fd = -1;
+    if (d->dir_fd >= 0) close(d->dir_fd);
+    d->lock_fd = d->dir_fd = -1;
 }
 
 /* ================================================================ resolve */

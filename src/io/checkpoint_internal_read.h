@@ -24,6 +24,7 @@ struct zt_checkpoint_reader {
     const zt_backend *stage_be; /* allocator of stage (NULL: malloc) */
     float *stage;
     size_t stage_cap;           /* elements */
+    int allow_unverified;       /* format version 1 opens (with a warning) instead of being refused */
 };
 
 /* where verified data goes: elements of [a, b) are either read straight into direct (host memory;
@@ -33,8 +34,11 @@ typedef struct { float *direct; ck_sink_fn sink; void *ctx; } ck_target;
 
 /* opens an HDF5 file read-only; MISSING is the message (with the path as %s) when it does not exist */
 hid_t ck_open_h5(const char *path, zt_err *err, const char *missing);
-/* opens and validates STEP_DIR; staging buffers come from stage_be->host_alloc (NULL: malloc) */
-zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *stage_be, zt_err *err);
+/* opens and validates STEP_DIR; staging buffers come from stage_be->host_alloc (NULL: malloc);
+ * format version 1 (nothing ties its metadata or shards together) is refused unless
+ * allow_unverified */
+zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *stage_be, int allow_unverified,
+                                     zt_err *err);
 /* Reads elements [a, b) of vector v, verifying the CRC of every chunk it touches. Whole chunks
  * inside [a, b) go straight into t->direct when there is one; the rest is staged. */
 int ck_read_range(zt_checkpoint_reader *r, int v, size_t a, size_t b, const ck_target *t, zt_err *err);

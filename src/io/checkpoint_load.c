@@ -82,10 +82,11 @@ static int check_model(const zt_checkpoint_reader *r, const zt_param_table *t, z
     return 0;
 }
 
-static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta, zt_err *err) {
+static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta,
+                      int allow_unverified, zt_err *err) {
     const zt_backend *be = zt_engine_backend(e);
     int host = host_memory(be), fp32 = be->compute_dtype == ZT_F32;
-    zt_checkpoint_reader *r = ck_reader_open(step_dir, host ? NULL : be, err);
+    zt_checkpoint_reader *r = ck_reader_open(step_dir, host ? NULL : be, allow_unverified, err);
     if (!r) return -1;
     int rc = check_model(r, zt_engine_table(e), err);
     /* parameters: the full vector at stages 0-2, the shard at stage 3 */
@@ -129,11 +130,12 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
     return rc;
 }
 
-int zt_checkpoint_load(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta, zt_err *err) {
+int zt_checkpoint_load(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta,
+                       int allow_unverified, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
     double t0 = zt_now();
     if (meta) memset(meta, 0, sizeof *meta);
-    int rc = load_local(step_dir, e, st, meta, err);
+    int rc = load_local(step_dir, e, st, meta, allow_unverified, err);
     rc = zt_agree(zt_engine_comm(e), rc, err);
     if (rc && meta) zt_checkpoint_meta_free(meta);
     if (!rc) zt_info("checkpoint: loaded %s in %.2f s", step_dir, zt_now() - t0);

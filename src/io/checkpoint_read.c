@@ -189,6 +189,11 @@ static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
         if (want != ck_meta_digest(m, &r->state, r->shard_crc))
             return zt_fail(err, "%s: metadata checksum mismatch: the step, trainer state, model or config attributes were "
                                 "changed after the save", path);
+    } else if (!r->allow_unverified) {
+        return zt_fail(err, "%s: checkpoint format version 1: its trainer state and the ties between its shards and "
+                            "index are not checksummed, so an edit or a mixed-up shard would load unnoticed; load it "
+                            "only with --set checkpoint.allow_unverified=true (then save to get version %d)",
+                       path, ZT_CKPT_VERSION);
     } else {
         zt_warn("checkpoint: %s is format version 1: its trainer state and the ties between its shards and index are "
                 "not checksummed (re-save to get version %d)", path, ZT_CKPT_VERSION);
@@ -200,10 +205,12 @@ static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
     return check_saved_table(r, err);
 }
 
-zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *stage_be, zt_err *err) {
+zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *stage_be, int allow_unverified,
+                                     zt_err *err) {
     zt_checkpoint_reader *r = zt_xcalloc(1, sizeof *r);
     r->index = r->vds[0] = r->vds[1] = r->vds[2] = -1;
     r->stage_be = stage_be;
+    r->allow_unverified = allow_unverified;
     char why[CK_WHYCAP];
     if ((size_t)snprintf(r->dir, sizeof r->dir, "%s", step_dir) >= sizeof r->dir) {
         zt_fail(err, "%s: path too long", step_dir);
@@ -244,7 +251,7 @@ fail:
 
 zt_checkpoint_reader *zt_checkpoint_open(const char *step_dir, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
-    zt_checkpoint_reader *r = ck_reader_open(step_dir, NULL, err);
+    zt_checkpoint_reader *r = ck_reader_open(step_dir, NULL, 1, err); /* info, export: read, with the warning */
     ck_h5_restore(q);
     return r;
 }

@@ -32,6 +32,28 @@ static int write_slab(hid_t d, size_t off, size_t n, const float *buf) {
     return rc < 0 ? -1 : 0;
 }
 
+/* The first non-finite element of x[0, n), or n. A checkpoint holds finite state only: a NaN or inf
+ * reaching a save (a diverged run with the guard off, corrupted swap contents) fails the save, so
+ * `latest` stays on the last good checkpoint. */
+static size_t first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
+/* "VECTOR of TENSOR (element I)": where flat element `flat` of a saved vector belongs */
+static void name_element(const zt_engine *e, int which, size_t flat, char *buf, size_t cap) {
+    const zt_param_table *t = zt_engine_table(e);
+    for (int i = 0; i < t->count; i++) {
+        const zt_param_info *p = &t->params[i];
+        if (flat >= p->offset && flat < p->offset + p->numel) {
+            snprintf(buf, cap, "%s of %s (element %zu)", ck_vec_names[which], p->name, flat - p->offset);
+            return;
+        }
+    }
+    snprintf(buf, cap, "%s element %zu", ck_vec_names[which], flat);
+}
+
 /* Writes dataset NAME: this rank's partition of optimizer vector `which` with its per-chunk CRC32C
  * attributes. Fills crc (ck_max(nch, 1) values) and *chunk. */
 static int write_vector(hid_t f, const char *path, int which, zt_engine *e, float *stage, uint32_t *crc, size_t *chunk,
@@ -46,9 +68,18 @@ static int write_vector(hid_t f, const char *path, int which, zt_engine *e, floa
     hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     int rc = d < 0 ? -1 : 0;
     size_t group = ck_max(1, CK_STAGE_ELEMS / C) * C; /* whole chunks per staged write */
+    int nonfinite = 0;
     for (size_t x = 0; !rc && x < n; x += group) {
         size_t k = ck_min(group, n - x);
         zt_engine_state_read(e, which, zt_engine_layout_of(e)->lo - zt_engine_layout_of(e)->opt_lo + x, k, stage);
+        size_t bad = first_nonfinite(stage, k);
+        if (bad < k) {
+            char where[160];
+            name_element(e, which, zt_engine_layout_of(e)->lo + x + bad, where, sizeof where);
+            rc = nonfinite = zt_fail(err, "%s: not saved: %s is %g, and a checkpoint holds finite state only "
+                                          "(latest stays on the last good checkpoint)", path, where, stage[bad]);
+            break;
+        }
         ck_crc_chunks(stage, k, C, crc + x / C);
         rc = write_slab(d, x, k, stage);
     }
@@ -56,7 +87,7 @@ static int write_vector(hid_t f, const char *path, int which, zt_engine *e, floa
     if (!rc && ck_put_u64(d, "checksum_chunk", C)) rc = -1;
     if (!rc && ck_put_str(d, "checksum", "crc32c of each checksum_chunk elements (little-endian bytes)")) rc = -1;
     char why[CK_WHYCAP];
-    if (rc) zt_fail(err, "%s: cannot write dataset %s (%zu elements): %s", path, name, n, ck_h5_why(why));
+    if (rc && !nonfinite) zt_fail(err, "%s: cannot write dataset %s (%zu elements): %s", path, name, n, ck_h5_why(why));
     if (d >= 0) H5Dclose(d);
     H5Pclose(dcpl);
     H5Sclose(sp);
@@ -296,14 +327,37 @@ static int publish_dir(const char *dir, const char *tmp, const char *final, zt_e
     return ck_fsync_path(dir, err);
 }
 
-static void prune(const char *dir, const char *keep, int keep_last) {
+/* Whether pruning may remove step directory P: one this run saved, or one of the run it resumed
+ * from (the run id in its index.h5), or any with checkpoint.overwrite. Another run's steps, and a
+ * step whose index cannot be read, are never removed. */
+static int prunable(const zt_checkpoint_dir *cd, const char *p) {
+    if (cd->prune_any) return 1;
+    char idx[CK_PATHCAP];
+    if (ck_path_join(idx, sizeof idx, p, "index.h5", NULL)) return 0;
+    hid_t fapl = ck_file_access();
+    hid_t f = H5Fopen(idx, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (f < 0) return 0;
+    char *run_id = NULL;
+    int rc = ck_get_str(f, "run_id", &run_id);
+    if (rc == -1) run_id = zt_xstrdup(""); /* format version 1: no run id */
+    H5Fclose(f);
+    int mine = run_id && (!strcmp(run_id, cd->run_id) || (cd->has_lineage && !strcmp(run_id, cd->lineage_run_id)));
+    free(run_id);
+    return mine;
+}
+
+/* keep_last: removes the oldest complete step directories while more than keep_last remain, except
+ * KEEP (the one just saved), cd->keep_step (the newest saved before the divergence guard fired)
+ * and the steps that are not this run's to remove (prunable). */
+static void prune(const zt_checkpoint_dir *cd, const char *keep, int keep_last) {
     if (keep_last <= 0) return;
     ck_step_entry *s;
-    int n = ck_list_steps(dir, &s), left = n;
+    int n = ck_list_steps(cd->path, &s), left = n;
     for (int i = 0; i < n && left > keep_last; i++) {
-        if (!strcmp(s[i].name, keep)) continue;
+        if (!strcmp(s[i].name, keep) || (cd->keep_step > 0 && s[i].step == cd->keep_step)) continue;
         char p[CK_PATHCAP];
-        if (ck_path_join(p, sizeof p, dir, s[i].name, NULL)) continue;
+        if (ck_path_join(p, sizeof p, cd->path, s[i].name, NULL) || !prunable(cd, p)) continue;
         if (ck_rmtree(p)) zt_warn("checkpoint: cannot remove old %s: %s", p, strerror(errno));
         left--;
     }
@@ -312,7 +366,7 @@ static void prune(const char *dir, const char *keep, int keep_last) {
 
 /* ================================================================ save */
 
-int zt_checkpoint_save(const zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
+int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
                        const char *config_text, int keep_last, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
     double t0 = zt_now();
@@ -326,6 +380,7 @@ int zt_checkpoint_save(const zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_
     if (!rc) rc = ck_path_join(idx, sizeof idx, tmp, "index.h5", err);
     /* phase 1: rank 0 makes an empty temporary directory (removing what failed saves left) */
     int made = 0;
+    if (!rc) rc = zt_checkpoint_dir_check(cd, err); /* the directory is still this run's */
     if (!rc && zt_engine_layout_of(e)->rank == 0) {
         ck_rmtree(tmp); /* this run's own earlier failure at the same step */
         if (mkdir(tmp, 0777)) rc = zt_fail(err, "%s: cannot create directory: %s", tmp, strerror(errno));
@@ -360,7 +415,7 @@ int zt_checkpoint_save(const zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_
     /* phase 5: `latest` names it; then the oldest are pruned (failures there only warn) */
     if (zt_engine_layout_of(e)->rank == 0) rc = write_latest(dir, name, err);
     if (zt_agree(c, rc, err)) goto fail;
-    if (zt_engine_layout_of(e)->rank == 0) prune(dir, name, keep_last);
+    if (zt_engine_layout_of(e)->rank == 0) prune(cd, name, keep_last);
     double dt = zt_now() - t0, bytes = 12.0 * (double)zt_engine_layout_of(e)->total;
     zt_info("checkpoint: saved %s (%.2f GB in %.2f s, %.2f GB/s)", final, bytes / 1e9, dt, bytes / 1e9 / dt);
     ck_h5_restore(q);

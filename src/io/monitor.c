@@ -2,6 +2,7 @@
  * scalars for them. */
 #include "io/monitor.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 struct zt_monitor {
     zt_tb_writer *tb;
     zt_csv_writer *csv;
+    char *csv_dir; /* for the error line */
     char mem_tags[ZT_MEM_NCAT][64];
 };
 
@@ -44,7 +46,7 @@ zt_monitor *zt_monitor_open(const zt_config *cfg, long resume_samples, zt_err *e
         m->csv = dir ? zt_csv_open(dir, resume_samples, err) : NULL;
         if (m->csv) zt_info("csv_monitor: writing %s/*.csv", dir);
         rc = m->csv ? 0 : -1;
-        free(dir);
+        m->csv_dir = dir;
     }
     if (rc) {
         zt_monitor_close(m);
@@ -53,8 +55,8 @@ zt_monitor *zt_monitor_open(const zt_config *cfg, long resume_samples, zt_err *e
     return m;
 }
 
-void zt_monitor_step(zt_monitor *m, const zt_step_metrics *s) {
-    if (!m) return;
+int zt_monitor_step(zt_monitor *m, const zt_step_metrics *s, zt_err *err) {
+    if (!m) return 0;
     zt_scalar v[32];
     int n = 0;
 #define ADD(tag, x) do { if (!isnan(x)) v[n++] = (zt_scalar){tag, (x)}; } while (0)
@@ -76,21 +78,17 @@ void zt_monitor_step(zt_monitor *m, const zt_step_metrics *s) {
         ADD("Train/Samples/params_peak_mib", s->mem->params_peak / 1048576.0);
     }
 #undef ADD
-    if (m->tb && zt_tb_write(m->tb, s->samples, v, n)) {
-        zt_warn("tensorboard: cannot write %s; TensorBoard logging stops here (training goes on)", zt_tb_path(m->tb));
-        zt_tb_close(m->tb);
-        m->tb = NULL;
-    }
-    if (m->csv && zt_csv_write(m->csv, s->samples, v, n)) {
-        zt_warn("csv_monitor: cannot write its files; CSV logging stops here (training goes on)");
-        zt_csv_close(m->csv);
-        m->csv = NULL;
-    }
+    if (m->tb && zt_tb_write(m->tb, s->samples, v, n))
+        return zt_fail(err, "%s: cannot write the TensorBoard event file: %s", zt_tb_path(m->tb), strerror(errno));
+    if (m->csv && zt_csv_write(m->csv, s->samples, v, n))
+        return zt_fail(err, "%s: cannot write the csv_monitor files: %s", m->csv_dir, strerror(errno));
+    return 0;
 }
 
 void zt_monitor_close(zt_monitor *m) {
     if (!m) return;
     zt_tb_close(m->tb);
     zt_csv_close(m->csv);
+    free(m->csv_dir);
     free(m);
 }

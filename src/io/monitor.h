@@ -29,9 +29,10 @@ typedef struct zt_monitor zt_monitor;
  * from a run that did not reach a checkpoint, and is dropped (TensorBoard: a SessionLog START at
  * that point; CSV: the rows after it). Call on rank 0 only. */
 zt_monitor *zt_monitor_open(const zt_config *cfg, long resume_samples, zt_err *err);
-/* Writes one step to every open monitor and flushes. A monitor whose write fails warns once and
- * stops; training goes on. NULL does nothing. */
-void zt_monitor_step(zt_monitor *m, const zt_step_metrics *s);
+/* Writes one step to every open monitor and flushes. Returns 0, or -1 with "FILE: cannot write ...:
+ * REASON" in err when a write fails (a full disk): the training loop then stops the run, as for
+ * every writer (README "Faults"). NULL does nothing. */
+int zt_monitor_step(zt_monitor *m, const zt_step_metrics *s, zt_err *err);
 void zt_monitor_close(zt_monitor *m);
 
 /* ---- the two writers, used by monitor.c (and test_monitor.c) ---- */
@@ -49,7 +50,8 @@ typedef struct zt_tb_writer zt_tb_writer;
 /* Creates DIR/events.out.tfevents.<unix time>.<hostname>.<pid>, writes the file_version record
  * and a SessionLog START at start_step. */
 zt_tb_writer *zt_tb_open(const char *dir, long start_step, zt_err *err);
-/* One Event at step with a Summary of simple_value scalars, in one write; -1 on a write error. */
+/* One Event at step with a Summary of simple_value scalars, in one write; -1 on a write error
+ * (errno says why). */
 int zt_tb_write(zt_tb_writer *w, long step, const zt_scalar *v, int n);
 const char *zt_tb_path(const zt_tb_writer *w);
 void zt_tb_close(zt_tb_writer *w);

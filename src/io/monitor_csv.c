@@ -119,7 +119,7 @@ static void python_float(double v, char *buf, size_t cap) {
 }
 
 int zt_csv_write(zt_csv_writer *w, long step, const zt_scalar *v, int n) {
-    int rc = 0;
+    int first_errno = 0; /* errno of the first failure: later calls may overwrite it */
     for (int i = 0; i < n; i++) {
         FILE *f = file_of(w, v[i].tag);
         if (!f) return -1;
@@ -128,8 +128,9 @@ int zt_csv_write(zt_csv_writer *w, long step, const zt_scalar *v, int n) {
         fprintf(f, "%ld,%s\r\n", step, num);
     }
     for (int i = 0; i < w->n; i++)
-        if (fflush(w->files[i]) || ferror(w->files[i])) rc = -1;
-    return rc;
+        if ((fflush(w->files[i]) || ferror(w->files[i])) && !first_errno) first_errno = errno ? errno : EIO;
+    errno = first_errno;
+    return first_errno ? -1 : 0;
 }
 
 void zt_csv_close(zt_csv_writer *w) {

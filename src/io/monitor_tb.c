@@ -121,7 +121,10 @@ static int write_all(int fd, const bytes *out) {
     for (size_t done = 0; done < out->n;) {
         ssize_t k = write(fd, out->p + done, out->n - done);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
+        if (k <= 0) {
+            if (k == 0) errno = ENOSPC; /* no progress: the file system is full */
+            return -1;
+        }
         done += (size_t)k;
     }
     return 0;

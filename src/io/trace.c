@@ -28,6 +28,7 @@ struct zt_trace {
     int rank;
     double to_unix; /* zt_unix_time() - zt_now() at open: adds to a zt_now() time to give Unix time */
     int write_failed;
+    int write_errno; /* the first failed write's reason (ENOSPC on a full disk); 0 = a cut event */
     pthread_mutex_t mu;
 };
 
@@ -42,11 +43,16 @@ static void emit(zt_trace *t, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    if (t->write_failed) return; /* the run stops on the first failure (zt_trace_check): nothing after it */
     if (n < 0 || (size_t)n >= sizeof buf) { t->write_failed = 1; return; } /* names are short constants */
     for (size_t done = 0; done < (size_t)n;) {
         ssize_t k = write(t->fd, buf + done, (size_t)n - done);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) { t->write_failed = 1; return; }
+        if (k <= 0) {
+            t->write_failed = 1;
+            t->write_errno = k < 0 ? errno : ENOSPC; /* a write of 0 bytes: the file system is full */
+            return;
+        }
         done += (size_t)k;
     }
 }
@@ -109,6 +115,15 @@ void zt_trace_counter(zt_trace *t, const char *name, double ts, const char *k1, 
     emit(t, ",\n{\"name\":\"%s\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{\"%s\":%.6g,\"%s\":%.6g}}", name,
          t->rank, ts_us(t, ts), k1, v1, k2, v2);
     pthread_mutex_unlock(&t->mu);
+}
+
+int zt_trace_check(zt_trace *t, zt_err *err) {
+    if (!t) return 0;
+    pthread_mutex_lock(&t->mu);
+    int failed = t->write_failed, e = t->write_errno;
+    pthread_mutex_unlock(&t->mu);
+    if (!failed) return 0;
+    return zt_fail(err, "%s: cannot write the trace: %s", t->path, e ? strerror(e) : "event too long");
 }
 
 int zt_trace_close(zt_trace *t, zt_err *err) {

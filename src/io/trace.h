@@ -21,6 +21,10 @@ zt_trace *zt_trace_open(const char *path, int rank, zt_err *err);
 void zt_trace_complete(zt_trace *t, int lane, const char *name, double t0, double t1);
 /* A counter sample: series name with two values (e.g. "device MiB" / "host MiB") at time ts. */
 void zt_trace_counter(zt_trace *t, const char *name, double ts, const char *k1, double v1, const char *k2, double v2);
+/* -1 with "PATH: cannot write the trace: REASON" in err once a write has failed (a full disk): the
+ * trace writes nothing more, and the training loop stops the run (the one policy for a full disk,
+ * README "Faults"); 0 otherwise and on a NULL trace. */
+int zt_trace_check(zt_trace *t, zt_err *err);
 /* Ends the JSON array and closes the file; returns -1 (with err) if any write failed. */
 int zt_trace_close(zt_trace *t, zt_err *err);
 

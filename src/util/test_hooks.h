@@ -1,7 +1,9 @@
 /* test_hooks.h — the fault injections tests use to reach failure paths that cannot be caused from
  * outside on the CPU backend, all in one place and all read from the environment:
  *   ZEROTRAIN_INJECT_OVERFLOW="3,7"  an fp16 gradient overflow (an inf in the reduced gradients) at
- *                                    those 1-based steps, on every rank (test/t_loss_scale.py)
+ *                                    those 1-based steps, on every rank (test/t_loss_scale.py;
+ *                                    without fp16 a non-finite gradient norm for the divergence
+ *                                    guard, test/t_guard.py)
  *   ZEROTRAIN_INJECT_NO_PREALLOC=1   NVMe swap files are not preallocated, so several ranks whose
  *                                    swaps each passed the free-space check can fill a small file
  *                                    system together during steps (test/t_infinity.py's ENOSPC case)
