@@ -365,7 +365,11 @@ def corrupt_during_run(name, purpose, sets):
     # nothing saved after the read that failed: latest names a step at or before it, whole, and it resumes
     latest = open(os.path.join(ck, "latest")).read().strip() if os.path.exists(os.path.join(ck, "latest")) else ""
     step = int(re.sub(r"\D", "", latest) or -1)
-    for f in os.listdir(nvme):  # a killed run's files stay (they may belong to a run on another host)
+    # no swap file is left behind: the failing rank removes its own on the way out, the others when
+    # mpirun's SIGTERM reaches them (util.h: zt_scratch_register)
+    left_over = sorted(os.listdir(nvme))
+    ztlib.check(not left_over, f"{name}_swap_files_removed", f"{left_over}")
+    for f in left_over:
         os.unlink(os.path.join(nvme, f))
     p, rows = ztlib.train(cfg, ["zero_optimization.stage=3", f"checkpoint.dir={ck}", f"train_iters={step + 2}"] + sets,
                           ranks=2)

@@ -56,6 +56,7 @@ static void on_stop_signal(int sig) {
         raise(SIGINT);
     }
     stop_requested = sig;
+    zt_scratch_remove_all(); /* the swap files: open descriptors keep serving the save this asks for */
 }
 
 static void install_stop_handlers(void) {

@@ -309,6 +309,7 @@ int zt_mpi_world_size(void) {
 void zt_mpi_abort(int status) {
     fflush(stdout);
     fflush(stderr);
+    zt_scratch_remove_all(); /* MPI_Abort runs no atexit handlers */
     if (zt_mpi_world_size() > 1) MPI_Abort(MPI_COMM_WORLD, status);
     MPI_Finalize();
     exit(status);

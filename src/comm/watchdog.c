@@ -83,6 +83,7 @@ static void report_and_abort(const char *subject, const char *how) {
     fflush(stderr);
     fflush(stdout);
     alarm(30); /* SIGALRM's default action ends the process if the aborts below cannot finish */
+    zt_scratch_remove_all();
     if (wd.watching && wd.probe.abort) abort_comm_bounded(&wd.probe); /* the caller holds probe_mu */
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1);

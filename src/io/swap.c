@@ -358,6 +358,7 @@ static void leftovers(const char *dir, char *note, size_t cap) {
 static zt_swap *open_fail(zt_swap *s, int unlink_file) {
     if (s->fd >= 0) close(s->fd);
     if (unlink_file) unlink(s->path);
+    zt_scratch_forget(s->path);
     free(s->dir);
     free(s->path);
     free(s->sums);
@@ -406,6 +407,7 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     s->direct = s->fd >= 0;
     if (s->fd < 0 && errno == EINVAL) s->fd = open(s->path, flags, 0600);
     if (s->fd < 0) { zt_fail(err, "%s: cannot create: %s", s->path, strerror(errno)); return open_fail(s, 0); }
+    zt_scratch_register(s->path); /* gone on every exit path that runs code, errors and signals included */
     if (ftruncate(s->fd, (off_t)s->bytes)) {
         zt_fail(err, "%s: cannot set its size to %zu bytes: %s", s->path, s->bytes, strerror(errno));
         return open_fail(s, 1);

@@ -4,12 +4,14 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 static int log_rank = 0; /* process-wide logger state (the one allowed global besides MPI/device) */
 
@@ -149,6 +151,40 @@ double zt_unix_time(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- scratch files: a fixed table, so the signal path needs no allocation or lock (a slot's path is
+ * complete before it is marked in use) */
+#define ZT_SCRATCH_MAX 16
+static struct {
+    char path[4096];
+    volatile sig_atomic_t used;
+} scratch[ZT_SCRATCH_MAX];
+
+static void scratch_at_exit(void) { zt_scratch_remove_all(); }
+
+void zt_scratch_register(const char *path) {
+    static int hooked;
+    if (!hooked) hooked = !atexit(scratch_at_exit);
+    for (int i = 0; i < ZT_SCRATCH_MAX; i++)
+        if (!scratch[i].used) {
+            snprintf(scratch[i].path, sizeof scratch[i].path, "%s", path);
+            scratch[i].used = 1;
+            return;
+        }
+}
+
+void zt_scratch_forget(const char *path) {
+    for (int i = 0; i < ZT_SCRATCH_MAX; i++)
+        if (scratch[i].used && !strcmp(scratch[i].path, path)) scratch[i].used = 0;
+}
+
+void zt_scratch_remove_all(void) {
+    for (int i = 0; i < ZT_SCRATCH_MAX; i++)
+        if (scratch[i].used) {
+            unlink(scratch[i].path);
+            scratch[i].used = 0;
+        }
 }
 
 int zt_mkdir_p(const char *path, zt_err *err) {

@@ -42,6 +42,15 @@ double zt_now(void);
 /* Seconds since the Unix epoch (CLOCK_REALTIME): a time base shared by processes and machines. */
 double zt_unix_time(void);
 
+/* Scratch files (the NVMe swap files) removed on every exit path that runs code: exit() (an atexit
+ * handler), zt_mpi_abort, and the stop signals (SIGTERM, SIGINT, SIGUSR1 precede mpirun's SIGKILL).
+ * Removing is unlink, which leaves open descriptors working: a save the signal asks for still reads
+ * them. At most 16 at a time; a file closed normally is forgotten. zt_scratch_remove_all is
+ * async-signal-safe. */
+void zt_scratch_register(const char *path);
+void zt_scratch_forget(const char *path);
+void zt_scratch_remove_all(void);
+
 /* mkdir -p: creates PATH and its missing parents; an existing directory is fine. */
 int zt_mkdir_p(const char *path, zt_err *err);
 
