@@ -1,6 +1,7 @@
 """t_watchdog.py — the hang watchdog (comm_timeout) on one host:
   - a rank stopped with SIGSTOP mid-training: the first other rank whose wait passes comm_timeout
-    prints one line naming itself, its host and the collective it waits in (mpirun may kill the
+    prints one line naming itself, its host, the collective it waits in and the rank that stopped
+    answering (its stamps in the roll stopped; the roll file is gone afterwards) (mpirun may kill the
     rest before they print), and the whole job (the stopped rank included) exits non-zero within
     comm_timeout plus a poll interval plus mpirun's teardown; the stopped rank blames nobody;
   - comm_timeout is a config key (default 600 s, in the effective config; negative values rejected);
@@ -66,11 +67,18 @@ finally:
 
 ztlib.check(victim is not None, "watchdog_sigstop_found_ranks", out[-500:])
 lines = re.findall(r"zerotrain: error: rank (\d+) \(host [^)]+\): (\S+(?: \S+)?) #\d+ \(\d+ bytes\) made no progress "
-                   r"for \d+s \(waiting on the other 3 ranks; comm_timeout 3s\)", out)
+                   r"for \d+s \(waiting on the other 3 ranks(?:; rank \d+ \(host [^)]+\) stopped answering \d+s ago "
+                   r"\([^)]*\))*; comm_timeout 3s\)", out)
+# the line names the rank that stopped (its watchdog stopped stamping the roll, watchdog.h)
+named = re.findall(r"; rank (\d+) \(host [^)]+\) stopped answering \d+s ago", out)
 ztlib.check(proc.returncode not in (0, None), "watchdog_sigstop_exit_nonzero", f"rc={proc.returncode}")
 # bound: timeout + one poll (timeout/4) + mpirun's teardown; generous for a loaded 2-core machine
 ztlib.check(elapsed < TIMEOUT + 20, "watchdog_sigstop_bounded", f"took {elapsed:.1f}s")
 ztlib.check(len(lines) >= 1, "watchdog_sigstop_reports_rank_and_collective", out[-800:])
+ztlib.check(victim_rank is not None and named and set(named) == {str(victim_rank)}, "watchdog_sigstop_names_the_stopped_rank",
+            f"victim rank {victim_rank}, named {named}: " + "\n".join(l for l in out.splitlines() if "no progress" in l))
+ztlib.check(not [f for f in os.listdir("/dev/shm") if f.startswith(".zerotrain-roll-")] if os.path.isdir("/dev/shm") else True,
+            "watchdog_roll_removed", str(os.listdir("/dev/shm")))
 # the stopped rank cannot speak; once mpirun continues it to kill it, it must not blame the others
 ztlib.check(victim_rank is not None and str(victim_rank) not in {r for r, _ in lines}
             and len(lines) == len({r for r, _ in lines}), "watchdog_sigstop_victim_silent_one_line_per_rank",

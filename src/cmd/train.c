@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/checkpoint.h"
 #include "engine/mem_report.h"
@@ -642,6 +643,23 @@ static int refuse_foreign_checkpoints(trainer *t, zt_err *err) {
     return -1;
 }
 
+/* The watchdog's roll (watchdog.h), so a hang line names a stopped rank: in the checkpoint directory,
+ * which every host of a checkpointing job sees, else in /dev/shm (this host's ranks); one file name
+ * for the job, rank 0's (collective). */
+static void open_roll(trainer *t) {
+    if (t->comm->world < 2 || t->cfg.comm_timeout <= 0) return;
+    char tag[96] = {0}, host[64] = {0};
+    if (t->comm->rank == 0) {
+        gethostname(host, sizeof host - 1);
+        for (char *c = host; *c; c++)
+            if (*c == '/') *c = '_';
+        snprintf(tag, sizeof tag, "%s-%ld", host, (long)getpid());
+    }
+    t->comm->wait(t->comm, t->comm->broadcast(t->comm, tag, sizeof tag, 0));
+    tag[sizeof tag - 1] = 0;
+    zt_watchdog_roll(t->cfg.checkpoint_dir ? t->cfg.checkpoint_dir : "/dev/shm", tag);
+}
+
 int zt_cmd_train(int argc, char **argv) {
     trainer t;
     memset(&t, 0, sizeof t);
@@ -663,6 +681,7 @@ int zt_cmd_train(int argc, char **argv) {
         t.ckdir.prune_any = t.cfg.ckpt_overwrite;
         if (refuse_foreign_checkpoints(&t, &err)) goto done_fail;
     }
+    open_roll(&t);
     rc = zt_session_open(&t.s, &t.cfg, t.comm, NULL, t.cfg.train_micro_batch_size_per_gpu, t.cfg.seq_len, &err);
     if (zt_fail_together(t.comm, rc, &err)) {
         if (rc == 0) zt_session_close(&t.s); /* another rank failed: this one's swap files go too */

@@ -8,10 +8,12 @@
 #include "comm/watchdog.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +37,53 @@ static struct {
     atomic_int last_probe;
     atomic_long probes; /* probe calls so far */
 } wd = {.probe_mu = PTHREAD_MUTEX_INITIALIZER, .last_probe = 2};
+
+/* The roll (zt_watchdog_roll): one record per rank in a file every rank can read. Each watchdog
+ * tick stamps this rank's record; a stopped or frozen process stamps nothing (its watchdog thread
+ * stops with it), so a rank that reports a hang can name the peers whose stamps stopped. */
+typedef struct {
+    double beat;    /* zt_unix_time() of the last stamp; 0: never stamped (no record) */
+    int in_wait;    /* in one now */
+    char what[36];  /* the collective, when in_wait */
+    char host[72];
+} roll_rec;
+static struct {
+    int fd; /* -1: no roll */
+    char path[4200];
+} roll = {.fd = -1};
+
+static void stamp_roll(void) {
+    if (roll.fd < 0) return;
+    roll_rec r;
+    memset(&r, 0, sizeof r);
+    r.beat = zt_unix_time();
+    const char *what = atomic_load(&wd.what);
+    r.in_wait = what != NULL;
+    if (what) snprintf(r.what, sizeof r.what, "%s", what);
+    gethostname(r.host, sizeof r.host - 1);
+    if (pwrite(roll.fd, &r, sizeof r, (off_t)wd.rank * (off_t)sizeof r) != (ssize_t)sizeof r) {}
+}
+
+/* "; rank K (host H) stopped answering Ns ago (last seen ...)" for each peer whose stamp is
+ * older than `stale` seconds; "" when every readable peer is stamping */
+static void name_stopped(char *out, size_t cap, double stale) {
+    out[0] = 0;
+    if (roll.fd < 0) return;
+    double now = zt_unix_time();
+    size_t n = 0;
+    for (int r = 0; r < wd.world && n + 1 < cap; r++) {
+        roll_rec rec;
+        if (r == wd.rank || pread(roll.fd, &rec, sizeof rec, (off_t)r * (off_t)sizeof rec) != (ssize_t)sizeof rec ||
+            rec.beat <= 0 || now - rec.beat <= stale)
+            continue;
+        rec.host[sizeof rec.host - 1] = rec.what[sizeof rec.what - 1] = 0;
+        int k = snprintf(out + n, cap - n, "; rank %d (host %s) stopped answering %.0fs ago (last seen %s%s)", r,
+                         rec.host, now - rec.beat, rec.in_wait ? "waiting in " : "outside any collective",
+                         rec.in_wait ? rec.what : "");
+        if (k < 0 || (size_t)k >= cap - n) break;
+        n += (size_t)k;
+    }
+}
 
 static void sleep_seconds(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -95,10 +144,12 @@ static const char *op_subject(char *buf, size_t cap, const char *what, long seq,
     return buf;
 }
 
-static void report_wait(const char *what, size_t bytes, long seq, double waited) {
-    char how[200], subject[160];
-    snprintf(how, sizeof how, "made no progress for %.0fs (waiting on the other %d rank%s; comm_timeout %gs)", waited,
-             wd.world - 1, wd.world == 2 ? "" : "s", atomic_load(&wd.timeout));
+static void report_wait(const char *what, size_t bytes, long seq, double waited, double poll) {
+    char how[600], subject[160], stopped[400];
+    /* a live peer stamps every tick: two missed ticks and a margin mean its process is not running */
+    name_stopped(stopped, sizeof stopped, 2 * poll + 0.5);
+    snprintf(how, sizeof how, "made no progress for %.0fs (waiting on the other %d rank%s%s; comm_timeout %gs)", waited,
+             wd.world - 1, wd.world == 2 ? "" : "s", stopped, atomic_load(&wd.timeout));
     pthread_mutex_lock(&wd.probe_mu); /* held until the process ends: the watched comm stays */
     report_and_abort(op_subject(subject, sizeof subject, what, seq, bytes), how);
 }
@@ -145,6 +196,7 @@ static void *watch(void *arg) {
         if (now - last > 2 * poll + 1.0) resumed = now;
         last = now;
         if (timeout <= 0) continue;
+        stamp_roll();
         check_device(now, resumed, timeout);
         long seq = atomic_load(&wd.seq);
         const char *what = atomic_load(&wd.what);
@@ -152,7 +204,7 @@ static void *watch(void *arg) {
         size_t bytes = atomic_load(&wd.bytes);
         if (!what || seq != atomic_load(&wd.seq)) continue; /* none, or it changed while we read */
         double waited = now - (since > resumed ? since : resumed);
-        if (waited > timeout) report_wait(what, bytes, seq, waited);
+        if (waited > timeout) report_wait(what, bytes, seq, waited, poll);
     }
     return NULL;
 }
@@ -198,10 +250,26 @@ int zt_watchdog_last_probe(long *asked) {
 }
 
 void zt_watchdog_stop(void) {
-    if (!wd.running) return;
-    atomic_store(&wd.stop, 1);
-    pthread_join(wd.thread, NULL);
-    wd.running = 0;
+    if (wd.running) {
+        atomic_store(&wd.stop, 1);
+        pthread_join(wd.thread, NULL);
+        wd.running = 0;
+    }
+    if (roll.fd >= 0) {
+        close(roll.fd);
+        roll.fd = -1;
+        if (wd.rank == 0) unlink(roll.path);
+        zt_scratch_forget(roll.path);
+    }
+}
+
+void zt_watchdog_roll(const char *dir, const char *tag) {
+    if (roll.fd >= 0 || wd.world < 2) return;
+    snprintf(roll.path, sizeof roll.path, "%s/.zerotrain-roll-%s", dir, tag);
+    roll.fd = open(roll.path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (roll.fd < 0) return; /* hang lines then name no stopped rank */
+    if (wd.rank == 0) zt_scratch_register(roll.path);
+    stamp_roll();
 }
 
 void zt_watchdog_enter(const char *what, size_t bytes) {
