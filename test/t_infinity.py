@@ -261,7 +261,8 @@ p, rows = ztlib.train(cfg, ["zero_optimization.stage=3", f"checkpoint.dir={ck}",
 saved = sorted(os.listdir(ck))
 with ztlib.Tmpfs("size=14m", tmp) as disk:
     args = ["train", cfg, "--set", "train_iters=4", "--set", "zero_optimization.stage=3", "--set",
-            f"checkpoint.dir={ck}", "--set", "checkpoint.resume=never", "--set", "checkpoint.save_interval=1000"]
+            f"checkpoint.dir={ck}", "--set", "checkpoint.resume=never", "--set", "checkpoint.overwrite=true",
+            "--set", "checkpoint.save_interval=1000"]  # a fresh start in a directory with checkpoints: said explicitly
     for s in opt_nvme(disk.path):
         args += ["--set", s]
     p = ztlib.run(args, ranks=2, env={"ZEROTRAIN_INJECT_NO_PREALLOC": "1"}, timeout=120)
