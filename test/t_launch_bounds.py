@@ -2,6 +2,9 @@
   - a rank that never reaches MPI_Init (stopped before it starts): every started rank ends within
     ZEROTRAIN_MPI_TIMEOUT with one line naming itself and the phase, mpirun exits non-zero, and the
     stopped rank is gone too;
+  - a rank that stops as MPI_Init returns (ZEROTRAIN_INJECT_STOP_AFTER_INIT), before the first collective:
+    the watchdog runs on ZEROTRAIN_MPI_TIMEOUT until the config's comm_timeout is read, so the other
+    rank ends with one line, nothing left;
   - a rank that stops on its way into MPI_Finalize (ZEROTRAIN_INJECT_STOP_IN_FINALIZE), after the
     run's steps are all recorded: rank 0 names it within the deadline, one line, nothing left;
   - a hostfile host that accepts TCP but never answers ssh (a local listener that never speaks, reached
@@ -36,6 +39,22 @@ ztlib.check(p.returncode != 0 and len(errs) == 1 and "rank 0 of 2" in errs[0] an
             in errs[0] and not left, "mpi_init_bounded_when_a_rank_never_starts",
             f"rc {p.returncode} after {took:.0f} s, errors {errs}, left {left}; {p.stderr[-600:]}")
 print(f"# MPI_Init deadline 5 s: the job ended after {took:.1f} s")
+
+# ---- a rank that stops as MPI_Init returns, before the first collective (before the config's comm_timeout
+# is known): the watchdog, on start-up's timeout, ends the other one with one line
+marker = os.path.join(tmp, "first_marker")
+cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", ztlib.BIN, "train", tiny,
+       "--set", "train_iters=2", "--set", f"metrics_file={marker}"]
+t0 = time.time()
+p = subprocess.run(cmd, cwd=ztlib.ROOT, env=dict(ztlib.ENV, ZEROTRAIN_MPI_TIMEOUT="5", ZEROTRAIN_INJECT_STOP_AFTER_INIT="1"),
+                   capture_output=True, text=True, timeout=300)
+took = time.time() - t0
+errs = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("zerotrain: error:")]
+left = ztlib.processes_with(marker)
+ztlib.check(p.returncode != 0 and len(errs) == 1 and errs[0].startswith("zerotrain: error: rank 0 (host ") and
+            "made no progress for" in errs[0] and not left, "first_collective_bounded_when_a_rank_stops",
+            f"rc {p.returncode} after {took:.0f} s, errors {errs}, left {left}; {p.stderr[-600:]}")
+print(f"# first collective, start-up timeout 5 s: the job ended after {took:.1f} s")
 
 # ---- a rank that stops as it enters MPI_Finalize: the other one ends within the deadline
 marker = os.path.join(tmp, "fin_marker")

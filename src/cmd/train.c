@@ -665,6 +665,8 @@ int zt_cmd_train(int argc, char **argv) {
     memset(&t, 0, sizeof t);
     zt_err err = {{0}};
     zt_config_defaults(&t.cfg);
+    /* the collectives before the config is read are watched too, on start-up's timeout */
+    zt_watchdog_start(zt_mpi_phase_timeout(), zt_mpi_world_rank(), zt_mpi_world_size());
     t.comm = zt_comm_mpi(NULL, &err);
     zt_log_set_rank(t.comm->rank);
     install_stop_handlers(); /* a signal during start-up stops after the first step, with a save */

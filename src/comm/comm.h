@@ -75,6 +75,9 @@ int zt_comm_ranks_on_node(zt_comm *c);
 /* Process-wide MPI setup: MPI_Init_thread once, error handler that makes every rank exit non-zero
  * when one fails, and a duplicate of MPI_COMM_WORLD reserved for data parallelism / ZeRO. Init and
  * finalize each end the rank with one line past ZEROTRAIN_MPI_TIMEOUT seconds (comm_mpi.c). */
+/* ZEROTRAIN_MPI_TIMEOUT's seconds (default 300, 0 = off): also the watchdog's timeout for the
+ * collectives before the config's comm_timeout is known (a rank stopped right after MPI_Init). */
+double zt_mpi_phase_timeout(void);
 int zt_mpi_init(int *argc, char ***argv, zt_err *err);
 void zt_mpi_finalize(void);
 /* Ends the whole job with status (MPI_Abort when world > 1, exit otherwise). */

@@ -134,7 +134,9 @@ zt_comm *zt_comm_mpi(const zt_backend *be, zt_err *err) {
     (void)be;
     zt_comm *c = zt_xcalloc(1, sizeof *c);
     mpi_impl *m = zt_xcalloc(1, sizeof *m);
+    zt_watchdog_enter("communicator creation", 0); /* collective: every rank must come */
     MPI_Comm_dup(MPI_COMM_WORLD, &m->dp);
+    zt_watchdog_leave();
     MPI_Comm_set_errhandler(m->dp, MPI_ERRORS_ARE_FATAL);
     MPI_Comm_rank(m->dp, &c->rank);
     MPI_Comm_size(m->dp, &c->world);
@@ -200,13 +202,13 @@ static void *deadline_main(void *arg) {
 }
 
 /* Starts the deadline for `phase` (a string literal). */
-static double phase_timeout(void) {
+double zt_mpi_phase_timeout(void) {
     const char *env = getenv("ZEROTRAIN_MPI_TIMEOUT");
     return env ? atof(env) : ZT_MPI_PHASE_TIMEOUT;
 }
 
 static void deadline_arm(const char *phase) {
-    double s = phase_timeout();
+    double s = zt_mpi_phase_timeout();
     if (s <= 0) return;
     deadline.seconds = s;
     deadline.phase = phase;
@@ -232,6 +234,7 @@ int zt_mpi_init(int *argc, char ***argv, zt_err *err) {
     if (rc != MPI_SUCCESS) return zt_fail(err, "MPI_Init_thread failed");
     /* any MPI failure (a dead peer included) aborts the whole job instead of hanging */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    if (zt_test_hook_stop_after_init(zt_mpi_world_rank())) raise(SIGSTOP);
     return 0;
 }
 
@@ -288,7 +291,7 @@ void zt_mpi_finalize(void) {
     MPI_Finalized(&done);
     if (done) return;
     if (zt_test_hook_stop_in_finalize(zt_mpi_world_rank())) raise(SIGSTOP);
-    check_in_at_end(phase_timeout());
+    check_in_at_end(zt_mpi_phase_timeout());
     deadline_arm("MPI_Finalize");
     MPI_Finalize();
     deadline_disarm();

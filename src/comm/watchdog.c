@@ -268,7 +268,7 @@ void zt_watchdog_roll(const char *dir, const char *tag) {
     snprintf(roll.path, sizeof roll.path, "%s/.zerotrain-roll-%s", dir, tag);
     roll.fd = open(roll.path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (roll.fd < 0) return; /* hang lines then name no stopped rank */
-    if (wd.rank == 0) zt_scratch_register(roll.path);
+    zt_scratch_register(roll.path); /* whichever rank gets to run its exit path removes it */
     stamp_roll();
 }
 

@@ -41,7 +41,8 @@ void zt_watchdog_stop(void);
  * by every rank: the checkpoint directory, shared by a job's hosts; else /dev/shm, this host's
  * ranks). Each watchdog tick stamps this rank's record there; a hang line then also names each peer
  * whose stamps stopped: `; rank K (host H) stopped answering Ns ago (last seen waiting in all-reduce)`: a stopped
- * or frozen process, whose watchdog thread is stopped with it. Rank 0 removes the file at the end. */
+ * or frozen process, whose watchdog thread is stopped with it. Rank 0 removes the file at the end, and
+ * every rank on its exit paths (util.h: zt_scratch_register). */
 void zt_watchdog_roll(const char *dir, const char *tag);
 /* A blocking wait on collective `what` (a string literal) of `bytes` begins / ends. Not nested. */
 void zt_watchdog_enter(const char *what, size_t bytes);

@@ -34,3 +34,8 @@ int zt_test_hook_stop_in_finalize(int rank) {
     const char *v = getenv("ZEROTRAIN_INJECT_STOP_IN_FINALIZE");
     return v && *v && strtol(v, NULL, 10) == rank;
 }
+
+int zt_test_hook_stop_after_init(int rank) {
+    const char *v = getenv("ZEROTRAIN_INJECT_STOP_AFTER_INIT");
+    return v && *v && strtol(v, NULL, 10) == rank;
+}

@@ -13,6 +13,9 @@
  *   ZEROTRAIN_INJECT_SKIP_SYNC=1     Twin-Flow starts its D2H lane without the synchronize() that
  *                                    orders it after backward's gradients: the bug the simulated
  *                                    device's jitter must turn into a wrong loss (test/t_sim.py)
+ *   ZEROTRAIN_INJECT_STOP_AFTER_INIT=R   rank R stops itself (SIGSTOP) as MPI_Init returns, before the
+ *                                    first collective: the watchdog, on ZEROTRAIN_MPI_TIMEOUT until the
+ *                                    config is read, must end the others (test/t_launch_bounds.py)
  *   ZEROTRAIN_INJECT_STOP_IN_FINALIZE=R  rank R stops itself (SIGSTOP) on its way into MPI_Finalize: a
  *                                    rank that stops answering at the end (test/t_launch_bounds.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
@@ -30,6 +33,9 @@ int zt_test_hook_nccl_hang_at(long seq);
 
 /* 1 when ZEROTRAIN_INJECT_SKIP_SYNC is set (not "0"). */
 int zt_test_hook_skip_sync(void);
+
+/* 1 when ZEROTRAIN_INJECT_STOP_AFTER_INIT is `rank`. */
+int zt_test_hook_stop_after_init(int rank);
 
 /* 1 when ZEROTRAIN_INJECT_STOP_IN_FINALIZE is `rank`. */
 int zt_test_hook_stop_in_finalize(int rank);
