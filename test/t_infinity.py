@@ -294,7 +294,10 @@ for line in proc.stdout:
     if re.search(r"step +4/400", line):
         cut = time.time()
         for f in os.listdir(nvme):
-            os.truncate(os.path.join(nvme, f), 0)
+            try:
+                os.truncate(os.path.join(nvme, f), 0)
+            except FileNotFoundError:  # the job is already ending: its ranks remove their swap files
+                pass
         break
 try:
     _, err_text = proc.communicate(timeout=60)
