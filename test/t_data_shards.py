@@ -59,14 +59,15 @@ cut_path = os.path.join(tmp, "cut.bin")
 ztlib.write_synthetic_shard(cut_path, 400000, seed=9)
 args = ["train", TINY] + sum((["--set", s] for s in SMALL[:-2] + ["train_iters=400", "steps_per_print=1",
                                                                f"data.train={cut_path}"]), [])
-proc = ztlib.popen_rank_exits(args)
+proc = ztlib.start_ranked(args)
 cut = None
 for line in proc.stdout:
     if re.search(r"step +2/400", line):
         os.truncate(cut_path, 1024 + 2 * 1000)  # 1000 tokens left: nearly every window is past the end
         cut = time.time()
         break
-err_text, errs, status = ztlib.end_rank_exits(proc, 120)
+r = ztlib.finish_ranked(proc, 120)
+err_text, errs, status = r.stderr, r.errors, r.rank_status
 print("   ", errs, "rank exits:", status)
 ztlib.check(cut is not None and len(errs) == 1 and
             re.search(re.escape(cut_path) + r": truncated since it was opened: 3024 bytes now, tokens \d+\.\.\d+ are bytes \d+",

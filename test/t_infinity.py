@@ -334,7 +334,7 @@ def rank_pids_alive(marker):
 
 def corrupt_during_run(name, purpose, sets):
     ck = os.path.join(tmp, f"ck_{name}")
-    proc = ztlib.popen_rank_exits(["train", cfg, "--set", "train_iters=400", "--set", "zero_optimization.stage=3",
+    proc = ztlib.start_ranked(["train", cfg, "--set", "train_iters=400", "--set", "zero_optimization.stage=3",
                                    "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.save_interval=2", "--set",
                                    "steps_per_print=1"] + sum((["--set", s] for s in sets), []))
     poked, left = [], None
@@ -355,7 +355,8 @@ def corrupt_during_run(name, purpose, sets):
                 f.seek(at)
                 f.write(bytes([left]))
                 poked.append((int(m.group(1)), path, at))
-    err_text, errs, status = ztlib.end_rank_exits(proc, 60)
+    r = ztlib.finish_ranked(proc, 60)
+    err_text, errs, status = r.stderr, r.errors, r.rank_status
     print("   ", errs, "poked (step, file, byte):", poked[:3], "rank exits:", status)
     m = re.fullmatch(r"zerotrain: error: (\S+): checksum mismatch in 4096 bytes at byte (\d+) \(step (\d+)\): .*",
                      errs[0]) if len(errs) == 1 else None

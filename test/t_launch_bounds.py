@@ -24,17 +24,25 @@ tiny = "configs/tiny.yaml"
 tmp = tempfile.mkdtemp()
 
 
+def stopped_run(name, env, wrap=()):
+    """A 2-rank job of 2 steps under ZEROTRAIN_MPI_TIMEOUT=5 with one rank stopped somewhere (ENV's
+    hook, or WRAP's shell before exec): (CompletedProcess, seconds, its error lines, processes left,
+    metrics rows)."""
+    marker = os.path.join(tmp, f"{name}_marker")
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"] + list(wrap) + [
+        ztlib.BIN, "train", tiny, "--set", "train_iters=2", "--set", f"metrics_file={marker}"]
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=ztlib.ROOT, env=dict(ztlib.ENV, ZEROTRAIN_MPI_TIMEOUT="5", **env), capture_output=True,
+                       text=True, timeout=300)
+    took = time.time() - t0
+    errs = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("zerotrain: error:")]
+    rows = open(marker).read().splitlines() if os.path.exists(marker) else []
+    return p, took, errs, ztlib.processes_with(marker), rows
+
+
 # ---- a rank stopped before MPI_Init: the other one ends within the deadline, with one line
-marker = os.path.join(tmp, "init_marker")
-cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "sh", "-c",
-       'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then kill -STOP $$; fi; exec "$0" "$@"', ztlib.BIN, "train", tiny,
-       "--set", "train_iters=2", "--set", f"metrics_file={marker}"]
-t0 = time.time()
-p = subprocess.run(cmd, cwd=ztlib.ROOT, env=dict(ztlib.ENV, ZEROTRAIN_MPI_TIMEOUT="5"), capture_output=True, text=True,
-                   timeout=300)
-took = time.time() - t0
-errs = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("zerotrain: error:")]
-left = ztlib.processes_with(marker)
+p, took, errs, left, _ = stopped_run("init", {}, ["sh", "-c", 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then kill -STOP $$; fi; '
+                                                              'exec "$0" "$@"'])
 ztlib.check(p.returncode != 0 and len(errs) == 1 and "rank 0 of 2" in errs[0] and "MPI_Init did not complete in 5 s"
             in errs[0] and not left, "mpi_init_bounded_when_a_rank_never_starts",
             f"rc {p.returncode} after {took:.0f} s, errors {errs}, left {left}; {p.stderr[-600:]}")
@@ -42,31 +50,14 @@ print(f"# MPI_Init deadline 5 s: the job ended after {took:.1f} s")
 
 # ---- a rank that stops as MPI_Init returns, before the first collective (before the config's comm_timeout
 # is known): the watchdog, on start-up's timeout, ends the other one with one line
-marker = os.path.join(tmp, "first_marker")
-cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", ztlib.BIN, "train", tiny,
-       "--set", "train_iters=2", "--set", f"metrics_file={marker}"]
-t0 = time.time()
-p = subprocess.run(cmd, cwd=ztlib.ROOT, env=dict(ztlib.ENV, ZEROTRAIN_MPI_TIMEOUT="5", ZEROTRAIN_INJECT_STOP_AFTER_INIT="1"),
-                   capture_output=True, text=True, timeout=300)
-took = time.time() - t0
-errs = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("zerotrain: error:")]
-left = ztlib.processes_with(marker)
+p, took, errs, left, _ = stopped_run("first", {"ZEROTRAIN_INJECT_STOP_AFTER_INIT": "1"})
 ztlib.check(p.returncode != 0 and len(errs) == 1 and errs[0].startswith("zerotrain: error: rank 0 (host ") and
             "made no progress for" in errs[0] and not left, "first_collective_bounded_when_a_rank_stops",
             f"rc {p.returncode} after {took:.0f} s, errors {errs}, left {left}; {p.stderr[-600:]}")
 print(f"# first collective, start-up timeout 5 s: the job ended after {took:.1f} s")
 
 # ---- a rank that stops as it enters MPI_Finalize: the other one ends within the deadline
-marker = os.path.join(tmp, "fin_marker")
-cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", ztlib.BIN, "train", tiny,
-       "--set", "train_iters=2", "--set", f"metrics_file={marker}"]
-t0 = time.time()
-p = subprocess.run(cmd, cwd=ztlib.ROOT, env=dict(ztlib.ENV, ZEROTRAIN_MPI_TIMEOUT="5", ZEROTRAIN_INJECT_STOP_IN_FINALIZE="1"),
-                   capture_output=True, text=True, timeout=300)
-took = time.time() - t0
-errs = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("zerotrain: error:")]
-left = ztlib.processes_with(marker)
-rows = open(marker).read().splitlines() if os.path.exists(marker) else []
+p, took, errs, left, rows = stopped_run("fin", {"ZEROTRAIN_INJECT_STOP_IN_FINALIZE": "1"})
 ztlib.check(p.returncode != 0 and len(errs) == 1 and "rank 0 of 2" in errs[0] and
             "rank 1 did not reach the end within 5 s" in errs[0] and not left and len(rows) == 2,
             "mpi_finalize_bounded_when_a_rank_stops", f"rc {p.returncode} after {took:.0f} s, errors {errs}, "

@@ -337,23 +337,3 @@ def still_loadable(ckdir, step, name):
     return check(r.rc == 0 and f"step {step}," in r.stdout and "integrity: OK" in r.stdout, name,
                  r.stdout[-600:] + r.stderr[-600:])
 
-
-def popen_rank_exits(args, ranks=2):
-    """Starts zerotrain ARGS under mpirun with every rank's exit status recorded (ranked_cmd), stdout
-    and stderr piped (text); end it with end_rank_exits."""
-    return subprocess.Popen(ranked_cmd(args, ranks), cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def end_rank_exits(proc, timeout):
-    """Waits for a popen_rank_exits run (killed after timeout seconds); returns (stderr, its
-    `zerotrain: error:` lines, {rank: exit status})."""
-    timed_out = False
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        timed_out = True
-    r = RankedRun(proc.returncode, out, err, timed_out)
-    return err, r.errors, r.rank_status

@@ -218,7 +218,6 @@ struct sim_item {
 };
 
 typedef struct {
-    const char *name;
     pthread_mutex_t lock;
     pthread_cond_t wake, idle;
     sim_item *head, *tail;
@@ -545,28 +544,18 @@ static void run_sumsq(sim_item *it) {
 }
 
 /* The entries. Shapes go to i[], pointers through dev() with the extent the op reads or writes. */
-#define SIM_ENTRIES(SFX, DTYPE)                                                                                        \
-    static void to_compute_##SFX(void *dst, const float *src, size_t n) {                                             \
-        sim_item *it = op_item(run_to_compute, DTYPE);                                                                 \
-        zt_dtype dt = DTYPE;                                                                                           \
-        it->p[0] = dev(dst, E(n), "to_compute", "dst");                                                                \
-        it->p[1] = dev(src, F(n), "to_compute", "src");                                                                \
-        it->n = n;                                                                                                     \
-        enqueue(it);                                                                                                   \
-    }                                                                                                                  \
-    static void to_f32_##SFX(float *dst, const void *src, size_t n) {                                                 \
-        sim_item *it = op_item(run_to_f32, DTYPE);                                                                     \
-        zt_dtype dt = DTYPE;                                                                                           \
-        it->p[0] = dev(dst, F(n), "to_f32", "dst");                                                                    \
-        it->p[1] = dev(src, E(n), "to_f32", "src");                                                                    \
-        it->n = n;                                                                                                     \
-        enqueue(it);                                                                                                   \
-    }
-SIM_ENTRIES(bf16, ZT_BF16)
-SIM_ENTRIES(f16, ZT_F16)
+/* fp32 <-> compute dtype: dst_bytes and src_bytes are the extents on each side */
+static void q_convert(zt_dtype dt, sim_fn run, const char *op, void *dst, size_t dst_bytes, const void *src,
+                      size_t src_bytes, size_t n) {
+    sim_item *it = op_item(run, dt);
+    it->p[0] = dev(dst, dst_bytes, op, "dst");
+    it->p[1] = dev(src, src_bytes, op, "src");
+    it->n = n;
+    enqueue(it);
+}
 
-/* The remaining entries take the dtype from the table through a per-dtype thunk; they are written
- * once against `dt`. */
+/* The entries take the dtype from the table through a per-dtype thunk (SIM_THUNKS below); they are
+ * written once against `dt`. */
 static void q_embedding_forward(zt_dtype dt, void *out, const int *tokens, const void *wte, int lo, int hi,
                                 const void *wpe, int B, int T, int C) {
     const char *op = "embedding_forward";
@@ -740,6 +729,12 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
 
 /* per-dtype thunks: the table entries have no dtype argument */
 #define SIM_THUNKS(SFX, DTYPE)                                                                                         \
+    static void to_compute_##SFX(void *d, const float *s, size_t n) {                                                  \
+        q_convert(DTYPE, run_to_compute, "to_compute", d, n * zt_dtype_size(DTYPE), s, n * sizeof(float), n);          \
+    }                                                                                                                  \
+    static void to_f32_##SFX(float *d, const void *s, size_t n) {                                                      \
+        q_convert(DTYPE, run_to_f32, "to_f32", d, n * sizeof(float), s, n * zt_dtype_size(DTYPE), n);                  \
+    }                                                                                                                  \
     static void embedding_forward_##SFX(void *o, const int *t, const void *w, int lo, int hi, const void *p, int B,    \
                                         int T, int C) { q_embedding_forward(DTYPE, o, t, w, lo, hi, p, B, T, C); }    \
     static void embedding_backward_##SFX(void *dw, int lo, int hi, void *dp, const void *d, const int *t, int B,       \
@@ -844,11 +839,9 @@ static void sim_start(void) {
     g_cpu = zt_backend_cpu();
     const char *jit = getenv("ZEROTRAIN_SIM_JITTER");
     unsigned long long seed = jit && *jit ? strtoull(jit, NULL, 10) : 0;
-    static const char *const names[N_LANES] = {"compute", "H2D", "D2H"};
     static const unsigned max_delay_us[N_LANES] = {200, 100, 100};
     for (int i = 0; i < N_LANES; i++) {
         sim_lane *l = &g_lane[i];
-        l->name = names[i];
         pthread_mutex_init(&l->lock, NULL);
         pthread_cond_init(&l->wake, NULL);
         pthread_cond_init(&l->idle, NULL);

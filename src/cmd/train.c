@@ -643,10 +643,9 @@ static int refuse_foreign_checkpoints(trainer *t, zt_err *err) {
     return -1;
 }
 
-/* The watchdog's roll (watchdog.h), so a hang line names a stopped rank: in /dev/shm, a memory file
- * system, so it costs no space or inode where the run keeps anything (a full checkpoint directory
- * must fail where it would without it); one file name for the job, rank 0's (collective). A host's
- * roll holds its own ranks: a rank on another host that stops is not named, only waited on. */
+/* The watchdog's roll (watchdog.h), so a hang line names a stopped rank: one file name for the job,
+ * rank 0's (collective). A host's roll holds its own ranks: a rank on another host that stops is
+ * waited on, not named. */
 static void open_roll(trainer *t) {
     if (t->comm->world < 2 || t->cfg.comm_timeout <= 0) return;
     char tag[96] = {0}, host[64] = {0};
@@ -658,7 +657,7 @@ static void open_roll(trainer *t) {
     }
     t->comm->wait(t->comm, t->comm->broadcast(t->comm, tag, sizeof tag, 0));
     tag[sizeof tag - 1] = 0;
-    zt_watchdog_roll("/dev/shm", tag);
+    zt_watchdog_roll(tag);
 }
 
 int zt_cmd_train(int argc, char **argv) {

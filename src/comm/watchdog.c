@@ -49,7 +49,8 @@ typedef struct {
 } roll_rec;
 static struct {
     int fd; /* -1: no roll */
-    char path[4200];
+    char path[256];
+    char host[72]; /* this rank's, taken once */
 } roll = {.fd = -1};
 
 static void stamp_roll(void) {
@@ -60,7 +61,7 @@ static void stamp_roll(void) {
     const char *what = atomic_load(&wd.what);
     r.in_wait = what != NULL;
     if (what) snprintf(r.what, sizeof r.what, "%s", what);
-    gethostname(r.host, sizeof r.host - 1);
+    memcpy(r.host, roll.host, sizeof r.host);
     if (pwrite(roll.fd, &r, sizeof r, (off_t)wd.rank * (off_t)sizeof r) != (ssize_t)sizeof r) {}
 }
 
@@ -263,9 +264,12 @@ void zt_watchdog_stop(void) {
     }
 }
 
-void zt_watchdog_roll(const char *dir, const char *tag) {
+/* /dev/shm: a memory file system on every Linux host, so the roll costs no space or inode where the
+ * run keeps anything (a full checkpoint directory must fail where it would without it) */
+void zt_watchdog_roll(const char *tag) {
     if (roll.fd >= 0 || wd.world < 2) return;
-    snprintf(roll.path, sizeof roll.path, "%s/.zerotrain-roll-%s", dir, tag);
+    snprintf(roll.path, sizeof roll.path, "/dev/shm/.zerotrain-roll-%s", tag);
+    gethostname(roll.host, sizeof roll.host - 1);
     roll.fd = open(roll.path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (roll.fd < 0) return; /* hang lines then name no stopped rank */
     zt_scratch_register(roll.path); /* whichever rank gets to run its exit path removes it */

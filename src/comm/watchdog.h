@@ -37,13 +37,12 @@
 void zt_watchdog_start(double timeout_s, int rank, int world);
 /* Stops the thread (at exit; safe without start), and closes the roll. */
 void zt_watchdog_stop(void);
-/* The roll: after zt_watchdog_start, every rank names the same file DIR/.zerotrain-roll-TAG (the ranks
- * that see one DIR share it: /dev/shm, a host's ranks). Each watchdog tick stamps this rank's record
- * there; a hang line then also names each peer whose stamps stopped, a stopped or frozen process
- * (its watchdog thread stops with it): `; rank K (host H) stopped answering Ns ago (last seen
- * waiting in all-reduce)`. Rank 0 removes the file at the end, every rank on its exit paths (util.h:
- * zt_scratch_register). */
-void zt_watchdog_roll(const char *dir, const char *tag);
+/* The roll: after zt_watchdog_start, every rank names the same file /dev/shm/.zerotrain-roll-TAG (a
+ * host's ranks share it). Each watchdog tick stamps this rank's record there; a hang line then also
+ * names each peer whose stamps stopped, a stopped or frozen process (its watchdog thread stops with
+ * it): `; rank K (host H) stopped answering Ns ago (last seen waiting in all-reduce)`. Rank 0 removes
+ * the file at the end, every rank on its exit paths (util.h: zt_scratch_register). */
+void zt_watchdog_roll(const char *tag);
 /* A blocking wait on collective `what` (a string literal) of `bytes` begins / ends. Not nested. */
 void zt_watchdog_enter(const char *what, size_t bytes);
 void zt_watchdog_leave(void);

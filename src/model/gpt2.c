@@ -221,12 +221,10 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
     if (zt_gpt2_plan(m, shape, B, T, ckpt, zt_dtype_size(be->compute_dtype), err)) return -1;
     m->be = be;
     m->table = table;
-    int L = shape->n_layer;
     size_t N = (size_t)B * T, C = shape->n_embd, Vp = shape->padded_vocab, e = m->elem_size;
     slot_layout sl = layout_of(m);
     scratch_layout sc = scratch_of(m);
     size_t residual_bytes = (size_t)m->residual_slots * N * C * e;
-    (void)L;
 
     m->tokens = be->alloc(N * sizeof(int));
     m->targets = be->alloc(N * sizeof(int));
