@@ -144,7 +144,7 @@ int zt_cmd_estimate(int argc, char **argv) {
     zt_gpt2 plan;
     size_t P = fp32 ? 4 : 2, K = fp32 ? 8 : 12;
     if (zt_gpt2_param_table(&table, &shape, &err) ||
-        zt_gpt2_plan(&plan, &shape, cfg.train_micro_batch_size_per_gpu, cfg.seq_len, zt_act_ckpt_of(&cfg), P,
+        zt_gpt2_plan(&plan, &shape, cfg.train_micro_batch_size_per_gpu, cfg.seq_len, zt_act_ckpt_of(&cfg), 1, P,
                      &err)) {
         zt_print_error(&err);
         zt_config_free(&cfg);

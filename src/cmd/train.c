@@ -74,12 +74,12 @@ static void usage(void) {
     fprintf(stderr, "usage: zerotrain train CONFIG [--set KEY=VALUE]...\n");
 }
 
-/* mean validation loss over eval_batches in-order batches, spread round-robin over ranks (every
- * rank runs the same number of forwards so stage-3 gathers stay matched); NaN with *failed set when
- * a batch could not be read */
+/* mean validation loss over eval_batches in-order batches, spread round-robin over data-parallel ranks
+ * (every rank runs the same number of forwards so stage-3 gathers stay matched; a tensor-parallel group
+ * runs its rank's batches together); NaN with *failed set when a batch could not be read */
 static double evaluate(trainer *t, int *failed) {
     int B = t->cfg.train_micro_batch_size_per_gpu, T = t->cfg.seq_len;
-    int nb = t->cfg.eval_batches, W = t->comm->world, r = t->comm->rank;
+    int nb = t->cfg.eval_batches, W = t->s.dp_world, r = t->s.dp_rank;
     int rounds = (nb + W - 1) / W;
     double acc[2] = {0, 0};
     for (int k = 0; k < rounds; k++) {
@@ -91,7 +91,7 @@ static double evaluate(trainer *t, int *failed) {
         float loss = zt_gpt2_forward(&t->s.model, &t->s.src, t->inputs, t->targets, 0.0f);
         if (real) { acc[0] += loss; acc[1] += 1; }
     }
-    t->comm->allreduce_host_double(t->comm, acc, 2);
+    t->s.dp_comm->allreduce_host_double(t->s.dp_comm, acc, 2);
     return acc[0] / acc[1];
 }
 
@@ -166,7 +166,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     if (meta.world_size != W || meta.zero_stage != cfg->zero_stage)
         zt_info("resume: resharded from %d rank%s at ZeRO stage %d to %d rank%s at stage %d", meta.world_size,
                 meta.world_size > 1 ? "s" : "", meta.zero_stage, W, W > 1 ? "s" : "", cfg->zero_stage);
-    long gb = (long)cfg->train_micro_batch_size_per_gpu * cfg->gradient_accumulation_steps * W;
+    long gb = (long)cfg->train_micro_batch_size_per_gpu * cfg->gradient_accumulation_steps * t->s.dp_world;
     if (st.step > 0 && st.data_samples != st.step * gb)
         zt_info("resume: global batch is now %ld sequences (the saved run averaged %.1f); the data stream continues "
                 "at sample %ld", gb, (double)st.data_samples / st.step, st.data_samples);
@@ -211,7 +211,7 @@ typedef struct step_plan {
 static step_plan plan_steps(const trainer *t) {
     const zt_config *cfg = &t->cfg;
     step_plan p = {.B = cfg->train_micro_batch_size_per_gpu, .T = cfg->seq_len, .A = cfg->gradient_accumulation_steps};
-    p.global_batch = (long)p.B * p.A * t->comm->world;
+    p.global_batch = (long)p.B * p.A * t->s.dp_world;
     p.tokens = (double)p.global_batch * p.T;
     p.flops = zt_gpt2_flops_per_token(&t->s.shape, p.T) * p.tokens;
     p.dloss = (float)(1.0 / p.tokens);
@@ -222,10 +222,11 @@ static step_plan plan_steps(const trainer *t) {
  * or unreadable since the start, a token outside the vocabulary) stops every rank with one line,
  * agreed where every rank reads a batch, before any of it is used; 1 then.
  * Micro-batch a of step `step` into t->inputs/targets: the global batch of step s is samples
- * [s*GB, (s+1)*GB) of the stream; rank r takes its B*A contiguous ones, micro-step a the a-th B. */
+ * [s*GB, (s+1)*GB) of the stream; data-parallel rank r takes its B*A contiguous ones, micro-step a the
+ * a-th B (the ranks of a tensor-parallel group read the same ones). */
 static int load_micro_batch(trainer *t, const step_plan *p, long step, int a) {
     uint64_t base = (uint64_t)t->samples_at_start + (uint64_t)(step - t->start_step) * p->global_batch +
-                    (uint64_t)t->comm->rank * p->B * p->A + (uint64_t)a * p->B;
+                    (uint64_t)t->s.dp_rank * p->B * p->A + (uint64_t)a * p->B;
     zt_err err = {{0}};
     int rc = 0;
     for (int b = 0; b < p->B && !rc; b++)
@@ -356,8 +357,9 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     }
     /* the global loss before the update: the divergence guard may skip the update on it */
     double loss_acc[1] = {loss_sum / p->A};
-    if (t->comm->world > 1) t->comm->allreduce_host_double(t->comm, loss_acc, 1);
-    rec->loss = loss_acc[0] / t->comm->world;
+    /* (a tensor-parallel group's ranks have the same loss: the sum runs over the data-parallel group) */
+    if (t->s.dp_world > 1) t->s.dp_comm->allreduce_host_double(t->s.dp_comm, loss_acc, 1);
+    rec->loss = loss_acc[0] / t->s.dp_world;
     double to = zt_now();
     if (zt_test_hook_overflow_at(rec->step)) zt_engine_inject_overflow(eng);
     rec->scale_used = t->scaler.scale;
@@ -594,13 +596,16 @@ static void print_banner(trainer *t) {
     zt_session *s = &t->s;
     zt_info("zerotrain: effective config (%s):\n%s", cfg->source_path, cfg->effective_text);
     zt_info("model: GPT-2 L%d H%d C%d V%d (%.2fM parameters), T %d; backend %s, %d rank%s, ZeRO stage %d",
-            s->shape.n_layer, s->shape.n_head, s->shape.n_embd, s->shape.vocab_size, s->table.total / 1e6,
+            s->shape.n_layer, s->shape.n_head, s->shape.n_embd, s->shape.vocab_size, s->whole.total / 1e6,
             cfg->seq_len, s->be->name, t->comm->world, t->comm->world > 1 ? "s" : "", cfg->zero_stage);
+    if (s->tp_size > 1)
+        zt_info("tensor parallel: %d ranks a group (%.2fM parameters a rank), %d data-parallel group%s", s->tp_size,
+                s->table.total / 1e6, s->dp_world, s->dp_world > 1 ? "s" : "");
     zt_info("data: %s (%zu tokens, %d file%s)%s%s; global batch %ld sequences = micro %d x accumulation %d x ranks %d",
             cfg->train_glob, t->train.n_tokens, t->train.n_files, t->train.n_files > 1 ? "s" : "",
             t->has_val ? "; val " : "", t->has_val ? cfg->val_glob : "",
-            (long)cfg->train_micro_batch_size_per_gpu * cfg->gradient_accumulation_steps * t->comm->world,
-            cfg->train_micro_batch_size_per_gpu, cfg->gradient_accumulation_steps, t->comm->world);
+            (long)cfg->train_micro_batch_size_per_gpu * cfg->gradient_accumulation_steps * s->dp_world,
+            cfg->train_micro_batch_size_per_gpu, cfg->gradient_accumulation_steps, s->dp_world);
     const zt_gpt2 *m = &s->model;
     zt_info("activations: %.1f MiB kept (%s); %.1f MiB without checkpointing, %.1f MiB checkpointing every block",
             m->act_bytes / 1048576.0,

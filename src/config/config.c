@@ -905,6 +905,15 @@ static int finish(loader *L) {
         return zt_fail_rec(L, "model.n_embd", "expected a multiple of model.n_head (%d), got %d", c->n_head,
                            c->n_embd);
     }
+    if (c->n_head % c->tp_size != 0) {
+        const char *k = latest(L, "tensor_parallel.tp_size", "tensor_parallel.autotp_size");
+        return zt_fail_rec(L, k ? k : "tensor_parallel.tp_size",
+                           "expected a divisor of model.n_head (%d): heads are split across tensor-parallel ranks, got %d",
+                           c->n_head, c->tp_size);
+    }
+    if ((c->vocab_size + c->tp_size - 1) / c->tp_size * (c->tp_size - 1) >= c->vocab_size)
+        return zt_fail_rec(L, "tensor_parallel.tp_size", "too many ranks for model.vocab_size %d: a rank would hold no "
+                                                          "vocabulary rows", c->vocab_size);
     if (c->seq_len > c->n_positions) {
         const char *k = latest(L, "data.seq_len", "model.n_positions");
         if (k && !strcmp(k, "model.n_positions"))

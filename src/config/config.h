@@ -94,6 +94,7 @@ typedef struct zt_config {
     /* activation checkpointing */
     int ckpt_enabled;
     int ckpt_number_checkpoints; /* 0 = every block */
+    int tp_size;                 /* tensor_parallel.tp_size: ranks per tensor-parallel group */
     int ckpt_cpu;                /* cpu_checkpointing: kept block inputs in host memory */
 
     /* checkpoints */

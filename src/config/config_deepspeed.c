@@ -125,6 +125,10 @@ int zt_config_check_grad_accum(const zt_config *c, const char *backend, const ch
 
 int zt_config_check_batch(zt_config *c, int world_size, zt_err *err) {
     if (world_size < 1) return zt_fail(err, "world size %d: expected >= 1", world_size);
+    if (world_size % c->tp_size)
+        return zt_fail(err, "tensor_parallel.tp_size %d does not divide the %d ranks (each tensor-parallel group is "
+                            "tp_size consecutive ranks)", c->tp_size, world_size);
+    world_size /= c->tp_size; /* DeepSpeed's batch rule counts data-parallel ranks */
     long ws = world_size, tb = c->train_batch_size;
     long mb = c->train_micro_batch_size_per_gpu, ga = c->gradient_accumulation_steps;
     int mb_given = c->micro_batch_given, ga_given = c->grad_accum_given;

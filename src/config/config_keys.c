@@ -254,6 +254,12 @@ const zt_keydef zt_config_keys[] = {
         .help = "overlap submission and completion"),
     KEY("aio.use_gds", K_BOOL, aio_use_gds, .def = 0, .flags = E, .help = "GPUDirect Storage: only false"),
 
+    SEC("tensor_parallel"), /* Megatron-style; ranks laid out tensor-parallel inner (a group on one node) */
+    KEY("tensor_parallel.tp_size", K_INT, tp_size, .def = 1, .lo = 1, .hi = 64, .flags = E,
+        .help = "ranks that split each block (heads, MLP columns, vocabulary); must divide n_head and the ranks"),
+    KEY("tensor_parallel.autotp_size", K_INT, tp_size, .def = 1, .lo = 1, .hi = 64,
+        .help = "DeepSpeed's name for tp_size"),
+
     SEC("activation_checkpointing", .tag = T_ACT),
     KEY("activation_checkpointing.enabled", K_BOOL, ckpt_enabled, .def = 0, .flags = E, .tag = T_ACT_ENABLED,
         .help = "recompute blocks in backward"),
@@ -356,7 +362,7 @@ const zt_keydef zt_config_keys[] = {
     DSKEY("sparse_attention"), DSKEY("pipeline"), DSKEY("compression_training"),
     DSKEY("load_universal_checkpoint"), DSKEY("use_node_local_storage"), DSKEY("graph_harvesting"),
     DSKEY("compile"), DSKEY("weight_quantization"), DSKEY("dataloader_drop_last"),
-    DSKEY("seq_parallel_communication_data_type"), DSKEY("timers"), DSKEY("tensor_parallel"),
+    DSKEY("seq_parallel_communication_data_type"), DSKEY("timers"),
     {.kind = K_END},
 };
 

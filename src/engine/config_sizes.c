@@ -28,7 +28,7 @@ static int check_activations(const zt_config *cfg, const zt_gpt2_shape *shape, c
     double need = rough;
     if (rough < 0x1p60) {
         zt_gpt2 plan;
-        if (zt_gpt2_plan(&plan, shape, B, T, zt_act_ckpt_of(cfg), e, err)) return -1;
+        if (zt_gpt2_plan(&plan, shape, B, T, zt_act_ckpt_of(cfg), cfg->tp_size, e, err)) return -1;
         need = (double)(plan.act_bytes + plan.scratch_bytes);
     }
     double have = compute_memory(be);

@@ -52,6 +52,8 @@ typedef struct zt_engine_opts {
                                            the least working set (DeepSpeed's 0, zt_zero3_live_bound) */
     double stage3_max_reuse_distance;   /* a released segment is used again without a new gather if fewer
                                            elements than this were gathered since its release */
+    zt_comm *tp_comm; /* tensor parallelism (table->tp_size > 1): the host comm of the tensor-parallel group, over
+                         which the gradient norm is summed; the engine's own comm is the data-parallel group */
 } zt_engine_opts;
 
 /* Twin-Flow (zero_optimization.offload_optimizer); all zero = no offload */

@@ -38,27 +38,53 @@ zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
     return s;
 }
 
-/* Device buffers never reach MPI (Debian's Open MPI is not CUDA-aware): one rank needs no comm at
- * all; several ranks use NCCL, or — when NCCL is absent or refuses on any rank (the simulated
- * device, several ranks on one GPU) — collectives staged through host memory. Collective. */
-static int open_device_comm(zt_session *s, zt_comm *comm, zt_err *err) {
-    if (s->be->memory_is_host) return 0;
-    if (comm->world == 1) {
-        s->device_comm = zt_comm_device_local(s->be);
-        return 0;
-    }
+/* Device buffers never reach MPI (Debian's Open MPI is not CUDA-aware): a group of one rank needs no
+ * comm at all; larger groups use NCCL, or — when NCCL is absent or refuses on any rank (the simulated
+ * device, several ranks on one GPU) — collectives staged through host memory. Collective over every
+ * rank (comm): color names the group, of group_size ranks, ordered by world rank. */
+static zt_comm *open_device_comm(zt_session *s, int color, int group_size, const char *what, zt_err *err) {
+    zt_comm *comm = s->comm, *c;
+    if (group_size == 1) return zt_comm_device_local(s->be);
     zt_err why = {{0}};
-    s->device_comm = zt_comm_nccl(s->be, &why);
-    if (comm->agree_max(comm, s->device_comm ? 0 : 1) == 0) return 0;
-    if (s->device_comm) s->device_comm->destroy(s->device_comm);
-    s->device_comm = zt_comm_staged(s->be, err);
-    if (zt_agree(comm, s->device_comm ? 0 : -1, err)) {
-        if (s->device_comm) s->device_comm->destroy(s->device_comm);
-        s->device_comm = NULL;
-        return -1;
+    c = zt_comm_nccl_group(s->be, color, comm->rank, &why);
+    if (comm->agree_max(comm, c ? 0 : 1) == 0) return c;
+    if (c) c->destroy(c);
+    c = zt_comm_staged_group(s->be, color, comm->rank, err);
+    if (zt_agree(comm, c ? 0 : -1, err)) {
+        if (c) c->destroy(c);
+        return NULL;
     }
-    zt_info("device comm: host-staged over MPI (no NCCL%s%s)", why.msg[0] ? ": " : "", why.msg);
+    zt_info("%s device comm: host-staged over MPI (no NCCL%s%s)", what, why.msg[0] ? ": " : "", why.msg);
+    return c;
+}
+
+/* The data- and tensor-parallel groups (see zt_session): their host comms, and their device comms
+ * where device memory is not host memory. */
+static int open_groups(zt_session *s, zt_err *err) {
+    zt_comm *comm = s->comm;
+    int tp = s->cfg->tp_size > 1 ? s->cfg->tp_size : 1;
+    if (comm->world % tp) return zt_fail(err, "tensor_parallel.tp_size %d does not divide the %d ranks", tp, comm->world);
+    s->tp_size = tp;
+    s->tp_rank = comm->rank % tp;
+    s->dp_rank = comm->rank / tp;
+    s->dp_world = comm->world / tp;
+    s->dp_comm = comm;
+    if (tp > 1) {
+        s->dp_comm = zt_comm_mpi_group(s->be, s->tp_rank, comm->rank, err);
+        s->tp_comm = s->dp_comm ? zt_comm_mpi_group(s->be, s->dp_rank, comm->rank, err) : NULL;
+        if (zt_agree(comm, s->dp_comm && s->tp_comm ? 0 : -1, err)) return -1;
+    }
+    if (s->be->memory_is_host) return 0;
+    if (!(s->device_comm = open_device_comm(s, s->tp_rank, s->dp_world, "data-parallel", err))) return -1;
+    if (tp > 1 && !(s->tp_device_comm = open_device_comm(s, s->dp_rank, tp, "tensor-parallel", err))) return -1;
     return 0;
+}
+
+static void close_groups(zt_session *s) {
+    zt_comm *owned[] = {s->device_comm, s->tp_device_comm, s->tp_comm, s->dp_comm != s->comm ? s->dp_comm : NULL};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        if (owned[i]) owned[i]->destroy(owned[i]);
+    s->device_comm = s->tp_device_comm = s->tp_comm = s->dp_comm = NULL;
 }
 
 int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const float *init_f32, int B, int T,
@@ -72,35 +98,45 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     if (zt_config_check_grad_accum(cfg, s->be->name, dtype_names[s->be->compute_dtype], err)) return -1;
     s->shape = zt_shape_from_config(cfg);
     int gpu = s->be->compute_dtype != ZT_F32;
-    if (open_device_comm(s, comm, err)) return -1;
-    if (zt_gpt2_param_table(&s->table, &s->shape, err)) return -1;
+    if (open_groups(s, err) || zt_gpt2_param_table(&s->whole, &s->shape, err) ||
+        zt_gpt2_param_table_tp(&s->table, &s->shape, s->tp_rank, s->tp_size, err)) {
+        zt_session_close(s);
+        return -1;
+    }
     /* the model's activation and scratch sizes, known before any memory is taken: ratio auto keeps
      * room for them (plus 2 GiB for cuBLASLt's workspace and the CUDA backend's own scratch) */
     zt_gpt2 plan;
-    if (zt_gpt2_plan(&plan, &s->shape, B, T, zt_act_ckpt_of(cfg), zt_dtype_size(s->be->compute_dtype), err)) {
-        zt_param_table_free(&s->table);
+    if (zt_gpt2_plan(&plan, &s->shape, B, T, zt_act_ckpt_of(cfg), s->tp_size, zt_dtype_size(s->be->compute_dtype),
+                     err)) {
+        zt_session_close(s);
         return -1;
     }
     double reserve = (double)(plan.act_bytes + plan.scratch_bytes) + (gpu ? 2.0 * 1073741824.0 : 0.0);
     float *init = NULL;
     if (!init_f32) { /* model.init_from (fine-tuning a Hugging Face GPT-2) or GPT-2 init */
-        init = zt_xmalloc(s->table.total * sizeof(float));
+        init = zt_xmalloc(s->whole.total * sizeof(float));
         if (cfg->init_from) {
-            if (zt_hf_init_from(cfg->init_from, &s->shape, &s->table, init, err)) {
+            if (zt_hf_init_from(cfg->init_from, &s->shape, &s->whole, init, err)) {
                 free(init);
-                zt_param_table_free(&s->table);
+                zt_session_close(s);
                 return -1;
             }
         } else {
-            zt_gpt2_init(&s->table, &s->shape, init, cfg->seed);
+            zt_gpt2_init(&s->whole, &s->shape, init, cfg->seed);
         }
         init_f32 = init;
+    }
+    float *part = NULL; /* this rank's part of the whole vector under tensor parallelism */
+    if (s->tp_size > 1) {
+        part = zt_xmalloc(s->table.total * sizeof(float));
+        zt_tp_take_vector(&s->table, &s->whole, init_f32, part);
+        init_f32 = part;
     }
     zt_engine_opts eo = {cfg->zero_stage, cfg->overlap_comm, cfg->reduce_bucket_size,
                          cfg->stage3_param_persistence_threshold, cfg->beta1, cfg->beta2, cfg->eps,
                          cfg->weight_decay, cfg->decay_all_params, !cfg->bias_correction,
                          cfg->stage3_prefetch_bucket_size, zt_zero3_live_bound(cfg->stage3_max_live_parameters),
-                         cfg->stage3_max_reuse_distance};
+                         cfg->stage3_max_reuse_distance, s->tp_comm};
     /* host memory the run takes after the engine, kept free by ratio auto when host_memory is not set:
      * the activations and scratch where device memory is host memory, and 1 GiB for checkpoint
      * staging (64 MiB), MPI and the runtimes (the data and the init vector are in use already) */
@@ -126,13 +162,18 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     off.aio_queue_depth = cfg->aio_queue_depth;
     off.aio_single_submit = cfg->aio_single_submit;
     off.aio_overlap_events = cfg->aio_overlap_events;
-    s->engine = zt_engine_open(s->be, s->device_comm ? s->device_comm : comm, &s->table, &eo, &off, init_f32, err);
+    s->engine = zt_engine_open(s->be, s->device_comm ? s->device_comm : s->dp_comm, &s->table, &eo, &off, init_f32,
+                               err);
     free(init);
-    if (!s->engine) { zt_param_table_free(&s->table); return -1; }
+    free(part);
+    if (!s->engine) {
+        zt_session_close(s);
+        return -1;
+    }
     s->src = zt_engine_param_source(s->engine);
-    if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, B, T, zt_act_ckpt_of(cfg), err)) {
-        zt_engine_close(s->engine);
-        zt_param_table_free(&s->table);
+    zt_comm *tp = s->tp_device_comm ? s->tp_device_comm : s->tp_comm;
+    if (zt_gpt2_create(&s->model, s->be, &s->shape, &s->table, tp, B, T, zt_act_ckpt_of(cfg), err)) {
+        zt_session_close(s);
         return -1;
     }
     zt_engine_count_activations(s->engine, s->model.act_bytes, s->model.act_host_bytes);
@@ -141,7 +182,9 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
 
 void zt_session_close(zt_session *s) {
     zt_gpt2_destroy(&s->model);
-    zt_engine_close(s->engine);
+    if (s->engine) zt_engine_close(s->engine);
+    s->engine = NULL;
     zt_param_table_free(&s->table);
-    if (s->device_comm) s->device_comm->destroy(s->device_comm);
+    zt_param_table_free(&s->whole);
+    close_groups(s);
 }

@@ -9,13 +9,23 @@
 #include "config/config.h"
 #include "engine/engine.h"
 
+/* Tensor parallelism lays the ranks out tensor-parallel inner: world rank w is tensor-parallel rank
+ * w % tp of data-parallel rank w / tp, so a tensor-parallel group is tp consecutive ranks (one node).
+ * The ZeRO engine works over the data-parallel group of its tensor-parallel rank; the model's
+ * all-reduces run over the tensor-parallel group. */
 typedef struct zt_session {
     const zt_config *cfg;
     const zt_backend *be;
-    zt_comm *comm;         /* host-side comm of the caller (MPI) */
-    zt_comm *device_comm;  /* NCCL for a CUDA backend on several ranks, else NULL (the engine uses comm) */
+    zt_comm *comm;         /* host-side comm of the caller (MPI): every rank */
+    int tp_size, tp_rank, dp_rank, dp_world;
+    zt_comm *dp_comm;      /* host comm of the data-parallel group (comm itself when tp_size is 1) */
+    zt_comm *tp_comm;      /* host comm of the tensor-parallel group (NULL when tp_size is 1) */
+    zt_comm *device_comm;  /* the data-parallel group's comm on device buffers (NCCL, host-staged or one-rank); NULL
+                              where device memory is host memory (the engine uses dp_comm) */
+    zt_comm *tp_device_comm; /* the same for the tensor-parallel group (NULL when tp_size is 1 or memory is host) */
     zt_gpt2_shape shape;
-    zt_param_table table;
+    zt_param_table whole;  /* the whole model's table (init, imports, checkpoints' whole tensors) */
+    zt_param_table table;  /* this rank's part of it (the same as whole when tp_size is 1) */
     zt_engine *engine;
     zt_gpt2 model;
     zt_param_source src;

@@ -446,11 +446,37 @@ void zero_reset_residents(zt_engine *e) {
 
 /* ---------------------------------------------------------------- after backward, after the update */
 
+/* Sum of squares of grad_shard over [opt_lo, opt_hi) without the tensors every tensor-parallel rank
+ * holds whole (their gradients are the same on every rank, and counted by tp rank 0 only): one sum per
+ * run of split tensors. */
+static double split_tensors_sumsq(zt_engine *e) {
+    const zt_param_table *t = e->table;
+    double sum = 0.0;
+    size_t lo = e->lay.opt_lo, hi = e->lay.opt_hi, run_lo = 0, run_hi = 0;
+    for (int i = 0; i <= t->count; i++) {
+        const zt_param_info *p = i < t->count ? &t->params[i] : NULL;
+        if (p && p->split != ZT_TP_WHOLE) {
+            if (run_hi != p->offset) run_lo = p->offset; /* a new run */
+            run_hi = p->offset + p->numel;
+            continue;
+        }
+        size_t a = run_lo > lo ? run_lo : lo, b = run_hi < hi ? run_hi : hi;
+        if (a < b) sum += e->be->sumsq(at(e, e->grad_shard, a - lo), b - a);
+        run_lo = run_hi = 0;
+    }
+    return sum;
+}
+
 /* global gradient norm: stage 0 holds the full reduced gradient on every rank; otherwise each rank
- * sums the squares of its shard and the partial sums are added across ranks */
+ * sums the squares of its shard and the partial sums are added across ranks. Under tensor
+ * parallelism the data-parallel sums are added across the tensor-parallel group as well, each whole
+ * tensor counted once. A non-finite sum anywhere reaches every rank (the overflow check). */
 double zero_grad_norm(zt_engine *e) {
-    double sumsq = e->be->sumsq(e->grad_shard, e->lay.opt_hi - e->lay.opt_lo);
+    int tp = e->table->tp_size > 1;
+    double sumsq = tp && e->table->tp_rank > 0 ? split_tensors_sumsq(e)
+                                               : e->be->sumsq(e->grad_shard, e->lay.opt_hi - e->lay.opt_lo);
     if (e->opt.stage >= 1 && e->lay.world > 1) e->comm->allreduce_host_double(e->comm, &sumsq, 1);
+    if (tp) e->opt.tp_comm->allreduce_host_double(e->opt.tp_comm, &sumsq, 1);
     return sqrt(sumsq);
 }
 

@@ -34,46 +34,125 @@ static const char *block_names[P_PER_BLOCK] = {
     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
     "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
 
-static void add_param(zt_param_table *t, const char *name, int d0, int d1, int segment) {
+/* One tensor: whole shape d0 x d1 (d1 0: 1-D), cut by `split` into this rank's part of tensor parallelism
+ * rank r of tp (see zt_tp_split): ROWS take d0 / tp rows (wte: ceil(V / tp), the last rank fewer), COLUMNS
+ * take `pieces` pieces of width (cols / pieces) / tp. */
+static void add_param(zt_param_table *t, const char *name, int d0, int d1, int segment, zt_tp_split split, int pieces) {
     zt_param_info *p = &t->params[t->count++];
+    int r = t->tp_rank, tp = t->tp_size;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = d1 > 0 ? 2 : 1;
-    p->shape[0] = d0;
-    p->shape[1] = d1 > 0 ? d1 : 0;
-    p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    p->full_shape[0] = d0;
+    p->full_shape[1] = d1 > 0 ? d1 : 0;
+    p->shape[0] = p->full_shape[0];
+    p->shape[1] = p->full_shape[1];
+    p->split = tp > 1 ? split : ZT_TP_WHOLE;
+    p->split_pieces = 1;
+    if (p->split == ZT_TP_ROWS) {
+        int per = (d0 + tp - 1) / tp;
+        p->split_lo = r * per < d0 ? r * per : d0;
+        p->shape[0] = (p->split_lo + per < d0 ? p->split_lo + per : d0) - p->split_lo;
+    } else if (p->split == ZT_TP_COLUMNS) {
+        int *cols = &p->shape[p->ndim - 1], stride = *cols / pieces, width = stride / tp;
+        p->split_pieces = pieces;
+        p->split_stride = stride;
+        p->split_lo = r * width;
+        *cols = pieces * width;
+    }
+    p->numel = (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
     p->offset = t->total;
     p->segment = segment;
     p->decay = p->ndim == 2;
     t->total += p->numel;
 }
 
+void zt_tp_take_row(const zt_param_info *p, const float *whole_row, float *row) {
+    int cols = zt_param_cols(p);
+    if (p->split != ZT_TP_COLUMNS) {
+        memcpy(row, whole_row, (size_t)cols * sizeof *row);
+        return;
+    }
+    int width = cols / p->split_pieces;
+    for (int k = 0; k < p->split_pieces; k++)
+        memcpy(row + (size_t)k * width, whole_row + (size_t)k * p->split_stride + p->split_lo, (size_t)width * sizeof *row);
+}
+
+void zt_tp_put_row(const zt_param_info *p, const float *row, float *whole_row) {
+    int cols = zt_param_cols(p);
+    if (p->split != ZT_TP_COLUMNS) {
+        memcpy(whole_row, row, (size_t)cols * sizeof *row);
+        return;
+    }
+    int width = cols / p->split_pieces;
+    for (int k = 0; k < p->split_pieces; k++)
+        memcpy(whole_row + (size_t)k * p->split_stride + p->split_lo, row + (size_t)k * width, (size_t)width * sizeof *row);
+}
+
+/* this rank's part p and the same tensor w of the whole table: row by row, in either direction */
+static void tp_copy_vector(const zt_param_table *part, const zt_param_table *whole, float *part_vec, float *whole_vec,
+                           int take) {
+    for (int i = 0; i < part->count; i++) {
+        const zt_param_info *p = &part->params[i], *w = &whole->params[i];
+        int rows = zt_param_rows(p), cols = zt_param_cols(p), wcols = zt_param_cols(w);
+        for (int row = 0; row < rows; row++) {
+            float *mine = part_vec + p->offset + (size_t)row * cols;
+            float *theirs = whole_vec + w->offset + (size_t)zt_tp_whole_row(p, row) * wcols;
+            if (take) zt_tp_take_row(p, theirs, mine);
+            else zt_tp_put_row(p, mine, theirs);
+        }
+    }
+}
+
+void zt_tp_take_vector(const zt_param_table *part, const zt_param_table *whole, const float *whole_vec, float *part_vec) {
+    tp_copy_vector(part, whole, part_vec, (float *)whole_vec, 1);
+}
+
+void zt_tp_put_vector(const zt_param_table *part, const zt_param_table *whole, const float *part_vec, float *whole_vec) {
+    tp_copy_vector(part, whole, (float *)part_vec, whole_vec, 0);
+}
+
 int zt_gpt2_param_table(zt_param_table *t, const zt_gpt2_shape *s, zt_err *err) {
+    return zt_gpt2_param_table_tp(t, s, 0, 1, err);
+}
+
+int zt_gpt2_param_table_tp(zt_param_table *t, const zt_gpt2_shape *s, int tp_rank, int tp_size, zt_err *err) {
     int L = s->n_layer, C = s->n_embd;
     if (L < 1 || C < 1 || s->n_head < 1 || C % s->n_head || s->vocab_size < 1 || s->n_positions < 1)
         return zt_fail(err, "invalid model shape (n_layer %d, n_head %d, n_embd %d, vocab_size %d, n_positions %d)",
                        L, s->n_head, C, s->vocab_size, s->n_positions);
+    if (tp_size < 1 || s->n_head % tp_size || s->vocab_size < tp_size || tp_rank < 0 || tp_rank >= tp_size)
+        return zt_fail(err, "tensor_parallel.tp_size %d must divide model.n_head %d (heads are split across tensor-"
+                            "parallel ranks)", tp_size, s->n_head);
     memset(t, 0, sizeof *t);
     t->params = zt_xcalloc((size_t)(2 + P_PER_BLOCK * L + 2), sizeof *t->params);
+    t->tp_rank = tp_rank;
+    t->tp_size = tp_size;
     t->n_layer = L;
     t->n_segments = L + 2;
     t->n_embed_segments = 1;
-    t->embed_rows = s->vocab_size;
     t->segment_lo = zt_xcalloc((size_t)t->n_segments + 1, sizeof *t->segment_lo);
-    add_param(t, "transformer.wte.weight", s->vocab_size, C, 0);
-    add_param(t, "transformer.wpe.weight", s->n_positions, C, 0);
+    add_param(t, "transformer.wte.weight", s->vocab_size, C, 0, ZT_TP_ROWS, 1);
+    add_param(t, "transformer.wpe.weight", s->n_positions, C, 0, ZT_TP_WHOLE, 1);
+    t->embed_rows = t->params[0].shape[0];
+    t->vocab_lo = t->params[0].split_lo;
+    /* Megatron's block: c_attn and c_fc column-parallel (their biases with them), c_proj row-parallel
+     * (its bias whole: added once, after the all-reduce), LayerNorms whole */
     const int widths[P_PER_BLOCK][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
                                         {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+    const zt_tp_split splits[P_PER_BLOCK] = {ZT_TP_WHOLE, ZT_TP_WHOLE,   ZT_TP_COLUMNS, ZT_TP_COLUMNS,
+                                             ZT_TP_ROWS,  ZT_TP_WHOLE,   ZT_TP_WHOLE,   ZT_TP_WHOLE,
+                                             ZT_TP_COLUMNS, ZT_TP_COLUMNS, ZT_TP_ROWS,  ZT_TP_WHOLE};
     for (int l = 0; l < L; l++) {
         t->segment_lo[l + 1] = t->total;
         for (int i = 0; i < P_PER_BLOCK; i++) {
             char name[64];
             snprintf(name, sizeof name, "transformer.h.%d.%s", l, block_names[i]);
-            add_param(t, name, widths[i][0], widths[i][1], l + 1);
+            add_param(t, name, widths[i][0], widths[i][1], l + 1, splits[i], i == P_QKVW || i == P_QKVB ? 3 : 1);
         }
     }
     t->segment_lo[L + 1] = t->total;
-    add_param(t, "transformer.ln_f.weight", C, 0, L + 1);
-    add_param(t, "transformer.ln_f.bias", C, 0, L + 1);
+    add_param(t, "transformer.ln_f.weight", C, 0, L + 1, ZT_TP_WHOLE, 1);
+    add_param(t, "transformer.ln_f.bias", C, 0, L + 1, ZT_TP_WHOLE, 1);
     t->segment_lo[L + 2] = t->total;
     return 0;
 }
@@ -154,37 +233,39 @@ static void *at(const zt_gpt2 *m, const void *base, size_t elems) { return (char
 /* offsets of one layer slot's activations, in compute-dtype elements */
 typedef struct { size_t ln1, qkv, atty, att, res2, ln2, fch, fchg, total; } slot_layout;
 
+/* With tensor parallelism a rank's attention and MLP activations are its heads' and its columns'
+ * (Ch = C / tp wide); LayerNorm outputs and residuals are whole. */
 static slot_layout layout_of(const zt_gpt2 *m) {
-    size_t N = (size_t)m->B * m->T, C = m->shape.n_embd;
-    size_t att = (size_t)m->B * m->shape.n_head * m->T * m->T;
+    size_t N = (size_t)m->B * m->T, C = m->shape.n_embd, Ch = C / m->tp_size;
+    size_t att = (size_t)m->B * (m->shape.n_head / m->tp_size) * m->T * m->T;
     slot_layout s;
     s.ln1 = 0;
     s.qkv = s.ln1 + N * C;
-    s.atty = s.qkv + 3 * N * C;
-    s.att = s.atty + N * C;
+    s.atty = s.qkv + 3 * N * Ch;
+    s.att = s.atty + N * Ch;
     s.res2 = s.att + att;
     s.ln2 = s.res2 + N * C;
     s.fch = s.ln2 + N * C;
-    s.fchg = s.fch + 4 * N * C;
-    s.total = s.fchg + 4 * N * C;
+    s.fchg = s.fch + 4 * N * Ch;
+    s.total = s.fchg + 4 * N * Ch;
     return s;
 }
 
-/* gradient scratch: dres [NC] | dsmall [NC] | dbig [4NC] | datt [B NH T T] */
+/* gradient scratch: dres [NC] | dsmall [NC] | dbig [max(4NC/tp, NC)] | datt [B NH/tp T T] */
 typedef struct { size_t dres, dsmall, dbig, datt, total; } scratch_layout;
 
 static scratch_layout scratch_of(const zt_gpt2 *m) {
-    size_t N = (size_t)m->B * m->T, C = m->shape.n_embd;
+    size_t N = (size_t)m->B * m->T, C = m->shape.n_embd, big = 4 * N * C / m->tp_size;
     scratch_layout s;
     s.dres = 0;
     s.dsmall = N * C;
     s.dbig = 2 * N * C;
-    s.datt = 6 * N * C;
-    s.total = s.datt + (size_t)m->B * m->shape.n_head * m->T * m->T;
+    s.datt = s.dbig + (big > N * C ? big : N * C);
+    s.total = s.datt + (size_t)m->B * (m->shape.n_head / m->tp_size) * m->T * m->T;
     return s;
 }
 
-int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ckpt ckpt, size_t elem_size,
+int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ckpt ckpt, int tp_size, size_t elem_size,
                  zt_err *err) {
     int recompute = ckpt.enabled, number_checkpoints = ckpt.number_checkpoints;
     memset(m, 0, sizeof *m);
@@ -192,15 +273,22 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
     m->B = B;
     m->T = T;
     m->elem_size = elem_size;
+    m->tp_size = tp_size > 1 ? tp_size : 1;
+    /* this rank's vocabulary rows (as zt_gpt2_param_table_tp cuts wte) and their logits' row stride */
+    int per = (shape->vocab_size + m->tp_size - 1) / m->tp_size;
+    m->vocab_rows = m->tp_size > 1 ? per : shape->vocab_size;
+    m->logits_stride = m->tp_size > 1 ? (per + 127) / 128 * 128 : shape->padded_vocab;
     int L = shape->n_layer;
     if (T > shape->n_positions) return zt_fail(err, "seq_len %d exceeds model.n_positions %d", T, shape->n_positions);
+    if (shape->n_head % m->tp_size)
+        return zt_fail(err, "tensor_parallel.tp_size %d must divide model.n_head %d", m->tp_size, shape->n_head);
     m->recompute = recompute;
     int keep = recompute ? (number_checkpoints > 0 ? number_checkpoints : L) : 1;
     m->segment_layers = recompute ? (L + keep - 1) / keep : L;
     m->cpu_checkpointing = recompute && ckpt.cpu;
     m->residual_slots = m->cpu_checkpointing ? m->segment_layers + 1 : L + 1;
 
-    size_t N = (size_t)B * T, C = shape->n_embd, Vp = shape->padded_vocab;
+    size_t N = (size_t)B * T, C = shape->n_embd, Vp = m->logits_stride;
     slot_layout sl = layout_of(m);
     m->layer_act_elems = sl.total;
     m->scratch_elems = scratch_of(m).total;
@@ -212,16 +300,20 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
     m->act_bytes_ckpt = residual_bytes + slot_bytes + head_bytes;
     m->act_bytes = kept_bytes + (size_t)m->segment_layers * slot_bytes + head_bytes;
     m->act_host_bytes = m->cpu_checkpointing ? (size_t)((L + m->segment_layers - 1) / m->segment_layers) * N * C * e : 0;
-    m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int);
+    m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int) + (m->tp_size > 1 ? (m->tp_size + 1) * 3 * N * sizeof(float) : 0);
     return 0;
 }
 
 int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
-                   int B, int T, zt_act_ckpt ckpt, zt_err *err) {
-    if (zt_gpt2_plan(m, shape, B, T, ckpt, zt_dtype_size(be->compute_dtype), err)) return -1;
+                   zt_comm *tp, int B, int T, zt_act_ckpt ckpt, zt_err *err) {
+    if (zt_gpt2_plan(m, shape, B, T, ckpt, table->tp_size, zt_dtype_size(be->compute_dtype), err)) return -1;
     m->be = be;
     m->table = table;
-    size_t N = (size_t)B * T, C = shape->n_embd, Vp = shape->padded_vocab, e = m->elem_size;
+    m->tp = table->tp_size > 1 ? tp : NULL;
+    m->tp_rank = table->tp_rank;
+    m->vocab_lo = table->vocab_lo;
+    m->vocab_rows = table->params[0].shape[0];
+    size_t N = (size_t)B * T, C = shape->n_embd, Vp = m->logits_stride, e = m->elem_size;
     slot_layout sl = layout_of(m);
     scratch_layout sc = scratch_of(m);
     size_t residual_bytes = (size_t)m->residual_slots * N * C * e;
@@ -237,13 +329,17 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
     m->losses = be->alloc(N * sizeof(float));
     m->host_losses = zt_xcalloc(N, sizeof(float));
     m->scratch = be->alloc(sc.total * e);
+    if (m->tp) {
+        m->xent_stats = be->alloc(3 * N * sizeof(float));
+        m->xent_all = be->alloc((size_t)m->tp_size * 3 * N * sizeof(float));
+    }
     if (m->act_host_bytes && !(m->host_ckpt = be->host_alloc(m->act_host_bytes))) {
         zt_gpt2_destroy(m);
         return zt_fail(err, "out of host memory for the activation checkpoints (cpu_checkpointing: %.1f MiB)",
                        (double)m->act_host_bytes / 1048576.0);
     }
     if (!m->tokens || !m->targets || !m->residual || !m->layer_acts || !m->layer_stats || !m->lnf ||
-        !m->lnf_stats || !m->logits || !m->losses || !m->scratch) {
+        !m->lnf_stats || !m->logits || !m->losses || !m->scratch || (m->tp && (!m->xent_stats || !m->xent_all))) {
         zt_gpt2_destroy(m);
         return zt_fail(err, "out of %s memory for activations (%.1f MiB needed for B=%d T=%d)", be->name,
                        (double)(m->act_bytes + sc.total * e) / 1048576.0, B, T);
@@ -254,7 +350,7 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
 void zt_gpt2_destroy(zt_gpt2 *m) {
     if (!m->be) return;
     void *bufs[] = {m->tokens, m->targets, m->residual, m->layer_acts, m->layer_stats, m->lnf,
-                    m->lnf_stats, m->logits, m->losses, m->scratch};
+                    m->lnf_stats, m->logits, m->losses, m->scratch, m->xent_stats, m->xent_all};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) m->be->free(bufs[i]);
     if (m->host_ckpt) m->be->host_free(m->host_ckpt);
@@ -301,26 +397,39 @@ static void ckpt_move(zt_gpt2 *m, int l, zt_copy_kind kind) {
     else m->be->copy_async(residual_at(m, l), host, n * m->elem_size, ZT_H2D);
 }
 
+/* Tensor parallelism's one collective: the tp ranks' partial sums of a whole [N, C] activation (Megatron's g
+ * after a row-parallel linear in forward, f after a column-parallel linear's input gradient in backward).
+ * Every rank gets the same bits, so what is computed from the result (LayerNorms, residuals, the
+ * replicated parameters' gradients) stays identical across the group. */
+static void tp_allreduce(zt_gpt2 *m, void *buf, size_t count) {
+    if (m->tp) m->tp->wait(m->tp, m->tp->allreduce_sum(m->tp, buf, count, m->be->compute_dtype));
+}
+
+/* A rank computes its heads (NH / tp) and its MLP columns (4C / tp): Ch = C / tp. The row-parallel
+ * linears' biases are added once, by tp rank 0, into the partial sums. */
 static void block_forward(zt_gpt2 *m, int l, const block_params *bp) {
     const zt_backend *be = m->be;
-    int B = m->B, T = m->T, C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    int B = m->B, T = m->T, C = m->shape.n_embd, N = B * T, tp = m->tp_size;
+    int Ch = C / tp, NHh = m->shape.n_head / tp, adds_bias = m->tp_rank == 0;
     layer_acts a = layer_acts_of(m, l);
     void *in = residual_at(m, l), *out = residual_at(m, l + 1);
     be->layernorm_forward(a.ln1, a.mean1, a.rstd1, in, bp->p[P_LN1W], bp->p[P_LN1B], N, C);
-    be->matmul_forward(a.qkv, a.ln1, bp->p[P_QKVW], bp->p[P_QKVB], N, C, 3 * C, 0, 3 * C);
-    be->attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    be->matmul_forward(a.res2, a.atty, bp->p[P_PROJW], bp->p[P_PROJB], N, C, C, 0, C);
+    be->matmul_forward(a.qkv, a.ln1, bp->p[P_QKVW], bp->p[P_QKVB], N, C, 3 * Ch, 0, 3 * Ch);
+    be->attention_forward(a.atty, a.att, a.qkv, B, T, Ch, NHh);
+    be->matmul_forward(a.res2, a.atty, bp->p[P_PROJW], adds_bias ? bp->p[P_PROJB] : NULL, N, Ch, C, 0, C);
+    tp_allreduce(m, a.res2, (size_t)N * C);
     be->accumulate(a.res2, in, (size_t)N * C);
     be->layernorm_forward(a.ln2, a.mean2, a.rstd2, a.res2, bp->p[P_LN2W], bp->p[P_LN2B], N, C);
-    be->matmul_forward_gelu(a.fchg, a.fch, a.ln2, bp->p[P_FCW], bp->p[P_FCB], N, C, 4 * C);
-    be->matmul_forward(out, a.fchg, bp->p[P_FCPROJW], bp->p[P_FCPROJB], N, 4 * C, C, 0, C);
+    be->matmul_forward_gelu(a.fchg, a.fch, a.ln2, bp->p[P_FCW], bp->p[P_FCB], N, C, 4 * Ch);
+    be->matmul_forward(out, a.fchg, bp->p[P_FCPROJW], adds_bias ? bp->p[P_FCPROJB] : NULL, N, 4 * Ch, C, 0, C);
+    tp_allreduce(m, out, (size_t)N * C);
     be->accumulate(out, a.res2, (size_t)N * C);
 }
 
 /* dres holds d(res_{l+1}) on entry and d(res_l) on return. */
 static void block_backward(zt_gpt2 *m, int l, const block_params *bp, const block_params *gp) {
     const zt_backend *be = m->be;
-    int B = m->B, T = m->T, C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    int B = m->B, T = m->T, C = m->shape.n_embd, N = B * T, Ch = C / m->tp_size, NHh = m->shape.n_head / m->tp_size;
     layer_acts a = layer_acts_of(m, l);
     scratch_layout sc = scratch_of(m);
     void *dres = at(m, m->scratch, sc.dres), *dsmall = at(m, m->scratch, sc.dsmall);
@@ -328,13 +437,15 @@ static void block_backward(zt_gpt2 *m, int l, const block_params *bp, const bloc
     void *in = residual_at(m, l);
     /* MLP: res_{l+1} = res2 + gelu(ln2 Wfc + bfc) Wfcproj + bfcproj */
     be->matmul_backward_dgelu(dbig, gp->p[P_FCPROJW], gp->p[P_FCPROJB], dres, a.fchg, bp->p[P_FCPROJW], a.fch, N,
-                              4 * C, C);
-    be->matmul_backward(dsmall, gp->p[P_FCW], gp->p[P_FCB], dbig, a.ln2, bp->p[P_FCW], N, C, 4 * C, 0, 4 * C);
+                              4 * Ch, C);
+    be->matmul_backward(dsmall, gp->p[P_FCW], gp->p[P_FCB], dbig, a.ln2, bp->p[P_FCW], N, C, 4 * Ch, 0, 4 * Ch);
+    tp_allreduce(m, dsmall, (size_t)N * C);
     be->layernorm_backward(dres, gp->p[P_LN2W], gp->p[P_LN2B], dsmall, a.res2, bp->p[P_LN2W], a.mean2, a.rstd2, N, C);
     /* attention: res2 = res_l + attention(ln1 Wqkv + bqkv) Wproj + bproj */
-    be->matmul_backward(dsmall, gp->p[P_PROJW], gp->p[P_PROJB], dres, a.atty, bp->p[P_PROJW], N, C, C, 0, C);
-    be->attention_backward(dbig, datt, dsmall, a.qkv, a.att, B, T, C, NH);
-    be->matmul_backward(dsmall, gp->p[P_QKVW], gp->p[P_QKVB], dbig, a.ln1, bp->p[P_QKVW], N, C, 3 * C, 0, 3 * C);
+    be->matmul_backward(dsmall, gp->p[P_PROJW], gp->p[P_PROJB], dres, a.atty, bp->p[P_PROJW], N, Ch, C, 0, C);
+    be->attention_backward(dbig, datt, dsmall, a.qkv, a.att, B, T, Ch, NHh);
+    be->matmul_backward(dsmall, gp->p[P_QKVW], gp->p[P_QKVB], dbig, a.ln1, bp->p[P_QKVW], N, C, 3 * Ch, 0, 3 * Ch);
+    tp_allreduce(m, dsmall, (size_t)N * C);
     be->layernorm_backward(dres, gp->p[P_LN1W], gp->p[P_LN1B], dsmall, in, bp->p[P_LN1W], a.mean1, a.rstd1, N, C);
 }
 
@@ -348,21 +459,30 @@ static void *acquire(const zt_param_source *src, int segment) {
 
 /* The tied embedding, segment by segment (one segment unless stage 3 cuts it in row blocks; see
  * gpt2.h): the token lookup, and the LM head logits[:, lo:hi) = lnf wte[lo:hi]^T per block. */
+/* Vocabulary-parallel (tensor parallelism): a rank looks up the tokens of its own vocabulary rows (ids
+ * from m->vocab_lo), zeros for the rest, the tp ranks' lookups are summed, then wpe is added. */
 static void embedding_forward(zt_gpt2 *m, const zt_param_source *src) {
     const zt_param_table *t = m->table;
-    int E = t->n_embed_segments;
+    int E = t->n_embed_segments, B = m->B, T = m->T, C = m->shape.n_embd;
+    void *res0 = residual_at(m, 0);
+    if (m->tp) m->be->memset_zero(res0, (size_t)B * T * C * esz(m));
     for (int k = 0; k < E; k++) {
         int lo, hi;
         zt_embed_segment_rows(t, k, &lo, &hi);
         void *seg = acquire(src, k);
         void *wpe = k == E - 1 ? at(m, seg, t->params[1].offset - t->segment_lo[k]) : NULL; /* added last */
-        m->be->embedding_forward(residual_at(m, 0), m->tokens, seg, lo, hi, wpe, m->B, m->T, m->shape.n_embd);
+        lo += m->vocab_lo, hi += m->vocab_lo;
+        m->be->embedding_forward(res0, m->tokens, seg, lo, hi, m->tp ? NULL : wpe, B, T, C);
+        if (wpe && m->tp) {
+            tp_allreduce(m, res0, (size_t)B * T * C);
+            m->be->embedding_forward(res0, m->tokens, NULL, 0, 0, wpe, B, T, C); /* no rows: adds wpe */
+        }
         src->release(src->ctx, k);
     }
 }
 
 static void lm_head_forward(zt_gpt2 *m, const zt_param_source *src) {
-    int E = m->table->n_embed_segments, N = m->B * m->T, C = m->shape.n_embd, Vp = m->shape.padded_vocab;
+    int E = m->table->n_embed_segments, N = m->B * m->T, C = m->shape.n_embd, Vp = m->logits_stride;
     for (int k = 0; k < E; k++) {
         int lo, hi;
         zt_embed_segment_rows(m->table, k, &lo, &hi);
@@ -374,9 +494,10 @@ static void lm_head_forward(zt_gpt2 *m, const zt_param_source *src) {
 }
 
 /* dlnf (into dlnf) = sum over blocks of dlogits[:, lo:hi) wte[lo:hi], last block first (the one
- * forward left gathered); dwte[lo:hi) += dlogits[:, lo:hi)^T lnf. tmp: N*C scratch. */
+ * forward left gathered), then over the tp ranks' vocabulary parts; dwte[lo:hi) += dlogits[:, lo:hi)^T
+ * lnf. tmp: N*C scratch. */
 static void lm_head_backward(zt_gpt2 *m, const zt_param_source *src, void *dlnf, void *tmp) {
-    int E = m->table->n_embed_segments, N = m->B * m->T, C = m->shape.n_embd, Vp = m->shape.padded_vocab;
+    int E = m->table->n_embed_segments, N = m->B * m->T, C = m->shape.n_embd, Vp = m->logits_stride;
     for (int k = E - 1; k >= 0; k--) {
         int lo, hi;
         zt_embed_segment_rows(m->table, k, &lo, &hi);
@@ -388,6 +509,7 @@ static void lm_head_backward(zt_gpt2 *m, const zt_param_source *src, void *dlnf,
         if (k != E - 1) m->be->accumulate(dlnf, tmp, (size_t)N * C);
         src->release(src->ctx, k);
     }
+    tp_allreduce(m, dlnf, (size_t)N * C);
 }
 
 /* the token lookup's gradients (no parameters needed), then every embedding segment is final */
@@ -399,15 +521,34 @@ static void embedding_backward(zt_gpt2 *m, const zt_param_source *src, const voi
         zt_embed_segment_rows(t, k, &lo, &hi);
         void *g = src->grads(src->ctx, k);
         void *gwpe = k == E - 1 ? at(m, g, t->params[1].offset - t->segment_lo[k]) : NULL;
-        m->be->embedding_backward(g, lo, hi, gwpe, dres, m->tokens, m->B, m->T, m->shape.n_embd);
+        m->be->embedding_backward(g, lo + m->vocab_lo, hi + m->vocab_lo, gwpe, dres, m->tokens, m->B, m->T, m->shape.n_embd);
         src->grads_done(src->ctx, k);
     }
+}
+
+/* Cross-entropy over the logits. Vocabulary-parallel under tensor parallelism: each rank's row
+ * statistics (max, sum of exponentials, target logit) are all-gathered, 3N floats a rank, and every
+ * rank combines them in rank order; the logits are never gathered whole. */
+static void xent(zt_gpt2 *m, float dloss) {
+    const zt_backend *be = m->be;
+    int N = m->B * m->T, Vp = m->logits_stride;
+    void *dlogits = dloss != 0.0f ? m->logits : NULL;
+    if (!m->tp) {
+        be->softmax_xent(m->losses, dlogits, m->logits, m->targets, N, m->shape.vocab_size, Vp, dloss);
+        return;
+    }
+    be->xent_partial(m->xent_stats, m->logits, m->targets, N, m->vocab_rows, Vp, m->vocab_lo);
+    size_t counts[ZT_MAX_TP];
+    for (int r = 0; r < m->tp_size; r++) counts[r] = 3 * (size_t)N;
+    m->tp->wait(m->tp, m->tp->allgather(m->tp, m->xent_stats, m->xent_all, counts, ZT_F32));
+    be->xent_parallel(m->losses, dlogits, m->logits, m->targets, m->xent_all, m->tp_size, N, m->vocab_rows, Vp,
+                      m->vocab_lo, dloss);
 }
 
 float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens, const int *targets, float dloss) {
     const zt_backend *be = m->be;
     int B = m->B, T = m->T, C = m->shape.n_embd, L = m->shape.n_layer, N = B * T;
-    int V = m->shape.vocab_size, Vp = m->shape.padded_vocab, LNF = zt_segment_of_lnf(m->table);
+    int LNF = zt_segment_of_lnf(m->table);
     be->copy(m->tokens, tokens, (size_t)N * sizeof(int), ZT_H2D);
     if (targets) be->copy(m->targets, targets, (size_t)N * sizeof(int), ZT_H2D);
 
@@ -426,7 +567,7 @@ float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens,
     if (!targets) return 0.0f;
 
     /* with dloss != 0 the fused kernel also leaves d(loss)/d(logits) in place of the logits */
-    be->softmax_xent(m->losses, dloss != 0.0f ? m->logits : NULL, m->logits, m->targets, N, V, Vp, dloss);
+    xent(m, dloss);
     be->copy(m->host_losses, m->losses, (size_t)N * sizeof(float), ZT_D2H);
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->host_losses[i];

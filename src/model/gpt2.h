@@ -7,23 +7,49 @@
 
 #include <stddef.h>
 #include "backend/backend.h"
+#include "comm/comm.h"
 #include "util/util.h"
+
+#define ZT_MAX_TP 64 /* tensor-parallel ranks at most (a node's GPUs, with room) */
 
 typedef struct zt_gpt2_shape {
     int n_layer, n_head, n_embd, vocab_size, n_positions;
     int padded_vocab; /* logits row stride: vocab_size rounded up to 128 (never visible outside) */
 } zt_gpt2_shape;
 
+/* Tensor parallelism (Megatron-LM's split of GPT-2 over tp ranks): how a rank's tensor is cut from
+ * the whole one. A tensor is seen as rows x columns ([in, out] for Conv1D weights, [1, n] for 1-D ones):
+ *   WHOLE   every rank holds all of it (LayerNorms, wpe, the row-parallel linears' biases, ln_f);
+ *   ROWS    rows [split_lo, split_lo + rows) (attn.c_proj and mlp.c_proj weights: row-parallel;
+ *           wte: vocabulary-parallel, rank r holding ids [r ceil(V/tp), ...));
+ *   COLUMNS split_pieces pieces of columns / split_pieces each, piece k being whole columns
+ *           [k split_stride + split_lo, ...) (c_attn: q, k and v of this rank's heads, 3 pieces;
+ *           mlp.c_fc: one piece), for the weight and its bias alike. */
+typedef enum { ZT_TP_WHOLE, ZT_TP_ROWS, ZT_TP_COLUMNS } zt_tp_split;
+
 /* One named tensor of the flat parameter vector. */
 typedef struct zt_param_info {
     char name[64];       /* Hugging Face GPT2LMHeadModel name, e.g. transformer.h.0.attn.c_attn.weight */
     int ndim;
-    int shape[2];        /* Conv1D layout: weights are [in, out] */
+    int shape[2];        /* Conv1D layout: weights are [in, out]; this rank's part under tensor parallelism */
     size_t offset;       /* in elements, into the flat vector */
     size_t numel;
     int segment;         /* its first segment (see zt_param_table) */
     int decay;           /* weight decay applies (2-D weights) */
+    int full_shape[2];   /* the whole tensor's shape (= shape unless split) */
+    zt_tp_split split;   /* see zt_tp_split */
+    int split_lo, split_pieces, split_stride;
 } zt_param_info;
+
+/* a tensor as rows x columns (1-D: one row) */
+static inline int zt_param_rows(const zt_param_info *p) { return p->ndim == 2 ? p->shape[0] : 1; }
+static inline int zt_param_cols(const zt_param_info *p) { return p->ndim == 2 ? p->shape[1] : p->shape[0]; }
+static inline int zt_param_full_cols(const zt_param_info *p) { return p->ndim == 2 ? p->full_shape[1] : p->full_shape[0]; }
+/* the whole tensor's row that this rank's row `row` is part of */
+static inline int zt_tp_whole_row(const zt_param_info *p, int row) { return p->split == ZT_TP_ROWS ? p->split_lo + row : row; }
+/* this rank's columns of one row, taken from the whole row / put into the whole row */
+void zt_tp_take_row(const zt_param_info *p, const float *whole_row, float *row);
+void zt_tp_put_row(const zt_param_info *p, const float *row, float *whole_row);
 
 /* Segments are contiguous ranges of the flat vector, in the order forward first uses them:
  * 0..E-1 the embeddings (wte in blocks of embed_rows vocabulary rows, wpe with the last), E..E+L-1
@@ -33,6 +59,8 @@ typedef struct zt_param_info {
 typedef struct zt_param_table {
     zt_param_info *params;
     int count;
+    int tp_rank, tp_size;    /* tensor parallelism: this table is rank tp_rank's part (1: the whole model) */
+    int vocab_lo;            /* the first vocabulary id of this rank's wte rows (0 without tensor parallelism) */
     size_t total;            /* elements in the flat vector */
     int n_layer;
     int n_segments;          /* E + L + 1 */
@@ -42,6 +70,13 @@ typedef struct zt_param_table {
 } zt_param_table;
 
 int zt_gpt2_param_table(zt_param_table *table, const zt_gpt2_shape *shape, zt_err *err);
+/* Tensor-parallel rank tp_rank's part of the model (tp_size 1: the whole table). Same tensors, names and
+ * order as the whole table; shapes, offsets and totals are this rank's. n_head must divide by tp_size. */
+int zt_gpt2_param_table_tp(zt_param_table *table, const zt_gpt2_shape *shape, int tp_rank, int tp_size, zt_err *err);
+/* This rank's fp32 vector from the whole one (whole table: tp_size 1), and the reverse (writes only
+ * this rank's elements of whole). */
+void zt_tp_take_vector(const zt_param_table *part, const zt_param_table *whole, const float *whole_vec, float *part_vec);
+void zt_tp_put_vector(const zt_param_table *part, const zt_param_table *whole, const float *part_vec, float *whole_vec);
 void zt_param_table_free(zt_param_table *table);
 /* Re-cuts the embedding into segments of `rows` vocabulary rows (0 or >= vocab: one segment). The
  * flat vector does not move; only segment numbers and bounds change. */
@@ -96,6 +131,11 @@ typedef struct zt_gpt2 {
     size_t act_bytes_ckpt;  /* ... and what checkpointing every block would take */
     size_t scratch_bytes;   /* gradient scratch and token buffers, besides act_bytes */
     size_t elem_size;       /* bytes of the compute dtype */
+    /* tensor parallelism (tp_size 1: none): this rank's heads, MLP columns and vocabulary rows */
+    int tp_size, tp_rank;
+    zt_comm *tp;            /* the tensor-parallel group's comm on the model's buffers (NULL: tp_size 1) */
+    int vocab_lo, vocab_rows; /* this rank's vocabulary ids [vocab_lo, vocab_lo + vocab_rows) */
+    int logits_stride;      /* row stride of logits: vocab_rows rounded up to 128 */
 
     /* device buffers */
     int *tokens, *targets;  /* [B*T] */
@@ -107,18 +147,21 @@ typedef struct zt_gpt2 {
     float *layer_stats;     /* [segment_layers][4 * N]: ln1 mean/rstd, ln2 mean/rstd */
     void *lnf;              /* [N*C] */
     float *lnf_stats;       /* [2*N] */
-    void *logits;           /* [N * Vp], dlogits in place after backward starts */
+    void *logits;           /* [N * logits_stride], dlogits in place after backward starts */
+    float *xent_stats, *xent_all; /* tensor parallelism: [3N] this rank's cross-entropy row statistics, [tp][3N] all */
     float *losses;          /* [N] per-token losses (device) */
     float *host_losses;     /* [N] host copy */
     void *scratch;          /* gradient scratch, see gpt2.c */
     size_t scratch_elems;
 } zt_gpt2;
 
+/* table is this rank's part (zt_gpt2_param_table_tp); with table->tp_size > 1, tp is the tensor-parallel
+ * group's comm over the backend's buffers (the model's all-reduces and its cross-entropy's all-gather). */
 int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
-                   int B, int T, zt_act_ckpt ckpt, zt_err *err);
+                   zt_comm *tp, int B, int T, zt_act_ckpt ckpt, zt_err *err);
 void zt_gpt2_destroy(zt_gpt2 *m);
 /* Fills only the shape and byte counts of create (no backend, nothing allocated): for estimates. */
-int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ckpt ckpt, size_t elem_size,
+int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ckpt ckpt, int tp_size, size_t elem_size,
                  zt_err *err);
 
 /* Forward over host tokens [B*T] (and targets, or NULL for logits only). Returns the mean loss over
