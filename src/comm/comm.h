@@ -63,9 +63,9 @@ double zt_comm_bytes_recv(const zt_comm_bytes *b);
 zt_comm_bytes zt_comm_bytes_since(const zt_comm_bytes *now, const zt_comm_bytes *before);
 /* Every rank's b, gathered over c (collective; counted as scalar traffic): [world] entries. */
 zt_comm_bytes *zt_comm_bytes_gather(zt_comm *c, const zt_comm_bytes *b);
-/* Appends `, "comm_sent_bytes": {"allreduce": [rank 0, rank 1, ...], ...}, "comm_recv_bytes": {...}`
+/* Appends `, "PREFIX_sent_bytes": {"allreduce": [rank 0, rank 1, ...], ...}, "PREFIX_recv_bytes": {...}`
  * to a metrics line, from the [world] entries of zt_comm_bytes_gather. */
-void zt_comm_bytes_json(FILE *f, const zt_comm_bytes *per_rank, int world);
+void zt_comm_bytes_json(FILE *f, const char *prefix, const zt_comm_bytes *per_rank, int world);
 /* The wall_clock_breakdown line: MB sent/received per kind, via zt_info. */
 void zt_comm_bytes_print(const zt_comm_bytes *b);
 
