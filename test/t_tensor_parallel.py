@@ -6,9 +6,9 @@ the losses of the one-rank tp-1 run (same global batch of 8 sequences).
 The split changes the order of fp32 additions (a row-parallel linear's output is the sum of tp partial
 GEMMs; the cross-entropy's softmax sums are combined from tp partial sums), so the losses agree to
 fp32 rounding, not bit for bit: we require a relative 1e-5 per step (the tolerance t_zero.py uses for
-several data-parallel ranks). On the simulated GPU (bf16 storage, the tp partial sums rounded to bf16
-before they are added) the tp-2 run must match the simulated tp-1 run to a relative 2e-2 per step and
-end within 1% of it.
+several data-parallel ranks; observed: 3e-8). On the simulated GPU (bf16 storage, the tp partial sums
+rounded to bf16 before they are added) the tp-2 run must match the simulated tp-1 run to a relative
+1e-3 per step (observed: 3e-5).
 
 Communication: per micro-step and rank, the tensor-parallel all-reduces move 2(n-1)/n S bytes each
 (S = B*T*C activations), 4 per block (Megatron's 2 in forward, 2 in backward) plus 2 for the
@@ -57,11 +57,11 @@ p, rows = ztlib.train(cfg, HEADS + SIM)
 sim_base = ztlib.losses(rows)
 if ztlib.check(p.returncode == 0 and len(sim_base) == 20, "sim_tp1_runs", p.stderr[-1500:]):
     for dp, stage in ((1, 0), (2, 3)):
-        r = tp_run(f"sim_tp2_dp{dp}_stage{stage}", 2, dp, [f"zero_optimization.stage={stage}"], ref=sim_base, tol=2e-2,
+        r = tp_run(f"sim_tp2_dp{dp}_stage{stage}", 2, dp, [f"zero_optimization.stage={stage}"], ref=sim_base, tol=1e-3,
                    device=SIM)
         if r:
             end = abs(ztlib.losses(r)[-1] - sim_base[-1]) / sim_base[-1]
-            ztlib.check(end <= 0.01, f"sim_tp2_dp{dp}_stage{stage}_ends_with_tp1 ({end:.1e})", f"{end}")
+            ztlib.check(end <= 1e-3, f"sim_tp2_dp{dp}_stage{stage}_ends_with_tp1 ({end:.1e})", f"{end}")
 
 
 # tensor-parallel traffic against Megatron's formula
