@@ -10,6 +10,10 @@ several data-parallel ranks; observed: 3e-8). On the simulated GPU (bf16 storage
 rounded to bf16 before they are added) the tp-2 run must match the simulated tp-1 run to a relative
 1e-3 per step (observed: 3e-5).
 
+partition_activations keeps 1/tp of each checkpointed block input per rank: losses bit-identical to
+checkpointing without it, and the device memory the simulated GPU measures drops by what `estimate`
+predicts (within 5%).
+
 Communication: per micro-step and rank, the tensor-parallel all-reduces move 2(n-1)/n S bytes each
 (S = B*T*C activations), 4 per block (Megatron's 2 in forward, 2 in backward) plus 2 for the
 vocabulary-parallel embedding (forward) and LM head (backward), and 2 more per block when activation
@@ -50,6 +54,49 @@ tp_run("tp2_dp1_offload_param", 2, 1, ["zero_optimization.stage=3", "zero_optimi
 # activation checkpointing recomputes the blocks (their all-reduces run again): losses unchanged
 ckpt_rows = tp_run("tp2_dp1_act_ckpt", 2, 1, ["activation_checkpointing.enabled=true",
                                                "activation_checkpointing.cpu_checkpointing=true"])
+
+# partition_activations: each tp rank keeps 1/tp of every checkpointed block input and the group
+# all-gathers it before the recompute — the same bytes, so the same losses bit for bit (on the device,
+# and in host memory with cpu_checkpointing)
+CKPT = ["activation_checkpointing.enabled=true"]
+p, rows = ztlib.train(cfg, HEADS + CKPT + ["tensor_parallel.tp_size=2"], ranks=2)
+ckpt_only = ztlib.losses(rows)
+for name, extra in (("partition_activations", []), ("partition_activations_cpu",
+                                                     ["activation_checkpointing.cpu_checkpointing=true"])):
+    p, rows = ztlib.train(cfg, HEADS + CKPT + ["tensor_parallel.tp_size=2",
+                                               "activation_checkpointing.partition_activations=true"] + extra, ranks=2)
+    got = ztlib.losses(rows)
+    ztlib.check(p.returncode == 0 and len(got) == 20 and got == ckpt_only, f"tp2_{name}_bit_identical",
+                p.stderr[-800:] + f" {got[:3]} vs {ckpt_only[:3]}")
+
+# ... and the device memory it saves, measured by the simulated GPU's allocator ("device in use" of the
+# memory breakdown) against what `estimate` predicts, within 5%: a model big enough for MiB figures
+import re  # noqa: E402
+BIG = ["model.n_layer=8", "model.n_embd=256", "model.n_head=4", "train_batch_size=8", "train_micro_batch_size_per_gpu=8",
+       "data.seq_len=64"] + CKPT
+
+
+def device_in_use(extra):
+    p, _ = ztlib.train(cfg, BIG + extra + ["device=sim", "tensor_parallel.tp_size=2", "train_iters=1",
+                                           "memory_breakdown=true"], ranks=2)
+    m = re.search(r"device in use ([0-9.]+) of", p.stderr + p.stdout)
+    return float(m.group(1)) if m else None
+
+
+def estimated(extra):
+    p = ztlib.run(["estimate", cfg, "--ranks", "2", "--tp", "2"] + sum((["--set", x] for x in BIG + extra), []))
+    m = re.search(r"activations ([0-9.]+) MiB/rank", p.stdout)
+    return float(m.group(1)) if m else None
+
+
+PART = ["activation_checkpointing.partition_activations=true"]
+measured = [device_in_use([]), device_in_use(PART)]
+predicted = [estimated([]), estimated(PART)]
+if ztlib.check(None not in measured + predicted, "partition_memory_figures", f"{measured} {predicted}"):
+    saved, want = measured[0] - measured[1], predicted[0] - predicted[1]
+    ztlib.check(want > 0.5 and abs(saved - want) <= 0.05 * want,
+                f"partition_activations_saves_what_estimate_says ({saved:.2f} MiB measured, {want:.2f} MiB estimated)",
+                f"{measured} {predicted}")
 
 # the simulated GPU: device comms over the groups (host-staged), bf16
 SIM = ["device=sim"]

@@ -340,7 +340,9 @@ int twin_choose_ratio(zt_engine *e, double *ratio, int *bound, zt_err *err) {
         snprintf(why_host, sizeof why_host, "budget %s (host_memory) less %s of other host buffers", b1, b2);
     } else {
         double avail = mem_available();
-        int node_ranks = zt_comm_ranks_on_node(e->comm);
+        /* the engine's comm is the data-parallel group; a tensor-parallel group's tp ranks sit on one
+         * machine together, so each data-parallel rank here stands for tp of them */
+        int node_ranks = zt_comm_ranks_on_node(e->comm) * e->table->tp_size;
         host_limited = avail >= 0;
         if (dev_is_host) shared = K; /* the device part comes out of the same memory */
         host_avail = avail / node_ranks - e->off.host_reserve;
