@@ -33,6 +33,7 @@ ROOT = ztlib.ROOT
 SLURM_LOCAL = os.path.join(ROOT, "scripts", "slurm-local")
 SINGLE = "scripts/slurm/train-single-node.sbatch"
 MULTI = "scripts/slurm/train-multi-node.sbatch"
+TP = "scripts/slurm/train-tp.sbatch"
 STEPS = 60
 INTERRUPT_AT = 15  # metrics rows seen before interrupting a job
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
@@ -145,7 +146,7 @@ def main(work):
     need = ("#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=B:USR1@", "scripts/slurm/launch.sh")
     missing = [(os.path.basename(s), n) for s in glob.glob(os.path.join(ROOT, "scripts/slurm/*.sbatch"))
                for n in need if n not in read(s)]
-    ztlib.check(len(glob.glob(os.path.join(ROOT, "scripts/slurm/*.sbatch"))) == 3 and not missing,
+    ztlib.check(len(glob.glob(os.path.join(ROOT, "scripts/slurm/*.sbatch"))) == 4 and not missing,
                 "sbatch_scripts_requeue_append_signal", str(missing))
     p = sh([ztlib.BIN, "estimate", "configs/gpt2_10b_offload.yaml", "--ranks", "1"])
     ztlib.check(p.returncode == 0, "config_10b_offload_loads", p.stdout[-300:] + p.stderr[-600:])
@@ -167,6 +168,15 @@ def main(work):
     st = wait_job(mn.job) if mn.job else "NOT_SUBMITTED"
     ztlib.check(st == "COMPLETED" and merged_losses(rows_of(mn.metrics))[0] == reference
                 and "mpirun -np 2" in read(mn.log), "multi_node_script_mpirun_completes", f"state {st}; {mn.tail()}")
+
+    # ---- tensor parallel x data parallel: tp = tasks per node (2 here), the losses of the reference
+    # within fp32 rounding (the split reorders fp32 additions), checkpoints saved at tp 2
+    tpr = Run(work, "tp", TP, ["--nodes=1", "--ntasks-per-node=2"], env={"ZT_LAUNCHER": "mpirun"})
+    st = wait_job(tpr.job) if tpr.job else "NOT_SUBMITTED"
+    got = merged_losses(rows_of(tpr.metrics))[0]
+    ztlib.check(st == "COMPLETED" and len(got) == len(reference) and ztlib.max_rel_diff(got, reference) <= 1e-5
+                and "tensor parallel: 2 ranks a group" in read(tpr.log), "tp_script_completes_with_reference_losses",
+                f"state {st}; {tpr.tail()}")
 
     # ---- time-limit signal: SIGUSR1 to the batch shell, the job requeues itself
     tl = Run(work, "timelimit")
