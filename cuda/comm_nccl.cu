@@ -1,8 +1,8 @@
 /* comm_nccl.cu — the NCCL collectives table of src/comm/comm_nccl.h for the CUDA backend.
  *
- * Bootstrap: an MPI comm table (zt_comm_mpi, on host memory) broadcasts rank 0's ncclUniqueId, and
- * then serves the host-side calls (barrier, allreduce_host_double, agree_max), so this file needs
- * no MPI header. Device collectives run on a dedicated high-priority stream:
+ * Bootstrap: an MPI comm table on host memory (zt_comm_mpi, or zt_comm_mpi_group for a group comm:
+ * one code path, nccl_over) broadcasts its rank 0's ncclUniqueId, and then serves the host-side
+ * calls (barrier, allreduce_host_double, agree_max), so this file needs no MPI header. Device collectives run on a dedicated high-priority stream:
  *   compute stream --event--> comm stream: NCCL op --event--> (wait) compute stream
  * so communication overlaps with whatever the compute stream does next, and a wait() costs the
  * host nothing. Variable counts: when every rank's piece has the same size, one
@@ -285,16 +285,16 @@ static void nccl_wait(zt_comm *c, zt_comm_req *r) {
 
 /* waits for every operation on the comm stream, as a watched host wait (and the probe watches the
  * operations themselves while the comm is watched) */
-static cudaError_t drain_comm_stream(nccl_impl *m) {
-    zt_watchdog_enter("NCCL stream drain", 0);
-    cudaError_t e = cudaStreamSynchronize(m->stream);
+static cudaError_t drain_comm_stream(zt_comm *c) {
+    zt_watchdog_enter("NCCL stream drain", 0, c->world);
+    cudaError_t e = cudaStreamSynchronize(impl_of(c)->stream);
     zt_watchdog_leave();
     return e;
 }
 
 static void nccl_barrier(zt_comm *c) {
     nccl_impl *m = impl_of(c);
-    ZT_CUDA_CHECK(drain_comm_stream(m));
+    ZT_CUDA_CHECK(drain_comm_stream(c));
     m->mpi->barrier(m->mpi);
 }
 
@@ -316,9 +316,9 @@ static void nccl_destroy(zt_comm *c) {
     /* the drain still watched, so a collective hung on the GPU ends the job here as anywhere else;
      * then NCCL's teardown under a host wait of its own (no longer watched: a watchdog that fired
      * during ncclCommDestroy must not ncclCommAbort the comm being destroyed) */
-    (void)drain_comm_stream(m);
+    (void)drain_comm_stream(c);
     zt_watchdog_unwatch(m);
-    zt_watchdog_enter("NCCL comm teardown", 0);
+    zt_watchdog_enter("NCCL comm teardown", 0, c->world);
     NCCL(CommDestroy)(m->nccl);
     zt_watchdog_leave();
     for (int i = 0; i < WATCH_RING; i++) cudaEventDestroy(m->ring[i].done);
@@ -330,13 +330,26 @@ static void nccl_destroy(zt_comm *c) {
     free(c);
 }
 
-extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
+/* "rank R of N" in a comm, naming the world rank too when the comm is a group's */
+static const char *rank_words(char *buf, size_t cap, const zt_comm *mpi) {
+    int n = snprintf(buf, cap, "rank %d of %d", mpi->rank, mpi->world);
+    if (mpi->world < zt_mpi_world_size() && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " of a group, world rank %d", zt_mpi_world_rank());
+    return buf;
+}
+
+/* whether be is the CUDA backend (checked before anything collective, as it always was) */
+static bool is_cuda_backend(const zt_backend *be, zt_err *err) {
     const char *why = NULL;
-    if (!be || be != zt_backend_cuda(be ? be->compute_dtype : ZT_BF16, &why)) {
-        zt_fail(err, "the NCCL comm needs the CUDA backend%s%s", why ? ": " : "", why ? why : "");
-        return NULL;
-    }
-    zt_comm *mpi = zt_comm_mpi(NULL, err);
+    if (be && be == zt_backend_cuda(be->compute_dtype, &why)) return true;
+    zt_fail(err, "the NCCL comm needs the CUDA backend%s%s", why ? ": " : "", why ? why : "");
+    return false;
+}
+
+/* The NCCL comm over the ranks of the host comm `mpi` (the world's or a group's; NULL: its creation
+ * failed, err says why), which bootstraps it and then serves its host-side calls: owned by the
+ * result, destroyed on failure. Every agreement here is among mpi's ranks. */
+static zt_comm *nccl_over(zt_comm *mpi, const char *name, zt_err *err) {
     if (!mpi) return NULL;
     /* every rank must have NCCL (machines differ): all use it, or none does */
     const char *no_nccl = nccl_load();
@@ -344,13 +357,14 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
         mpi->destroy(mpi);
         return NULL;
     }
-    /* rank 0 creates the id; everybody learns whether that worked before going on */
+    /* the comm's rank 0 creates the id; everybody learns whether that worked before going on */
+    char who[96];
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     int rc = 0;
     ncclResult_t res = ncclSuccess;
     if (mpi->rank == 0 && (res = NCCL(GetUniqueId)(&id)) != ncclSuccess)
-        rc = zt_fail(err, "ncclGetUniqueId failed on rank 0: %s", NCCL(GetErrorString)(res));
+        rc = zt_fail(err, "ncclGetUniqueId failed on %s: %s", rank_words(who, sizeof who, mpi), NCCL(GetErrorString)(res));
     if (zt_agree(mpi, rc, err)) {
         mpi->destroy(mpi);
         return NULL;
@@ -362,7 +376,7 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     res = NCCL(CommInitRank)(&m->nccl, mpi->world, id, mpi->rank);
     int bad = res != ncclSuccess;
     if (bad)
-        rc = zt_fail(err, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s", mpi->rank, mpi->world, g_zt.device,
+        rc = zt_fail(err, "ncclCommInitRank (%s, GPU %d) failed: %s", rank_words(who, sizeof who, mpi), g_zt.device,
                      NCCL(GetErrorString)(res));
     if (zt_agree(mpi, rc, err)) {
         if (!bad) NCCL(CommDestroy)(m->nccl);
@@ -376,11 +390,11 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m->ready, cudaEventDisableTiming));
     for (int i = 0; i < WATCH_RING; i++) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m->ring[i].done, cudaEventDisableTiming));
     pthread_mutex_init(&m->mu, NULL);
-    zt_watchdog_probe probe = {nccl_probe, nccl_watch_abort, m};
+    zt_watchdog_probe probe = {nccl_probe, nccl_watch_abort, m, mpi->world};
     zt_watchdog_watch(&probe);
 
     zt_comm *c = (zt_comm *)zt_xcalloc(1, sizeof *c);
-    c->name = "nccl";
+    c->name = name;
     c->rank = mpi->rank;
     c->world = mpi->world;
     c->impl = m;
@@ -394,4 +408,14 @@ extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     c->agree_max = nccl_agree_max;
     c->destroy = nccl_destroy;
     return c;
+}
+
+extern "C" zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
+    if (!is_cuda_backend(be, err)) return NULL;
+    return nccl_over(zt_comm_mpi(NULL, err), "nccl", err);
+}
+
+extern "C" zt_comm *zt_comm_nccl_group(const zt_backend *be, int color, int key, zt_err *err) {
+    if (!is_cuda_backend(be, err)) return NULL;
+    return nccl_over(zt_comm_mpi_group(NULL, color, key, err), "nccl group", err);
 }

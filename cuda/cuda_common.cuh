@@ -163,6 +163,9 @@ void zt_cu_residual_forward(void *out, const void *a, const void *b, size_t n);
 void zt_cu_accumulate(void *dst, const void *src, size_t n);
 void zt_cu_softmax_xent(float *losses, void *dlogits, const void *logits, const int *targets, int N, int V, int Vp,
                         float dloss);
+void zt_cu_xent_partial(float *stats, const void *logits, const int *targets, int N, int Vl, int Vp, int vocab_lo);
+void zt_cu_xent_parallel(float *losses, void *dlogits, const void *logits, const int *targets, const float *stats_all,
+                         int tp, int N, int Vl, int Vp, int vocab_lo, float dloss);
 void zt_cu_adamw(float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
                  const zt_adam_step *step);
 double zt_cu_sumsq(const void *x, size_t n);

@@ -1,5 +1,6 @@
 /* kernels.cu — the CUDA backend's non-GEMM ops: dtype conversion, embedding, LayerNorm, GELU,
- * residual/accumulate/scale, fused softmax + cross-entropy, AdamW and the sum of squares.
+ * residual/accumulate/scale, fused softmax + cross-entropy (whole and vocabulary-parallel), AdamW and
+ * the sum of squares.
  *
  * Numerics: 16-bit tensors (bf16 or fp16, see cuda_common.cuh) are read into fp32, all arithmetic
  * is fp32 (double for sumsq), each output is rounded to 16 bits once (round-to-nearest-even).
@@ -495,12 +496,12 @@ void zt_cu_add_bias(zt16 *out, const zt16 *bias, int N, int C, int ld) {
 }
 
 /* ================================================================ softmax + cross-entropy */
-/* one block per row; online max/sum in fp32 (one read), then the gradient pass (which re-reads the
- * row, mostly from L2). With VEC (Vp % 8 == 0, 16-byte aligned rows) each thread handles 8
- * consecutive columns per step with one 16-byte load and merges them into its running (max, sum)
- * with a single rescale. In-place safe: each element is read and then written by the same thread,
- * after the row's reductions. A target outside [0,V) gives a NaN loss and no one-hot term (as the
- * CPU backend does). */
+/* One block per row. xent_row_stats: the row's online max/sum in fp32 (one read). With VEC
+ * (Vp % 8 == 0, 16-byte aligned rows) each thread handles 8 consecutive columns per step with one
+ * 16-byte load and merges them into its running (max, sum) with a single rescale. xent_row_grad:
+ * the gradient pass (which re-reads the row, mostly from L2). In-place safe: each element is read
+ * and then written by the same thread, after the row's reductions. softmax_xent: a target outside
+ * [0,V) gives a NaN loss and no one-hot term (as the CPU backend does). */
 #define ZT_XENT_THREADS 512
 __device__ __forceinline__ void xent_merge(float &m, float &s, float m2, float s2) {
     float M = fmaxf(m, m2);
@@ -509,16 +510,10 @@ __device__ __forceinline__ void xent_merge(float &m, float &s, float m2, float s
     m = M;
     s = a + b;
 }
+/* the block's row x[0, V): every thread gets M = max_j x_j and S = sum_j exp(x_j - M); once per block */
 template <bool VEC>
-__global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses, zt16 *dlogits, const zt16 *logits,
-                                                                  const int *targets, int V, int Vp, float dloss) {
+__device__ __forceinline__ void xent_row_stats(const zt16 *x, int V, float &M, float &S) {
     __shared__ float sm[32], ss[32];
-    __shared__ float s_target_logit;
-    int row = blockIdx.x;
-    const zt16 *x = logits + (size_t)row * Vp;
-    int tgt = targets[row];
-    bool valid = tgt >= 0 && tgt < V;
-    if (threadIdx.x == 0) s_target_logit = valid ? zt_ld(x + tgt) : 0.0f;
     float m = -INFINITY, s = 0.0f;
     if (VEC) {
         for (int j = threadIdx.x * 8; j < V; j += blockDim.x * 8) {
@@ -556,16 +551,16 @@ __global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses,
         ss[warp] = s;
     }
     __syncthreads();
-    float M = -INFINITY;
+    M = -INFINITY;
     for (int k = 0; k < nwarps; k++) M = fmaxf(M, sm[k]);
-    float S = 0.0f;
+    S = 0.0f;
     for (int k = 0; k < nwarps; k++)
         if (sm[k] != -INFINITY) S += ss[k] * expf(sm[k] - M);
-    float logS = logf(S);
-    if (threadIdx.x == 0) losses[row] = valid ? (logS + M - s_target_logit) : NAN;
-    if (!dlogits) return;
-    zt16 *dx = dlogits + (size_t)row * Vp;
-    float invS = 1.0f / S;
+}
+/* dx[j] = (exp(x_j - M) * invS - [j == tgt]) * dloss for j < V, 0 for j in [V, Vp) */
+template <bool VEC>
+__device__ __forceinline__ void xent_row_grad(zt16 *dx, const zt16 *x, int V, int Vp, int tgt, float M, float invS,
+                                              float dloss) {
     if (VEC) {
         for (int j = threadIdx.x * 8; j < Vp; j += blockDim.x * 8) {
             zt16x8 v, o;
@@ -592,6 +587,22 @@ __global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses,
         }
     }
 }
+template <bool VEC>
+__global__ void __launch_bounds__(ZT_XENT_THREADS) k_softmax_xent(float *losses, zt16 *dlogits, const zt16 *logits,
+                                                                  const int *targets, int V, int Vp, float dloss) {
+    int row = blockIdx.x;
+    const zt16 *x = logits + (size_t)row * Vp;
+    int tgt = targets[row];
+    bool valid = tgt >= 0 && tgt < V;
+    /* read before xent_row_stats' barrier: after it, other threads may overwrite x (in place) */
+    float target_logit = threadIdx.x == 0 && valid ? zt_ld(x + tgt) : 0.0f;
+    float M, S;
+    xent_row_stats<VEC>(x, V, M, S);
+    float logS = logf(S);
+    if (threadIdx.x == 0) losses[row] = valid ? (logS + M - target_logit) : NAN;
+    if (!dlogits) return;
+    xent_row_grad<VEC>(dlogits + (size_t)row * Vp, x, V, Vp, tgt, M, 1.0f / S, dloss);
+}
 void zt_cu_softmax_xent(float *losses, void *dlogits, const void *logits, const int *targets, int N, int V, int Vp,
                         float dloss) {
     if (N <= 0) return;
@@ -603,6 +614,66 @@ void zt_cu_softmax_xent(float *losses, void *dlogits, const void *logits, const 
         k_softmax_xent<false><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (zt16 *)dlogits, (const zt16 *)logits,
                                                                       targets, V, Vp, dloss);
     ZT_LAUNCH_CHECK("softmax_xent");
+}
+
+/* Vocabulary-parallel cross-entropy (backend.h), one block per row like softmax_xent: part 1 is its
+ * row statistics over this rank's Vl columns; part 2 combines the tp ranks' statistics in rank order
+ * (every thread the same few fp32 operations: no shared memory, no barrier), then its gradient pass. */
+template <bool VEC>
+__global__ void __launch_bounds__(ZT_XENT_THREADS) k_xent_partial(float *stats, const zt16 *logits, const int *targets,
+                                                                  int Vl, int Vp, int vocab_lo) {
+    int row = blockIdx.x;
+    const zt16 *x = logits + (size_t)row * Vp;
+    float M, S;
+    xent_row_stats<VEC>(x, Vl, M, S);
+    if (threadIdx.x == 0) {
+        int tgt = targets[row] - vocab_lo;
+        stats[3 * (size_t)row] = M;
+        stats[3 * (size_t)row + 1] = S;
+        stats[3 * (size_t)row + 2] = tgt >= 0 && tgt < Vl ? zt_ld(x + tgt) : 0.0f;
+    }
+}
+template <bool VEC>
+__global__ void __launch_bounds__(ZT_XENT_THREADS) k_xent_parallel(float *losses, zt16 *dlogits, const zt16 *logits,
+                                                                   const int *targets, const float *stats_all, int tp,
+                                                                   int N, int Vl, int Vp, int vocab_lo, float dloss) {
+    int row = blockIdx.x;
+    float M = -INFINITY;
+    for (int r = 0; r < tp; r++) M = fmaxf(M, stats_all[((size_t)r * N + row) * 3]);
+    float S = 0.0f, target_logit = 0.0f;
+    for (int r = 0; r < tp; r++) {
+        const float *st = stats_all + ((size_t)r * N + row) * 3;
+        if (st[0] != -INFINITY) S += st[1] * expf(st[0] - M); /* a rank with no columns adds 0 */
+        target_logit += st[2];
+    }
+    float logS = logf(S);
+    if (threadIdx.x == 0) losses[row] = logS + M - target_logit;
+    if (!dlogits) return;
+    const zt16 *x = logits + (size_t)row * Vp;
+    xent_row_grad<VEC>(dlogits + (size_t)row * Vp, x, Vl, Vp, targets[row] - vocab_lo, M, 1.0f / S, dloss);
+}
+void zt_cu_xent_partial(float *stats, const void *logits, const int *targets, int N, int Vl, int Vp, int vocab_lo) {
+    if (N <= 0) return;
+    if (Vp % 8 == 0 && zt_aligned16(logits))
+        k_xent_partial<true><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(stats, (const zt16 *)logits, targets, Vl, Vp,
+                                                                     vocab_lo);
+    else
+        k_xent_partial<false><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(stats, (const zt16 *)logits, targets, Vl, Vp,
+                                                                      vocab_lo);
+    ZT_LAUNCH_CHECK("xent_partial");
+}
+void zt_cu_xent_parallel(float *losses, void *dlogits, const void *logits, const int *targets, const float *stats_all,
+                         int tp, int N, int Vl, int Vp, int vocab_lo, float dloss) {
+    if (N <= 0) return;
+    bool vec = Vp % 8 == 0 && zt_aligned16(logits) && (!dlogits || zt_aligned16(dlogits));
+    if (vec)
+        k_xent_parallel<true><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (zt16 *)dlogits, (const zt16 *)logits,
+                                                                      targets, stats_all, tp, N, Vl, Vp, vocab_lo, dloss);
+    else
+        k_xent_parallel<false><<<N, ZT_XENT_THREADS, 0, g_zt.stream>>>(losses, (zt16 *)dlogits, (const zt16 *)logits,
+                                                                       targets, stats_all, tp, N, Vl, Vp, vocab_lo,
+                                                                       dloss);
+    ZT_LAUNCH_CHECK("xent_parallel");
 }
 
 /* ================================================================ AdamW */
@@ -688,6 +759,8 @@ void fill_ops(zt_backend *b) {
     b->residual_forward = zt_cu_residual_forward;
     b->accumulate = zt_cu_accumulate;
     b->softmax_xent = zt_cu_softmax_xent;
+    b->xent_partial = zt_cu_xent_partial;
+    b->xent_parallel = zt_cu_xent_parallel;
     b->adamw = zt_cu_adamw;
     b->sumsq = zt_cu_sumsq;
     b->scale = zt_cu_scale;

@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
     zt_rng rng;
     zt_rng_seed(&rng, 1);
     for (size_t i = 0; i < table.total; i++) init[i] = zt_rng_uniform(&rng) - 0.5f;
-    zt_engine_opts o = {1, 0, 5e8, 0, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 0, 5e7, 0, 0};
+    zt_engine_opts o = {1, 0, 5e8, 0, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 0, 5e7, 0, 0, NULL};
     if (zt_engine_create(&e, zt_backend_cpu(), comm, &table, &o, init, &err)) { zt_print_error(&err); return 1; }
     free(init);
     for (size_t i = 0; i < e.lay.opt_hi - e.lay.opt_lo; i++) {

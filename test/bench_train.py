@@ -4,6 +4,8 @@
       measured by bench_ops in the same `make bench` run;
   ZeRO: config (b) on 2 ranks x 1 thread for stages 0-3 relative to 1 rank x 2 threads, with the
       time spent waiting on collectives per step;
+  tensor parallelism: config (b) with 8 heads on 1, 2 and 4 ranks x 1 thread, tokens/s and the
+      tensor-parallel bytes per step against Megatron's formula;
   ZeRO-Infinity: config (b) at stage 3 with offload_param cpu / nvme and offload_optimizer nvme
       against no offload, and the swap files' throughput during the steps against the disk
       bandwidth bench_swap measured in this run; with parameters on NVMe, how long the gathers still
@@ -45,10 +47,13 @@ def bench(config, sets=(), ranks=0, omp=threads):
         return None
     timed = rows[1:]
     med = lambda k: statistics.median(r.get(k, 0.0) for r in timed)
-    return {k: med(k) for k in ("step_ms", "tokens_per_s", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
+    res = {k: med(k) for k in ("step_ms", "tokens_per_s", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms",
                                 "nvme_read_bytes", "nvme_written_bytes", "nvme_read_ms", "nvme_write_ms",
                                 "host_adam_ms", "device_idle_ms", "nvme_param_pieces", "nvme_param_hits",
                                 "nvme_param_wait_ms")}
+    tp_sent = [r.get("tp_comm_sent_bytes") for r in timed]
+    res["tp_bytes"] = statistics.median(sum(s[k][0] for k in s) for s in tp_sent) if all(tp_sent) else 0.0
+    return res
 
 
 peak = sgemm_peak()
@@ -77,6 +82,27 @@ for stage in (0, 1, 2, 3):
     print(f"  stage {stage}: {r['tokens_per_s']:.0f} tokens/s = {r['tokens_per_s'] / one['tokens_per_s']:.2f}x of "
           f"1 rank x 2 threads ({one['tokens_per_s']:.0f}); waiting on collectives {r['comm_ms']:.0f} ms of "
           f"{r['step_ms']:.0f} ms/step")
+
+# Tensor parallelism on config (b) with 8 heads (so that 1, 2 and 4 ranks divide them): one group of tp
+# ranks x 1 thread against 1 rank x 1 thread, and the
+# tensor-parallel bytes per step against Megatron's formula (per micro-step and rank, (4L + 2)
+# all-reduces of B*T*C moving 2(tp-1)/tp of it, and the cross-entropy's all-gather of 3 floats a token)
+print("Tensor parallelism on config (b) with n_head 8: tp ranks x 1 thread (one data-parallel group)")
+L_b, C_b, T_b, B_b = 6, 384, 128, 8
+tp_one = None
+for tp in (1, 2, 4):
+    r = bench(shapes["b"][0], ["model.n_head=8", f"tensor_parallel.tp_size={tp}", "train_iters=4"],
+              ranks=tp if tp > 1 else 0, omp=1)
+    if not r:
+        print(f"  tp {tp}: failed")
+        continue
+    tp_one = tp_one or r
+    N = B_b * T_b
+    want = (4 * L_b + 2) * 2 * (tp - 1) / tp * N * C_b * 4 + (tp - 1) * 3 * N * 4
+    got = r["tp_bytes"]
+    print(f"  tp {tp}: {r['tokens_per_s']:.0f} tokens/s = {r['tokens_per_s'] / tp_one['tokens_per_s']:.2f}x of tp 1; "
+          f"{r['step_ms']:.0f} ms/step; tensor-parallel bytes sent per rank per step {got / 1e6:.3f} MB, formula "
+          f"{want / 1e6:.3f} MB ({'equal' if abs(got - want) < 0.5 else 'DIFFERENT'})")
 
 # Twin-Flow on config (b), 1 rank, ratio 0.5: the host part's update finishing during the next forward
 # (overlap_step) against waiting for it at the end of the step. On the CPU backend both sides share the

@@ -36,6 +36,8 @@ bad = {
     "run_two_configs": (["-n", "2", tiny, tiny], "one CONFIG expected"),
     "run_no_ranks": ([tiny], "-n N"),
     "run_no_config": (["-n", "2"], "CONFIG is required"),
+    "run_tp_not_dividing_ranks": (["-n", "3", "--tp", "2", tiny], "--tp 2 does not divide the 3 ranks"),
+    "run_tp_bad": (["-n", "2", "--tp", "0", tiny], "[1, 64]"),
 }
 for name, (args, want) in bad.items():
     t0 = time.time()
@@ -54,6 +56,12 @@ p = ztlib.run(args)
 rows = open(metrics).read().splitlines() if os.path.exists(metrics) else []
 ztlib.check(p.returncode == 0 and len(rows) == 3, "run_passes_every_argument",
             f"rc {p.returncode}, {len(rows)} metric rows; " + p.stderr[-600:])
+
+# ---- --tp T trains tensor-parallel (over the config's own tp_size)
+p = ztlib.run(["run", "-n", "2", "--tp", "2", tiny, "--set", "model.n_head=4", "--set", "train_iters=2",
+               "--set", "tensor_parallel.tp_size=1"])
+ztlib.check(p.returncode == 0 and "tensor parallel: 2 ranks a group" in p.stderr + p.stdout, "run_tp_trains_tensor_parallel",
+            f"rc {p.returncode}; " + p.stderr[-600:])
 
 
 def start(name, extra=(), env=None):

@@ -5,7 +5,8 @@
 # `selftest --device cpu` checks the CPU backend against itself, the stage-3 training variant
 # (parameter offload, embedding row blocks) included, so the code a GPU session will run is kept working;
 # and `selftest --device sim` runs it all on the simulated GPU (bf16 and fp16, 16-bit tolerances), alone
-# and on 2 ranks (the host-staged device comm against MPI).
+# and on 2 ranks (the host-staged device comm against MPI), and on 4 ranks (also the group comms of
+# comm.h: MPI and host-staged, split by rank % 2 and by rank / 2).
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 harness() { # harness LABEL CMD...: the selftest's check lines, labelled; a FAIL line if it exits non-zero
@@ -19,6 +20,7 @@ harness() { # harness LABEL CMD...: the selftest's check lines, labelled; a FAIL
 harness "cpu harness" ./zerotrain selftest --device cpu; crc=$?
 harness "sim" ./zerotrain selftest --device sim || crc=1
 harness "sim 2 ranks" mpirun -np 2 --oversubscribe --bind-to none ./zerotrain selftest --device sim || crc=1
+harness "sim 4 ranks" mpirun -np 4 --oversubscribe --bind-to none ./zerotrain selftest --device sim || crc=1
 out=$(./zerotrain selftest --allow-skip 2>&1); rc=$?
 if grep -q "SKIPPED" <<<"$out"; then
   echo "SKIP selftest: $(grep SKIPPED <<<"$out" | head -1)"

@@ -48,7 +48,7 @@ static int make_model(model *m, zt_gpt2_shape shape, int stage) {
     m->shape = shape;
     if (zt_gpt2_param_table(&m->table, &shape, &err)) { printf("%s\n", err.msg); return -1; }
     float *init = calloc(m->table.total, sizeof(float));
-    zt_engine_opts o = {stage, 0, 1e6, 0, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 0, 5e7, 0, 0};
+    zt_engine_opts o = {stage, 0, 1e6, 0, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 0, 5e7, 0, 0, NULL};
     int rc = zt_engine_create(&m->e, zt_backend_cpu(), comm, &m->table, &o, init, &err);
     free(init);
     if (rc) printf("%s\n", err.msg);

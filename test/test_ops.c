@@ -16,6 +16,8 @@
  * index, a missed term, a skipped accumulation — shows up as O(1), far above either tolerance.
  * Backward ops that accumulate get a random prefill R and are checked as (got - R) vs FD; ops
  * that overwrite get a NaN prefill, which would propagate if it were ever read.
+ * The vocabulary-parallel cross-entropy (xent_partial + xent_parallel) is checked against
+ * softmax_xent on the whole row, which the above checks against the reference.
  * Determinism: every op run twice gives bit-identical output, and the same with 1, 2 and 3
  * OpenMP threads (this backend never splits a reduction across threads). */
 #include <math.h>
@@ -478,6 +480,87 @@ static void test_softmax_xent(double offset) {
           "results differ from the separate-buffer run");
 }
 
+/* ------------------------------------------------------------------ vocabulary-parallel cross-entropy */
+
+/* The V logit columns split into tp contiguous parts (the first V % tp parts one column wider), each
+ * copied into its own [N, Vl + 3] buffer whose padding holds NaN; xent_partial per part, the stats
+ * concatenated in rank order, xent_parallel per part. Against softmax_xent on the whole: losses and
+ * each part's dlogits within TOL_FWD (only the fp32 rounding of each part's row sum and the
+ * rescaling of the sums differ, ~1e-7); every part's losses bit-identical (the same arithmetic on
+ * every rank); padding columns of dlogits zeroed; dlogits aliasing logits and NULL dlogits give the
+ * same results. The stats themselves: max and target logit exact, sum within TOL_FWD of double. */
+static void test_xent_parallel(int tp, double offset) {
+    char name[160], tag[64];
+    snprintf(tag, sizeof tag, "tp=%d, logits around %+g", tp, offset);
+    int N = 5, V = 11, Vp = 16;
+    int tgt[5] = {0, 10, 3, 4, 7};
+    float dloss = 1.0f / N;
+    float *logits = falloc((size_t)N * Vp), *losses = falloc(N), *dl = falloc((size_t)N * Vp);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < Vp; j++) logits[(size_t)i * Vp + j] = j < V ? (float)(offset + 4 * urand()) : NAN;
+    be->softmax_xent(losses, dl, logits, tgt, N, V, Vp, dloss);
+    double *want_loss = todouble(losses, N);
+    float *stats_all = falloc(3 * (size_t)tp * N), *part[4], *l[4];
+    int lo[4], Vl[4];
+    double stats_err = 0;
+    int stats_exact = 1;
+    for (int r = 0, next = 0; r < tp; r++) {
+        lo[r] = next, Vl[r] = V / tp + (r < V % tp), next += Vl[r];
+        int Vpr = Vl[r] + 3;
+        part[r] = falloc((size_t)N * Vpr);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vpr; j++) part[r][(size_t)i * Vpr + j] = j < Vl[r] ? logits[(size_t)i * Vp + lo[r] + j] : NAN;
+        float *st = stats_all + 3 * (size_t)r * N;
+        be->xent_partial(st, part[r], tgt, N, Vl[r], Vpr, lo[r]);
+        for (int i = 0; i < N; i++) {
+            const float *x = part[r] + (size_t)i * Vpr;
+            float mx = -INFINITY;
+            for (int j = 0; j < Vl[r]; j++) mx = fmaxf(mx, x[j]);
+            double s = 0;
+            for (int j = 0; j < Vl[r]; j++) s += exp((double)x[j] - mx);
+            int t = tgt[i] - lo[r];
+            stats_exact &= st[3 * i] == mx && st[3 * i + 2] == (t >= 0 && t < Vl[r] ? x[t] : 0.0f);
+            stats_err = fmax(stats_err, fabs(st[3 * i + 1] - s) / s);
+        }
+    }
+    snprintf(name, sizeof name, "xent_partial stats: max and target logit exact (%s)", tag);
+    CHECK(stats_exact, name, "a row max or target logit differs");
+    snprintf(name, sizeof name, "xent_partial stats: row sums vs double (%s)", tag);
+    CHECK_ERR(stats_err, TOL_FWD, name);
+    double loss_err = 0, dl_err = 0;
+    int padz = 1, same_losses = 1, alias_null_same = 1;
+    for (int r = 0; r < tp; r++) {
+        int Vpr = Vl[r] + 3;
+        size_t n = (size_t)N * Vpr;
+        float *d = falloc(n), *al = fcopy(part[r], n), *l2 = falloc(N), *l3 = falloc(N);
+        l[r] = falloc(N);
+        fill(d, n, NAN);
+        be->xent_parallel(l[r], d, part[r], tgt, stats_all, tp, N, Vl[r], Vpr, lo[r], dloss);
+        loss_err = fmax(loss_err, relerr(l[r], want_loss, N));
+        double *want_dl = dalloc((size_t)N * Vl[r]);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vl[r]; j++) want_dl[(size_t)i * Vl[r] + j] = dl[(size_t)i * Vp + lo[r] + j];
+        dl_err = fmax(dl_err, relerr_ld(d, want_dl, N, Vl[r], Vpr, Vl[r]));
+        for (int i = 0; i < N; i++)
+            for (int j = Vl[r]; j < Vpr; j++) padz &= d[(size_t)i * Vpr + j] == 0.0f;
+        same_losses &= memcmp(l[r], l[0], (size_t)N * 4) == 0;
+        be->xent_parallel(l2, al, al, tgt, stats_all, tp, N, Vl[r], Vpr, lo[r], dloss);
+        be->xent_parallel(l3, NULL, part[r], tgt, stats_all, tp, N, Vl[r], Vpr, lo[r], dloss);
+        alias_null_same &= memcmp(al, d, n * 4) == 0 && memcmp(l2, l[r], (size_t)N * 4) == 0 &&
+                           memcmp(l3, l[r], (size_t)N * 4) == 0;
+    }
+    snprintf(name, sizeof name, "xent_parallel losses vs softmax_xent (%s)", tag);
+    CHECK_ERR(loss_err, TOL_FWD, name);
+    snprintf(name, sizeof name, "xent_parallel dlogits vs softmax_xent (%s)", tag);
+    CHECK_ERR(dl_err, TOL_FWD, name);
+    snprintf(name, sizeof name, "xent_parallel losses bit-identical on every rank (%s)", tag);
+    CHECK(same_losses, name, "ranks' losses differ");
+    snprintf(name, sizeof name, "xent_parallel dlogits padding zeroed (%s)", tag);
+    CHECK(padz, name, "a padding column of dlogits is not 0");
+    snprintf(name, sizeof name, "xent_parallel aliased dlogits and NULL dlogits (%s)", tag);
+    CHECK(alias_null_same, name, "results differ from the separate-buffer run");
+}
+
 /* ------------------------------------------------------------------ adamw */
 
 static void test_adamw(float wd) {
@@ -670,6 +753,10 @@ int main(int argc, char **argv) {
     test_softmax_xent(0.0);
     test_softmax_xent(80.0); /* exp(80+) overflows fp32 without max subtraction */
     test_softmax_xent(-80.0);
+    for (int tp = 1; tp <= 4; tp++) {
+        test_xent_parallel(tp, 0.0);
+        test_xent_parallel(tp, 80.0);
+    }
     test_adamw(0.0f);
     test_adamw(0.1f);
     test_sumsq(0);

@@ -3,7 +3,8 @@
  * Ops: each op on the sim, in bf16 and fp16, equals — bit for bit — the CPU backend's fp32 op on the
  * widened 16-bit inputs with its outputs rounded to nearest-even (16-bit storage, fp32 math), with
  * accumulating outputs prefilled and aliased arguments (dlogits = logits, dinp = dout) as the
- * contracts allow. fp32 tensors (LayerNorm statistics, losses, Adam states) stay fp32.
+ * contracts allow. fp32 tensors (LayerNorm statistics, cross-entropy statistics, losses, Adam states)
+ * stay fp32.
  * Memory: a separate space — a host read of a device buffer faults at once with one line naming
  * it; a host pointer handed to an op, an op running past its buffer, and a freed buffer are each
  * stopped with the op and argument named, and so is a thread that uses the table without calling
@@ -145,6 +146,27 @@ static void ops(void) {
     sim->softmax_xent(losses.d, logits.d, logits.d, tg_d, N, V, Vp, 1.0f / N);
     same16("softmax_xent_dlogits_aliased", logits);
     same32("softmax_xent_losses", losses);
+    /* vocabulary-parallel cross-entropy: two ranks' column parts [0, 24) and [24, 40) of V, each in
+     * rows of stride Vp; stats fp32 in one [tp][3N] buffer (as after the all-gather); rank 0's dlogits
+     * alias its logits, rank 1's go to a buffer of their own */
+    enum { TP = 2 };
+    int lo[TP] = {0, 24}, Vl[TP] = {24, V - 24};
+    pair stats = make32(3 * (size_t)TP * N, 0), part[TP], plosses[TP], dl1 = make((size_t)N * Vp, 1);
+    for (int r = 0; r < TP; r++) {
+        part[r] = make((size_t)N * Vp, 3);
+        plosses[r] = make32(N, 0);
+        cpu->xent_partial(stats.h + 3 * (size_t)r * N, part[r].h, tg, N, Vl[r], Vp, lo[r]);
+        sim->xent_partial((float *)stats.d + 3 * (size_t)r * N, part[r].d, tg_d, N, Vl[r], Vp, lo[r]);
+    }
+    same32("xent_partial_stats", stats);
+    cpu->xent_parallel(plosses[0].h, part[0].h, part[0].h, tg, stats.h, TP, N, Vl[0], Vp, lo[0], 1.0f / N);
+    sim->xent_parallel(plosses[0].d, part[0].d, part[0].d, tg_d, stats.d, TP, N, Vl[0], Vp, lo[0], 1.0f / N);
+    cpu->xent_parallel(plosses[1].h, dl1.h, part[1].h, tg, stats.h, TP, N, Vl[1], Vp, lo[1], 1.0f / N);
+    sim->xent_parallel(plosses[1].d, dl1.d, part[1].d, tg_d, stats.d, TP, N, Vl[1], Vp, lo[1], 1.0f / N);
+    same16("xent_parallel_dlogits_aliased", part[0]);
+    same16("xent_parallel_dlogits", dl1);
+    same32("xent_parallel_losses_rank0", plosses[0]);
+    same32("xent_parallel_losses_rank1", plosses[1]);
     /* embedding over a block of vocabulary rows [8, 24), wpe with it */
     pair wte = make((size_t)16 * C, 1), wpe = make((size_t)T * C, 1), emb = make((size_t)N * C, 1);
     cpu->embedding_forward(emb.h, tg, wte.h, 8, 24, wpe.h, B, T, C);
@@ -180,7 +202,8 @@ static void ops(void) {
     same32("adamw_v", v);
     same16("adamw_params_out", pout);
     pair all[] = {x, w, b, out, mean, rstd, dx, dw, db, W, bias, y, dW, dbias, qkv, att, ao, dqkv, datt, logits,
-                  losses, wte, wpe, emb, g, master, m, v, grad, pout};
+                  losses, stats, part[0], part[1], plosses[0], plosses[1], dl1, wte, wpe, emb, g, master, m, v, grad,
+                  pout};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
     sim->free(tg_d);
     free(tg);

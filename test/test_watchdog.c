@@ -57,7 +57,7 @@ static int child(int m) {
     MPI_Init(NULL, NULL);
     t_start = zt_now();
     zt_watchdog_start(1.0, 0, 1);
-    zt_watchdog_probe p = {test_probe, test_abort, "comm"};
+    zt_watchdog_probe p = {test_probe, test_abort, "comm", 1};
     zt_watchdog_watch(&p);
     sleep(3);
     long asked = 0;

@@ -113,6 +113,18 @@ typedef struct zt_backend {
      * dlogits[i,:V] = (softmax - onehot) * dloss, dlogits[i, V:Vp] = 0. dlogits may alias logits. */
     void (*softmax_xent)(float *losses, void *dlogits, const void *logits, const int *targets, int N, int V, int Vp,
                          float dloss);
+    /* Vocabulary-parallel cross-entropy, part 1 (tensor parallelism): this rank holds logits for global
+     * vocabulary ids [vocab_lo, vocab_lo + Vl) in columns [0, Vl) of rows of stride Vp. Per row i, fp32:
+     * stats[3i] = max_j logits[i, j], stats[3i+1] = sum_j exp(logits[i, j] - stats[3i]),
+     * stats[3i+2] = logits[i, targets[i] - vocab_lo] when the target is this rank's, else 0. */
+    void (*xent_partial)(float *stats, const void *logits, const int *targets, int N, int Vl, int Vp, int vocab_lo);
+    /* Part 2, once every rank's stats are all-gathered in rank order (stats_all [tp][3N], device memory):
+     * M = max_r m_r, S = sum_r s_r exp(m_r - M) (r in rank order, the same arithmetic on every rank),
+     * losses[i] = M + log S - sum_r t_r; if dlogits != NULL, dlogits[i, j] = (exp(logits[i, j] - M) / S
+     * - [vocab_lo + j == targets[i]]) * dloss for j < Vl and 0 for j in [Vl, Vp). dlogits may alias logits.
+     * Unlike softmax_xent, a target that no rank holds is not flagged: its loss is M + log S. */
+    void (*xent_parallel)(float *losses, void *dlogits, const void *logits, const int *targets, const float *stats_all,
+                          int tp, int N, int Vl, int Vp, int vocab_lo, float dloss);
 
     /* ---- optimizer and reductions ---- */
     /* AdamW on fp32 master weights; grad in compute dtype; writes params_out (compute dtype, may be

@@ -443,11 +443,43 @@ static void cpu_scale(void *x_, float s, size_t n) {
 
 /* ------------------------------------------------------------------ softmax + cross-entropy */
 
-/* Per row: max, e_j = exp(x_j - max) (stored in dlogits when wanted), S = sum e_j in double
- * (VB interleaved accumulators, combined in a fixed order); loss = log S - (x_target - max);
- * dlogits_j = (e_j / S - [j == target]) * dloss. Columns V..Vp-1 of logits are never read; of
- * dlogits they are zeroed. A target outside [0,V) gives a NaN loss (and no one-hot term) rather
- * than an out-of-bounds read. */
+/* The row pieces of the cross-entropies. A row's max; its sum_j exp(x_j - shift) in double (VB
+ * interleaved accumulators, combined in a fixed order), the fp32 e_j kept in e when non-NULL (e may
+ * alias x: each block is read before it is written); and the gradient from the kept e_j:
+ * d_j = (e_j / S - [j == target]) * dloss for j < V (no one-hot term for a target outside [0,V)),
+ * 0 for j in [V, Vp). */
+static inline float row_max(const float *x, int V) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+static double row_exp_sum(float *e, const float *x, int V, float shift) {
+    double acc[VB] = {0};
+    float blk[VB];
+    for (int j0 = 0; j0 < V; j0 += VB) {
+        int n = V - j0 < VB ? V - j0 : VB;
+        exp_block(blk, x + j0, shift, n);
+        for (int j = n; j < VB; j++) blk[j] = 0.0f;
+        for (int j = 0; j < VB; j++) acc[j] += blk[j];
+        if (e) memcpy(e + j0, blk, (size_t)n * sizeof(float));
+    }
+    for (int w = VB / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+static void row_xent_grad(float *d, int V, int Vp, double sum, int tgt, float dloss) {
+    float f = (float)(1.0 / sum) * dloss;
+#pragma omp simd
+    for (int j = 0; j < V; j++) d[j] *= f;
+    if (tgt >= 0 && tgt < V) d[tgt] -= dloss;
+    for (int j = V; j < Vp; j++) d[j] = 0.0f;
+}
+
+/* Per row: max, e_j = exp(x_j - max) (stored in dlogits when wanted), S = sum e_j in double;
+ * loss = log S - (x_target - max); dlogits_j = (e_j / S - [j == target]) * dloss. Columns V..Vp-1
+ * of logits are never read; of dlogits they are zeroed. A target outside [0,V) gives a NaN loss
+ * (and no one-hot term) rather than an out-of-bounds read. */
 static void cpu_softmax_xent(float *losses, void *dlogits_, const void *logits_, const int *targets, int N, int V, int Vp,
                              float dloss) {
     float *dlogits = dlogits_;
@@ -455,33 +487,56 @@ static void cpu_softmax_xent(float *losses, void *dlogits_, const void *logits_,
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *x = logits + (size_t)i * Vp;
-        float *d = dlogits ? dlogits + (size_t)i * Vp : NULL; /* may alias x: each block is read before written */
+        float *d = dlogits ? dlogits + (size_t)i * Vp : NULL; /* may alias x */
         int tgt = targets[i];
         int ok = tgt >= 0 && tgt < V;
         float xt = ok ? x[tgt] : 0.0f;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-        double acc[VB] = {0};
-        float e[VB];
-        for (int j0 = 0; j0 < V; j0 += VB) {
-            int n = V - j0 < VB ? V - j0 : VB;
-            exp_block(e, x + j0, mx, n);
-            for (int j = n; j < VB; j++) e[j] = 0.0f;
-            for (int j = 0; j < VB; j++) acc[j] += e[j];
-            if (d) memcpy(d + j0, e, (size_t)n * sizeof(float));
-        }
-        for (int w = VB / 2; w >= 1; w /= 2)
-            for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-        double sum = acc[0];
-        if (d) {
-            float f = (float)(1.0 / sum) * dloss;
-#pragma omp simd
-            for (int j = 0; j < V; j++) d[j] *= f;
-            if (ok) d[tgt] -= dloss;
-            for (int j = V; j < Vp; j++) d[j] = 0.0f;
-        }
+        float mx = row_max(x, V);
+        double sum = row_exp_sum(d, x, V, mx);
+        if (d) row_xent_grad(d, V, Vp, sum, tgt, dloss);
         losses[i] = ok ? (float)(log(sum) - ((double)xt - mx)) : NAN;
+    }
+}
+
+/* Vocabulary-parallel cross-entropy (backend.h). Part 1 is softmax_xent's row max and sum over this
+ * rank's Vl columns, the sum rounded to fp32 for the all-gather. Part 2 rescales the ranks' sums to
+ * the common max in double, in rank order, then takes the loss and gradient as softmax_xent does.
+ * With tp = 1 the results are within an fp32 rounding of softmax_xent's, not bit-identical: the
+ * row sum reaches part 2 rounded to fp32, where softmax_xent keeps it in double. */
+static void cpu_xent_partial(float *stats, const void *logits_, const int *targets, int N, int Vl, int Vp, int vocab_lo) {
+    const float *logits = logits_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * Vp;
+        int tgt = targets[i] - vocab_lo;
+        float mx = row_max(x, Vl);
+        stats[3 * (size_t)i] = mx;
+        stats[3 * (size_t)i + 1] = (float)row_exp_sum(NULL, x, Vl, mx);
+        stats[3 * (size_t)i + 2] = tgt >= 0 && tgt < Vl ? x[tgt] : 0.0f;
+    }
+}
+
+static void cpu_xent_parallel(float *losses, void *dlogits_, const void *logits_, const int *targets,
+                              const float *stats_all, int tp, int N, int Vl, int Vp, int vocab_lo, float dloss) {
+    float *dlogits = dlogits_;
+    const float *logits = logits_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float mx = -INFINITY;
+        for (int r = 0; r < tp; r++) mx = fmaxf(mx, stats_all[((size_t)r * N + i) * 3]);
+        double sum = 0.0, xt = 0.0;
+        for (int r = 0; r < tp; r++) {
+            const float *st = stats_all + ((size_t)r * N + i) * 3;
+            if (st[0] != -INFINITY) sum += (double)st[1] * exp((double)st[0] - mx); /* a rank with no columns adds 0 */
+            xt += st[2];
+        }
+        if (dlogits) {
+            const float *x = logits + (size_t)i * Vp;
+            float *d = dlogits + (size_t)i * Vp; /* may alias x */
+            row_exp_sum(d, x, Vl, mx);
+            row_xent_grad(d, Vl, Vp, sum, targets[i] - vocab_lo, dloss);
+        }
+        losses[i] = (float)(log(sum) - (xt - mx));
     }
 }
 
@@ -561,6 +616,8 @@ static const zt_backend cpu_backend = {
     .residual_forward = cpu_residual_forward,
     .accumulate = cpu_accumulate,
     .softmax_xent = cpu_softmax_xent,
+    .xent_partial = cpu_xent_partial,
+    .xent_parallel = cpu_xent_parallel,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
     .scale = cpu_scale,

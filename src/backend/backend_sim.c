@@ -533,6 +533,20 @@ static void run_softmax_xent(sim_item *it) {
     g_cpu->softmax_xent(it->p[0], w16(&w_, it->p[1], N * Vp, 1), logits, it->p[3], (int)N, (int)V, (int)Vp, it->f);
     OP_END();
 }
+static void run_xent_partial(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], Vl = it->i[1], Vp = it->i[2], lo = it->i[3];
+    g_cpu->xent_partial(it->p[0], w16(&w_, it->p[1], N * Vp, 0), it->p[2], (int)N, (int)Vl, (int)Vp, (int)lo);
+    OP_END();
+}
+static void run_xent_parallel(sim_item *it) {
+    OP_BEGIN(it);
+    long tp = it->i[0], N = it->i[1], Vl = it->i[2], Vp = it->i[3], lo = it->i[4];
+    float *logits = w16(&w_, it->p[2], N * Vp, 0);
+    g_cpu->xent_parallel(it->p[0], w16(&w_, it->p[1], N * Vp, 1), logits, it->p[3], it->p[4], (int)tp, (int)N, (int)Vl,
+                         (int)Vp, (int)lo, it->f);
+    OP_END();
+}
 static void run_adamw(sim_item *it) {
     zt_dtype dt = (zt_dtype)it->i[8];
     zt_cpu_adamw_g(it->p[0], it->p[1], it->p[2], it->p[3], dt, it->n, &it->step, it->p[4], dt, 0, ZT_ADAM_ISA_BEST);
@@ -704,6 +718,29 @@ static void q_softmax_xent(zt_dtype dt, float *losses, void *dlogits, const void
     it->f = dloss;
     enqueue(it);
 }
+static void q_xent_partial(zt_dtype dt, float *stats, const void *logits, const int *targets, int N, int Vl, int Vp,
+                           int vocab_lo) {
+    const char *op = "xent_partial";
+    sim_item *it = op_item(run_xent_partial, dt);
+    it->p[0] = dev(stats, F(3 * (size_t)N), op, "stats");
+    it->p[1] = dev(logits, E((size_t)N * Vp), op, "logits");
+    it->p[2] = dev(targets, (size_t)N * sizeof(int), op, "targets");
+    it->i[0] = N, it->i[1] = Vl, it->i[2] = Vp, it->i[3] = vocab_lo;
+    enqueue(it);
+}
+static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets,
+                            const float *stats_all, int tp, int N, int Vl, int Vp, int vocab_lo, float dloss) {
+    const char *op = "xent_parallel";
+    sim_item *it = op_item(run_xent_parallel, dt);
+    it->p[0] = dev(losses, F(N), op, "losses");
+    it->p[1] = dev(dlogits, E((size_t)N * Vp), op, "dlogits");
+    it->p[2] = dev(logits, E((size_t)N * Vp), op, "logits");
+    it->p[3] = dev(targets, (size_t)N * sizeof(int), op, "targets");
+    it->p[4] = dev(stats_all, F(3 * (size_t)tp * N), op, "stats_all");
+    it->i[0] = tp, it->i[1] = N, it->i[2] = Vl, it->i[3] = Vp, it->i[4] = vocab_lo;
+    it->f = dloss;
+    enqueue(it);
+}
 static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
                     const zt_adam_step *step) {
     const char *op = "adamw";
@@ -778,6 +815,13 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
     static void softmax_xent_##SFX(float *l, void *dl, const void *lg, const int *t, int N, int V, int Vp, float d) {  \
         q_softmax_xent(DTYPE, l, dl, lg, t, N, V, Vp, d);                                                              \
     }                                                                                                                  \
+    static void xent_partial_##SFX(float *st, const void *lg, const int *t, int N, int Vl, int Vp, int lo) {          \
+        q_xent_partial(DTYPE, st, lg, t, N, Vl, Vp, lo);                                                               \
+    }                                                                                                                  \
+    static void xent_parallel_##SFX(float *l, void *dl, const void *lg, const int *t, const float *st, int tp, int N,  \
+                                    int Vl, int Vp, int lo, float d) {                                                \
+        q_xent_parallel(DTYPE, l, dl, lg, t, st, tp, N, Vl, Vp, lo, d);                                                \
+    }                                                                                                                  \
     static void adamw_##SFX(float *p, float *m, float *v, const void *g, void *o, size_t n, const zt_adam_step *s) {   \
         q_adamw(DTYPE, p, m, v, g, o, n, s);                                                                           \
     }                                                                                                                  \
@@ -795,7 +839,8 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
         .attention_forward = attention_forward_##SFX, .attention_backward = attention_backward_##SFX,                  \
         .gelu_forward = gelu_forward_##SFX, .gelu_backward = gelu_backward_##SFX,                                      \
         .residual_forward = residual_forward_##SFX, .accumulate = accumulate_##SFX,                                    \
-        .softmax_xent = softmax_xent_##SFX, .adamw = adamw_##SFX, .sumsq = sumsq_##SFX, .scale = scale_##SFX,          \
+        .softmax_xent = softmax_xent_##SFX, .xent_partial = xent_partial_##SFX, .xent_parallel = xent_parallel_##SFX,  \
+        .adamw = adamw_##SFX, .sumsq = sumsq_##SFX, .scale = scale_##SFX,                                              \
     };
 SIM_THUNKS(bf16, ZT_BF16)
 SIM_THUNKS(f16, ZT_F16)

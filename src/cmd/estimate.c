@@ -1,10 +1,12 @@
-/* estimate.c — `zerotrain estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB]
+/* estimate.c — `zerotrain estimate CONFIG --ranks N [--tp N] [--device-mem 80GiB] [--host-mem 512GiB]
  * [--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32]`: the memory each rank needs — device,
  * host and NVMe — for every ZeRO stage with and without optimizer offload and for stage 3's
  * ZeRO-Infinity settings (parameter offload, NVMe), which settings fit, and the Twin-Flow ratios that
  * fit — DeepSpeed's estimate_zero2/zero3 helpers as one command, computed from the same formulas
  * (engine/zero_formula.h) and buffer plans the engine and model use. Host and NVMe sizes are per
- * node, shared by its ranks. */
+ * node, shared by its ranks. With tensor parallelism (--tp, default the config's tp_size) a rank holds
+ * its tensor-parallel part (rank 0's, the largest: it holds the odd vocabulary rows) and ZeRO
+ * partitions it over the ranks / tp data-parallel ranks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +22,7 @@ typedef struct unit { const char *name; double bytes; } unit;
 static double in(unit u, double b) { return b / u.bytes; }
 
 static void usage(void) {
-    fprintf(stderr, "usage: zerotrain estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB] "
+    fprintf(stderr, "usage: zerotrain estimate CONFIG --ranks N [--tp N] [--device-mem 80GiB] [--host-mem 512GiB] "
                     "[--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--set KEY=VALUE]...\n");
 }
 
@@ -95,7 +97,7 @@ static void print_ratio_windows(const row *rows, int n, size_t K, size_t shard, 
 
 int zt_cmd_estimate(int argc, char **argv) {
     const char *path = NULL;
-    long ranks = 0, per_node = 0;
+    long ranks = 0, per_node = 0, tp = 0;
     double device_mem = 80.0 * 1073741824.0, host_mem = 512.0 * 1073741824.0, nvme_size = -1; /* < 0: no limit */
     int fp32 = 0;
     char **sets = zt_xcalloc((size_t)argc + 1, sizeof *sets);
@@ -104,6 +106,7 @@ int zt_cmd_estimate(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--ranks") && v) ranks = strtol(v, NULL, 10), bad = ranks < 1, i++;
+        else if (!strcmp(a, "--tp") && v) tp = strtol(v, NULL, 10), bad = tp < 1 || tp > 64, i++;
         else if (!strcmp(a, "--ranks-per-node") && v) per_node = strtol(v, NULL, 10), bad = per_node < 1, i++;
         else if (!strcmp(a, "--device-mem") && v) bad = zt_parse_bytes(v, &device_mem), i++;
         else if (!strcmp(a, "--host-mem") && v) bad = zt_parse_bytes(v, &host_mem), i++;
@@ -131,6 +134,8 @@ int zt_cmd_estimate(int argc, char **argv) {
     zt_err err = {{0}};
     int rc = zt_config_load(&cfg, path, sets, n_sets, &err);
     free(sets);
+    if (!rc && tp > 0) cfg.tp_size = (int)tp;
+    tp = cfg.tp_size;
     if (!rc) rc = zt_config_check_batch(&cfg, (int)ranks, &err);
     if (rc) {
         zt_print_error(&err);
@@ -143,18 +148,23 @@ int zt_cmd_estimate(int argc, char **argv) {
     zt_param_table table;
     zt_gpt2 plan;
     size_t P = fp32 ? 4 : 2, K = fp32 ? 8 : 12;
-    if (zt_gpt2_param_table(&table, &shape, &err) ||
-        zt_gpt2_plan(&plan, &shape, cfg.train_micro_batch_size_per_gpu, cfg.seq_len, zt_act_ckpt_of(&cfg), 1, P,
+    long dp = ranks / tp; /* ZeRO's N */
+    if (zt_gpt2_param_table_tp(&table, &shape, 0, (int)tp, &err) ||
+        zt_gpt2_plan(&plan, &shape, cfg.train_micro_batch_size_per_gpu, cfg.seq_len, zt_act_ckpt_of(&cfg), (int)tp, P,
                      &err)) {
         zt_print_error(&err);
         zt_config_free(&cfg);
         return 1;
     }
     double acts = (double)(plan.act_bytes + plan.scratch_bytes), biggest = 0;
+    zt_param_table whole;
+    zt_gpt2_param_table(&whole, &shape, &err);
+    double whole_total = (double)whole.total;
+    zt_param_table_free(&whole);
     /* stage 3's gather buffers: the table cut as the run will cut it (the embedding in row blocks where
      * stage3_max_live_parameters asks for it; then it has no buffer of its own) */
     zt_param_table table3;
-    zt_gpt2_param_table(&table3, &shape, &err);
+    zt_gpt2_param_table_tp(&table3, &shape, 0, (int)tp, &err);
     zt_engine_opts o3 = {.stage = 3, .stage3_param_persistence_threshold = cfg.stage3_param_persistence_threshold,
                          .stage3_prefetch_bucket_size = cfg.stage3_prefetch_bucket_size,
                          .stage3_max_live_parameters = zt_zero3_live_bound(cfg.stage3_max_live_parameters)};
@@ -162,18 +172,22 @@ int zt_cmd_estimate(int argc, char **argv) {
     zt_stage3_plan g3 = zt_engine_stage3_plan(&table3, &o3);
     zt_param_table_free(&table3);
     row rows[16];
-    int n = plan_rows(rows, &cfg, &table, &g3, ranks, P, K, acts, (double)plan.act_host_bytes);
+    int n = plan_rows(rows, &cfg, &table, &g3, dp, P, K, acts, (double)plan.act_host_bytes);
     for (int i = 0; i < n; i++) biggest = rows[i].device > biggest ? rows[i].device : biggest;
     unit u = biggest >= 1073741824.0 ? (unit){"GiB", 1073741824.0} : (unit){"MiB", 1048576.0};
     printf("zerotrain estimate: %s — GPT-2 L%d H%d C%d V%d, %.2fM parameters, micro-batch %d x T %d, %s "
            "activations %.2f %s/rank (checkpointing %s)\n",
-           path, shape.n_layer, shape.n_head, shape.n_embd, shape.vocab_size, table.total / 1e6,
+           path, shape.n_layer, shape.n_head, shape.n_embd, shape.vocab_size, whole_total / 1e6,
            cfg.train_micro_batch_size_per_gpu, cfg.seq_len, fp32 ? "fp32" : "bf16", in(u, acts), u.name,
            cfg.ckpt_enabled ? "on" : "off");
     char nvme_s[64] = "not limited (--nvme-size)";
     if (nvme_size >= 0) snprintf(nvme_s, sizeof nvme_s, "%.1f %s/rank", in(u, nvme_per_rank), u.name);
-    printf("%ld ranks (%ld per node); device %.1f %s/rank, host %.1f %s/rank, NVMe %s\n\n", ranks, per_node,
+    printf("%ld ranks (%ld per node); device %.1f %s/rank, host %.1f %s/rank, NVMe %s\n", ranks, per_node,
            in(u, device_mem), u.name, in(u, host_per_rank), u.name, nvme_s);
+    if (tp > 1)
+        printf("tensor parallel %ld: %.2fM parameters a rank (Ψ below), ZeRO over %ld data-parallel rank%s (N below)\n",
+               tp, table.total / 1e6, dp, dp > 1 ? "s" : "");
+    printf("\n");
     printf("%-6s %-10s %-8s %16s %16s %16s %16s  %s\n", "stage", "optimizer", "params", "model states", "device total",
            "host total", "NVMe", "fits");
     for (int i = 0; i < n; i++) {
@@ -183,7 +197,7 @@ int zt_cmd_estimate(int argc, char **argv) {
                in(u, r->states), u.name, in(u, r->device), u.name, in(u, r->host), u.name, in(u, r->nvme), u.name,
                fits ? "yes" : "no");
     }
-    size_t shard = zt_zero_shard(table.total, (int)ranks, ZT_SHARD_ALIGN);
+    size_t shard = zt_zero_shard(table.total, (int)dp, ZT_SHARD_ALIGN);
     print_ratio_windows(rows, n, K, shard, device_mem, host_per_rank, u);
     printf("\nmodel states follow the ZeRO paper: stage 0 (2P+K)Ψ, 1 2PΨ+KΨ/N, 2 PΨ+(P+K)Ψ/N, 3 (2P+K)Ψ/N with P = %zu,\n"
            "K = %zu; \"device total\" adds activations and the engine's gradient/gather buffers. Offload, ratio 1:\n"

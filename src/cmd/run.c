@@ -1,9 +1,11 @@
-/* cmd_run.c — `zerotrain run -n N [--hostfile FILE] CONFIG [--set KEY=VALUE]...`: starts the
+/* cmd_run.c — `zerotrain run -n N [--tp T] [--hostfile FILE] CONFIG [--set KEY=VALUE]...`: starts the
  * training job for you: `srun` inside a Slurm allocation, else `mpirun` with the flags this binary
  * needs (root, oversubscription on a small machine, no core binding so OpenMP threads spread, ssh
  * to hostfile hosts without prompts and with a connect timeout). A DeepSpeed hostfile
  * ("host slots=K" lines) is also an Open MPI hostfile, so it is passed as is. Each rank binds one
- * GPU by its local rank (done by the CUDA backend).
+ * GPU by its local rank (done by the CUDA backend). --tp T is tensor_parallel.tp_size T: mpirun and srun
+ * place consecutive ranks on a node (by slot), so each tensor-parallel group of T consecutive ranks
+ * sits on one node when T divides the ranks per node.
  *
  * The launcher runs as a child in its own process group, so that Ctrl-C at the terminal reaches
  * this process alone: the first SIGINT/SIGTERM is passed to the ranks as SIGUSR1 (mpirun and srun
@@ -61,6 +63,7 @@ typedef struct run_args {
     const char *hostfile;
     const char **train_args; /* CONFIG and the --set pairs, in order */
     int n_train_args;
+    char tp_set[48];         /* --tp T as "tensor_parallel.tp_size=T" */
 } run_args;
 
 static int parse_args(int argc, char **argv, run_args *a, zt_err *err) {
@@ -75,6 +78,12 @@ static int parse_args(int argc, char **argv, run_args *a, zt_err *err) {
             if (parse_whole(val, 1, ZT_MAX_RANKS, &a->n))
                 return zt_fail(err, "run: %s: expected a number of ranks in [1, %d], got '%.40s'", arg, ZT_MAX_RANKS,
                                val);
+            i++;
+        } else if (!strcmp(arg, "--tp")) {
+            long tp;
+            if (parse_whole(val, 1, 64, &tp))
+                return zt_fail(err, "run: --tp: expected tensor-parallel ranks in [1, 64], got '%.40s'", val ? val : "");
+            snprintf(a->tp_set, sizeof a->tp_set, "tensor_parallel.tp_size=%ld", tp);
             i++;
         } else if (!strcmp(arg, "--hostfile")) {
             if (!val) return zt_fail(err, "run: --hostfile needs a file");
@@ -96,6 +105,12 @@ static int parse_args(int argc, char **argv, run_args *a, zt_err *err) {
     }
     if (!a->n) return zt_fail(err, "run: -n N (the number of ranks) is required");
     if (!config) return zt_fail(err, "run: CONFIG is required");
+    if (a->tp_set[0]) { /* last, so that it wins over the config and any --set */
+        long tp = strtol(strchr(a->tp_set, '=') + 1, NULL, 10);
+        if (a->n % tp) return zt_fail(err, "run: --tp %ld does not divide the %ld ranks", tp, a->n);
+        a->train_args[a->n_train_args++] = "--set";
+        a->train_args[a->n_train_args++] = a->tp_set;
+    }
     if (a->hostfile && access(a->hostfile, R_OK) != 0) return zt_fail(err, "%s: cannot read hostfile", a->hostfile);
     return 0;
 }

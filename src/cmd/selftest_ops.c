@@ -517,6 +517,65 @@ static void test_xent(zt_selftest *st, zt_rng *rng, int N, int V, int Vp) {
     free(logits), free(tgt);
 }
 
+/* The vocabulary-parallel pair on the device, as tp ranks run it: the V columns in tp contiguous parts,
+ * each in rows of its own stride (a multiple of 8 with vec, for the 16-byte path; else not) whose
+ * padding holds 1e4 (never read); every part's stats into one [tp][3N] buffer (the all-gather), then
+ * xent_parallel in place per part. Against the reference backend's softmax_xent on the whole rows. */
+static void test_xent_tp(zt_selftest *st, zt_rng *rng, int N, int V, int tp, int vec) {
+    enum { MAX_TP = 8 };
+    const zt_backend *be = st->dev;
+    char name[128], tag[64];
+    snprintf(tag, sizeof tag, "N=%d V=%d tp=%d%s", N, V, tp, vec ? "" : " (scalar path)");
+    float *logits = st_rnd(rng, (size_t)N * V, 3, 0);
+    int *tgt = zt_xmalloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) tgt[i] = (int)(zt_rng_u64(rng) % (uint64_t)V);
+    float dloss = (be->compute_dtype == ZT_F16 ? 1024.0f : 1.0f) / N; /* as test_xent */
+    float *l0 = st_zeros(N), *want_l = st_zeros(N), *want_g = st_zeros((size_t)N * V);
+    run_xent(st->ref, logits, tgt, N, V, V, dloss, l0, want_l, want_g);
+    int *dt = st_up_i(be, tgt, N);
+    float *stats = st_alloc(be, 3 * (size_t)tp * N * sizeof(float)), *dloss_d = st_alloc(be, N * sizeof(float));
+    int lo[MAX_TP], Vl[MAX_TP], Vpr[MAX_TP];
+    void *part[MAX_TP];
+    for (int r = 0, next = 0; r < tp; r++) {
+        lo[r] = next, Vl[r] = V / tp + (r < V % tp), next += Vl[r];
+        Vpr[r] = vec ? (Vl[r] + 15) / 8 * 8 : Vl[r] + ((Vl[r] + 1) % 8 ? 1 : 2);
+        float *h = st_zeros((size_t)N * Vpr[r]);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vpr[r]; j++) h[(size_t)i * Vpr[r] + j] = j < Vl[r] ? logits[(size_t)i * V + lo[r] + j] : 1e4f;
+        part[r] = st_up_c(be, h, (size_t)N * Vpr[r]);
+        be->xent_partial(stats + 3 * (size_t)r * N, part[r], dt, N, Vl[r], Vpr[r], lo[r]);
+        free(h);
+    }
+    float *l = st_zeros(N), *lr = st_zeros(N), *g = st_zeros((size_t)N * V);
+    size_t rank_diff = 0;
+    double pad = 0;
+    for (int r = 0; r < tp; r++) {
+        be->xent_parallel(dloss_d, part[r], part[r], dt, stats, tp, N, Vl[r], Vpr[r], lo[r], dloss);
+        st_down_f(be, r ? lr : l, dloss_d, N);
+        if (r) rank_diff += st_count_diff(lr, l, N);
+        float *h = st_zeros((size_t)N * Vpr[r]);
+        st_down_c(be, h, part[r], (size_t)N * Vpr[r]);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vpr[r]; j++) {
+                float v = h[(size_t)i * Vpr[r] + j];
+                if (j < Vl[r]) g[(size_t)i * V + lo[r] + j] = v;
+                else pad = fmax(pad, fabs(v));
+            }
+        free(h);
+        be->free(part[r]);
+    }
+    snprintf(name, sizeof name, "xent_partial+xent_parallel(losses) vs softmax_xent %s", tag);
+    check_rel(st, name, l, want_l, N, TOL_F32);
+    snprintf(name, sizeof name, "xent_partial+xent_parallel(dlogits in place) vs softmax_xent %s", tag);
+    check_rel(st, name, g, want_g, (size_t)N * V, TOL_BF16);
+    snprintf(name, sizeof name, "xent_parallel(dlogits padding zero, max abs) %s", tag);
+    zt_selftest_check(st, name, pad, 0);
+    snprintf(name, sizeof name, "xent_parallel(losses differing between ranks) %s", tag);
+    zt_selftest_check(st, name, (double)rank_diff, 0);
+    be->free(dt), be->free(stats), be->free(dloss_d);
+    free(logits), free(tgt), free(l0), free(want_l), free(want_g), free(l), free(lr), free(g);
+}
+
 /* ---------------------------------------------------------------- adamw, sumsq */
 static void run_adamw(const zt_backend *be, const float *p, const float *m, const float *v, const float *g, size_t n,
                       const zt_adam_step *s, float *po, float *mo, float *vo, float *out) {
@@ -593,6 +652,9 @@ void zt_selftest_ops(zt_selftest *st) {
     test_xent(st, &rng, 64, 250, 256);
     test_xent(st, &rng, 4, 50257, 50304);
     test_xent(st, &rng, 5, 100, 101); /* Vp % 8 != 0: scalar path */
+    test_xent_tp(st, &rng, 64, 250, 2, 1);
+    test_xent_tp(st, &rng, 4, 50257, 4, 1); /* GPT-2's vocabulary, uneven parts */
+    test_xent_tp(st, &rng, 5, 100, 3, 0);
     test_adamw(st, &rng);
     test_sumsq(st, &rng);
 }

@@ -197,7 +197,8 @@ typedef struct step_record {
     int guard;               /* the divergence guard's finding (GUARD_*), agreed by every rank */
     double seconds, forward, backward, optimizer;
     long samples_done;       /* training-stream samples consumed after this step */
-    zt_comm_bytes bytes;     /* this rank's communication volume in the step */
+    zt_comm_bytes bytes;     /* this rank's communication volume in the step (ZeRO's, over the data-parallel group) */
+    zt_comm_bytes tp_bytes;  /* ... and the model's over the tensor-parallel group (zero without one) */
     zt_engine_nvme nvme;     /* this rank's swap-file traffic in the step (ZeRO-Infinity) */
 } step_record;
 
@@ -333,7 +334,7 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     zt_engine *eng = t->s.engine;
     int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
     double t0 = zt_now(), loss_sum = 0;
-    zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes;
+    zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes, tp_bytes0 = t->s.model.tp ? t->s.model.tp->bytes : bytes0;
     memset(rec, 0, sizeof *rec);
     rec->step = step + 1;
     rec->lr = zt_lr_at(cfg, step);
@@ -383,6 +384,7 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     rec->seconds = zt_now() - t0;
     rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
     rec->bytes = zt_comm_bytes_since(&zt_engine_comm(eng)->bytes, &bytes0);
+    if (t->s.model.tp) rec->tp_bytes = zt_comm_bytes_since(&t->s.model.tp->bytes, &tp_bytes0);
     zt_engine_nvme now;
     zt_engine_nvme_stats(eng, &now);
     rec->nvme = (zt_engine_nvme){now.bytes_read - t->nvme_counted.bytes_read,
@@ -430,6 +432,8 @@ static int record_step(trainer *t, const step_plan *p, const step_record *rec, z
     const zt_mem_account *mem = zt_engine_memory(t->s.engine);
     double comm_ms = zt_engine_comm_seconds(t->s.engine) * 1e3;
     zt_comm_bytes *bytes_per_rank = cfg->metrics_file ? zt_comm_bytes_gather(t->comm, &rec->bytes) : NULL;
+    zt_comm_bytes *tp_bytes_per_rank =
+        cfg->metrics_file && t->s.tp_size > 1 ? zt_comm_bytes_gather(t->comm, &rec->tp_bytes) : NULL;
     if (t->metrics) {
         char norm_s[32] = "null", loss_s[32] = "null"; /* JSON has no inf or nan: those are null */
         if (isfinite(rec->norm)) snprintf(norm_s, sizeof norm_s, "%.9g", rec->norm);
@@ -465,15 +469,18 @@ static int record_step(trainer *t, const step_plan *p, const step_record *rec, z
             fprintf(t->metrics, ", \"host_adam_ms\": %.3f, \"device_idle_ms\": %.3f, \"device_idle_pct\": %.2f",
                     tm->host_adam * 1e3, tm->device_idle * 1e3, 100.0 * tm->device_idle / rec->seconds);
         }
-        zt_comm_bytes_json(t->metrics, bytes_per_rank, t->comm->world);
+        zt_comm_bytes_json(t->metrics, "comm", bytes_per_rank, t->comm->world);
+        if (tp_bytes_per_rank) zt_comm_bytes_json(t->metrics, "tp_comm", tp_bytes_per_rank, t->comm->world);
         if (!isnan(rec->val_loss)) fprintf(t->metrics, ", \"val_loss\": %.9g", rec->val_loss);
         fprintf(t->metrics, "}\n");
         if (fflush(t->metrics) || ferror(t->metrics)) {
             free(bytes_per_rank);
+            free(tp_bytes_per_rank);
             return zt_fail(err, "%s: cannot write metrics_file: %s", cfg->metrics_file, strerror(errno ? errno : EIO));
         }
     }
     free(bytes_per_rank);
+    free(tp_bytes_per_rank);
     if (t->monitor) {
         int bd = cfg->wall_clock_breakdown;
         zt_step_metrics sm = {

@@ -1,5 +1,7 @@
 /* comm.h — the collectives table the engine uses for data parallelism and ZeRO (MPI in
- * src/comm/comm_mpi.c; NCCL in cuda/; host-staged and one-rank device comms in comm_staged.c). Buffers are device buffers of the backend the comm was made for.
+ * src/comm/comm_mpi.c; NCCL in cuda/; host-staged and one-rank device comms in comm_staged.c), over
+ * all ranks or over a group of them (tensor parallelism's and ZeRO's sub-communicators). Buffers are
+ * device buffers of the backend the comm was made for.
  * Asynchronous calls return a request that wait() completes; the MPI table uses non-blocking
  * collectives so that reduction overlaps with backward when overlap_comm is on. */
 #ifndef ZT_COMM_H
@@ -29,7 +31,7 @@ typedef struct zt_comm_bytes {
 
 typedef struct zt_comm {
     const char *name;
-    int rank, world;
+    int rank, world; /* in this comm: a group comm's rank and size, not MPI_COMM_WORLD's */
     void *impl;
     zt_comm_bytes bytes; /* counted by the table's collectives (comm_volume.c) */
     /* sum-reductions over dtype elements (ZT_F32 or the backend compute dtype) */
@@ -63,13 +65,15 @@ double zt_comm_bytes_recv(const zt_comm_bytes *b);
 zt_comm_bytes zt_comm_bytes_since(const zt_comm_bytes *now, const zt_comm_bytes *before);
 /* Every rank's b, gathered over c (collective; counted as scalar traffic): [world] entries. */
 zt_comm_bytes *zt_comm_bytes_gather(zt_comm *c, const zt_comm_bytes *b);
-/* Appends `, "comm_sent_bytes": {"allreduce": [rank 0, rank 1, ...], ...}, "comm_recv_bytes": {...}`
+/* Appends `, "PREFIX_sent_bytes": {"allreduce": [rank 0, rank 1, ...], ...}, "PREFIX_recv_bytes": {...}`
  * to a metrics line, from the [world] entries of zt_comm_bytes_gather. */
-void zt_comm_bytes_json(FILE *f, const zt_comm_bytes *per_rank, int world);
+void zt_comm_bytes_json(FILE *f, const char *prefix, const zt_comm_bytes *per_rank, int world);
 /* The wall_clock_breakdown line: MB sent/received per kind, via zt_info. */
 void zt_comm_bytes_print(const zt_comm_bytes *b);
 
-/* Collective: how many ranks of c run on this rank's machine (same host name), this one included. */
+/* Collective: how many ranks of c run on this rank's machine (same host name), this one included;
+ * over a group comm, the group's ranks only (a machine's memory is split among the job's ranks:
+ * ask a world comm for that). */
 int zt_comm_ranks_on_node(zt_comm *c);
 
 /* Process-wide MPI setup: MPI_Init_thread once, error handler that makes every rank exit non-zero
@@ -86,15 +90,33 @@ int zt_mpi_world_rank(void);
 int zt_mpi_world_size(void);
 
 /* Data-parallel comm over MPI for the given backend (device buffers are host memory on the CPU
- * backend; a CUDA backend uses the NCCL table instead). */
+ * backend; a CUDA backend uses the NCCL table instead): a duplicate of MPI_COMM_WORLD. Collective
+ * over the world. */
 zt_comm *zt_comm_mpi(const zt_backend *be, zt_err *err);
+/* The same over a group: the ranks of MPI_COMM_WORLD that pass the same color (>= 0), numbered
+ * 0..n-1 in the order of key (ties: world rank) — MPI_Comm_split. Collective over the world: every
+ * rank calls it, each with its own color (with tp-inner ranks, w's tensor-parallel group is color
+ * w / tp, key w % tp; its data-parallel group color w % tp, key w / tp). Every entry of the table
+ * works over the group: rank and world are the group's, a broadcast's root is a group rank, the
+ * byte counts use n = the group's size, and agree_max (so zt_agree) agrees within the group only —
+ * a failure that must stop the job is agreed over a world comm. NULL with the reason in *err on
+ * every rank when any rank passed a negative color. A hang in a group collective is reported by
+ * the watchdog with this rank's world rank, as "waiting on the other K ranks of its group of n"
+ * (watchdog.h). */
+zt_comm *zt_comm_mpi_group(const zt_backend *be, int color, int key, zt_err *err);
 
 /* Device-buffer comms without NCCL (comm_staged.c), for backends whose memory is not host memory.
  * zt_comm_device_local: one rank, no comm at all — a reduce-scatter or all-gather whose source and
  * destination differ is a device copy, the rest does nothing. zt_comm_staged: several ranks, each
  * collective copied through pinned host buffers and run over MPI (blocking; 16-bit sums in fp32);
- * collective like zt_comm_mpi. Used by the simulated device, and by GPUs when NCCL is unusable. */
+ * collective like zt_comm_mpi. Used by the simulated device, and by GPUs when NCCL is unusable.
+ * zt_comm_staged_group: the same over a group, as zt_comm_mpi_group (collective over the world).
+ * A group of one rank works with it too, through the host; callers use zt_comm_device_local
+ * instead when every group has one rank (tp = 1, or dp = 1: each rank decides alone, no rank calls
+ * the collective) — never when only some groups do, since the others' ranks would wait in the
+ * split for the ranks that skipped it. */
 zt_comm *zt_comm_device_local(const zt_backend *be);
 zt_comm *zt_comm_staged(const zt_backend *be, zt_err *err);
+zt_comm *zt_comm_staged_group(const zt_backend *be, int color, int key, zt_err *err);
 
 #endif

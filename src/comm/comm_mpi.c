@@ -1,6 +1,10 @@
 /* comm_mpi.c — the MPI collectives table (see comm.h). Uses MPI-3 non-blocking collectives
- * (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather) on a communicator of its own,
- * duplicated from MPI_COMM_WORLD, so data-parallel/ZeRO traffic never mixes with other groups.
+ * (MPI_Iallreduce, MPI_Ireduce_scatter, MPI_Iallgatherv) on a communicator of its own, duplicated
+ * from MPI_COMM_WORLD or split from it for a group (one code: open_mpi_comm), so data-parallel/ZeRO
+ * traffic never mixes with other groups'. Every collective names ranks of its own communicator
+ * (a group's broadcast root is a group rank); what names world ranks is process-wide and stays so
+ * on purpose: zt_mpi_abort ends the whole job, the watchdog's lines and roll use world ranks
+ * (watchdog.h), and the start-up/shut-down deadlines below are the world's.
  * Also MPI start-up and shut-down, each bounded in time (the watchdog covers what lies between). */
 #include "comm/comm.h"
 
@@ -25,10 +29,10 @@ struct zt_comm_req {
 };
 
 typedef struct {
-    MPI_Comm dp;
+    MPI_Comm comm; /* the world's duplicate or a group's split */
 } mpi_impl;
 
-static MPI_Comm dp_of(zt_comm *c) { return ((mpi_impl *)c->impl)->dp; }
+static MPI_Comm comm_of(zt_comm *c) { return ((mpi_impl *)c->impl)->comm; }
 
 static MPI_Datatype mpi_type(zt_dtype t) {
     /* 16-bit dtypes are not reduced over MPI (the CPU backend is fp32; GPUs use NCCL) */
@@ -45,7 +49,7 @@ static zt_comm_req *new_req(const char *what, size_t bytes) {
 static zt_comm_req *mpi_allreduce_sum(zt_comm *c, void *buf, size_t count, zt_dtype t) {
     zt_comm_req *r = new_req("all-reduce", count * zt_dtype_size(t));
     zt_comm_count_allreduce(c, ZT_COLL_ALLREDUCE, r->bytes);
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, dp_of(c), &r->req);
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(t), MPI_SUM, comm_of(c), &r->req);
     return r;
 }
 
@@ -69,7 +73,7 @@ static zt_comm_req *mpi_reduce_scatter_sum(zt_comm *c, const void *send, void *r
                                            zt_dtype t) {
     zt_comm_req *r = new_req_v(c, counts, "reduce-scatter", zt_dtype_size(t));
     zt_comm_count_reduce_scatter(c, counts, zt_dtype_size(t));
-    MPI_Ireduce_scatter(send, recv, r->counts, mpi_type(t), MPI_SUM, dp_of(c), &r->req);
+    MPI_Ireduce_scatter(send, recv, r->counts, mpi_type(t), MPI_SUM, comm_of(c), &r->req);
     return r;
 }
 
@@ -78,7 +82,7 @@ static zt_comm_req *mpi_allgather(zt_comm *c, const void *send, void *recv, cons
     zt_comm_req *r = new_req_v(c, counts, "all-gather", esz);
     zt_comm_count_allgather(c, counts, esz);
     const void *src = (const char *)recv + (size_t)r->displs[c->rank] * esz == send ? MPI_IN_PLACE : send;
-    MPI_Iallgatherv(src, r->counts[c->rank], mpi_type(t), recv, r->counts, r->displs, mpi_type(t), dp_of(c),
+    MPI_Iallgatherv(src, r->counts[c->rank], mpi_type(t), recv, r->counts, r->displs, mpi_type(t), comm_of(c),
                     &r->req);
     return r;
 }
@@ -86,13 +90,13 @@ static zt_comm_req *mpi_allgather(zt_comm *c, const void *send, void *recv, cons
 static zt_comm_req *mpi_broadcast(zt_comm *c, void *buf, size_t bytes, int root) {
     zt_comm_req *r = new_req("broadcast", bytes);
     zt_comm_count_broadcast(c, bytes, root);
-    MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, dp_of(c), &r->req);
+    MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, comm_of(c), &r->req);
     return r;
 }
 
 static void mpi_wait(zt_comm *c, zt_comm_req *r) {
     if (!r) return;
-    zt_watchdog_enter(r->what, r->bytes);
+    zt_watchdog_enter(r->what, r->bytes, c->world);
     MPI_Wait(&r->req, MPI_STATUS_IGNORE);
     zt_watchdog_leave();
     free(r->counts);
@@ -101,46 +105,60 @@ static void mpi_wait(zt_comm *c, zt_comm_req *r) {
 }
 
 static void mpi_barrier(zt_comm *c) {
-    zt_watchdog_enter("barrier", 0);
-    MPI_Barrier(dp_of(c));
+    zt_watchdog_enter("barrier", 0, c->world);
+    MPI_Barrier(comm_of(c));
     zt_watchdog_leave();
 }
 
 static void mpi_allreduce_host_double(zt_comm *c, double *vals, int n) {
     zt_comm_count_allreduce(c, ZT_COLL_SCALAR, (size_t)n * sizeof(double));
-    zt_watchdog_enter("host all-reduce", (size_t)n * sizeof(double));
-    MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, MPI_SUM, dp_of(c));
+    zt_watchdog_enter("host all-reduce", (size_t)n * sizeof(double), c->world);
+    MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, MPI_SUM, comm_of(c));
     zt_watchdog_leave();
 }
 
 static int mpi_agree_max(zt_comm *c, int status) {
     int out = status;
     zt_comm_count_allreduce(c, ZT_COLL_SCALAR, sizeof(int));
-    zt_watchdog_enter("agreement all-reduce", sizeof(int));
-    MPI_Allreduce(&status, &out, 1, MPI_INT, MPI_MAX, dp_of(c));
+    zt_watchdog_enter("agreement all-reduce", sizeof(int), c->world);
+    MPI_Allreduce(&status, &out, 1, MPI_INT, MPI_MAX, comm_of(c));
     zt_watchdog_leave();
     return out;
 }
 
 static void mpi_destroy(zt_comm *c) {
     mpi_impl *m = c->impl;
-    MPI_Comm_free(&m->dp);
+    MPI_Comm_free(&m->comm);
     free(m);
     free(c);
 }
 
-zt_comm *zt_comm_mpi(const zt_backend *be, zt_err *err) {
-    (void)err;
-    (void)be;
+/* The table over the ranks of MPI_COMM_WORLD that pass the same color (split: MPI_Comm_split,
+ * ordered by key), or over all of them (a duplicate of the world). Collective over the world. A
+ * negative color would make MPI_Comm_split fail (and MPI abort the job with a message of its own):
+ * the ranks first agree that every color is valid, so a bad one fails the call on every rank. */
+static zt_comm *open_mpi_comm(int split, int color, int key, zt_err *err) {
+    MPI_Comm comm;
+    zt_watchdog_enter("communicator creation", 0, zt_mpi_world_size()); /* collective: every rank must come */
+    int bad = split && color < 0, any_bad = bad;
+    if (split) MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!any_bad) {
+        if (split) MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);
+        else MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    }
+    zt_watchdog_leave();
+    if (any_bad) {
+        if (bad) zt_fail(err, "a group comm's color must be >= 0, not %d (world rank %d)", color, zt_mpi_world_rank());
+        else zt_fail(err, "a group comm's color must be >= 0: another rank passed a negative one");
+        return NULL;
+    }
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_ARE_FATAL);
     zt_comm *c = zt_xcalloc(1, sizeof *c);
     mpi_impl *m = zt_xcalloc(1, sizeof *m);
-    zt_watchdog_enter("communicator creation", 0); /* collective: every rank must come */
-    MPI_Comm_dup(MPI_COMM_WORLD, &m->dp);
-    zt_watchdog_leave();
-    MPI_Comm_set_errhandler(m->dp, MPI_ERRORS_ARE_FATAL);
-    MPI_Comm_rank(m->dp, &c->rank);
-    MPI_Comm_size(m->dp, &c->world);
-    c->name = "mpi";
+    m->comm = comm;
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->world);
+    c->name = split ? "mpi group" : "mpi";
     c->impl = m;
     c->allreduce_sum = mpi_allreduce_sum;
     c->reduce_scatter_sum = mpi_reduce_scatter_sum;
@@ -152,6 +170,12 @@ zt_comm *zt_comm_mpi(const zt_backend *be, zt_err *err) {
     c->agree_max = mpi_agree_max;
     c->destroy = mpi_destroy;
     return c;
+}
+
+zt_comm *zt_comm_mpi(const zt_backend *be, zt_err *err) { return open_mpi_comm(0, 0, 0, err); }
+
+zt_comm *zt_comm_mpi_group(const zt_backend *be, int color, int key, zt_err *err) {
+    return open_mpi_comm(1, color, key, err);
 }
 
 /* ---------------------------------------------------------------- process-wide MPI */

@@ -1,7 +1,8 @@
 /* comm_nccl.h — the NCCL collectives table (implemented in cuda/comm_nccl.cu; src/comm_nccl_absent.c
  * stands in when the binary is built without CUDA). It implements comm/comm.h for device buffers of
  * the CUDA backend: NCCL on a dedicated communication stream, ordered after the compute stream's
- * work through events, and bootstrapped over MPI (rank 0's ncclUniqueId is broadcast). */
+ * work through events, and bootstrapped over MPI (rank 0's ncclUniqueId is broadcast), over all
+ * ranks or over a group of them. */
 #ifndef ZT_COMM_NCCL_H
 #define ZT_COMM_NCCL_H
 
@@ -21,6 +22,15 @@ extern "C" {
  * for the operation (it does not block the host), so any later op or copy sees the result.
  * barrier, allreduce_host_double and agree_max are host-side and blocking (over MPI). */
 zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err);
+
+/* The same over the ranks of MPI_COMM_WORLD that pass the same color (>= 0), ordered by key, as
+ * zt_comm_mpi_group: the group's rank 0 makes the ncclUniqueId and the group's MPI comm carries it
+ * and the host-side calls. Collective over the world (every rank calls it, each with its color).
+ * Whether NCCL works is agreed within each group only: a caller that needs every group on NCCL (or
+ * every group off it) agrees over a world comm afterwards, as the engine's open_device_comm does
+ * for the world comm. A rank may sit in several NCCL comms (a tensor-parallel and a data-parallel
+ * one) on one GPU; NCCL refuses two ranks of one comm on the same GPU. */
+zt_comm *zt_comm_nccl_group(const zt_backend *be, int color, int key, zt_err *err);
 
 #ifdef __cplusplus
 }

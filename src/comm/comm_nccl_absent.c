@@ -1,5 +1,5 @@
 /* comm_nccl_absent.c — linked instead of cuda/comm_nccl.cu when the binary is built with CUDA=0.
- * The definition is weak so that a build which links both (before the Makefile filters this file
+ * The definitions are weak so that a build which links both (before the Makefile filters this file
  * out of CUDA=1 builds) still gets the real one from cuda/. */
 #include "comm/comm_nccl.h"
 
@@ -7,4 +7,8 @@ __attribute__((weak)) zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
     (void)be;
     zt_fail(err, "NCCL is not available: this zerotrain was built without the CUDA backend (make CUDA=0)");
     return NULL;
+}
+
+__attribute__((weak)) zt_comm *zt_comm_nccl_group(const zt_backend *be, int color, int key, zt_err *err) {
+    return zt_comm_nccl(be, err);
 }

@@ -2,9 +2,10 @@
  *   - local: one rank. There is nobody to talk to, so no comm at all: a reduce-scatter or an
  *     all-gather is a copy on the device when its source and destination differ, the rest does
  *     nothing. A one-rank GPU run never hands device buffers to MPI (which is not CUDA-aware here).
- *   - staged: several ranks, each collective carried through host memory over MPI: the device
- *     buffer is copied to a pinned host buffer (ordered after the work queued on the device, as
- *     NCCL's calls are), the collective runs over MPI on the host, and the result is copied back.
+ *   - staged: several ranks (all of them, or a group: its MPI comm is then the group's), each
+ *     collective carried through host memory over MPI: the device buffer is copied to a pinned host
+ *     buffer (ordered after the work queued on the device, as NCCL's calls are), the collective
+ *     runs over MPI on the host, and the result is copied back.
  *     16-bit sums are widened to fp32 on the host, summed, and rounded once. It serves the
  *     simulated device and a GPU without a usable NCCL (NCCL refuses several ranks on one GPU).
  *     Every call is blocking: what it returns is already complete, so nothing overlaps with it.
@@ -185,10 +186,11 @@ static int staged_agree_max(zt_comm *c, int status) {
     return impl_of(c)->mpi->agree_max(impl_of(c)->mpi, status);
 }
 
-zt_comm *zt_comm_staged(const zt_backend *be, zt_err *err) {
-    zt_comm *mpi = zt_comm_mpi(NULL, err);
+/* the staged comm over the ranks of the host comm `mpi` (the world's or a group's; owned by the
+ * result; NULL: its creation failed, err says why) */
+static zt_comm *staged_over(const zt_backend *be, zt_comm *mpi, const char *name) {
     if (!mpi) return NULL;
-    zt_comm *c = new_comm("host-staged", be, mpi->rank, mpi->world);
+    zt_comm *c = new_comm(name, be, mpi->rank, mpi->world);
     impl_of(c)->mpi = mpi;
     c->allreduce_sum = staged_allreduce;
     c->reduce_scatter_sum = staged_reduce_scatter;
@@ -198,4 +200,12 @@ zt_comm *zt_comm_staged(const zt_backend *be, zt_err *err) {
     c->allreduce_host_double = staged_allreduce_host_double;
     c->agree_max = staged_agree_max;
     return c;
+}
+
+zt_comm *zt_comm_staged(const zt_backend *be, zt_err *err) {
+    return staged_over(be, zt_comm_mpi(NULL, err), "host-staged");
+}
+
+zt_comm *zt_comm_staged_group(const zt_backend *be, int color, int key, zt_err *err) {
+    return staged_over(be, zt_comm_mpi_group(NULL, color, key, err), "host-staged group");
 }

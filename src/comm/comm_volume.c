@@ -82,9 +82,12 @@ static void json_kinds(FILE *f, const char *key, const zt_comm_bytes *all, int w
     fprintf(f, "}");
 }
 
-void zt_comm_bytes_json(FILE *f, const zt_comm_bytes *per_rank, int world) {
-    json_kinds(f, "comm_sent_bytes", per_rank, world, 1);
-    json_kinds(f, "comm_recv_bytes", per_rank, world, 0);
+void zt_comm_bytes_json(FILE *f, const char *prefix, const zt_comm_bytes *per_rank, int world) {
+    char key[64];
+    snprintf(key, sizeof key, "%s_sent_bytes", prefix);
+    json_kinds(f, key, per_rank, world, 1);
+    snprintf(key, sizeof key, "%s_recv_bytes", prefix);
+    json_kinds(f, key, per_rank, world, 0);
 }
 
 void zt_comm_bytes_print(const zt_comm_bytes *b) {

@@ -1,6 +1,7 @@
 /* fail_together.h — the one way ranks agree on a failure: every step that can fail on some ranks
  * only is followed by zt_agree (or zt_fail_together, which also prints), so a failure on any rank
- * is seen by every rank and no rank waits forever in a collective the others never reach. */
+ * is seen by every rank and no rank waits forever in a collective the others never reach. Over a
+ * group comm (comm.h: zt_comm_mpi_group) "every rank" is the group's: other groups learn nothing. */
 #ifndef ZT_FAIL_TOGETHER_H
 #define ZT_FAIL_TOGETHER_H
 

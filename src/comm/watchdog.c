@@ -2,9 +2,10 @@
  * of B bytes, number N, entered at t" through atomics; the watchdog thread only reads them, so the
  * hot path costs two relaxed stores per wait. MPI is initialised MPI_THREAD_FUNNELED: the watchdog
  * thread makes exactly one MPI call, MPI_Abort, which Open MPI serves from any thread; an alarm
- * ends the process should even that not return. A registered device probe is called under a mutex
- * that zt_watchdog_unwatch also takes, so a comm never goes away while it is being probed (or
- * aborted: the mutex is held from the report to the end of the process). */
+ * ends the process should even that not return. The registered device probes (one per device comm:
+ * a world comm and group comms alike) are called under a mutex that zt_watchdog_unwatch also takes,
+ * so a comm never goes away while it is being probed (or aborted: the mutex is held from the report
+ * to the end of the process). */
 #include "comm/watchdog.h"
 
 #include <errno.h>
@@ -24,15 +25,16 @@ static struct {
     int running;
     atomic_int stop;
     _Atomic double timeout; /* seconds; <= 0: off */
-    int rank, world;
+    int rank, world; /* in the job (MPI_COMM_WORLD), whatever comm a wait is on */
     /* the wait in progress (what == NULL: none) */
     _Atomic(const char *) what;
     atomic_size_t bytes;
+    atomic_int ranks; /* of the comm it waits on */
     _Atomic double since;
     atomic_long seq; /* blocking waits begun so far */
-    /* the device comm watched, if any (under probe_mu) */
+    /* the device comms watched (under probe_mu) */
     pthread_mutex_t probe_mu;
-    zt_watchdog_probe probe;
+    zt_watchdog_probe probe[ZT_WATCHDOG_MAX_WATCHED];
     int watching;
     atomic_int last_probe;
     atomic_long probes; /* probe calls so far */
@@ -91,10 +93,12 @@ static void sleep_seconds(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* The device comm's abort, on a thread of its own (watchdog.h: it may wait for the device forever),
- * waited for at most ZT_WATCHDOG_ABORT_WAIT seconds. Static: the thread may outlive the wait. */
+/* The device comms' aborts, one after the other on a thread of their own (watchdog.h: one may wait
+ * for the device forever), waited for at most ZT_WATCHDOG_ABORT_WAIT seconds in all. Static: the
+ * thread may outlive the wait. */
 static struct {
-    zt_watchdog_probe probe;
+    zt_watchdog_probe probe[ZT_WATCHDOG_MAX_WATCHED];
+    int n;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int done;
@@ -102,7 +106,8 @@ static struct {
 
 static void *run_comm_abort(void *arg) {
     (void)arg;
-    comm_abort.probe.abort(comm_abort.probe.ctx);
+    for (int i = 0; i < comm_abort.n; i++)
+        if (comm_abort.probe[i].abort) comm_abort.probe[i].abort(comm_abort.probe[i].ctx);
     pthread_mutex_lock(&comm_abort.mu);
     comm_abort.done = 1;
     pthread_cond_signal(&comm_abort.cv);
@@ -110,8 +115,9 @@ static void *run_comm_abort(void *arg) {
     return NULL;
 }
 
-static void abort_comm_bounded(const zt_watchdog_probe *p) {
-    comm_abort.probe = *p;
+static void abort_comms_bounded(const zt_watchdog_probe *p, int n) {
+    memcpy(comm_abort.probe, p, (size_t)n * sizeof *p);
+    comm_abort.n = n;
     pthread_t t;
     if (pthread_create(&t, NULL, run_comm_abort, NULL) != 0) return; /* MPI_Abort without it */
     pthread_detach(t);
@@ -125,7 +131,8 @@ static void abort_comm_bounded(const zt_watchdog_probe *p) {
 }
 
 /* one line naming this rank, its host and what failed (`subject`: an operation, or the GPU; `how`
- * says what went wrong), then the device comm's own abort if one is watched, then MPI_Abort */
+ * says what went wrong), then the watched device comms' own aborts (all: any may be hung behind the
+ * failure), then MPI_Abort */
 static void report_and_abort(const char *subject, const char *how) {
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
@@ -134,7 +141,7 @@ static void report_and_abort(const char *subject, const char *how) {
     fflush(stdout);
     alarm(30); /* SIGALRM's default action ends the process if the aborts below cannot finish */
     zt_scratch_remove_all();
-    if (wd.watching && wd.probe.abort) abort_comm_bounded(&wd.probe); /* the caller holds probe_mu */
+    if (wd.watching) abort_comms_bounded(wd.probe, wd.watching); /* the caller holds probe_mu */
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1);
 }
@@ -145,26 +152,39 @@ static const char *op_subject(char *buf, size_t cap, const char *what, long seq,
     return buf;
 }
 
-static void report_wait(const char *what, size_t bytes, long seq, double waited, double poll) {
-    char how[600], subject[160], stopped[400];
-    /* a live peer stamps every tick: two missed ticks and a margin mean its process is not running */
+/* " of its group of N" when a comm of `ranks` ranks is not the whole job's */
+static const char *group_words(char *buf, size_t cap, int ranks) {
+    buf[0] = 0;
+    if (ranks > 0 && ranks < wd.world) snprintf(buf, cap, " of its group of %d", ranks);
+    return buf;
+}
+
+static void report_wait(const char *what, size_t bytes, int ranks, long seq, double waited, double poll) {
+    char how[640], subject[160], stopped[400], group[40];
+    /* a live peer stamps every tick: two missed ticks and a margin mean its process is not running
+     * (any rank of the job: one stopped outside this wait's group holds up the job as well) */
     name_stopped(stopped, sizeof stopped, 2 * poll + 0.5);
-    snprintf(how, sizeof how, "made no progress for %.0fs (waiting on the other %d rank%s%s; comm_timeout %gs)", waited,
-             wd.world - 1, wd.world == 2 ? "" : "s", stopped, atomic_load(&wd.timeout));
+    int others = (ranks > 0 ? ranks : wd.world) - 1;
+    snprintf(how, sizeof how, "made no progress for %.0fs (waiting on the other %d rank%s%s%s; comm_timeout %gs)",
+             waited, others, others == 1 ? "" : "s", group_words(group, sizeof group, ranks), stopped,
+             atomic_load(&wd.timeout));
     pthread_mutex_lock(&wd.probe_mu); /* held until the process ends: the watched comm stays */
     report_and_abort(op_subject(subject, sizeof subject, what, seq, bytes), how);
 }
 
-/* the watched device comm: its oldest pending operation against the timeout, and its errors */
+/* each watched device comm: its oldest pending operation against the timeout, and its errors */
 static void check_device(double now, double resumed, double timeout) {
     pthread_mutex_lock(&wd.probe_mu);
-    if (wd.watching) {
+    int tick = 0; /* the tick's answer: 1 when any comm has an operation pending */
+    for (int i = 0; i < wd.watching; i++) {
+        const zt_watchdog_probe *p = &wd.probe[i];
         zt_watchdog_op op = {0};
-        int st = wd.probe.probe(wd.probe.ctx, &op);
-        atomic_store(&wd.last_probe, st);
+        int st = p->probe(p->ctx, &op);
+        if (st > tick) tick = st; /* an error ends the process below */
         atomic_fetch_add(&wd.probes, 1);
         double waited = now - (op.since > resumed ? op.since : resumed);
-        char how[320], subject[160];
+        char how[320], subject[160], group[40];
+        int ranks = p->ranks > 0 ? p->ranks : wd.world;
         if (st == -2) {
             snprintf(how, sizeof how, "failed: %s", op.error);
             report_and_abort("the GPU", how);
@@ -174,11 +194,12 @@ static void check_device(double now, double resumed, double timeout) {
             report_and_abort(op.what ? op_subject(subject, sizeof subject, op.what, op.seq, op.bytes) : "NCCL comm", how);
         }
         if (st > 0 && waited > timeout) {
-            snprintf(how, sizeof how, "made no progress for %.0fs (on the GPU, with %d rank%s; comm_timeout %gs)", waited,
-                     wd.world, wd.world == 1 ? "" : "s", timeout);
+            snprintf(how, sizeof how, "made no progress for %.0fs (on the GPU, with %d rank%s%s; comm_timeout %gs)",
+                     waited, ranks, ranks == 1 ? "" : "s", group_words(group, sizeof group, p->ranks), timeout);
             report_and_abort(op_subject(subject, sizeof subject, op.what, op.seq, op.bytes), how);
         }
     }
+    if (wd.watching) atomic_store(&wd.last_probe, tick);
     pthread_mutex_unlock(&wd.probe_mu);
 }
 
@@ -203,9 +224,10 @@ static void *watch(void *arg) {
         const char *what = atomic_load(&wd.what);
         double since = atomic_load(&wd.since);
         size_t bytes = atomic_load(&wd.bytes);
+        int ranks = atomic_load(&wd.ranks);
         if (!what || seq != atomic_load(&wd.seq)) continue; /* none, or it changed while we read */
         double waited = now - (since > resumed ? since : resumed);
-        if (waited > timeout) report_wait(what, bytes, seq, waited, poll);
+        if (waited > timeout) report_wait(what, bytes, ranks, seq, waited, poll);
     }
     return NULL;
 }
@@ -230,18 +252,23 @@ void zt_watchdog_start(double timeout_s, int rank, int world) {
 
 void zt_watchdog_watch(const zt_watchdog_probe *p) {
     pthread_mutex_lock(&wd.probe_mu);
-    wd.probe = *p;
-    wd.watching = 1;
+    int full = wd.watching == ZT_WATCHDOG_MAX_WATCHED;
+    if (!full) wd.probe[wd.watching++] = *p;
     pthread_mutex_unlock(&wd.probe_mu);
+    if (full) zt_warn("comm_timeout: more than %d device comms; a collective hung on the GPU in the last one is not "
+                      "detected", ZT_WATCHDOG_MAX_WATCHED);
     start_thread();
 }
 
 void zt_watchdog_unwatch(void *ctx) {
     pthread_mutex_lock(&wd.probe_mu);
-    if (wd.watching && wd.probe.ctx == ctx) {
-        wd.watching = 0;
-        atomic_store(&wd.last_probe, 2);
-    }
+    for (int i = 0; i < wd.watching; i++)
+        if (wd.probe[i].ctx == ctx) {
+            memmove(&wd.probe[i], &wd.probe[i + 1], (size_t)(wd.watching - i - 1) * sizeof wd.probe[0]);
+            wd.watching--;
+            break;
+        }
+    if (!wd.watching) atomic_store(&wd.last_probe, 2);
     pthread_mutex_unlock(&wd.probe_mu);
 }
 
@@ -276,9 +303,10 @@ void zt_watchdog_roll(const char *tag) {
     stamp_roll();
 }
 
-void zt_watchdog_enter(const char *what, size_t bytes) {
+void zt_watchdog_enter(const char *what, size_t bytes, int ranks) {
     atomic_fetch_add(&wd.seq, 1);
     atomic_store(&wd.bytes, bytes);
+    atomic_store(&wd.ranks, ranks);
     atomic_store(&wd.since, zt_now());
     atomic_store(&wd.what, what);
 }

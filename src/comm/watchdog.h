@@ -7,6 +7,9 @@
  * longer than comm_timeout seconds, prints one line
  *   zerotrain: error: rank R (host H): <collective> #N (B bytes) made no progress for Ns (waiting on ...)
  * and takes the whole job down with MPI_Abort (mpirun kills every rank, the stopped one included).
+ * R is this rank in the job (MPI_COMM_WORLD) also when the wait is on a group comm (a subset of the
+ * ranks, comm.h: zt_comm_mpi_group); the line then says "waiting on the other K ranks of its group
+ * of N".
  * The hung rank itself cannot print; every rank waiting on it does. The timeout covers one wait,
  * not a step: a long checkpoint save by rank 0 while others wait in a collective counts, so the
  * default is generous (ZT_COMM_TIMEOUT_DEFAULT).
@@ -16,9 +19,10 @@
  * unwatched synchronize. A comm with such operations registers a probe instead (zt_watchdog_watch):
  * on every tick the watchdog thread asks it for the oldest operation that has not completed and
  * since when the comm made no progress (cudaEventQuery on its operations' events), and for an
- * asynchronous error (ncclCommGetAsyncError). Past comm_timeout, or on such an error, it prints
+ * asynchronous error (ncclCommGetAsyncError); several device comms (a world one and group ones) are
+ * watched side by side. Past comm_timeout, or on such an error, it prints
  *   zerotrain: error: rank R (host H): NCCL <collective> #N (B bytes) made no progress for Ns (on the GPU; ...)
- * lets the comm abort itself (ncclCommAbort) and then takes the job down like a host wait. A sticky
+ * lets every watched comm abort itself (ncclCommAbort) and then takes the job down like a host wait. A sticky
  * CUDA error (a kernel faulted, the whole context with it) is the GPU's, not the comm's: the line
  * then reads `rank R (host H): the GPU failed: <CUDA's error> ...` and names no collective.
  * The comm's abort runs on a thread of its own and gets ZT_WATCHDOG_ABORT_WAIT seconds: NCCL's
@@ -31,9 +35,12 @@
 #include <stddef.h>
 
 #define ZT_COMM_TIMEOUT_DEFAULT 600.0 /* seconds; NCCL/torch use 10-30 minutes */
-#define ZT_WATCHDOG_ABORT_WAIT 5      /* seconds the device comm's abort may take before MPI_Abort */
+#define ZT_WATCHDOG_ABORT_WAIT 5      /* seconds the device comms' aborts may take before MPI_Abort */
+#define ZT_WATCHDOG_MAX_WATCHED 8     /* device comms watched at once */
 
-/* Starts (or retunes) the watchdog thread of this process: timeout_s <= 0 turns it off. */
+/* Starts (or retunes) the watchdog thread of this process: timeout_s <= 0 turns it off. rank and
+ * world are the job's (MPI_COMM_WORLD's, or a dup of it), never a group comm's: they name this rank
+ * in every line and index its record in the roll. */
 void zt_watchdog_start(double timeout_s, int rank, int world);
 /* Stops the thread (at exit; safe without start), and closes the roll. */
 void zt_watchdog_stop(void);
@@ -43,8 +50,9 @@ void zt_watchdog_stop(void);
  * it): `; rank K (host H) stopped answering Ns ago (last seen waiting in all-reduce)`. Rank 0 removes
  * the file at the end, every rank on its exit paths (util.h: zt_scratch_register). */
 void zt_watchdog_roll(const char *tag);
-/* A blocking wait on collective `what` (a string literal) of `bytes` begins / ends. Not nested. */
-void zt_watchdog_enter(const char *what, size_t bytes);
+/* A blocking wait on collective `what` (a string literal) of `bytes` over a comm of `ranks` ranks
+ * (the job's or a group's) begins / ends. Not nested. */
+void zt_watchdog_enter(const char *what, size_t bytes, int ranks);
 void zt_watchdog_leave(void);
 
 /* What a probe reports about a device comm (see above). */
@@ -61,16 +69,18 @@ typedef struct zt_watchdog_probe {
      * if any); -2 with op->error set: the device failed (a sticky CUDA error: the faulting kernel
      * may be any of the process's, so no operation is blamed). */
     int (*probe)(void *ctx, zt_watchdog_op *op);
-    /* before the job is taken down, on a thread of its own: waited for ZT_WATCHDOG_ABORT_WAIT s */
+    /* before the job is taken down, on a thread of its own (every watched comm's, one after the
+     * other): waited for ZT_WATCHDOG_ABORT_WAIT s in all */
     void (*abort)(void *ctx);
     void *ctx;
+    int ranks; /* the comm's, for the line (0: the job's) */
 } zt_watchdog_probe;
-/* Watches a device comm (one at a time; *p is copied). Starts the watchdog thread when a timeout
- * is set, also on a single rank. Unwatch before the comm goes away: once it returns, the watchdog
- * no longer calls the probe. */
+/* Watches a device comm (up to ZT_WATCHDOG_MAX_WATCHED side by side, each by its ctx; *p is
+ * copied). Starts the watchdog thread when a timeout is set, also on a single rank. Unwatch before
+ * the comm goes away: once it returns, the watchdog no longer calls its probe. */
 void zt_watchdog_watch(const zt_watchdog_probe *p);
 void zt_watchdog_unwatch(void *ctx);
-/* The probe's last answer, for tests: 0 all done, 1 pending, -1 error (2: not asked yet, or not
+/* The probes' last answer, for tests: 0 all done, 1 pending on some comm (2: not asked yet, or not
  * watching); *asked (if not NULL): how many times the watchdog has called a probe so far. */
 int zt_watchdog_last_probe(long *asked);
 

@@ -96,6 +96,7 @@ typedef struct zt_config {
     int ckpt_number_checkpoints; /* 0 = every block */
     int tp_size;                 /* tensor_parallel.tp_size: ranks per tensor-parallel group */
     int ckpt_cpu;                /* cpu_checkpointing: kept block inputs in host memory */
+    int ckpt_partition;          /* partition_activations: kept block inputs split across tensor-parallel ranks */
 
     /* checkpoints */
     char *checkpoint_dir;

@@ -17,7 +17,13 @@
  * memory (an asynchronous D2H queued right after the block that reads them) and the device keeps
  * segment_layers + 1 residual buffers, res_l in slot l % (segment_layers + 1) — enough for one
  * segment's recompute and backward. Each segment's input comes back (an asynchronous H2D, queued
- * before the recompute) into its slot; the bytes are the same, so are the gradients. */
+ * before the recompute) into its slot; the bytes are the same, so are the gradients.
+ *
+ * partition_activations (tensor parallelism): the segment inputs are the same on every rank of the
+ * tensor-parallel group, so each keeps only its 1/tp chunk of each (on the device, or in host memory
+ * with cpu_checkpointing) and the group all-gathers the chunks back into the slot before the recompute;
+ * the device keeps segment_layers + 1 residual buffers as with cpu_checkpointing. Same bytes, same
+ * gradients; the all-gather is one more tensor-parallel collective per segment. */
 #include "model/gpt2.h"
 
 #include <math.h>
@@ -265,6 +271,9 @@ static scratch_layout scratch_of(const zt_gpt2 *m) {
     return s;
 }
 
+/* the segment inputs leave their residual slots for a store (cpu_checkpointing, partition_activations) */
+static int stores_inputs(const zt_gpt2 *m) { return m->cpu_checkpointing || m->partition_activations; }
+
 int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ckpt ckpt, int tp_size, size_t elem_size,
                  zt_err *err) {
     int recompute = ckpt.enabled, number_checkpoints = ckpt.number_checkpoints;
@@ -286,7 +295,9 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
     int keep = recompute ? (number_checkpoints > 0 ? number_checkpoints : L) : 1;
     m->segment_layers = recompute ? (L + keep - 1) / keep : L;
     m->cpu_checkpointing = recompute && ckpt.cpu;
-    m->residual_slots = m->cpu_checkpointing ? m->segment_layers + 1 : L + 1;
+    m->partition_activations = recompute && ckpt.partition && m->tp_size > 1;
+    int stored = stores_inputs(m); /* segment inputs leave their slots */
+    m->residual_slots = stored ? m->segment_layers + 1 : L + 1;
 
     size_t N = (size_t)B * T, C = shape->n_embd, Vp = m->logits_stride;
     slot_layout sl = layout_of(m);
@@ -298,8 +309,14 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
     size_t head_bytes = N * C * e + 2 * N * sizeof(float) + N * Vp * e + N * sizeof(float);
     m->act_bytes_full = residual_bytes + (size_t)L * slot_bytes + head_bytes;
     m->act_bytes_ckpt = residual_bytes + slot_bytes + head_bytes;
+    /* the kept segment inputs, whole or one rank's chunk, in host memory or on the device */
+    size_t store_bytes = stored ? (size_t)((L + m->segment_layers - 1) / m->segment_layers) * N * C * e /
+                                      (m->partition_activations ? (size_t)m->tp_size : 1)
+                                : 0;
     m->act_bytes = kept_bytes + (size_t)m->segment_layers * slot_bytes + head_bytes;
-    m->act_host_bytes = m->cpu_checkpointing ? (size_t)((L + m->segment_layers - 1) / m->segment_layers) * N * C * e : 0;
+    m->act_host_bytes = m->cpu_checkpointing ? store_bytes : 0;
+    m->act_store_bytes = m->cpu_checkpointing ? 0 : store_bytes;
+    m->act_bytes += m->act_store_bytes;
     m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int) + (m->tp_size > 1 ? (m->tp_size + 1) * 3 * N * sizeof(float) : 0);
     return 0;
 }
@@ -333,6 +350,11 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
         m->xent_stats = be->alloc(3 * N * sizeof(float));
         m->xent_all = be->alloc((size_t)m->tp_size * 3 * N * sizeof(float));
     }
+    if (m->act_store_bytes && !(m->dev_ckpt = be->alloc(m->act_store_bytes))) {
+        zt_gpt2_destroy(m);
+        return zt_fail(err, "out of %s memory for the partitioned activation checkpoints (%.1f MiB)", be->name,
+                       (double)m->act_store_bytes / 1048576.0);
+    }
     if (m->act_host_bytes && !(m->host_ckpt = be->host_alloc(m->act_host_bytes))) {
         zt_gpt2_destroy(m);
         return zt_fail(err, "out of host memory for the activation checkpoints (cpu_checkpointing: %.1f MiB)",
@@ -350,7 +372,7 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
 void zt_gpt2_destroy(zt_gpt2 *m) {
     if (!m->be) return;
     void *bufs[] = {m->tokens, m->targets, m->residual, m->layer_acts, m->layer_stats, m->lnf,
-                    m->lnf_stats, m->logits, m->losses, m->scratch, m->xent_stats, m->xent_all};
+                    m->lnf_stats, m->logits, m->losses, m->scratch, m->xent_stats, m->xent_all, m->dev_ckpt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) m->be->free(bufs[i]);
     if (m->host_ckpt) m->be->host_free(m->host_ckpt);
@@ -388,21 +410,30 @@ static void *residual_at(const zt_gpt2 *m, int l) {
     return at(m, m->residual, (size_t)(l % m->residual_slots) * m->B * m->T * m->shape.n_embd);
 }
 
-/* cpu_checkpointing: segment input res_l (l a multiple of segment_layers) to or from host memory,
- * queued on the device after the work that reads or last wrote its slot */
-static void ckpt_move(zt_gpt2 *m, int l, zt_copy_kind kind) {
-    size_t n = (size_t)m->B * m->T * m->shape.n_embd;
-    void *host = (char *)m->host_ckpt + (size_t)(l / m->segment_layers) * n * m->elem_size;
-    if (kind == ZT_D2H) m->be->copy_async(host, residual_at(m, l), n * m->elem_size, ZT_D2H);
-    else m->be->copy_async(residual_at(m, l), host, n * m->elem_size, ZT_H2D);
-}
-
 /* Tensor parallelism's one collective: the tp ranks' partial sums of a whole [N, C] activation (Megatron's g
  * after a row-parallel linear in forward, f after a column-parallel linear's input gradient in backward).
  * Every rank gets the same bits, so what is computed from the result (LayerNorms, residuals, the
  * replicated parameters' gradients) stays identical across the group. */
 static void tp_allreduce(zt_gpt2 *m, void *buf, size_t count) {
     if (m->tp) m->tp->wait(m->tp, m->tp->allreduce_sum(m->tp, buf, count, m->be->compute_dtype));
+}
+
+/* The kept segment inputs (cpu_checkpointing, partition_activations): res_l, l a multiple of
+ * segment_layers, into the store after the block that reads it (its slot is reused later), and back
+ * into its slot before its segment's recompute. Partitioned, a rank keeps chunk tp_rank of the N*C
+ * elements (C divides by tp) and the group all-gathers the chunks in place. */
+static void ckpt_store(zt_gpt2 *m, int l, int back) {
+    size_t n = (size_t)m->B * m->T * m->shape.n_embd, parts = m->partition_activations ? (size_t)m->tp_size : 1;
+    size_t chunk = n / parts, off = m->partition_activations ? (size_t)m->tp_rank * chunk : 0, bytes = chunk * esz(m);
+    void *slot = at(m, residual_at(m, l), off);
+    void *kept = at(m, m->cpu_checkpointing ? m->host_ckpt : m->dev_ckpt, (size_t)(l / m->segment_layers) * chunk);
+    if (m->cpu_checkpointing) m->be->copy_async(back ? slot : kept, back ? kept : slot, bytes, back ? ZT_H2D : ZT_D2H);
+    else m->be->copy(back ? slot : kept, back ? kept : slot, bytes, ZT_D2D);
+    if (back && m->partition_activations) {
+        size_t counts[ZT_MAX_TP];
+        for (int r = 0; r < m->tp_size; r++) counts[r] = chunk;
+        m->tp->wait(m->tp, m->tp->allgather(m->tp, slot, residual_at(m, l), counts, m->be->compute_dtype));
+    }
 }
 
 /* A rank computes its heads (NH / tp) and its MLP columns (4C / tp): Ch = C / tp. The row-parallel
@@ -557,7 +588,7 @@ float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens,
         int s = zt_segment_of_block(m->table, l);
         block_params bp = block_params_at(m, l, acquire(src, s));
         block_forward(m, l, &bp);
-        if (m->cpu_checkpointing && l % m->segment_layers == 0) ckpt_move(m, l, ZT_D2H); /* after its reader */
+        if (stores_inputs(m) && l % m->segment_layers == 0) ckpt_store(m, l, 0); /* after its reader */
         src->release(src->ctx, s);
     }
     void *lnf = acquire(src, LNF);
@@ -592,7 +623,7 @@ void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src) {
 
     for (int seg_end = L; seg_end > 0;) {
         int seg_start = ((seg_end - 1) / m->segment_layers) * m->segment_layers;
-        if (m->cpu_checkpointing) ckpt_move(m, seg_start, ZT_H2D); /* its input back into its slot */
+        if (stores_inputs(m)) ckpt_store(m, seg_start, 1); /* its input back into its slot */
         if (m->recompute) /* re-run the segment's forward from its kept input */
             for (int l = seg_start; l < seg_end; l++) {
                 int s = zt_segment_of_block(m->table, l);

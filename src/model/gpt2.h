@@ -110,9 +110,10 @@ typedef struct zt_param_source {
 
 /* Activation checkpointing (DeepSpeed's activation_checkpointing section): enabled recomputes each
  * segment's blocks in backward from its kept input; number_checkpoints segment inputs are kept (0:
- * every block's); cpu keeps them in host memory (pinned on GPUs) instead of on the device. */
+ * every block's); cpu keeps them in host memory (pinned on GPUs) instead of on the device; partition
+ * keeps 1/tp of each on each tensor-parallel rank (no effect without tensor parallelism). */
 typedef struct zt_act_ckpt {
-    int enabled, number_checkpoints, cpu;
+    int enabled, number_checkpoints, cpu, partition;
 } zt_act_ckpt;
 
 /* Activation memory and scratch for one micro-batch shape [B, T]. */
@@ -124,8 +125,11 @@ typedef struct zt_gpt2 {
     int recompute;          /* activation checkpointing on */
     int segment_layers;     /* layers per checkpoint segment (all L when off) */
     int cpu_checkpointing;  /* segment inputs kept in host memory (recompute on) */
+    int partition_activations; /* segment inputs kept as 1/tp chunks (recompute on, tp_size > 1) */
     int residual_slots;     /* residual buffers on the device: L + 1, or segment_layers + 1 with cpu_checkpointing */
     size_t act_host_bytes;  /* host bytes of the kept segment inputs with cpu_checkpointing (pinned) */
+    size_t act_store_bytes; /* device bytes of the kept segment inputs' chunks (partition_activations without
+                               cpu_checkpointing; part of act_bytes) */
     size_t act_bytes;       /* device bytes of activations kept (with the setting in use) */
     size_t act_bytes_full;  /* ... and what keeping everything would take */
     size_t act_bytes_ckpt;  /* ... and what checkpointing every block would take */
@@ -141,7 +145,8 @@ typedef struct zt_gpt2 {
     int *tokens, *targets;  /* [B*T] */
     void *residual;         /* [residual_slots][N*C]: block inputs (and the final block output); res_l in slot
                                l % residual_slots */
-    void *host_ckpt;        /* [segments][N*C] host: each segment's input (cpu_checkpointing), else NULL */
+    void *host_ckpt;        /* [segments][N*C / parts] host: each segment's input or its chunk (cpu_checkpointing) */
+    void *dev_ckpt;         /* [segments][N*C / tp] device: the chunks (partition_activations alone) */
     void *layer_acts;       /* [segment_layers] x per-layer activations, see gpt2.c */
     size_t layer_act_elems; /* compute-dtype elements per layer slot */
     float *layer_stats;     /* [segment_layers][4 * N]: ln1 mean/rstd, ln2 mean/rstd */
