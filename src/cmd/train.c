@@ -163,10 +163,15 @@ static int maybe_resume(trainer *t, zt_err *err) {
     zt_info("resumed from %s at step %ld (%ld tokens seen)%s%s%s", step_dir, st.step, st.tokens_seen,
             restarts ? " (SLURM_RESTART_COUNT=" : "", restarts ? restarts : "", restarts ? ")" : "");
     int W = t->comm->world;
-    if (meta.world_size != W || meta.zero_stage != cfg->zero_stage || meta.tensor_parallel != t->s.tp_size)
-        zt_info("resume: resharded from %d rank%s (tensor parallel %d) at ZeRO stage %d to %d rank%s (tensor parallel %d) "
-                "at stage %d", meta.world_size, meta.world_size > 1 ? "s" : "", meta.tensor_parallel, meta.zero_stage, W,
-                W > 1 ? "s" : "", t->s.tp_size, cfg->zero_stage);
+    if (meta.world_size != W || meta.zero_stage != cfg->zero_stage || meta.tensor_parallel != t->s.tp_size) {
+        char tp_was[40] = "", tp_now[40] = ""; /* named when either run splits tensors */
+        if (meta.tensor_parallel > 1 || t->s.tp_size > 1) {
+            snprintf(tp_was, sizeof tp_was, " (tensor parallel %d)", meta.tensor_parallel);
+            snprintf(tp_now, sizeof tp_now, " (tensor parallel %d)", t->s.tp_size);
+        }
+        zt_info("resume: resharded from %d rank%s%s at ZeRO stage %d to %d rank%s%s at stage %d", meta.world_size,
+                meta.world_size > 1 ? "s" : "", tp_was, meta.zero_stage, W, W > 1 ? "s" : "", tp_now, cfg->zero_stage);
+    }
     long gb = (long)cfg->train_micro_batch_size_per_gpu * cfg->gradient_accumulation_steps * t->s.dp_world;
     if (st.step > 0 && st.data_samples != st.step * gb)
         zt_info("resume: global batch is now %ld sequences (the saved run averaged %.1f); the data stream continues "

@@ -5,7 +5,8 @@
  * Modules: checkpoint_dir.c (the directory lock, run id, resolving `latest`), checkpoint_save.c,
  * checkpoint_read.c (reader and verification), checkpoint_load.c (into the engine),
  * checkpoint_export.c (the master weights as a Hugging Face directory: export, and the 16-bit
- * save beside a checkpoint), checkpoint_common.c (CRC32C, digests, HDF5 and file helpers).
+ * save beside a checkpoint), checkpoint_common.c (CRC32C, digests, HDF5 and file helpers, the partition of
+ * the saved vectors over data- and tensor-parallel ranks).
  *
  * Layout of a checkpoint directory DIR (format_version 2; 3 with tensor parallelism, below):
  *   DIR/.lock                        held (flock) by the rank 0 of the run that owns DIR; says which

@@ -1,5 +1,6 @@
 /* checkpoint_common.c — the pieces every checkpoint module shares (see checkpoint_common.h):
- * CRC32C, the save digests, HDF5 helpers and the files and directories of a checkpoint.
+ * CRC32C, the save digests, HDF5 helpers, the files and directories of a checkpoint and the partition
+ * of the saved vectors (which rank file holds which elements of which tensor-parallel rank's vector).
  *
  * Integrity: each rank file dataset is cut into chunks of checksum_chunk elements (1 Mi, doubled
  * until there are at most CK_MAX_CHUNKS) and stores one CRC32C per chunk, computed per chunk in

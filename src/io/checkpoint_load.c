@@ -11,6 +11,7 @@
 #include "io/checkpoint_internal_read.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/fail_together.h"

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "comm/fail_together.h"
+#include "util/test_hooks.h"
 
 /* ================================================================ rank files */
 
@@ -80,6 +81,17 @@ static void hash_whole(const zt_param_table *t, size_t flat, const float *x, siz
     }
 }
 
+/* ZEROTRAIN_INJECT_TP_DIVERGE (util/test_hooks.h): this tp rank's copy of ln_f.bias differs, in the
+ * lowest bit of its first element of local elements [flat, flat + n) */
+static void inject_divergence(const zt_param_table *t, size_t flat, float *x, size_t n) {
+    const zt_param_info *p = &t->params[t->count - 1];
+    if (!zt_test_hook_tp_diverge(t->tp_rank) || p->offset < flat || p->offset >= flat + n) return;
+    uint32_t bits;
+    memcpy(&bits, &x[p->offset - flat], sizeof bits);
+    bits ^= 1;
+    memcpy(&x[p->offset - flat], &bits, sizeof bits);
+}
+
 /* Writes dataset NAME: this rank's partition of optimizer vector `which` with its per-chunk CRC32C
  * attributes. Fills crc (ck_max(nch, 1) values) and *chunk; adds to sums (NULL: none) the hashes of
  * hash_whole. */
@@ -107,6 +119,7 @@ static int write_vector(hid_t f, const char *path, int which, zt_engine *e, floa
                                           "(latest stays on the last good checkpoint)", path, where, stage[bad]);
             break;
         }
+        if (sums && which == ZT_CKPT_MASTER) inject_divergence(zt_engine_table(e), zt_engine_layout_of(e)->lo + x, stage, k);
         ck_crc_chunks(stage, k, C, crc + x / C);
         if (sums) hash_whole(zt_engine_table(e), zt_engine_layout_of(e)->lo + x, stage, k, sums);
         rc = write_slab(d, x, k, stage);
@@ -246,7 +259,8 @@ static void map_block(const vds_map *m, int file, size_t src_len, size_t src_off
 }
 
 static void map_tensor(const vds_map *m, const ck_partition *part, int i) {
-    for (int t = 0; t < (m->whole->split == ZT_TP_WHOLE ? 1 : part->tp); t++) {
+    int holders = part->tables[0].params[i].split == ZT_TP_WHOLE ? 1 : part->tp;
+    for (int t = 0; t < holders; t++) {
         const zt_param_info *p = &part->tables[t].params[i];
         size_t row = (size_t)zt_param_cols(p);
         for (int d = 0; d < part->dp; d++) {
