@@ -146,6 +146,10 @@ int zt_cmd_info(int argc, char **argv) {
            st.data_samples);
     printf("  saved by %d rank%s at ZeRO stage %d (shard %zu elements)\n", m->world_size, m->world_size > 1 ? "s" : "",
            m->zero_stage, m->shard);
+    if (m->tensor_parallel > 1)
+        printf("  tensor parallel: %d ranks a group x %d data-parallel rank%s; rank_W.h5 holds tensor-parallel rank W %% %d's "
+               "part (the index presents whole tensors)\n", m->tensor_parallel, m->world_size / m->tensor_parallel,
+               m->world_size / m->tensor_parallel > 1 ? "s" : "", m->tensor_parallel);
     printf("  model: GPT-2 n_layer %d, n_head %d, n_embd %d, vocab_size %d, n_positions %d: %zu parameters (%.2fM)\n",
            s->n_layer, s->n_head, s->n_embd, s->vocab_size, s->n_positions, m->total, m->total / 1e6);
     printf("  data: fp32 master weights + Adam m, v = %.1f MB in %d shard file%s (%.1f MB on disk)\n",

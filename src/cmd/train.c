@@ -103,7 +103,7 @@ static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     st.loss_scale = t->scaler.scale;
     st.loss_scale_good_steps = (int)t->scaler.good_steps;
     st.hysteresis_left = t->scaler.hysteresis_left;
-    int rc = zt_checkpoint_save(&t->ckdir, t->s.engine, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err);
+    int rc = zt_checkpoint_save(&t->ckdir, t->s.engine, t->comm, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err);
     if (!rc) t->last_saved_step = step; /* latest now, whatever the 16-bit export below does */
     /* DeepSpeed's 16-bit model save, beside the checkpoint: 16 bits as the run computes (fp16 with
      * fp16.enabled, else bf16 — also on the CPU backend, which computes in fp32) */
@@ -146,7 +146,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     }
     zt_train_state st;
     zt_checkpoint_meta meta;
-    if (zt_checkpoint_load(step_dir, t->s.engine, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
+    if (zt_checkpoint_load(step_dir, t->s.engine, &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
     t->start_step = st.step;
     if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = st.step;
     if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues */
@@ -163,9 +163,15 @@ static int maybe_resume(trainer *t, zt_err *err) {
     zt_info("resumed from %s at step %ld (%ld tokens seen)%s%s%s", step_dir, st.step, st.tokens_seen,
             restarts ? " (SLURM_RESTART_COUNT=" : "", restarts ? restarts : "", restarts ? ")" : "");
     int W = t->comm->world;
-    if (meta.world_size != W || meta.zero_stage != cfg->zero_stage)
-        zt_info("resume: resharded from %d rank%s at ZeRO stage %d to %d rank%s at stage %d", meta.world_size,
-                meta.world_size > 1 ? "s" : "", meta.zero_stage, W, W > 1 ? "s" : "", cfg->zero_stage);
+    if (meta.world_size != W || meta.zero_stage != cfg->zero_stage || meta.tensor_parallel != t->s.tp_size) {
+        char tp_was[40] = "", tp_now[40] = ""; /* named when either run splits tensors */
+        if (meta.tensor_parallel > 1 || t->s.tp_size > 1) {
+            snprintf(tp_was, sizeof tp_was, " (tensor parallel %d)", meta.tensor_parallel);
+            snprintf(tp_now, sizeof tp_now, " (tensor parallel %d)", t->s.tp_size);
+        }
+        zt_info("resume: resharded from %d rank%s%s at ZeRO stage %d to %d rank%s%s at stage %d", meta.world_size,
+                meta.world_size > 1 ? "s" : "", tp_was, meta.zero_stage, W, W > 1 ? "s" : "", tp_now, cfg->zero_stage);
+    }
     long gb = (long)cfg->train_micro_batch_size_per_gpu * cfg->gradient_accumulation_steps * t->s.dp_world;
     if (st.step > 0 && st.data_samples != st.step * gb)
         zt_info("resume: global batch is now %ld sequences (the saved run averaged %.1f); the data stream continues "

@@ -5,9 +5,10 @@
  * Modules: checkpoint_dir.c (the directory lock, run id, resolving `latest`), checkpoint_save.c,
  * checkpoint_read.c (reader and verification), checkpoint_load.c (into the engine),
  * checkpoint_export.c (the master weights as a Hugging Face directory: export, and the 16-bit
- * save beside a checkpoint), checkpoint_common.c (CRC32C, digests, HDF5 and file helpers).
+ * save beside a checkpoint), checkpoint_common.c (CRC32C, digests, HDF5 and file helpers, the partition of
+ * the saved vectors over data- and tensor-parallel ranks).
  *
- * Layout of a checkpoint directory DIR (format_version 2):
+ * Layout of a checkpoint directory DIR (format_version 2; 3 with tensor parallelism, below):
  *   DIR/.lock                        held (flock) by the rank 0 of the run that owns DIR; says which
  *   DIR/latest                       "step_00000020\n": the newest complete step directory
  *   DIR/step_00000020/rank_00000.h5  rank r's range [lo_r, hi_r) = [r*shard, (r+1)*shard) ∩ [0, total):
@@ -27,6 +28,17 @@
  *                                    tokenizer), written after the checkpoint is complete; not part of it
  *   DIR/.tmp_step_*.RUNID            a save in progress (or a crashed one): ignored, removed by the next
  *                                    run that opens DIR, or by the same run when that save fails
+ * Tensor parallelism (tp > 1 ranks a group, format_version 3): world rank w = d * tp + t (data-parallel rank
+ * d, tensor-parallel rank t) writes rank_w.h5 with its engine's range [lo, hi) of rank t's LOCAL vector
+ * (zt_gpt2_param_table_tp's layout, cut by that rank's data-parallel shard) and attributes tp_rank, tp_size.
+ * The index keeps presenting WHOLE tensors: param_table is the whole model's, and master/adam_m/adam_v
+ * [total] and params/NAME are in the whole layout, mapped (strided hyperslabs for column-split tensors)
+ * into the rank files of every tp rank that holds a part (held whole: tp rank 0's files). It adds the
+ * attributes tensor_parallel (tp) and tp_shard [tp] (each tp rank's data-parallel shard; shard is
+ * tp_shard[0]), and virtual datasets tp_local/T/master, adam_m, adam_v: tp rank T's local vectors, which
+ * the reader reads. world_size counts every rank. Whole tensors that every tp rank holds (split WHOLE)
+ * are checked bit-identical across the tp group at save (a divergence fails the save, naming the tensor).
+ * A checkpoint saved at any tp size loads at any tp size, world size and stage.
  * Version 1 (no run id, shard digests or metadata checksum) loads into training only with
  * allow_unverified (checkpoint.allow_unverified), with a warning; info and export read it with the warning.
  * A step directory is renamed into place only after every rank's file and the index are fsync'ed, and
@@ -41,7 +53,8 @@
 #include "util/util.h"
 
 #define ZT_CKPT_FORMAT "zerotrain-checkpoint"
-#define ZT_CKPT_VERSION 2
+#define ZT_CKPT_VERSION 2    /* without tensor parallelism */
+#define ZT_CKPT_VERSION_TP 3 /* saved with tensor parallelism: older readers refuse it rather than misread it */
 
 /* Trainer state saved with the model states (group "state" of index.h5; every field an attribute).
  * The optimizer step count is not here: it is the engine's (zt_engine_steps(e)), saved and restored with it. */
@@ -64,6 +77,8 @@ typedef struct zt_checkpoint_meta {
     zt_gpt2_shape shape;
     char *config_text;             /* the saving run's effective config (malloc'ed; meta_free frees it) */
     char run_id[24];               /* of the run that saved it ("" in version 1) */
+    int tensor_parallel;           /* its tensor-parallel size (1: none; world_size counts every rank) */
+    size_t tp_shard[ZT_MAX_TP];    /* each tensor-parallel rank's data-parallel shard (tp_shard[0] = shard) */
 } zt_checkpoint_meta;
 void zt_checkpoint_meta_free(zt_checkpoint_meta *m);
 
@@ -92,7 +107,9 @@ void zt_checkpoint_dir_close(zt_checkpoint_dir *d);
  * in err. zt_checkpoint_save calls it before each save. */
 int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err);
 
-/* Collective. Saves the engine's model states and ST as D/step_%08ld (st->step), updates D/latest,
+/* Collective over COMM, every rank of the job (the engine's comm is its data-parallel group; with
+ * tensor parallelism, world rank w must be data-parallel rank w / tp, tensor-parallel rank w % tp).
+ * Saves the engine's model states and ST as D/step_%08ld (st->step), updates D/latest,
  * then removes the oldest complete step directories beyond keep_last (0 = keep all; never the new
  * one, nor d->keep_step, nor a step another run saved: see zt_checkpoint_dir). A non-finite value in
  * the state fails the save like a write error (nothing published, `latest` unmoved). Every rank
@@ -101,8 +118,8 @@ int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err);
  * latest) ends with the ranks agreeing on the outcome: returns 0 on every rank, or -1 on every rank
  * with the first failing rank's message in err, `latest` left on the previous checkpoint. Starts
  * with zt_checkpoint_dir_check. */
-int zt_checkpoint_save(zt_checkpoint_dir *d, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
-                       const char *config_text, int keep_last, zt_err *err);
+int zt_checkpoint_save(zt_checkpoint_dir *d, zt_engine *e, zt_comm *comm, const zt_gpt2_shape *shape,
+                       const zt_train_state *st, const char *config_text, int keep_last, zt_err *err);
 
 /* Finds the step directory PATH names: a step directory (holds index.h5; PATH/index.h5 itself is
  * accepted too) or a checkpoint directory (its `latest`, which must name a step_NNNNNNNN
@@ -114,15 +131,18 @@ int zt_checkpoint_save(zt_checkpoint_dir *d, zt_engine *e, const zt_gpt2_shape *
 int zt_checkpoint_resolve(const char *path, char *step_dir, size_t cap, zt_err *err);
 int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir, size_t cap, zt_err *err);
 
-/* Collective. Loads STEP_DIR into the engine, whatever world size and stage saved it: each rank
- * reads only the ranges it now holds (master/m/v of [opt_lo, opt_hi); parameters of [0, total) at
- * stages 0-2, of its shard at stage 3) through index.h5's virtual datasets, verifying the CRC32C
- * of every chunk it reads. Sets zt_engine_steps(e), fills ST and META (either may be NULL; meta's
- * config_text must be freed with zt_checkpoint_meta_free). Errors name the file: not a zerotrain
- * checkpoint, other format version, a different model (tensor names/shapes/offsets), missing
- * shard, truncated or unreadable file, checksum mismatch. Returns 0, or -1 on every rank. */
-int zt_checkpoint_load(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta,
-                       int allow_unverified, zt_err *err);
+/* Collective over COMM (every rank of the job). Loads STEP_DIR into the engine, whatever world size,
+ * stage and tensor-parallel size saved it: each rank reads only the ranges it now holds (master/m/v of
+ * [opt_lo, opt_hi); parameters of [0, total) at stages 0-2, of its shard at stage 3) of its local vector
+ * (the engine's table: a tensor-parallel part, or the whole model), verifying the CRC32C of every chunk
+ * it reads: straight from the saved tp rank's files when the tensor-parallel size is the same, else
+ * from the whole rows its tensors' parts come from. SHAPE is the current model's (the saved whole
+ * table must be its whole table). Sets zt_engine_steps(e), fills ST and META (either may be NULL;
+ * meta's config_text must be freed with zt_checkpoint_meta_free). Errors name the file: not a
+ * zerotrain checkpoint, other format version, a different model (tensor names/shapes/offsets),
+ * missing shard, truncated or unreadable file, checksum mismatch. Returns 0, or -1 on every rank. */
+int zt_checkpoint_load(const char *step_dir, zt_engine *e, const zt_gpt2_shape *shape, zt_comm *comm,
+                       zt_train_state *st, zt_checkpoint_meta *meta, int allow_unverified, zt_err *err);
 
 /* ---- reading a checkpoint outside training (export, info): one process, bounded memory ---- */
 
@@ -137,9 +157,10 @@ const zt_checkpoint_meta *zt_checkpoint_reader_meta(const zt_checkpoint_reader *
 const zt_param_table *zt_checkpoint_reader_table(const zt_checkpoint_reader *r);
 /* the train state saved in group "state" */
 void zt_checkpoint_reader_state(const zt_checkpoint_reader *r, zt_train_state *st);
-/* Reads flat elements [offset, offset + n) of vector V into host OUT, checksum-verified. */
+/* Reads flat elements [offset, offset + n) of vector V, in the whole model's layout (a tensor-parallel
+ * checkpoint's tensors assembled from every tp rank's files), into host OUT, checksum-verified. */
 int zt_checkpoint_read(zt_checkpoint_reader *r, zt_ckpt_vector v, size_t offset, size_t n, float *out, zt_err *err);
-/* Bytes of rank file `rank` (0 if unreadable). */
+/* Bytes of rank file `rank` (world rank; 0 if unreadable). */
 size_t zt_checkpoint_file_bytes(const zt_checkpoint_reader *r, int rank);
 /* Reads every rank file in full and checks every chunk's CRC32C (and each file's lo/hi/step, run
  * id and digest against the index).

@@ -1,5 +1,6 @@
 /* checkpoint_common.c — the pieces every checkpoint module shares (see checkpoint_common.h):
- * CRC32C, the save digests, HDF5 helpers and the files and directories of a checkpoint.
+ * CRC32C, the save digests, HDF5 helpers, the files and directories of a checkpoint and the partition
+ * of the saved vectors (which rank file holds which elements of which tensor-parallel rank's vector).
  *
  * Integrity: each rank file dataset is cut into chunks of checksum_chunk elements (1 Mi, doubled
  * until there are at most CK_MAX_CHUNKS) and stores one CRC32C per chunk, computed per chunk in
@@ -72,6 +73,14 @@ uint32_t ck_meta_digest(const zt_checkpoint_meta *m, const zt_train_state *st, c
         unsigned char b[4] = {(unsigned char)shard_crc[r], (unsigned char)(shard_crc[r] >> 8),
                               (unsigned char)(shard_crc[r] >> 16), (unsigned char)(shard_crc[r] >> 24)};
         d = zt_crc32c(d, b, 4);
+    }
+    if (m->format_version >= ZT_CKPT_VERSION_TP) { /* tensor parallelism: its size and each tp rank's shard */
+        len = snprintf(text, sizeof text, " tensor_parallel=%d tp_shard=", m->tensor_parallel);
+        d = zt_crc32c(d, text, (size_t)len);
+        for (int t = 0; t < m->tensor_parallel && t < ZT_MAX_TP; t++) {
+            len = snprintf(text, sizeof text, "%zu,", m->tp_shard[t]);
+            d = zt_crc32c(d, text, (size_t)len);
+        }
     }
     return d;
 }
@@ -175,6 +184,13 @@ int ck_put_str(hid_t obj, const char *name, const char *s) {
 int ck_put_u32s(hid_t obj, const char *name, const uint32_t *v, size_t n) {
     return put_attr(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, v, (hsize_t)ck_max(n, 1));
 }
+int ck_put_u64s(hid_t obj, const char *name, const size_t *v, size_t n) {
+    unsigned long long *u = zt_xcalloc(ck_max(n, 1), sizeof *u);
+    for (size_t i = 0; i < n; i++) u[i] = v[i];
+    int rc = put_attr(obj, name, H5T_STD_U64LE, H5T_NATIVE_ULLONG, u, (hsize_t)ck_max(n, 1));
+    free(u);
+    return rc;
+}
 
 /* opens attribute NAME: >= 0, -1 when missing, -2 when HDF5 cannot tell (damaged) */
 static hid_t open_attr(hid_t obj, const char *name) {
@@ -227,14 +243,23 @@ int ck_get_str(hid_t obj, const char *name, char **out) {
     return rc;
 }
 
-int ck_get_u32s(hid_t obj, const char *name, uint32_t *v, size_t n) {
+/* a 1-D attribute of exactly n values read as mtype */
+static int get_array(hid_t obj, const char *name, hid_t mtype, void *v, size_t n) {
     hid_t a = open_attr(obj, name);
     if (a < 0) return (int)a;
     hid_t sp = H5Aget_space(a);
     int rc = sp < 0 ? -2 : (size_t)H5Sget_simple_extent_npoints(sp) == n ? 0 : -1;
-    if (!rc && H5Aread(a, H5T_NATIVE_UINT32, v) < 0) rc = -2;
+    if (!rc && H5Aread(a, mtype, v) < 0) rc = -2;
     if (sp >= 0) H5Sclose(sp);
     H5Aclose(a);
+    return rc;
+}
+int ck_get_u32s(hid_t obj, const char *name, uint32_t *v, size_t n) { return get_array(obj, name, H5T_NATIVE_UINT32, v, n); }
+int ck_get_u64s(hid_t obj, const char *name, size_t *v, size_t n) {
+    unsigned long long *u = zt_xcalloc(ck_max(n, 1), sizeof *u);
+    int rc = get_array(obj, name, H5T_NATIVE_ULLONG, u, n);
+    for (size_t i = 0; !rc && i < n; i++) v[i] = (size_t)u[i];
+    free(u);
     return rc;
 }
 
@@ -343,3 +368,33 @@ void ck_rank_range(size_t total, size_t shard, int r, size_t *lo, size_t *hi) {
 }
 
 void ck_rank_file_name(char *buf, size_t cap, int r) { snprintf(buf, cap, "rank_%05d.h5", r); }
+
+/* ================================================================ the partition */
+
+int ck_partition_make(ck_partition *p, const zt_gpt2_shape *shape, int world, int tp, const size_t *shard, zt_err *err) {
+    memset(p, 0, sizeof *p);
+    if (tp < 1 || tp > ZT_MAX_TP || world < tp || world % tp)
+        return zt_fail(err, "tensor-parallel size %d does not divide %d ranks (at most %d)", tp, world, ZT_MAX_TP);
+    p->tp = tp;
+    p->dp = world / tp;
+    p->tables = zt_xcalloc((size_t)tp, sizeof *p->tables);
+    for (int t = 0; t < tp; t++) {
+        p->shard[t] = shard[t];
+        if (zt_gpt2_param_table_tp(&p->tables[t], shape, t, tp, err)) {
+            ck_partition_free(p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void ck_partition_free(ck_partition *p) {
+    for (int t = 0; p->tables && t < p->tp; t++) zt_param_table_free(&p->tables[t]);
+    free(p->tables);
+    p->tables = NULL;
+}
+
+void ck_partition_range(const ck_partition *p, int file, size_t *lo, size_t *hi) {
+    int t = file % p->tp;
+    ck_rank_range(p->tables[t].total, p->shard[t], file / p->tp, lo, hi);
+}

@@ -6,7 +6,8 @@
  *                   arrays of its three datasets; index.h5's shard_crc32c[r] holds rank r's, so a
  *                   rank file from another save (another run, another step) is refused
  *   metadata digest CRC32C over the index's metadata, trainer state, run id, config and shard
- *                   digests (index.h5's metadata_crc32c): an edited step or data position is refused */
+ *                   digests, and with tensor parallelism (version 3) tensor_parallel and tp_shard
+ *                   (index.h5's metadata_crc32c): an edited step or data position is refused */
 #ifndef ZT_CHECKPOINT_COMMON_H
 #define ZT_CHECKPOINT_COMMON_H
 
@@ -49,6 +50,7 @@ int ck_put_u64(hid_t obj, const char *name, unsigned long long v);
 int ck_put_f64(hid_t obj, const char *name, double v);
 int ck_put_str(hid_t obj, const char *name, const char *s);
 int ck_put_u32s(hid_t obj, const char *name, const uint32_t *v, size_t n);
+int ck_put_u64s(hid_t obj, const char *name, const size_t *v, size_t n);
 /* readers: 0, -1 when missing or of the wrong kind, -2 when HDF5 cannot read it (damaged file; the
  * reason is left for ck_h5_why) */
 int ck_get_i64(hid_t obj, const char *name, long long *v);
@@ -56,6 +58,7 @@ int ck_get_u64(hid_t obj, const char *name, unsigned long long *v);
 int ck_get_f64(hid_t obj, const char *name, double *v);
 int ck_get_str(hid_t obj, const char *name, char **out); /* malloc'ed */
 int ck_get_u32s(hid_t obj, const char *name, uint32_t *v, size_t n);
+int ck_get_u64s(hid_t obj, const char *name, size_t *v, size_t n);
 
 /* the compound row of dataset param_table */
 typedef struct ck_table_row {
@@ -79,5 +82,19 @@ typedef struct { long step; char name[256]; } ck_step_entry;
 int ck_list_steps(const char *dir, ck_step_entry **out);
 void ck_rank_range(size_t total, size_t shard, int r, size_t *lo, size_t *hi);
 void ck_rank_file_name(char *buf, size_t cap, int r);
+
+/* ---- the partition of the saved vectors: tp tensor-parallel ranks' local vectors (tp 1: the whole
+ * one), each cut into dp data-parallel shards; rank file w holds shard w / tp of tp rank w % tp */
+typedef struct ck_partition {
+    int tp, dp;
+    zt_param_table *tables;     /* [tp]: tp rank t's part (zt_gpt2_param_table_tp) */
+    size_t shard[ZT_MAX_TP];
+} ck_partition;
+/* world ranks over tp (which must divide them), shard[t] for each tp rank; -1 with err when the shape
+ * cannot be split so */
+int ck_partition_make(ck_partition *p, const zt_gpt2_shape *shape, int world, int tp, const size_t *shard, zt_err *err);
+void ck_partition_free(ck_partition *p);
+/* the elements [lo, hi) of its tp rank's local vector that rank file `file` holds */
+void ck_partition_range(const ck_partition *p, int file, size_t *lo, size_t *hi);
 
 #endif

@@ -15,10 +15,13 @@ typedef struct ck_src_info {
 struct zt_checkpoint_reader {
     char dir[CK_PATHCAP - 64]; /* room for "/rank_NNNNN.h5" in CK_PATHCAP */
     char index_path[CK_PATHCAP];
-    hid_t index, vds[3];
+    hid_t index;
+    hid_t vds[ZT_MAX_TP][3];    /* tp rank t's local vectors (tp 1: the whole ones, master/adam_m/adam_v) */
     zt_checkpoint_meta meta;
     zt_train_state state;
-    zt_param_table table;
+    zt_param_table table;       /* the whole model's */
+    ck_partition part;          /* the saved vectors' partition (tp ranks' tables, shards) */
+    float *rows, *part_rows;    /* tensor parallelism: whole rows assembled from the tp ranks' rows */
     ck_src_info *src;           /* [meta.world_size] */
     uint32_t *shard_crc;        /* [meta.world_size] the index's shard digests (version 2) */
     const zt_backend *stage_be; /* allocator of stage (NULL: malloc) */
@@ -39,8 +42,16 @@ hid_t ck_open_h5(const char *path, zt_err *err, const char *missing);
  * allow_unverified */
 zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *stage_be, int allow_unverified,
                                      zt_err *err);
-/* Reads elements [a, b) of vector v, verifying the CRC of every chunk it touches. Whole chunks
- * inside [a, b) go straight into t->direct when there is one; the rest is staged. */
-int ck_read_range(zt_checkpoint_reader *r, int v, size_t a, size_t b, const ck_target *t, zt_err *err);
+/* Reads elements [a, b) of vector v of tp rank tp_rank's local vector (tp 1: the whole vector),
+ * verifying the CRC of every chunk it touches. Whole chunks inside [a, b) go straight into t->direct
+ * when there is one; the rest is staged. */
+int ck_read_range(zt_checkpoint_reader *r, int tp_rank, int v, size_t a, size_t b, const ck_target *t, zt_err *err);
+/* Reads elements [a, b) of vector v in the whole model's layout into out (tensor parallelism: each
+ * tensor's rows assembled from every tp rank's rows, a bounded number of rows at a time). */
+int ck_read_whole(zt_checkpoint_reader *r, int v, size_t a, size_t b, float *out, zt_err *err);
+/* hands host elements [off, off + n) of the range that starts at a to t */
+int ck_deliver(const ck_target *t, size_t a, size_t off, const float *host, size_t n);
+/* rows of whole tensors the tensor-parallel paths assemble at a time: at most this many elements */
+#define CK_ROWS_ELEMS ((size_t)1 << 20)
 
 #endif

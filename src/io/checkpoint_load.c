@@ -2,10 +2,16 @@
  * stage saved it. One path for every engine: the parameters this rank holds (the full vector at
  * stages 0-2, its shard at stage 3) go into the compute-dtype parameter buffer; master, m and v of
  * the optimizer range go where zt_engine_state_span says the engine keeps each piece (device
- * memory, or host memory with Twin-Flow offload or on the cpu backend). */
+ * memory, or host memory with Twin-Flow offload or on the cpu backend).
+ *
+ * The ranges are of the engine's local vector: the whole model's, or a tensor-parallel rank's part.
+ * A checkpoint saved at the same tensor-parallel size holds that very vector (read_mine reads it
+ * from the saved tp rank's files); saved at another, the part's rows are taken from the whole rows
+ * they belong to (zt_tp_take_row), a bounded number of rows at a time. */
 #include "io/checkpoint_internal_read.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/fail_together.h"
@@ -56,7 +62,7 @@ static void shape_text(const zt_param_info *p, char *buf, size_t cap) {
     else snprintf(buf, cap, "[%d]", p->shape[0]);
 }
 
-/* the current model must be the saved one, tensor by tensor */
+/* the current model must be the saved one, tensor by tensor (both whole tables) */
 static int check_model(const zt_checkpoint_reader *r, const zt_param_table *t, zt_err *err) {
     const zt_param_table *s = &r->table;
     const char *path = r->index_path;
@@ -82,13 +88,58 @@ static int check_model(const zt_checkpoint_reader *r, const zt_param_table *t, z
     return 0;
 }
 
-static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta,
-                      int allow_unverified, zt_err *err) {
+/* What this rank's local vector is made of: its table, the whole model's, and buffers of whole rows and
+ * of its rows for a checkpoint of another tensor-parallel size. */
+typedef struct mine_ctx {
+    zt_checkpoint_reader *r;
+    const zt_param_table *mine, *whole;
+    float *whole_rows, *rows;
+} mine_ctx;
+
+/* Elements [a, b) of this rank's local vector v into t: saved at this tensor-parallel size, straight
+ * from the saved tp rank's files; else tensor by tensor, from the whole rows its rows are part of. */
+static int read_mine(mine_ctx *c, int v, size_t a, size_t b, const ck_target *t, zt_err *err) {
+    zt_checkpoint_reader *r = c->r;
+    if (r->part.tp == c->mine->tp_size) return ck_read_range(r, c->mine->tp_rank, v, a, b, t, err);
+    if (!c->rows) {
+        c->whole_rows = zt_xmalloc(CK_ROWS_ELEMS * sizeof *c->whole_rows);
+        c->rows = zt_xmalloc(CK_ROWS_ELEMS * sizeof *c->rows);
+    }
+    for (int i = 0; i < c->mine->count; i++) {
+        const zt_param_info *p = &c->mine->params[i], *w = &c->whole->params[i];
+        size_t cols = (size_t)zt_param_cols(p), wcols = (size_t)zt_param_cols(w);
+        size_t x = ck_max(a, p->offset), y = ck_min(b, p->offset + p->numel), l1;
+        if (x >= y) continue;
+        size_t per = CK_ROWS_ELEMS / wcols; /* a whole row is at most 4 n_embd elements */
+        for (size_t l0 = (x - p->offset) / cols; p->offset + l0 * cols < y; l0 = l1) {
+            l1 = ck_min(l0 + per, (size_t)zt_param_rows(p));
+            /* its rows [l0, l1) are whole rows [w0, w0 + l1 - l0) */
+            size_t w0 = (size_t)zt_tp_whole_row(p, (int)l0);
+            if (ck_read_whole(r, v, w->offset + w0 * wcols, w->offset + (w0 + l1 - l0) * wcols, c->whole_rows, err))
+                return -1;
+            for (size_t l = l0; l < l1; l++) zt_tp_take_row(p, c->whole_rows + (l - l0) * wcols, c->rows + (l - l0) * cols);
+            size_t lo = ck_max(x, p->offset + l0 * cols), hi = ck_min(y, p->offset + l1 * cols);
+            if (ck_deliver(t, a, lo, c->rows + (lo - p->offset - l0 * cols), hi - lo))
+                return zt_fail(err, "%s: cannot deliver data", r->index_path);
+        }
+    }
+    return 0;
+}
+
+static int load_local(const char *step_dir, zt_engine *e, const zt_gpt2_shape *shape, zt_train_state *st,
+                      zt_checkpoint_meta *meta, int allow_unverified, zt_err *err) {
     const zt_backend *be = zt_engine_backend(e);
     int host = host_memory(be), fp32 = be->compute_dtype == ZT_F32;
     zt_checkpoint_reader *r = ck_reader_open(step_dir, host ? NULL : be, allow_unverified, err);
     if (!r) return -1;
-    int rc = check_model(r, zt_engine_table(e), err);
+    zt_param_table whole;
+    int rc = zt_gpt2_param_table(&whole, shape, err);
+    if (rc) {
+        zt_checkpoint_close(r);
+        return -1;
+    }
+    rc = check_model(r, &whole, err);
+    mine_ctx mc = {r, zt_engine_table(e), &whole, NULL, NULL};
     /* parameters: the full vector at stages 0-2, the shard at stage 3 */
     size_t pa = zt_engine_layout_of(e)->stage == 3 ? zt_engine_layout_of(e)->lo : 0, pb = zt_engine_layout_of(e)->stage == 3 ? zt_engine_layout_of(e)->hi : zt_engine_layout_of(e)->total;
     param_ctx pc = {be, zt_engine_params(e), pa, NULL};
@@ -101,7 +152,7 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
         pc.tmp = be->alloc(cap * sizeof(float));
         if (!pc.tmp && !rc) rc = zt_fail(err, "out of %s memory for a %zu MiB load buffer", be->name, cap * 4 >> 20);
     }
-    if (!rc) rc = ck_read_range(r, ZT_CKPT_MASTER, pa, pb, &pt, err);
+    if (!rc) rc = read_mine(&mc, ZT_CKPT_MASTER, pa, pb, &pt, err);
     /* master, m and v of the optimizer range, piece by piece where the engine keeps them: read in
      * place into host memory, through zt_engine_state_write into device memory; a master piece that
      * is the parameter buffer itself (fp32) was filled by the parameter read */
@@ -113,7 +164,7 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
             size_t a = zt_engine_layout_of(e)->opt_lo + off;
             if (v == ZT_CKPT_MASTER && fp32 && span && span == (float *)zt_engine_params(e) + (a - pa)) continue;
             ck_target t = {in_host ? span : NULL, sink_state, &c};
-            rc = ck_read_range(r, v, a, a + k, &t, err);
+            rc = read_mine(&mc, v, a, a + k, &t, err);
         }
     }
     be->synchronize();
@@ -126,17 +177,20 @@ static int load_local(const char *step_dir, zt_engine *e, zt_train_state *st, zt
             meta->config_text = zt_xstrdup(r->meta.config_text);
         }
     }
+    free(mc.whole_rows);
+    free(mc.rows);
+    zt_param_table_free(&whole);
     zt_checkpoint_close(r);
     return rc;
 }
 
-int zt_checkpoint_load(const char *step_dir, zt_engine *e, zt_train_state *st, zt_checkpoint_meta *meta,
-                       int allow_unverified, zt_err *err) {
+int zt_checkpoint_load(const char *step_dir, zt_engine *e, const zt_gpt2_shape *shape, zt_comm *comm,
+                       zt_train_state *st, zt_checkpoint_meta *meta, int allow_unverified, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
     double t0 = zt_now();
     if (meta) memset(meta, 0, sizeof *meta);
-    int rc = load_local(step_dir, e, st, meta, allow_unverified, err);
-    rc = zt_agree(zt_engine_comm(e), rc, err);
+    int rc = load_local(step_dir, e, shape, st, meta, allow_unverified, err);
+    rc = zt_agree(comm, rc, err);
     if (rc && meta) zt_checkpoint_meta_free(meta);
     if (!rc) zt_info("checkpoint: loaded %s in %.2f s", step_dir, zt_now() - t0);
     ck_h5_restore(q);

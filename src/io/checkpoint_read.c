@@ -7,7 +7,12 @@
  * at each end of each shard it touches) and verifies exactly those: resharded loads and
  * single-tensor exports never read more than they use plus 2 chunks per shard, and every byte they
  * use is verified. A rank file's chunk CRCs are trusted only once its run id and digest match the
- * index's (format version 2), so shards of another save are refused. */
+ * index's (format version 2), so shards of another save are refused.
+ *
+ * Tensor parallelism (format version 3): the ranges above are of one tp rank's local vector, read
+ * through the index's tp_local/T datasets; the whole layout (zt_checkpoint_read, export, load at
+ * another tp size) is assembled a few whole rows at a time, each tp rank's rows put in with
+ * zt_tp_put_row. */
 #define _GNU_SOURCE
 #include "io/checkpoint_internal_read.h"
 
@@ -24,7 +29,8 @@ void zt_checkpoint_meta_free(zt_checkpoint_meta *m) {
 void zt_checkpoint_close(zt_checkpoint_reader *r) {
     if (!r) return;
     ck_h5_quiet q = ck_h5_silence();
-    for (int v = 0; v < 3; v++) ck_h5_close(&r->vds[v]);
+    for (int t = 0; t < ZT_MAX_TP; t++)
+        for (int v = 0; v < 3; v++) ck_h5_close(&r->vds[t][v]);
     ck_h5_close(&r->index);
     ck_h5_restore(q);
     for (int s = 0; r->src && s < r->meta.world_size; s++)
@@ -32,6 +38,9 @@ void zt_checkpoint_close(zt_checkpoint_reader *r) {
     free(r->src);
     free(r->shard_crc);
     if (r->stage) { if (r->stage_be) r->stage_be->host_free(r->stage); else free(r->stage); }
+    free(r->rows);
+    free(r->part_rows);
+    ck_partition_free(&r->part);
     zt_param_table_free(&r->table);
     zt_checkpoint_meta_free(&r->meta);
     free(r);
@@ -152,9 +161,9 @@ static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
     if (!ours) return zt_fail(err, "%s: not a zerotrain checkpoint", path);
     long long ver = 0;
     if ((rc = ck_get_i64(f, "format_version", &ver))) return attr_fail(err, path, "attribute format_version", rc);
-    if (ver != 1 && ver != ZT_CKPT_VERSION)
-        return zt_fail(err, "%s: checkpoint format version %lld is not supported (this zerotrain reads versions 1 and %d)",
-                       path, ver, ZT_CKPT_VERSION);
+    if (ver < 1 || ver > ZT_CKPT_VERSION_TP)
+        return zt_fail(err, "%s: checkpoint format version %lld is not supported (this zerotrain reads versions 1 to %d)",
+                       path, ver, ZT_CKPT_VERSION_TP);
     zt_checkpoint_meta *m = &r->meta;
     m->format_version = (int)ver;
     long long v[12];
@@ -173,8 +182,18 @@ static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
     m->shape = s;
     if ((rc = ck_get_str(f, "config", &m->config_text)) == -2) return attr_fail(err, path, "attribute config", rc);
     if (!m->config_text) m->config_text = zt_xstrdup("");
-    if (v[3] < 1 || v[3] > 1 << 24 || m->shard == 0 || (size_t)m->world_size * m->shard < m->total)
-        return zt_fail(err, "%s: inconsistent world_size %lld, shard %zu, total %zu", path, v[3], m->shard, m->total);
+    if (v[3] < 1 || v[3] > 1 << 24)
+        return zt_fail(err, "%s: inconsistent world_size %lld", path, v[3]);
+    m->tensor_parallel = 1;
+    m->tp_shard[0] = m->shard;
+    if (ver >= ZT_CKPT_VERSION_TP) { /* tensor parallelism: its size and each tp rank's shard */
+        long long tp = 0;
+        if ((rc = ck_get_i64(f, "tensor_parallel", &tp))) return attr_fail(err, path, "attribute tensor_parallel", rc);
+        if (tp < 1 || tp > ZT_MAX_TP || v[3] % tp)
+            return zt_fail(err, "%s: inconsistent tensor_parallel %lld for world_size %lld", path, tp, v[3]);
+        m->tensor_parallel = (int)tp;
+        if ((rc = ck_get_u64s(f, "tp_shard", m->tp_shard, (size_t)tp))) return attr_fail(err, path, "attribute tp_shard", rc);
+    }
     if (read_state(r, err)) return -1;
     if (ver >= 2) { /* run id, shard digests and the metadata checksum */
         char *id = NULL;
@@ -199,16 +218,23 @@ static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
                 "not checksummed (re-save to get version %d)", path, ZT_CKPT_VERSION);
     }
     zt_err terr;
-    if (zt_gpt2_param_table(&r->table, &s, &terr)) return zt_fail(err, "%s: %s", path, terr.msg);
+    if (zt_gpt2_param_table(&r->table, &s, &terr) ||
+        ck_partition_make(&r->part, &s, m->world_size, m->tensor_parallel, m->tp_shard, &terr))
+        return zt_fail(err, "%s: %s", path, terr.msg);
     if (r->table.total != m->total)
         return zt_fail(err, "%s: total %zu does not match the saved model shape (%zu parameters)", path, m->total, r->table.total);
+    for (int t = 0; t < r->part.tp; t++) /* every tp rank's local vector is covered by its shards */
+        if (r->part.shard[t] == 0 || r->part.shard[t] * (size_t)r->part.dp < r->part.tables[t].total)
+            return zt_fail(err, "%s: inconsistent world_size %d, shard %zu, total %zu (tensor-parallel rank %d of %d)", path,
+                           m->world_size, r->part.shard[t], r->part.tables[t].total, t, r->part.tp);
     return check_saved_table(r, err);
 }
 
 zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *stage_be, int allow_unverified,
                                      zt_err *err) {
     zt_checkpoint_reader *r = zt_xcalloc(1, sizeof *r);
-    r->index = r->vds[0] = r->vds[1] = r->vds[2] = -1;
+    r->index = -1;
+    for (int t = 0; t < ZT_MAX_TP; t++) r->vds[t][0] = r->vds[t][1] = r->vds[t][2] = -1;
     r->stage_be = stage_be;
     r->allow_unverified = allow_unverified;
     char why[CK_WHYCAP];
@@ -230,18 +256,23 @@ zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *sta
     char prefix[CK_PATHCAP + 1];
     snprintf(prefix, sizeof prefix, "%s/", step_dir);
     H5Pset_virtual_prefix(dapl, prefix);
-    for (int v = 0; v < 3; v++) {
-        r->vds[v] = H5Dopen2(r->index, ck_vec_names[v], dapl);
-        hsize_t dim = 0;
-        hid_t sp = r->vds[v] >= 0 ? H5Dget_space(r->vds[v]) : -1;
-        if (sp >= 0) { H5Sget_simple_extent_dims(sp, &dim, NULL); H5Sclose(sp); }
-        if (r->vds[v] < 0 || dim != r->meta.total) {
-            H5Pclose(dapl);
-            zt_fail(err, "%s: dataset %s is missing or not of %zu elements (%s)", r->index_path, ck_vec_names[v],
-                    r->meta.total, ck_h5_why(why));
-            goto fail;
+    /* each tp rank's local vectors: tp 1, the whole ones; else tp_local/T/NAME */
+    for (int t = 0; t < r->part.tp; t++)
+        for (int v = 0; v < 3; v++) {
+            char name[64];
+            if (r->part.tp == 1) snprintf(name, sizeof name, "%s", ck_vec_names[v]);
+            else snprintf(name, sizeof name, "tp_local/%d/%s", t, ck_vec_names[v]);
+            r->vds[t][v] = H5Dopen2(r->index, name, dapl);
+            hsize_t dim = 0;
+            hid_t sp = r->vds[t][v] >= 0 ? H5Dget_space(r->vds[t][v]) : -1;
+            if (sp >= 0) { H5Sget_simple_extent_dims(sp, &dim, NULL); H5Sclose(sp); }
+            if (r->vds[t][v] < 0 || dim != r->part.tables[t].total) {
+                H5Pclose(dapl);
+                zt_fail(err, "%s: dataset %s is missing or not of %zu elements (%s)", r->index_path, name,
+                        r->part.tables[t].total, ck_h5_why(why));
+                goto fail;
+            }
         }
-    }
     H5Pclose(dapl);
     return r;
 fail:
@@ -263,10 +294,10 @@ static int src_load(zt_checkpoint_reader *r, int s, zt_err *err) {
     if (si->loaded) return 0;
     char p[CK_PATHCAP], why[CK_WHYCAP];
     rank_path(r, s, p, sizeof p);
-    ck_rank_range(r->meta.total, r->meta.shard, s, &si->lo, &si->hi);
+    ck_partition_range(&r->part, s, &si->lo, &si->hi);
     hid_t f = ck_open_h5(p, err, "missing shard %s");
     if (f < 0) return -1;
-    long long lo = -1, hi = -1, step = -1;
+    long long lo = -1, hi = -1, step = -1, tp_rank = 0, tp_size = 1;
     char *run_id = NULL;
     int rc = 0, a;
     if ((a = ck_get_i64(f, "lo", &lo)) || (a = ck_get_i64(f, "hi", &hi)) || (a = ck_get_i64(f, "step", &step)))
@@ -280,7 +311,11 @@ static int src_load(zt_checkpoint_reader *r, int s, zt_err *err) {
         char shown[64];
         rc = zt_fail(err, "%s: belongs to another save (run id %s, the index's is %s): this step directory mixes two runs' "
                           "files", p, zt_escape_str(run_id, shown, sizeof shown), r->meta.run_id);
-    }
+    } else if (r->part.tp > 1 && ((a = ck_get_i64(f, "tp_rank", &tp_rank)) || (a = ck_get_i64(f, "tp_size", &tp_size))))
+        rc = attr_fail(err, p, "attribute tp_rank/tp_size", a);
+    else if (tp_rank != s % r->part.tp || tp_size != r->part.tp)
+        rc = zt_fail(err, "%s: holds tensor-parallel rank %lld of %lld, the index expects rank %d of %d", p, tp_rank, tp_size,
+                     s % r->part.tp, r->part.tp);
     size_t n = si->hi - si->lo, nch[3] = {0, 0, 0};
     for (int v = 0; v < 3 && !rc; v++) {
         hid_t d = H5Dopen2(f, ck_vec_names[v], H5P_DEFAULT);
@@ -312,13 +347,13 @@ static int src_load(zt_checkpoint_reader *r, int s, zt_err *err) {
     return rc;
 }
 
-/* reads virtual elements [off, off + n) of vector v into host memory */
-static int read_vds(zt_checkpoint_reader *r, int v, size_t off, size_t n, float *out, zt_err *err) {
+/* reads virtual elements [off, off + n) of tp rank t's vector v into host memory */
+static int read_vds(zt_checkpoint_reader *r, int t, int v, size_t off, size_t n, float *out, zt_err *err) {
     if (!n) return 0;
     hsize_t start = off, count = n;
-    hid_t fs = H5Dget_space(r->vds[v]), ms = H5Screate_simple(1, &count, NULL);
+    hid_t fs = H5Dget_space(r->vds[t][v]), ms = H5Screate_simple(1, &count, NULL);
     H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
-    herr_t rc = H5Dread(r->vds[v], H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out);
+    herr_t rc = H5Dread(r->vds[t][v], H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out);
     H5Sclose(ms);
     H5Sclose(fs);
     char why[CK_WHYCAP];
@@ -354,16 +389,18 @@ static int ensure_stage(zt_checkpoint_reader *r, size_t need, zt_err *err) {
     return 0;
 }
 
-static int deliver(const ck_target *t, size_t a, size_t off, const float *host, size_t n) {
+int ck_deliver(const ck_target *t, size_t a, size_t off, const float *host, size_t n) {
     if (t->direct) { memcpy(t->direct + (off - a), host, n * sizeof(float)); return 0; }
     return t->sink(t->ctx, off, host, n);
 }
 
-int ck_read_range(zt_checkpoint_reader *r, int v, size_t a, size_t b, const ck_target *t, zt_err *err) {
-    if (b > r->meta.total || a > b)
+int ck_read_range(zt_checkpoint_reader *r, int tp_rank, int v, size_t a, size_t b, const ck_target *t, zt_err *err) {
+    const ck_partition *pt = &r->part;
+    if (b > pt->tables[tp_rank].total || a > b)
         return zt_fail(err, "%s: elements [%zu, %zu) are outside %s (%zu elements)", r->index_path, a, b, ck_vec_names[v],
-                       r->meta.total);
-    for (int s = (int)(a / r->meta.shard); a < b && s < r->meta.world_size; s++) {
+                       pt->tables[tp_rank].total);
+    for (int d = (int)(a / pt->shard[tp_rank]); a < b && d < pt->dp; d++) {
+        int s = d * pt->tp + tp_rank;
         if (src_load(r, s, err)) return -1;
         const ck_src_info *si = &r->src[s];
         size_t x = ck_max(a, si->lo), y = ck_min(b, si->hi);
@@ -378,16 +415,66 @@ int ck_read_range(zt_checkpoint_reader *r, int v, size_t a, size_t b, const ck_t
                 while (c2 < cend && ck_min(si->lo + (c2 + 1) * C, si->hi) <= y) c2++;
                 size_t rhi = ck_min(si->lo + c2 * C, si->hi);
                 float *dst = t->direct + (clo - a);
-                if (read_vds(r, v, clo, rhi - clo, dst, err) || verify(r, s, v, c, dst, rhi - clo, err)) return -1;
+                if (read_vds(r, tp_rank, v, clo, rhi - clo, dst, err) || verify(r, s, v, c, dst, rhi - clo, err)) return -1;
                 c = c2;
                 continue;
             }
             size_t c2 = t->direct ? c + 1 : ck_min(cend, c + group);
             size_t ghi = ck_min(si->lo + c2 * C, si->hi);
-            if (read_vds(r, v, clo, ghi - clo, r->stage, err) || verify(r, s, v, c, r->stage, ghi - clo, err)) return -1;
+            if (read_vds(r, tp_rank, v, clo, ghi - clo, r->stage, err) || verify(r, s, v, c, r->stage, ghi - clo, err))
+                return -1;
             size_t ua = ck_max(clo, x), ub = ck_min(ghi, y);
-            if (deliver(t, a, ua, r->stage + (ua - clo), ub - ua)) return zt_fail(err, "%s: cannot deliver data", r->index_path);
+            if (ck_deliver(t, a, ua, r->stage + (ua - clo), ub - ua)) return zt_fail(err, "%s: cannot deliver data", r->index_path);
             c = c2;
+        }
+    }
+    return 0;
+}
+
+/* whole rows [q0, q1) of whole tensor i of vector v into r->rows, from every tp rank holding a part */
+static int assemble_rows(zt_checkpoint_reader *r, int v, int i, size_t q0, size_t q1, zt_err *err) {
+    size_t cols = (size_t)zt_param_cols(&r->table.params[i]);
+    for (int t = 0; t < r->part.tp; t++) {
+        const zt_param_info *p = &r->part.tables[t].params[i];
+        if (p->split == ZT_TP_WHOLE && t > 0) break; /* every tp rank's copy is the same (checked at save) */
+        size_t l0 = q0, l1 = q1, pc = (size_t)zt_param_cols(p); /* its local rows of [q0, q1) */
+        if (p->split == ZT_TP_ROWS) {
+            size_t lo = (size_t)p->split_lo, hi = lo + (size_t)zt_param_rows(p);
+            l0 = ck_max(q0, lo) - lo;
+            l1 = ck_max(ck_min(q1, hi), lo) - lo;
+        }
+        if (l0 >= l1) continue;
+        ck_target into = {r->part_rows, NULL, NULL};
+        if (ck_read_range(r, t, v, p->offset + l0 * pc, p->offset + l1 * pc, &into, err)) return -1;
+        for (size_t l = l0; l < l1; l++)
+            zt_tp_put_row(p, r->part_rows + (l - l0) * pc, r->rows + ((size_t)zt_tp_whole_row(p, (int)l) - q0) * cols);
+    }
+    return 0;
+}
+
+int ck_read_whole(zt_checkpoint_reader *r, int v, size_t a, size_t b, float *out, zt_err *err) {
+    if (r->part.tp == 1) {
+        ck_target t = {out, NULL, NULL};
+        return ck_read_range(r, 0, v, a, b, &t, err);
+    }
+    if (b > r->meta.total || a > b)
+        return zt_fail(err, "%s: elements [%zu, %zu) are outside %s (%zu elements)", r->index_path, a, b, ck_vec_names[v],
+                       r->meta.total);
+    if (!r->rows) { /* a whole row is at most 4 n_embd elements: CK_ROWS_ELEMS holds one (and then some) */
+        r->rows = zt_xmalloc(CK_ROWS_ELEMS * sizeof *r->rows);
+        r->part_rows = zt_xmalloc(CK_ROWS_ELEMS * sizeof *r->part_rows);
+    }
+    for (int i = 0; i < r->table.count; i++) {
+        const zt_param_info *w = &r->table.params[i];
+        size_t cols = (size_t)zt_param_cols(w), x = ck_max(a, w->offset), y = ck_min(b, w->offset + w->numel);
+        if (x >= y) continue;
+        if (cols > CK_ROWS_ELEMS) return zt_fail(err, "%s: tensor %s has rows longer than %zu elements", r->index_path, w->name, CK_ROWS_ELEMS);
+        size_t per = CK_ROWS_ELEMS / cols, q1;
+        for (size_t q0 = (x - w->offset) / cols; w->offset + q0 * cols < y; q0 = q1) {
+            q1 = ck_min(q0 + per, (size_t)zt_param_rows(w));
+            if (assemble_rows(r, v, i, q0, q1, err)) return -1;
+            size_t lo = ck_max(x, w->offset + q0 * cols), hi = ck_min(y, w->offset + q1 * cols);
+            memcpy(out + (lo - a), r->rows + (lo - w->offset - q0 * cols), (hi - lo) * sizeof *out);
         }
     }
     return 0;
@@ -395,8 +482,7 @@ int ck_read_range(zt_checkpoint_reader *r, int v, size_t a, size_t b, const ck_t
 
 int zt_checkpoint_read(zt_checkpoint_reader *r, zt_ckpt_vector v, size_t offset, size_t n, float *out, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
-    ck_target t = {out, NULL, NULL};
-    int rc = ck_read_range(r, (int)v, offset, offset + n, &t, err);
+    int rc = ck_read_whole(r, (int)v, offset, offset + n, out, err);
     ck_h5_restore(q);
     return rc;
 }
@@ -408,7 +494,8 @@ int zt_checkpoint_verify(zt_checkpoint_reader *r, zt_err *err) {
     int rc = 0;
     for (int s = 0; s < r->meta.world_size && !rc; s++) rc = src_load(r, s, err);
     ck_target t = {NULL, discard, NULL};
-    for (int v = 0; v < 3 && !rc; v++) rc = ck_read_range(r, v, 0, r->meta.total, &t, err);
+    for (int v = 0; v < 3 && !rc; v++)
+        for (int tp = 0; tp < r->part.tp && !rc; tp++) rc = ck_read_range(r, tp, v, 0, r->part.tables[tp].total, &t, err);
     ck_h5_restore(q);
     return rc;
 }

@@ -5,7 +5,9 @@
  * zt_engine_state_read (which knows whether a piece lives in device or, with Twin-Flow offload,
  * host memory) into a host staging buffer of at most CK_STAGE_ELEMS elements, checksums it and
  * hands it to HDF5 in large contiguous writes with no fill values and no filters.
- * Errors carry the operating system's reason where HDF5 has one ("No space left on device"). */
+ * Errors carry the operating system's reason where HDF5 has one ("No space left on device").
+ * With tensor parallelism the index maps the whole tensors onto every tp rank's files (map_tensor),
+ * and the tensors every tp rank holds whole are checked bit-identical across the tp group (hash_whole). */
 #define _GNU_SOURCE
 #include "io/checkpoint_common.h"
 
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include "comm/fail_together.h"
+#include "util/test_hooks.h"
 
 /* ================================================================ rank files */
 
@@ -54,10 +57,46 @@ static void name_element(const zt_engine *e, int which, size_t flat, char *buf, 
     snprintf(buf, cap, "%s element %zu", ck_vec_names[which], flat);
 }
 
+/* The guard of tensor parallelism: a tensor every tp rank holds whole (split ZT_TP_WHOLE) must be the
+ * same bits on each. Each rank sums a hash of (element index in the tensor, bits) over its range's
+ * elements of each such tensor, mod 2^32: the sum does not depend on order, so the sums over each tp
+ * rank's data-parallel group compare though the tp ranks' shard boundaries differ. */
+static uint32_t element_hash(size_t i, float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    uint64_t z = (uint64_t)i * 0x9e3779b97f4a7c15ull ^ bits; /* splitmix64's finalizer */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)(z ^ (z >> 31));
+}
+
+/* adds the hashes of local elements [flat, flat + n) (values x) to sums[tensor] */
+static void hash_whole(const zt_param_table *t, size_t flat, const float *x, size_t n, uint32_t *sums) {
+    for (int i = 0; i < t->count; i++) {
+        const zt_param_info *p = &t->params[i];
+        size_t a = ck_max(flat, p->offset), b = ck_min(flat + n, p->offset + p->numel);
+        uint32_t sum = 0;
+        for (size_t j = a; p->split == ZT_TP_WHOLE && j < b; j++) sum += element_hash(j - p->offset, x[j - flat]);
+        sums[i] += sum;
+    }
+}
+
+/* ZEROTRAIN_INJECT_TP_DIVERGE (util/test_hooks.h): this tp rank's copy of ln_f.bias differs, in the
+ * lowest bit of its first element of local elements [flat, flat + n) */
+static void inject_divergence(const zt_param_table *t, size_t flat, float *x, size_t n) {
+    const zt_param_info *p = &t->params[t->count - 1];
+    if (!zt_test_hook_tp_diverge(t->tp_rank) || p->offset < flat || p->offset >= flat + n) return;
+    uint32_t bits;
+    memcpy(&bits, &x[p->offset - flat], sizeof bits);
+    bits ^= 1;
+    memcpy(&x[p->offset - flat], &bits, sizeof bits);
+}
+
 /* Writes dataset NAME: this rank's partition of optimizer vector `which` with its per-chunk CRC32C
- * attributes. Fills crc (ck_max(nch, 1) values) and *chunk. */
+ * attributes. Fills crc (ck_max(nch, 1) values) and *chunk; adds to sums (NULL: none) the hashes of
+ * hash_whole. */
 static int write_vector(hid_t f, const char *path, int which, zt_engine *e, float *stage, uint32_t *crc, size_t *chunk,
-                        zt_err *err) {
+                        uint32_t *sums, zt_err *err) {
     const char *name = ck_vec_names[which];
     size_t n = zt_engine_layout_of(e)->hi - zt_engine_layout_of(e)->lo, C = ck_chunk_elems(n), nch = (n + C - 1) / C;
     *chunk = C;
@@ -80,7 +119,9 @@ static int write_vector(hid_t f, const char *path, int which, zt_engine *e, floa
                                           "(latest stays on the last good checkpoint)", path, where, stage[bad]);
             break;
         }
+        if (sums && which == ZT_CKPT_MASTER) inject_divergence(zt_engine_table(e), zt_engine_layout_of(e)->lo + x, stage, k);
         ck_crc_chunks(stage, k, C, crc + x / C);
+        if (sums) hash_whole(zt_engine_table(e), zt_engine_layout_of(e)->lo + x, stage, k, sums);
         rc = write_slab(d, x, k, stage);
     }
     if (!rc && ck_put_u32s(d, "crc32c", crc, nch)) rc = -1;
@@ -94,11 +135,13 @@ static int write_vector(hid_t f, const char *path, int which, zt_engine *e, floa
     return rc;
 }
 
-/* Writes TMPDIR/rank_NNNNN.h5 and fsyncs it; *digest gets its shard digest. */
-static int write_rank_file(const char *tmpdir, zt_engine *e, long step, const char *run_id, uint32_t *digest,
-                           zt_err *err) {
+/* Writes TMPDIR/rank_NNNNN.h5 (world rank comm->rank) and fsyncs it; *digest gets its shard digest.
+ * With tensor parallelism, sums [3][count] gets the hashes of hash_whole. */
+static int write_rank_file(const char *tmpdir, zt_engine *e, zt_comm *comm, long step, const char *run_id,
+                           uint32_t *digest, uint32_t *sums, zt_err *err) {
     char name[32], path[CK_PATHCAP], why[CK_WHYCAP];
-    ck_rank_file_name(name, sizeof name, zt_engine_layout_of(e)->rank);
+    const zt_param_table *table = zt_engine_table(e);
+    ck_rank_file_name(name, sizeof name, comm->rank);
     if (ck_path_join(path, sizeof path, tmpdir, name, err)) return -1;
     size_t n = zt_engine_layout_of(e)->hi - zt_engine_layout_of(e)->lo, C = ck_chunk_elems(n), nch = ck_max((n + C - 1) / C, 1);
     float *stage = zt_engine_backend(e)->host_alloc(ck_max(ck_min(n, ck_max(CK_STAGE_ELEMS / C, 1) * C), 1) * sizeof(float));
@@ -108,9 +151,10 @@ static int write_rank_file(const char *tmpdir, zt_engine *e, long step, const ch
     H5Pclose(fapl);
     int rc = 0;
     if (f < 0) rc = zt_fail(err, "%s: cannot create: %s", path, ck_h5_why(why));
-    if (!rc && (ck_put_u64(f, "lo", zt_engine_layout_of(e)->lo) || ck_put_u64(f, "hi", zt_engine_layout_of(e)->hi) || ck_put_i64(f, "rank", zt_engine_layout_of(e)->rank) ||
-                ck_put_i64(f, "world_size", zt_engine_layout_of(e)->world) || ck_put_i64(f, "step", step) ||
-                ck_put_str(f, "format", ZT_CKPT_FORMAT) || ck_put_str(f, "run_id", run_id)))
+    if (!rc && (ck_put_u64(f, "lo", zt_engine_layout_of(e)->lo) || ck_put_u64(f, "hi", zt_engine_layout_of(e)->hi) ||
+                ck_put_i64(f, "rank", comm->rank) || ck_put_i64(f, "world_size", comm->world) ||
+                ck_put_i64(f, "step", step) || ck_put_str(f, "format", ZT_CKPT_FORMAT) || ck_put_str(f, "run_id", run_id) ||
+                (table->tp_size > 1 && (ck_put_i64(f, "tp_rank", table->tp_rank) || ck_put_i64(f, "tp_size", table->tp_size)))))
         rc = zt_fail(err, "%s: cannot write attributes: %s", path, ck_h5_why(why));
     uint32_t *crc[3];
     size_t chunk[3], nchs[3];
@@ -118,7 +162,8 @@ static int write_rank_file(const char *tmpdir, zt_engine *e, long step, const ch
         crc[v] = zt_xcalloc(nch, sizeof(uint32_t));
         nchs[v] = n ? (n + C - 1) / C : 0;
     }
-    for (int v = 0; v < 3 && !rc; v++) rc = write_vector(f, path, v, e, stage, crc[v], &chunk[v], err);
+    for (int v = 0; v < 3 && !rc; v++)
+        rc = write_vector(f, path, v, e, stage, crc[v], &chunk[v], sums ? sums + (size_t)v * table->count : NULL, err);
     if (!rc) *digest = ck_shard_digest(zt_engine_layout_of(e)->lo, zt_engine_layout_of(e)->hi, step, run_id, chunk, crc, nchs);
     for (int v = 0; v < 3; v++) free(crc[v]);
     if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = zt_fail(err, "%s: cannot close: %s", path, ck_h5_why(why));
@@ -129,17 +174,25 @@ static int write_rank_file(const char *tmpdir, zt_engine *e, long step, const ch
 
 /* ================================================================ index */
 
-/* maps virtual elements vstart/vcount to elements [src_off, src_off + n) of rank file r's dataset
- * `dset` (which has src_len elements) */
-static void add_mapping(hid_t dcpl, hid_t vspace, const hsize_t *vstart, const hsize_t *vcount, int r,
-                        const char *dset, size_t src_len, size_t src_off, size_t n) {
-    char file[32];
-    ck_rank_file_name(file, sizeof file, r);
-    H5Sselect_hyperslab(vspace, H5S_SELECT_SET, vstart, NULL, vcount, NULL);
-    hsize_t len = src_len, start = src_off, count = n;
+/* selects, in a 1-D dataspace, `rows` blocks of `width` elements `pitch` apart from element `start`
+ * (one run of rows * width elements when they touch: the plain selection tp 1 checkpoints have
+ * always had) */
+static void select_rows(hid_t space, size_t start, size_t rows, size_t width, size_t pitch) {
+    hsize_t st = start, n = rows * width, stride = pitch, count = rows, block = width;
+    if (rows == 1 || width == pitch) H5Sselect_hyperslab(space, H5S_SELECT_SET, &st, NULL, &n, NULL);
+    else H5Sselect_hyperslab(space, H5S_SELECT_SET, &st, &stride, &count, &block);
+}
+
+/* maps the virtual selection of vspace to elements of rank file `file`'s dataset `dset` (src_len
+ * elements): rows blocks of width elements, src_pitch apart, from src_off */
+static void add_mapping(hid_t dcpl, hid_t vspace, int file, const char *dset, size_t src_len, size_t src_off,
+                        size_t rows, size_t width, size_t src_pitch) {
+    char name[32];
+    ck_rank_file_name(name, sizeof name, file);
+    hsize_t len = src_len;
     hid_t ss = H5Screate_simple(1, &len, NULL);
-    H5Sselect_hyperslab(ss, H5S_SELECT_SET, &start, NULL, &count, NULL);
-    H5Pset_virtual(dcpl, vspace, file, dset, ss);
+    select_rows(ss, src_off, rows, width, src_pitch);
+    H5Pset_virtual(dcpl, vspace, name, dset, ss);
     H5Sclose(ss);
 }
 
@@ -151,20 +204,9 @@ static void vds_layout(int rank, const hsize_t *dims, hid_t *dcpl_out, hid_t *sp
     *space_out = H5Screate_simple(rank, dims, NULL);
 }
 
-/* flat virtual dataset NAME[total] = concatenation of every rank file's NAME */
-static int write_flat_vds(hid_t f, const char *name, const zt_engine *e) {
-    hsize_t dim = zt_engine_layout_of(e)->total;
-    hid_t dcpl, vs;
-    vds_layout(1, &dim, &dcpl, &vs);
-    for (int r = 0; r < zt_engine_layout_of(e)->world; r++) {
-        size_t lo, hi;
-        ck_rank_range(zt_engine_layout_of(e)->total, zt_engine_layout_of(e)->shard, r, &lo, &hi);
-        if (hi <= lo) continue;
-        hsize_t st = lo, cnt = hi - lo;
-        add_mapping(dcpl, vs, &st, &cnt, r, name, hi - lo, 0, hi - lo);
-    }
+static int create_vds(hid_t loc, const char *name, hid_t vs, hid_t dcpl) {
     H5Sselect_all(vs);
-    hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    hid_t d = H5Dcreate2(loc, name, H5T_IEEE_F32LE, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     int rc = d < 0 ? -1 : 0;
     if (d >= 0) H5Dclose(d);
     H5Sclose(vs);
@@ -172,41 +214,110 @@ static int write_flat_vds(hid_t f, const char *name, const zt_engine *e) {
     return rc;
 }
 
-/* params/NAME: one tensor of the master weights in its Hugging Face shape. A tensor that spans
- * shards (or starts mid-row in one) maps as up to three hyperslabs per shard: a partial first row,
- * whole rows, a partial last row. */
-static int write_tensor_vds(hid_t g, const zt_param_info *p, const zt_engine *e) {
-    hsize_t dims[2] = {(hsize_t)p->shape[0], p->ndim == 2 ? (hsize_t)p->shape[1] : 1};
-    size_t row = p->ndim == 2 ? (size_t)p->shape[1] : p->numel;
+/* flat virtual dataset NAME = tp rank t's local vector NAME: the concatenation of its rank files' NAME
+ * (tp 1: the whole vector) */
+static int write_local_vds(hid_t loc, const char *name, const ck_partition *part, int t) {
+    hsize_t dim = part->tables[t].total;
     hid_t dcpl, vs;
-    vds_layout(p->ndim, dims, &dcpl, &vs);
-    for (int r = 0; r < zt_engine_layout_of(e)->world; r++) {
+    vds_layout(1, &dim, &dcpl, &vs);
+    for (int d = 0; d < part->dp; d++) {
+        int file = d * part->tp + t;
         size_t lo, hi;
-        ck_rank_range(zt_engine_layout_of(e)->total, zt_engine_layout_of(e)->shard, r, &lo, &hi);
-        size_t x = ck_max(lo, p->offset), y = ck_min(hi, p->offset + p->numel);
-        for (size_t u = x - p->offset, w = y - p->offset; x < y && u < w;) {
-            size_t r0 = u / row, c0 = u % row, k;
-            hsize_t st[2], cnt[2];
-            if (c0 || w - u < row) {
-                k = ck_min(row - c0, w - u);
-                st[0] = r0; st[1] = c0; cnt[0] = 1; cnt[1] = k;
-            } else {
-                size_t rows = (w - u) / row;
-                k = rows * row;
-                st[0] = r0; st[1] = 0; cnt[0] = rows; cnt[1] = row;
+        ck_partition_range(part, file, &lo, &hi);
+        if (hi <= lo) continue;
+        hsize_t st = lo, cnt = hi - lo;
+        H5Sselect_hyperslab(vs, H5S_SELECT_SET, &st, NULL, &cnt, NULL);
+        add_mapping(dcpl, vs, file, name, hi - lo, 0, 1, hi - lo, hi - lo);
+    }
+    return create_vds(loc, name, vs, dcpl);
+}
+
+/* Where the whole tensor's elements are in the rank files: for each tp rank holding a part of it
+ * (tp rank 0 for a tensor held whole), each rank file's piece of that part as blocks of whole local
+ * rows (a partial first row, whole rows, a partial last row), and each block, in the whole tensor, at
+ * its whole row (ROWS: split_lo on) and, for COLUMNS tensors, cut into its pieces' columns
+ * [k split_stride + split_lo, + width). Each block goes to map_block. */
+typedef struct vds_map {
+    hid_t dcpl, vspace;
+    const char *dset;           /* the rank files' dataset */
+    const zt_param_info *whole; /* the tensor in the whole table */
+    int flat;                   /* the virtual dataset is the whole flat vector (else the tensor, HF shape) */
+} vds_map;
+
+static void map_block(const vds_map *m, int file, size_t src_len, size_t src_off, size_t src_pitch, size_t rows,
+                      size_t width, size_t wrow, size_t wcol) {
+    const zt_param_info *w = m->whole;
+    size_t wcols = (size_t)zt_param_full_cols(w);
+    if (m->flat) {
+        select_rows(m->vspace, w->offset + wrow * wcols + wcol, rows, width, wcols);
+    } else {
+        hsize_t st[2] = {wrow, wcol}, cnt[2] = {rows, width};
+        if (w->ndim == 1) { st[0] = wcol; cnt[0] = width; }
+        H5Sselect_hyperslab(m->vspace, H5S_SELECT_SET, st, NULL, cnt, NULL);
+    }
+    add_mapping(m->dcpl, m->vspace, file, m->dset, src_len, src_off, rows, width, src_pitch);
+}
+
+static void map_tensor(const vds_map *m, const ck_partition *part, int i) {
+    int holders = part->tables[0].params[i].split == ZT_TP_WHOLE ? 1 : part->tp;
+    for (int t = 0; t < holders; t++) {
+        const zt_param_info *p = &part->tables[t].params[i];
+        size_t row = (size_t)zt_param_cols(p);
+        for (int d = 0; d < part->dp; d++) {
+            int file = d * part->tp + t;
+            size_t lo, hi;
+            ck_partition_range(part, file, &lo, &hi);
+            size_t x = ck_max(lo, p->offset), y = ck_min(hi, p->offset + p->numel);
+            for (size_t u = x - p->offset, w = y - p->offset; x < y && u < w;) {
+                size_t r0 = u / row, c0 = u % row, rows = 1, k;
+                if (c0 || w - u < row) {
+                    k = ck_min(row - c0, w - u);
+                } else {
+                    rows = (w - u) / row;
+                    k = row;
+                }
+                size_t src = p->offset + u - lo, wrow = (size_t)zt_tp_whole_row(p, (int)r0);
+                if (p->split != ZT_TP_COLUMNS) {
+                    map_block(m, file, hi - lo, src, row, rows, k, wrow, c0);
+                } else { /* the block's columns [c0, c0 + k) cut by the pieces of width row / pieces */
+                    size_t width = row / (size_t)p->split_pieces;
+                    for (int piece = 0; piece < p->split_pieces; piece++) {
+                        size_t a = ck_max(c0, piece * width), b = ck_min(c0 + k, (piece + 1) * width);
+                        if (a < b)
+                            map_block(m, file, hi - lo, src + (a - c0), row, rows, b - a, wrow,
+                                      (size_t)piece * p->split_stride + p->split_lo + (a - piece * width));
+                    }
+                }
+                u += rows * k;
             }
-            if (p->ndim == 1) { st[0] = u; cnt[0] = k; }
-            add_mapping(dcpl, vs, st, cnt, r, "master", hi - lo, p->offset + u - lo, k);
-            u += k;
         }
     }
-    H5Sselect_all(vs);
-    hid_t d = H5Dcreate2(g, p->name, H5T_IEEE_F32LE, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    int rc = d < 0 ? -1 : 0;
-    if (d >= 0) H5Dclose(d);
-    H5Sclose(vs);
-    H5Pclose(dcpl);
-    return rc;
+}
+
+/* The whole flat vector NAME[total]: tp 1, the concatenation of the rank files (write_local_vds);
+ * with tensor parallelism, tensor by tensor from every tp rank's parts (map_tensor). */
+static int write_flat_vds(hid_t f, const char *name, const zt_param_table *whole, const ck_partition *part) {
+    if (part->tp == 1) return write_local_vds(f, name, part, 0);
+    hsize_t dim = whole->total;
+    vds_map m = {-1, -1, name, NULL, 1};
+    vds_layout(1, &dim, &m.dcpl, &m.vspace);
+    for (int i = 0; i < whole->count; i++) {
+        m.whole = &whole->params[i];
+        map_tensor(&m, part, i);
+    }
+    return create_vds(f, name, m.vspace, m.dcpl);
+}
+
+/* params/NAME: one tensor of the master weights in its Hugging Face shape. A tensor that spans
+ * shards (or starts mid-row in one) maps as up to three hyperslabs per shard and column piece: a
+ * partial first row, whole rows, a partial last row. */
+static int write_tensor_vds(hid_t g, const zt_param_table *whole, int i, const ck_partition *part) {
+    const zt_param_info *w = &whole->params[i];
+    hsize_t dims[2] = {(hsize_t)w->shape[0], w->ndim == 2 ? (hsize_t)w->shape[1] : 1};
+    vds_map m = {-1, -1, "master", w, 0};
+    vds_layout(w->ndim, dims, &m.dcpl, &m.vspace);
+    map_tensor(&m, part, i);
+    return create_vds(g, w->name, m.vspace, m.dcpl);
 }
 
 static int write_param_table(hid_t f, const zt_param_table *t) {
@@ -234,8 +345,8 @@ static int write_param_table(hid_t f, const zt_param_table *t) {
 }
 
 /* the index's contents, written into the in-memory HDF5 file f */
-static int fill_index(hid_t f, const zt_engine *e, const zt_checkpoint_meta *m, const zt_train_state *st,
-                      const uint32_t *shard_crc) {
+static int fill_index(hid_t f, const zt_param_table *whole, const ck_partition *part, const zt_checkpoint_meta *m,
+                      const zt_train_state *st, const uint32_t *shard_crc) {
     const zt_gpt2_shape *shape = &m->shape;
     int rc = ck_put_str(f, "format", ZT_CKPT_FORMAT) || ck_put_i64(f, "format_version", m->format_version) ||
              ck_put_i64(f, "step", m->step) || ck_put_i64(f, "tokens_seen", m->tokens_seen) ||
@@ -246,6 +357,8 @@ static int fill_index(hid_t f, const zt_engine *e, const zt_checkpoint_meta *m, 
              ck_put_i64(f, "n_embd", shape->n_embd) || ck_put_i64(f, "vocab_size", shape->vocab_size) ||
              ck_put_i64(f, "n_positions", shape->n_positions) || ck_put_str(f, "run_id", m->run_id) ||
              ck_put_u32s(f, "shard_crc32c", shard_crc, (size_t)m->world_size) ||
+             (part->tp > 1 && (ck_put_i64(f, "tensor_parallel", part->tp) ||
+                               ck_put_u64s(f, "tp_shard", part->shard, (size_t)part->tp))) ||
              ck_put_u64(f, "metadata_crc32c", ck_meta_digest(m, st, shard_crc));
     hid_t g = rc ? -1 : H5Gcreate2(f, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0 || ck_put_i64(g, "step", st->step) || ck_put_i64(g, "tokens_seen", st->tokens_seen) ||
@@ -254,11 +367,23 @@ static int fill_index(hid_t f, const zt_engine *e, const zt_checkpoint_meta *m, 
         ck_put_i64(g, "hysteresis_left", st->hysteresis_left))
         rc = -1;
     ck_h5_close(&g);
-    if (!rc) rc = write_param_table(f, zt_engine_table(e));
-    for (int v = 0; v < 3 && !rc; v++) rc = write_flat_vds(f, ck_vec_names[v], e);
+    if (!rc) rc = write_param_table(f, whole);
+    for (int v = 0; v < 3 && !rc; v++) rc = write_flat_vds(f, ck_vec_names[v], whole, part);
     g = rc ? -1 : H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) rc = -1;
-    for (int i = 0; !rc && i < zt_engine_table(e)->count; i++) rc = write_tensor_vds(g, &zt_engine_table(e)->params[i], e);
+    for (int i = 0; !rc && i < whole->count; i++) rc = write_tensor_vds(g, whole, i, part);
+    ck_h5_close(&g);
+    /* tensor parallelism: each tp rank's local vectors, which the reader reads (tp_local/T/NAME) */
+    g = rc || part->tp == 1 ? -1 : H5Gcreate2(f, "tp_local", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (!rc && part->tp > 1 && g < 0) rc = -1;
+    for (int t = 0; !rc && t < part->tp && part->tp > 1; t++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", t);
+        hid_t gt = H5Gcreate2(g, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (gt < 0) rc = -1;
+        for (int v = 0; v < 3 && !rc; v++) rc = write_local_vds(gt, ck_vec_names[v], part, t);
+        ck_h5_close(&gt);
+    }
     ck_h5_close(&g);
     return rc;
 }
@@ -280,14 +405,14 @@ static int write_bytes(const char *path, const void *data, size_t n, zt_err *err
     return rc;
 }
 
-static int write_index(const char *path, const zt_engine *e, const zt_checkpoint_meta *m, const zt_train_state *st,
-                       const uint32_t *shard_crc, zt_err *err) {
+static int write_index(const char *path, const zt_param_table *whole, const ck_partition *part,
+                       const zt_checkpoint_meta *m, const zt_train_state *st, const uint32_t *shard_crc, zt_err *err) {
     hid_t fapl = ck_file_access();
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
     char why[CK_WHYCAP];
     if (f < 0) return zt_fail(err, "%s: cannot create: %s", path, ck_h5_why(why));
-    int rc = fill_index(f, e, m, st, shard_crc);
+    int rc = fill_index(f, whole, part, m, st, shard_crc);
     if (rc) zt_fail(err, "%s: cannot write the index: %s", path, ck_h5_why(why));
     /* a close that fails (disk full) leaves HDF5 holding the file: main() turns off HDF5's exit-time
      * cleanup, which would crash on it */
@@ -366,11 +491,29 @@ static void prune(const zt_checkpoint_dir *cd, const char *keep, int keep_last) 
 
 /* ================================================================ save */
 
-int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_shape *shape, const zt_train_state *st,
-                       const char *config_text, int keep_last, zt_err *err) {
+/* The tp ranks' hashes of the tensors they all hold whole (hash_whole, summed over each one's
+ * data-parallel group: sums [3][tp][count]) must agree: -1 naming the first that does not. */
+static int check_whole_tensors(const zt_param_table *t, const double *sums, int tp, zt_err *err) {
+    for (int v = 0; v < 3; v++)
+        for (int i = 0; i < t->count; i++) {
+            if (t->params[i].split != ZT_TP_WHOLE) continue;
+            const double *s = sums + (size_t)v * tp * t->count + i;
+            for (int r = 1; r < tp; r++)
+                if (fmod(s[(size_t)r * t->count], 4294967296.0) != fmod(s[0], 4294967296.0))
+                    return zt_fail(err, "checkpoint not saved: %s of %s differs between tensor-parallel ranks 0 and %d, "
+                                        "which must hold the same whole tensor (a bug: latest stays on the last good "
+                                        "checkpoint)", ck_vec_names[v], t->params[i].name, r);
+        }
+    return 0;
+}
+
+int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_engine *e, zt_comm *c, const zt_gpt2_shape *shape,
+                       const zt_train_state *st, const char *config_text, int keep_last, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
     double t0 = zt_now();
-    zt_comm *c = zt_engine_comm(e);
+    const zt_engine_layout *lay = zt_engine_layout_of(e);
+    const zt_param_table *table = zt_engine_table(e);
+    int tp = table->tp_size, count = table->count;
     const char *dir = cd->path;
     char name[64], tmp[CK_PATHCAP], final[CK_PATHCAP], idx[CK_PATHCAP];
     snprintf(name, sizeof name, "step_%08ld", st->step);
@@ -378,10 +521,15 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_shape 
     if (!rc && (size_t)snprintf(tmp, sizeof tmp, "%s/.tmp_%s.%s", dir, name, cd->run_id) >= sizeof tmp)
         rc = zt_fail(err, "%s: path too long", dir);
     if (!rc) rc = ck_path_join(idx, sizeof idx, tmp, "index.h5", err);
+    /* the files are named by world rank: the layout must be the one the index describes */
+    if (!rc && (c->world != lay->world * tp || c->rank != lay->rank * tp + table->tp_rank))
+        rc = zt_fail(err, "checkpoint: rank %d of %d is not data-parallel rank %d of %d, tensor-parallel rank %d of %d "
+                          "(world rank = data-parallel rank x tp + tp rank)", c->rank, c->world, lay->rank, lay->world,
+                     table->tp_rank, tp);
     /* phase 1: rank 0 makes an empty temporary directory (removing what failed saves left) */
     int made = 0;
     if (!rc) rc = zt_checkpoint_dir_check(cd, err); /* the directory is still this run's */
-    if (!rc && zt_engine_layout_of(e)->rank == 0) {
+    if (!rc && c->rank == 0) {
         ck_rmtree(tmp); /* this run's own earlier failure at the same step */
         if (mkdir(tmp, 0777)) rc = zt_fail(err, "%s: cannot create directory: %s", tmp, strerror(errno));
         made = !rc;
@@ -389,34 +537,56 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_engine *e, const zt_gpt2_shape 
     if (zt_agree(c, rc, err)) goto fail;
     /* phase 2: every rank writes and syncs its file */
     zt_engine_backend(e)->synchronize();
-    uint32_t digest = 0;
-    rc = write_rank_file(tmp, e, st->step, cd->run_id, &digest, err);
-    if (zt_agree(c, rc, err)) goto fail;
-    /* rank 0 learns every shard's digest (exact in doubles: 32-bit values) */
-    double *dig = zt_xcalloc((size_t)zt_engine_layout_of(e)->world, sizeof *dig);
-    dig[zt_engine_layout_of(e)->rank] = digest;
-    if (zt_engine_layout_of(e)->world > 1) c->allreduce_host_double(c, dig, zt_engine_layout_of(e)->world);
-    uint32_t *shard_crc = zt_xcalloc((size_t)zt_engine_layout_of(e)->world, sizeof *shard_crc);
-    for (int r = 0; r < zt_engine_layout_of(e)->world; r++) shard_crc[r] = (uint32_t)dig[r];
-    free(dig);
+    uint32_t digest = 0, *sums = tp > 1 ? zt_xcalloc((size_t)3 * count, sizeof *sums) : NULL;
+    rc = write_rank_file(tmp, e, c, st->step, cd->run_id, &digest, sums, err);
+    if (zt_agree(c, rc, err)) { free(sums); goto fail; }
+    /* every rank learns every shard's digest, each tp rank's shard and the tp ranks' hashes of their
+     * whole tensors (exact in doubles: 32-bit values, and sums of fewer than 2^21 of them) */
+    size_t n_sums = tp > 1 ? (size_t)3 * tp * count : 0, n = (size_t)c->world + (size_t)tp + n_sums;
+    double *all = zt_xcalloc(n, sizeof *all), *shards = all + c->world, *hashes = shards + tp;
+    all[c->rank] = digest;
+    if (lay->rank == 0) shards[table->tp_rank] = (double)lay->shard;
+    for (int v = 0; v < 3 && sums; v++)
+        for (int i = 0; i < count; i++) hashes[((size_t)v * tp + table->tp_rank) * count + i] = sums[(size_t)v * count + i];
+    free(sums);
+    if (c->world > 1) c->allreduce_host_double(c, all, (int)n);
+    uint32_t *shard_crc = zt_xcalloc((size_t)c->world, sizeof *shard_crc);
+    for (int r = 0; r < c->world; r++) shard_crc[r] = (uint32_t)all[r];
+    size_t tp_shard[ZT_MAX_TP] = {0};
+    for (int t = 0; t < tp; t++) tp_shard[t] = (size_t)shards[t];
+    /* the same sums on every rank: the same outcome, no agreement needed */
+    rc = tp > 1 ? check_whole_tensors(table, hashes, tp, err) : 0;
+    free(all);
     /* phase 3: rank 0 writes the index */
-    if (zt_engine_layout_of(e)->rank == 0) {
-        zt_checkpoint_meta m = {ZT_CKPT_VERSION, st->step, st->tokens_seen, zt_engine_steps(e), zt_engine_layout_of(e)->world, zt_engine_layout_of(e)->stage,
-                                zt_engine_layout_of(e)->total, zt_engine_layout_of(e)->shard, *shape, (char *)(config_text ? config_text : ""), ""};
+    size_t whole_total = lay->total; /* tp 1; else the whole model's, for the index and the message */
+    if (!rc && c->rank == 0) {
+        zt_param_table whole_built = {0};
+        ck_partition part = {0};
+        rc = zt_gpt2_param_table(&whole_built, shape, err) || ck_partition_make(&part, shape, c->world, tp, tp_shard, err)
+                 ? -1 : 0;
+        /* tp 1: the engine's own table (its segments), as checkpoints have always recorded it */
+        const zt_param_table *whole = tp == 1 ? table : &whole_built;
+        whole_total = whole->total;
+        zt_checkpoint_meta m = {tp > 1 ? ZT_CKPT_VERSION_TP : ZT_CKPT_VERSION, st->step, st->tokens_seen,
+                                zt_engine_steps(e), c->world, lay->stage, whole->total, tp_shard[0], *shape,
+                                (char *)(config_text ? config_text : ""), "", tp, {0}};
+        memcpy(m.tp_shard, tp_shard, sizeof tp_shard);
         snprintf(m.run_id, sizeof m.run_id, "%s", cd->run_id);
-        rc = write_index(idx, e, &m, st, shard_crc, err);
+        if (!rc) rc = write_index(idx, whole, &part, &m, st, shard_crc, err);
+        ck_partition_free(&part);
+        zt_param_table_free(&whole_built);
     }
     free(shard_crc);
     if (zt_agree(c, rc, err)) goto fail;
     /* phase 4: rank 0 renames the complete step directory into place */
-    if (zt_engine_layout_of(e)->rank == 0) rc = publish_dir(dir, tmp, final, err);
+    if (c->rank == 0) rc = publish_dir(dir, tmp, final, err);
     if (zt_agree(c, rc, err)) goto fail;
     made = 0;
     /* phase 5: `latest` names it; then the oldest are pruned (failures there only warn) */
-    if (zt_engine_layout_of(e)->rank == 0) rc = write_latest(dir, name, err);
+    if (c->rank == 0) rc = write_latest(dir, name, err);
     if (zt_agree(c, rc, err)) goto fail;
-    if (zt_engine_layout_of(e)->rank == 0) prune(cd, name, keep_last);
-    double dt = zt_now() - t0, bytes = 12.0 * (double)zt_engine_layout_of(e)->total;
+    if (c->rank == 0) prune(cd, name, keep_last);
+    double dt = zt_now() - t0, bytes = 12.0 * (double)whole_total;
     zt_info("checkpoint: saved %s (%.2f GB in %.2f s, %.2f GB/s)", final, bytes / 1e9, dt, bytes / 1e9 / dt);
     ck_h5_restore(q);
     return 0;

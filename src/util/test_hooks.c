@@ -39,3 +39,8 @@ int zt_test_hook_stop_after_init(int rank) {
     const char *v = getenv("ZEROTRAIN_INJECT_STOP_AFTER_INIT");
     return v && *v && strtol(v, NULL, 10) == rank;
 }
+
+int zt_test_hook_tp_diverge(int tp_rank) {
+    const char *v = getenv("ZEROTRAIN_INJECT_TP_DIVERGE");
+    return v && *v && strtol(v, NULL, 10) == tp_rank;
+}

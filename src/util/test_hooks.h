@@ -18,6 +18,9 @@
  *                                    config is read, must end the others (test/t_launch_bounds.py)
  *   ZEROTRAIN_INJECT_STOP_IN_FINALIZE=R  rank R stops itself (SIGSTOP) on its way into MPI_Finalize: a
  *                                    rank that stops answering at the end (test/t_launch_bounds.py)
+ *   ZEROTRAIN_INJECT_TP_DIVERGE=T    tensor-parallel rank T's master copy of transformer.ln_f.bias (a tensor
+ *                                    every tp rank holds whole) has one bit flipped as it is saved: the
+ *                                    divergence the save's guard must refuse (test/t_tp_checkpoint.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -39,5 +42,8 @@ int zt_test_hook_stop_after_init(int rank);
 
 /* 1 when ZEROTRAIN_INJECT_STOP_IN_FINALIZE is `rank`. */
 int zt_test_hook_stop_in_finalize(int rank);
+
+/* 1 when ZEROTRAIN_INJECT_TP_DIVERGE is `tp_rank`. */
+int zt_test_hook_tp_diverge(int tp_rank);
 
 #endif
