@@ -19,6 +19,9 @@ Communication: per micro-step and rank, the tensor-parallel all-reduces move 2(n
 vocabulary-parallel embedding (forward) and LM head (backward), and 2 more per block when activation
 checkpointing recomputes the forward; the vocabulary-parallel cross-entropy all-gathers 3 floats per
 token from each rank. The metrics' tp_comm_sent_bytes must equal that exactly."""
+import shutil
+import tempfile
+
 import ztlib
 
 ztlib.ensure_shakespeare()
@@ -42,7 +45,7 @@ def tp_run(name, tp, dp, sets=(), ref=base, tol=1e-5, device=()):
     return rows
 
 
-for tp, dp, stages in ((2, 1, (0, 1, 2, 3)), (2, 2, (0, 1, 2, 3)), (4, 1, (0, 3)), (4, 2, (2,))):
+for tp, dp, stages in ((2, 1, (0, 1, 2, 3)), (2, 2, (0, 1, 2, 3)), (4, 1, (0, 1, 2, 3)), (4, 2, (1, 3))):
     for stage in stages:
         tp_run(f"tp{tp}_dp{dp}_stage{stage}", tp, dp, [f"zero_optimization.stage={stage}"])
 
@@ -51,6 +54,13 @@ for tp, dp, stages in ((2, 1, (0, 1, 2, 3)), (2, 2, (0, 1, 2, 3)), (4, 1, (0, 3)
 tp_run("tp2_dp2_twinflow", 2, 2, ["zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
                                    "zero_optimization.offload_optimizer.ratio=0.5"])
 tp_run("tp2_dp1_offload_param", 2, 1, ["zero_optimization.stage=3", "zero_optimization.offload_param.device=cpu"])
+# ZeRO-Infinity: the optimizer states and the parameters on NVMe (swap files per rank)
+nvme = tempfile.mkdtemp(prefix="zt-tp-nvme-")
+tp_run("tp2_dp2_nvme", 2, 2, ["zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
+                               f"zero_optimization.offload_optimizer.nvme_path={nvme}",
+                               "zero_optimization.offload_param.device=nvme",
+                               f"zero_optimization.offload_param.nvme_path={nvme}"])
+shutil.rmtree(nvme, ignore_errors=True)
 # activation checkpointing recomputes the blocks (their all-reduces run again): losses unchanged
 ckpt_rows = tp_run("tp2_dp1_act_ckpt", 2, 1, ["activation_checkpointing.enabled=true",
                                                "activation_checkpointing.cpu_checkpointing=true"])
@@ -103,12 +113,9 @@ SIM = ["device=sim"]
 p, rows = ztlib.train(cfg, HEADS + SIM)
 sim_base = ztlib.losses(rows)
 if ztlib.check(p.returncode == 0 and len(sim_base) == 20, "sim_tp1_runs", p.stderr[-1500:]):
-    for dp, stage in ((1, 0), (2, 3)):
-        r = tp_run(f"sim_tp2_dp{dp}_stage{stage}", 2, dp, [f"zero_optimization.stage={stage}"], ref=sim_base, tol=1e-3,
-                   device=SIM)
-        if r:
-            end = abs(ztlib.losses(r)[-1] - sim_base[-1]) / sim_base[-1]
-            ztlib.check(end <= 1e-3, f"sim_tp2_dp{dp}_stage{stage}_ends_with_tp1 ({end:.1e})", f"{end}")
+    for tp, dp, stage in ((2, 1, 0), (2, 2, 3), (4, 1, 2)):
+        r = tp_run(f"sim_tp{tp}_dp{dp}_stage{stage}", tp, dp, [f"zero_optimization.stage={stage}"], ref=sim_base,
+                   tol=1e-3, device=SIM)
 
 
 # tensor-parallel traffic against Megatron's formula
