@@ -19,6 +19,7 @@ Communication: per micro-step and rank, the tensor-parallel all-reduces move 2(n
 vocabulary-parallel embedding (forward) and LM head (backward), and 2 more per block when activation
 checkpointing recomputes the forward; the vocabulary-parallel cross-entropy all-gathers 3 floats per
 token from each rank. The metrics' tp_comm_sent_bytes must equal that exactly."""
+import os
 import shutil
 import tempfile
 
@@ -54,6 +55,24 @@ for tp, dp, stages in ((2, 1, (0, 1, 2, 3)), (2, 2, (0, 1, 2, 3)), (4, 1, (0, 1,
 tp_run("tp2_dp2_twinflow", 2, 2, ["zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
                                    "zero_optimization.offload_optimizer.ratio=0.5"])
 tp_run("tp2_dp1_offload_param", 2, 1, ["zero_optimization.stage=3", "zero_optimization.offload_param.device=cpu"])
+# Three data-parallel ranks: their sums are no longer commutative pairs, so the whole tensors' (LayerNorms,
+# biases, wpe) gradients stay bit-identical across the tensor-parallel group only if every tp rank's
+# data-parallel group adds them in the same order. Every tp rank's part has the same shape (wte padded),
+# hence the same ZeRO partition and buckets; the checkpoint saved at the end checks the result (a save
+# fails when a whole tensor differs between tp ranks). (Open MPI's reduce-scatter here adds in rank
+# order whatever the partition, so this passes even without the padding; a ring, as NCCL's, adds in an
+# order that follows each piece's owner, which the padding keeps the same.)
+B3 = ["train_batch_size=12"]
+p, rows = ztlib.train(cfg, HEADS + B3 + ["zero_optimization.stage=2"], ranks=3)
+dp3 = ztlib.losses(rows)
+for stage in (0, 2, 3):
+    ck = tempfile.mkdtemp(prefix="zt-tp-dp3-")
+    tp_run(f"tp2_dp3_stage{stage}_saves", 2, 3, B3 + [f"zero_optimization.stage={stage}", f"checkpoint.dir={ck}"],
+           ref=dp3)
+    ztlib.check(os.path.exists(os.path.join(ck, "step_00000020", "index.h5")), f"tp2_dp3_stage{stage}_checkpoint_saved",
+                str(os.listdir(ck)))
+    shutil.rmtree(ck, ignore_errors=True)
+
 # ZeRO-Infinity: the optimizer states and the parameters on NVMe (swap files per rank)
 nvme = tempfile.mkdtemp(prefix="zt-tp-nvme-")
 tp_run("tp2_dp2_nvme", 2, 2, ["zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",

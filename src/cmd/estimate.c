@@ -5,7 +5,7 @@
  * fit — DeepSpeed's estimate_zero2/zero3 helpers as one command, computed from the same formulas
  * (engine/zero_formula.h) and buffer plans the engine and model use. Host and NVMe sizes are per
  * node, shared by its ranks. With tensor parallelism (--tp, default the config's tp_size) a rank holds
- * its tensor-parallel part (rank 0's, the largest: it holds the odd vocabulary rows) and ZeRO
+ * its tensor-parallel part (every rank's has the same size: wte is padded) and ZeRO
  * partitions it over the ranks / tp data-parallel ranks. */
 #include <stdlib.h>
 #include <string.h>

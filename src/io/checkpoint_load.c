@@ -108,11 +108,12 @@ static int read_mine(mine_ctx *c, int v, size_t a, size_t b, const ck_target *t,
     for (int i = 0; i < c->mine->count; i++) {
         const zt_param_info *p = &c->mine->params[i], *w = &c->whole->params[i];
         size_t cols = (size_t)zt_param_cols(p), wcols = (size_t)zt_param_cols(w);
-        size_t x = ck_max(a, p->offset), y = ck_min(b, p->offset + p->numel), l1;
+        /* (wte's padding rows past the vocabulary are not in the checkpoint: they stay zero) */
+        size_t x = ck_max(a, p->offset), y = ck_min(b, p->offset + (size_t)zt_tp_rows_in_whole(p) * cols), l1;
         if (x >= y) continue;
         size_t per = CK_ROWS_ELEMS / wcols; /* a whole row is at most 4 n_embd elements */
         for (size_t l0 = (x - p->offset) / cols; p->offset + l0 * cols < y; l0 = l1) {
-            l1 = ck_min(l0 + per, (size_t)zt_param_rows(p));
+            l1 = ck_min(l0 + per, (size_t)zt_tp_rows_in_whole(p));
             /* its rows [l0, l1) are whole rows [w0, w0 + l1 - l0) */
             size_t w0 = (size_t)zt_tp_whole_row(p, (int)l0);
             if (ck_read_whole(r, v, w->offset + w0 * wcols, w->offset + (w0 + l1 - l0) * wcols, c->whole_rows, err))

@@ -439,7 +439,7 @@ static int assemble_rows(zt_checkpoint_reader *r, int v, int i, size_t q0, size_
         if (p->split == ZT_TP_WHOLE && t > 0) break; /* every tp rank's copy is the same (checked at save) */
         size_t l0 = q0, l1 = q1, pc = (size_t)zt_param_cols(p); /* its local rows of [q0, q1) */
         if (p->split == ZT_TP_ROWS) {
-            size_t lo = (size_t)p->split_lo, hi = lo + (size_t)zt_param_rows(p);
+            size_t lo = (size_t)p->split_lo, hi = lo + (size_t)zt_tp_rows_in_whole(p);
             l0 = ck_max(q0, lo) - lo;
             l1 = ck_max(ck_min(q1, hi), lo) - lo;
         }

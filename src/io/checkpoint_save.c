@@ -267,7 +267,8 @@ static void map_tensor(const vds_map *m, const ck_partition *part, int i) {
             int file = d * part->tp + t;
             size_t lo, hi;
             ck_partition_range(part, file, &lo, &hi);
-            size_t x = ck_max(lo, p->offset), y = ck_min(hi, p->offset + p->numel);
+            /* (wte's padding rows past the vocabulary map nowhere) */
+            size_t x = ck_max(lo, p->offset), y = ck_min(hi, p->offset + (size_t)zt_tp_rows_in_whole(p) * row);
             for (size_t u = x - p->offset, w = y - p->offset; x < y && u < w;) {
                 size_t r0 = u / row, c0 = u % row, rows = 1, k;
                 if (c0 || w - u < row) {

@@ -41,8 +41,9 @@ static const char *block_names[P_PER_BLOCK] = {
     "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
 
 /* One tensor: whole shape d0 x d1 (d1 0: 1-D), cut by `split` into this rank's part of tensor parallelism
- * rank r of tp (see zt_tp_split): ROWS take d0 / tp rows (wte: ceil(V / tp), the last rank fewer), COLUMNS
- * take `pieces` pieces of width (cols / pieces) / tp. */
+ * rank r of tp (see zt_tp_split): ROWS take ceil(d0 / tp) rows (wte: the last rank's end in padding rows
+ * past the vocabulary, zero and never used, as Megatron pads the vocabulary: every rank's part has the
+ * same shape), COLUMNS take `pieces` pieces of width (cols / pieces) / tp. */
 static void add_param(zt_param_table *t, const char *name, int d0, int d1, int segment, zt_tp_split split, int pieces) {
     zt_param_info *p = &t->params[t->count++];
     int r = t->tp_rank, tp = t->tp_size;
@@ -56,8 +57,8 @@ static void add_param(zt_param_table *t, const char *name, int d0, int d1, int s
     p->split_pieces = 1;
     if (p->split == ZT_TP_ROWS) {
         int per = (d0 + tp - 1) / tp;
-        p->split_lo = r * per < d0 ? r * per : d0;
-        p->shape[0] = (p->split_lo + per < d0 ? p->split_lo + per : d0) - p->split_lo;
+        p->split_lo = r * per;
+        p->shape[0] = per;
     } else if (p->split == ZT_TP_COLUMNS) {
         int *cols = &p->shape[p->ndim - 1], stride = *cols / pieces, width = stride / tp;
         p->split_pieces = pieces;
@@ -99,7 +100,8 @@ static void tp_copy_vector(const zt_param_table *part, const zt_param_table *who
                            int take) {
     for (int i = 0; i < part->count; i++) {
         const zt_param_info *p = &part->params[i], *w = &whole->params[i];
-        int rows = zt_param_rows(p), cols = zt_param_cols(p), wcols = zt_param_cols(w);
+        int rows = zt_tp_rows_in_whole(p), cols = zt_param_cols(p), wcols = zt_param_cols(w);
+        if (take) memset(part_vec + p->offset + (size_t)rows * cols, 0, (p->numel - (size_t)rows * cols) * sizeof(float));
         for (int row = 0; row < rows; row++) {
             float *mine = part_vec + p->offset + (size_t)row * cols;
             float *theirs = whole_vec + w->offset + (size_t)zt_tp_whole_row(p, row) * wcols;
@@ -329,7 +331,7 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
     m->tp = table->tp_size > 1 ? tp : NULL;
     m->tp_rank = table->tp_rank;
     m->vocab_lo = table->vocab_lo;
-    m->vocab_rows = table->params[0].shape[0];
+    m->vocab_rows = zt_tp_rows_in_whole(&table->params[0]); /* the logits past it are padding */
     size_t N = (size_t)B * T, C = shape->n_embd, Vp = m->logits_stride, e = m->elem_size;
     slot_layout sl = layout_of(m);
     scratch_layout sc = scratch_of(m);

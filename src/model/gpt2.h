@@ -45,6 +45,15 @@ typedef struct zt_param_info {
 static inline int zt_param_rows(const zt_param_info *p) { return p->ndim == 2 ? p->shape[0] : 1; }
 static inline int zt_param_cols(const zt_param_info *p) { return p->ndim == 2 ? p->shape[1] : p->shape[0]; }
 static inline int zt_param_full_cols(const zt_param_info *p) { return p->ndim == 2 ? p->full_shape[1] : p->full_shape[0]; }
+/* this rank's rows that are rows of the whole tensor: all of them, but for wte's last tensor-parallel
+ * ranks, whose parts end in padding rows past the vocabulary (every rank's part has the same shape, so
+ * that the ranks' ZeRO partitions, and so the order of their data-parallel sums, are the same) */
+static inline int zt_tp_rows_in_whole(const zt_param_info *p) {
+    int rows = zt_param_rows(p);
+    if (p->split != ZT_TP_ROWS) return rows;
+    int left = p->full_shape[0] - p->split_lo;
+    return left < rows ? (left > 0 ? left : 0) : rows;
+}
 /* the whole tensor's row that this rank's row `row` is part of */
 static inline int zt_tp_whole_row(const zt_param_info *p, int row) { return p->split == ZT_TP_ROWS ? p->split_lo + row : row; }
 /* this rank's columns of one row, taken from the whole row / put into the whole row */
@@ -73,8 +82,8 @@ int zt_gpt2_param_table(zt_param_table *table, const zt_gpt2_shape *shape, zt_er
 /* Tensor-parallel rank tp_rank's part of the model (tp_size 1: the whole table). Same tensors, names and
  * order as the whole table; shapes, offsets and totals are this rank's. n_head must divide by tp_size. */
 int zt_gpt2_param_table_tp(zt_param_table *table, const zt_gpt2_shape *shape, int tp_rank, int tp_size, zt_err *err);
-/* This rank's fp32 vector from the whole one (whole table: tp_size 1), and the reverse (writes only
- * this rank's elements of whole). */
+/* This rank's fp32 vector from the whole one (whole table: tp_size 1; padding rows zero), and the
+ * reverse (writes only this rank's elements of whole). */
 void zt_tp_take_vector(const zt_param_table *part, const zt_param_table *whole, const float *whole_vec, float *part_vec);
 void zt_tp_put_vector(const zt_param_table *part, const zt_param_table *whole, const float *part_vec, float *whole_vec);
 void zt_param_table_free(zt_param_table *table);
