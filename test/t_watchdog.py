@@ -6,6 +6,7 @@
     comm_timeout plus a poll interval plus mpirun's teardown; the stopped rank blames nobody;
   - comm_timeout is a config key (default 600 s, in the effective config; negative values rejected);
   - a healthy run with a short timeout finishes normally (a slow-but-progressing job is not killed).
+  - the same under tensor parallelism (tp 2 x dp 2): a rank stopped inside its group's all-reduce;
 The multi-host cases (dropped packets, a lost node) are in t_multinode.py."""
 import os
 import re
@@ -26,58 +27,66 @@ def children(pid):
     return [int(line.split()[0]) for line in out.splitlines() if line.split()[1:] == ["zerotrain"]]
 
 
-cmd = ["mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", ztlib.BIN, "train", tiny,
-       "--set", "zero_optimization.stage=3", "--set", "train_iters=1000000", "--set", f"comm_timeout={TIMEOUT}",
-       "--set", "steps_per_print=1"]
-proc = subprocess.Popen(cmd, cwd=ztlib.ROOT, env=ztlib.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-victim = victim_rank = None
-job_rolls, seen_roll = [], False
-out = ""
-try:
-    # wait for training to run (first step lines), then stop one rank
-    t_start = time.time()
-    while time.time() - t_start < 60:
-        line = proc.stdout.readline()
-        out += line
-        if re.match(r"step +3/", line):
-            break
-    ranks = children(proc.pid)
-    # this job's roll file: rank 0's host and pid name it (train.c: open_roll); ranks are the
-    # launcher's children, so whichever is rank 0 is among them
-    job_rolls = [f"/dev/shm/.zerotrain-roll-{socket.gethostname()}-{pid}" for pid in ranks]
-    seen_roll = any(os.path.exists(r) for r in job_rolls)
-    victim = ranks[2] if len(ranks) == 4 else None
-    if victim:
-        with open(f"/proc/{victim}/environ", "rb") as f:
-            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        victim_rank = int(env.get(b"OMPI_COMM_WORLD_RANK", b"-1"))
-        os.kill(victim, signal.SIGSTOP)
-    t0 = time.time()
-    rest, _ = proc.communicate(timeout=60)
-    elapsed = time.time() - t0
-    out += rest
-except subprocess.TimeoutExpired:
-    proc.kill()
-    out += proc.communicate()[0]
-    elapsed = float("inf")
-finally:
-    if victim:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            try:
-                os.kill(victim, sig)
-            except ProcessLookupError:
-                pass
-    if proc.poll() is None:
+def stop_one_rank(sets):
+    """Trains on 4 ranks with SETS, SIGSTOPs rank 2 at step 3; returns (output, seconds from the stop to the
+    job's end, the stopped world rank, the job's status, this job's roll files, whether one was seen)."""
+    cmd = ["mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", ztlib.BIN, "train", tiny,
+           "--set", "train_iters=1000000", "--set", f"comm_timeout={TIMEOUT}", "--set", "steps_per_print=1"]
+    for x in sets:
+        cmd += ["--set", x]
+    proc = subprocess.Popen(cmd, cwd=ztlib.ROOT, env=ztlib.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    victim = victim_rank = None
+    job_rolls, seen_roll = [], False
+    out = ""
+    try:
+        # wait for training to run (first step lines), then stop one rank
+        t_start = time.time()
+        while time.time() - t_start < 60:
+            line = proc.stdout.readline()
+            out += line
+            if re.match(r"step +3/", line):
+                break
+        ranks = children(proc.pid)
+        # this job's roll file: rank 0's host and pid name it (train.c: open_roll); ranks are the
+        # launcher's children, so whichever is rank 0 is among them
+        job_rolls = [f"/dev/shm/.zerotrain-roll-{socket.gethostname()}-{pid}" for pid in ranks]
+        seen_roll = any(os.path.exists(r) for r in job_rolls)
+        victim = ranks[2] if len(ranks) == 4 else None
+        if victim:
+            with open(f"/proc/{victim}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            victim_rank = int(env.get(b"OMPI_COMM_WORLD_RANK", b"-1"))
+            os.kill(victim, signal.SIGSTOP)
+        t0 = time.time()
+        rest, _ = proc.communicate(timeout=60)
+        elapsed = time.time() - t0
+        out += rest
+    except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
+        out += proc.communicate()[0]
+        elapsed = float("inf")
+    finally:
+        if victim:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(victim, sig)
+                except ProcessLookupError:
+                    pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return out, elapsed, victim_rank, proc.returncode, job_rolls, seen_roll
 
-ztlib.check(victim is not None, "watchdog_sigstop_found_ranks", out[-500:])
+
+out, elapsed, victim_rank, rc, job_rolls, seen_roll = stop_one_rank(["zero_optimization.stage=3"])
+ztlib.check(victim_rank is not None, "watchdog_sigstop_found_ranks", out[-500:])
 lines = re.findall(r"zerotrain: error: rank (\d+) \(host [^)]+\): (\S+(?: \S+)?) #\d+ \(\d+ bytes\) made no progress "
                    r"for \d+s \(waiting on the other 3 ranks(?:; rank \d+ \(host [^)]+\) stopped answering \d+s ago "
                    r"\([^)]*\))*; comm_timeout 3s\)", out)
 # the line names the rank that stopped (its watchdog stopped stamping the roll, watchdog.h)
 named = re.findall(r"; rank (\d+) \(host [^)]+\) stopped answering \d+s ago", out)
-ztlib.check(proc.returncode not in (0, None), "watchdog_sigstop_exit_nonzero", f"rc={proc.returncode}")
+ztlib.check(rc not in (0, None), "watchdog_sigstop_exit_nonzero", f"rc={rc}")
 # bound: timeout + one poll (timeout/4) + mpirun's teardown; generous for a loaded 2-core machine
 ztlib.check(elapsed < TIMEOUT + 20, "watchdog_sigstop_bounded", f"took {elapsed:.1f}s")
 ztlib.check(len(lines) >= 1, "watchdog_sigstop_reports_rank_and_collective", out[-800:])
@@ -89,6 +98,20 @@ ztlib.check(seen_roll and not any(os.path.exists(r) for r in job_rolls), "watchd
 ztlib.check(victim_rank is not None and str(victim_rank) not in {r for r, _ in lines}
             and len(lines) == len({r for r, _ in lines}), "watchdog_sigstop_victim_silent_one_line_per_rank",
             f"victim rank {victim_rank}: {lines}")
+
+# tensor parallel 2 x data parallel 2: the stopped rank's tensor-parallel partner waits in the model's
+# all-reduce over its group of 2 (its data-parallel peers in ZeRO's); every rank still ends non-zero within
+# the bound, and the lines name the stopped rank
+out, elapsed, victim_rank, rc, _, _ = stop_one_rank(["zero_optimization.stage=2", "model.n_head=4",
+                                                      "tensor_parallel.tp_size=2"])
+tp_lines = re.findall(r"zerotrain: error: rank (\d+) \(host [^)]+\): .* made no progress for \d+s \(waiting on the other "
+                      r"(?:1 rank of its group of 2|3 ranks)(?:; rank (\d+) \(host [^)]+\) stopped answering [^;]*)?; "
+                      r"comm_timeout 3s\)", out)
+ztlib.check(rc not in (0, None) and elapsed < TIMEOUT + 20, "watchdog_tp_sigstop_ends_bounded",
+            f"rc={rc}, took {elapsed:.1f}s")
+ztlib.check(len(tp_lines) >= 1 and all(v == str(victim_rank) for _, v in tp_lines if v)
+            and any(v for _, v in tp_lines), "watchdog_tp_sigstop_names_the_stopped_rank",
+            f"victim rank {victim_rank}: " + "\n".join(l for l in out.splitlines() if "no progress" in l))
 
 # config key: default and range
 p = ztlib.run(["train", tiny, "--set", "train_iters=1", "--set", "comm_timeout=-1"])
