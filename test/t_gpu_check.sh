@@ -107,11 +107,12 @@ expect gpu_check_10b_estimate "$(cat "$o1/logs/10b_estimate.log" 2>/dev/null)" "
 expect gpu_check_largest_no_gpu "$(cat "$o1/parts/largest.verdict" 2>/dev/null)" "^no GPU.*params cpu: L[0-9]+ C[0-9]+ \([0-9.]+M parameters\), training skipped;params nvme: L[0-9]+ C[0-9]+"
 expect gpu_check_report_verdict_table "$report" "\| libs \| PASS.*\| selftest \| no GPU.*\| smoke \| no GPU.*\| 10b \| "
 
-# 2 ranks under the packed mpirun: another smoke case
+# 2 ranks under the packed mpirun: another smoke case, and a tensor-parallel one
 o2=$tmp/out2
-log=$("$pack/run" --out "$o2" --parts smoke --cases '^s2-opt-cpu-overlap-off$' --ranks 2 --steps 2 2>&1); rc=$?
+log=$("$pack/run" --out "$o2" --parts smoke --cases '^(s2-opt-cpu-overlap-off|tp2-s3-partition)$' --ranks 2 --steps 2 2>&1); rc=$?
 if ((rc == 0)); then pass gpu_check_run_2ranks; else fail gpu_check_run_2ranks "exit $rc: $(tail -n 8 <<<"$log")"; fi
-expect gpu_check_smoke_no_gpu_2ranks "$(cat "$o2/parts/smoke.verdict" 2>/dev/null)" "^no GPU.*sim side of 1 cases trained on 2 rank"
+expect gpu_check_smoke_no_gpu_2ranks "$(cat "$o2/parts/smoke.verdict" 2>/dev/null)" "^no GPU.*sim side of 2 cases trained on 2 rank"
+expect gpu_check_smoke_tp2_losses_2ranks "$(cat "$o2/smoke/tp2-s3-partition.sim.loss" 2>/dev/null)" "^[0-9]+\.[0-9]+"$'\n'"[0-9]+\.[0-9]+$"
 
 # a library missing from the pack (here: removed from the unpacked runtime) is named, one line
 # each, and the run fails
