@@ -44,10 +44,13 @@ static int check_activations(const zt_config *cfg, const zt_gpt2_shape *shape, c
                               B, T, need / GiB, have / GiB, be->name);
 }
 
-/* Stage 3 as the session cuts it: the embedding in row blocks where the bound asks for it. */
+/* Stage 3 as the session cuts it: the embedding in row blocks where the bound asks for it; under tensor
+ * parallelism a rank's part (all are the same shape), partitioned over the world / tp_size
+ * data-parallel ranks. */
 static int check_stage3(const zt_config *cfg, int world, const zt_gpt2_shape *shape, zt_err *err) {
     zt_param_table table;
-    if (zt_gpt2_param_table(&table, shape, err)) return -1;
+    if (zt_gpt2_param_table_tp(&table, shape, 0, cfg->tp_size, err)) return -1;
+    world /= cfg->tp_size;
     zt_engine_opts o = {.stage = 3,
                         .stage3_param_persistence_threshold = cfg->stage3_param_persistence_threshold,
                         .stage3_prefetch_bucket_size = cfg->stage3_prefetch_bucket_size,

@@ -73,27 +73,18 @@ static void add_param(zt_param_table *t, const char *name, int d0, int d1, int s
     t->total += p->numel;
 }
 
-void zt_tp_take_row(const zt_param_info *p, const float *whole_row, float *row) {
-    int cols = zt_param_cols(p);
-    if (p->split != ZT_TP_COLUMNS) {
-        memcpy(row, whole_row, (size_t)cols * sizeof *row);
-        return;
+/* one row's columns between this rank's part and the whole row, in either direction */
+static void tp_row(const zt_param_info *p, float *row, float *whole_row, int take) {
+    int cols = zt_param_cols(p), pieces = p->split == ZT_TP_COLUMNS ? p->split_pieces : 1, width = cols / pieces;
+    for (int k = 0; k < pieces; k++) {
+        float *whole = whole_row + (p->split == ZT_TP_COLUMNS ? (size_t)k * p->split_stride + p->split_lo : 0);
+        float *mine = row + (size_t)k * width;
+        memcpy(take ? mine : whole, take ? whole : mine, (size_t)width * sizeof *row);
     }
-    int width = cols / p->split_pieces;
-    for (int k = 0; k < p->split_pieces; k++)
-        memcpy(row + (size_t)k * width, whole_row + (size_t)k * p->split_stride + p->split_lo, (size_t)width * sizeof *row);
 }
 
-void zt_tp_put_row(const zt_param_info *p, const float *row, float *whole_row) {
-    int cols = zt_param_cols(p);
-    if (p->split != ZT_TP_COLUMNS) {
-        memcpy(whole_row, row, (size_t)cols * sizeof *row);
-        return;
-    }
-    int width = cols / p->split_pieces;
-    for (int k = 0; k < p->split_pieces; k++)
-        memcpy(whole_row + (size_t)k * p->split_stride + p->split_lo, row + (size_t)k * width, (size_t)width * sizeof *row);
-}
+void zt_tp_take_row(const zt_param_info *p, const float *whole_row, float *row) { tp_row(p, row, (float *)whole_row, 1); }
+void zt_tp_put_row(const zt_param_info *p, const float *row, float *whole_row) { tp_row(p, (float *)row, whole_row, 0); }
 
 /* this rank's part p and the same tensor w of the whole table: row by row, in either direction */
 static void tp_copy_vector(const zt_param_table *part, const zt_param_table *whole, float *part_vec, float *whole_vec,
