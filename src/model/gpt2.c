@@ -6,6 +6,13 @@
  *   fchg = gelu(fch)                 res_{l+1} = res2 + fchg Wfcproj + bfcproj
  * then lnf = LN(res_L), logits = lnf wte^T, loss = mean cross-entropy.
  *
+ * Tensor parallelism (tp ranks, Megatron-LM's split): Wqkv and Wfc are column-parallel (a rank computes
+ * its NH/tp heads and 4C/tp MLP columns), Wproj and Wfcproj row-parallel: their outputs are partial sums,
+ * all-reduced over the group (forward), as are the input gradients of the column-parallel linears
+ * (backward) — 4 all-reduces of N*C per block. wte is vocabulary-parallel: the lookup is all-reduced
+ * before wpe is added, the LM head gives each rank its vocabulary's logits, the cross-entropy combines
+ * per-row statistics all-gathered from every rank, and the LM head's input gradient is all-reduced.
+ *
  * Activation checkpointing: the block inputs res_0..res_L are always kept. The per-layer
  * activations (ln1, qkv, atty, att, res2, ln2, fch, fchg and the LN statistics) live in
  * `segment_layers` slots; layer l uses slot l % segment_layers. Without checkpointing there is one

@@ -1,7 +1,10 @@
 /* gpt2.h — the GPT-2 model: its parameter table (Hugging Face names and shapes, one flat vector),
  * initialisation, and forward/backward over a batch with optional activation checkpointing.
  * The model never owns parameter or gradient memory: it asks a zt_param_source for each
- * segment's pointers, so ZeRO can hand it full buffers (stages 0-2) or gathered blocks (stage 3). */
+ * segment's pointers, so ZeRO can hand it full buffers (stages 0-2) or gathered blocks (stage 3).
+ * Under tensor parallelism (Megatron-LM) a rank's table is its part of the whole one (zt_tp_split)
+ * and the model runs its heads, MLP columns and vocabulary rows, with the tensor-parallel group's
+ * collectives in between (gpt2.c). */
 #ifndef ZT_GPT2_H
 #define ZT_GPT2_H
 
