@@ -126,6 +126,18 @@ typedef struct zt_backend {
     void (*xent_parallel)(float *losses, void *dlogits, const void *logits, const int *targets, const float *stats_all,
                           int tp, int N, int Vl, int Vp, int vocab_lo, float dloss);
 
+    /* ---- tiled linears (zero_optimization.tiled_linear): matmul_forward/backward taken apart, for a
+     * tile of a weight's rows whose input is a column slice of a wider activation ---- */
+    /* row-major C[M,N] (row stride ldc) = op(A) op(B) + beta C. op(A) [M,K] is A stored [M,K] with row
+     * stride lda, or with trans_a A^T for A stored [K,M]; op(B) [K,N] likewise (trans_b: B stored
+     * [N,K]). beta is 0 (C is only written) or 1 (C accumulates). */
+    void (*gemm)(void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, int trans_a,
+                 int trans_b, float beta);
+    /* out[i, 0:OC] += bias for the N rows of out (row stride ld) */
+    void (*add_bias)(void *out, const void *bias, int N, int OC, int ld);
+    /* dbias[0:OC] += the sum of dout's N rows (row stride ld), as matmul_backward's dbias */
+    void (*bias_grad)(void *dbias, const void *dout, int N, int OC, int ld);
+
     /* ---- optimizer and reductions ---- */
     /* AdamW on fp32 master weights; grad in compute dtype; writes params_out (compute dtype, may be
      * NULL or alias master on fp32 backends) */

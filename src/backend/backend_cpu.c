@@ -306,6 +306,26 @@ static void cpu_matmul_backward(void *dinp, void *dw, void *dbias, const void *d
     if (dbias) colsum_acc(dbias, dout, N, OC, lddout);
 }
 
+/* ------------------------------------------------------------------ tiled linears */
+
+static void cpu_gemm(void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, int ta,
+                     int tb, float beta) {
+    gemm(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, c, ldc, NULL);
+}
+
+static void cpu_add_bias(void *out_, const void *bias_, int N, int OC, int ld) {
+    float *out = out_;
+    const float *bias = bias_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *o = out + (size_t)i * ld;
+#pragma omp simd
+        for (int j = 0; j < OC; j++) o[j] += bias[j];
+    }
+}
+
+static void cpu_bias_grad(void *dbias, const void *dout, int N, int OC, int ld) { colsum_acc(dbias, dout, N, OC, ld); }
+
 /* ------------------------------------------------------------------ attention */
 
 /* One (b,h) per OpenMP iteration; each head's SGEMMs run single-threaded, reading q, k and v
@@ -616,6 +636,9 @@ static const zt_backend cpu_backend = {
     .residual_forward = cpu_residual_forward,
     .accumulate = cpu_accumulate,
     .softmax_xent = cpu_softmax_xent,
+    .gemm = cpu_gemm,
+    .add_bias = cpu_add_bias,
+    .bias_grad = cpu_bias_grad,
     .xent_partial = cpu_xent_partial,
     .xent_parallel = cpu_xent_parallel,
     .adamw = cpu_adamw,
