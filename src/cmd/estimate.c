@@ -38,7 +38,11 @@ typedef struct row {
 static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *table, const zt_stage3_plan *g3,
                      long ranks, size_t P, size_t K, double acts, double host_acts) {
     size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
-    size_t seg0 = table->segment_lo[1], block = table->segment_lo[2] - table->segment_lo[1];
+    /* the gradient buffers of stages 2-3: the embeddings', and two of the largest other segment (a block,
+     * or a tile of one with tiled linears) */
+    size_t seg0 = table->segment_lo[table->n_embed_segments], block = 0;
+    for (int s = table->n_embed_segments; s < table->n_segments; s++)
+        if (table->segment_lo[s + 1] - table->segment_lo[s] > block) block = table->segment_lo[s + 1] - table->segment_lo[s];
     size_t embed3 = g3->embed, largest = g3->largest;
     double param_shard = (double)P * shard, twin_host = (double)ZT_TWIN_HOST_BYTES * shard;
     double opt_staging = zt_nvme_optimizer_staging_bytes(cfg->offload_buffer_count, cfg->sub_group_size, shard);
@@ -156,6 +160,7 @@ int zt_cmd_estimate(int argc, char **argv) {
         zt_config_free(&cfg);
         return 1;
     }
+    zt_param_table_tile_linears(&table, cfg.tiled_in_splits);
     double acts = (double)(plan.act_bytes + plan.scratch_bytes), biggest = 0;
     zt_param_table whole;
     zt_gpt2_param_table(&whole, &shape, &err);
@@ -165,6 +170,7 @@ int zt_cmd_estimate(int argc, char **argv) {
      * stage3_max_live_parameters asks for it; then it has no buffer of its own) */
     zt_param_table table3;
     zt_gpt2_param_table_tp(&table3, &shape, 0, (int)tp, &err);
+    zt_param_table_tile_linears(&table3, cfg.tiled_in_splits);
     zt_engine_opts o3 = {.stage = 3, .stage3_param_persistence_threshold = cfg.stage3_param_persistence_threshold,
                          .stage3_prefetch_bucket_size = cfg.stage3_prefetch_bucket_size,
                          .stage3_max_live_parameters = zt_zero3_live_bound(cfg.stage3_max_live_parameters)};

@@ -911,6 +911,14 @@ static int finish(loader *L) {
                            "expected a divisor of model.n_head (%d): heads are split across tensor-parallel ranks, got %d",
                            c->n_head, c->tp_size);
     }
+    if (c->tiled_out_splits != 1)
+        return zt_fail_rec(L, "zero_optimization.tiled_linear.out_splits",
+                           "only 1 is implemented: tiles are row ranges of the weights (in_splits), which lie contiguous in "
+                           "the flat parameter vector; got %d", c->tiled_out_splits);
+    if (c->tiled_in_splits > 1 && (c->n_embd / c->tp_size) % c->tiled_in_splits != 0)
+        return zt_fail_rec(L, "zero_optimization.tiled_linear.in_splits",
+                           "expected a divisor of the rows of every block linear, n_embd / tensor_parallel.tp_size = %d; "
+                           "got %d", c->n_embd / c->tp_size, c->tiled_in_splits);
     if ((c->vocab_size + c->tp_size - 1) / c->tp_size * (c->tp_size - 1) >= c->vocab_size)
         return zt_fail_rec(L, "tensor_parallel.tp_size", "too many ranks for model.vocab_size %d: a rank would hold no "
                                                           "vocabulary rows", c->vocab_size);

@@ -95,6 +95,8 @@ typedef struct zt_config {
     int ckpt_enabled;
     int ckpt_number_checkpoints; /* 0 = every block */
     int tp_size;                 /* tensor_parallel.tp_size: ranks per tensor-parallel group */
+    int tiled_in_splits;         /* zero_optimization.tiled_linear.in_splits: row tiles per block linear */
+    int tiled_out_splits;        /* zero_optimization.tiled_linear.out_splits: only 1 */
     int ckpt_cpu;                /* cpu_checkpointing: kept block inputs in host memory */
     int ckpt_partition;          /* partition_activations: kept block inputs split across tensor-parallel ranks */
 

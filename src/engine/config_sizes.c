@@ -50,6 +50,7 @@ static int check_activations(const zt_config *cfg, const zt_gpt2_shape *shape, c
 static int check_stage3(const zt_config *cfg, int world, const zt_gpt2_shape *shape, zt_err *err) {
     zt_param_table table;
     if (zt_gpt2_param_table_tp(&table, shape, 0, cfg->tp_size, err)) return -1;
+    zt_param_table_tile_linears(&table, cfg->tiled_in_splits);
     world /= cfg->tp_size;
     zt_engine_opts o = {.stage = 3,
                         .stage3_param_persistence_threshold = cfg->stage3_param_persistence_threshold,

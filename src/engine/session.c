@@ -141,6 +141,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
      * the activations and scratch where device memory is host memory, and 1 GiB for checkpoint
      * staging (64 MiB), MPI and the runtimes (the data and the init vector are in use already) */
     double host_reserve = (gpu ? 0.0 : (double)(plan.act_bytes + plan.scratch_bytes)) + 1073741824.0;
+    zt_param_table_tile_linears(&s->table, cfg->tiled_in_splits);
     zt_param_table_split_embedding(&s->table, zt_engine_embedding_rows(&s->table, &eo));
     zt_engine_offload off = {.enabled = cfg->offload_device != ZT_OFFLOAD_NONE, .ratio = cfg->offload_ratio,
                              .pin_memory = cfg->offload_pin_memory, .device_memory = cfg->offload_device_memory,

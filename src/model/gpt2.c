@@ -136,6 +136,7 @@ int zt_gpt2_param_table_tp(zt_param_table *t, const zt_gpt2_shape *s, int tp_ran
     t->n_layer = L;
     t->n_segments = L + 2;
     t->n_embed_segments = 1;
+    t->tiles = t->block_segments = 1;
     t->segment_lo = zt_xcalloc((size_t)t->n_segments + 1, sizeof *t->segment_lo);
     add_param(t, "transformer.wte.weight", s->vocab_size, C, 0, ZT_TP_ROWS, 1);
     add_param(t, "transformer.wpe.weight", s->n_positions, C, 0, ZT_TP_WHOLE, 1);
@@ -163,22 +164,53 @@ int zt_gpt2_param_table_tp(zt_param_table *t, const zt_gpt2_shape *s, int tp_ran
     return 0;
 }
 
+/* each tensor's first segment, from the bounds */
+static void assign_segments(zt_param_table *t) {
+    int seg = 0;
+    for (int i = 0; i < t->count; i++) {
+        while (seg + 1 < t->n_segments && t->segment_lo[seg + 1] <= t->params[i].offset) seg++;
+        t->params[i].segment = seg;
+    }
+}
+
 void zt_param_table_split_embedding(zt_param_table *t, int rows) {
-    int V = t->params[0].shape[0], C = t->params[0].shape[1], L = t->n_layer;
+    int V = t->params[0].shape[0], C = t->params[0].shape[1], old_e = t->n_embed_segments;
     if (rows <= 0 || rows > V) rows = V;
-    int E = (V + rows - 1) / rows;
-    size_t *lo = zt_xcalloc((size_t)(E + L + 2), sizeof *lo);
+    int E = (V + rows - 1) / rows, rest = t->n_segments - old_e; /* the blocks' and ln_f's segments stay */
+    size_t *lo = zt_xcalloc((size_t)(E + rest + 1), sizeof *lo);
     for (int k = 0; k < E; k++) lo[k] = (size_t)k * rows * C; /* the last also holds wpe */
-    for (int l = 0; l <= L; l++) lo[E + l] = t->params[2 + P_PER_BLOCK * l].offset; /* blocks, then ln_f */
-    lo[E + L + 1] = t->total;
+    for (int s = 0; s <= rest; s++) lo[E + s] = t->segment_lo[old_e + s];
     free(t->segment_lo);
     t->segment_lo = lo;
-    t->params[0].segment = 0;
-    t->params[1].segment = E - 1;
-    for (int i = 2; i < t->count; i++) t->params[i].segment = E + (i - 2) / P_PER_BLOCK;
     t->n_embed_segments = E;
     t->embed_rows = rows;
-    t->n_segments = E + L + 1;
+    t->n_segments = E + rest;
+    assign_segments(t);
+}
+
+void zt_param_table_tile_linears(zt_param_table *t, int tiles) {
+    if (tiles <= 1) return;
+    int L = t->n_layer, E = t->n_embed_segments, K = 4 * tiles;
+    size_t *lo = zt_xcalloc((size_t)(E + L * K + 2), sizeof *lo);
+    memcpy(lo, t->segment_lo, (size_t)E * sizeof *lo);
+    static const int linears[4] = {P_QKVW, P_PROJW, P_FCW, P_FCPROJW};
+    for (int l = 0; l < L; l++) {
+        const zt_param_info *p = &t->params[2 + P_PER_BLOCK * l];
+        for (int j = 0; j < 4; j++) {
+            const zt_param_info *w = &p[linears[j]];
+            size_t rows = (size_t)w->shape[0] / (size_t)tiles, cols = (size_t)w->shape[1];
+            for (int k = 0; k < tiles; k++) lo[E + l * K + j * tiles + k] = w->offset + (size_t)k * rows * cols;
+        }
+        lo[E + l * K] = p[P_LN1W].offset; /* ln_1 rides with c_attn's first tile */
+    }
+    lo[E + L * K] = t->segment_lo[t->n_segments - 1]; /* ln_f */
+    lo[E + L * K + 1] = t->total;
+    free(t->segment_lo);
+    t->segment_lo = lo;
+    t->tiles = tiles;
+    t->block_segments = K;
+    t->n_segments = E + L * K + 1;
+    assign_segments(t);
 }
 
 void zt_param_table_free(zt_param_table *t) {
@@ -480,7 +512,175 @@ static void block_backward(zt_gpt2 *m, int l, const block_params *bp, const bloc
     be->layernorm_backward(dres, gp->p[P_LN1W], gp->p[P_LN1B], dsmall, in, bp->p[P_LN1W], a.mean1, a.rstd1, N, C);
 }
 
+/* ---------------------------------------------------------------- one block, tile by tile */
+
+/* Tiled linears (zt_param_table_tile_linears): y = x W + b over W's row tiles, y = sum_k x[:, I_k] W[I_k, :],
+ * each tile a segment gathered, used and released in turn; backward dW[I_k] += x[:, I_k]^T dy and
+ * dx[:, I_k] = dy W[I_k]^T tile by tile, db once. The tile sums change the order of fp32 additions
+ * (equal to the whole-block GEMMs within rounding, not bit for bit). */
+typedef struct {
+    zt_gpt2 *m;
+    const zt_param_source *src;
+    const zt_param_info *p; /* the block's first tensor */
+    int seg0, tiles;        /* the block's first segment; tiles per linear */
+    int seg;                /* the segment held now */
+    void *base, *gbase;     /* its parameters (and gradients, in backward) */
+} tile_walk;
+
+enum { TL_QKV, TL_PROJ, TL_FC, TL_FCPROJ };
+static const int tile_weight[4] = {P_QKVW, P_PROJW, P_FCW, P_FCPROJW};
+
+/* holds segment `seg` (releasing the one before; backward: finishing its gradients too) */
+static void tile_hold(tile_walk *w, int seg, int backward, int prefetch) {
+    if (w->seg == seg) return;
+    const zt_param_source *src = w->src;
+    if (w->seg >= 0) {
+        src->release(src->ctx, w->seg);
+        if (backward) src->grads_done(src->ctx, w->seg);
+    }
+    w->seg = seg;
+    if (seg < 0) return;
+    w->base = src->acquire(src->ctx, seg);
+    if (prefetch && src->prefetch) src->prefetch(src->ctx, backward ? seg - 1 : seg + 1);
+    w->gbase = backward ? src->grads(src->ctx, seg) : NULL;
+}
+
+/* tensor i of the block (or element `skip` into it) in the held segment's parameters / gradients */
+static void *tile_param(const tile_walk *w, int i, size_t skip, int grads) {
+    size_t lo = w->m->table->segment_lo[w->seg];
+    return at(w->m, grads ? w->gbase : w->base, w->p[i].offset + skip - lo);
+}
+
+/* linear j's tile k: holds its segment; *rows = its rows, returns its offset in the weight (elements) */
+static size_t tile_at(tile_walk *w, int j, int k, int backward, int prefetch, int *rows) {
+    const zt_param_info *wt = &w->p[tile_weight[j]];
+    *rows = wt->shape[0] / w->tiles;
+    tile_hold(w, w->seg0 + j * w->tiles + k, backward, prefetch);
+    return (size_t)k * *rows * wt->shape[1];
+}
+
+/* out[N, OC] = in[N, IN] W + bias, W [IN, OC] in row tiles; bias NULL: none (tp ranks but the first) */
+static void tiled_linear_forward(tile_walk *w, int j, void *out, const void *in, int bias_index, int prefetch) {
+    zt_gpt2 *m = w->m;
+    int N = m->B * m->T, IN = w->p[tile_weight[j]].shape[0], OC = w->p[tile_weight[j]].shape[1], rows;
+    for (int k = 0; k < w->tiles; k++) {
+        size_t off = tile_at(w, j, k, 0, prefetch, &rows);
+        m->be->gemm(out, at(m, in, (size_t)k * rows), tile_param(w, tile_weight[j], off, 0), N, OC, rows, IN, OC, OC,
+                    0, 0, k ? 1.0f : 0.0f);
+    }
+    if (bias_index >= 0) m->be->add_bias(out, tile_param(w, bias_index, 0, 0), N, OC, OC);
+}
+
+/* dW += in^T dout and din = dout W^T over the tiles, last first (the gradients of each tile's segment
+ * are final when it is let go); dbias += colsum(dout) while the last tile (which holds the bias) is held.
+ * The first tile stays held on return (c_attn's holds ln_1). */
+static void tiled_linear_backward(tile_walk *w, int j, void *din, const void *dout, const void *in, int bias_index,
+                                  int prefetch) {
+    zt_gpt2 *m = w->m;
+    int N = m->B * m->T, IN = w->p[tile_weight[j]].shape[0], OC = w->p[tile_weight[j]].shape[1], rows;
+    for (int k = w->tiles - 1; k >= 0; k--) {
+        size_t off = tile_at(w, j, k, 1, prefetch || k > 0, &rows);
+        if (k == w->tiles - 1) m->be->bias_grad(tile_param(w, bias_index, 0, 1), dout, N, OC, OC);
+        m->be->gemm(tile_param(w, tile_weight[j], off, 1), at(m, in, (size_t)k * rows), dout, rows, OC, N, IN, OC, OC,
+                    1, 0, 1.0f);
+        m->be->gemm(at(m, din, (size_t)k * rows), dout, tile_param(w, tile_weight[j], off, 0), N, rows, OC, OC, OC, IN,
+                    0, 1, 0.0f);
+    }
+}
+
+static tile_walk tile_walk_of(zt_gpt2 *m, const zt_param_source *src, int l) {
+    tile_walk w = {m, src, &m->table->params[2 + P_PER_BLOCK * l], zt_segment_of_block(m->table, l), m->table->tiles,
+                   -1, NULL, NULL};
+    return w;
+}
+
+/* block_forward, tile by tile; prefetch: ask for the next segment ahead (not while recomputing) */
+static void tiled_block_forward(zt_gpt2 *m, const zt_param_source *src, int l, int prefetch) {
+    const zt_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->shape.n_embd, N = B * T, tp = m->tp_size;
+    int Ch = C / tp, NHh = m->shape.n_head / tp, adds_bias = m->tp_rank == 0, rows;
+    layer_acts a = layer_acts_of(m, l);
+    void *in = residual_at(m, l), *out = residual_at(m, l + 1);
+    tile_walk w = tile_walk_of(m, src, l);
+    tile_at(&w, TL_QKV, 0, 0, prefetch, &rows); /* ln_1 rides with c_attn's first tile */
+    be->layernorm_forward(a.ln1, a.mean1, a.rstd1, in, tile_param(&w, P_LN1W, 0, 0), tile_param(&w, P_LN1B, 0, 0), N, C);
+    tiled_linear_forward(&w, TL_QKV, a.qkv, a.ln1, P_QKVB, prefetch);
+    be->attention_forward(a.atty, a.att, a.qkv, B, T, Ch, NHh);
+    tiled_linear_forward(&w, TL_PROJ, a.res2, a.atty, adds_bias ? P_PROJB : -1, prefetch);
+    tp_allreduce(m, a.res2, (size_t)N * C);
+    be->accumulate(a.res2, in, (size_t)N * C);
+    /* ln_2 rides with attn.c_proj's last tile, still held */
+    be->layernorm_forward(a.ln2, a.mean2, a.rstd2, a.res2, tile_param(&w, P_LN2W, 0, 0), tile_param(&w, P_LN2B, 0, 0),
+                          N, C);
+    tiled_linear_forward(&w, TL_FC, a.fch, a.ln2, P_FCB, prefetch);
+    be->gelu_forward(a.fchg, a.fch, (size_t)N * 4 * Ch);
+    tiled_linear_forward(&w, TL_FCPROJ, out, a.fchg, adds_bias ? P_FCPROJB : -1, prefetch);
+    tp_allreduce(m, out, (size_t)N * C);
+    be->accumulate(out, a.res2, (size_t)N * C);
+    tile_hold(&w, -1, 0, 0);
+}
+
+/* block_backward, tile by tile, segments in descending order; prefetch_past: the block before this
+ * one comes next in backward (its last segment may be asked for ahead) */
+static void tiled_block_backward(zt_gpt2 *m, const zt_param_source *src, int l, int prefetch_past) {
+    const zt_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->shape.n_embd, N = B * T, Ch = C / m->tp_size, NHh = m->shape.n_head / m->tp_size;
+    int rows;
+    layer_acts a = layer_acts_of(m, l);
+    scratch_layout sc = scratch_of(m);
+    void *dres = at(m, m->scratch, sc.dres), *dsmall = at(m, m->scratch, sc.dsmall);
+    void *dbig = at(m, m->scratch, sc.dbig), *datt = at(m, m->scratch, sc.datt);
+    tile_walk w = tile_walk_of(m, src, l);
+    /* MLP: the down projection's input gradient through the GELU, then the up projection's */
+    tiled_linear_backward(&w, TL_FCPROJ, dbig, dres, a.fchg, P_FCPROJB, 1);
+    be->gelu_backward(dbig, a.fch, dbig, (size_t)N * 4 * Ch);
+    tiled_linear_backward(&w, TL_FC, dsmall, dbig, a.ln2, P_FCB, 1);
+    tp_allreduce(m, dsmall, (size_t)N * C);
+    tile_at(&w, TL_PROJ, w.tiles - 1, 1, 1, &rows); /* ln_2 rides with attn.c_proj's last tile */
+    be->layernorm_backward(dres, tile_param(&w, P_LN2W, 0, 1), tile_param(&w, P_LN2B, 0, 1), dsmall, a.res2,
+                           tile_param(&w, P_LN2W, 0, 0), a.mean2, a.rstd2, N, C);
+    /* attention */
+    tiled_linear_backward(&w, TL_PROJ, dsmall, dres, a.atty, P_PROJB, 1);
+    be->attention_backward(dbig, datt, dsmall, a.qkv, a.att, B, T, Ch, NHh);
+    tiled_linear_backward(&w, TL_QKV, dsmall, dbig, a.ln1, P_QKVB, prefetch_past);
+    tp_allreduce(m, dsmall, (size_t)N * C);
+    /* ln_1 rides with c_attn's first tile, still held */
+    be->layernorm_backward(dres, tile_param(&w, P_LN1W, 0, 1), tile_param(&w, P_LN1B, 0, 1), dsmall, residual_at(m, l),
+                           tile_param(&w, P_LN1W, 0, 0), a.mean1, a.rstd1, N, C);
+    tile_hold(&w, -1, 1, 0);
+}
+
 /* ---------------------------------------------------------------- whole model */
+
+/* block l's forward: the block one segment, or tile by tile; prefetch as acquire() does */
+static void run_block_forward(zt_gpt2 *m, const zt_param_source *src, int l, int prefetch) {
+    if (m->table->tiles > 1) {
+        tiled_block_forward(m, src, l, prefetch);
+        return;
+    }
+    int s = zt_segment_of_block(m->table, l);
+    void *p = src->acquire(src->ctx, s);
+    if (prefetch && src->prefetch) src->prefetch(src->ctx, s + 1);
+    block_params bp = block_params_at(m, l, p);
+    block_forward(m, l, &bp);
+    src->release(src->ctx, s);
+}
+
+/* block l's backward; prefetch_past: block l-1's (last) segment may be asked for ahead */
+static void run_block_backward(zt_gpt2 *m, const zt_param_source *src, int l, int prefetch_past) {
+    if (m->table->tiles > 1) {
+        tiled_block_backward(m, src, l, prefetch_past);
+        return;
+    }
+    int s = zt_segment_of_block(m->table, l);
+    block_params bp = block_params_at(m, l, src->acquire(src->ctx, s));
+    if (src->prefetch && prefetch_past) src->prefetch(src->ctx, s - 1); /* block l-1, next in backward */
+    block_params gp = block_params_at(m, l, src->grads(src->ctx, s));
+    block_backward(m, l, &bp, &gp);
+    src->release(src->ctx, s);
+    src->grads_done(src->ctx, s);
+}
+
 
 static void *acquire(const zt_param_source *src, int segment) {
     void *p = src->acquire(src->ctx, segment);
@@ -585,11 +785,8 @@ float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens,
 
     embedding_forward(m, src);
     for (int l = 0; l < L; l++) {
-        int s = zt_segment_of_block(m->table, l);
-        block_params bp = block_params_at(m, l, acquire(src, s));
-        block_forward(m, l, &bp);
+        run_block_forward(m, src, l, 1);
         if (stores_inputs(m) && l % m->segment_layers == 0) ckpt_store(m, l, 0); /* after its reader */
-        src->release(src->ctx, s);
     }
     void *lnf = acquire(src, LNF);
     be->layernorm_forward(m->lnf, m->lnf_stats, m->lnf_stats + N, residual_at(m, L), lnf, at(m, lnf, C), N, C);
@@ -625,21 +822,8 @@ void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src) {
         int seg_start = ((seg_end - 1) / m->segment_layers) * m->segment_layers;
         if (stores_inputs(m)) ckpt_store(m, seg_start, 1); /* its input back into its slot */
         if (m->recompute) /* re-run the segment's forward from its kept input */
-            for (int l = seg_start; l < seg_end; l++) {
-                int s = zt_segment_of_block(m->table, l);
-                block_params bp = block_params_at(m, l, src->acquire(src->ctx, s));
-                block_forward(m, l, &bp);
-                src->release(src->ctx, s);
-            }
-        for (int l = seg_end - 1; l >= seg_start; l--) {
-            int s = zt_segment_of_block(m->table, l);
-            block_params bp = block_params_at(m, l, src->acquire(src->ctx, s));
-            if (src->prefetch && l > seg_start) src->prefetch(src->ctx, s - 1); /* block l-1, next in backward */
-            block_params gp = block_params_at(m, l, src->grads(src->ctx, s));
-            block_backward(m, l, &bp, &gp);
-            src->release(src->ctx, s);
-            src->grads_done(src->ctx, s);
-        }
+            for (int l = seg_start; l < seg_end; l++) run_block_forward(m, src, l, 0);
+        for (int l = seg_end - 1; l >= seg_start; l--) run_block_backward(m, src, l, l > seg_start);
         seg_end = seg_start;
     }
     embedding_backward(m, src, dres);

@@ -64,8 +64,9 @@ void zt_tp_take_row(const zt_param_info *p, const float *whole_row, float *row);
 void zt_tp_put_row(const zt_param_info *p, const float *row, float *whole_row);
 
 /* Segments are contiguous ranges of the flat vector, in the order forward first uses them:
- * 0..E-1 the embeddings (wte in blocks of embed_rows vocabulary rows, wpe with the last), E..E+L-1
- * the transformer blocks, E+L the final LayerNorm. E is 1 (the whole embedding one segment) unless
+ * 0..E-1 the embeddings (wte in blocks of embed_rows vocabulary rows, wpe with the last), then K per
+ * transformer block (E + l K .. E + l K + K - 1), then the final LayerNorm. K is 1 (a block is one
+ * segment) unless the block linears are tiled (zt_param_table_tile_linears). E is 1 (the whole embedding one segment) unless
  * stage 3 must gather the tied embedding in row blocks to keep within stage3_max_live_parameters
  * (zt_param_table_split_embedding). */
 typedef struct zt_param_table {
@@ -75,7 +76,9 @@ typedef struct zt_param_table {
     int vocab_lo;            /* the first vocabulary id of this rank's wte rows (0 without tensor parallelism) */
     size_t total;            /* elements in the flat vector */
     int n_layer;
-    int n_segments;          /* E + L + 1 */
+    int n_segments;          /* E + L K + 1 */
+    int tiles;               /* tiled linears: row tiles of each block linear (1: none) */
+    int block_segments;      /* K: segments per block, 1, or 4 tiles when tiled (zt_param_table_tile_linears) */
     int n_embed_segments;    /* E */
     int embed_rows;          /* vocabulary rows per embedding segment (the last may have fewer) */
     size_t *segment_lo;      /* [n_segments + 1]; segment s is [segment_lo[s], segment_lo[s+1]) */
@@ -93,8 +96,20 @@ void zt_param_table_free(zt_param_table *table);
 /* Re-cuts the embedding into segments of `rows` vocabulary rows (0 or >= vocab: one segment). The
  * flat vector does not move; only segment numbers and bounds change. */
 void zt_param_table_split_embedding(zt_param_table *table, int rows);
-static inline int zt_segment_of_block(const zt_param_table *t, int layer) { return t->n_embed_segments + layer; }
-static inline int zt_segment_of_lnf(const zt_param_table *t) { return t->n_embed_segments + t->n_layer; }
+/* Tiled linears (zero_optimization.tiled_linear.in_splits): cuts each block into 4 tiles segments, one
+ * per row tile of c_attn, attn.c_proj, c_fc and mlp.c_proj weights (rows are contiguous in the flat
+ * vector, so nothing moves); the LayerNorms and biases ride with the tile next to them (ln_1 with
+ * c_attn's first, c_attn's bias with its last, attn.c_proj's bias and ln_2 with its last, each
+ * other bias with its linear's last). tiles must divide every linear's rows (n_embd / tp). Call
+ * before zt_param_table_split_embedding. The model then gathers, uses and releases one tile after
+ * another (stage 3's working set is a tile, not a block). */
+void zt_param_table_tile_linears(zt_param_table *table, int tiles);
+static inline int zt_segment_of_block(const zt_param_table *t, int layer) {
+    return t->n_embed_segments + layer * t->block_segments;
+}
+static inline int zt_segment_of_lnf(const zt_param_table *t) {
+    return t->n_embed_segments + t->n_layer * t->block_segments;
+}
 /* vocabulary rows [lo, hi) of embedding segment k */
 static inline void zt_embed_segment_rows(const zt_param_table *t, int k, int *lo, int *hi) {
     int V = t->params[0].shape[0];
