@@ -174,7 +174,7 @@ void zt_cu_scale(void *x, float s, size_t n);
  * db[c] += sum_i dout[i,c]; with inp/mean/rstd also dw[c] += sum_i dout[i,c] * xhat[i,c]. */
 void zt_cu_colsum(void *dw, void *db, const zt16 *dout, int ld, const zt16 *inp, const float *mean,
                   const float *rstd, int N, int C);
-/* out[i, c] += bias[c] for a row-major [N, C] matrix with row stride ld (GEMM fallback path) */
+/* out[i, c] += bias[c] for a row-major [N, C] matrix with row stride ld (GEMM fallback path, add_bias) */
 void zt_cu_add_bias(zt16 *out, const zt16 *bias, int N, int C, int ld);
 
 /* gemm.cu */
@@ -186,6 +186,11 @@ void zt_cu_matmul_forward_gelu(void *out, void *pre, const void *inp, const void
                                int OC);
 void zt_cu_matmul_backward_dgelu(void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w,
                                  const void *gelu_pre, int N, int C, int OC);
+/* the tiled linears' table entries (backend.h) */
+void zt_cu_gemm(void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, int trans_a,
+                int trans_b, float beta);
+void zt_cu_add_bias_op(void *out, const void *bias, int N, int OC, int ld);
+void zt_cu_bias_grad(void *dbias, const void *dout, int N, int OC, int ld);
 /* the GEMM + softmax attention (any head size; att holds the probabilities) */
 void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
 void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,

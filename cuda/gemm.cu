@@ -1,5 +1,5 @@
 /* gemm.cu — the CUDA backend's matrix products: matmul forward/backward (cuBLASLt, 16-bit inputs,
- * fp32 accumulation, bias epilogue) and causal self-attention built from strided-batched GEMMs
+ * fp32 accumulation, bias epilogue), the tiled linears' strided gemm / add_bias / bias_grad entries and causal self-attention built from strided-batched GEMMs
  * plus fused softmax kernels.
  *
  * Row-major to column-major: cuBLAS is column-major, and a row-major [r, c] buffer read as
@@ -263,6 +263,22 @@ void zt_cu_matmul_backward(void *dinp, void *dw, void *dbias, const void *dout, 
         }
     }
     if (dbias) zt_cu_colsum(NULL, dbias, dY, lddout, NULL, NULL, NULL, N, OC);
+}
+
+/* ================================================================ tiled linears */
+/* backend.h's gemm: C[M,N] (ldc) = op(A) op(B) + beta C, 16-bit C, fp32 accumulation; the operands
+ * may be column slices of wider matrices (their row strides lda/ldb/ldc say so) */
+void zt_cu_gemm(void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, int trans_a,
+                int trans_b, float beta) {
+    gemm_rm(trans_a != 0, trans_b != 0, M, N, K, (const zt16 *)a, lda, 0, (const zt16 *)b, ldb, 0, c, ZT_CUDA_R_16,
+            ldc, 0, 1, 1.0f, beta, NULL);
+}
+/* backend.h's add_bias and bias_grad: the kernels matmul uses (GEMM fallback bias, deterministic dbias) */
+void zt_cu_add_bias_op(void *out, const void *bias, int N, int OC, int ld) {
+    zt_cu_add_bias((zt16 *)out, (const zt16 *)bias, N, OC, ld);
+}
+void zt_cu_bias_grad(void *dbias, const void *dout, int N, int OC, int ld) {
+    zt_cu_colsum(NULL, dbias, (const zt16 *)dout, ld, NULL, NULL, NULL, N, OC);
 }
 
 /* MLP up-projection with the GELU in cuBLASLt's epilogue: pre = inp W + bias, out = gelu(pre) in

@@ -759,6 +759,9 @@ void fill_ops(zt_backend *b) {
     b->residual_forward = zt_cu_residual_forward;
     b->accumulate = zt_cu_accumulate;
     b->softmax_xent = zt_cu_softmax_xent;
+    b->gemm = zt_cu_gemm;
+    b->add_bias = zt_cu_add_bias_op;
+    b->bias_grad = zt_cu_bias_grad;
     b->xent_partial = zt_cu_xent_partial;
     b->xent_parallel = zt_cu_xent_parallel;
     b->adamw = zt_cu_adamw;

@@ -298,6 +298,115 @@ static void test_matmul(int N, int C, int OC, int wt, int ld, int with_bias, int
     }
 }
 
+/* ------------------------------------------------------------------ tiled linears */
+/* gemm, add_bias and bias_grad on column slices: each operand is columns [lo, lo + cols) of a
+ * row-major [rows, ld] matrix, ld = lo + cols + pad. The inputs' other columns hold NaN (reading
+ * them would show in the result), the output's other columns a marker that must stay bit for bit. */
+static const float TILE_MARK = 12345.0f;
+static float *slice_matrix(int rows, int cols, int lo, int pad, float outside, double scale) {
+    int ld = lo + cols + pad;
+    float *m = falloc((size_t)rows * ld);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < ld; j++) m[(size_t)i * ld + j] = j >= lo && j < lo + cols ? (float)(scale * urand()) : outside;
+    return m;
+}
+static int outside_kept(const float *m, int rows, int cols, int lo, int pad) {
+    int ld = lo + cols + pad, kept = 1;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < ld; j++)
+            if (j < lo || j >= lo + cols) kept &= memcmp(&m[(size_t)i * ld + j], &TILE_MARK, sizeof(float)) == 0;
+    return kept;
+}
+static void test_gemm(int M, int N, int K, int ta, int tb, float beta, int lo, int pad) {
+    char tag[128], name[192];
+    snprintf(tag, sizeof tag, "M=%d N=%d K=%d%s%s beta=%g (slices at column %d)", M, N, K, ta ? " trans_a" : "",
+             tb ? " trans_b" : "", beta, lo);
+    int ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
+    int lda = lo + ca + pad, ldb = lo + cb + pad, ldc = lo + N + pad;
+    float *a = slice_matrix(ra, ca, lo, pad, NAN, 1), *b = slice_matrix(rb, cb, lo, pad, NAN, 1);
+    float *c = slice_matrix(M, N, lo, pad, TILE_MARK, 1);
+    if (beta == 0.0f) /* C is only written: a NaN there must not survive */
+        for (int i = 0; i < M; i++) fill(c + (size_t)i * ldc + lo, N, NAN);
+    double *want = dalloc((size_t)M * N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double sum = beta == 0.0f ? 0.0 : beta * (double)c[(size_t)i * ldc + lo + j];
+            for (int k = 0; k < K; k++) {
+                double av = ta ? a[(size_t)k * lda + lo + i] : a[(size_t)i * lda + lo + k];
+                double bv = tb ? b[(size_t)j * ldb + lo + k] : b[(size_t)k * ldb + lo + j];
+                sum += av * bv;
+            }
+            want[(size_t)i * N + j] = sum;
+        }
+    be->gemm(c + lo, a + lo, b + lo, M, N, K, lda, ldb, ldc, ta, tb, beta);
+    snprintf(name, sizeof name, "gemm %s", tag);
+    CHECK_ERR(relerr_ld(c + lo, want, M, N, ldc, N), TOL_FWD, name);
+    snprintf(name, sizeof name, "gemm columns outside C's slice untouched %s", tag);
+    CHECK(outside_kept(c, M, N, lo, pad), name, "an element outside the written region of C changed");
+}
+static void test_bias_ops(int N, int OC, int lo, int pad) {
+    char tag[96], name[160];
+    snprintf(tag, sizeof tag, "N=%d OC=%d ld=%d (slice at column %d)", N, OC, lo + OC + pad, lo);
+    int ld = lo + OC + pad;
+    float *out = slice_matrix(N, OC, lo, pad, TILE_MARK, 1), *bias = frand(OC, 1);
+    double *want = dalloc((size_t)N * OC);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) want[(size_t)i * OC + o] = (double)out[(size_t)i * ld + lo + o] + bias[o];
+    be->add_bias(out + lo, bias, N, OC, ld);
+    snprintf(name, sizeof name, "add_bias %s", tag);
+    CHECK_ERR(relerr_ld(out + lo, want, N, OC, ld, OC), TOL_FWD, name);
+    snprintf(name, sizeof name, "add_bias columns outside the slice untouched %s", tag);
+    CHECK(outside_kept(out, N, OC, lo, pad), name, "an element outside the slice changed");
+    float *dout = slice_matrix(N, OC, lo, pad, NAN, 1), *db = frand(OC, 0.5), *rb = fcopy(db, OC);
+    double *gb = dalloc(OC);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) gb[o] += dout[(size_t)i * ld + lo + o];
+    be->bias_grad(db, dout + lo, N, OC, ld);
+    snprintf(name, sizeof name, "bias_grad (accumulates) %s", tag);
+    CHECK_ERR(relerr_acc(db, rb, gb, OC), TOL_FWD, name);
+}
+/* The tiled linear itself: y = x W + b with W [C, OC] cut into row tiles [c0, c1), each multiplied
+ * by x's columns [c0, c1) (gemm, beta 0 for the first tile and 1 after), then add_bias; and its
+ * backward, dW's tiles (gemm trans_a), dx's column slices (gemm trans_b) and bias_grad, against
+ * matmul_forward / matmul_backward on the whole W. Only the summation order differs. */
+static void test_tiled_linear(int N, int C, int OC, int ld, const int *tile_lo, int ntiles) {
+    char tag[96], name[160];
+    snprintf(tag, sizeof tag, "N=%d C=%d OC=%d ld=%d, %d row tiles", N, C, OC, ld, ntiles);
+    size_t nw = (size_t)C * OC;
+    float *x = frand((size_t)N * C, 1), *w = frand(nw, 1), *bias = frand(OC, 1), *G = frand((size_t)N * ld, 1);
+    float *y_whole = falloc((size_t)N * ld), *y_tiled = falloc((size_t)N * ld);
+    be->matmul_forward(y_whole, x, w, bias, N, C, OC, 0, ld);
+    for (int t = 0; t < ntiles; t++) {
+        int c0 = tile_lo[t], c1 = t + 1 < ntiles ? tile_lo[t + 1] : C;
+        be->gemm(y_tiled, x + c0, w + (size_t)c0 * OC, N, OC, c1 - c0, C, OC, ld, 0, 0, t ? 1.0f : 0.0f);
+    }
+    be->add_bias(y_tiled, bias, N, OC, ld);
+    double *want = dalloc((size_t)N * OC);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) want[(size_t)i * OC + o] = y_whole[(size_t)i * ld + o];
+    snprintf(name, sizeof name, "tiled linear forward = matmul_forward %s", tag);
+    CHECK_ERR(relerr_ld(y_tiled, want, N, OC, ld, OC), TOL_FWD, name);
+
+    float *dx_whole = falloc((size_t)N * C), *dx_tiled = falloc((size_t)N * C);
+    float *dw_whole = frand(nw, 0.5), *dw_tiled = fcopy(dw_whole, nw), *db_whole = frand(OC, 0.5),
+          *db_tiled = fcopy(db_whole, OC);
+    be->matmul_backward(dx_whole, dw_whole, db_whole, G, x, w, N, C, OC, 0, ld);
+    for (int t = 0; t < ntiles; t++) {
+        int c0 = tile_lo[t], c1 = t + 1 < ntiles ? tile_lo[t + 1] : C;
+        /* dW[c0:c1, :] += x[:, c0:c1]^T G;  dx[:, c0:c1] = G W[c0:c1, :]^T */
+        be->gemm(dw_tiled + (size_t)c0 * OC, x + c0, G, c1 - c0, OC, N, C, ld, OC, 1, 0, 1.0f);
+        be->gemm(dx_tiled + c0, G, w + (size_t)c0 * OC, N, c1 - c0, OC, ld, OC, C, 0, 1, 0.0f);
+    }
+    be->bias_grad(db_tiled, G, N, OC, ld);
+    const float *whole[3] = {dx_whole, dw_whole, db_whole}, *tiled[3] = {dx_tiled, dw_tiled, db_tiled};
+    const size_t n[3] = {(size_t)N * C, nw, OC};
+    const char *what[3] = {"dinp", "dw", "dbias"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "tiled linear backward %s = matmul_backward's %s", what[k], tag);
+        CHECK_ERR(relerr(tiled[k], todouble(whole[k], n[k]), n[k]), TOL_FWD, name);
+    }
+}
+
 /* ------------------------------------------------------------------ attention */
 
 typedef struct { int B, T, C, NH; double *qkv, *G, *out, *att; } att_ctx;
@@ -745,6 +854,16 @@ int main(int argc, char **argv) {
     test_matmul(4, 5, 70, 0, 70, 1, 1);      /* more than one 64-column dbias block, with a tail */
     test_matmul(40, 64, 413, 0, 413, 1, 1);  /* big enough for the backend to split the GEMMs across threads */
     test_matmul(40, 64, 413, 1, 432, 0, 1);  /* ... and transposed with a padded stride */
+    for (int t = 0; t < 4; t++) { /* every (trans_a, trans_b), accumulating and not */
+        test_gemm(5, 7, 9, t & 1, t >> 1, 0.0f, 3, 4);
+        test_gemm(5, 7, 9, t & 1, t >> 1, 1.0f, 2, 5);
+        test_gemm(37, 70, 50, t & 1, t >> 1, 1.0f, 6, 3); /* big enough for the backend's panels */
+    }
+    test_bias_ops(5, 19, 3, 2);
+    test_bias_ops(9, 70, 5, 0); /* more than one 64-column block; the slice ends its rows */
+    const int tiles3[3] = {0, 10, 17}, tiles_even[3] = {0, 32, 64};
+    test_tiled_linear(6, 24, 19, 19, tiles3, 3);      /* uneven tiles */
+    test_tiled_linear(40, 96, 70, 72, tiles_even, 3); /* padded output stride */
     test_attention(2, 5, 8, 2, 1);
     test_attention(1, 9, 12, 3, 1);
     test_attention(2, 64, 64, 4, 0);      /* longer rows, forward only (FD would be slow) */

@@ -4,7 +4,8 @@
  * widened 16-bit inputs with its outputs rounded to nearest-even (16-bit storage, fp32 math), with
  * accumulating outputs prefilled and aliased arguments (dlogits = logits, dinp = dout) as the
  * contracts allow. fp32 tensors (LayerNorm statistics, cross-entropy statistics, losses, Adam states)
- * stay fp32.
+ * stay fp32. The tiled linears' gemm, add_bias and bias_grad take strided slices: they touch
+ * exactly the slice's elements, and the extent checked is the slice's own.
  * Memory: a separate space — a host read of a device buffer faults at once with one line naming
  * it; a host pointer handed to an op, an op running past its buffer, and a freed buffer are each
  * stopped with the op and argument named, and so is a thread that uses the table without calling
@@ -97,6 +98,71 @@ static int same32(const char *name, pair p) {
     CHECK(ok, full, "fp32 results differ");
     free(got);
     return ok;
+}
+
+/* Tiled linears' operands are slices: columns [lo, lo + cols) of a [rows, ld] matrix, ld = lo + cols +
+ * pad, placed so that the slice's last element is its allocation's last (allocations are whole 256
+ * bytes): an op that takes the slice to span rows * ld elements rather than (rows - 1) * ld + cols
+ * runs past its buffer and is stopped. Every element outside the slice holds a signalling NaN: an op
+ * must not read it (the result would be NaN) nor write it, not even by a round trip through fp32. */
+typedef struct {
+    pair p;
+    size_t at; /* the slice's first element */
+    int rows, cols, ld;
+} slice;
+static uint16_t snan16(void) { return dt == ZT_BF16 ? 0x7F81 : 0x7C01; }
+static int in_slice(const slice *s, size_t e) {
+    return e >= s->at && (e - s->at) / s->ld < (size_t)s->rows && (e - s->at) % s->ld < (size_t)s->cols;
+}
+static slice make_slice(int rows, int cols, int lo, int pad, float scale) {
+    int ld = lo + cols + pad;
+    size_t span = (size_t)(rows - 1) * ld + cols, n = (lo + span + 127) / 128 * 128;
+    slice s = {make(n, scale), n - span, rows, cols, ld};
+    uint16_t *raw = malloc(n * 2);
+    zt_cpu_from_f32(raw, s.p.h, n, dt);
+    for (size_t e = 0; e < n; e++)
+        if (!in_slice(&s, e)) raw[e] = snan16(), s.p.h[e] = NAN;
+    sim->copy(s.p.d, raw, n * 2, ZT_H2D);
+    free(raw);
+    return s;
+}
+static float *sh(slice s) { return s.p.h + s.at; }
+static void *sd(slice s) { return (uint16_t *)s.p.d + s.at; }
+/* the slice as same16 checks it, and every element around it still the signalling NaN */
+static void same_slice(const char *name, slice s) {
+    same16(name, s.p);
+    uint16_t *raw = malloc(s.p.n * 2);
+    sim->copy(raw, s.p.d, s.p.n * 2, ZT_D2H);
+    size_t changed = 0;
+    for (size_t e = 0; e < s.p.n; e++) changed += !in_slice(&s, e) && raw[e] != snan16();
+    char full[160];
+    snprintf(full, sizeof full, "%s_outside_untouched_%s", name, dt == ZT_BF16 ? "bf16" : "fp16");
+    CHECK(changed == 0, full, "%zu elements outside the slice changed", changed);
+    free(raw);
+}
+static void tiled_ops(void) {
+    char name[96];
+    for (int t = 0; t < 8; t++) { /* every (trans_a, trans_b), beta 0 and 1 */
+        int ta = t & 1, tb = (t >> 1) & 1, acc = t >> 2, M = acc ? 6 : 5, N = acc ? 11 : 7, K = acc ? 8 : 9;
+        slice a = make_slice(ta ? K : M, ta ? M : K, 3, 4, 1), b = make_slice(tb ? N : K, tb ? K : N, 2, 5, 1);
+        slice c = make_slice(M, N, acc ? 1 : 4, 2, 1);
+        cpu->gemm(sh(c), sh(a), sh(b), M, N, K, a.ld, b.ld, c.ld, ta, tb, (float)acc);
+        sim->gemm(sd(c), sd(a), sd(b), M, N, K, a.ld, b.ld, c.ld, ta, tb, (float)acc);
+        snprintf(name, sizeof name, "gemm%s%s_beta%d", ta ? "_trans_a" : "", tb ? "_trans_b" : "", acc);
+        same_slice(name, c);
+        drop(a.p), drop(b.p), drop(c.p);
+    }
+    int N = 9, OC = 21;
+    slice out = make_slice(N, OC, 5, 3, 1), dout = make_slice(N, OC, 2, 6, 1);
+    pair bias = make(OC, 1), dbias = make(OC, 1);
+    cpu->add_bias(sh(out), bias.h, N, OC, out.ld);
+    sim->add_bias(sd(out), bias.d, N, OC, out.ld);
+    same_slice("add_bias", out);
+    cpu->bias_grad(dbias.h, sh(dout), N, OC, dout.ld);
+    sim->bias_grad(dbias.d, sd(dout), N, OC, dout.ld);
+    same16("bias_grad", dbias);
+    same_slice("bias_grad_dout", dout);
+    drop(out.p), drop(dout.p), drop(bias), drop(dbias);
 }
 
 static void ops(void) {
@@ -350,6 +416,7 @@ int main(void) {
         CHECK(sim->compute_dtype == dt && !sim->memory_is_host, k ? "sim_fp16_table" : "sim_bf16_table", "dtype %d",
               sim->compute_dtype);
         ops();
+        tiled_ops();
         ordering();
     }
     memory();

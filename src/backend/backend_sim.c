@@ -298,9 +298,10 @@ static void enqueue(sim_item *it) { submit(&g_lane[LANE_COMPUTE], it); }
 static const zt_backend *g_cpu; /* the math */
 
 /* The fp32 copies of an op's 16-bit arguments: one per distinct buffer (aliased arguments share
- * theirs, as the ops' contracts allow), written back rounded when the op may have written them. */
+ * theirs, as the ops' contracts allow), written back rounded when the op may have written them:
+ * rows x cols elements with row stride ld (a whole tensor is one row of n). */
 typedef struct {
-    struct { void *shadow; float *f; size_t n; int write; } t[8];
+    struct { void *shadow; float *f; size_t n; int write; size_t rows, cols, ld; } t[8];
     int k;
     zt_dtype dt;
 } wide;
@@ -314,13 +315,30 @@ static float *w16(wide *w, void *shadow, size_t n, int write) {
         }
     float *f = zt_xmalloc((n ? n : 1) * sizeof(float));
     zt_cpu_to_f32(f, shadow, n, w->dt);
-    w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write};
+    w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write, 1, n, n};
+    return f;
+}
+
+/* elements a matrix of rows x cols with row stride ld spans from its first: the last row ends at
+ * its cols-th element, not at ld (a column slice may end before its buffer's last full row) */
+static size_t span(long rows, long cols, long ld) { return rows > 0 && cols > 0 ? (size_t)(rows - 1) * ld + cols : 0; }
+
+/* w16 for a strided matrix (a column slice of a wider one): widened over its span, but only its own
+ * rows x cols elements are written back, so the rest of each row (another tile's columns) stays bit
+ * for bit as it was */
+static float *w16_rows(wide *w, void *shadow, long rows, long cols, long ld, int write) {
+    float *f = w16(w, shadow, span(rows, cols, ld), write);
+    for (int j = 0; write && j < w->k; j++)
+        if (w->t[j].f == f) w->t[j].rows = (size_t)rows, w->t[j].cols = (size_t)cols, w->t[j].ld = (size_t)ld;
     return f;
 }
 
 static void w16_done(wide *w) {
     for (int j = 0; j < w->k; j++) {
-        if (w->t[j].write) zt_cpu_from_f32(w->t[j].shadow, w->t[j].f, w->t[j].n, w->dt);
+        if (w->t[j].write)
+            for (size_t r = 0; r < w->t[j].rows; r++)
+                zt_cpu_from_f32((char *)w->t[j].shadow + r * w->t[j].ld * zt_dtype_size(w->dt),
+                                w->t[j].f + r * w->t[j].ld, w->t[j].cols, w->dt);
         free(w->t[j].f);
     }
 }
@@ -445,7 +463,7 @@ static void run_layernorm_backward(sim_item *it) {
 static void run_matmul_forward(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], C = it->i[1], OC = it->i[2], wt = it->i[3], ld = it->i[4];
-    g_cpu->matmul_forward(w16(&w_, it->p[0], (N - 1) * ld + OC, 1), w16(&w_, it->p[1], N * C, 0),
+    g_cpu->matmul_forward(w16_rows(&w_, it->p[0], N, OC, ld, 1), w16(&w_, it->p[1], N * C, 0),
                           w16(&w_, it->p[2], C * OC, 0), w16(&w_, it->p[3], OC, 0), (int)N, (int)C, (int)OC, (int)wt,
                           (int)ld);
     OP_END();
@@ -547,6 +565,29 @@ static void run_xent_parallel(sim_item *it) {
                          (int)Vp, (int)lo, it->f);
     OP_END();
 }
+/* the tiled linears: every matrix is a strided slice, see w16_rows */
+static void run_gemm(sim_item *it) {
+    OP_BEGIN(it);
+    long M = it->i[0], N = it->i[1], K = it->i[2], lda = it->i[3], ldb = it->i[4], ldc = it->i[5], ta = it->i[6],
+         tb = it->i[7];
+    float *a = w16_rows(&w_, it->p[1], ta ? K : M, ta ? M : K, lda, 0);
+    float *b = w16_rows(&w_, it->p[2], tb ? N : K, tb ? K : N, ldb, 0);
+    g_cpu->gemm(w16_rows(&w_, it->p[0], M, N, ldc, 1), a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc,
+                (int)ta, (int)tb, it->f);
+    OP_END();
+}
+static void run_add_bias(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], OC = it->i[1], ld = it->i[2];
+    g_cpu->add_bias(w16_rows(&w_, it->p[1], N, OC, ld, 1), w16(&w_, it->p[0], OC, 0), (int)N, (int)OC, (int)ld);
+    OP_END();
+}
+static void run_bias_grad(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], OC = it->i[1], ld = it->i[2];
+    g_cpu->bias_grad(w16(&w_, it->p[0], OC, 1), w16_rows(&w_, it->p[1], N, OC, ld, 0), (int)N, (int)OC, (int)ld);
+    OP_END();
+}
 static void run_adamw(sim_item *it) {
     zt_dtype dt = (zt_dtype)it->i[8];
     zt_cpu_adamw_g(it->p[0], it->p[1], it->p[2], it->p[3], dt, it->n, &it->step, it->p[4], dt, 0, ZT_ADAM_ISA_BEST);
@@ -628,7 +669,7 @@ static void q_matmul_forward(zt_dtype dt, void *out, const void *inp, const void
                              int OC, int wt, int ld) {
     const char *op = "matmul_forward";
     sim_item *it = op_item(run_matmul_forward, dt);
-    it->p[0] = dev(out, E((size_t)(N - 1) * ld + OC), op, "out");
+    it->p[0] = dev(out, E(span(N, OC, ld)), op, "out");
     it->p[1] = dev(inp, E((size_t)N * C), op, "inp");
     it->p[2] = dev(w, E((size_t)C * OC), op, "w");
     it->p[3] = dev(bias, E(OC), op, "bias");
@@ -741,6 +782,27 @@ static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const voi
     it->f = dloss;
     enqueue(it);
 }
+static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,
+                   int ta, int tb, float beta) {
+    const char *op = "gemm";
+    sim_item *it = op_item(run_gemm, dt);
+    it->p[0] = dev(c, E(span(M, N, ldc)), op, "c");
+    it->p[1] = dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
+    it->p[2] = dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
+    it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
+    it->i[7] = tb;
+    it->f = beta;
+    enqueue(it);
+}
+/* add_bias and bias_grad: the same shapes, a bias [OC] (p[0]) and a strided [N, OC] slice (p[1]) */
+static void q_bias(zt_dtype dt, sim_fn run, const char *op, const void *bias, const void *rows, int N, int OC, int ld,
+                   const char *bias_arg, const char *rows_arg) {
+    sim_item *it = op_item(run, dt);
+    it->p[0] = dev(bias, E(OC), op, bias_arg);
+    it->p[1] = dev(rows, E(span(N, OC, ld)), op, rows_arg);
+    it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
+    enqueue(it);
+}
 static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
                     const zt_adam_step *step) {
     const char *op = "adamw";
@@ -825,6 +887,14 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
     static void adamw_##SFX(float *p, float *m, float *v, const void *g, void *o, size_t n, const zt_adam_step *s) {   \
         q_adamw(DTYPE, p, m, v, g, o, n, s);                                                                           \
     }                                                                                                                  \
+    static void gemm_##SFX(void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,     \
+                           int ta, int tb, float beta) { q_gemm(DTYPE, c, a, b, M, N, K, lda, ldb, ldc, ta, tb, beta); } \
+    static void add_bias_##SFX(void *o, const void *b, int N, int OC, int ld) {                                        \
+        q_bias(DTYPE, run_add_bias, "add_bias", b, o, N, OC, ld, "bias", "out");                                       \
+    }                                                                                                                  \
+    static void bias_grad_##SFX(void *db, const void *d, int N, int OC, int ld) {                                      \
+        q_bias(DTYPE, run_bias_grad, "bias_grad", db, d, N, OC, ld, "dbias", "dout");                                  \
+    }                                                                                                                  \
     static double sumsq_##SFX(const void *x, size_t n) { return q_sumsq(DTYPE, x, n); }                                \
     static const zt_backend sim_##SFX = {                                                                              \
         .name = "sim", .compute_dtype = DTYPE, .memory_is_host = 0,                                                    \
@@ -840,6 +910,7 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
         .gelu_forward = gelu_forward_##SFX, .gelu_backward = gelu_backward_##SFX,                                      \
         .residual_forward = residual_forward_##SFX, .accumulate = accumulate_##SFX,                                    \
         .softmax_xent = softmax_xent_##SFX, .xent_partial = xent_partial_##SFX, .xent_parallel = xent_parallel_##SFX,  \
+        .gemm = gemm_##SFX, .add_bias = add_bias_##SFX, .bias_grad = bias_grad_##SFX,                                  \
         .adamw = adamw_##SFX, .sumsq = sumsq_##SFX, .scale = scale_##SFX,                                              \
     };
 SIM_THUNKS(bf16, ZT_BF16)

@@ -343,6 +343,85 @@ static void test_matmul(zt_selftest *st, zt_rng *rng, int N, int C, int OC, int 
     free(inp), free(w), free(bias), free(db0), free(dout), free(dw0);
 }
 
+/* ---------------------------------------------------------------- tiled linears */
+/* Every operand of gemm / add_bias / bias_grad is a column slice: columns [lo, lo + cols) of a
+ * row-major [rows, ld] device matrix with ld = lo + cols + pad. The inputs' other columns hold NaN
+ * the ops must not read (it would show in their results); the outputs' hold OUTSIDE_MARK they must
+ * leave as it is. */
+static void *up_slice(const zt_backend *be, const float *x, int rows, int cols, int lo, int pad, float fill) {
+    int ld = lo + cols + pad;
+    size_t n = (size_t)rows * ld;
+    float *full = st_zeros(n);
+    for (size_t i = 0; i < n; i++) full[i] = fill;
+    for (int i = 0; i < rows; i++) memcpy(full + (size_t)i * ld + lo, x + (size_t)i * cols, cols * sizeof(float));
+    void *d = st_up_c(be, full, n);
+    free(full);
+    return d;
+}
+/* the slice back into x [rows, cols]; returns how many of the other columns no longer hold OUTSIDE_MARK */
+static size_t down_slice(const zt_backend *be, float *x, const void *d, int rows, int cols, int lo, int pad) {
+    int ld = lo + cols + pad;
+    size_t n = (size_t)rows * ld, changed = 0;
+    float *full = st_zeros(n);
+    st_down_c(be, full, d, n);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < ld; j++) {
+            float v = full[(size_t)i * ld + j];
+            if (j >= lo && j < lo + cols) x[(size_t)i * cols + j - lo] = v;
+            else changed += v != OUTSIDE_MARK;
+        }
+    free(full);
+    return changed;
+}
+/* c [M,N] = op(a) op(b) + beta c0 (with beta 0, c's slice starts as NaN: it must not be read);
+ * out [M,N] = out0 + bias; db [N] = db0 + the column sums of dout [M,N] */
+static void run_tiled(const zt_backend *be, const float *a, const float *b, const float *c0, const float *out0,
+                      const float *bias, const float *dout, const float *db0, int M, int N, int K, int ta, int tb,
+                      float beta, int lo, int pad, float *c, float *out, float *db, size_t *outside) {
+    size_t es = zt_dtype_size(be->compute_dtype);
+    int ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
+    void *da = up_slice(be, a, ra, ca, lo, pad, NAN), *dbm = up_slice(be, b, rb, cb, lo, pad, NAN);
+    float *nan_c = NULL;
+    if (beta == 0.0f) {
+        nan_c = st_zeros((size_t)M * N);
+        for (size_t i = 0; i < (size_t)M * N; i++) nan_c[i] = NAN;
+    }
+    void *dc = up_slice(be, beta == 0.0f ? nan_c : c0, M, N, lo, pad, OUTSIDE_MARK);
+    be->gemm((char *)dc + lo * es, (char *)da + lo * es, (char *)dbm + lo * es, M, N, K, lo + ca + pad, lo + cb + pad,
+             lo + N + pad, ta, tb, beta);
+    *outside = down_slice(be, c, dc, M, N, lo, pad);
+    void *dout_ = up_slice(be, out0, M, N, lo, pad, OUTSIDE_MARK), *dbias = st_up_c(be, bias, N);
+    be->add_bias((char *)dout_ + lo * es, dbias, M, N, lo + N + pad);
+    *outside += down_slice(be, out, dout_, M, N, lo, pad);
+    void *dd = up_slice(be, dout, M, N, lo, pad, NAN), *ddb = st_up_c(be, db0, N);
+    be->bias_grad(ddb, (char *)dd + lo * es, M, N, lo + N + pad);
+    st_down_c(be, db, ddb, N);
+    be->free(da), be->free(dbm), be->free(dc), be->free(dout_), be->free(dbias), be->free(dd), be->free(ddb);
+    free(nan_c);
+}
+static void test_tiled(zt_selftest *st, zt_rng *rng, int M, int N, int K, int ta, int tb, float beta, int lo, int pad) {
+    char name[256], tag[128];
+    snprintf(tag, sizeof tag, "M=%d N=%d K=%d%s%s beta=%g (slices at column %d, %d columns after)", M, N, K,
+             ta ? " trans_a" : "", tb ? " trans_b" : "", beta, lo, pad);
+    size_t mn = (size_t)M * N, outside[2];
+    float *a = st_rnd(rng, (size_t)M * K, 1, 0), *b = st_rnd(rng, (size_t)K * N, 0.1f, 0), *c0 = st_rnd(rng, mn, 1, 0);
+    float *out0 = st_rnd(rng, mn, 1, 0), *bias = st_rnd(rng, N, 0.5f, 0), *dout = st_rnd(rng, mn, 1, 0);
+    float *db0 = st_rnd(rng, N, 0.5f, 0), *c[2], *out[2], *db[2];
+    for (int k = 0; k < 2; k++) c[k] = st_zeros(mn), out[k] = st_zeros(mn), db[k] = st_zeros(N);
+    run_tiled(st->ref, a, b, c0, out0, bias, dout, db0, M, N, K, ta, tb, beta, lo, pad, c[0], out[0], db[0], &outside[0]);
+    run_tiled(st->dev, a, b, c0, out0, bias, dout, db0, M, N, K, ta, tb, beta, lo, pad, c[1], out[1], db[1], &outside[1]);
+    snprintf(name, sizeof name, "gemm %s", tag);
+    check_rel(st, name, c[1], c[0], mn, TOL_BF16);
+    snprintf(name, sizeof name, "add_bias (with the gemm's) %s", tag);
+    check_rel(st, name, out[1], out[0], mn, TOL_ROUND);
+    snprintf(name, sizeof name, "bias_grad (with the gemm's) %s", tag);
+    check_rel(st, name, db[1], db[0], N, TOL_BF16);
+    snprintf(name, sizeof name, "gemm, add_bias(columns outside the slice changed) %s", tag);
+    zt_selftest_check(st, name, (double)(outside[0] + outside[1]), 0);
+    for (int k = 0; k < 2; k++) free(c[k]), free(out[k]), free(db[k]);
+    free(a), free(b), free(c0), free(out0), free(bias), free(dout), free(db0);
+}
+
 /* ---------------------------------------------------------------- the MLP's fused GELU GEMMs */
 /* up = matmul_forward_gelu (x [N,C] W1 [C,H] + b1 -> pre, act), then the down-projection's
  * matmul_backward_dgelu (dout [N,C] through W2 [H,C] and the GELU at pre) */
@@ -641,6 +720,10 @@ void zt_selftest_ops(zt_selftest *st) {
     test_matmul(st, &rng, 96, 128, 250, 1, 380, 128, 0);
     test_matmul(st, &rng, 37, 40, 52, 0, 52, 0, 1);     /* odd shapes */
     test_matmul(st, &rng, 33, 24, 19, 1, 21, 0, 1);     /* odd shapes, transposed, odd ld */
+    for (int t = 0; t < 4; t++) { /* tiled linears: every (trans_a, trans_b), accumulating and not */
+        test_tiled(st, &rng, 64, 96, 48, t & 1, t >> 1, 1.0f, 32, 8); /* 16-byte aligned slices */
+        test_tiled(st, &rng, 37, 19, 23, t & 1, t >> 1, 0.0f, 3, 5);  /* odd shapes and offsets */
+    }
     test_mlp_gelu(st, &rng, 128, 64, 256);             /* the MLP's GELU epilogues */
     test_mlp_gelu(st, &rng, 30, 20, 44);               /* odd shapes */
     test_attention(st, &rng, 2, 64, 128, 4, 1.0f);   /* hs 32, one tile */
