@@ -151,6 +151,21 @@ static void cu_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind
     ZT_LAUNCH_CHECK("copy async");
 }
 
+/* the side stream waits for the compute stream's work so far, then copies while compute goes on */
+static void cu_copy_ahead(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (!bytes) return;
+    ZT_CUDA_CHECK(cudaEventRecord(g_zt.ahead_from, g_zt.stream));
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(g_zt.ahead, g_zt.ahead_from, 0));
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.ahead));
+    ZT_LAUNCH_CHECK("copy ahead");
+}
+
+/* the compute stream's later work waits for every copy ahead so far */
+static void cu_wait_ahead(void) {
+    ZT_CUDA_CHECK(cudaEventRecord(g_zt.ahead_done, g_zt.ahead));
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(g_zt.stream, g_zt.ahead_done, 0));
+}
+
 /* a thread's current device is GPU 0 until it sets one: without this, a rank on GPU 1 would make a
  * second context on GPU 0 from each of its Twin-Flow and calibration lanes */
 static void cu_bind_thread(void) { ZT_CUDA_CHECK(cudaSetDevice(g_zt.device)); }
@@ -245,8 +260,11 @@ static const char *init_device(void) {
     g_zt.sm_count = prop.multiProcessorCount;
     if ((e = cudaStreamCreate(&g_zt.stream)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&g_zt.d2h, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaStreamCreateWithFlags(&g_zt.h2d, cudaStreamNonBlocking)) != cudaSuccess) {
-        snprintf(g_why, sizeof g_why, "cannot create a CUDA stream on GPU %d (%s): %s", dev, prop.name,
+        (e = cudaStreamCreateWithFlags(&g_zt.h2d, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&g_zt.ahead, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&g_zt.ahead_from, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&g_zt.ahead_done, cudaEventDisableTiming)) != cudaSuccess) {
+        snprintf(g_why, sizeof g_why, "cannot create a CUDA stream or event on GPU %d (%s): %s", dev, prop.name,
                  cudaGetErrorString(e));
         return g_why;
     }
@@ -287,6 +305,8 @@ static void fill_table(zt_backend *b, void (*fill_ops)(zt_backend *)) {
     b->memset_zero = cu_memset_zero;
     b->copy = cu_copy;
     b->copy_async = cu_copy_async;
+    b->copy_ahead = cu_copy_ahead;
+    b->wait_ahead = cu_wait_ahead;
     b->transfer = cu_transfer;
     b->synchronize = cu_synchronize;
     b->bind_thread = cu_bind_thread;

@@ -64,6 +64,8 @@ struct zt_cuda_state {
     int sm_count;
     cudaStream_t stream;      /* compute: every op */
     cudaStream_t d2h, h2d;    /* transfer(): one stream per direction, non-blocking */
+    cudaStream_t ahead;       /* copy_ahead(): after the compute stream's work so far, then on its own */
+    cudaEvent_t ahead_from, ahead_done; /* compute -> ahead, ahead -> compute */
     cublasLtHandle_t lt;
     cublasHandle_t blas;      /* created lazily, only for the GEMM fallback path */
     void *lt_workspace;

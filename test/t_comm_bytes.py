@@ -13,7 +13,13 @@ comm_sent_bytes / comm_recv_bytes) against the ZeRO paper's volumes, for 2 and 4
   - one micro-step per step (stages 2-3 reduce-scatter, and stage 3 gathers, once per micro-step,
     as DeepSpeed does, so gradient accumulation multiplies those);
   - summed over ranks, bytes sent equal bytes received for every collective;
-  - the wall_clock_breakdown line reports the same numbers."""
+  - the wall_clock_breakdown line reports the same numbers;
+  - tensor parallelism (tp_comm_sent_bytes, the model's traffic over the tensor-parallel group), per
+    micro-step and rank: the all-reduces move 2(n-1)/n S bytes each (S = B*T*C activations), 4 per block
+    (Megatron's 2 in forward, 2 in backward) plus 2 for the vocabulary-parallel embedding (forward) and
+    LM head (backward), and 2 more per block when activation checkpointing recomputes the forward; the
+    vocabulary-parallel cross-entropy all-gathers 3 floats per token from each rank. Exactly, on every
+    rank, for tp 2 and 4 and tp 2 x dp 2."""
 import re
 
 import ztlib
@@ -85,4 +91,35 @@ for n in (2, 4):
         ztlib.check(abs(per_rank - want) < 1e-6, name,
                     f"{per_rank:.1f} elements per rank per step, want 3Ψ - embeddings - final LayerNorm - {kept} "
                     f"block(s) = {want}")
+# ---- tensor parallelism: the model's traffic over the tensor-parallel group against Megatron's formula
+B, T, GB = 2, 32, 8  # tiny's micro-batch, sequence and global batch
+
+
+def check_tp_bytes(name, rows, tp, dp, recompute):
+    if not rows:
+        return
+    row = rows[-1]
+    sent, recv = row.get("tp_comm_sent_bytes"), row.get("tp_comm_recv_bytes")
+    if not ztlib.check(sent is not None, name + "_reported", f"keys {sorted(row)}"):
+        return
+    micro = GB // (B * dp)
+    N = B * T
+    allreduces = (6 if recompute else 4) * L + 2
+    want_ar = micro * allreduces * 2 * (tp - 1) / tp * N * C * E
+    want_ag = micro * (tp - 1) * 3 * N * 4
+    for r in range(tp * dp):
+        ok = abs(sent["allreduce"][r] - want_ar) < 0.5 and abs(sent["allgather"][r] - want_ag) < 0.5
+        ztlib.check(ok, f"{name}_rank{r}", f"sent {sent['allreduce'][r]} / {sent['allgather'][r]}, want {want_ar} / "
+                                           f"{want_ag}")
+    balanced = all(abs(sum(sent[k]) - sum(recv[k])) < 1e-6 for k in sent)
+    ztlib.check(balanced, name + "_sent_equals_received", f"{sent} vs {recv}")
+
+
+HEADS = ["model.n_head=4"]
+for tp, dp, recompute in ((2, 1, False), (4, 1, False), (2, 2, False), (2, 1, True)):
+    extra = ["activation_checkpointing.enabled=true"] if recompute else []
+    p, rows = ztlib.train(tiny, HEADS + extra + [f"tensor_parallel.tp_size={tp}", "train_iters=2"], ranks=tp * dp)
+    ztlib.check(p.returncode == 0, f"tp_bytes_tp{tp}_dp{dp}{'_recompute' if recompute else ''}_runs", p.stderr[-300:])
+    check_tp_bytes(f"tp_bytes_tp{tp}_dp{dp}{'_recompute' if recompute else ''}", rows, tp, dp, recompute)
+
 ztlib.finish()

@@ -14,11 +14,7 @@ partition_activations keeps 1/tp of each checkpointed block input per rank: loss
 checkpointing without it, and the device memory the simulated GPU measures drops by what `estimate`
 predicts (within 5%).
 
-Communication: per micro-step and rank, the tensor-parallel all-reduces move 2(n-1)/n S bytes each
-(S = B*T*C activations), 4 per block (Megatron's 2 in forward, 2 in backward) plus 2 for the
-vocabulary-parallel embedding (forward) and LM head (backward), and 2 more per block when activation
-checkpointing recomputes the forward; the vocabulary-parallel cross-entropy all-gathers 3 floats per
-token from each rank. The metrics' tp_comm_sent_bytes must equal that exactly."""
+The tensor-parallel traffic against Megatron's formula is t_comm_bytes.py's."""
 import os
 import shutil
 import tempfile
@@ -28,7 +24,6 @@ import ztlib
 ztlib.ensure_shakespeare()
 cfg = "configs/tiny.yaml"
 HEADS = ["model.n_head=4"]
-L, C, B, T, GB = 2, 32, 2, 32, 8
 
 p, rows = ztlib.train(cfg, HEADS)
 base = ztlib.losses(rows)
@@ -46,7 +41,7 @@ def tp_run(name, tp, dp, sets=(), ref=base, tol=1e-5, device=()):
     return rows
 
 
-for tp, dp, stages in ((2, 1, (0, 1, 2, 3)), (2, 2, (0, 1, 2, 3)), (4, 1, (0, 1, 2, 3)), (4, 2, (1, 3))):
+for tp, dp, stages in ((2, 1, (0, 1, 2, 3)), (2, 2, (0, 1, 2, 3)), (4, 1, (0, 1, 2, 3)), (4, 2, (0, 1, 2, 3))):
     for stage in stages:
         tp_run(f"tp{tp}_dp{dp}_stage{stage}", tp, dp, [f"zero_optimization.stage={stage}"])
 
@@ -81,7 +76,7 @@ tp_run("tp2_dp2_nvme", 2, 2, ["zero_optimization.stage=3", "zero_optimization.of
                                f"zero_optimization.offload_param.nvme_path={nvme}"])
 shutil.rmtree(nvme, ignore_errors=True)
 # activation checkpointing recomputes the blocks (their all-reduces run again): losses unchanged
-ckpt_rows = tp_run("tp2_dp1_act_ckpt", 2, 1, ["activation_checkpointing.enabled=true",
+tp_run("tp2_dp1_act_ckpt", 2, 1, ["activation_checkpointing.enabled=true",
                                                "activation_checkpointing.cpu_checkpointing=true"])
 
 # partition_activations: each tp rank keeps 1/tp of every checkpointed block input and the group
@@ -136,32 +131,6 @@ if ztlib.check(p.returncode == 0 and len(sim_base) == 20, "sim_tp1_runs", p.stde
         r = tp_run(f"sim_tp{tp}_dp{dp}_stage{stage}", tp, dp, [f"zero_optimization.stage={stage}"], ref=sim_base,
                    tol=1e-3, device=SIM)
 
-
-# tensor-parallel traffic against Megatron's formula
-def check_tp_bytes(name, rows, tp, dp, recompute):
-    if not rows:
-        return
-    row = rows[-1]
-    sent, recv = row.get("tp_comm_sent_bytes"), row.get("tp_comm_recv_bytes")
-    if not ztlib.check(sent is not None, name + "_reported", f"keys {sorted(row)}"):
-        return
-    micro = GB // (B * dp)
-    N, E = B * T, 4
-    allreduces = (6 if recompute else 4) * L + 2
-    want_ar = micro * allreduces * 2 * (tp - 1) / tp * N * C * E
-    want_ag = micro * (tp - 1) * 3 * N * 4
-    for r in range(tp * dp):
-        ok = abs(sent["allreduce"][r] - want_ar) < 0.5 and abs(sent["allgather"][r] - want_ag) < 0.5
-        ztlib.check(ok, f"{name}_rank{r}", f"sent {sent['allreduce'][r]} / {sent['allgather'][r]}, want {want_ar} / "
-                                           f"{want_ag}")
-    balanced = all(abs(sum(sent[k]) - sum(recv[k])) < 1e-6 for k in sent)
-    ztlib.check(balanced, name + "_sent_equals_received", f"{sent} vs {recv}")
-
-
-for tp, dp in ((2, 1), (4, 1), (2, 2)):
-    p, rows = ztlib.train(cfg, HEADS + [f"tensor_parallel.tp_size={tp}", "train_iters=2"], ranks=tp * dp)
-    check_tp_bytes(f"tp_bytes_tp{tp}_dp{dp}", rows, tp, dp, False)
-check_tp_bytes("tp_bytes_act_ckpt", ckpt_rows, 2, 1, True)
 
 # DeepSpeed's name for it
 p, rows = ztlib.train(cfg, HEADS + ["tensor_parallel.autotp_size=2", "train_iters=3"], ranks=2)

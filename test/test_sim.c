@@ -404,6 +404,36 @@ static void ordering(void) {
     free(back);
 }
 
+/* copy_ahead runs after the compute work queued before it, on its own lane; the compute work queued
+ * after wait_ahead runs after it (jitter widens every window) */
+static void ahead(void) {
+    size_t n = 1 << 14;
+    float *h = malloc(n * 4), *back = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) h[i] = 2.0f;
+    float *d32 = sim->alloc(n * 4);
+    void *a = sim->alloc(n * 2), *b = sim->alloc(n * 2);
+    sim->copy(d32, h, n * 4, ZT_H2D);
+    sim->to_compute(a, d32, n);
+    for (int k = 0; k < 10; k++) sim->scale(a, 2.0f, n); /* a = 2^11 once the stream gets there */
+    float *staged = sim->host_alloc(n * 2);
+    sim->copy_ahead(staged, a, n * 2, ZT_D2H);   /* after the scales */
+    sim->copy_ahead(b, staged, n * 2, ZT_H2D);   /* after that, on the same lane */
+    sim->wait_ahead();
+    sim->accumulate(b, b, n);                     /* 2^12, only once b has landed */
+    sim->to_f32(d32, b, n);
+    sim->copy(back, d32, n * 4, ZT_D2H);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += back[i] != 0x1p12f;
+    CHECK(bad == 0, dt == ZT_BF16 ? "copy_ahead_ordered_bf16" : "copy_ahead_ordered_fp16", "%zu wrong, back[0] = %g", bad,
+          back[0]);
+    sim->host_free(staged);
+    sim->free(a);
+    sim->free(b);
+    sim->free(d32);
+    free(h);
+    free(back);
+}
+
 int main(void) {
     setenv("ZEROTRAIN_SIM_MEM", "64MiB", 1);
     setenv("ZEROTRAIN_SIM_JITTER", "5", 1);
@@ -418,6 +448,7 @@ int main(void) {
         ops();
         tiled_ops();
         ordering();
+        ahead();
     }
     memory();
     faults();

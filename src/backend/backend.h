@@ -39,6 +39,12 @@ typedef struct zt_backend {
      * it asynchronous. Lets a stage-3 gather of an offloaded parameter piece, or an activation
      * checkpoint going to or from host memory, be queued without draining the device. */
     void (*copy_async)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    /* H2D or D2H ordered after the work queued so far, like copy_async, but on a side stream of its own:
+     * it runs while the compute work queued after it does. wait_ahead() orders the work queued after it
+     * after every copy_ahead so far; until then neither side may touch the copies' buffers. For the
+     * activation checkpoints that come back during the previous segment's backward. */
+    void (*copy_ahead)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    void (*wait_ahead)(void);
     /* H2D or D2H on the backend's own stream for that direction (the CUDA backend has one each), so
      * it runs while compute work (the device part of Twin-Flow's Adam) does and the two directions
      * run at the same time. It is NOT ordered after queued compute work: the caller synchronize()s

@@ -67,6 +67,8 @@ static void cpu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind
     (void)kind;
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
+
+static void cpu_nothing(void) {}
 static void cpu_synchronize(void) {}
 static void cpu_mem_info(size_t *free_bytes, size_t *total_bytes) { *free_bytes = *total_bytes = 0; }
 static void cpu_bind_thread(void) {} /* every host thread may use host memory and the BLAS */
@@ -615,6 +617,8 @@ static const zt_backend cpu_backend = {
     .memset_zero = cpu_memset_zero,
     .copy = cpu_copy,
     .copy_async = cpu_copy,
+    .copy_ahead = cpu_copy, /* host memory: done when it returns, nothing to wait for */
+    .wait_ahead = cpu_nothing,
     .transfer = cpu_copy,
     .synchronize = cpu_synchronize,
     .bind_thread = cpu_bind_thread,

@@ -18,8 +18,9 @@
  *     the CUDA kernels keep 16-bit storage and compute in fp32. fp32 tensors (master weights, Adam
  *     moments, LayerNorm statistics, losses) stay fp32.
  *   - Asynchrony, as backend.h's contract says: ops, memset and D2D copies run in order on a compute
- *     thread ("the stream"); transfer() runs on one thread per direction; copy() H2D/D2H and sumsq
- *     wait for the stream; synchronize() waits for the stream only. ZEROTRAIN_SIM_JITTER=SEED adds
+ *     thread ("the stream"); transfer() runs on one thread per direction; copy_ahead() on one more,
+ *     after the stream's work so far, and the stream's work after wait_ahead() waits for it; copy()
+ *     H2D/D2H and sumsq wait for the stream; synchronize() waits for the stream only. ZEROTRAIN_SIM_JITTER=SEED adds
  *     seeded random delays before every item on every lane, widening every window: a missing
  *     synchronize shows up as a wrong loss.
  *   - Threads: a thread other than the one that asked for the device must call bind_thread before
@@ -227,7 +228,7 @@ typedef struct {
     pthread_t thread;
 } sim_lane;
 
-enum { LANE_COMPUTE, LANE_H2D, LANE_D2H, N_LANES };
+enum { LANE_COMPUTE, LANE_H2D, LANE_D2H, LANE_AHEAD, N_LANES }; /* LANE_AHEAD: copy_ahead's side stream */
 static sim_lane g_lane[N_LANES];
 
 static void *lane_main(void *arg) {
@@ -395,6 +396,28 @@ static void sim_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind
 }
 static void sim_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (bytes) enqueue(copy_item(dst, src, bytes, kind, "copy_async")); /* touches the host buffer when it runs */
+}
+/* an item that holds its lane until the other lane has done what was queued on it before: one stream
+ * waiting on an event recorded on another */
+static void run_wait_lane(sim_item *it) { wait_ticket(it->p[0], (unsigned long long)it->i[0]); }
+static void lane_waits_for(sim_lane *waiter, sim_lane *on) {
+    pthread_mutex_lock(&on->lock);
+    unsigned long long ticket = on->queued;
+    pthread_mutex_unlock(&on->lock);
+    sim_item *it = item(run_wait_lane);
+    it->p[0] = on;
+    it->i[0] = (long)ticket;
+    submit(waiter, it);
+}
+static void sim_copy_ahead(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
+    if (!bytes) return;
+    sim_item *it = copy_item(dst, src, bytes, kind, "copy_ahead");
+    lane_waits_for(&g_lane[LANE_AHEAD], &g_lane[LANE_COMPUTE]);
+    submit(&g_lane[LANE_AHEAD], it);
+}
+static void sim_wait_ahead(void) {
+    check_bound("wait_ahead");
+    lane_waits_for(&g_lane[LANE_COMPUTE], &g_lane[LANE_AHEAD]);
 }
 static void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
@@ -900,6 +923,7 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
         .name = "sim", .compute_dtype = DTYPE, .memory_is_host = 0,                                                    \
         .alloc = sim_alloc, .free = sim_free, .host_alloc = sim_host_alloc, .host_free = sim_host_free,                \
         .memset_zero = sim_memset_zero, .copy = sim_copy, .copy_async = sim_copy_async,                                 \
+        .copy_ahead = sim_copy_ahead, .wait_ahead = sim_wait_ahead,                                                    \
         .transfer = sim_transfer, .synchronize = sim_synchronize, .bind_thread = sim_bind_thread,                      \
         .mem_info = sim_mem_info, .to_compute = to_compute_##SFX, .to_f32 = to_f32_##SFX,                              \
         .embedding_forward = embedding_forward_##SFX, .embedding_backward = embedding_backward_##SFX,                  \
@@ -955,7 +979,7 @@ static void sim_start(void) {
     g_cpu = zt_backend_cpu();
     const char *jit = getenv("ZEROTRAIN_SIM_JITTER");
     unsigned long long seed = jit && *jit ? strtoull(jit, NULL, 10) : 0;
-    static const unsigned max_delay_us[N_LANES] = {200, 100, 100};
+    static const unsigned max_delay_us[N_LANES] = {200, 100, 100, 400}; /* copy_ahead's lane the slowest: it must be waited for */
     for (int i = 0; i < N_LANES; i++) {
         sim_lane *l = &g_lane[i];
         pthread_mutex_init(&l->lock, NULL);

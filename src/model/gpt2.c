@@ -23,8 +23,9 @@
  * cpu_checkpointing: only the segment inputs have to outlive the forward pass, so they go to host
  * memory (an asynchronous D2H queued right after the block that reads them) and the device keeps
  * segment_layers + 1 residual buffers, res_l in slot l % (segment_layers + 1) — enough for one
- * segment's recompute and backward. Each segment's input comes back (an asynchronous H2D, queued
- * before the recompute) into its slot; the bytes are the same, so are the gradients.
+ * segment's recompute and backward. Each segment's input comes back into a device landing buffer
+ * while the segment after it runs its backward (an H2D on a side stream, copy_ahead), and from there
+ * into its slot before its recompute; the bytes are the same, so are the gradients.
  *
  * partition_activations (tensor parallelism): the segment inputs are the same on every rank of the
  * tensor-parallel group, so each keeps only its 1/tp chunk of each (on the device, or in host memory
@@ -347,7 +348,10 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
                                 : 0;
     m->act_bytes = kept_bytes + (size_t)m->segment_layers * slot_bytes + head_bytes;
     m->act_host_bytes = m->cpu_checkpointing ? store_bytes : 0;
-    m->act_store_bytes = m->cpu_checkpointing ? 0 : store_bytes;
+    /* on the device: the chunks, or with cpu_checkpointing the one each comes back into ahead of use */
+    m->act_store_bytes = !stored ? 0
+                         : m->cpu_checkpointing ? (size_t)N * C * e / (m->partition_activations ? (size_t)m->tp_size : 1)
+                                                : store_bytes;
     m->act_bytes += m->act_store_bytes;
     m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int) + (m->tp_size > 1 ? (m->tp_size + 1) * 3 * N * sizeof(float) : 0);
     return 0;
@@ -451,17 +455,39 @@ static void tp_allreduce(zt_gpt2 *m, void *buf, size_t count) {
 }
 
 /* The kept segment inputs (cpu_checkpointing, partition_activations): res_l, l a multiple of
- * segment_layers, into the store after the block that reads it (its slot is reused later), and back
- * into its slot before its segment's recompute. Partitioned, a rank keeps chunk tp_rank of the N*C
- * elements (C divides by tp) and the group all-gathers the chunks in place. */
-static void ckpt_store(zt_gpt2 *m, int l, int back) {
+ * segment_layers, goes into the store after the block that reads it (its slot is reused later) and
+ * back into its slot before its segment's recompute. Partitioned, a rank keeps chunk tp_rank of the N*C
+ * elements (C divides by tp) and the group all-gathers the chunks in place. In host memory, a segment's
+ * input comes back into the device landing buffer (dev_ckpt) ahead of use, on the side stream, while the
+ * segment after it runs its backward (ckpt_fetch), and from there into its slot (ckpt_get). */
+static size_t ckpt_chunk(const zt_gpt2 *m, size_t *off) {
     size_t n = (size_t)m->B * m->T * m->shape.n_embd, parts = m->partition_activations ? (size_t)m->tp_size : 1;
-    size_t chunk = n / parts, off = m->partition_activations ? (size_t)m->tp_rank * chunk : 0, bytes = chunk * esz(m);
+    *off = m->partition_activations ? (size_t)m->tp_rank * (n / parts) : 0;
+    return n / parts;
+}
+
+static void *ckpt_kept(const zt_gpt2 *m, int l, size_t chunk) {
+    return at(m, m->cpu_checkpointing ? m->host_ckpt : m->dev_ckpt, (size_t)(l / m->segment_layers) * chunk);
+}
+
+static void ckpt_put(zt_gpt2 *m, int l) {
+    size_t off, chunk = ckpt_chunk(m, &off);
     void *slot = at(m, residual_at(m, l), off);
-    void *kept = at(m, m->cpu_checkpointing ? m->host_ckpt : m->dev_ckpt, (size_t)(l / m->segment_layers) * chunk);
-    if (m->cpu_checkpointing) m->be->copy_async(back ? slot : kept, back ? kept : slot, bytes, back ? ZT_H2D : ZT_D2H);
-    else m->be->copy(back ? slot : kept, back ? kept : slot, bytes, ZT_D2D);
-    if (back && m->partition_activations) {
+    if (m->cpu_checkpointing) m->be->copy_async(ckpt_kept(m, l, chunk), slot, chunk * esz(m), ZT_D2H);
+    else m->be->copy(ckpt_kept(m, l, chunk), slot, chunk * esz(m), ZT_D2D);
+}
+
+static void ckpt_fetch(zt_gpt2 *m, int l) {
+    size_t off, chunk = ckpt_chunk(m, &off);
+    m->be->copy_ahead(m->dev_ckpt, ckpt_kept(m, l, chunk), chunk * esz(m), ZT_H2D);
+}
+
+static void ckpt_get(zt_gpt2 *m, int l) {
+    size_t off, chunk = ckpt_chunk(m, &off);
+    void *slot = at(m, residual_at(m, l), off);
+    if (m->cpu_checkpointing) m->be->wait_ahead(); /* the landing buffer holds it from here on */
+    m->be->copy(slot, m->cpu_checkpointing ? m->dev_ckpt : ckpt_kept(m, l, chunk), chunk * esz(m), ZT_D2D);
+    if (m->partition_activations) {
         size_t counts[ZT_MAX_TP];
         for (int r = 0; r < m->tp_size; r++) counts[r] = chunk;
         m->tp->wait(m->tp, m->tp->allgather(m->tp, slot, residual_at(m, l), counts, m->be->compute_dtype));
@@ -786,7 +812,7 @@ float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens,
     embedding_forward(m, src);
     for (int l = 0; l < L; l++) {
         run_block_forward(m, src, l, 1);
-        if (stores_inputs(m) && l % m->segment_layers == 0) ckpt_store(m, l, 0); /* after its reader */
+        if (stores_inputs(m) && l % m->segment_layers == 0) ckpt_put(m, l); /* after its reader */
     }
     void *lnf = acquire(src, LNF);
     be->layernorm_forward(m->lnf, m->lnf_stats, m->lnf_stats + N, residual_at(m, L), lnf, at(m, lnf, C), N, C);
@@ -820,9 +846,12 @@ void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src) {
 
     for (int seg_end = L; seg_end > 0;) {
         int seg_start = ((seg_end - 1) / m->segment_layers) * m->segment_layers;
-        if (stores_inputs(m)) ckpt_store(m, seg_start, 1); /* its input back into its slot */
+        if (m->cpu_checkpointing && seg_end == L) ckpt_fetch(m, seg_start); /* the first: nothing to hide it behind */
+        if (stores_inputs(m)) ckpt_get(m, seg_start); /* its input back into its slot */
         if (m->recompute) /* re-run the segment's forward from its kept input */
             for (int l = seg_start; l < seg_end; l++) run_block_forward(m, src, l, 0);
+        if (m->cpu_checkpointing && seg_start > 0) /* the segment before comes back during this one's backward */
+            ckpt_fetch(m, (seg_start - 1) / m->segment_layers * m->segment_layers);
         for (int l = seg_end - 1; l >= seg_start; l--) run_block_backward(m, src, l, l > seg_start);
         seg_end = seg_start;
     }

@@ -155,8 +155,7 @@ typedef struct zt_gpt2 {
     int partition_activations; /* segment inputs kept as 1/tp chunks (recompute on, tp_size > 1) */
     int residual_slots;     /* residual buffers on the device: L + 1, or segment_layers + 1 with cpu_checkpointing */
     size_t act_host_bytes;  /* host bytes of the kept segment inputs with cpu_checkpointing (pinned) */
-    size_t act_store_bytes; /* device bytes of the kept segment inputs' chunks (partition_activations without
-                               cpu_checkpointing; part of act_bytes) */
+    size_t act_store_bytes; /* device bytes of dev_ckpt (part of act_bytes) */
     size_t act_bytes;       /* device bytes of activations kept (with the setting in use) */
     size_t act_bytes_full;  /* ... and what keeping everything would take */
     size_t act_bytes_ckpt;  /* ... and what checkpointing every block would take */
@@ -173,7 +172,8 @@ typedef struct zt_gpt2 {
     void *residual;         /* [residual_slots][N*C]: block inputs (and the final block output); res_l in slot
                                l % residual_slots */
     void *host_ckpt;        /* [segments][N*C / parts] host: each segment's input or its chunk (cpu_checkpointing) */
-    void *dev_ckpt;         /* [segments][N*C / tp] device: the chunks (partition_activations alone) */
+    void *dev_ckpt;         /* device: [segments][N*C / tp] the chunks (partition_activations alone), or with
+                               cpu_checkpointing [N*C / parts] the landing buffer of the input coming back */
     void *layer_acts;       /* [segment_layers] x per-layer activations, see gpt2.c */
     size_t layer_act_elems; /* compute-dtype elements per layer slot */
     float *layer_stats;     /* [segment_layers][4 * N]: ln1 mean/rstd, ln2 mean/rstd */
