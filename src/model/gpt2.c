@@ -95,27 +95,15 @@ void zt_tp_take_row(const zt_param_info *p, const float *whole_row, float *row) 
 void zt_tp_put_row(const zt_param_info *p, const float *row, float *whole_row) { tp_row(p, (float *)row, whole_row, 0); }
 
 /* this rank's part p and the same tensor w of the whole table: row by row, in either direction */
-static void tp_copy_vector(const zt_param_table *part, const zt_param_table *whole, float *part_vec, float *whole_vec,
-                           int take) {
+void zt_tp_take_vector(const zt_param_table *part, const zt_param_table *whole, const float *whole_vec, float *part_vec) {
     for (int i = 0; i < part->count; i++) {
         const zt_param_info *p = &part->params[i], *w = &whole->params[i];
         int rows = zt_tp_rows_in_whole(p), cols = zt_param_cols(p), wcols = zt_param_cols(w);
-        if (take) memset(part_vec + p->offset + (size_t)rows * cols, 0, (p->numel - (size_t)rows * cols) * sizeof(float));
-        for (int row = 0; row < rows; row++) {
-            float *mine = part_vec + p->offset + (size_t)row * cols;
-            float *theirs = whole_vec + w->offset + (size_t)zt_tp_whole_row(p, row) * wcols;
-            if (take) zt_tp_take_row(p, theirs, mine);
-            else zt_tp_put_row(p, mine, theirs);
-        }
+        memset(part_vec + p->offset + (size_t)rows * cols, 0, (p->numel - (size_t)rows * cols) * sizeof(float));
+        for (int row = 0; row < rows; row++)
+            zt_tp_take_row(p, whole_vec + w->offset + (size_t)zt_tp_whole_row(p, row) * wcols,
+                           part_vec + p->offset + (size_t)row * cols);
     }
-}
-
-void zt_tp_take_vector(const zt_param_table *part, const zt_param_table *whole, const float *whole_vec, float *part_vec) {
-    tp_copy_vector(part, whole, part_vec, (float *)whole_vec, 1);
-}
-
-void zt_tp_put_vector(const zt_param_table *part, const zt_param_table *whole, const float *part_vec, float *whole_vec) {
-    tp_copy_vector(part, whole, (float *)part_vec, whole_vec, 0);
 }
 
 int zt_gpt2_param_table(zt_param_table *t, const zt_gpt2_shape *s, zt_err *err) {
@@ -316,9 +304,8 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
     m->T = T;
     m->elem_size = elem_size;
     m->tp_size = tp_size > 1 ? tp_size : 1;
-    /* this rank's vocabulary rows (as zt_gpt2_param_table_tp cuts wte) and their logits' row stride */
+    /* the logits' row stride: this rank's wte rows (as zt_gpt2_param_table_tp cuts it) rounded up */
     int per = (shape->vocab_size + m->tp_size - 1) / m->tp_size;
-    m->vocab_rows = m->tp_size > 1 ? per : shape->vocab_size;
     m->logits_stride = m->tp_size > 1 ? (per + 127) / 128 * 128 : shape->padded_vocab;
     int L = shape->n_layer;
     if (T > shape->n_positions) return zt_fail(err, "seq_len %d exceeds model.n_positions %d", T, shape->n_positions);
@@ -454,6 +441,13 @@ static void tp_allreduce(zt_gpt2 *m, void *buf, size_t count) {
     if (m->tp) m->tp->wait(m->tp, m->tp->allreduce_sum(m->tp, buf, count, m->be->compute_dtype));
 }
 
+/* recv = every tp rank's `count` elements in rank order, this rank's from send (which may be its place in recv) */
+static void tp_allgather(zt_gpt2 *m, const void *send, void *recv, size_t count, zt_dtype t) {
+    size_t counts[ZT_MAX_TP];
+    for (int r = 0; r < m->tp_size; r++) counts[r] = count;
+    m->tp->wait(m->tp, m->tp->allgather(m->tp, send, recv, counts, t));
+}
+
 /* The kept segment inputs (cpu_checkpointing, partition_activations): res_l, l a multiple of
  * segment_layers, goes into the store after the block that reads it (its slot is reused later) and
  * back into its slot before its segment's recompute. Partitioned, a rank keeps chunk tp_rank of the N*C
@@ -487,11 +481,7 @@ static void ckpt_get(zt_gpt2 *m, int l) {
     void *slot = at(m, residual_at(m, l), off);
     if (m->cpu_checkpointing) m->be->wait_ahead(); /* the landing buffer holds it from here on */
     m->be->copy(slot, m->cpu_checkpointing ? m->dev_ckpt : ckpt_kept(m, l, chunk), chunk * esz(m), ZT_D2D);
-    if (m->partition_activations) {
-        size_t counts[ZT_MAX_TP];
-        for (int r = 0; r < m->tp_size; r++) counts[r] = chunk;
-        m->tp->wait(m->tp, m->tp->allgather(m->tp, slot, residual_at(m, l), counts, m->be->compute_dtype));
-    }
+    if (m->partition_activations) tp_allgather(m, slot, residual_at(m, l), chunk, m->be->compute_dtype);
 }
 
 /* A rank computes its heads (NH / tp) and its MLP columns (4C / tp): Ch = C / tp. The row-parallel
@@ -678,6 +668,13 @@ static void tiled_block_backward(zt_gpt2 *m, const zt_param_source *src, int l, 
 
 /* ---------------------------------------------------------------- whole model */
 
+/* segment s's parameters, asking for the next one ahead */
+static void *acquire(const zt_param_source *src, int segment) {
+    void *p = src->acquire(src->ctx, segment);
+    if (src->prefetch) src->prefetch(src->ctx, segment + 1);
+    return p;
+}
+
 /* block l's forward: the block one segment, or tile by tile; prefetch as acquire() does */
 static void run_block_forward(zt_gpt2 *m, const zt_param_source *src, int l, int prefetch) {
     if (m->table->tiles > 1) {
@@ -685,9 +682,7 @@ static void run_block_forward(zt_gpt2 *m, const zt_param_source *src, int l, int
         return;
     }
     int s = zt_segment_of_block(m->table, l);
-    void *p = src->acquire(src->ctx, s);
-    if (prefetch && src->prefetch) src->prefetch(src->ctx, s + 1);
-    block_params bp = block_params_at(m, l, p);
+    block_params bp = block_params_at(m, l, prefetch ? acquire(src, s) : src->acquire(src->ctx, s));
     block_forward(m, l, &bp);
     src->release(src->ctx, s);
 }
@@ -708,11 +703,6 @@ static void run_block_backward(zt_gpt2 *m, const zt_param_source *src, int l, in
 }
 
 
-static void *acquire(const zt_param_source *src, int segment) {
-    void *p = src->acquire(src->ctx, segment);
-    if (src->prefetch) src->prefetch(src->ctx, segment + 1);
-    return p;
-}
 
 /* The tied embedding, segment by segment (one segment unless stage 3 cuts it in row blocks; see
  * gpt2.h): the token lookup, and the LM head logits[:, lo:hi) = lnf wte[lo:hi]^T per block. */
@@ -795,9 +785,7 @@ static void xent(zt_gpt2 *m, float dloss) {
         return;
     }
     be->xent_partial(m->xent_stats, m->logits, m->targets, N, m->vocab_rows, Vp, m->vocab_lo);
-    size_t counts[ZT_MAX_TP];
-    for (int r = 0; r < m->tp_size; r++) counts[r] = 3 * (size_t)N;
-    m->tp->wait(m->tp, m->tp->allgather(m->tp, m->xent_stats, m->xent_all, counts, ZT_F32));
+    tp_allgather(m, m->xent_stats, m->xent_all, 3 * (size_t)N, ZT_F32);
     be->xent_parallel(m->losses, dlogits, m->logits, m->targets, m->xent_all, m->tp_size, N, m->vocab_rows, Vp,
                       m->vocab_lo, dloss);
 }

@@ -88,10 +88,8 @@ int zt_gpt2_param_table(zt_param_table *table, const zt_gpt2_shape *shape, zt_er
 /* Tensor-parallel rank tp_rank's part of the model (tp_size 1: the whole table). Same tensors, names and
  * order as the whole table; shapes, offsets and totals are this rank's. n_head must divide by tp_size. */
 int zt_gpt2_param_table_tp(zt_param_table *table, const zt_gpt2_shape *shape, int tp_rank, int tp_size, zt_err *err);
-/* This rank's fp32 vector from the whole one (whole table: tp_size 1; padding rows zero), and the
- * reverse (writes only this rank's elements of whole). */
+/* This rank's fp32 vector from the whole one (whole table: tp_size 1; padding rows zero). */
 void zt_tp_take_vector(const zt_param_table *part, const zt_param_table *whole, const float *whole_vec, float *part_vec);
-void zt_tp_put_vector(const zt_param_table *part, const zt_param_table *whole, const float *part_vec, float *whole_vec);
 void zt_param_table_free(zt_param_table *table);
 /* Re-cuts the embedding into segments of `rows` vocabulary rows (0 or >= vocab: one segment). The
  * flat vector does not move; only segment numbers and bounds change. */

@@ -3,6 +3,18 @@
 
 #include <stdlib.h>
 
+/* the hook variable is set to something other than "0" */
+static int hook_on(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && *v != '0';
+}
+
+/* the hook variable names this number (a rank, a sequence number) */
+static int hook_is(const char *name, long n) {
+    const char *v = getenv(name);
+    return v && *v && strtol(v, NULL, 10) == n;
+}
+
 int zt_test_hook_overflow_at(long step) {
     const char *spec = getenv("ZEROTRAIN_INJECT_OVERFLOW");
     for (const char *p = spec; p && *p;) {
@@ -15,32 +27,14 @@ int zt_test_hook_overflow_at(long step) {
     return 0;
 }
 
-int zt_test_hook_no_prealloc(void) {
-    const char *v = getenv("ZEROTRAIN_INJECT_NO_PREALLOC");
-    return v && *v && *v != '0';
-}
+int zt_test_hook_no_prealloc(void) { return hook_on("ZEROTRAIN_INJECT_NO_PREALLOC"); }
 
-int zt_test_hook_nccl_hang_at(long seq) {
-    const char *v = getenv("ZEROTRAIN_INJECT_NCCL_HANG");
-    return v && *v && strtol(v, NULL, 10) == seq;
-}
+int zt_test_hook_nccl_hang_at(long seq) { return hook_is("ZEROTRAIN_INJECT_NCCL_HANG", seq); }
 
-int zt_test_hook_skip_sync(void) {
-    const char *v = getenv("ZEROTRAIN_INJECT_SKIP_SYNC");
-    return v && *v && *v != '0';
-}
+int zt_test_hook_skip_sync(void) { return hook_on("ZEROTRAIN_INJECT_SKIP_SYNC"); }
 
-int zt_test_hook_stop_in_finalize(int rank) {
-    const char *v = getenv("ZEROTRAIN_INJECT_STOP_IN_FINALIZE");
-    return v && *v && strtol(v, NULL, 10) == rank;
-}
+int zt_test_hook_stop_in_finalize(int rank) { return hook_is("ZEROTRAIN_INJECT_STOP_IN_FINALIZE", rank); }
 
-int zt_test_hook_stop_after_init(int rank) {
-    const char *v = getenv("ZEROTRAIN_INJECT_STOP_AFTER_INIT");
-    return v && *v && strtol(v, NULL, 10) == rank;
-}
+int zt_test_hook_stop_after_init(int rank) { return hook_is("ZEROTRAIN_INJECT_STOP_AFTER_INIT", rank); }
 
-int zt_test_hook_tp_diverge(int tp_rank) {
-    const char *v = getenv("ZEROTRAIN_INJECT_TP_DIVERGE");
-    return v && *v && strtol(v, NULL, 10) == tp_rank;
-}
+int zt_test_hook_tp_diverge(int tp_rank) { return hook_is("ZEROTRAIN_INJECT_TP_DIVERGE", tp_rank); }
