@@ -84,7 +84,7 @@ if mpirun --version >/dev/null 2>&1; then fail gpu_check_system_mpirun_hidden "m
 
 # 1 rank: libraries, selftest (CPU harness on 1 and 2 ranks), a smoke case, the 10B estimate
 o1=$tmp/out1
-log=$("$pack/run" --out "$o1" --parts selftest,smoke,10b,largest --cases '^s3-param-nvme-opt-nvme-overlap-on$' --steps 2 2>&1); rc=$?
+log=$("$pack/run" --out "$o1" --parts selftest,smoke,10b,largest,selftest2 --cases '^s3-param-nvme-opt-nvme-overlap-on$' --steps 2 2>&1); rc=$?
 report=$(cat "$o1/report.md" 2>/dev/null)
 if ((rc == 0)) && [ -n "$report" ]; then pass gpu_check_run_1rank; else fail gpu_check_run_1rank "exit $rc: $(tail -n 8 <<<"$log")"; fi
 expect gpu_check_libs_resolve_in_pack "$(cat "$o1/parts/libs.verdict" 2>/dev/null)" "^PASS: all [0-9]+ libraries resolve"
@@ -98,14 +98,15 @@ if grep -q 'from the system, not the pack' <<<"$report"; then fail gpu_check_not
 else pass gpu_check_nothing_from_system; fi
 selftest=$(cat "$o1/parts/selftest.verdict" 2>/dev/null)
 expect gpu_check_selftest_no_gpu "$selftest" "^no GPU"
-expect gpu_check_selftest_cpu_1rank "$selftest" "cpu harness 1 rank\(s\): PASS"
-expect gpu_check_selftest_cpu_2ranks_packed_mpirun "$selftest" "cpu harness 2 rank\(s\): PASS"
+selftest2=$(cat "$o1/parts/selftest2.verdict" 2>/dev/null)
+expect gpu_check_selftest_cpu_1rank "$selftest2" "cpu harness 1 rank\(s\): PASS"
+expect gpu_check_selftest_cpu_2ranks_packed_mpirun "$selftest2" "cpu harness 2 rank\(s\): PASS"
 expect gpu_check_smoke_no_gpu_1rank "$(cat "$o1/parts/smoke.verdict" 2>/dev/null)" "^no GPU.*sim side of 1 cases trained on 1 rank"
 expect gpu_check_smoke_losses_1rank "$(cat "$o1/smoke/s3-param-nvme-opt-nvme-overlap-on.sim.loss" 2>/dev/null)" "^[0-9]+\.[0-9]+"$'\n'"[0-9]+\.[0-9]+$"
 expect gpu_check_10b_estimate "$(cat "$o1/logs/10b_estimate.log" 2>/dev/null)" "stage 2: "
 # the largest GPT-2 for one 80 GiB GPU with parameter offload: estimate's answer, training skipped
 expect gpu_check_largest_no_gpu "$(cat "$o1/parts/largest.verdict" 2>/dev/null)" "^no GPU.*params cpu: L[0-9]+ C[0-9]+ \([0-9.]+M parameters\), training skipped;params nvme: L[0-9]+ C[0-9]+"
-expect gpu_check_report_verdict_table "$report" "\| libs \| PASS.*\| selftest \| no GPU.*\| smoke \| no GPU.*\| 10b \| "
+expect gpu_check_report_verdict_table "$report" "\| libs \| [0-9]+ \([0-9]+\) \| PASS.*\| selftest \| [0-9]+ \([0-9]+\) \| no GPU.*\| smoke \| [^|]*\| no GPU.*\| 10b \| "
 
 # 2 ranks under the packed mpirun: another smoke case, and a tensor-parallel one
 o2=$tmp/out2
@@ -128,3 +129,71 @@ else
 fi
 EOF
 unshare -m --propagation private bash "$tmp/inside.sh" "$tmp"
+
+# ---------------------------------------------------------------- the budget, rehearsed
+# `run --device sim`: the simulated GPU stands in for the GPU (shapes shrunk), and
+# ZT_GPU_CHECK_VIRTUAL_CLOCK=5 charges 5 s a step whatever it took, so which parts run, are cut or
+# are skipped is the budget logic's answer alone, not this machine's speed. With --budget 100:
+# smoke gets its least (15 s: one case of two steps, the other two cut), mfu its least, 10b (least
+# 120 s) is skipped, twinflow gets the rest; then `--parts rest` runs smoke and 10b into the same
+# report, which keeps the first call's verdicts.
+if ! ./zerotrain config configs/tiny.yaml --set device=sim >/dev/null 2>&1; then
+    echo "SKIP gpu_check_budget: this binary has no simulated GPU"
+    exit 0
+fi
+reh=$tmp/rehearsal
+cases='^(s0-none|s1-none|s3-none)$'
+log=$(ZT_GPU_CHECK_VIRTUAL_CLOCK=5 "$pack/run" --device sim --out "$reh" --budget 100 --parts smoke,mfu,10b,twinflow \
+    --cases "$cases" --steps 2 2>&1); rc=$?
+v() { cat "$reh/parts/$1.verdict" 2>/dev/null; }
+if ((rc == 0)); then pass gpu_check_budget_run; else fail gpu_check_budget_run "exit $rc: $(tail -n 8 <<<"$log")"; fi
+expect gpu_check_budget_cut_names_what "$(v smoke)" "^CUT \(budget: 2 case\(s\) not run\): PASS: 1 cases, sim within"
+expect gpu_check_budget_least_time "$(v mfu)" "^PASS: GPT-2 L2 C64"
+expect gpu_check_budget_skipped "$(v 10b)" "^SKIPPED \(budget\): 75s of the 100s left, the part needs 120s at least"
+expect gpu_check_budget_last_part_gets_rest "$(v twinflow)" "^PASS: Twin-Flow 5.6B: best ratio"
+if [ -e "$reh/parts/selftest.verdict" ] || [ -e "$reh/parts/peer.verdict" ]; then fail gpu_check_budget_unselected_absent "$(ls "$reh/parts")"
+else pass gpu_check_budget_unselected_absent; fi
+expect gpu_check_budget_report_whole "$(cat "$reh/report.md")" "\| smoke \| 10 \(25\) \| CUT.*\| mfu \| 10 \(20\) \| PASS.*\| 10b \| 0 \(200\) \| SKIPPED.*\| twinflow \| 25 \(220\) \| PASS"
+log=$(ZT_GPU_CHECK_VIRTUAL_CLOCK=5 "$pack/run" --device sim --out "$reh" --budget 1000 --parts rest --cases "$cases" \
+    --steps 2 --bundle "$tmp/bundle" 2>&1); rc=$?
+if ((rc == 0)); then pass gpu_check_budget_rest_run; else fail gpu_check_budget_rest_run "exit $rc: $(tail -n 8 <<<"$log")"; fi
+expect gpu_check_budget_rest_runs_cut "$(v smoke)" "^PASS: 3 cases, sim within"
+expect gpu_check_budget_rest_runs_skipped "$(v 10b)" "^(does not fit this machine|no GPU|PASS|ratio)"
+expect gpu_check_budget_rest_keeps_done "$(v twinflow) $(v mfu)" "^PASS: Twin-Flow.* PASS: GPT-2"
+expect gpu_check_budget_rest_only_rest "$log" "part smoke: .*part 10b: " 
+if grep -q "part twinflow" <<<"$log"; then fail gpu_check_budget_rest_skips_done "twinflow ran again"; else pass gpu_check_budget_rest_skips_done; fi
+if [ -f "$tmp/bundle/report.md" ] && tar -tzf "$tmp/bundle/gpu-check-out.tgz" | grep -q 'parts/twinflow.verdict'; then
+    pass gpu_check_bundle
+else fail gpu_check_bundle "no report.md or tgz in $tmp/bundle"; fi
+log=$("$pack/run" --device sim --out "$reh" --parts rest 2>&1); rc=$?
+expect gpu_check_budget_nothing_left "rc=$rc $log" "^rc=0 .*nothing left"
+log=$("$pack/run" --device sim --out "$tmp/r0" --budget 3 --parts smoke,peer 2>&1); rc=$?
+expect gpu_check_budget_zero "rc=$rc $(cat "$tmp/r0/parts/smoke.verdict" "$tmp/r0/parts/peer.verdict" 2>/dev/null)" \
+    "^rc=0 SKIPPED \(budget\).*SKIPPED \(budget\)"
+
+# ---------------------------------------------------------------- the peer: DeepSpeed from the same config
+# zerotrain's effective config -> DeepSpeed's JSON -> zerotrain again: every key kept comes back equal
+eff=$tmp/peer_eff.yaml
+./zerotrain config configs/gpu_peer_1p5b.yaml --set device=sim --set zero_optimization.stage=3 \
+    --set zero_optimization.offload_optimizer.ratio=0.5 >"$eff" 2>/dev/null
+/usr/bin/python3 test/peer_deepspeed.py translate "$eff" >"$tmp/ds.json"
+./zerotrain config "$tmp/ds.json" --set device=sim >"$tmp/peer_eff2.yaml" 2>"$tmp/peer_eff2.err"
+if [ -s "$tmp/ds.json" ] && /usr/bin/python3 test/peer_deepspeed.py translate "$tmp/peer_eff2.yaml" | diff -q - "$tmp/ds.json" >/dev/null; then
+    pass gpu_check_peer_config_round_trip
+else fail gpu_check_peer_config_round_trip "$(head -c 400 "$tmp/peer_eff2.err")"; fi
+expect gpu_check_peer_config_keys "$(cat "$tmp/ds.json")" '"stage": 3,.*"offload_optimizer": \{[^}]*"device": "cpu",[^}]*"ratio": 0.5'
+if grep -qE '"(model|data|train_iters|overlap_step|device_memory)"' "$tmp/ds.json"; then
+    fail gpu_check_peer_config_only_deepspeed_keys "$(grep -oE '"(model|data|train_iters|overlap_step|device_memory)"' "$tmp/ds.json" | head -3)"
+else pass gpu_check_peer_config_only_deepspeed_keys; fi
+# the packed peer: DeepSpeed's source and the wheels for CPython 3.12 (the GPU machine's Python)
+expect gpu_check_peer_packed "$(tar -tzf "$pack/peer/peer.tar.gz" 2>/dev/null | grep -E '^\./(deepspeed/__init__.py|pydantic_core/_pydantic_core\.cpython-312-x86_64-linux-gnu\.so|hjson/__init__.py)$' | sort | paste -sd' ')" \
+    "deepspeed/__init__.py .*hjson/__init__.py .*pydantic_core/_pydantic_core.cpython-312"
+py312=$(ls -d "$HOME"/.pyenv/versions/3.12*/bin/python3 2>/dev/null | head -1)
+if [ -n "$py312" ]; then
+    mkdir -p "$tmp/site" && tar -C "$tmp/site" -xzf "$pack/peer/peer.tar.gz"
+    out=$(cd "$tmp" && PYTHONPATH="$tmp/site" "$py312" -c 'import pydantic, hjson; print("pydantic", pydantic.VERSION)' 2>&1 &&
+        "$py312" -m compileall -q -x 'deepspeed/(ops/csrc|inference/v2/kernels)' "$tmp/site/deepspeed" >/dev/null 2>&1 && echo compiled)
+    expect gpu_check_peer_imports_on_py312 "$out" "pydantic 2\..*compiled"
+else
+    echo "SKIP gpu_check_peer_imports_on_py312: no CPython 3.12 here"
+fi

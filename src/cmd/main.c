@@ -29,6 +29,9 @@ int main(int argc, char **argv) {
     /* HDF5's exit-time cleanup retries closing any file whose close failed (a full disk) and
      * crashes on it; every file is closed explicitly, so the cleanup has nothing else to do */
     H5dont_atexit();
+    /* a log line is written when it is printed, also into a file (a batch job's output, gpu-check's
+     * logs): a run stopped from outside (a time limit, SIGKILL) still shows how far it got */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     static const command commands[] = {
         {"train", zt_cmd_train, 1},   {"tokenize", zt_cmd_tokenize, 0}, {"sample", zt_cmd_sample, 1},
         {"eval", zt_cmd_eval, 1},     {"selftest", zt_cmd_selftest, 1}, {"estimate", zt_cmd_estimate, 0},

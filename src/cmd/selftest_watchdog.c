@@ -67,16 +67,25 @@ int zt_selftest_nccl_hang_child(void) {
     return 0;
 }
 
-/* the child's environment: ours without Open MPI's/PMIx's variables (the child is a singleton, not
- * a rank of our job), plus the injection */
+/* whether a variable says where Open MPI and PMIx are installed (a relocated install, such as
+ * gpu-check's pack, is found only through them) rather than which job this process belongs to */
+static int is_install_location(const char *var) {
+    return !strncmp(var, "OPAL_PREFIX=", 12) || !strncmp(var, "PMIX_PREFIX=", 12);
+}
+
+/* the child's environment: ours without Open MPI's/PMIx's job variables (the child is a singleton,
+ * not a rank of our job), plus the injection. The install locations stay: without OPAL_PREFIX a
+ * singleton of the packed Open MPI looks for orted where Debian puts it, finds none and tries ssh
+ * (seen on the first H100 run of gpu-check: "plm_rsh_agent: ssh : rsh" not found) */
 static char **child_env(void) {
     size_t n = 0;
     while (environ[n]) n++;
     char **env = zt_xcalloc(n + 2, sizeof *env);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "OMPI_", 5) && strncmp(environ[i], "PMIX_", 5) && strncmp(environ[i], "OPAL_", 5) &&
-            strncmp(environ[i], "ZEROTRAIN_INJECT_", 17))
+        if (is_install_location(environ[i]) ||
+            (strncmp(environ[i], "OMPI_", 5) && strncmp(environ[i], "PMIX_", 5) && strncmp(environ[i], "OPAL_", 5) &&
+             strncmp(environ[i], "ZEROTRAIN_INJECT_", 17)))
             env[k++] = environ[i];
     env[k++] = "ZEROTRAIN_INJECT_NCCL_HANG=1";
     env[k] = NULL;

@@ -82,9 +82,11 @@ static void *transfer_buf(const zt_engine *e, size_t bytes) {
 
 static void calib_free(const zt_engine *e, calib *c) {
     const zt_backend *be = e->be;
-    free(c->master); free(c->m); free(c->v); free(c->grad); free(c->params16);
-    void *tr[] = {c->down, c->up};
-    for (int i = 0; i < 2; i++)
+    free(c->master); free(c->m); free(c->v);
+    /* the transfer buffers come from transfer_buf: pinned (host_alloc) when pin_memory is set, and
+     * free() of pinned memory crashed ratio auto on the first H100 run of the offload work */
+    void *tr[] = {c->grad, c->params16, c->down, c->up};
+    for (int i = 0; i < 4; i++)
         if (tr[i]) e->off.pin_memory ? be->host_free(tr[i]) : free(tr[i]);
     void *dev[] = {c->dmaster, c->dm, c->dv, c->dgrad, c->dparams, c->dup};
     for (int i = 0; i < 6; i++)
