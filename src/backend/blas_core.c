@@ -126,20 +126,19 @@ char *zt_blas_core_line(char *buf, size_t cap) {
     if (user) {
         snprintf(why, sizeof why, "set by OPENBLAS_CORETYPE=%s", user);
     } else if (from) {
-        snprintf(why, sizeof why, "chosen by zerotrain%s%s: OpenBLAS took %s (%s) on this %s CPU",
-                 asked && strcasecmp(asked, running) ? ", which asked for " : "",
-                 asked && strcasecmp(asked, running) ? asked : "", from,
-                 zt_blas_core_simd(from) >= 0 ? zt_simd_name(zt_blas_core_simd(from)) : "?", zt_simd_name(cpu));
+        char asked_note[96] = ""; /* OpenBLAS did not switch to what the re-exec asked for */
+        if (asked && strcasecmp(asked, running)) snprintf(asked_note, sizeof asked_note, " (asked for %s)", asked);
+        snprintf(why, sizeof why, "chosen by zerotrain%s: OpenBLAS took %s (%s) by itself", asked_note, from,
+                 zt_simd_name((zt_simd)zt_blas_core_simd(from)));
     } else if (exec_failed[0]) {
-        snprintf(why, sizeof why, "OpenBLAS's own choice on this %s CPU; %s", zt_simd_name(cpu), exec_failed);
+        snprintf(why, sizeof why, "OpenBLAS's own choice; zerotrain %s", exec_failed);
     } else if (zt_blas_core_better(running, cpu, amd) && !blas_is_dynamic()) {
-        snprintf(why, sizeof why, "the only kernels of this OpenBLAS (not a DYNAMIC_ARCH build), on this %s CPU",
-                 zt_simd_name(cpu));
+        snprintf(why, sizeof why, "the only kernels of this OpenBLAS (not a DYNAMIC_ARCH build)");
     } else {
-        snprintf(why, sizeof why, "OpenBLAS's own choice on this %s CPU", zt_simd_name(cpu));
+        snprintf(why, sizeof why, "OpenBLAS's own choice");
     }
-    snprintf(buf, cap, "cpu kernels: %s %s (%s), %s; CPU Adam %s", version, running,
-             simd >= 0 ? zt_simd_name((zt_simd)simd) : "SIMD unknown", why,
+    snprintf(buf, cap, "cpu kernels: %s %s (%s) on an %s CPU, %s; CPU Adam %s", version, running,
+             simd >= 0 ? zt_simd_name((zt_simd)simd) : "SIMD unknown", zt_simd_name(cpu), why,
              zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
     return buf;
 }
