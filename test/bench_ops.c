@@ -189,7 +189,7 @@ int main(int argc, char **argv) {
     if (reps > 64) reps = 64;
     be = zt_backend_cpu();
     char kernels[512];
-    printf("zerotrain CPU backend bench: %d OpenMP threads, OpenBLAS %s\n%s\n\n", omp_get_max_threads(),
+    printf("zerotrain CPU backend bench: %d OpenMP threads, %s\n%s\n\n", omp_get_max_threads(),
            openblas_get_config(), zt_blas_core_line(kernels, sizeof kernels));
     bench_fma_peak();
     bench_sgemm(0);
