@@ -55,7 +55,7 @@ int main(void) {
     /* narrower than the CPU allows, without being generic */
     expect("Sandybridge", ZT_SIMD_AVX2, 0, "Haswell");
     expect("Haswell", ZT_SIMD_AVX512, 0, "SkylakeX");
-    expect("Zen", ZT_SIMD_AVX512, 1, "SkylakeX"); /* 0.3.21 gives Zen 4 the AVX2 Zen kernels */
+    expect("Zen", ZT_SIMD_AVX512, 1, "SkylakeX"); /* a Zen 4 given the AVX2 Zen kernels */
     /* as wide as the CPU: kept (an AVX2 EPYC, a Xeon the library knows, a Cooperlake) */
     expect("Zen", ZT_SIMD_AVX2, 1, NULL);
     expect("Haswell", ZT_SIMD_AVX2, 0, NULL);

@@ -24,7 +24,7 @@
  *   ZEROTRAIN_INJECT_BLAS_FALLBACK=1 OPENBLAS_CORETYPE counts as OpenBLAS's own choice, not the user's:
  *                                    with OPENBLAS_CORETYPE=Prescott the process starts on a real
  *                                    fallback on any CPU, which zt_blas_core_choose must replace
- *                                    (test/t_blas_core.sh)
+ *                                    (test/t_blas_core.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
