@@ -7,7 +7,8 @@
 #                   whose build/gpu-check/run checks the whole GPU path there (README: GPU check)
 #   make MARCH=native   tune the C code for the build machine (the default, x86-64-v2, runs on
 #                   any x86-64 CPU of the last 15 years: a binary built on a cluster's login node
-#                   runs on its compute nodes; OpenBLAS and the CPU Adam pick their instructions
+#                   runs on its compute nodes; OpenBLAS's kernels (re-chosen by src/backend/
+#                   blas_core.c when the library falls back) and the CPU Adam's SIMD path are picked
 #                   at run time either way). OPT=... sets the optimization flags, CFLAGS=... adds.
 
 CC      := mpicc

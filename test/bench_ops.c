@@ -1,9 +1,12 @@
 /* bench_ops.c — CPU backend op timings at GPT-2 124M training shapes (B=4 T=64 C=768 NH=12
- * V=50257 padded to 50304), and the OpenBLAS SGEMM peak they are measured against.
+ * V=50257 padded to 50304), against this machine's FMA peak measured in the same run (a tight loop
+ * of the widest FMA the CPU has, on one core and on all threads), and the OpenBLAS SGEMM peak.
+ * Runs on the OpenBLAS kernels zerotrain would choose (blas_core.h) and says which, and why.
  * Every number is the median of several runs after a warm-up. Prints a table and an estimated
  * training step time (the sum of the ops one step runs); always exits 0.
  * Usage: bench_ops [reps]   (OMP_NUM_THREADS picks the thread count, like the trainer) */
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "backend/blas_core.h"
 
 static const zt_backend *be;
 static int reps = 7;
@@ -52,15 +56,81 @@ static float *frand(size_t n, float scale) {
     return p;
 }
 
-static double peak_gflops = 0;
+static double peak_gflops = 0; /* the best SGEMM of bench_sgemm(0) */
+static double fma_peak = 0;    /* the FMA loop on all threads: what every GFLOP/s is a share of */
+static double gemm_flops = 0, gemm_sec = 0; /* the step's GEMMs (matmul rows), summed with their counts */
 static void row_flops(const char *op, const char *shape, double sec, double flops, double count) {
     double g = flops / sec / 1e9;
-    printf("%-24s %-26s %9.3f ms (min %8.3f)  %7.1f GFLOP/s  %5.0f%% of peak  x%-3.0f\n", op, shape, sec * 1e3,
-           t_min * 1e3, g, peak_gflops > 0 ? 100 * g / peak_gflops : 0.0, count);
+    printf("%-24s %-26s %9.3f ms (min %8.3f)  %7.1f GFLOP/s  %5.1f%% of FMA peak  x%-3.0f\n", op, shape, sec * 1e3,
+           t_min * 1e3, g, fma_peak > 0 ? 100 * g / fma_peak : 0.0, count);
+    if (!strncmp(op, "matmul", 6)) gemm_flops += flops * count, gemm_sec += sec * count;
 }
 static void row_bytes(const char *op, const char *shape, double sec, double bytes, double count) {
     printf("%-24s %-26s %9.3f ms (min %8.3f)  %7.1f GB/s                    x%-3.0f\n", op, shape, sec * 1e3, t_min * 1e3,
            bytes / sec / 1e9, count);
+}
+
+/* ------------------------------------------------------------------ FMA peak */
+
+/* `chains` independent accumulators a = a*m + c (more than FMA latency x FMA ports, so the loop is
+ * bound by throughput alone), all in registers: nothing is loaded or stored. The values converge
+ * to c/(1-m) = 0.1, no denormals. Returns one lane, so the loop cannot be dropped. */
+#define FMA_LOOP(fn, isa, vec, set1, fma, add, store, chains)                      \
+    __attribute__((target(isa))) static float fn(long iters) {                     \
+        vec a[chains], m = set1(0.999999f), c = set1(1e-7f);                       \
+        for (int k = 0; k < chains; k++) a[k] = set1((float)k);                    \
+        for (long i = 0; i < iters; i++) {                                         \
+            _Pragma("GCC unroll 32") for (int k = 0; k < chains; k++) a[k] = fma;  \
+        }                                                                          \
+        for (int k = 1; k < chains; k++) a[0] = add(a[0], a[k]);                   \
+        float out[sizeof(vec) / 4];                                                \
+        store(out, a[0]);                                                          \
+        return out[0];                                                             \
+    }
+/* AVX-512 has 32 registers, AVX2 16: 24 and 12 chains leave room for m and c */
+FMA_LOOP(fma_avx512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps(a[k], m, c), _mm512_add_ps, _mm512_storeu_ps, 24)
+FMA_LOOP(fma_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps(a[k], m, c), _mm256_add_ps, _mm256_storeu_ps, 12)
+FMA_LOOP(muladd_avx, "avx", __m256, _mm256_set1_ps, _mm256_add_ps(_mm256_mul_ps(a[k], m), c), _mm256_add_ps,
+         _mm256_storeu_ps, 12)
+FMA_LOOP(muladd_sse, "sse2", __m128, _mm_set1_ps, _mm_add_ps(_mm_mul_ps(a[k], m), c), _mm_add_ps, _mm_storeu_ps, 12)
+
+static const struct {
+    const char *what;
+    float (*loop)(long);
+    int flops_per_iter; /* chains x lanes x 2 */
+} fma_paths[] = {
+    [ZT_SIMD_AVX512] = {"AVX-512 FMA (zmm)", fma_avx512, 24 * 16 * 2},
+    [ZT_SIMD_AVX2] = {"AVX2 FMA (ymm)", fma_avx2, 12 * 8 * 2},
+    [ZT_SIMD_AVX] = {"AVX mul+add, no FMA on this CPU (ymm)", muladd_avx, 12 * 8 * 2},
+    [ZT_SIMD_SSE] = {"SSE mul+add, no FMA on this CPU (xmm)", muladd_sse, 12 * 4 * 2},
+};
+
+/* GFLOP/s of the CPU's widest loop on `threads` threads at once (each its own loop), best of 3 */
+static double fma_gflops(zt_simd simd, int threads) {
+    const long iters = 20 * 1000 * 1000 / (fma_paths[simd].flops_per_iter / 64); /* ~0.1 s a thread */
+    double best = 0;
+    volatile float sink = 0;
+    for (int r = 0; r < 4; r++) { /* the first is a warm-up: the clock settles for the wide units */
+        double t0 = now();
+#pragma omp parallel num_threads(threads)
+        {
+            float v = fma_paths[simd].loop(iters);
+#pragma omp atomic
+            sink += v;
+        }
+        double g = (double)iters * fma_paths[simd].flops_per_iter * threads / (now() - t0) / 1e9;
+        if (r > 0 && g > best) best = g;
+    }
+    return best;
+}
+
+static void bench_fma_peak(void) {
+    zt_simd simd = zt_cpu_simd(NULL);
+    int threads = omp_get_max_threads();
+    double one = fma_gflops(simd, 1);
+    fma_peak = fma_gflops(simd, threads);
+    printf("FMA peak (%s, tight loop, best of 3): 1 core %.1f GFLOP/s, %d threads %.1f GFLOP/s\n\n",
+           fma_paths[simd].what, one, threads, fma_peak);
 }
 
 /* ------------------------------------------------------------------ SGEMM peak */
@@ -101,20 +171,27 @@ static void bench_sgemm(int threaded) {
             g = sgemm_backend(M, N, K, tb, A, B, C);
             if (g > peak_gflops) peak_gflops = g;
         }
-        printf("  M=%-5d N=%-6d K=%-5d %s  %7.1f\n", M, N, K, tb ? "B^T" : "B  ", g);
+        printf("  M=%-5d N=%-6d K=%-5d %s  %7.1f  = %5.1f%% of FMA peak\n", M, N, K, tb ? "B^T" : "B  ", g,
+               fma_peak > 0 ? 100 * g / fma_peak : 0.0);
         be->free(A), be->free(B), be->free(C);
     }
-    if (!threaded) printf("SGEMM peak (best of the above): %.1f GFLOP/s\n\n", peak_gflops);
+    if (!threaded)
+        printf("SGEMM peak (best of the above): %.1f GFLOP/s = %.1f%% of FMA peak\n\n", peak_gflops,
+               fma_peak > 0 ? 100 * peak_gflops / fma_peak : 0.0);
 }
 
 /* ------------------------------------------------------------------ ops */
 
 int main(int argc, char **argv) {
+    zt_blas_core_choose(argv); /* the kernels `zerotrain train` would run; may re-execute */
     if (argc > 1) reps = atoi(argv[1]);
     if (reps < 1) reps = 1;
     if (reps > 64) reps = 64;
     be = zt_backend_cpu();
-    printf("zerotrain CPU backend bench: %d OpenMP threads, OpenBLAS %s\n\n", omp_get_max_threads(), openblas_get_config());
+    char kernels[512];
+    printf("zerotrain CPU backend bench: %d OpenMP threads, %s\n%s\n\n", omp_get_max_threads(),
+           openblas_get_config(), zt_blas_core_line(kernels, sizeof kernels));
+    bench_fma_peak();
     bench_sgemm(0);
 
     const int B = 4, T = 64, C = 768, NH = 12, V = 50257, Vp = 50304, L = 12;
@@ -206,10 +283,12 @@ int main(int argc, char **argv) {
 
     printf("\nestimated training step (the ops above x their count per step): %.3f s with median times, %.3f s with minimum times\n",
            step, step_min);
-    printf("model FLOPs per step ~ %.1f GFLOP -> %.1f GFLOP/s = %.0f%% of SGEMM peak\n",
-           6.0 * N * (85e6 + (double)V * C) / 1e9 + 3.0 * L * afl / 1e9,
-           (6.0 * N * (85e6 + (double)V * C) + 3.0 * L * afl) / step / 1e9,
-           100 * (6.0 * N * (85e6 + (double)V * C) + 3.0 * L * afl) / step / 1e9 / peak_gflops);
+    double model_flops = 6.0 * N * (85e6 + (double)V * C) + 3.0 * L * afl;
+    printf("model FLOPs per step ~ %.1f GFLOP -> %.1f GFLOP/s = %.0f%% of SGEMM peak = %.1f%% of FMA peak\n",
+           model_flops / 1e9, model_flops / step / 1e9, 100 * model_flops / step / 1e9 / peak_gflops,
+           100 * model_flops / step / 1e9 / fma_peak);
+    printf("GEMMs of the step (the matmul rows x their counts): %.1f GFLOP in %.3f s = %.1f GFLOP/s = %.1f%% of FMA peak\n",
+           gemm_flops / 1e9, gemm_sec, gemm_flops / gemm_sec / 1e9, 100 * gemm_flops / gemm_sec / 1e9 / fma_peak);
     bench_sgemm(1);
     return 0;
 }

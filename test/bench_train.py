@@ -1,7 +1,8 @@
 """bench_train.py — training throughput for `make bench`:
   (a) GPT-2 124M, B4 T64 and (b) small L6 C384, B8 T128 on one rank with all threads: ms/step,
       forward and backward separately, tokens/s and GFLOP/s as a fraction of the OpenBLAS SGEMM peak
-      measured by bench_ops in the same `make bench` run;
+      and of the FMA peak measured by bench_ops in the same `make bench` run, and the OpenBLAS
+      kernels the run's log says it ran on;
   ZeRO: config (b) on 2 ranks x 1 thread for stages 0-3 relative to 1 rank x 2 threads, with the
       time spent waiting on collectives per step;
   tensor parallelism: config (b) with 8 heads on 1, 2 and 4 ranks x 1 thread, tokens/s and the
@@ -25,13 +26,9 @@ ztlib.ensure_shakespeare()
 threads = os.cpu_count() or 2
 
 
-def sgemm_peak():
-    path = os.path.join(ztlib.ROOT, "build/bench/bench_ops.txt")
-    try:
-        text = open(path).read()
-    except OSError:
-        return None
-    m = re.search(r"SGEMM peak \(best of the above\): ([0-9.]+)", text)
+def bench_ops_figure(pattern):
+    """a number bench_ops printed in this `make bench` run (None without it)"""
+    m = re.search(pattern, ztlib.read_text(os.path.join(ztlib.ROOT, "build/bench/bench_ops.txt")))
     return float(m.group(1)) if m else None
 
 
@@ -39,9 +36,17 @@ def flops_per_token(L, C, V, T):
     return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C
 
 
+kernels = None  # the first run's "cpu kernels:" line
+
+
 def bench(config, sets=(), ranks=0, omp=threads):
+    global kernels
     ztlib.ENV["OMP_NUM_THREADS"] = str(omp)
     p, rows = ztlib.train(config, sets, ranks=ranks, timeout=900)
+    m = re.search(r"^cpu kernels: .*$", p.stdout, re.M)
+    if m and not kernels:
+        kernels = m.group(0)
+        print(kernels)
     if p.returncode != 0 or len(rows) < 2:
         print(p.stdout[-2000:], p.stderr[-2000:])
         return None
@@ -56,8 +61,10 @@ def bench(config, sets=(), ranks=0, omp=threads):
     return res
 
 
-peak = sgemm_peak()
-print(f"OpenBLAS SGEMM peak (bench_ops, this run): {peak if peak else 'n/a'} GFLOP/s")
+peak = bench_ops_figure(r"SGEMM peak \(best of the above\): ([0-9.]+)")
+fma = bench_ops_figure(r"FMA peak \(.*?\): 1 core [0-9.]+ GFLOP/s, \d+ threads ([0-9.]+)")
+print(f"OpenBLAS SGEMM peak (bench_ops, this run): {peak if peak else 'n/a'} GFLOP/s; "
+      f"FMA peak: {fma if fma else 'n/a'} GFLOP/s")
 shapes = {"a": ("configs/bench_124m.yaml", 12, 768, 50257, 64, 4),
           "b": ("configs/bench_small.yaml", 6, 384, 50257, 128, 8)}
 for name, (cfg, L, C, V, T, B) in shapes.items():
@@ -67,6 +74,7 @@ for name, (cfg, L, C, V, T, B) in shapes.items():
         continue
     gflops = flops_per_token(L, C, V, T) * B * T / (r["step_ms"] / 1e3) / 1e9
     frac = f" = {100 * gflops / peak:.0f}% of SGEMM peak" if peak else ""
+    frac += f" = {100 * gflops / fma:.0f}% of FMA peak" if fma else ""
     print(f"({name}) {cfg}: {r['step_ms']:.0f} ms/step (forward {r['forward_ms']:.0f} ms, backward "
           f"{r['backward_ms']:.0f} ms, optimizer {r['optimizer_ms']:.0f} ms), {r['tokens_per_s']:.0f} tokens/s, "
           f"{gflops:.1f} GFLOP/s{frac}")

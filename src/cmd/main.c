@@ -1,9 +1,12 @@
 /* main.c — the zerotrain binary: initialises MPI (a single process works without mpirun),
- * dispatches the subcommand, and makes the exit status the job's. */
+ * dispatches the subcommand, and makes the exit status the job's. A command that computes first
+ * gets the best OpenBLAS kernels this CPU runs (blas_core.h: that may re-execute the program, so
+ * it happens before MPI_Init and before anything else). */
 #include <hdf5.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/blas_core.h"
 #include "comm/comm.h"
 #include "cmd/commands.h"
 
@@ -23,20 +26,25 @@ static void usage(FILE *f) {
             "  selftest [--device cuda]            GPU ops against the CPU backend\n");
 }
 
-typedef struct { const char *name; int (*run)(int, char **); int needs_mpi; } command;
+/* computes: runs model math on the CPU (OpenBLAS), so it gets zt_blas_core_choose() */
+typedef struct { const char *name; int (*run)(int, char **); int needs_mpi, computes; } command;
 
 int main(int argc, char **argv) {
+    /* `run` does not compute: the ranks it starts choose their kernels each on its own machine */
+    static const command commands[] = {
+        {"train", zt_cmd_train, 1, 1},     {"tokenize", zt_cmd_tokenize, 0, 0}, {"sample", zt_cmd_sample, 1, 1},
+        {"eval", zt_cmd_eval, 1, 1},       {"selftest", zt_cmd_selftest, 1, 1}, {"estimate", zt_cmd_estimate, 0, 0},
+        {"run", zt_cmd_run, 0, 0},         {"export", zt_cmd_export, 1, 0},     {"info", zt_cmd_info, 1, 0},
+        {"config", zt_cmd_config, 0, 0},
+    };
+    for (size_t i = 0; argc >= 2 && i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i].computes && !strcmp(argv[1], commands[i].name)) zt_blas_core_choose(argv);
     /* HDF5's exit-time cleanup retries closing any file whose close failed (a full disk) and
      * crashes on it; every file is closed explicitly, so the cleanup has nothing else to do */
     H5dont_atexit();
     /* a log line is written when it is printed, also into a file (a batch job's output, gpu-check's
      * logs): a run stopped from outside (a time limit, SIGKILL) still shows how far it got */
     setvbuf(stdout, NULL, _IOLBF, 0);
-    static const command commands[] = {
-        {"train", zt_cmd_train, 1},   {"tokenize", zt_cmd_tokenize, 0}, {"sample", zt_cmd_sample, 1},
-        {"eval", zt_cmd_eval, 1},     {"selftest", zt_cmd_selftest, 1}, {"estimate", zt_cmd_estimate, 0},
-        {"run", zt_cmd_run, 0},       {"export", zt_cmd_export, 1},     {"info", zt_cmd_info, 1},     {"config", zt_cmd_config, 0},
-    };
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

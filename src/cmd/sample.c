@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/blas_core.h"
 #include "io/checkpoint.h"
 #include "cmd/commands.h"
 #include "io/data.h"
@@ -252,6 +253,8 @@ int zt_cmd_eval(int argc, char **argv) {
     zt_session s;
     zt_dataset d;
     int rc = model_from_dir(comm, model, &cfg, &weights, (int)T, device, &err);
+    char kernels[512];
+    zt_info("%s", zt_blas_core_line(kernels, sizeof kernels));
     if (!rc) rc = zt_dataset_open(&d, data, (int)T, cfg.vocab_size, 0, &err);
     unsigned long long need = (unsigned long long)nb * (unsigned long long)B * (unsigned long long)T + 1;
     if (!rc && d.n_tokens < need) { /* reading on would wrap around and join the last token to the first */
@@ -411,6 +414,9 @@ int zt_cmd_sample(int argc, char **argv) {
         comm->destroy(comm);
         return 1;
     }
+    /* stdout is the text: the kernel line goes with the messages */
+    char kernels[512];
+    if (comm->rank == 0) fprintf(stderr, "%s\n", zt_blas_core_line(kernels, sizeof kernels));
     zt_ids ids = {0}, out = {0};
     if (prompt) zt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &err);
     if (ids.n == 0) zt_ids_push(&ids, ZT_TOKEN_EOT);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/blas_core.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "comm/watchdog.h"
@@ -490,6 +491,8 @@ int zt_cmd_selftest(int argc, char **argv) {
     st.ref = zt_backend_cpu();
     int rank = zt_mpi_world_rank();
     st.verbose = rank == 0;
+    char kernels[512];
+    if (st.verbose) printf("selftest: %s\n", zt_blas_core_line(kernels, sizeof kernels));
     const zt_backend *fp16_dev = NULL; /* the second CUDA table, checked after the bf16 one */
     if (!strcmp(device, "cuda")) {
         const char *why = NULL;

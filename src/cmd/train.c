@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/blas_core.h"
 #include "io/checkpoint.h"
 #include "engine/mem_report.h"
 #include "cmd/commands.h"
@@ -607,6 +608,8 @@ static int setup(trainer *t, int argc, char **argv, zt_err *err) {
 static void print_banner(trainer *t) {
     zt_config *cfg = &t->cfg;
     zt_session *s = &t->s;
+    char kernels[512];
+    zt_info("%s", zt_blas_core_line(kernels, sizeof kernels));
     zt_info("zerotrain: effective config (%s):\n%s", cfg->source_path, cfg->effective_text);
     zt_info("model: GPT-2 L%d H%d C%d V%d (%.2fM parameters), T %d; backend %s, %d rank%s, ZeRO stage %d",
             s->shape.n_layer, s->shape.n_head, s->shape.n_embd, s->shape.vocab_size, s->whole.total / 1e6,

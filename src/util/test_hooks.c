@@ -38,3 +38,5 @@ int zt_test_hook_stop_in_finalize(int rank) { return hook_is("ZEROTRAIN_INJECT_S
 int zt_test_hook_stop_after_init(int rank) { return hook_is("ZEROTRAIN_INJECT_STOP_AFTER_INIT", rank); }
 
 int zt_test_hook_tp_diverge(int tp_rank) { return hook_is("ZEROTRAIN_INJECT_TP_DIVERGE", tp_rank); }
+
+int zt_test_hook_blas_fallback(void) { return hook_on("ZEROTRAIN_INJECT_BLAS_FALLBACK"); }

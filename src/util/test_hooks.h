@@ -21,6 +21,10 @@
  *   ZEROTRAIN_INJECT_TP_DIVERGE=T    tensor-parallel rank T's master copy of transformer.ln_f.bias (a tensor
  *                                    every tp rank holds whole) has one bit flipped as it is saved: the
  *                                    divergence the save's guard must refuse (test/t_tp_checkpoint.py)
+ *   ZEROTRAIN_INJECT_BLAS_FALLBACK=1 OPENBLAS_CORETYPE counts as OpenBLAS's own choice, not the user's:
+ *                                    with OPENBLAS_CORETYPE=Prescott the process starts on a real
+ *                                    fallback on any CPU, which zt_blas_core_choose must replace
+ *                                    (test/t_blas_core.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -45,5 +49,8 @@ int zt_test_hook_stop_in_finalize(int rank);
 
 /* 1 when ZEROTRAIN_INJECT_TP_DIVERGE is `tp_rank`. */
 int zt_test_hook_tp_diverge(int tp_rank);
+
+/* 1 when ZEROTRAIN_INJECT_BLAS_FALLBACK is set (not "0"). */
+int zt_test_hook_blas_fallback(void);
 
 #endif
