@@ -1,5 +1,6 @@
 # zerotrain — build, test and bench.
-#   make            build ./zerotrain (with the CUDA backend when nvcc is found; CUDA=0 leaves it out)
+#   make            build ./zerotrain (with the CUDA backend, libzerotrain-cuda.so beside it, when nvcc is
+#                   found; CUDA=0 leaves it out)
 #   make test       build and run the whole test suite (ends with "N passed, N failed")
 #   make bench      run the benchmarks (timing lives here, never in tests)
 #   make demo       tokenize the bundled corpus, train the demo model, print a sample
@@ -27,23 +28,30 @@ LDLIBS  := -lopenblas -lyaml -lpcre2-8 -luring -lm $(HDF5_LIBS)
 
 # src/<part>/: the library every program links (engine, model, backend, comm, io, config, util);
 # src/cmd/: the commands, linked into ./zerotrain only. Includes are written from src/: "io/hf.h".
-LIB_SRCS := $(filter-out src/cmd/% src/backend/backend_cuda_absent.c src/comm/comm_nccl_absent.c,$(wildcard src/*/*.c))
+LIB_SRCS := $(filter-out src/cmd/% src/backend/backend_cuda_absent.c src/backend/backend_cuda_loader.c src/comm/comm_nccl_absent.c,$(wildcard src/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CMD_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/cmd/*.c))
 
 ifeq ($(CUDA),1)
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS   ?= -O3 -std=c++17 -Isrc -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
-               -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings -ccbin g++
+               -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -Werror all-warnings -ccbin g++
 # the kernels are written once for a 16-bit type and compiled twice: bf16 and fp16 (cuda_common.cuh)
 CUDA_DTYPE_SRCS := cuda/kernels.cu cuda/gemm.cu cuda/attention.cu
 CUDA_SRCS   := $(filter-out $(CUDA_DTYPE_SRCS),$(wildcard cuda/*.cu))
 BACKEND_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.bf16.o) \
                 $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.f16.o)
 # NCCL is not linked: cuda/comm_nccl.cu loads it at run time (a GPU machine without it still runs)
-LDLIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lstdc++
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lstdc++
+# ./zerotrain loads cuda/ as libzerotrain-cuda.so (src/backend/backend_cuda_loader.c: a command that
+# needs no GPU maps none of CUDA's libraries); the test programs link cuda/ in
+CUDA_LIB    := libzerotrain-cuda.so
+ZT_BACKEND_OBJS := $(BUILD)/src/backend/backend_cuda_loader.o
+TEST_LDLIBS := $(LDLIBS) $(CUDA_LDLIBS)
 else
 BACKEND_OBJS := $(BUILD)/src/backend/backend_cuda_absent.o $(BUILD)/src/comm/comm_nccl_absent.o
+ZT_BACKEND_OBJS := $(BACKEND_OBJS)
+TEST_LDLIBS := $(LDLIBS)
 endif
 
 # objects depend on a stamp named after the flags, so changing MARCH or OPT rebuilds them
@@ -60,8 +68,14 @@ BENCH_BINS := $(BENCH_SRCS:test/%.c=$(BUILD)/test/%)
 .DEFAULT_GOAL := all
 all: zerotrain $(TEST_BINS) $(BENCH_BINS)
 
-zerotrain: $(CMD_OBJS) $(LIB_OBJS) $(BACKEND_OBJS)
-	$(CC) $(ZT_CFLAGS) -o $@ $^ $(LDLIBS)
+# -rdynamic: the CUDA library finds the rest of zerotrain (errors, the watchdog) in the binary
+zerotrain: $(CMD_OBJS) $(LIB_OBJS) $(ZT_BACKEND_OBJS) | $(CUDA_LIB)
+	$(CC) $(ZT_CFLAGS) -rdynamic -o $@ $(CMD_OBJS) $(LIB_OBJS) $(ZT_BACKEND_OBJS) $(LDLIBS) -ldl
+
+# -Bsymbolic: the library's own calls of its entry points stay inside it (the binary defines the
+# same names, as the loader)
+$(CUDA_LIB): $(BACKEND_OBJS)
+	$(CC) -shared -Wl,-Bsymbolic -o $@ $^ $(CUDA_LDLIBS)
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
@@ -81,7 +95,7 @@ $(BUILD)/cuda/%.f16.o: cuda/%.cu $(wildcard cuda/*.cuh) src/backend/opmath.h src
 
 $(BUILD)/test/%: test/%.c $(LIB_OBJS) $(BACKEND_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ZT_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
+	$(CC) $(ZT_CFLAGS) -o $@ $(filter %.c %.o,$^) $(TEST_LDLIBS)
 
 test: all
 	@test/run.sh
@@ -96,6 +110,6 @@ gpu-check: zerotrain
 	@scripts/gpu-check pack build/gpu-check
 
 clean:
-	rm -rf $(BUILD) zerotrain
+	rm -rf $(BUILD) zerotrain libzerotrain-cuda.so
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

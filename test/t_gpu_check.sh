@@ -51,8 +51,8 @@ printf '%s\n' "${hide[@]}" >"$tmp/hidden"
 # the CUDA libraries the binary links (none in a CUDA=0 build), and NCCL, which a CUDA build loads at
 # run time (cuda/comm_nccl.cu): "soname real-path"
 {
-    ldd ./zerotrain | awk '$1 ~ /^lib(cudart|cublas|cublasLt)\.so/ && $3 ~ /^\// { print $1, $3 }'
-    if ldd ./zerotrain | grep -q libcudart; then
+    [ -f ./libzerotrain-cuda.so ] && ldd ./libzerotrain-cuda.so | awk '$1 ~ /^lib(cudart|cublas|cublasLt)\.so/ && $3 ~ /^\// { print $1, $3 }'
+    if [ -f ./libzerotrain-cuda.so ]; then
         ldconfig -p | awk '$1 == "libnccl.so.2" { print $1, $NF; exit }'
     fi
 } | while read -r so path; do echo "$so $(readlink -f "$path")"; done >"$tmp/cudalibs"
