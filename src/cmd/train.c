@@ -723,8 +723,9 @@ int zt_cmd_train(int argc, char **argv) {
     rc = maybe_resume(&t, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     if (t.cfg.metrics_file && t.comm->rank == 0) { /* a resumed run appends to its metrics */
-        t.metrics = fopen(t.cfg.metrics_file, t.start_step > 0 ? "a" : "w");
-        rc = t.metrics ? 0 : zt_fail(&err, "%s: cannot open metrics_file for writing", t.cfg.metrics_file);
+        rc = zt_mkdir_parent(t.cfg.metrics_file, &err);
+        if (!rc) t.metrics = fopen(t.cfg.metrics_file, t.start_step > 0 ? "a" : "w");
+        if (!rc && !t.metrics) rc = zt_fail(&err, "%s: cannot open metrics_file for writing: %s", t.cfg.metrics_file, strerror(errno));
     }
     if (rc == 0 && t.comm->rank == 0) {
         t.monitor = zt_monitor_open(&t.cfg, t.samples_at_start, &err);

@@ -59,24 +59,13 @@ static void emit(zt_trace *t, const char *fmt, ...) {
 
 static double ts_us(const zt_trace *t, double now) { return (now + t->to_unix) * 1e6; }
 
-/* the directory part of path ("" when none), then mkdir -p of it */
-static int make_parent_dir(const char *path, zt_err *err) {
-    const char *slash = strrchr(path, '/');
-    if (!slash || slash == path) return 0;
-    char *dir = zt_xstrdup(path);
-    dir[slash - path] = '\0';
-    int rc = zt_mkdir_p(dir, err);
-    free(dir);
-    return rc;
-}
-
 zt_trace *zt_trace_open(const char *path, int rank, zt_err *err) {
     size_t n = strlen(path);
     size_t cap = n + 32;
     char *full = zt_xmalloc(cap);
     if (n > 5 && !strcmp(path + n - 5, ".json")) snprintf(full, cap, "%.*s.rank%d.json", (int)(n - 5), path, rank);
     else snprintf(full, cap, "%s.rank%d.json", path, rank);
-    if (make_parent_dir(full, err)) {
+    if (zt_mkdir_parent(full, err)) {
         free(full);
         return NULL;
     }

@@ -206,6 +206,16 @@ int zt_mkdir_p(const char *path, zt_err *err) {
     return rc;
 }
 
+int zt_mkdir_parent(const char *path, zt_err *err) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return 0;
+    char *dir = zt_xstrdup(path);
+    dir[slash - path] = '\0';
+    int rc = zt_mkdir_p(dir, err);
+    free(dir);
+    return rc;
+}
+
 void zt_sb_printf(zt_sb *b, const char *fmt, ...) {
     for (;;) {
         va_list ap;

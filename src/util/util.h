@@ -53,6 +53,9 @@ void zt_scratch_remove_all(void);
 
 /* mkdir -p: creates PATH and its missing parents; an existing directory is fine. */
 int zt_mkdir_p(const char *path, zt_err *err);
+/* mkdir -p of the folder part of the file path PATH (nothing when it has none): the files a run
+ * writes (metrics, trace) may name folders that do not exist yet. */
+int zt_mkdir_parent(const char *path, zt_err *err);
 
 /* A growing NUL-terminated string (the project's one string builder): zero-initialise, append with
  * zt_sb_printf, take .p (malloc'ed, may be NULL when nothing was appended) and free it. */
