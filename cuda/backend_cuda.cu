@@ -178,7 +178,12 @@ static void cu_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind k
     ZT_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-static void cu_synchronize(void) { ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); }
+/* the compute stream and copy_ahead's side stream (backend.h): wait_ahead orders device work only, so
+ * the host may reuse a copy_ahead's host buffer only after this */
+static void cu_synchronize(void) {
+    ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.ahead));
+}
 
 static void cu_mem_info(size_t *free_bytes, size_t *total_bytes) {
     ZT_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));

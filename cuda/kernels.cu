@@ -501,10 +501,16 @@ void zt_cu_add_bias(zt16 *out, const zt16 *bias, int N, int C, int ld) {
  * 16-byte load and merges them into its running (max, sum) with a single rescale. xent_row_grad:
  * the gradient pass (which re-reads the row, mostly from L2). In-place safe: each element is read
  * and then written by the same thread, after the row's reductions. softmax_xent: a target outside
- * [0,V) gives a NaN loss and no one-hot term (as the CPU backend does). */
+ * [0,V) gives a NaN loss and no one-hot term (as the CPU backend does). NaN logits give a NaN loss:
+ * every max here is xent_max, never fmaxf (which drops NaN), so a NaN max cannot look like an empty
+ * part's -inf and vanish from the sum. */
 #define ZT_XENT_THREADS 512
+/* max(a, b), NaN when either is */
+__device__ __forceinline__ float xent_max(float a, float b) {
+    return a != a || b != b ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+}
 __device__ __forceinline__ void xent_merge(float &m, float &s, float m2, float s2) {
-    float M = fmaxf(m, m2);
+    float M = xent_max(m, m2);
     float a = (m == -INFINITY) ? 0.0f : s * expf(m - M);
     float b = (m2 == -INFINITY) ? 0.0f : s2 * expf(m2 - M);
     m = M;
@@ -522,7 +528,7 @@ __device__ __forceinline__ void xent_row_stats(const zt16 *x, int V, float &M, f
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 f[e] = j + e < V ? zt_f(v.v[e]) : -INFINITY;
-                lm = fmaxf(lm, f[e]);
+                lm = xent_max(lm, f[e]);
             }
             float ls = 0.0f;
 #pragma unroll
@@ -532,7 +538,7 @@ __device__ __forceinline__ void xent_row_stats(const zt16 *x, int V, float &M, f
     } else {
         for (int j = threadIdx.x; j < V; j += blockDim.x) {
             float v = zt_ld(x + j);
-            if (v > m) {
+            if (v > m || v != v) { /* a NaN becomes the max: s and every later term NaN */
                 s = s * expf(m - v) + 1.0f; /* m = -inf first time: expf(-inf) = 0 */
                 m = v;
             } else {
@@ -552,7 +558,7 @@ __device__ __forceinline__ void xent_row_stats(const zt16 *x, int V, float &M, f
     }
     __syncthreads();
     M = -INFINITY;
-    for (int k = 0; k < nwarps; k++) M = fmaxf(M, sm[k]);
+    for (int k = 0; k < nwarps; k++) M = xent_max(M, sm[k]);
     S = 0.0f;
     for (int k = 0; k < nwarps; k++)
         if (sm[k] != -INFINITY) S += ss[k] * expf(sm[k] - M);
@@ -639,7 +645,7 @@ __global__ void __launch_bounds__(ZT_XENT_THREADS) k_xent_parallel(float *losses
                                                                    int N, int Vl, int Vp, int vocab_lo, float dloss) {
     int row = blockIdx.x;
     float M = -INFINITY;
-    for (int r = 0; r < tp; r++) M = fmaxf(M, stats_all[((size_t)r * N + row) * 3]);
+    for (int r = 0; r < tp; r++) M = xent_max(M, stats_all[((size_t)r * N + row) * 3]);
     float S = 0.0f, target_logit = 0.0f;
     for (int r = 0; r < tp; r++) {
         const float *st = stats_all + ((size_t)r * N + row) * 3;

@@ -426,6 +426,20 @@ static void ahead(void) {
     for (size_t i = 0; i < n; i++) bad += back[i] != 0x1p12f;
     CHECK(bad == 0, dt == ZT_BF16 ? "copy_ahead_ordered_bf16" : "copy_ahead_ordered_fp16", "%zu wrong, back[0] = %g", bad,
           back[0]);
+    /* the host reads a copy_ahead's host buffer after synchronize() alone (backend.h): synchronize
+     * covers the side lane too, though nothing waited for it on the device */
+    uint16_t *landed = sim->host_alloc(n * 2);
+    size_t late = 0;
+    for (int round = 0; round < 8; round++) {
+        sim->memset_zero(a, n * 2);
+        sim->copy_ahead(landed, b, n * 2, ZT_D2H); /* b holds 2^12 */
+        sim->synchronize();
+        for (size_t i = 0; i < n; i++) late += landed[i] == 0;
+        memset(landed, 0, n * 2);
+    }
+    CHECK(late == 0, dt == ZT_BF16 ? "synchronize_covers_copy_ahead_bf16" : "synchronize_covers_copy_ahead_fp16",
+          "%zu elements not yet landed after synchronize()", late);
+    sim->host_free(landed);
     sim->host_free(staged);
     sim->free(a);
     sim->free(b);

@@ -40,8 +40,10 @@ typedef struct zt_backend {
      * checkpoint going to or from host memory, be queued without draining the device. */
     void (*copy_async)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
     /* H2D or D2H ordered after the work queued so far, like copy_async, but on a side stream of its own:
-     * it runs while the compute work queued after it does. wait_ahead() orders the work queued after it
-     * after every copy_ahead so far; until then neither side may touch the copies' buffers. For the
+     * it runs while the compute work queued after it does. wait_ahead() orders the device work queued
+     * after it after every copy_ahead so far (on the device only: it returns at once); until then no
+     * device work may touch the copies' buffers. The host may touch a copy_ahead's host buffer only
+     * after the next synchronize() returns, which waits for every copy_ahead so far as well. For the
      * activation checkpoints that come back during the previous segment's backward. */
     void (*copy_ahead)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
     void (*wait_ahead)(void);
@@ -52,6 +54,8 @@ typedef struct zt_backend {
      * until it returns. Returns once the copy is complete, like copy(); safe from any thread that
      * called bind_thread. */
     void (*transfer)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    /* returns once all work queued so far has run: the compute stream's and every copy_ahead's (not
+     * transfer(), which returns complete) */
     void (*synchronize)(void);
     /* Makes the calling thread use this backend's device. Threads start on the default device (a
      * CUDA thread's current device is GPU 0 until it sets one, whichever GPU the backend opened), so

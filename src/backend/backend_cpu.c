@@ -470,11 +470,18 @@ static void cpu_scale(void *x_, float s, size_t n) {
  * alias x: each block is read before it is written); and the gradient from the kept e_j:
  * d_j = (e_j / S - [j == target]) * dloss for j < V (no one-hot term for a target outside [0,V)),
  * 0 for j in [V, Vp). */
+/* The row max is NaN when any x_j is: a plain max drops NaN, and a row (or, under tensor
+ * parallelism, one rank's part of it) of NaN logits would then look empty (max -inf) and vanish from
+ * the loss. A NaN max makes the sum, the loss and the gradient NaN, as they should be. */
 static inline float row_max(const float *x, int V) {
     float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-    return mx;
+    int nan = 0;
+#pragma omp simd reduction(max : mx) reduction(| : nan)
+    for (int j = 0; j < V; j++) {
+        mx = x[j] > mx ? x[j] : mx;
+        nan |= x[j] != x[j];
+    }
+    return nan ? NAN : mx;
 }
 static double row_exp_sum(float *e, const float *x, int V, float shift) {
     double acc[VB] = {0};
@@ -544,8 +551,12 @@ static void cpu_xent_parallel(float *losses, void *dlogits_, const void *logits_
     const float *logits = logits_;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        float mx = -INFINITY;
-        for (int r = 0; r < tp; r++) mx = fmaxf(mx, stats_all[((size_t)r * N + i) * 3]);
+        float mx = -INFINITY; /* NaN when any rank's is (row_max): never fmaxf, which drops it */
+        for (int r = 0; r < tp; r++) {
+            float m = stats_all[((size_t)r * N + i) * 3];
+            mx = m > mx || m != m ? m : mx;
+            if (mx != mx) break;
+        }
         double sum = 0.0, xt = 0.0;
         for (int r = 0; r < tp; r++) {
             const float *st = stats_all + ((size_t)r * N + i) * 3;

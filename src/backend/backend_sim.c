@@ -20,7 +20,7 @@
  *   - Asynchrony, as backend.h's contract says: ops, memset and D2D copies run in order on a compute
  *     thread ("the stream"); transfer() runs on one thread per direction; copy_ahead() on one more,
  *     after the stream's work so far, and the stream's work after wait_ahead() waits for it; copy()
- *     H2D/D2H and sumsq wait for the stream; synchronize() waits for the stream only. ZEROTRAIN_SIM_JITTER=SEED adds
+ *     H2D/D2H and sumsq wait for the stream; synchronize() waits for the stream and copy_ahead's lane. ZEROTRAIN_SIM_JITTER=SEED adds
  *     seeded random delays before every item on every lane, widening every window: a missing
  *     synchronize shows up as a wrong loss.
  *   - Threads: a thread other than the one that asked for the device must call bind_thread before
@@ -426,9 +426,11 @@ static void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind 
     run_and_wait(&g_lane[kind == ZT_H2D ? LANE_H2D : kind == ZT_D2H ? LANE_D2H : LANE_COMPUTE], it);
     free(it);
 }
+/* the stream and copy_ahead's lane, as backend.h says (wait_ahead orders device work only) */
 static void sim_synchronize(void) {
     check_bound("synchronize");
     lane_sync(&g_lane[LANE_COMPUTE]);
+    lane_sync(&g_lane[LANE_AHEAD]);
 }
 static void sim_mem_info(size_t *free_bytes, size_t *total_bytes) {
     check_bound("mem_info");
