@@ -310,6 +310,29 @@ static void freed(void *p) {
     sim->scale(q, 2.0f, 16);
 }
 
+/* the asynchronous copies with a pageable host end (malloc, not host_alloc): each stops the run */
+static void pageable_copy(void *p, int which) {
+    char *h = calloc(1, 256);
+    if (which == 0) sim->copy_async(p, h, 128, ZT_H2D);
+    if (which == 1) sim->copy_ahead(h, p, 128, ZT_D2H);
+    if (which == 2) sim->transfer(h, p, 128, ZT_D2H);
+    sim->synchronize();
+}
+static void pageable_copy_async(void *p) { pageable_copy(p, 0); }
+static void pageable_copy_ahead(void *p) { pageable_copy(p, 1); }
+static void pageable_transfer(void *p) { pageable_copy(p, 2); }
+/* the same from host_alloc, and a blocking copy from malloc: they run */
+static void pinned_copies(void *p) {
+    char *h = sim->host_alloc(256), *m = calloc(1, 256);
+    sim->copy_async(p, h, 128, ZT_H2D);
+    sim->copy_ahead(h + 128, p, 128, ZT_D2H);
+    sim->transfer(h, p, 128, ZT_D2H);
+    sim->copy(m, p, 128, ZT_D2H);
+    sim->synchronize();
+    sim->host_free(h);
+    free(m);
+}
+
 static void *unbound_thread_main(void *p) {
     sim->scale(p, 2.0f, 16);
     return NULL;
@@ -345,6 +368,18 @@ static void faults(void) {
     pthread_create(&t, NULL, bound_thread_main, buf);
     pthread_join(t, NULL);
     CHECK(1, "thread_with_bind_thread_runs", "");
+    void (*pageable[3])(void *) = {pageable_copy_async, pageable_copy_ahead, pageable_transfer};
+    static const char *const pageable_names[3] = {"copy_async", "copy_ahead", "transfer"};
+    for (int k = 0; k < 3; k++) {
+        char name[96], want[64];
+        snprintf(name, sizeof name, "%s_from_pageable_memory_stops", pageable_names[k]);
+        snprintf(want, sizeof want, "%s: ", pageable_names[k]);
+        err = in_child(pageable[k], buf, &st);
+        CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, want) && strstr(err, "not from host_alloc"), name,
+              "status %d, stderr: %.300s", st, err);
+    }
+    pinned_copies(buf); /* here, not in a child: a forked child has no lane threads */
+    CHECK(1, "async_copies_from_host_alloc_run", "");
     err = in_child(freed, NULL, &st);
     CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "freed device memory"), "op_on_freed_buffer_stops",
           "status %d, stderr: %.300s", st, err);

@@ -24,6 +24,9 @@ typedef struct zt_backend {
     const char *name;        /* "cpu", "cuda", "sim": for messages; test the properties below, not the name */
     zt_dtype compute_dtype;  /* dtype of params/activations/grads in forward and backward */
     int memory_is_host;      /* "device" memory is ordinary host memory (the CPU backend) */
+    /* the device this process opened, of the device_count its machine has: the GPU's ordinal, the
+     * simulated GPU's of ZEROTRAIN_SIM_DEVICES (zt_node_local_rank() modulo the count); 0 of 0 on the CPU */
+    int device, device_count;
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                 /* zero-filled device memory, NULL on failure */

@@ -23,8 +23,14 @@
  *     H2D/D2H and sumsq wait for the stream; synchronize() waits for the stream and copy_ahead's lane. ZEROTRAIN_SIM_JITTER=SEED adds
  *     seeded random delays before every item on every lane, widening every window: a missing
  *     synchronize shows up as a wrong loss.
+ *   - Pinned memory: copy_async, copy_ahead and transfer take their host end from host_alloc (CUDA's
+ *     pinned memory) or stop the run, named: from pageable memory a GPU's copy is staged and may
+ *     synchronize, which no result would show.
  *   - Threads: a thread other than the one that asked for the device must call bind_thread before
  *     any other entry (CUDA's threads start on GPU 0); one that does not is stopped, named.
+ *   - Several devices: ZEROTRAIN_SIM_DEVICES=N gives a machine N of them, opened by node-local rank
+ *     (zt_node_local_rank, MPI's numbering), so the session's check that a machine's ranks open
+ *     distinct devices runs without a GPU or a launcher variable.
  *   - Capacity: mem_info reports ZEROTRAIN_SIM_MEM (bytes with a unit, default 8GiB) and an alloc
  *     past it returns NULL, as cudaMalloc fails, so ratio auto, the estimate's device column and the
  *     out-of-memory messages are exercised.
@@ -43,6 +49,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_adam.h"
+#include "comm/comm.h" /* zt_node_local_rank */
 #include "util/util.h"
 
 /* ------------------------------------------------------------------ failures */
@@ -358,15 +365,53 @@ static void sim_free(void *p) {
     lane_sync(&g_lane[LANE_COMPUTE]); /* as cudaFree: queued work may still use it */
     sim_release(p);
 }
+/* host_alloc's buffers, the stand-in for CUDA's pinned memory: the asynchronous copies (copy_async,
+ * copy_ahead, transfer) must use one, and a host range outside them stops the run. Stopped, not
+ * counted: on a GPU a pageable buffer still gives the right answer, only slowly (the driver stages
+ * the copy and may wait for the device), so nothing but a stop would ever be noticed. */
+static struct {
+    pthread_mutex_t lock;
+    struct { char *p; size_t size; } *b;
+    int n, cap;
+} g_pinned = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 static void *sim_host_alloc(size_t bytes) {
     size_t sz = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, sz ? sz : 64);
-    if (p) memset(p, 0, sz ? sz : 64);
+    if (!sz) sz = 64;
+    void *p = aligned_alloc(64, sz);
+    if (!p) return NULL;
+    memset(p, 0, sz);
+    pthread_mutex_lock(&g_pinned.lock);
+    if (g_pinned.n == g_pinned.cap) {
+        g_pinned.cap = g_pinned.cap ? 2 * g_pinned.cap : 64;
+        g_pinned.b = zt_xrealloc(g_pinned.b, (size_t)g_pinned.cap * sizeof *g_pinned.b);
+    }
+    g_pinned.b[g_pinned.n].p = p, g_pinned.b[g_pinned.n].size = sz, g_pinned.n++;
+    pthread_mutex_unlock(&g_pinned.lock);
     return p;
 }
 static void sim_host_free(void *p) {
+    if (!p) return;
     lane_sync(&g_lane[LANE_COMPUTE]);
+    lane_sync(&g_lane[LANE_AHEAD]);
+    pthread_mutex_lock(&g_pinned.lock);
+    int i = 0;
+    while (i < g_pinned.n && g_pinned.b[i].p != p) i++;
+    int found = i < g_pinned.n;
+    if (found) g_pinned.b[i] = g_pinned.b[--g_pinned.n];
+    pthread_mutex_unlock(&g_pinned.lock);
+    if (!found) sim_fatal("host_free: %p did not come from host_alloc", p);
     free(p);
+}
+/* whether host range [p, p + bytes) lies inside one live host_alloc buffer */
+static int is_pinned(const void *p, size_t bytes) {
+    const char *c = p;
+    int in = 0;
+    pthread_mutex_lock(&g_pinned.lock);
+    for (int i = 0; i < g_pinned.n && !in; i++)
+        in = c >= g_pinned.b[i].p && c + bytes <= g_pinned.b[i].p + g_pinned.b[i].size;
+    pthread_mutex_unlock(&g_pinned.lock);
+    return in;
 }
 
 static void run_memset(sim_item *it) { memset(it->p[0], 0, it->n); }
@@ -379,23 +424,28 @@ static void sim_memset_zero(void *p, size_t bytes) {
 }
 
 static void run_copy(sim_item *it) { memmove(it->p[0], it->p[1], it->n); }
-static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kind kind, const char *op) {
+/* the copy's item; `async`: copy_async, copy_ahead and transfer, whose host end must be pinned */
+static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kind kind, const char *op, int async) {
     check_bound(op);
     sim_item *it = item(run_copy);
     it->p[0] = kind == ZT_D2H ? host(dst, op, "dst") : dev(dst, bytes, op, "dst");
     it->p[1] = kind == ZT_H2D ? host(src, op, "src") : dev(src, bytes, op, "src");
     it->n = bytes;
+    if (async && kind != ZT_D2D && !is_pinned(kind == ZT_H2D ? src : dst, bytes))
+        sim_fatal("%s: %s = %p (%zu bytes) is pageable host memory, not from host_alloc: on a GPU the driver stages "
+                  "such a copy and may wait for the device, losing the overlap it is for", op,
+                  kind == ZT_H2D ? "src" : "dst", kind == ZT_H2D ? src : (const void *)dst, bytes);
     return it;
 }
 static void sim_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    sim_item *it = copy_item(dst, src, bytes, kind, "copy");
+    sim_item *it = copy_item(dst, src, bytes, kind, "copy", 0);
     if (kind == ZT_D2D) { enqueue(it); return; }
     run_and_wait(&g_lane[LANE_COMPUTE], it); /* host memory: returns once it may be reused or read */
     free(it);
 }
 static void sim_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
-    if (bytes) enqueue(copy_item(dst, src, bytes, kind, "copy_async")); /* touches the host buffer when it runs */
+    if (bytes) enqueue(copy_item(dst, src, bytes, kind, "copy_async", 1)); /* touches the host buffer when it runs */
 }
 /* an item that holds its lane until the other lane has done what was queued on it before: one stream
  * waiting on an event recorded on another */
@@ -411,7 +461,7 @@ static void lane_waits_for(sim_lane *waiter, sim_lane *on) {
 }
 static void sim_copy_ahead(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    sim_item *it = copy_item(dst, src, bytes, kind, "copy_ahead");
+    sim_item *it = copy_item(dst, src, bytes, kind, "copy_ahead", 1);
     lane_waits_for(&g_lane[LANE_AHEAD], &g_lane[LANE_COMPUTE]);
     submit(&g_lane[LANE_AHEAD], it);
 }
@@ -421,7 +471,7 @@ static void sim_wait_ahead(void) {
 }
 static void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    sim_item *it = copy_item(dst, src, bytes, kind, "transfer");
+    sim_item *it = copy_item(dst, src, bytes, kind, "transfer", 1);
     /* not ordered after the stream's work: that is the caller's synchronize() */
     run_and_wait(&g_lane[kind == ZT_H2D ? LANE_H2D : kind == ZT_D2H ? LANE_D2H : LANE_COMPUTE], it);
     free(it);
@@ -921,7 +971,7 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
         q_bias(DTYPE, run_bias_grad, "bias_grad", db, d, N, OC, ld, "dbias", "dout");                                  \
     }                                                                                                                  \
     static double sumsq_##SFX(const void *x, size_t n) { return q_sumsq(DTYPE, x, n); }                                \
-    static const zt_backend sim_##SFX = {                                                                              \
+    static zt_backend sim_##SFX = { /* device, device_count: set by zt_backend_sim */                                \
         .name = "sim", .compute_dtype = DTYPE, .memory_is_host = 0,                                                    \
         .alloc = sim_alloc, .free = sim_free, .host_alloc = sim_host_alloc, .host_free = sim_host_free,                \
         .memset_zero = sim_memset_zero, .copy = sim_copy, .copy_async = sim_copy_async,                                 \
@@ -948,7 +998,22 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static const char *g_why;
 static char g_why_buf[256];
 
+/* Which of the machine's ZEROTRAIN_SIM_DEVICES simulated GPUs (default 1) this process opens: the
+ * node-local rank modulo the count, as the CUDA backend picks its GPU, so that a run with a device per
+ * rank checks that the ranks of a machine open distinct devices with no launcher variable set (the
+ * session refuses two on one: comm.h, zt_comm_check_devices). Each process's device is its own arena
+ * whatever the number; the number only says which one it is. */
+static int g_device, g_device_count;
+
 static void sim_start(void) {
+    const char *ndev = getenv("ZEROTRAIN_SIM_DEVICES");
+    g_device_count = ndev && *ndev ? atoi(ndev) : 1;
+    if (g_device_count < 1 || g_device_count > 64) {
+        snprintf(g_why_buf, sizeof g_why_buf, "ZEROTRAIN_SIM_DEVICES: expected 1 to 64, got '%.32s'", ndev);
+        g_why = g_why_buf;
+        return;
+    }
+    g_device = zt_node_local_rank() % g_device_count;
     double cap = 8.0 * 1073741824.0;
     const char *mem = getenv("ZEROTRAIN_SIM_MEM");
     if (mem && *mem && (zt_parse_bytes(mem, &cap) || cap < 1048576.0 || cap > 1099511627776.0)) {
@@ -999,5 +1064,7 @@ const zt_backend *zt_backend_sim(zt_dtype dtype, const char **why) {
     t_bound = 1; /* the thread that asks for the device uses it, as zt_backend_cuda's caller does */
     if (why) *why = g_why;
     if (g_why) return NULL;
+    sim_bf16.device = sim_f16.device = g_device;
+    sim_bf16.device_count = sim_f16.device_count = g_device_count;
     return dtype == ZT_F16 ? &sim_f16 : &sim_bf16;
 }
