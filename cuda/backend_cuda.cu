@@ -40,6 +40,12 @@ void zt_cuda_after_launch(const char *what, const char *file, int line) {
     if (e != cudaSuccess) zt_cuda_fatal(what, cudaGetErrorString(e), file, line);
 }
 
+extern "C" void zt_backend_cuda_plan_stats(long *cached, long *built, long *evicted) {
+    *cached = *built = *evicted = 0;
+    zt_cu_bf16::zt_cu_gemm_plan_stats(cached, built, evicted);
+    zt_cu_f16::zt_cu_gemm_plan_stats(cached, built, evicted);
+}
+
 extern "C" void *zt_cuda_compute_stream(void) { return g_init_state == 1 ? (void *)g_zt.stream : NULL; }
 
 /* ---------------------------------------------------------------- scratch */

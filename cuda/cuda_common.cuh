@@ -118,6 +118,9 @@ __device__ __forceinline__ float zt_warp_max(float x) {
 /* fill_ops of each compilation (kernels.cu): the op-table entries and compute_dtype of that dtype */
 namespace zt_cu_bf16 { void fill_ops(zt_backend *b); }
 namespace zt_cu_f16 { void fill_ops(zt_backend *b); }
+/* and each one's cuBLASLt plan cache figures, added to the totals (gemm.cu) */
+namespace zt_cu_bf16 { void zt_cu_gemm_plan_stats(long *cached, long *built, long *evicted); }
+namespace zt_cu_f16 { void zt_cu_gemm_plan_stats(long *cached, long *built, long *evicted); }
 
 __device__ __forceinline__ float zt_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float zt_f(__half x) { return __half2float(x); }

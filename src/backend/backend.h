@@ -172,6 +172,9 @@ static inline void zt_backend_bind_thread(const zt_backend *be) {
  * when built without CUDA or when no usable GPU is present (with the reason in *why). */
 const zt_backend *zt_backend_cpu(void);
 const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why);
+/* The CUDA backend's cuBLASLt plan cache, both dtypes together: plans cached now, heuristic runs so
+ * far (one per plan unless the cache evicted it) and evictions. All 0 without CUDA. */
+void zt_backend_cuda_plan_stats(long *cached, long *built, long *evicted);
 /* The simulated GPU (backend_sim.c, `device: sim`): a test device on the CPU with its own memory
  * space, 16-bit compute in dtype (ZT_BF16 or ZT_F16) and asynchronous lanes; NULL with the reason in
  * *why when ZEROTRAIN_SIM_MEM is unreadable. Always compiled in. */

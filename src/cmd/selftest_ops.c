@@ -655,6 +655,59 @@ static void test_xent_tp(zt_selftest *st, zt_rng *rng, int N, int V, int tp, int
     free(logits), free(tgt), free(l0), free(want_l), free(want_g), free(l), free(lr), free(g);
 }
 
+/* NaN logits give a NaN loss, plain and vocabulary-parallel (tp = 2, both parts in rows of their own):
+ * row 0 holds one NaN, row 1 is all NaN, row 2's second half (all of part 1, every thread's share of
+ * it on a GPU) is NaN, row 3 has none. A max that drops NaN (fmaxf) lets a NaN group look empty and
+ * vanish from the loss while the gradients carry it. err: rows whose loss is NaN when it should not
+ * be or finite when it should not be, over both checks. */
+static void test_xent_nan(zt_selftest *st, int V, int vec) {
+    const zt_backend *be = st->dev;
+    enum { N = 4 };
+    char name[128];
+    int Vh = V / 2, Vp = vec ? (V + 7) / 8 * 8 : V, Vph = vec ? (Vh + 7) / 8 * 8 : Vh;
+    float *h = st_zeros((size_t)N * Vp);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < V; j++) h[(size_t)i * Vp + j] = (float)((i * 7 + j * 3) % 11) * 0.25f;
+    h[0 * Vp + 3] = NAN;
+    for (int j = 0; j < V; j++) h[(size_t)1 * Vp + j] = NAN;
+    for (int j = Vh; j < V; j++) h[(size_t)2 * Vp + j] = NAN;
+    int tgt[N] = {1, 2, 0, V - 1}, *dt = st_up_i(be, tgt, N);
+    float *dloss_d = st_alloc(be, N * sizeof(float)), l[N];
+    void *d = st_up_c(be, h, (size_t)N * Vp);
+    be->softmax_xent(dloss_d, NULL, d, dt, N, V, Vp, 1.0f);
+    st_down_f(be, l, dloss_d, N);
+    size_t wrong = 0;
+    for (int i = 0; i < N; i++) wrong += (i < 3) != (l[i] != l[i]);
+    snprintf(name, sizeof name, "softmax_xent(NaN logits give a NaN loss, rows wrong) V=%d%s", V,
+             vec ? "" : " (scalar path)");
+    zt_selftest_check(st, name, (double)wrong, 0);
+    /* the same rows in two parts [0, Vh) and [Vh, V) */
+    float *stats = st_alloc(be, 6 * N * sizeof(float));
+    void *part[2];
+    for (int r = 0; r < 2; r++) {
+        int lo = r * Vh, Vl = r ? V - Vh : Vh, Vpr = r ? (vec ? (Vl + 7) / 8 * 8 : Vl) : Vph;
+        float *hp = st_zeros((size_t)N * Vpr);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vl; j++) hp[(size_t)i * Vpr + j] = h[(size_t)i * Vp + lo + j];
+        part[r] = st_up_c(be, hp, (size_t)N * Vpr);
+        be->xent_partial(stats + 3 * (size_t)r * N, part[r], dt, N, Vl, Vpr, lo);
+        free(hp);
+    }
+    wrong = 0;
+    for (int r = 0; r < 2; r++) {
+        int lo = r * Vh, Vl = r ? V - Vh : Vh, Vpr = r ? (vec ? (Vl + 7) / 8 * 8 : Vl) : Vph;
+        be->xent_parallel(dloss_d, NULL, part[r], dt, stats, 2, N, Vl, Vpr, lo, 1.0f);
+        st_down_f(be, l, dloss_d, N);
+        for (int i = 0; i < N; i++) wrong += (i < 3) != (l[i] != l[i]);
+        be->free(part[r]);
+    }
+    snprintf(name, sizeof name, "xent_partial+xent_parallel(NaN logits give a NaN loss, rows wrong) V=%d tp=2%s", V,
+             vec ? "" : " (scalar path)");
+    zt_selftest_check(st, name, (double)wrong, 0);
+    be->free(d), be->free(dt), be->free(dloss_d), be->free(stats);
+    free(h);
+}
+
 /* ---------------------------------------------------------------- adamw, sumsq */
 static void run_adamw(const zt_backend *be, const float *p, const float *m, const float *v, const float *g, size_t n,
                       const zt_adam_step *s, float *po, float *mo, float *vo, float *out) {
@@ -738,6 +791,8 @@ void zt_selftest_ops(zt_selftest *st) {
     test_xent_tp(st, &rng, 64, 250, 2, 1);
     test_xent_tp(st, &rng, 4, 50257, 4, 1); /* GPT-2's vocabulary, uneven parts */
     test_xent_tp(st, &rng, 5, 100, 3, 0);
+    test_xent_nan(st, 256, 1);
+    test_xent_nan(st, 101, 0);
     test_adamw(st, &rng);
     test_sumsq(st, &rng);
 }
