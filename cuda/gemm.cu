@@ -289,6 +289,12 @@ void zt_cu_gemm(void *c, const void *a, const void *b, int M, int N, int K, int 
     gemm_rm(trans_a != 0, trans_b != 0, M, N, K, (const zt16 *)a, lda, 0, (const zt16 *)b, ldb, 0, c, ZT_CUDA_R_16,
             ldc, 0, 1, 1.0f, beta, NULL);
 }
+/* backend.h's gemm_f32: the same with C in fp32, the tiled forward's accumulator */
+void zt_cu_gemm_f32(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, int trans_a,
+                    int trans_b, float beta) {
+    gemm_rm(trans_a != 0, trans_b != 0, M, N, K, (const zt16 *)a, lda, 0, (const zt16 *)b, ldb, 0, c, CUDA_R_32F, ldc,
+            0, 1, 1.0f, beta, NULL);
+}
 /* backend.h's add_bias and bias_grad: the kernels matmul uses (GEMM fallback bias, deterministic dbias) */
 void zt_cu_add_bias_op(void *out, const void *bias, int N, int OC, int ld) {
     zt_cu_add_bias((zt16 *)out, (const zt16 *)bias, N, OC, ld);

@@ -495,6 +495,21 @@ void zt_cu_add_bias(zt16 *out, const zt16 *bias, int N, int C, int ld) {
     ZT_LAUNCH_CHECK("add_bias");
 }
 
+/* out[r, c] (row stride ld) = acc[r, c] (row stride C) + bias[c], one rounding: the tiled forward's end */
+__global__ void k_round_bias(zt16 *out, const float *acc, const zt16 *bias, int N, int C, int ld) {
+    size_t total = (size_t)N * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / C, c = i % C;
+        out[r * ld + c] = zt_to16(acc[i] + (bias ? zt_ld(bias + c) : 0.0f));
+    }
+}
+void zt_cu_round_bias(void *out, const float *acc, const void *bias, int N, int OC, int ld) {
+    size_t total = (size_t)N * OC;
+    if (!total) return;
+    k_round_bias<<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>((zt16 *)out, acc, (const zt16 *)bias, N, OC, ld);
+    ZT_LAUNCH_CHECK("round_bias");
+}
+
 /* ================================================================ softmax + cross-entropy */
 /* One block per row. xent_row_stats: the row's online max/sum in fp32 (one read). With VEC
  * (Vp % 8 == 0, 16-byte aligned rows) each thread handles 8 consecutive columns per step with one
@@ -767,6 +782,8 @@ void fill_ops(zt_backend *b) {
     b->softmax_xent = zt_cu_softmax_xent;
     b->gemm = zt_cu_gemm;
     b->add_bias = zt_cu_add_bias_op;
+    b->gemm_f32 = zt_cu_gemm_f32;
+    b->round_bias = zt_cu_round_bias;
     b->bias_grad = zt_cu_bias_grad;
     b->xent_partial = zt_cu_xent_partial;
     b->xent_parallel = zt_cu_xent_parallel;

@@ -165,6 +165,48 @@ static void tiled_ops(void) {
     drop(out.p), drop(dout.p), drop(bias), drop(dbias);
 }
 
+/* largest distance in 16-bit steps between two 16-bit tensors of one sign pattern (ulps) */
+static int max_ulps(const uint16_t *a, const uint16_t *b, size_t n) {
+    int worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = (a[i] & 0x8000) == (b[i] & 0x8000) ? abs((int)(a[i] & 0x7FFF) - (int)(b[i] & 0x7FFF)) : 1 << 16;
+        if (d > worst) worst = d;
+    }
+    return worst;
+}
+
+/* The tiled forward as gpt2.c runs it (three row tiles into the fp32 accumulator, one rounding with
+ * the bias) is within one 16-bit step of the untiled matmul_forward, element by element; summing the
+ * tiles into the 16-bit output (a rounding per tile and one more for the bias) is not. */
+static void tiled_forward_rounding(void) {
+    enum { N = 32, IN = 96, OC = 40, TILE = 32 };
+    pair in = make((size_t)N * IN, 1), w = make((size_t)IN * OC, 1), bias = make(OC, 1);
+    void *untiled = sim->alloc((size_t)N * OC * 2), *tiled = sim->alloc((size_t)N * OC * 2),
+         *per_tile = sim->alloc((size_t)N * OC * 2);
+    float *acc = sim->alloc((size_t)N * OC * 4);
+    sim->matmul_forward(untiled, in.d, w.d, bias.d, N, IN, OC, 0, OC);
+    for (int k = 0; k < IN / TILE; k++) {
+        const uint16_t *a = (const uint16_t *)in.d + k * TILE, *b = (const uint16_t *)w.d + (size_t)k * TILE * OC;
+        sim->gemm_f32(acc, a, b, N, OC, TILE, IN, OC, OC, 0, 0, k ? 1.0f : 0.0f);
+        sim->gemm(per_tile, a, b, N, OC, TILE, IN, OC, OC, 0, 0, k ? 1.0f : 0.0f);
+    }
+    sim->round_bias(tiled, acc, bias.d, N, OC, OC);
+    sim->add_bias(per_tile, bias.d, N, OC, OC);
+    uint16_t *u = malloc((size_t)N * OC * 2), *t = malloc((size_t)N * OC * 2), *p = malloc((size_t)N * OC * 2);
+    sim->copy(u, untiled, (size_t)N * OC * 2, ZT_D2H);
+    sim->copy(t, tiled, (size_t)N * OC * 2, ZT_D2H);
+    sim->copy(p, per_tile, (size_t)N * OC * 2, ZT_D2H);
+    int ulps = max_ulps(t, u, (size_t)N * OC), old = max_ulps(p, u, (size_t)N * OC);
+    char name[96];
+    snprintf(name, sizeof name, "tiled_forward_within_one_rounding_of_untiled_%s", dt == ZT_BF16 ? "bf16" : "fp16");
+    CHECK(ulps <= 1, name, "%d steps apart (a rounding per tile: %d)", ulps, old);
+    printf("tiled forward vs untiled (%s): %d step(s) apart; rounding per tile and bias: %d\n",
+           dt == ZT_BF16 ? "bf16" : "fp16", ulps, old);
+    free(u), free(t), free(p);
+    sim->free(untiled), sim->free(tiled), sim->free(per_tile), sim->free(acc);
+    drop(in), drop(w), drop(bias);
+}
+
 static void ops(void) {
     int B = 2, T = 8, C = 16, NH = 2, N = B * T, OC = 24, ld = 32, V = 40, Vp = 48;
     /* LayerNorm forward and backward (accumulating dinp, dw, db) */
@@ -496,6 +538,7 @@ int main(void) {
               sim->compute_dtype);
         ops();
         tiled_ops();
+        tiled_forward_rounding();
         ordering();
         ahead();
     }

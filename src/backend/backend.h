@@ -150,6 +150,13 @@ typedef struct zt_backend {
     void (*add_bias)(void *out, const void *bias, int N, int OC, int ld);
     /* dbias[0:OC] += the sum of dout's N rows (row stride ld), as matmul_backward's dbias */
     void (*bias_grad)(void *dbias, const void *dout, int N, int OC, int ld);
+    /* The tiled forward's single rounding: gemm_f32 is gemm with C in fp32 (row stride ldc), so the
+     * tiles' partial products add up in fp32; round_bias then writes out[i, 0:OC] (compute dtype,
+     * row stride ld) = acc[i, 0:OC] (fp32, row stride OC) + bias (NULL: none), rounded once, as the
+     * untiled matmul_forward rounds its output once. */
+    void (*gemm_f32)(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,
+                     int trans_a, int trans_b, float beta);
+    void (*round_bias)(void *out, const float *acc, const void *bias, int N, int OC, int ld);
 
     /* ---- optimizer and reductions ---- */
     /* AdamW on fp32 master weights; grad in compute dtype; writes params_out (compute dtype, may be

@@ -328,6 +328,19 @@ static void cpu_add_bias(void *out_, const void *bias_, int N, int OC, int ld) {
 
 static void cpu_bias_grad(void *dbias, const void *dout, int N, int OC, int ld) { colsum_acc(dbias, dout, N, OC, ld); }
 
+/* fp32 is the compute dtype here: gemm_f32 is gemm, round_bias a copy plus the bias */
+static void cpu_gemm_f32(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, int ta,
+                         int tb, float beta) {
+    gemm(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, c, ldc, NULL);
+}
+static void cpu_round_bias(void *out_, const float *acc, const void *bias_, int N, int OC, int ld) {
+    float *out = out_;
+    const float *bias = bias_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < OC; j++) out[(size_t)i * ld + j] = acc[(size_t)i * OC + j] + (bias ? bias[j] : 0.0f);
+}
+
 /* ------------------------------------------------------------------ attention */
 
 /* One (b,h) per OpenMP iteration; each head's SGEMMs run single-threaded, reading q, k and v
@@ -653,6 +666,8 @@ static const zt_backend cpu_backend = {
     .softmax_xent = cpu_softmax_xent,
     .gemm = cpu_gemm,
     .add_bias = cpu_add_bias,
+    .gemm_f32 = cpu_gemm_f32,
+    .round_bias = cpu_round_bias,
     .bias_grad = cpu_bias_grad,
     .xent_partial = cpu_xent_partial,
     .xent_parallel = cpu_xent_parallel,

@@ -651,6 +651,23 @@ static void run_gemm(sim_item *it) {
                 (int)ta, (int)tb, it->f);
     OP_END();
 }
+/* the tiled forward's fp32 accumulator: a and b widened, c fp32 as it is (never rounded here) */
+static void run_gemm_f32(sim_item *it) {
+    OP_BEGIN(it);
+    long M = it->i[0], N = it->i[1], K = it->i[2], lda = it->i[3], ldb = it->i[4], ldc = it->i[5], ta = it->i[6],
+         tb = it->i[7];
+    float *a = w16_rows(&w_, it->p[1], ta ? K : M, ta ? M : K, lda, 0);
+    float *b = w16_rows(&w_, it->p[2], tb ? N : K, tb ? K : N, ldb, 0);
+    g_cpu->gemm(it->p[0], a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc, (int)ta, (int)tb, it->f);
+    OP_END();
+}
+static void run_round_bias(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], OC = it->i[1], ld = it->i[2];
+    g_cpu->round_bias(w16_rows(&w_, it->p[0], N, OC, ld, 1), it->p[1], w16(&w_, it->p[2], OC, 0), (int)N, (int)OC,
+                      (int)ld);
+    OP_END();
+}
 static void run_add_bias(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], OC = it->i[1], ld = it->i[2];
@@ -869,6 +886,27 @@ static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, in
     it->f = beta;
     enqueue(it);
 }
+static void q_gemm_f32(zt_dtype dt, float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb,
+                       int ldc, int ta, int tb, float beta) {
+    const char *op = "gemm_f32";
+    sim_item *it = op_item(run_gemm_f32, dt);
+    it->p[0] = dev(c, F(span(M, N, ldc)), op, "c");
+    it->p[1] = dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
+    it->p[2] = dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
+    it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
+    it->i[7] = tb;
+    it->f = beta;
+    enqueue(it);
+}
+static void q_round_bias(zt_dtype dt, void *out, const float *acc, const void *bias, int N, int OC, int ld) {
+    const char *op = "round_bias";
+    sim_item *it = op_item(run_round_bias, dt);
+    it->p[0] = dev(out, E(span(N, OC, ld)), op, "out");
+    it->p[1] = dev(acc, F((size_t)N * OC), op, "acc");
+    it->p[2] = dev(bias, E(OC), op, "bias");
+    it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
+    enqueue(it);
+}
 /* add_bias and bias_grad: the same shapes, a bias [OC] (p[0]) and a strided [N, OC] slice (p[1]) */
 static void q_bias(zt_dtype dt, sim_fn run, const char *op, const void *bias, const void *rows, int N, int OC, int ld,
                    const char *bias_arg, const char *rows_arg) {
@@ -970,6 +1008,13 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
     static void bias_grad_##SFX(void *db, const void *d, int N, int OC, int ld) {                                      \
         q_bias(DTYPE, run_bias_grad, "bias_grad", db, d, N, OC, ld, "dbias", "dout");                                  \
     }                                                                                                                  \
+    static void gemm_f32_##SFX(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, \
+                               int ta, int tb, float beta) {                                                         \
+        q_gemm_f32(DTYPE, c, a, b, M, N, K, lda, ldb, ldc, ta, tb, beta);                                              \
+    }                                                                                                                  \
+    static void round_bias_##SFX(void *o, const float *acc, const void *b, int N, int OC, int ld) {                    \
+        q_round_bias(DTYPE, o, acc, b, N, OC, ld);                                                                     \
+    }                                                                                                                  \
     static double sumsq_##SFX(const void *x, size_t n) { return q_sumsq(DTYPE, x, n); }                                \
     static zt_backend sim_##SFX = { /* device, device_count: set by zt_backend_sim */                                \
         .name = "sim", .compute_dtype = DTYPE, .memory_is_host = 0,                                                    \
@@ -987,6 +1032,7 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
         .residual_forward = residual_forward_##SFX, .accumulate = accumulate_##SFX,                                    \
         .softmax_xent = softmax_xent_##SFX, .xent_partial = xent_partial_##SFX, .xent_parallel = xent_parallel_##SFX,  \
         .gemm = gemm_##SFX, .add_bias = add_bias_##SFX, .bias_grad = bias_grad_##SFX,                                  \
+        .gemm_f32 = gemm_f32_##SFX, .round_bias = round_bias_##SFX,                                                    \
         .adamw = adamw_##SFX, .sumsq = sumsq_##SFX, .scale = scale_##SFX,                                              \
     };
 SIM_THUNKS(bf16, ZT_BF16)

@@ -29,7 +29,8 @@ const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
 }
 
 zt_act_ckpt zt_act_ckpt_of(const zt_config *cfg) {
-    return (zt_act_ckpt){cfg->ckpt_enabled, cfg->ckpt_number_checkpoints, cfg->ckpt_cpu, cfg->ckpt_partition};
+    return (zt_act_ckpt){cfg->ckpt_enabled, cfg->ckpt_number_checkpoints, cfg->ckpt_cpu, cfg->ckpt_partition,
+                         cfg->tiled_in_splits};
 }
 
 zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
