@@ -708,6 +708,44 @@ static void test_xent_nan(zt_selftest *st, int V, int vec) {
     free(h);
 }
 
+/* The tiled forward as the model runs it (row tiles into gemm_f32's fp32 accumulator, round_bias once)
+ * against the untiled matmul_forward, both on the device: within one 16-bit rounding element by
+ * element, as only the order of fp32 additions differs. The unit is the 16-bit step (ulp) at the
+ * element's magnitude, or at the output's RMS for elements below it (a sum that cancels to near zero
+ * keeps the fp32 rounding of its terms, many steps of its own tiny ulp). Rounding each tile's partial
+ * sum into the 16-bit output instead errs by several steps at the RMS. err: the largest, in steps. */
+static void test_tiled_forward(zt_selftest *st, zt_rng *rng, int N, int IN, int OC, int tiles) {
+    const zt_backend *be = st->dev;
+    char name[128];
+    int rows = IN / tiles;
+    size_t n = (size_t)N * OC, es = zt_dtype_size(be->compute_dtype);
+    float *x = st_rnd(rng, (size_t)N * IN, 1, 0), *w = st_rnd(rng, (size_t)IN * OC, 1, 0), *b = st_rnd(rng, OC, 1, 0);
+    void *dx = st_up_c(be, x, (size_t)N * IN), *dw = st_up_c(be, w, (size_t)IN * OC), *db = st_up_c(be, b, OC);
+    void *untiled = st_alloc(be, n * es), *tiled = st_alloc(be, n * es);
+    float *acc = st_alloc(be, n * sizeof(float));
+    be->matmul_forward(untiled, dx, dw, db, N, IN, OC, 0, OC);
+    for (int k = 0; k < tiles; k++)
+        be->gemm_f32(acc, (const char *)dx + (size_t)k * rows * es, (const char *)dw + (size_t)k * rows * OC * es, N, OC,
+                     rows, IN, OC, OC, 0, 0, k ? 1.0f : 0.0f);
+    be->round_bias(tiled, acc, db, N, OC, OC);
+    float *u = st_zeros(n), *t = st_zeros(n);
+    st_down_c(be, u, untiled, n);
+    st_down_c(be, t, tiled, n);
+    double rms = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) rms += (double)u[i] * u[i];
+    rms = sqrt(rms / (double)n);
+    int mantissa = be->compute_dtype == ZT_F16 ? 10 : 7; /* fp32 (the CPU harness): judged as bf16 */
+    for (size_t i = 0; i < n; i++) {
+        double step = ldexp(1.0, ilogb(fmax(fabs(u[i]), rms)) - mantissa);
+        worst = fmax(worst, fabs((double)t[i] - u[i]) / step);
+    }
+    snprintf(name, sizeof name, "tiled forward (%d tiles: gemm_f32, round_bias) vs matmul_forward, 16-bit steps N=%d "
+             "IN=%d OC=%d", tiles, N, IN, OC);
+    zt_selftest_check(st, name, worst, 1.0);
+    be->free(dx), be->free(dw), be->free(db), be->free(untiled), be->free(tiled), be->free(acc);
+    free(x), free(w), free(b), free(u), free(t);
+}
+
 /* ---------------------------------------------------------------- adamw, sumsq */
 static void run_adamw(const zt_backend *be, const float *p, const float *m, const float *v, const float *g, size_t n,
                       const zt_adam_step *s, float *po, float *mo, float *vo, float *out) {
@@ -777,6 +815,8 @@ void zt_selftest_ops(zt_selftest *st) {
         test_tiled(st, &rng, 64, 96, 48, t & 1, t >> 1, 1.0f, 32, 8); /* 16-byte aligned slices */
         test_tiled(st, &rng, 37, 19, 23, t & 1, t >> 1, 0.0f, 3, 5);  /* odd shapes and offsets */
     }
+    test_tiled_forward(st, &rng, 64, 768, 96, 4);
+    test_tiled_forward(st, &rng, 37, 96, 40, 3);
     test_mlp_gelu(st, &rng, 128, 64, 256);             /* the MLP's GELU epilogues */
     test_mlp_gelu(st, &rng, 30, 20, 44);               /* odd shapes */
     test_attention(st, &rng, 2, 64, 128, 4, 1.0f);   /* hs 32, one tile */
