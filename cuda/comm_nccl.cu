@@ -9,9 +9,10 @@
  * data-parallel and a tensor-parallel group's): NCCL's kernels of two communicators in flight at
  * once can deadlock when they cannot all be resident ("Using multiple NCCL communicators
  * concurrently"), so every rank's collectives of all its comms run one after the other, in the
- * program order in which every rank issues them. zt_comm.order names that stream (comm.h). Variable counts: when every rank's piece has the same size, one
- * ncclReduceScatter / ncclAllGather; otherwise one ncclReduce / ncclBroadcast per root inside a
- * ncclGroupStart/End (pieces of size 0 are skipped on every rank alike).
+ * program order in which every rank issues them. zt_comm.order names that stream (comm.h).
+ * Variable counts: when every rank's piece has the same size, one ncclReduceScatter /
+ * ncclAllGather; otherwise one ncclReduce / ncclBroadcast per root inside a ncclGroupStart/End
+ * (pieces of size 0 are skipped on every rank alike).
  *
  * The hang watchdog (comm/watchdog.h) watches the comm stream: every operation also records an
  * event of its own into a ring, and the watchdog thread (nccl_probe) walks the ring from the oldest
