@@ -4,8 +4,8 @@
  * fp16, whose ops come from the two compilations of kernels.cu, gemm.cu and attention.cu.
  *
  * zt_backend_cuda() is safe to call on a machine without a GPU or driver: it returns NULL with the
- * reason in *why and never aborts. The first call decides (device = local rank, from
- * OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, modulo the visible device count); later calls return
+ * reason in *why and never aborts. The first call decides (device = the node-local rank from
+ * MPI_Comm_split_type, zt_node_local_rank, modulo the visible device count); later calls return
  * the same answer. The CUDA runtime's current device is per thread: the thread that made that first
  * call uses the chosen GPU, any other thread calls bind_thread (cudaSetDevice) before the table.
  *
@@ -16,11 +16,16 @@
 #include "cuda_common.cuh"
 #include <cstring>
 
+extern "C" {
+#include "comm/comm.h" /* zt_node_local_rank */
+}
+
 zt_cuda_state g_zt;
 
 static zt_backend g_backend[2]; /* [0] bf16, [1] fp16 */
 static int g_init_state = 0; /* 0 = not tried, 1 = usable, -1 = not usable */
 static char g_why[512];
+static int g_device_count;
 
 /* ---------------------------------------------------------------- errors */
 void zt_cuda_fatal(const char *what, const char *detail, const char *file, int line) {
@@ -33,6 +38,12 @@ void zt_cuda_after_launch(const char *what, const char *file, int line) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && g_zt.debug_sync) e = cudaStreamSynchronize(g_zt.stream);
     if (e != cudaSuccess) zt_cuda_fatal(what, cudaGetErrorString(e), file, line);
+}
+
+extern "C" void zt_backend_cuda_plan_stats(long *cached, long *built, long *evicted) {
+    *cached = *built = *evicted = 0;
+    zt_cu_bf16::zt_cu_gemm_plan_stats(cached, built, evicted);
+    zt_cu_f16::zt_cu_gemm_plan_stats(cached, built, evicted);
 }
 
 extern "C" void *zt_cuda_compute_stream(void) { return g_init_state == 1 ? (void *)g_zt.stream : NULL; }
@@ -178,7 +189,12 @@ static void cu_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind k
     ZT_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-static void cu_synchronize(void) { ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); }
+/* the compute stream and copy_ahead's side stream (backend.h): wait_ahead orders device work only, so
+ * the host may reuse a copy_ahead's host buffer only after this */
+static void cu_synchronize(void) {
+    ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.ahead));
+}
 
 static void cu_mem_info(size_t *free_bytes, size_t *total_bytes) {
     ZT_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
@@ -189,17 +205,6 @@ __global__ void zt_probe_kernel(int *p) {
     if (p) *p = 1;
 }
 
-static int local_rank_from_env(void) {
-    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        const char *s = getenv(names[i]);
-        if (s && *s) {
-            int r = atoi(s);
-            if (r >= 0) return r;
-        }
-    }
-    return 0;
-}
 
 static const char *count_error_text(cudaError_t e) {
     int drv = 0;
@@ -241,7 +246,8 @@ static const char *init_device(void) {
         snprintf(g_why, sizeof g_why, "no CUDA-capable GPU found");
         return g_why;
     }
-    int dev = local_rank_from_env() % count;
+    int dev = zt_node_local_rank() % count; /* MPI's numbering of this machine's ranks (comm.h) */
+    g_device_count = count;
     cudaDeviceProp prop;
     if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
         snprintf(g_why, sizeof g_why, "cudaGetDeviceProperties(%d) failed: %s", dev, cudaGetErrorString(e));
@@ -298,6 +304,8 @@ static const char *init_device(void) {
 static void fill_table(zt_backend *b, void (*fill_ops)(zt_backend *)) {
     memset(b, 0, sizeof *b);
     b->name = "cuda";
+    b->device = g_zt.device;
+    b->device_count = g_device_count;
     b->alloc = cu_alloc;
     b->free = cu_free;
     b->host_alloc = cu_host_alloc;

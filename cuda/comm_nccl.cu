@@ -5,9 +5,14 @@
  * calls (barrier, allreduce_host_double, agree_max), so this file needs no MPI header. Device collectives run on a dedicated high-priority stream:
  *   compute stream --event--> comm stream: NCCL op --event--> (wait) compute stream
  * so communication overlaps with whatever the compute stream does next, and a wait() costs the
- * host nothing. Variable counts: when every rank's piece has the same size, one
- * ncclReduceScatter / ncclAllGather; otherwise one ncclReduce / ncclBroadcast per root inside a
- * ncclGroupStart/End (pieces of size 0 are skipped on every rank alike).
+ * host nothing. The comm stream is one per process, shared by every NCCL comm (the world's, a
+ * data-parallel and a tensor-parallel group's): NCCL's kernels of two communicators in flight at
+ * once can deadlock when they cannot all be resident ("Using multiple NCCL communicators
+ * concurrently"), so every rank's collectives of all its comms run one after the other, in the
+ * program order in which every rank issues them. zt_comm.order names that stream (comm.h).
+ * Variable counts: when every rank's piece has the same size, one ncclReduceScatter /
+ * ncclAllGather; otherwise one ncclReduce / ncclBroadcast per root inside a ncclGroupStart/End
+ * (pieces of size 0 are skipped on every rank alike).
  *
  * The hang watchdog (comm/watchdog.h) watches the comm stream: every operation also records an
  * event of its own into a ring, and the watchdog thread (nccl_probe) walks the ring from the oldest
@@ -33,7 +38,7 @@ extern "C" {
  * 218 MB still starts, and its ranks train on the host-staged comm (comm/comm_staged.c) instead.
  * libnccl.so.2 is looked up as any library is (LD_LIBRARY_PATH, the binary's RUNPATH, ldconfig). */
 #define NCCL_API(X) X(AllGather) X(AllReduce) X(Broadcast) X(CommAbort) X(CommDestroy) X(CommGetAsyncError) \
-    X(CommInitRank) X(GetErrorString) X(GetUniqueId) X(GroupEnd) X(GroupStart) X(Reduce) X(ReduceScatter)
+    X(CommInitRank) X(GetErrorString) X(GetUniqueId) X(GetVersion) X(GroupEnd) X(GroupStart) X(Reduce) X(ReduceScatter)
 static struct {
 #define NCCL_MEMBER(f) decltype(&nccl##f) f;
     NCCL_API(NCCL_MEMBER)
@@ -41,7 +46,11 @@ static struct {
 } g_nccl;
 #define NCCL(f) g_nccl.f
 
-/* NULL once every entry is loaded, else why not (the first call decides for the process) */
+/* ncclGetVersion's code for 2.10.0 (major * 10000 + minor * 100 + patch since 2.9) */
+#define ZT_NCCL_MIN_VERSION 21000
+
+/* NULL once every entry is loaded and NCCL is new enough, else why not (the first call decides for
+ * the process) */
 static const char *nccl_load(void) {
     static int state; /* 0 not tried, 1 loaded, -1 failed */
     static char why[512];
@@ -56,6 +65,15 @@ static const char *nccl_load(void) {
     }
         NCCL_API(NCCL_LOAD)
 #undef NCCL_LOAD
+        /* NCCL before 2.10 has every symbol above but no ncclBfloat16: the first bf16 collective
+         * would end the run, so such an NCCL is not used at all (the host-staged comm takes over) */
+        int version = 0;
+        if (state == 1 && NCCL(GetVersion)(&version) == ncclSuccess) version = zt_test_hook_nccl_version(version);
+        if (state == 1 && version < ZT_NCCL_MIN_VERSION) {
+            snprintf(why, sizeof why, "NCCL %d.%d.%d is older than 2.10 (no bfloat16 collectives)", version / 10000,
+                     version / 100 % 100, version % 100);
+            state = -1;
+        }
     }
     return state == 1 ? NULL : why;
 }
@@ -82,9 +100,28 @@ struct watch_slot {
  * operation completing implies that one did (one stream, in order). */
 enum { WATCH_RING = 64 };
 
+/* The comm stream every NCCL comm of this process shares (see the top), created with the first comm
+ * and destroyed with the last: used only by the main thread, which creates and destroys comms. */
+static struct {
+    cudaStream_t stream;
+    int users;
+} g_comm_stream;
+
+static cudaStream_t comm_stream_acquire(void) {
+    if (g_comm_stream.users++ == 0) {
+        int lo = 0, hi = 0;
+        ZT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        ZT_CUDA_CHECK(cudaStreamCreateWithPriority(&g_comm_stream.stream, cudaStreamNonBlocking, hi));
+    }
+    return g_comm_stream.stream;
+}
+static void comm_stream_release(void) {
+    if (--g_comm_stream.users == 0) cudaStreamDestroy(g_comm_stream.stream);
+}
+
 struct nccl_impl {
     ncclComm_t nccl;
-    cudaStream_t stream;  /* communication stream */
+    cudaStream_t stream;  /* the process's comm stream (g_comm_stream) */
     cudaEvent_t ready;    /* compute-stream position the next operation starts after */
     zt_comm *mpi;         /* host-side helper and bootstrap */
     /* under mu: enqueued by the main thread (head), checked by the watchdog thread (tail) */
@@ -324,7 +361,7 @@ static void nccl_destroy(zt_comm *c) {
     for (int i = 0; i < WATCH_RING; i++) cudaEventDestroy(m->ring[i].done);
     pthread_mutex_destroy(&m->mu);
     cudaEventDestroy(m->ready);
-    cudaStreamDestroy(m->stream);
+    comm_stream_release();
     m->mpi->destroy(m->mpi);
     free(m);
     free(c);
@@ -373,7 +410,11 @@ static zt_comm *nccl_over(zt_comm *mpi, const char *name, zt_err *err) {
 
     nccl_impl *m = (nccl_impl *)zt_xcalloc(1, sizeof *m);
     m->mpi = mpi;
+    /* NCCL's bootstrap connects to every rank of the comm: a rank that died or stopped during it
+     * would leave the others blocked here, so it is a watched host wait like any collective */
+    zt_watchdog_enter("NCCL bootstrap (ncclCommInitRank)", 0, mpi->world);
     res = NCCL(CommInitRank)(&m->nccl, mpi->world, id, mpi->rank);
+    zt_watchdog_leave();
     int bad = res != ncclSuccess;
     if (bad)
         rc = zt_fail(err, "ncclCommInitRank (%s, GPU %d) failed: %s", rank_words(who, sizeof who, mpi), g_zt.device,
@@ -384,9 +425,7 @@ static zt_comm *nccl_over(zt_comm *mpi, const char *name, zt_err *err) {
         free(m);
         return NULL;
     }
-    int lo = 0, hi = 0;
-    ZT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    ZT_CUDA_CHECK(cudaStreamCreateWithPriority(&m->stream, cudaStreamNonBlocking, hi));
+    m->stream = comm_stream_acquire();
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m->ready, cudaEventDisableTiming));
     for (int i = 0; i < WATCH_RING; i++) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&m->ring[i].done, cudaEventDisableTiming));
     pthread_mutex_init(&m->mu, NULL);
@@ -398,6 +437,7 @@ static zt_comm *nccl_over(zt_comm *mpi, const char *name, zt_err *err) {
     c->rank = mpi->rank;
     c->world = mpi->world;
     c->impl = m;
+    c->order = m->stream; /* shared: one order with every other NCCL comm of this process */
     c->allreduce_sum = nccl_allreduce_sum;
     c->reduce_scatter_sum = nccl_reduce_scatter_sum;
     c->allgather = nccl_allgather;

@@ -118,6 +118,9 @@ __device__ __forceinline__ float zt_warp_max(float x) {
 /* fill_ops of each compilation (kernels.cu): the op-table entries and compute_dtype of that dtype */
 namespace zt_cu_bf16 { void fill_ops(zt_backend *b); }
 namespace zt_cu_f16 { void fill_ops(zt_backend *b); }
+/* and each one's cuBLASLt plan cache figures, added to the totals (gemm.cu) */
+namespace zt_cu_bf16 { void zt_cu_gemm_plan_stats(long *cached, long *built, long *evicted); }
+namespace zt_cu_f16 { void zt_cu_gemm_plan_stats(long *cached, long *built, long *evicted); }
 
 __device__ __forceinline__ float zt_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float zt_f(__half x) { return __half2float(x); }
@@ -192,6 +195,9 @@ void zt_cu_matmul_backward_dgelu(void *dinp, void *dw, void *dbias, const void *
 void zt_cu_gemm(void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, int trans_a,
                 int trans_b, float beta);
 void zt_cu_add_bias_op(void *out, const void *bias, int N, int OC, int ld);
+void zt_cu_gemm_f32(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,
+                    int trans_a, int trans_b, float beta);
+void zt_cu_round_bias(void *out, const float *acc, const void *bias, int N, int OC, int ld);
 void zt_cu_bias_grad(void *dbias, const void *dout, int N, int OC, int ld);
 /* the GEMM + softmax attention (any head size; att holds the probabilities) */
 void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B, int T, int C, int NH);

@@ -8,7 +8,11 @@
  * (gemm_rm below); every caller then thinks in row-major only.
  *
  * cuBLASLt plans (descriptors + heuristic algorithm) are cached per shape / leading dimensions /
- * pointer alignment. When the heuristic finds no algorithm we fall back to
+ * pointer alignment (in classes up to 16 bytes, the most any kernel needs: a tile's or a row block's
+ * pointer at another 256-byte offset is the same plan). A full cache evicts its least recently used
+ * plan, so a working set that fits never reruns the heuristic (the tiled linears add a few shapes
+ * per linear); zt_backend_cuda_plan_stats counts builds and evictions for selftest. When the
+ * heuristic finds no algorithm we fall back to
  * cublasGemmStridedBatchedEx (and a separate bias kernel), so odd shapes still work.
  *
  * Attention, naive path (attention.cu's flash kernels are used instead for head sizes 32 and 64;
@@ -33,18 +37,26 @@ struct lt_key {
 };
 struct lt_plan {
     lt_key key;
+    unsigned long long used; /* g_plan_clock at its last use: the eviction order */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
     bool have_algo;
 };
-#define ZT_LT_CACHE 128
+#define ZT_LT_CACHE 512
 static lt_plan g_plans[ZT_LT_CACHE];
 static int g_nplans = 0;
+static unsigned long long g_plan_clock;
+static long g_plan_builds, g_plan_evictions;
 
+void zt_cu_gemm_plan_stats(long *cached, long *built, long *evicted) {
+    *cached += g_nplans, *built += g_plan_builds, *evicted += g_plan_evictions;
+}
+
+/* the pointer's alignment class: 16 (and more), 8, 4 or 2 bytes */
 static int ptr_align(const void *p) {
     uintptr_t u = (uintptr_t)p;
-    int a = 256;
+    int a = 16;
     while (a > 2 && (u % (uintptr_t)a) != 0) a >>= 1;
     return a;
 }
@@ -149,22 +161,27 @@ static void gemm_cm(bool ta, bool tb, int m, int n, int k, const zt16 *A, int ld
     key.align_bias = bias ? ptr_align(bias) : 0;
     key.align_aux = aux ? ptr_align(aux) : 0;
 
-    lt_plan *plan = NULL, tmp;
+    lt_plan *plan = NULL;
     for (int i = 0; i < g_nplans; i++)
         if (memcmp(&g_plans[i].key, &key, sizeof key) == 0) {
             plan = &g_plans[i];
             break;
         }
-    bool cached = true;
     if (!plan) {
-        if (g_nplans < ZT_LT_CACHE) plan = &g_plans[g_nplans++];
-        else {
-            plan = &tmp;
-            cached = false;
+        if (g_nplans < ZT_LT_CACHE) {
+            plan = &g_plans[g_nplans++];
+        } else { /* the least recently used makes room (its descriptors are not in use: one stream) */
+            plan = &g_plans[0];
+            for (int i = 1; i < ZT_LT_CACHE; i++)
+                if (g_plans[i].used < plan->used) plan = &g_plans[i];
+            plan_destroy(plan);
+            g_plan_evictions++;
         }
         plan->key = key;
         plan_build(plan);
+        g_plan_builds++;
     }
+    plan->used = ++g_plan_clock;
 
     if (plan->have_algo) {
         if (bias)
@@ -198,7 +215,6 @@ static void gemm_cm(bool ta, bool tb, int m, int n, int k, const zt16 *A, int ld
         if (gelu == GELU_FORWARD) zt_cu_gelu_forward(D, aux, (size_t)m * n);
         if (gelu == GELU_BACKWARD) zt_cu_gelu_backward(D, aux, D, (size_t)m * n);
     }
-    if (!cached) plan_destroy(plan);
 }
 
 /* Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C (+ bias[N] added to every row).
@@ -272,6 +288,12 @@ void zt_cu_gemm(void *c, const void *a, const void *b, int M, int N, int K, int 
                 int trans_b, float beta) {
     gemm_rm(trans_a != 0, trans_b != 0, M, N, K, (const zt16 *)a, lda, 0, (const zt16 *)b, ldb, 0, c, ZT_CUDA_R_16,
             ldc, 0, 1, 1.0f, beta, NULL);
+}
+/* backend.h's gemm_f32: the same with C in fp32, the tiled forward's accumulator */
+void zt_cu_gemm_f32(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, int trans_a,
+                    int trans_b, float beta) {
+    gemm_rm(trans_a != 0, trans_b != 0, M, N, K, (const zt16 *)a, lda, 0, (const zt16 *)b, ldb, 0, c, CUDA_R_32F, ldc,
+            0, 1, 1.0f, beta, NULL);
 }
 /* backend.h's add_bias and bias_grad: the kernels matmul uses (GEMM fallback bias, deterministic dbias) */
 void zt_cu_add_bias_op(void *out, const void *bias, int N, int OC, int ld) {

@@ -495,16 +495,37 @@ void zt_cu_add_bias(zt16 *out, const zt16 *bias, int N, int C, int ld) {
     ZT_LAUNCH_CHECK("add_bias");
 }
 
+/* out[r, c] (row stride ld) = acc[r, c] (row stride C) + bias[c], one rounding: the tiled forward's end */
+__global__ void k_round_bias(zt16 *out, const float *acc, const zt16 *bias, int N, int C, int ld) {
+    size_t total = (size_t)N * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / C, c = i % C;
+        out[r * ld + c] = zt_to16(acc[i] + (bias ? zt_ld(bias + c) : 0.0f));
+    }
+}
+void zt_cu_round_bias(void *out, const float *acc, const void *bias, int N, int OC, int ld) {
+    size_t total = (size_t)N * OC;
+    if (!total) return;
+    k_round_bias<<<zt_blocks(total, 256), 256, 0, g_zt.stream>>>((zt16 *)out, acc, (const zt16 *)bias, N, OC, ld);
+    ZT_LAUNCH_CHECK("round_bias");
+}
+
 /* ================================================================ softmax + cross-entropy */
 /* One block per row. xent_row_stats: the row's online max/sum in fp32 (one read). With VEC
  * (Vp % 8 == 0, 16-byte aligned rows) each thread handles 8 consecutive columns per step with one
  * 16-byte load and merges them into its running (max, sum) with a single rescale. xent_row_grad:
  * the gradient pass (which re-reads the row, mostly from L2). In-place safe: each element is read
  * and then written by the same thread, after the row's reductions. softmax_xent: a target outside
- * [0,V) gives a NaN loss and no one-hot term (as the CPU backend does). */
+ * [0,V) gives a NaN loss and no one-hot term (as the CPU backend does). NaN logits give a NaN loss:
+ * every max here is xent_max, never fmaxf (which drops NaN), so a NaN max cannot look like an empty
+ * part's -inf and vanish from the sum. */
 #define ZT_XENT_THREADS 512
+/* max(a, b), NaN when either is */
+__device__ __forceinline__ float xent_max(float a, float b) {
+    return a != a || b != b ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+}
 __device__ __forceinline__ void xent_merge(float &m, float &s, float m2, float s2) {
-    float M = fmaxf(m, m2);
+    float M = xent_max(m, m2);
     float a = (m == -INFINITY) ? 0.0f : s * expf(m - M);
     float b = (m2 == -INFINITY) ? 0.0f : s2 * expf(m2 - M);
     m = M;
@@ -522,7 +543,7 @@ __device__ __forceinline__ void xent_row_stats(const zt16 *x, int V, float &M, f
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 f[e] = j + e < V ? zt_f(v.v[e]) : -INFINITY;
-                lm = fmaxf(lm, f[e]);
+                lm = xent_max(lm, f[e]);
             }
             float ls = 0.0f;
 #pragma unroll
@@ -532,7 +553,7 @@ __device__ __forceinline__ void xent_row_stats(const zt16 *x, int V, float &M, f
     } else {
         for (int j = threadIdx.x; j < V; j += blockDim.x) {
             float v = zt_ld(x + j);
-            if (v > m) {
+            if (v > m || v != v) { /* a NaN becomes the max: s and every later term NaN */
                 s = s * expf(m - v) + 1.0f; /* m = -inf first time: expf(-inf) = 0 */
                 m = v;
             } else {
@@ -552,7 +573,7 @@ __device__ __forceinline__ void xent_row_stats(const zt16 *x, int V, float &M, f
     }
     __syncthreads();
     M = -INFINITY;
-    for (int k = 0; k < nwarps; k++) M = fmaxf(M, sm[k]);
+    for (int k = 0; k < nwarps; k++) M = xent_max(M, sm[k]);
     S = 0.0f;
     for (int k = 0; k < nwarps; k++)
         if (sm[k] != -INFINITY) S += ss[k] * expf(sm[k] - M);
@@ -639,7 +660,7 @@ __global__ void __launch_bounds__(ZT_XENT_THREADS) k_xent_parallel(float *losses
                                                                    int N, int Vl, int Vp, int vocab_lo, float dloss) {
     int row = blockIdx.x;
     float M = -INFINITY;
-    for (int r = 0; r < tp; r++) M = fmaxf(M, stats_all[((size_t)r * N + row) * 3]);
+    for (int r = 0; r < tp; r++) M = xent_max(M, stats_all[((size_t)r * N + row) * 3]);
     float S = 0.0f, target_logit = 0.0f;
     for (int r = 0; r < tp; r++) {
         const float *st = stats_all + ((size_t)r * N + row) * 3;
@@ -761,6 +782,8 @@ void fill_ops(zt_backend *b) {
     b->softmax_xent = zt_cu_softmax_xent;
     b->gemm = zt_cu_gemm;
     b->add_bias = zt_cu_add_bias_op;
+    b->gemm_f32 = zt_cu_gemm_f32;
+    b->round_bias = zt_cu_round_bias;
     b->bias_grad = zt_cu_bias_grad;
     b->xent_partial = zt_cu_xent_partial;
     b->xent_parallel = zt_cu_xent_parallel;

@@ -6,6 +6,11 @@
     activation checkpointing on and off; bf16, and fp16 with loss scaling. Every case's losses equal
     the same case on the CPU backend within the 16-bit tolerance below, and equal its own rerun under
     another jitter seed exactly (the sim's lanes are timed differently, the arithmetic is not);
+  - the offload rows run with pin_memory unset: on the sim (a GPU) the session pins the transfer buffers
+    anyway, and the sim stops an asynchronous copy from pageable memory, so a buffer left unpinned
+    stops the case;
+  - ranks of a machine with several simulated devices (ZEROTRAIN_SIM_DEVICES) open distinct ones
+    with no launcher variable set, and two on one device are refused;
   - a Twin-Flow D2H lane started without its synchronize (ZEROTRAIN_INJECT_SKIP_SYNC) gives another
     loss: the sim's asynchrony catches a missing wait;
   - one rank at stage 2 and 3 runs (it crashed on GPUs: device buffers reached MPI) and allocates no
@@ -235,6 +240,26 @@ ztlib.check(predicted > 0 and abs(saved - predicted) <= 0.05 * predicted and
             "cpu_checkpointing_saves_what_estimate_predicts",
             f"sim in use {in_use}, estimate device {est_dev} host {est_host} (MiB)")
 print(f"cpu_checkpointing: device memory saved {saved:.2f} MiB, estimate {predicted:.2f} MiB")
+
+# a machine with a simulated device per rank (ZEROTRAIN_SIM_DEVICES=2) and no launcher variable set: the
+# ranks open devices by the node-local rank MPI gives them (MPI_Comm_split_type), as the CUDA backend
+# picks its GPU; picked from the launcher's variables alone (the old way, injected), both open device
+# 0 and the session refuses the run, naming the ranks
+def bare_launch(extra_env):
+    no_vars = ["env"] + sum((["-u", v] for v in ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
+                                                  "LOCAL_RANK")), [])
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"] + no_vars + [
+        ztlib.BIN, "train", cfg, "--set", "device=sim", "--set", "train_iters=1"]
+    return subprocess.run(cmd, cwd=ztlib.ROOT, env=dict(ztlib.ENV, ZEROTRAIN_SIM_DEVICES="2", **extra_env),
+                          capture_output=True, text=True, timeout=300)
+
+
+p = bare_launch({})
+ztlib.check(p.returncode == 0 and "both opened device" not in p.stderr, "sim_devices_distinct_without_launcher_vars",
+            p.stderr[-800:])
+p = bare_launch({"ZEROTRAIN_INJECT_LOCAL_RANK_FROM_ENV": "1"})
+ztlib.check(p.returncode != 0 and "ranks 0 and 1 both opened device 0" in p.stderr, "sim_devices_shared_refused",
+            p.stderr[-800:])
 
 shutil.rmtree(work, ignore_errors=True)
 ztlib.finish()

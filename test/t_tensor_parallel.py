@@ -131,6 +131,13 @@ if ztlib.check(p.returncode == 0 and len(sim_base) == 20, "sim_tp1_runs", p.stde
         r = tp_run(f"sim_tp{tp}_dp{dp}_stage{stage}", tp, dp, [f"zero_optimization.stage={stage}"], ref=sim_base,
                    tol=1e-3, device=SIM)
 
+# two device comms (data- and tensor-parallel) whose collectives could overlap on the device are refused:
+# NCCL's comms share one stream (cuda/comm_nccl.cu); a comm table that queued them on a queue of its
+# own, as each NCCL comm once did, is stopped here before the first step, named
+p = ztlib.run(["train", cfg, "--set", "device=sim", "--set", "tensor_parallel.tp_size=2", "--set", "train_iters=1"]
+              + sum((["--set", h] for h in HEADS), []), ranks=4, env={"ZEROTRAIN_INJECT_OWN_COMM_ORDER": "1"})
+ztlib.check(p.returncode != 0 and "different device queues" in p.stderr and "share one order" in p.stderr,
+            "sim_device_comms_on_separate_queues_refused", p.stderr[-800:])
 
 # DeepSpeed's name for it
 p, rows = ztlib.train(cfg, HEADS + ["tensor_parallel.autotp_size=2", "train_iters=3"], ranks=2)

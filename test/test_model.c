@@ -24,7 +24,7 @@ static void rig_open(rig *r, zt_comm *comm, const float *init, int recompute, in
     zt_gpt2_param_table(&r->table, &SHAPE, &err);
     zt_engine_opts eo = {0, 0, 5e8, 1e5, 0.9f, 0.95f, 1e-8f, 0.0f, 0, 0, 5e7, 0, 0, NULL};
     zt_engine_create(&r->e, zt_backend_cpu(), comm, &r->table, &eo, init, &err);
-    zt_gpt2_create(&r->m, zt_backend_cpu(), &SHAPE, &r->table, NULL, B, T, (zt_act_ckpt){recompute, nckpt, 0, 0}, &err);
+    zt_gpt2_create(&r->m, zt_backend_cpu(), &SHAPE, &r->table, NULL, B, T, (zt_act_ckpt){.enabled = recompute, .number_checkpoints = nckpt}, &err);
     r->src = zt_engine_param_source(&r->e);
 }
 

@@ -670,6 +670,38 @@ static void test_xent_parallel(int tp, double offset) {
     CHECK(alias_null_same, name, "results differ from the separate-buffer run");
 }
 
+/* NaN logits give a NaN loss, plain and vocabulary-parallel (tp = 2): a row with one NaN, a row all
+ * NaN, and a row whose second part alone is all NaN — that part's max must not look like an empty
+ * part's -inf, or its NaN would vanish from the loss while the gradients carry it. Rows without NaN
+ * stay finite. */
+static void test_xent_nan(void) {
+    int N = 4, V = 10, Vp = 16, tgt[4] = {1, 2, 3, 8};
+    float *logits = falloc((size_t)N * Vp), *losses = falloc(N), *dl = falloc((size_t)N * Vp);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < Vp; j++) logits[(size_t)i * Vp + j] = j < V ? (float)urand() : 0.0f;
+    logits[0 * Vp + 4] = NAN;
+    for (int j = 0; j < V; j++) logits[1 * Vp + j] = NAN;
+    for (int j = V / 2; j < V; j++) logits[2 * Vp + j] = NAN; /* row 3: no NaN */
+    be->softmax_xent(losses, dl, logits, tgt, N, V, Vp, 1.0f);
+    int ok = isnan(losses[0]) && isnan(losses[1]) && isnan(losses[2]) && isfinite(losses[3]);
+    CHECK(ok, "softmax_xent: NaN logits give a NaN loss", "losses %g %g %g %g", losses[0], losses[1], losses[2],
+          losses[3]);
+    int Vl = V / 2, Vpr = Vl;
+    float *part[2], *stats_all = falloc(6 * (size_t)N), *pl = falloc(N);
+    for (int r = 0; r < 2; r++) {
+        part[r] = falloc((size_t)N * Vpr);
+        for (int i = 0; i < N; i++) memcpy(part[r] + (size_t)i * Vpr, logits + (size_t)i * Vp + r * Vl, Vl * sizeof(float));
+        be->xent_partial(stats_all + 3 * (size_t)r * N, part[r], tgt, N, Vl, Vpr, r * Vl);
+    }
+    ok = 1;
+    for (int r = 0; r < 2; r++) {
+        be->xent_parallel(pl, NULL, part[r], tgt, stats_all, 2, N, Vl, Vpr, r * Vl, 1.0f);
+        ok &= isnan(pl[0]) && isnan(pl[1]) && isnan(pl[2]) && isfinite(pl[3]);
+    }
+    CHECK(ok, "xent_parallel (tp=2): NaN logits give a NaN loss, also when one part is all NaN", "losses %g %g %g %g",
+          pl[0], pl[1], pl[2], pl[3]);
+}
+
 /* ------------------------------------------------------------------ adamw */
 
 static void test_adamw(float wd) {
@@ -876,6 +908,7 @@ int main(int argc, char **argv) {
         test_xent_parallel(tp, 0.0);
         test_xent_parallel(tp, 80.0);
     }
+    test_xent_nan();
     test_adamw(0.0f);
     test_adamw(0.1f);
     test_sumsq(0);

@@ -165,6 +165,48 @@ static void tiled_ops(void) {
     drop(out.p), drop(dout.p), drop(bias), drop(dbias);
 }
 
+/* largest distance in 16-bit steps between two 16-bit tensors of one sign pattern (ulps) */
+static int max_ulps(const uint16_t *a, const uint16_t *b, size_t n) {
+    int worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = (a[i] & 0x8000) == (b[i] & 0x8000) ? abs((int)(a[i] & 0x7FFF) - (int)(b[i] & 0x7FFF)) : 1 << 16;
+        if (d > worst) worst = d;
+    }
+    return worst;
+}
+
+/* The tiled forward as gpt2.c runs it (three row tiles into the fp32 accumulator, one rounding with
+ * the bias) is within one 16-bit step of the untiled matmul_forward, element by element; summing the
+ * tiles into the 16-bit output (a rounding per tile and one more for the bias) is not. */
+static void tiled_forward_rounding(void) {
+    enum { N = 32, IN = 96, OC = 40, TILE = 32 };
+    pair in = make((size_t)N * IN, 1), w = make((size_t)IN * OC, 1), bias = make(OC, 1);
+    void *untiled = sim->alloc((size_t)N * OC * 2), *tiled = sim->alloc((size_t)N * OC * 2),
+         *per_tile = sim->alloc((size_t)N * OC * 2);
+    float *acc = sim->alloc((size_t)N * OC * 4);
+    sim->matmul_forward(untiled, in.d, w.d, bias.d, N, IN, OC, 0, OC);
+    for (int k = 0; k < IN / TILE; k++) {
+        const uint16_t *a = (const uint16_t *)in.d + k * TILE, *b = (const uint16_t *)w.d + (size_t)k * TILE * OC;
+        sim->gemm_f32(acc, a, b, N, OC, TILE, IN, OC, OC, 0, 0, k ? 1.0f : 0.0f);
+        sim->gemm(per_tile, a, b, N, OC, TILE, IN, OC, OC, 0, 0, k ? 1.0f : 0.0f);
+    }
+    sim->round_bias(tiled, acc, bias.d, N, OC, OC);
+    sim->add_bias(per_tile, bias.d, N, OC, OC);
+    uint16_t *u = malloc((size_t)N * OC * 2), *t = malloc((size_t)N * OC * 2), *p = malloc((size_t)N * OC * 2);
+    sim->copy(u, untiled, (size_t)N * OC * 2, ZT_D2H);
+    sim->copy(t, tiled, (size_t)N * OC * 2, ZT_D2H);
+    sim->copy(p, per_tile, (size_t)N * OC * 2, ZT_D2H);
+    int ulps = max_ulps(t, u, (size_t)N * OC), old = max_ulps(p, u, (size_t)N * OC);
+    char name[96];
+    snprintf(name, sizeof name, "tiled_forward_within_one_rounding_of_untiled_%s", dt == ZT_BF16 ? "bf16" : "fp16");
+    CHECK(ulps <= 1, name, "%d steps apart (a rounding per tile: %d)", ulps, old);
+    printf("tiled forward vs untiled (%s): %d step(s) apart; rounding per tile and bias: %d\n",
+           dt == ZT_BF16 ? "bf16" : "fp16", ulps, old);
+    free(u), free(t), free(p);
+    sim->free(untiled), sim->free(tiled), sim->free(per_tile), sim->free(acc);
+    drop(in), drop(w), drop(bias);
+}
+
 static void ops(void) {
     int B = 2, T = 8, C = 16, NH = 2, N = B * T, OC = 24, ld = 32, V = 40, Vp = 48;
     /* LayerNorm forward and backward (accumulating dinp, dw, db) */
@@ -310,6 +352,29 @@ static void freed(void *p) {
     sim->scale(q, 2.0f, 16);
 }
 
+/* the asynchronous copies with a pageable host end (malloc, not host_alloc): each stops the run */
+static void pageable_copy(void *p, int which) {
+    char *h = calloc(1, 256);
+    if (which == 0) sim->copy_async(p, h, 128, ZT_H2D);
+    if (which == 1) sim->copy_ahead(h, p, 128, ZT_D2H);
+    if (which == 2) sim->transfer(h, p, 128, ZT_D2H);
+    sim->synchronize();
+}
+static void pageable_copy_async(void *p) { pageable_copy(p, 0); }
+static void pageable_copy_ahead(void *p) { pageable_copy(p, 1); }
+static void pageable_transfer(void *p) { pageable_copy(p, 2); }
+/* the same from host_alloc, and a blocking copy from malloc: they run */
+static void pinned_copies(void *p) {
+    char *h = sim->host_alloc(256), *m = calloc(1, 256);
+    sim->copy_async(p, h, 128, ZT_H2D);
+    sim->copy_ahead(h + 128, p, 128, ZT_D2H);
+    sim->transfer(h, p, 128, ZT_D2H);
+    sim->copy(m, p, 128, ZT_D2H);
+    sim->synchronize();
+    sim->host_free(h);
+    free(m);
+}
+
 static void *unbound_thread_main(void *p) {
     sim->scale(p, 2.0f, 16);
     return NULL;
@@ -345,6 +410,18 @@ static void faults(void) {
     pthread_create(&t, NULL, bound_thread_main, buf);
     pthread_join(t, NULL);
     CHECK(1, "thread_with_bind_thread_runs", "");
+    void (*pageable[3])(void *) = {pageable_copy_async, pageable_copy_ahead, pageable_transfer};
+    static const char *const pageable_names[3] = {"copy_async", "copy_ahead", "transfer"};
+    for (int k = 0; k < 3; k++) {
+        char name[96], want[64];
+        snprintf(name, sizeof name, "%s_from_pageable_memory_stops", pageable_names[k]);
+        snprintf(want, sizeof want, "%s: ", pageable_names[k]);
+        err = in_child(pageable[k], buf, &st);
+        CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, want) && strstr(err, "not from host_alloc"), name,
+              "status %d, stderr: %.300s", st, err);
+    }
+    pinned_copies(buf); /* here, not in a child: a forked child has no lane threads */
+    CHECK(1, "async_copies_from_host_alloc_run", "");
     err = in_child(freed, NULL, &st);
     CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "freed device memory"), "op_on_freed_buffer_stops",
           "status %d, stderr: %.300s", st, err);
@@ -426,6 +503,20 @@ static void ahead(void) {
     for (size_t i = 0; i < n; i++) bad += back[i] != 0x1p12f;
     CHECK(bad == 0, dt == ZT_BF16 ? "copy_ahead_ordered_bf16" : "copy_ahead_ordered_fp16", "%zu wrong, back[0] = %g", bad,
           back[0]);
+    /* the host reads a copy_ahead's host buffer after synchronize() alone (backend.h): synchronize
+     * covers the side lane too, though nothing waited for it on the device */
+    uint16_t *landed = sim->host_alloc(n * 2);
+    size_t late = 0;
+    for (int round = 0; round < 8; round++) {
+        sim->memset_zero(a, n * 2);
+        sim->copy_ahead(landed, b, n * 2, ZT_D2H); /* b holds 2^12 */
+        sim->synchronize();
+        for (size_t i = 0; i < n; i++) late += landed[i] == 0;
+        memset(landed, 0, n * 2);
+    }
+    CHECK(late == 0, dt == ZT_BF16 ? "synchronize_covers_copy_ahead_bf16" : "synchronize_covers_copy_ahead_fp16",
+          "%zu elements not yet landed after synchronize()", late);
+    sim->host_free(landed);
     sim->host_free(staged);
     sim->free(a);
     sim->free(b);
@@ -447,6 +538,7 @@ int main(void) {
               sim->compute_dtype);
         ops();
         tiled_ops();
+        tiled_forward_rounding();
         ordering();
         ahead();
     }

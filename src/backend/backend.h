@@ -24,6 +24,9 @@ typedef struct zt_backend {
     const char *name;        /* "cpu", "cuda", "sim": for messages; test the properties below, not the name */
     zt_dtype compute_dtype;  /* dtype of params/activations/grads in forward and backward */
     int memory_is_host;      /* "device" memory is ordinary host memory (the CPU backend) */
+    /* the device this process opened, of the device_count its machine has: the GPU's ordinal, the
+     * simulated GPU's of ZEROTRAIN_SIM_DEVICES (zt_node_local_rank() modulo the count); 0 of 0 on the CPU */
+    int device, device_count;
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                 /* zero-filled device memory, NULL on failure */
@@ -40,8 +43,10 @@ typedef struct zt_backend {
      * checkpoint going to or from host memory, be queued without draining the device. */
     void (*copy_async)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
     /* H2D or D2H ordered after the work queued so far, like copy_async, but on a side stream of its own:
-     * it runs while the compute work queued after it does. wait_ahead() orders the work queued after it
-     * after every copy_ahead so far; until then neither side may touch the copies' buffers. For the
+     * it runs while the compute work queued after it does. wait_ahead() orders the device work queued
+     * after it after every copy_ahead so far (on the device only: it returns at once); until then no
+     * device work may touch the copies' buffers. The host may touch a copy_ahead's host buffer only
+     * after the next synchronize() returns, which waits for every copy_ahead so far as well. For the
      * activation checkpoints that come back during the previous segment's backward. */
     void (*copy_ahead)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
     void (*wait_ahead)(void);
@@ -52,6 +57,8 @@ typedef struct zt_backend {
      * until it returns. Returns once the copy is complete, like copy(); safe from any thread that
      * called bind_thread. */
     void (*transfer)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    /* returns once all work queued so far has run: the compute stream's and every copy_ahead's (not
+     * transfer(), which returns complete) */
     void (*synchronize)(void);
     /* Makes the calling thread use this backend's device. Threads start on the default device (a
      * CUDA thread's current device is GPU 0 until it sets one, whichever GPU the backend opened), so
@@ -143,6 +150,13 @@ typedef struct zt_backend {
     void (*add_bias)(void *out, const void *bias, int N, int OC, int ld);
     /* dbias[0:OC] += the sum of dout's N rows (row stride ld), as matmul_backward's dbias */
     void (*bias_grad)(void *dbias, const void *dout, int N, int OC, int ld);
+    /* The tiled forward's single rounding: gemm_f32 is gemm with C in fp32 (row stride ldc), so the
+     * tiles' partial products add up in fp32; round_bias then writes out[i, 0:OC] (compute dtype,
+     * row stride ld) = acc[i, 0:OC] (fp32, row stride OC) + bias (NULL: none), rounded once, as the
+     * untiled matmul_forward rounds its output once. */
+    void (*gemm_f32)(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,
+                     int trans_a, int trans_b, float beta);
+    void (*round_bias)(void *out, const float *acc, const void *bias, int N, int OC, int ld);
 
     /* ---- optimizer and reductions ---- */
     /* AdamW on fp32 master weights; grad in compute dtype; writes params_out (compute dtype, may be
@@ -165,6 +179,9 @@ static inline void zt_backend_bind_thread(const zt_backend *be) {
  * when built without CUDA or when no usable GPU is present (with the reason in *why). */
 const zt_backend *zt_backend_cpu(void);
 const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why);
+/* The CUDA backend's cuBLASLt plan cache, both dtypes together: plans cached now, heuristic runs so
+ * far (one per plan unless the cache evicted it) and evictions. All 0 without CUDA. */
+void zt_backend_cuda_plan_stats(long *cached, long *built, long *evicted);
 /* The simulated GPU (backend_sim.c, `device: sim`): a test device on the CPU with its own memory
  * space, 16-bit compute in dtype (ZT_BF16 or ZT_F16) and asynchronous lanes; NULL with the reason in
  * *why when ZEROTRAIN_SIM_MEM is unreadable. Always compiled in. */

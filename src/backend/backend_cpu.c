@@ -328,6 +328,19 @@ static void cpu_add_bias(void *out_, const void *bias_, int N, int OC, int ld) {
 
 static void cpu_bias_grad(void *dbias, const void *dout, int N, int OC, int ld) { colsum_acc(dbias, dout, N, OC, ld); }
 
+/* fp32 is the compute dtype here: gemm_f32 is gemm, round_bias a copy plus the bias */
+static void cpu_gemm_f32(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, int ta,
+                         int tb, float beta) {
+    gemm(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, c, ldc, NULL);
+}
+static void cpu_round_bias(void *out_, const float *acc, const void *bias_, int N, int OC, int ld) {
+    float *out = out_;
+    const float *bias = bias_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < OC; j++) out[(size_t)i * ld + j] = acc[(size_t)i * OC + j] + (bias ? bias[j] : 0.0f);
+}
+
 /* ------------------------------------------------------------------ attention */
 
 /* One (b,h) per OpenMP iteration; each head's SGEMMs run single-threaded, reading q, k and v
@@ -470,11 +483,18 @@ static void cpu_scale(void *x_, float s, size_t n) {
  * alias x: each block is read before it is written); and the gradient from the kept e_j:
  * d_j = (e_j / S - [j == target]) * dloss for j < V (no one-hot term for a target outside [0,V)),
  * 0 for j in [V, Vp). */
+/* The row max is NaN when any x_j is: a plain max drops NaN, and a row (or, under tensor
+ * parallelism, one rank's part of it) of NaN logits would then look empty (max -inf) and vanish from
+ * the loss. A NaN max makes the sum, the loss and the gradient NaN, as they should be. */
 static inline float row_max(const float *x, int V) {
     float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-    return mx;
+    int nan = 0;
+#pragma omp simd reduction(max : mx) reduction(| : nan)
+    for (int j = 0; j < V; j++) {
+        mx = x[j] > mx ? x[j] : mx;
+        nan |= x[j] != x[j];
+    }
+    return nan ? NAN : mx;
 }
 static double row_exp_sum(float *e, const float *x, int V, float shift) {
     double acc[VB] = {0};
@@ -544,8 +564,12 @@ static void cpu_xent_parallel(float *losses, void *dlogits_, const void *logits_
     const float *logits = logits_;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        float mx = -INFINITY;
-        for (int r = 0; r < tp; r++) mx = fmaxf(mx, stats_all[((size_t)r * N + i) * 3]);
+        float mx = -INFINITY; /* NaN when any rank's is (row_max): never fmaxf, which drops it */
+        for (int r = 0; r < tp; r++) {
+            float m = stats_all[((size_t)r * N + i) * 3];
+            mx = m > mx || m != m ? m : mx;
+            if (mx != mx) break;
+        }
         double sum = 0.0, xt = 0.0;
         for (int r = 0; r < tp; r++) {
             const float *st = stats_all + ((size_t)r * N + i) * 3;
@@ -642,6 +666,8 @@ static const zt_backend cpu_backend = {
     .softmax_xent = cpu_softmax_xent,
     .gemm = cpu_gemm,
     .add_bias = cpu_add_bias,
+    .gemm_f32 = cpu_gemm_f32,
+    .round_bias = cpu_round_bias,
     .bias_grad = cpu_bias_grad,
     .xent_partial = cpu_xent_partial,
     .xent_parallel = cpu_xent_parallel,

@@ -6,3 +6,5 @@ const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why) {
     if (why) *why = "this zerotrain was built without the CUDA backend (make CUDA=0)";
     return 0;
 }
+
+void zt_backend_cuda_plan_stats(long *cached, long *built, long *evicted) { *cached = *built = *evicted = 0; }

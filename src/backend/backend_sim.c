@@ -20,11 +20,17 @@
  *   - Asynchrony, as backend.h's contract says: ops, memset and D2D copies run in order on a compute
  *     thread ("the stream"); transfer() runs on one thread per direction; copy_ahead() on one more,
  *     after the stream's work so far, and the stream's work after wait_ahead() waits for it; copy()
- *     H2D/D2H and sumsq wait for the stream; synchronize() waits for the stream only. ZEROTRAIN_SIM_JITTER=SEED adds
+ *     H2D/D2H and sumsq wait for the stream; synchronize() waits for the stream and copy_ahead's lane. ZEROTRAIN_SIM_JITTER=SEED adds
  *     seeded random delays before every item on every lane, widening every window: a missing
  *     synchronize shows up as a wrong loss.
+ *   - Pinned memory: copy_async, copy_ahead and transfer take their host end from host_alloc (CUDA's
+ *     pinned memory) or stop the run, named: from pageable memory a GPU's copy is staged and may
+ *     synchronize, which no result would show.
  *   - Threads: a thread other than the one that asked for the device must call bind_thread before
  *     any other entry (CUDA's threads start on GPU 0); one that does not is stopped, named.
+ *   - Several devices: ZEROTRAIN_SIM_DEVICES=N gives a machine N of them, opened by node-local rank
+ *     (zt_node_local_rank, MPI's numbering), so the session's check that a machine's ranks open
+ *     distinct devices runs without a GPU or a launcher variable.
  *   - Capacity: mem_info reports ZEROTRAIN_SIM_MEM (bytes with a unit, default 8GiB) and an alloc
  *     past it returns NULL, as cudaMalloc fails, so ratio auto, the estimate's device column and the
  *     out-of-memory messages are exercised.
@@ -43,6 +49,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_adam.h"
+#include "comm/comm.h" /* zt_node_local_rank */
 #include "util/util.h"
 
 /* ------------------------------------------------------------------ failures */
@@ -358,15 +365,53 @@ static void sim_free(void *p) {
     lane_sync(&g_lane[LANE_COMPUTE]); /* as cudaFree: queued work may still use it */
     sim_release(p);
 }
+/* host_alloc's buffers, the stand-in for CUDA's pinned memory: the asynchronous copies (copy_async,
+ * copy_ahead, transfer) must use one, and a host range outside them stops the run. Stopped, not
+ * counted: on a GPU a pageable buffer still gives the right answer, only slowly (the driver stages
+ * the copy and may wait for the device), so nothing but a stop would ever be noticed. */
+static struct {
+    pthread_mutex_t lock;
+    struct { char *p; size_t size; } *b;
+    int n, cap;
+} g_pinned = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 static void *sim_host_alloc(size_t bytes) {
     size_t sz = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, sz ? sz : 64);
-    if (p) memset(p, 0, sz ? sz : 64);
+    if (!sz) sz = 64;
+    void *p = aligned_alloc(64, sz);
+    if (!p) return NULL;
+    memset(p, 0, sz);
+    pthread_mutex_lock(&g_pinned.lock);
+    if (g_pinned.n == g_pinned.cap) {
+        g_pinned.cap = g_pinned.cap ? 2 * g_pinned.cap : 64;
+        g_pinned.b = zt_xrealloc(g_pinned.b, (size_t)g_pinned.cap * sizeof *g_pinned.b);
+    }
+    g_pinned.b[g_pinned.n].p = p, g_pinned.b[g_pinned.n].size = sz, g_pinned.n++;
+    pthread_mutex_unlock(&g_pinned.lock);
     return p;
 }
 static void sim_host_free(void *p) {
+    if (!p) return;
     lane_sync(&g_lane[LANE_COMPUTE]);
+    lane_sync(&g_lane[LANE_AHEAD]);
+    pthread_mutex_lock(&g_pinned.lock);
+    int i = 0;
+    while (i < g_pinned.n && g_pinned.b[i].p != p) i++;
+    int found = i < g_pinned.n;
+    if (found) g_pinned.b[i] = g_pinned.b[--g_pinned.n];
+    pthread_mutex_unlock(&g_pinned.lock);
+    if (!found) sim_fatal("host_free: %p did not come from host_alloc", p);
     free(p);
+}
+/* whether host range [p, p + bytes) lies inside one live host_alloc buffer */
+static int is_pinned(const void *p, size_t bytes) {
+    const char *c = p;
+    int in = 0;
+    pthread_mutex_lock(&g_pinned.lock);
+    for (int i = 0; i < g_pinned.n && !in; i++)
+        in = c >= g_pinned.b[i].p && c + bytes <= g_pinned.b[i].p + g_pinned.b[i].size;
+    pthread_mutex_unlock(&g_pinned.lock);
+    return in;
 }
 
 static void run_memset(sim_item *it) { memset(it->p[0], 0, it->n); }
@@ -379,23 +424,28 @@ static void sim_memset_zero(void *p, size_t bytes) {
 }
 
 static void run_copy(sim_item *it) { memmove(it->p[0], it->p[1], it->n); }
-static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kind kind, const char *op) {
+/* the copy's item; `async`: copy_async, copy_ahead and transfer, whose host end must be pinned */
+static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kind kind, const char *op, int async) {
     check_bound(op);
     sim_item *it = item(run_copy);
     it->p[0] = kind == ZT_D2H ? host(dst, op, "dst") : dev(dst, bytes, op, "dst");
     it->p[1] = kind == ZT_H2D ? host(src, op, "src") : dev(src, bytes, op, "src");
     it->n = bytes;
+    if (async && kind != ZT_D2D && !is_pinned(kind == ZT_H2D ? src : dst, bytes))
+        sim_fatal("%s: %s = %p (%zu bytes) is pageable host memory, not from host_alloc: on a GPU the driver stages "
+                  "such a copy and may wait for the device, losing the overlap it is for", op,
+                  kind == ZT_H2D ? "src" : "dst", kind == ZT_H2D ? src : (const void *)dst, bytes);
     return it;
 }
 static void sim_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    sim_item *it = copy_item(dst, src, bytes, kind, "copy");
+    sim_item *it = copy_item(dst, src, bytes, kind, "copy", 0);
     if (kind == ZT_D2D) { enqueue(it); return; }
     run_and_wait(&g_lane[LANE_COMPUTE], it); /* host memory: returns once it may be reused or read */
     free(it);
 }
 static void sim_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
-    if (bytes) enqueue(copy_item(dst, src, bytes, kind, "copy_async")); /* touches the host buffer when it runs */
+    if (bytes) enqueue(copy_item(dst, src, bytes, kind, "copy_async", 1)); /* touches the host buffer when it runs */
 }
 /* an item that holds its lane until the other lane has done what was queued on it before: one stream
  * waiting on an event recorded on another */
@@ -411,7 +461,7 @@ static void lane_waits_for(sim_lane *waiter, sim_lane *on) {
 }
 static void sim_copy_ahead(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    sim_item *it = copy_item(dst, src, bytes, kind, "copy_ahead");
+    sim_item *it = copy_item(dst, src, bytes, kind, "copy_ahead", 1);
     lane_waits_for(&g_lane[LANE_AHEAD], &g_lane[LANE_COMPUTE]);
     submit(&g_lane[LANE_AHEAD], it);
 }
@@ -421,14 +471,16 @@ static void sim_wait_ahead(void) {
 }
 static void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    sim_item *it = copy_item(dst, src, bytes, kind, "transfer");
+    sim_item *it = copy_item(dst, src, bytes, kind, "transfer", 1);
     /* not ordered after the stream's work: that is the caller's synchronize() */
     run_and_wait(&g_lane[kind == ZT_H2D ? LANE_H2D : kind == ZT_D2H ? LANE_D2H : LANE_COMPUTE], it);
     free(it);
 }
+/* the stream and copy_ahead's lane, as backend.h says (wait_ahead orders device work only) */
 static void sim_synchronize(void) {
     check_bound("synchronize");
     lane_sync(&g_lane[LANE_COMPUTE]);
+    lane_sync(&g_lane[LANE_AHEAD]);
 }
 static void sim_mem_info(size_t *free_bytes, size_t *total_bytes) {
     check_bound("mem_info");
@@ -597,6 +649,23 @@ static void run_gemm(sim_item *it) {
     float *b = w16_rows(&w_, it->p[2], tb ? N : K, tb ? K : N, ldb, 0);
     g_cpu->gemm(w16_rows(&w_, it->p[0], M, N, ldc, 1), a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc,
                 (int)ta, (int)tb, it->f);
+    OP_END();
+}
+/* the tiled forward's fp32 accumulator: a and b widened, c fp32 as it is (never rounded here) */
+static void run_gemm_f32(sim_item *it) {
+    OP_BEGIN(it);
+    long M = it->i[0], N = it->i[1], K = it->i[2], lda = it->i[3], ldb = it->i[4], ldc = it->i[5], ta = it->i[6],
+         tb = it->i[7];
+    float *a = w16_rows(&w_, it->p[1], ta ? K : M, ta ? M : K, lda, 0);
+    float *b = w16_rows(&w_, it->p[2], tb ? N : K, tb ? K : N, ldb, 0);
+    g_cpu->gemm(it->p[0], a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc, (int)ta, (int)tb, it->f);
+    OP_END();
+}
+static void run_round_bias(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], OC = it->i[1], ld = it->i[2];
+    g_cpu->round_bias(w16_rows(&w_, it->p[0], N, OC, ld, 1), it->p[1], w16(&w_, it->p[2], OC, 0), (int)N, (int)OC,
+                      (int)ld);
     OP_END();
 }
 static void run_add_bias(sim_item *it) {
@@ -817,6 +886,27 @@ static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, in
     it->f = beta;
     enqueue(it);
 }
+static void q_gemm_f32(zt_dtype dt, float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb,
+                       int ldc, int ta, int tb, float beta) {
+    const char *op = "gemm_f32";
+    sim_item *it = op_item(run_gemm_f32, dt);
+    it->p[0] = dev(c, F(span(M, N, ldc)), op, "c");
+    it->p[1] = dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
+    it->p[2] = dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
+    it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
+    it->i[7] = tb;
+    it->f = beta;
+    enqueue(it);
+}
+static void q_round_bias(zt_dtype dt, void *out, const float *acc, const void *bias, int N, int OC, int ld) {
+    const char *op = "round_bias";
+    sim_item *it = op_item(run_round_bias, dt);
+    it->p[0] = dev(out, E(span(N, OC, ld)), op, "out");
+    it->p[1] = dev(acc, F((size_t)N * OC), op, "acc");
+    it->p[2] = dev(bias, E(OC), op, "bias");
+    it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
+    enqueue(it);
+}
 /* add_bias and bias_grad: the same shapes, a bias [OC] (p[0]) and a strided [N, OC] slice (p[1]) */
 static void q_bias(zt_dtype dt, sim_fn run, const char *op, const void *bias, const void *rows, int N, int OC, int ld,
                    const char *bias_arg, const char *rows_arg) {
@@ -918,8 +1008,15 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
     static void bias_grad_##SFX(void *db, const void *d, int N, int OC, int ld) {                                      \
         q_bias(DTYPE, run_bias_grad, "bias_grad", db, d, N, OC, ld, "dbias", "dout");                                  \
     }                                                                                                                  \
+    static void gemm_f32_##SFX(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, \
+                               int ta, int tb, float beta) {                                                         \
+        q_gemm_f32(DTYPE, c, a, b, M, N, K, lda, ldb, ldc, ta, tb, beta);                                              \
+    }                                                                                                                  \
+    static void round_bias_##SFX(void *o, const float *acc, const void *b, int N, int OC, int ld) {                    \
+        q_round_bias(DTYPE, o, acc, b, N, OC, ld);                                                                     \
+    }                                                                                                                  \
     static double sumsq_##SFX(const void *x, size_t n) { return q_sumsq(DTYPE, x, n); }                                \
-    static const zt_backend sim_##SFX = {                                                                              \
+    static zt_backend sim_##SFX = { /* device, device_count: set by zt_backend_sim */                                \
         .name = "sim", .compute_dtype = DTYPE, .memory_is_host = 0,                                                    \
         .alloc = sim_alloc, .free = sim_free, .host_alloc = sim_host_alloc, .host_free = sim_host_free,                \
         .memset_zero = sim_memset_zero, .copy = sim_copy, .copy_async = sim_copy_async,                                 \
@@ -935,6 +1032,7 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
         .residual_forward = residual_forward_##SFX, .accumulate = accumulate_##SFX,                                    \
         .softmax_xent = softmax_xent_##SFX, .xent_partial = xent_partial_##SFX, .xent_parallel = xent_parallel_##SFX,  \
         .gemm = gemm_##SFX, .add_bias = add_bias_##SFX, .bias_grad = bias_grad_##SFX,                                  \
+        .gemm_f32 = gemm_f32_##SFX, .round_bias = round_bias_##SFX,                                                    \
         .adamw = adamw_##SFX, .sumsq = sumsq_##SFX, .scale = scale_##SFX,                                              \
     };
 SIM_THUNKS(bf16, ZT_BF16)
@@ -946,7 +1044,22 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static const char *g_why;
 static char g_why_buf[256];
 
+/* Which of the machine's ZEROTRAIN_SIM_DEVICES simulated GPUs (default 1) this process opens: the
+ * node-local rank modulo the count, as the CUDA backend picks its GPU, so that a run with a device per
+ * rank checks that the ranks of a machine open distinct devices with no launcher variable set (the
+ * session refuses two on one: comm.h, zt_comm_check_devices). Each process's device is its own arena
+ * whatever the number; the number only says which one it is. */
+static int g_device, g_device_count;
+
 static void sim_start(void) {
+    const char *ndev = getenv("ZEROTRAIN_SIM_DEVICES");
+    g_device_count = ndev && *ndev ? atoi(ndev) : 1;
+    if (g_device_count < 1 || g_device_count > 64) {
+        snprintf(g_why_buf, sizeof g_why_buf, "ZEROTRAIN_SIM_DEVICES: expected 1 to 64, got '%.32s'", ndev);
+        g_why = g_why_buf;
+        return;
+    }
+    g_device = zt_node_local_rank() % g_device_count;
     double cap = 8.0 * 1073741824.0;
     const char *mem = getenv("ZEROTRAIN_SIM_MEM");
     if (mem && *mem && (zt_parse_bytes(mem, &cap) || cap < 1048576.0 || cap > 1099511627776.0)) {
@@ -997,5 +1110,7 @@ const zt_backend *zt_backend_sim(zt_dtype dtype, const char **why) {
     t_bound = 1; /* the thread that asks for the device uses it, as zt_backend_cuda's caller does */
     if (why) *why = g_why;
     if (g_why) return NULL;
+    sim_bf16.device = sim_f16.device = g_device;
+    sim_bf16.device_count = sim_f16.device_count = g_device_count;
     return dtype == ZT_F16 ? &sim_f16 : &sim_bf16;
 }

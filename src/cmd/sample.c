@@ -93,7 +93,7 @@ int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_
     int T = s->cfg->seq_len, V = s->shape.vocab_size;
     zt_gpt2 gen;
     if (zt_gpt2_create(&gen, s->be, &s->shape, &s->table, s->tp_device_comm ? s->tp_device_comm : s->tp_comm, 1, T,
-                       (zt_act_ckpt){0, 0, 0, 0}, err))
+                       (zt_act_ckpt){0}, err))
         return -1;
     int *ctx = zt_xcalloc((size_t)n_prompt + (size_t)o->max_tokens, sizeof *ctx);
     memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);

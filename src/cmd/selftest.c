@@ -372,13 +372,15 @@ int zt_selftest_check_losses(zt_selftest *st, const char *name, const float *dev
 /* stage3: the same at ZeRO stage 3 with the parameter shard in host memory and a
  * stage3_max_live_parameters that cuts the embedding (vocabulary 2048, tokens spread over it) into
  * row blocks: the token lookup and LM head by blocks, gathers prefetched, pieces going up from the
- * host. Its CPU reference is stage 0 with the whole embedding. */
+ * host. Its CPU reference is stage 0 with the whole embedding. stage3 = 2: the same with tiled
+ * linears (in_splits 2), each tile gathered in turn through the strided gemm entries. */
 static int train_tiny(zt_comm *comm, int device, int fp16, int stage3, float *losses, int steps, zt_err *err) {
     zt_config cfg;
     zt_config_defaults(&cfg);
     cfg.n_layer = 2, cfg.n_head = 2, cfg.n_embd = 64, cfg.vocab_size = stage3 >= 0 ? 2048 : 512, cfg.n_positions = 64;
     cfg.seq_len = 32, cfg.device = device, cfg.seed = 7, cfg.weight_decay = 0.1f;
     int spread = cfg.vocab_size / 512; /* token t of a sequence: spread * ((a t + c) mod 512) */
+    if (stage3 == 2) cfg.tiled_in_splits = 2; /* every linear in two row tiles, each a segment of its own */
     if (stage3 > 0) {
         cfg.zero_stage = 3;
         cfg.offload_param_device = ZT_OFFLOAD_CPU;
@@ -419,6 +421,18 @@ static int train_tiny(zt_comm *comm, int device, int fp16, int stage3, float *lo
     return err->msg[0] ? -1 : 0;
 }
 
+/* After a tiled stage-3 run (tiles and row blocks add GEMM shapes and pointers): the cuBLASLt plan
+ * cache held every plan the run needed, none evicted, so no step reruns the heuristic. CUDA only. */
+static void plan_cache_check(zt_selftest *st) {
+    if (st->device_kind != ZT_DEVICE_CUDA) return;
+    long cached = 0, built = 0, evicted = 0;
+    zt_backend_cuda_plan_stats(&cached, &built, &evicted);
+    char name[160];
+    snprintf(name, sizeof name, "cublaslt_plan_cache_after_tiled_stage3_steps (%ld plans cached, %ld built, evictions)",
+             cached, built);
+    zt_selftest_check(st, name, (double)evicted, 0);
+}
+
 static void selftest_training(zt_selftest *st) {
     if (zt_mpi_world_size() > 1) {
         if (st->verbose) printf("selftest: training check skipped under mpirun (run it with one rank)\n");
@@ -432,10 +446,12 @@ static void selftest_training(zt_selftest *st) {
     int fp16 = st->dev->compute_dtype == ZT_F16;
     /* train_tiny's stage3 argument, reference and device: -1 stage 0 as it always was; 0 and 1
      * vocabulary 2048, stage 0 (the reference) and stage 3 */
-    const int ref_variant[2] = {-1, 0}, dev_variant[2] = {-1, 1};
-    const char *names[2] = {"training_20_steps_loss_trajectory", "training_20_steps_stage3_param_offload_embedding_"
-                                                                 "row_blocks_loss_trajectory"};
-    for (int k = 0; k < 2; k++) {
+    const int ref_variant[3] = {-1, 0, 0}, dev_variant[3] = {-1, 1, 2};
+    const char *names[3] = {"training_20_steps_loss_trajectory",
+                            "training_20_steps_stage3_param_offload_embedding_row_blocks_loss_trajectory",
+                            "training_20_steps_stage3_tiled_linears_loss_trajectory"};
+    float untiled_first = 0;
+    for (int k = 0; k < 3; k++) {
         err.msg[0] = 0;
         if (train_tiny(comm, ZT_DEVICE_CPU, fp16, ref_variant[k], ref, STEPS, &err) ||
             train_tiny(comm, dev_kind, fp16, dev_variant[k], dev, STEPS, &err)) {
@@ -445,8 +461,17 @@ static void selftest_training(zt_selftest *st) {
         }
         zt_selftest_check_losses(st, names[k], dev, ref, STEPS, 3e-2);
         if (st->verbose)
-            printf("selftest: tiny training%s loss %.4f -> %.4f (%s) vs %.4f -> %.4f (cpu)\n", k ? " (stage 3)" : "",
-                   dev[0], dev[STEPS - 1], st->dev->name, ref[0], ref[STEPS - 1]);
+            printf("selftest: tiny training%s loss %.4f -> %.4f (%s) vs %.4f -> %.4f (cpu)\n",
+                   k == 2 ? " (stage 3, tiled)" : k ? " (stage 3)" : "", dev[0], dev[STEPS - 1], st->dev->name, ref[0],
+                   ref[STEPS - 1]);
+        if (k == 1) untiled_first = dev[0];
+        if (k == 2) {
+            /* the first forward sees the same parameters tiled and untiled: only the tiles' partial sums
+             * differ (each rounded to 16 bits as it is accumulated into the output) */
+            zt_selftest_check(st, "tiled_forward_vs_untiled_first_loss_within_one_16bit_rounding",
+                              fabs(dev[0] - untiled_first) / fabs(untiled_first), TOL_ROUND);
+            plan_cache_check(st);
+        }
     }
     comm->destroy(comm);
 }

@@ -655,6 +655,97 @@ static void test_xent_tp(zt_selftest *st, zt_rng *rng, int N, int V, int tp, int
     free(logits), free(tgt), free(l0), free(want_l), free(want_g), free(l), free(lr), free(g);
 }
 
+/* NaN logits give a NaN loss, plain and vocabulary-parallel (tp = 2, both parts in rows of their own):
+ * row 0 holds one NaN, row 1 is all NaN, row 2's second half (all of part 1, every thread's share of
+ * it on a GPU) is NaN, row 3 has none. A max that drops NaN (fmaxf) lets a NaN group look empty and
+ * vanish from the loss while the gradients carry it. err: rows whose loss is NaN when it should not
+ * be or finite when it should not be, over both checks. */
+static void test_xent_nan(zt_selftest *st, int V, int vec) {
+    const zt_backend *be = st->dev;
+    enum { N = 4 };
+    char name[128];
+    int Vh = V / 2, Vp = vec ? (V + 7) / 8 * 8 : V, Vph = vec ? (Vh + 7) / 8 * 8 : Vh;
+    float *h = st_zeros((size_t)N * Vp);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < V; j++) h[(size_t)i * Vp + j] = (float)((i * 7 + j * 3) % 11) * 0.25f;
+    h[0 * Vp + 3] = NAN;
+    for (int j = 0; j < V; j++) h[(size_t)1 * Vp + j] = NAN;
+    for (int j = Vh; j < V; j++) h[(size_t)2 * Vp + j] = NAN;
+    int tgt[N] = {1, 2, 0, V - 1}, *dt = st_up_i(be, tgt, N);
+    float *dloss_d = st_alloc(be, N * sizeof(float)), l[N];
+    void *d = st_up_c(be, h, (size_t)N * Vp);
+    be->softmax_xent(dloss_d, NULL, d, dt, N, V, Vp, 1.0f);
+    st_down_f(be, l, dloss_d, N);
+    size_t wrong = 0;
+    for (int i = 0; i < N; i++) wrong += (i < 3) != (l[i] != l[i]);
+    snprintf(name, sizeof name, "softmax_xent(NaN logits give a NaN loss, rows wrong) V=%d%s", V,
+             vec ? "" : " (scalar path)");
+    zt_selftest_check(st, name, (double)wrong, 0);
+    /* the same rows in two parts [0, Vh) and [Vh, V) */
+    float *stats = st_alloc(be, 6 * N * sizeof(float));
+    void *part[2];
+    for (int r = 0; r < 2; r++) {
+        int lo = r * Vh, Vl = r ? V - Vh : Vh, Vpr = r ? (vec ? (Vl + 7) / 8 * 8 : Vl) : Vph;
+        float *hp = st_zeros((size_t)N * Vpr);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vl; j++) hp[(size_t)i * Vpr + j] = h[(size_t)i * Vp + lo + j];
+        part[r] = st_up_c(be, hp, (size_t)N * Vpr);
+        be->xent_partial(stats + 3 * (size_t)r * N, part[r], dt, N, Vl, Vpr, lo);
+        free(hp);
+    }
+    wrong = 0;
+    for (int r = 0; r < 2; r++) {
+        int lo = r * Vh, Vl = r ? V - Vh : Vh, Vpr = r ? (vec ? (Vl + 7) / 8 * 8 : Vl) : Vph;
+        be->xent_parallel(dloss_d, NULL, part[r], dt, stats, 2, N, Vl, Vpr, lo, 1.0f);
+        st_down_f(be, l, dloss_d, N);
+        for (int i = 0; i < N; i++) wrong += (i < 3) != (l[i] != l[i]);
+        be->free(part[r]);
+    }
+    snprintf(name, sizeof name, "xent_partial+xent_parallel(NaN logits give a NaN loss, rows wrong) V=%d tp=2%s", V,
+             vec ? "" : " (scalar path)");
+    zt_selftest_check(st, name, (double)wrong, 0);
+    be->free(d), be->free(dt), be->free(dloss_d), be->free(stats);
+    free(h);
+}
+
+/* The tiled forward as the model runs it (row tiles into gemm_f32's fp32 accumulator, round_bias once)
+ * against the untiled matmul_forward, both on the device: within one 16-bit rounding element by
+ * element, as only the order of fp32 additions differs. The unit is the 16-bit step (ulp) at the
+ * element's magnitude, or at the output's RMS for elements below it (a sum that cancels to near zero
+ * keeps the fp32 rounding of its terms, many steps of its own tiny ulp). Rounding each tile's partial
+ * sum into the 16-bit output instead errs by several steps at the RMS. err: the largest, in steps. */
+static void test_tiled_forward(zt_selftest *st, zt_rng *rng, int N, int IN, int OC, int tiles) {
+    const zt_backend *be = st->dev;
+    char name[128];
+    int rows = IN / tiles;
+    size_t n = (size_t)N * OC, es = zt_dtype_size(be->compute_dtype);
+    float *x = st_rnd(rng, (size_t)N * IN, 1, 0), *w = st_rnd(rng, (size_t)IN * OC, 1, 0), *b = st_rnd(rng, OC, 1, 0);
+    void *dx = st_up_c(be, x, (size_t)N * IN), *dw = st_up_c(be, w, (size_t)IN * OC), *db = st_up_c(be, b, OC);
+    void *untiled = st_alloc(be, n * es), *tiled = st_alloc(be, n * es);
+    float *acc = st_alloc(be, n * sizeof(float));
+    be->matmul_forward(untiled, dx, dw, db, N, IN, OC, 0, OC);
+    for (int k = 0; k < tiles; k++)
+        be->gemm_f32(acc, (const char *)dx + (size_t)k * rows * es, (const char *)dw + (size_t)k * rows * OC * es, N, OC,
+                     rows, IN, OC, OC, 0, 0, k ? 1.0f : 0.0f);
+    be->round_bias(tiled, acc, db, N, OC, OC);
+    float *u = st_zeros(n), *t = st_zeros(n);
+    st_down_c(be, u, untiled, n);
+    st_down_c(be, t, tiled, n);
+    double rms = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) rms += (double)u[i] * u[i];
+    rms = sqrt(rms / (double)n);
+    int mantissa = be->compute_dtype == ZT_F16 ? 10 : 7; /* fp32 (the CPU harness): judged as bf16 */
+    for (size_t i = 0; i < n; i++) {
+        double step = ldexp(1.0, ilogb(fmax(fabs(u[i]), rms)) - mantissa);
+        worst = fmax(worst, fabs((double)t[i] - u[i]) / step);
+    }
+    snprintf(name, sizeof name, "tiled forward (%d tiles: gemm_f32, round_bias) vs matmul_forward, 16-bit steps N=%d "
+             "IN=%d OC=%d", tiles, N, IN, OC);
+    zt_selftest_check(st, name, worst, 1.0);
+    be->free(dx), be->free(dw), be->free(db), be->free(untiled), be->free(tiled), be->free(acc);
+    free(x), free(w), free(b), free(u), free(t);
+}
+
 /* ---------------------------------------------------------------- adamw, sumsq */
 static void run_adamw(const zt_backend *be, const float *p, const float *m, const float *v, const float *g, size_t n,
                       const zt_adam_step *s, float *po, float *mo, float *vo, float *out) {
@@ -724,6 +815,8 @@ void zt_selftest_ops(zt_selftest *st) {
         test_tiled(st, &rng, 64, 96, 48, t & 1, t >> 1, 1.0f, 32, 8); /* 16-byte aligned slices */
         test_tiled(st, &rng, 37, 19, 23, t & 1, t >> 1, 0.0f, 3, 5);  /* odd shapes and offsets */
     }
+    test_tiled_forward(st, &rng, 64, 768, 96, 4);
+    test_tiled_forward(st, &rng, 37, 96, 40, 3);
     test_mlp_gelu(st, &rng, 128, 64, 256);             /* the MLP's GELU epilogues */
     test_mlp_gelu(st, &rng, 30, 20, 44);               /* odd shapes */
     test_attention(st, &rng, 2, 64, 128, 4, 1.0f);   /* hs 32, one tile */
@@ -738,6 +831,8 @@ void zt_selftest_ops(zt_selftest *st) {
     test_xent_tp(st, &rng, 64, 250, 2, 1);
     test_xent_tp(st, &rng, 4, 50257, 4, 1); /* GPT-2's vocabulary, uneven parts */
     test_xent_tp(st, &rng, 5, 100, 3, 0);
+    test_xent_nan(st, 256, 1);
+    test_xent_nan(st, 101, 0);
     test_adamw(st, &rng);
     test_sumsq(st, &rng);
 }

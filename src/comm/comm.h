@@ -34,6 +34,12 @@ typedef struct zt_comm {
     int rank, world; /* in this comm: a group comm's rank and size, not MPI_COMM_WORLD's */
     void *impl;
     zt_comm_bytes bytes; /* counted by the table's collectives (comm_volume.c) */
+    /* The device queue this comm's collectives run on, in the order they are issued (NCCL: the comm
+     * stream); NULL where each one runs in the calling thread's program order, done before its call
+     * returns or before the next collective of any comm starts (MPI, host-staged, one rank). Two comms
+     * with different queues could run collectives at once on a device, and NCCL's kernels of two
+     * communicators in flight at once can deadlock: zt_comm_check_order refuses that. */
+    const void *order;
     /* sum-reductions over dtype elements (ZT_F32 or the backend compute dtype) */
     zt_comm_req *(*allreduce_sum)(struct zt_comm *c, void *buf, size_t count, zt_dtype t);
     /* Variable-count reduce-scatter: send is the concatenation of per-rank pieces of counts[r]
@@ -71,6 +77,18 @@ void zt_comm_bytes_json(FILE *f, const char *prefix, const zt_comm_bytes *per_ra
 /* The wall_clock_breakdown line: MB sent/received per kind, via zt_info. */
 void zt_comm_bytes_print(const zt_comm_bytes *b);
 
+/* 0 when the collectives of comms a and b (either may be NULL) run in one order: both on the same
+ * device queue, or neither on one (zt_comm.order); else fails with err naming what (e.g.
+ * "data-parallel and tensor-parallel") — two device queues whose collectives could overlap. */
+int zt_comm_check_order(const zt_comm *a, const zt_comm *b, const char *what, zt_err *err);
+
+/* Collective over c: fails (on every rank alike) when two ranks of c on one machine opened the same
+ * device while the machine has at least as many devices as ranks of c — each was meant to have its
+ * own (zt_node_local_rank). Ranks sharing a device where devices are fewer is legitimate (the
+ * host-staged comm serves them). device / device_count as the backend table has them (count 0: no
+ * devices, nothing to check). */
+int zt_comm_check_devices(zt_comm *c, int device, int device_count, zt_err *err);
+
 /* Collective: how many ranks of c run on this rank's machine (same host name), this one included;
  * over a group comm, the group's ranks only (a machine's memory is split among the job's ranks:
  * ask a world comm for that). */
@@ -87,6 +105,11 @@ void zt_mpi_finalize(void);
 /* Ends the whole job with status (MPI_Abort when world > 1, exit otherwise). */
 void zt_mpi_abort(int status);
 int zt_mpi_world_rank(void);
+/* This process's rank among the job's ranks on its machine, from 0: MPI_Comm_split_type
+ * (MPI_COMM_TYPE_SHARED) once zt_mpi_init has run, else the launcher's variables
+ * (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK), else 0. The GPU a rank
+ * opens (the CUDA backend, the simulated one with ZEROTRAIN_SIM_DEVICES) is this modulo the count. */
+int zt_node_local_rank(void);
 int zt_mpi_world_size(void);
 
 /* Data-parallel comm over MPI for the given backend (device buffers are host memory on the CPU

@@ -250,6 +250,24 @@ static void deadline_disarm(void) {
     deadline.running = 0;
 }
 
+/* this rank among the job's ranks on its machine (MPI_COMM_TYPE_SHARED), once MPI is initialised */
+static int g_node_local_rank = -1;
+
+/* the launchers' own numbering: Open MPI, Slurm, MPICH/Intel MPI, torchrun */
+static int local_rank_from_env(void) {
+    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *s = getenv(names[i]);
+        if (s && *s && atoi(s) >= 0) return atoi(s);
+    }
+    return 0;
+}
+
+int zt_node_local_rank(void) {
+    if (g_node_local_rank >= 0 && !zt_test_hook_local_rank_from_env()) return g_node_local_rank;
+    return local_rank_from_env();
+}
+
 int zt_mpi_init(int *argc, char ***argv, zt_err *err) {
     int provided = 0;
     deadline_arm("MPI_Init");
@@ -258,6 +276,13 @@ int zt_mpi_init(int *argc, char ***argv, zt_err *err) {
     if (rc != MPI_SUCCESS) return zt_fail(err, "MPI_Init_thread failed");
     /* any MPI failure (a dead peer included) aborts the whole job instead of hanging */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    /* the ranks sharing this machine's memory, numbered by MPI itself: a launcher that sets no local
+     * rank variable (a plain hostfile, another MPI's mpiexec) still gives each its own GPU */
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &g_node_local_rank);
+        MPI_Comm_free(&node);
+    }
     if (zt_test_hook_stop_after_init(zt_mpi_world_rank())) raise(SIGSTOP);
     return 0;
 }

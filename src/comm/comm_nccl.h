@@ -1,8 +1,10 @@
 /* comm_nccl.h — the NCCL collectives table (implemented in cuda/comm_nccl.cu; src/comm_nccl_absent.c
  * stands in when the binary is built without CUDA). It implements comm/comm.h for device buffers of
- * the CUDA backend: NCCL on a dedicated communication stream, ordered after the compute stream's
- * work through events, and bootstrapped over MPI (rank 0's ncclUniqueId is broadcast), over all
- * ranks or over a group of them. */
+ * the CUDA backend: NCCL on a communication stream, one per process and shared by all its NCCL
+ * comms (so two comms' collectives never run at once: zt_comm.order), ordered after the compute
+ * stream's work through events, and bootstrapped over MPI (rank 0's ncclUniqueId is broadcast,
+ * ncclCommInitRank runs watched by the hang watchdog), over all ranks or over a group of them.
+ * An NCCL older than 2.10 (no bfloat16) counts as absent: callers fall back as without NCCL. */
 #ifndef ZT_COMM_NCCL_H
 #define ZT_COMM_NCCL_H
 
@@ -29,7 +31,8 @@ zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err);
  * Whether NCCL works is agreed within each group only: a caller that needs every group on NCCL (or
  * every group off it) agrees over a world comm afterwards, as the engine's open_device_comm does
  * for the world comm. A rank may sit in several NCCL comms (a tensor-parallel and a data-parallel
- * one) on one GPU; NCCL refuses two ranks of one comm on the same GPU. */
+ * one) on one GPU, whose collectives then run on the one comm stream in the order they are issued;
+ * NCCL refuses two ranks of one comm on the same GPU. */
 zt_comm *zt_comm_nccl_group(const zt_backend *be, int color, int key, zt_err *err);
 
 #ifdef __cplusplus

@@ -60,7 +60,7 @@ typedef struct zt_engine_opts {
 typedef struct zt_engine_offload {
     int enabled;          /* device cpu */
     double ratio;         /* [0, 1]; < 0 = auto (calibrated at creation) */
-    int pin_memory;       /* transfer buffers from be->host_alloc (pinned on GPUs) */
+    int pin_memory;       /* transfer buffers from be->host_alloc (pinned on GPUs; the session sets it there) */
     double device_memory; /* bytes: device budget for ratio auto; 0 = what the device has free */
     int host_threads;     /* CPU Adam threads; 0 = OpenMP's default */
     int overlap_step;     /* the host part's update may finish during the next step (exact: what the next

@@ -29,7 +29,8 @@ const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
 }
 
 zt_act_ckpt zt_act_ckpt_of(const zt_config *cfg) {
-    return (zt_act_ckpt){cfg->ckpt_enabled, cfg->ckpt_number_checkpoints, cfg->ckpt_cpu, cfg->ckpt_partition};
+    return (zt_act_ckpt){cfg->ckpt_enabled, cfg->ckpt_number_checkpoints, cfg->ckpt_cpu, cfg->ckpt_partition,
+                         cfg->tiled_in_splits};
 }
 
 zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
@@ -75,9 +76,14 @@ static int open_groups(zt_session *s, zt_err *err) {
         if (zt_agree(comm, s->dp_comm && s->tp_comm ? 0 : -1, err)) return -1;
     }
     if (s->be->memory_is_host) return 0;
+    /* a machine with a device per rank gives each rank its own: two on one would slow both, and
+     * NCCL refuses them (the device comms would drop to host staging without saying why) */
+    if (zt_comm_check_devices(comm, s->be->device, s->be->device_count, err)) return -1;
     if (!(s->device_comm = open_device_comm(s, s->tp_rank, s->dp_world, "data-parallel", err))) return -1;
     if (tp > 1 && !(s->tp_device_comm = open_device_comm(s, s->dp_rank, tp, "tensor-parallel", err))) return -1;
-    return 0;
+    /* a stage-3 prefetch or an overlapped reduce-scatter on one may be in flight during a block's
+     * all-reduce on the other: they must run in one order (comm_order.c). The same on every rank. */
+    return zt_comm_check_order(s->device_comm, s->tp_device_comm, "data-parallel and tensor-parallel", err);
 }
 
 static void close_groups(zt_session *s) {
@@ -143,8 +149,13 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     double host_reserve = (gpu ? 0.0 : (double)(plan.act_bytes + plan.scratch_bytes)) + 1073741824.0;
     zt_param_table_tile_linears(&s->table, cfg->tiled_in_splits);
     zt_param_table_split_embedding(&s->table, zt_engine_embedding_rows(&s->table, &eo));
+    /* On a GPU the offload buffers are pinned whatever pin_memory says: copy_async, copy_ahead and
+     * transfer from pageable memory are staged by the driver and may wait for the device, so a stage-3
+     * prefetch would drain the compute stream and Twin-Flow's D2H and H2D lose their overlap. The
+     * simulated GPU stops such a copy (backend_sim.c); pin_memory keeps its meaning on the CPU. */
+    int pin = !s->be->memory_is_host;
     zt_engine_offload off = {.enabled = cfg->offload_device != ZT_OFFLOAD_NONE, .ratio = cfg->offload_ratio,
-                             .pin_memory = cfg->offload_pin_memory, .device_memory = cfg->offload_device_memory,
+                             .pin_memory = cfg->offload_pin_memory || pin, .device_memory = cfg->offload_device_memory,
                              .device_reserve = reserve, .overlap_step = cfg->offload_overlap_step,
                              .host_memory = cfg->offload_host_memory, .host_reserve = host_reserve};
     if (cfg->offload_device == ZT_OFFLOAD_NVME) {
@@ -155,7 +166,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     off.param_device = cfg->offload_param_device == ZT_OFFLOAD_CPU    ? ZT_PARAM_ON_CPU
                        : cfg->offload_param_device == ZT_OFFLOAD_NVME ? ZT_PARAM_ON_NVME
                                                                       : ZT_PARAM_ON_DEVICE;
-    off.param_pin_memory = cfg->offload_param_pin_memory;
+    off.param_pin_memory = cfg->offload_param_pin_memory || pin;
     off.param_nvme_path = cfg->offload_param_nvme_path;
     off.param_buffer_size = cfg->offload_param_buffer_size;
     off.param_buffer_count = cfg->offload_param_buffer_count;

@@ -292,6 +292,9 @@ static scratch_layout scratch_of(const zt_gpt2 *m) {
     return s;
 }
 
+/* the tiled forward's fp32 accumulator: the widest linear's output, the MLP's [N, 4C/tp] */
+static size_t tile_acc_elems(const zt_gpt2 *m) { return (size_t)m->B * m->T * (4 * (size_t)m->shape.n_embd / m->tp_size); }
+
 /* the segment inputs leave their residual slots for a store (cpu_checkpointing, partition_activations) */
 static int stores_inputs(const zt_gpt2 *m) { return m->cpu_checkpointing || m->partition_activations; }
 
@@ -341,6 +344,7 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
                                                 : store_bytes;
     m->act_bytes += m->act_store_bytes;
     m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int) + (m->tp_size > 1 ? (m->tp_size + 1) * 3 * N * sizeof(float) : 0);
+    if (ckpt.tiles > 1) m->scratch_bytes += tile_acc_elems(m) * sizeof(float);
     return 0;
 }
 
@@ -369,6 +373,11 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
     m->losses = be->alloc(N * sizeof(float));
     m->host_losses = zt_xcalloc(N, sizeof(float));
     m->scratch = be->alloc(sc.total * e);
+    if (table->tiles > 1 && !(m->tile_acc = be->alloc(tile_acc_elems(m) * sizeof(float)))) {
+        zt_gpt2_destroy(m);
+        return zt_fail(err, "out of %s memory for the tiled linears' fp32 accumulator (%.1f MiB)", be->name,
+                       (double)(tile_acc_elems(m) * sizeof(float)) / 1048576.0);
+    }
     if (m->tp) {
         m->xent_stats = be->alloc(3 * N * sizeof(float));
         m->xent_all = be->alloc((size_t)m->tp_size * 3 * N * sizeof(float));
@@ -395,7 +404,8 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
 void zt_gpt2_destroy(zt_gpt2 *m) {
     if (!m->be) return;
     void *bufs[] = {m->tokens, m->targets, m->residual, m->layer_acts, m->layer_stats, m->lnf,
-                    m->lnf_stats, m->logits, m->losses, m->scratch, m->xent_stats, m->xent_all, m->dev_ckpt};
+                    m->lnf_stats, m->logits, m->losses, m->scratch, m->xent_stats, m->xent_all, m->dev_ckpt,
+                    m->tile_acc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) m->be->free(bufs[i]);
     if (m->host_ckpt) m->be->host_free(m->host_ckpt);
@@ -575,16 +585,20 @@ static size_t tile_at(tile_walk *w, int j, int k, int backward, int prefetch, in
     return (size_t)k * *rows * wt->shape[1];
 }
 
-/* out[N, OC] = in[N, IN] W + bias, W [IN, OC] in row tiles; bias NULL: none (tp ranks but the first) */
+/* out[N, OC] = in[N, IN] W + bias, W [IN, OC] in row tiles; bias_index < 0: none (tp ranks but the
+ * first). The tiles' products add up in fp32 (m->tile_acc) and the output is rounded once with the
+ * bias, as the untiled matmul_forward rounds it: accumulating into the 16-bit output would round it
+ * once per tile and once more for the bias. */
 static void tiled_linear_forward(tile_walk *w, int j, void *out, const void *in, int bias_index, int prefetch) {
     zt_gpt2 *m = w->m;
     int N = m->B * m->T, IN = w->p[tile_weight[j]].shape[0], OC = w->p[tile_weight[j]].shape[1], rows;
     for (int k = 0; k < w->tiles; k++) {
         size_t off = tile_at(w, j, k, 0, prefetch, &rows);
-        m->be->gemm(out, at(m, in, (size_t)k * rows), tile_param(w, tile_weight[j], off, 0), N, OC, rows, IN, OC, OC,
-                    0, 0, k ? 1.0f : 0.0f);
+        m->be->gemm_f32(m->tile_acc, at(m, in, (size_t)k * rows), tile_param(w, tile_weight[j], off, 0), N, OC, rows,
+                        IN, OC, OC, 0, 0, k ? 1.0f : 0.0f);
     }
-    if (bias_index >= 0) m->be->add_bias(out, tile_param(w, bias_index, 0, 0), N, OC, OC);
+    /* the bias rides with the last tile, still held */
+    m->be->round_bias(out, m->tile_acc, bias_index >= 0 ? tile_param(w, bias_index, 0, 0) : NULL, N, OC, OC);
 }
 
 /* dW += in^T dout and din = dout W^T over the tiles, last first (the gradients of each tile's segment

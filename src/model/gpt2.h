@@ -139,6 +139,7 @@ typedef struct zt_param_source {
  * keeps 1/tp of each on each tensor-parallel rank (no effect without tensor parallelism). */
 typedef struct zt_act_ckpt {
     int enabled, number_checkpoints, cpu, partition;
+    int tiles; /* tiled linears' in_splits: > 1 adds the tiled forward's fp32 accumulator to the scratch */
 } zt_act_ckpt;
 
 /* Activation memory and scratch for one micro-batch shape [B, T]. */
@@ -182,6 +183,7 @@ typedef struct zt_gpt2 {
     float *losses;          /* [N] per-token losses (device) */
     float *host_losses;     /* [N] host copy */
     void *scratch;          /* gradient scratch, see gpt2.c */
+    float *tile_acc;        /* tiled linears: the forward's fp32 sum of the tiles [N, 4C/tp] (NULL untiled) */
     size_t scratch_elems;
 } zt_gpt2;
 

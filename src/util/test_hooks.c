@@ -40,3 +40,12 @@ int zt_test_hook_stop_after_init(int rank) { return hook_is("ZEROTRAIN_INJECT_ST
 int zt_test_hook_tp_diverge(int tp_rank) { return hook_is("ZEROTRAIN_INJECT_TP_DIVERGE", tp_rank); }
 
 int zt_test_hook_blas_fallback(void) { return hook_on("ZEROTRAIN_INJECT_BLAS_FALLBACK"); }
+
+int zt_test_hook_own_comm_order(void) { return hook_on("ZEROTRAIN_INJECT_OWN_COMM_ORDER"); }
+
+int zt_test_hook_local_rank_from_env(void) { return hook_on("ZEROTRAIN_INJECT_LOCAL_RANK_FROM_ENV"); }
+
+int zt_test_hook_nccl_version(int version) {
+    const char *v = getenv("ZEROTRAIN_INJECT_NCCL_VERSION");
+    return v && *v ? (int)strtol(v, NULL, 10) : version;
+}

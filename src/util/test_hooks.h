@@ -25,6 +25,16 @@
  *                                    with OPENBLAS_CORETYPE=Prescott the process starts on a real
  *                                    fallback on any CPU, which zt_blas_core_choose must replace
  *                                    (test/t_blas_core.py)
+ *   ZEROTRAIN_INJECT_OWN_COMM_ORDER=1  every host-staged group comm claims a device queue of its own, as
+ *                                    each NCCL comm's stream of its own once did: the two device comms
+ *                                    of a tensor-parallel run that the session must refuse
+ *                                    (test/t_tensor_parallel.py)
+ *   ZEROTRAIN_INJECT_LOCAL_RANK_FROM_ENV=1  the node-local rank is read from the launcher's variables
+ *                                    only, as the GPU was once chosen: with none set, every rank of a
+ *                                    node opens device 0, which the session must refuse where the node
+ *                                    has a device per rank (test/t_sim.py, ZEROTRAIN_SIM_DEVICES)
+ *   ZEROTRAIN_INJECT_NCCL_VERSION=N  NCCL reports version N (ncclGetVersion's code, 20900 = 2.9.0): an
+ *                                    NCCL without bfloat16, which must count as absent (a GPU check)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -52,5 +62,14 @@ int zt_test_hook_tp_diverge(int tp_rank);
 
 /* 1 when ZEROTRAIN_INJECT_BLAS_FALLBACK is set (not "0"). */
 int zt_test_hook_blas_fallback(void);
+
+/* 1 when ZEROTRAIN_INJECT_OWN_COMM_ORDER is set (not "0"). */
+int zt_test_hook_own_comm_order(void);
+
+/* 1 when ZEROTRAIN_INJECT_LOCAL_RANK_FROM_ENV is set (not "0"). */
+int zt_test_hook_local_rank_from_env(void);
+
+/* ZEROTRAIN_INJECT_NCCL_VERSION's number, or `version` when it is not set. */
+int zt_test_hook_nccl_version(int version);
 
 #endif
