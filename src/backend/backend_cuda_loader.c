@@ -6,7 +6,7 @@
  * CUDA's libraries. Now a CPU run never loads them, and a missing or unloadable library is the same
  * "no GPU, because ..." as a missing driver (device: auto goes on on the CPU).
  *
- * It defines what backend.h and comm_nccl.h declare (the three entry points of cuda/) by looking
+ * It defines what backend.h and comm_nccl.h declare (the entry points of cuda/) by looking
  * them up in the library. The library is linked -Bsymbolic, so its own calls of these names stay
  * inside it, and the binary -rdynamic, so the library finds the rest of zerotrain (errors, the
  * watchdog, MPI) in the binary. Found at $ZEROTRAIN_CUDA_BACKEND when set, else beside the
@@ -28,12 +28,14 @@
 typedef const zt_backend *(*backend_fn)(zt_dtype, const char **);
 typedef zt_comm *(*nccl_fn)(const zt_backend *, zt_err *);
 typedef zt_comm *(*nccl_group_fn)(const zt_backend *, int, int, zt_err *);
+typedef void (*plan_stats_fn)(long *, long *, long *);
 
 static struct {
     pthread_once_t once;
     backend_fn backend;
     nccl_fn nccl;
     nccl_group_fn nccl_group;
+    plan_stats_fn plan_stats;
     char why[PATH_MAX + 256]; /* why it is not loaded: the path and dlerror() */
 } cuda_lib = {.once = PTHREAD_ONCE_INIT};
 
@@ -68,9 +70,10 @@ static void load(void) {
     *(void **)&cuda_lib.backend = dlsym(lib, "zt_backend_cuda");
     *(void **)&cuda_lib.nccl = dlsym(lib, "zt_comm_nccl");
     *(void **)&cuda_lib.nccl_group = dlsym(lib, "zt_comm_nccl_group");
-    if (!cuda_lib.backend || !cuda_lib.nccl || !cuda_lib.nccl_group) {
+    *(void **)&cuda_lib.plan_stats = dlsym(lib, "zt_backend_cuda_plan_stats");
+    if (!cuda_lib.backend || !cuda_lib.nccl || !cuda_lib.nccl_group || !cuda_lib.plan_stats) {
         snprintf(cuda_lib.why, sizeof cuda_lib.why, "%s is not zerotrain's CUDA backend (a symbol is missing)", path);
-        cuda_lib.backend = NULL, cuda_lib.nccl = NULL, cuda_lib.nccl_group = NULL;
+        cuda_lib.backend = NULL, cuda_lib.nccl = NULL, cuda_lib.nccl_group = NULL, cuda_lib.plan_stats = NULL;
     }
 }
 
@@ -85,6 +88,14 @@ const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why) {
         return NULL;
     }
     return cuda_lib.backend(dtype, why);
+}
+
+void zt_backend_cuda_plan_stats(long *cached, long *built, long *evicted) {
+    if (!loaded()) {
+        *cached = *built = *evicted = 0;
+        return;
+    }
+    cuda_lib.plan_stats(cached, built, evicted);
 }
 
 zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
