@@ -38,3 +38,19 @@ int zt_test_hook_stop_in_finalize(int rank) { return hook_is("ZEROTRAIN_INJECT_S
 int zt_test_hook_stop_after_init(int rank) { return hook_is("ZEROTRAIN_INJECT_STOP_AFTER_INIT", rank); }
 
 int zt_test_hook_tp_diverge(int tp_rank) { return hook_is("ZEROTRAIN_INJECT_TP_DIVERGE", tp_rank); }
+
+int zt_test_hook_no_dir_lock(void) { return hook_on("ZEROTRAIN_INJECT_NO_DIR_LOCK"); }
+
+int zt_test_hook_lr_spike_at(long step) {
+    static int fired; /* once: the steps a rollback repeats do not spike again */
+    if (fired || !hook_is("ZEROTRAIN_INJECT_LR_SPIKE", step)) return 0;
+    fired = 1;
+    return 1;
+}
+
+long zt_test_hook_skip_batches_after(long step) {
+    const char *v = getenv("ZEROTRAIN_INJECT_SKIP_BATCHES");
+    char *end;
+    if (!v || !*v || strtol(v, &end, 10) != step || *end != ':') return 0;
+    return strtol(end + 1, NULL, 10);
+}
