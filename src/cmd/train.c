@@ -830,8 +830,12 @@ int zt_cmd_train(int argc, char **argv) {
     rc = maybe_resume(&t, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     if (t.cfg.metrics_file && t.comm->rank == 0) { /* a resumed run appends to its metrics */
-        t.metrics = fopen(t.cfg.metrics_file, t.start_step > 0 ? "a" : "w");
-        rc = t.metrics ? 0 : zt_fail(&err, "%s: cannot open metrics_file for writing", t.cfg.metrics_file);
+        long cut = 0; /* after the last whole line: a run stopped by a full disk may have left half a record */
+        if (t.start_step > 0) rc = zt_cut_torn_line(t.cfg.metrics_file, &cut, &err);
+        if (cut) zt_warn("%s: ended inside a record (an earlier run stopped while writing it); the torn record is cut "
+                         "(%ld bytes) and this run appends after the last whole one", t.cfg.metrics_file, cut);
+        if (!rc) t.metrics = fopen(t.cfg.metrics_file, t.start_step > 0 ? "a" : "w");
+        if (!rc && !t.metrics) rc = zt_fail(&err, "%s: cannot open metrics_file for writing", t.cfg.metrics_file);
     }
     if (rc == 0 && t.comm->rank == 0) {
         t.monitor = zt_monitor_open(&t.cfg, t.samples_at_start, &err);

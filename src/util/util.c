@@ -1,8 +1,10 @@
 /* util.c — see util.h */
+#define _GNU_SOURCE /* memrchr */
 #include "util/util.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -381,4 +383,39 @@ float zt_rng_normal(zt_rng *rng) {
     float u1 = zt_rng_uniform(rng), u2 = zt_rng_uniform(rng);
     if (u1 < 1e-12f) u1 = 1e-12f;
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+}
+
+int zt_cut_torn_line(const char *path, long *cut, zt_err *err) {
+    if (cut) *cut = 0;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { /* a pipe or device: nothing to cut */
+        close(fd);
+        return 0;
+    }
+    off_t end = st.st_size; /* scan back from the end, a block at a time, for the last '\n' */
+    char buf[4096];
+    while (end > 0) {
+        off_t from = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+        ssize_t n = pread(fd, buf, (size_t)(end - from), from);
+        if (n != end - from) {
+            int rc = zt_fail(err, "%s: cannot read: %s", path, n < 0 ? strerror(errno) : "short read");
+            close(fd);
+            return rc;
+        }
+        char *nl = memrchr(buf, '\n', (size_t)n);
+        if (nl) {
+            end = from + (nl - buf) + 1;
+            break;
+        }
+        end = from;
+    }
+    int rc = 0;
+    if (end < st.st_size) {
+        if (ftruncate(fd, end)) rc = zt_fail(err, "%s: cannot cut its torn last record: %s", path, strerror(errno));
+        else if (cut) *cut = (long)(st.st_size - end);
+    }
+    close(fd);
+    return rc;
 }

@@ -73,6 +73,12 @@ int zt_parse_bytes(const char *text, double *out);
  * length in edit distance (case-insensitive, at least 2), else "". */
 void zt_suggest(const char *word, const char *const *cands, int n, char *out, size_t cap);
 
+/* A file of newline-ended records (JSON lines, CSV rows) that a killed or failed writer may have
+ * left ending inside a record: cut back to just after its last '\n' (or to nothing when it has
+ * none), so a run that appends to it starts at a whole record. A missing file is fine. Sets *cut to
+ * the bytes removed (may be NULL). 0, or -1 with "PATH: ..." in err. */
+int zt_cut_torn_line(const char *path, long *cut, zt_err *err);
+
 /* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). */
 char *zt_read_file(const char *path, size_t *len, zt_err *err);
 /* The same, refusing a file (or device, or pipe) of more than max bytes without reading it all. */
