@@ -151,6 +151,11 @@ void zt_config_defaults(zt_config *cfg);
  * Starts from zt_config_defaults itself (do not call both without zt_config_free in between); on
  * failure everything is freed. Fills effective_text (YAML that loads back to the same config). */
 int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int n_overrides, zt_err *err);
+/* Each override alone, as zt_config_load applies it (KEY=VALUE, a known key, its value's type and
+ * range), without the file or the cross-key checks: for `run`, which must refuse a bad --set before
+ * it starts any rank (and must not read the config itself: it may be a pipe the ranks read). A
+ * `KEY=null` of an unknown key passes (it may remove a key the file has). 0, or -1 with the line. */
+int zt_config_check_overrides(char *const *overrides, int n_overrides, zt_err *err);
 /* a config file larger, or nested deeper, is refused before it is parsed (a real one is a few KB,
  * 4 levels deep) */
 #define ZT_CONFIG_MAX_BYTES ((size_t)16 << 20)
