@@ -81,7 +81,10 @@ int zt_cut_torn_line(const char *path, long *cut, zt_err *err);
 
 /* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). */
 char *zt_read_file(const char *path, size_t *len, zt_err *err);
-/* The same, refusing a file (or device, or pipe) of more than max bytes without reading it all. */
+/* The same, refusing a file (or device, or pipe) of more than max bytes without reading it all. A
+ * pipe, FIFO or character device is read with a bound: no data (nor its writer's end) within
+ * ZEROTRAIN_PIPE_TIMEOUT seconds (default 30) fails with one line, so a FIFO nobody writes to does
+ * not hang the command; process substitution (<(...)) reads as before. */
 char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err);
 
 /* Deterministic RNG (xorshift64* seeded by splitmix64) for init, data order and sampling. */
