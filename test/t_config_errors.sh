@@ -106,6 +106,13 @@ config_and_train config_nested_200k "@$tmp/deep.yaml" \
 head -c $((17 << 20)) /dev/zero | tr '\0' ' ' >"$tmp/big.yaml"
 config_and_train config_over_16mib "@$tmp/big.yaml" \
   "zerotrain: error: @: larger than 16777216 bytes, the most this file may hold"
+# a simulated GPU of 1 MiB (issue 31: the sizes read "0.0 GiB"): both in the unit that shows them
+export ZEROTRAIN_SIM_MEM=1MiB
+config_and_train sim_mem_1mib "${small}train_micro_batch_size_per_gpu: 2"$'\n' \
+  "zerotrain: error: @:4:33: train_micro_batch_size_per_gpu: the activations of a micro-batch of 2 x 32 tokens need [1-9]*.[0-9][0-9] MiB per rank, more than the 1.00 MiB of sim memory in all (*)" \
+  --set device=sim
+unset ZEROTRAIN_SIM_MEM
+
 # a config that is a named pipe nobody writes to (issue 31): one line after ZEROTRAIN_PIPE_TIMEOUT
 # seconds, from config and train; the same pipe with a writer, and process substitution, still read
 mkfifo "$tmp/fifo.yaml"

@@ -269,12 +269,13 @@ oom:
         const char *offload = fp32 ? "" /* the CPU backend: device memory is host memory */
                                    : "offload the optimizer (zero_optimization.offload_optimizer: {device: cpu, "
                                      "ratio: auto}), ";
+        char need_s[32], got_s[32];
         return zt_fail(err,
                        "out of %s memory for model states: stage %d with %zu parameters on %d rank(s) needs about "
-                       "%.2f GiB of them per rank (allocated %.2f GiB before failing); %suse a higher stage or "
+                       "%s of them per rank (allocated %s before failing); %suse a higher stage or "
                        "more ranks (zerotrain estimate CONFIG --ranks N shows the options)",
-                       be->name, stage, table->total, world, need / 1073741824.0, (double)total / 1073741824.0,
-                       offload);
+                       be->name, stage, table->total, world, zt_format_bytes(need, need_s, sizeof need_s),
+                       zt_format_bytes((double)total, got_s, sizeof got_s), offload);
     }
 }
 

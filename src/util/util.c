@@ -449,3 +449,11 @@ int zt_cut_torn_line(const char *path, long *cut, zt_err *err) {
     close(fd);
     return rc;
 }
+
+const char *zt_format_bytes(double bytes, char *buf, size_t cap) {
+    if (bytes >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", bytes / 1073741824.0);
+    else if (bytes >= 1048576.0) snprintf(buf, cap, "%.2f MiB", bytes / 1048576.0);
+    else if (bytes >= 1024.0) snprintf(buf, cap, "%.2f KiB", bytes / 1024.0);
+    else snprintf(buf, cap, "%.0f bytes", bytes);
+    return buf;
+}

@@ -69,6 +69,10 @@ void zt_sb_printf(zt_sb *b, const char *fmt, ...) __attribute__((format(printf, 
  * B is 1. Returns 0 and sets *out (>= 0), or -1 for anything else. */
 int zt_parse_bytes(const char *text, double *out);
 
+/* A byte count for messages, in the unit that shows it: "1.50 GiB", "2.00 MiB", "512.00 KiB", "100 bytes"
+ * (so a 1 MiB budget never reads as "0.0 GiB"). Writes into buf and returns it. */
+const char *zt_format_bytes(double bytes, char *buf, size_t cap);
+
 /* Writes " (did you mean 'X'?)" into out when one of the n candidates is within a third of word's
  * length in edit distance (case-insensitive, at least 2), else "". */
 void zt_suggest(const char *word, const char *const *cands, int n, char *out, size_t cap);
