@@ -493,9 +493,14 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
                 (double)(e->off.nvme_path ? e->mem.nvme[ZT_MEM_OPTIM] : e->mem.host[ZT_MEM_OPTIM]) / 1048576.0,
                 e->off.nvme_path ? "there, staged through host buffers" : "there",
                 e->host_pinned ? "pinned" : "pageable");
-    zt_info("model states: %.1f MiB allocated, ZeRO formula %.1f MiB (stage %d, %d ranks, shard %zu of %zu elements)",
+    /* the shard is total / world rounded up to ZT_SHARD_ALIGN, so it may exceed the total itself (one
+     * rank, or a tensor-parallel part): say how it is made rather than "shard X of Y" */
+    int tp = e->table->tp_size;
+    zt_info("model states: %.1f MiB allocated, ZeRO formula %.1f MiB (stage %d; %zu elements%s over %d data-parallel "
+            "rank%s: a shard of %zu each, rounded up to a multiple of %d)",
             (double)zt_engine_model_state_bytes(e) / 1048576.0, (double)zt_engine_model_state_formula(e) / 1048576.0,
-            e->opt.stage, e->lay.world, e->lay.shard, e->lay.total);
+            e->opt.stage, e->lay.total, tp > 1 ? " in this rank's tensor-parallel part" : "", e->lay.world,
+            e->lay.world == 1 ? "" : "s", e->lay.shard, ZT_SHARD_ALIGN);
 }
 
 /* ---------------------------------------------------------------- state access, timing */
