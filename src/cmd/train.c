@@ -162,8 +162,8 @@ static int maybe_resume(trainer *t, zt_err *err) {
     if (zt_checkpoint_load(step_dir, t->s.engine, &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
     t->start_step = st.step;
     if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = t->good_step = st.step;
-    if (t->has_ckdir) t->ckdir.keep_step = t->good_step;
-    if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues */
+    if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues, not the one resumed */
+        t->ckdir.keep_step = t->good_step;
         snprintf(t->ckdir.lineage_run_id, sizeof t->ckdir.lineage_run_id, "%s", meta.run_id);
         t->ckdir.has_lineage = 1;
     }

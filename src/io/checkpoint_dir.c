@@ -38,13 +38,14 @@
 #include "comm/fail_together.h"
 #include "util/test_hooks.h"
 
-/* removes .tmp_* entries: saves of runs that crashed or failed (the lock says none is running) */
+/* removes .tmp_* entries (saves of runs that crashed or failed) and .lock.RUNID files (a restore of
+ * .lock cut short): the lock says no run that made them is running */
 static void remove_leftovers(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (strncmp(de->d_name, ".tmp_", 5)) continue;
+        if (strncmp(de->d_name, ".tmp_", 5) && strncmp(de->d_name, ".lock.", 6)) continue;
         char p[CK_PATHCAP];
         if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, de->d_name) < sizeof p) ck_rmtree(p);
     }
@@ -165,6 +166,7 @@ static int restore_lock(zt_checkpoint_dir *d, const char *lock, zt_err *err) {
 int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err) {
     if (d->lock_fd < 0) return 0;
     char lock[CK_PATHCAP], shown[600];
+    const char *was = "";
     if (ck_path_join(lock, sizeof lock, d->path, ".lock", err)) return -1;
     struct stat now, held;
     if (fstat(d->lock_fd, &held)) return zt_fail(err, "%s: %s", lock, strerror(errno));
@@ -179,7 +181,7 @@ int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err) {
         return 0;
     }
     if (!found && errno != ENOENT) return zt_fail(err, "%s: %s", lock, strerror(errno));
-    if (found) holder_at(lock, shown, sizeof shown);
+    if (found) was = holder_at(lock, shown, sizeof shown); /* "holder unknown" for an empty file */
     if (found && d->dir_fd < 0) {
         /* no directory lock to prove the directory is still ours: the new file decides. Locked by
          * another process: a second run got in; not locked: a stray file, replaced by ours. */
@@ -188,10 +190,10 @@ int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err) {
         if (fd >= 0) close(fd);
         if (taken)
             return zt_fail(err, "%s: replaced while this run holds the checkpoint directory (now: %s): another run "
-                                "holds it and may be writing there; this run stops without saving", lock, shown);
+                                "holds it and may be writing there; this run stops without saving", lock, was);
     }
     if (restore_lock(d, lock, err)) return -1;
-    if (found) zt_warn("checkpoint: %s was replaced while this run holds the directory (by: %s); restored", lock, shown);
+    if (found) zt_warn("checkpoint: %s was replaced while this run holds the directory (by: %s); restored", lock, was);
     else zt_warn("checkpoint: %s was deleted while this run holds the directory; restored", lock);
     return 0;
 }
