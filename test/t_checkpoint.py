@@ -108,6 +108,23 @@ with h5py.File(os.path.join(src, "step_00000010", "index.h5"), "r") as f:
 h = subprocess.run(["h5dump", "-H", "-p", os.path.join(src, "step_00000010", "index.h5")], capture_output=True, text=True)
 ztlib.check(h.returncode == 0 and "VIRTUAL" in h.stdout, "h5dump_shows_virtual_datasets", h.stdout[:400] + h.stderr[-300:])
 
+# a failed export (a rank file cut short) leaves no directory behind (issue 31), in either format; a
+# directory that was there before stays
+cut = ck("export_cut_src")
+shutil.copytree(os.path.join(src, "step_00000010"), cut)
+os.truncate(os.path.join(cut, "rank_00000.h5"), 100000)
+for fmt in ("safetensors", "hdf5"):
+    out = ck(f"export_failed_{fmt}")
+    p = ztlib.run(["export", cut, "-o", out, "--format", fmt])
+    ztlib.check(p.returncode == 1 and p.stderr.count("zerotrain: error:") == 1 and "rank_00000.h5" in p.stderr
+                and not os.path.exists(out), f"export_failed_{fmt}_leaves_no_directory",
+                f"rc {p.returncode}, exists {os.path.exists(out)}: {p.stderr[-400:]}")
+out = ck("export_failed_existing")
+os.makedirs(out)
+p = ztlib.run(["export", cut, "-o", out])
+ztlib.check(p.returncode == 1 and os.path.isdir(out) and os.listdir(out) == [], "export_failed_keeps_existing_directory",
+            f"rc {p.returncode}, {os.listdir(out) if os.path.isdir(out) else 'gone'}")
+
 # import round trip: init_from the export, one step with lr 0 and no weight decay keeps the weights,
 # the re-saved checkpoint equals the original bit for bit
 d = ck("import")

@@ -8,8 +8,10 @@ checkpoint saved before the fault must stay loadable (`zerotrain info` verifies 
   - no inode left for the save's temporary directory (mkdir fails in the save), or for a rank file;
   - disk full while writing the rank files, and while writing index.h5 (no crash at exit);
   - two runs on one checkpoint dir: the second is refused at start naming the holder (host, pid,
-    run id), also after its .lock was deleted (the directory itself is locked, and the holder writes
-    .lock again at its next save); .lock replaced by another file stops the holder at its next save;
+    run id), also after its .lock was deleted (the directory itself is locked first: the refused run
+    leaves no .lock behind); .lock deleted, emptied, truncated or replaced by a stray file: the holder
+    restores it and keeps saving (no step lost); where directories cannot be locked (NFS, simulated),
+    .lock replaced by a file another process holds locked stops the holder at its next save;
     after the first is killed with SIGKILL the lock is free and a third run resumes;
   - a step directory mixing one run's shards with another run's index is refused (load and info);
   - messages: a damaged index.h5 (HDF5 metadata checksum) says "damaged" with HDF5's reason; the
@@ -19,6 +21,7 @@ checkpoint saved before the fault must stay loadable (`zerotrain info` verifies 
   - the 16-bit model save beside a checkpoint (stage3_gather_16bit_weights_on_model_save) fails on a
     full disk, and when its files cannot be created (no inode left): every rank stops, nothing half-written
     stays, the checkpoint itself is complete, `latest` names it, and a run resumes from it."""
+import fcntl
 import os
 import shutil
 import signal
@@ -52,6 +55,23 @@ info, failed_together, still_loadable = ztlib.info, ztlib.failed_together, ztlib
 
 def Tmpfs(opts):
     return ztlib.Tmpfs(opts, tmp)
+
+
+def wait_for(cond, timeout=ztlib.RANKED_TIMEOUT):
+    """cond()'s first truthy value, polled until TIMEOUT (a hang fails the case, not the suite); else None"""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.1)
+    return None
+
+
+def saved_step(ck):
+    """the step `latest` names (0 before the first save)"""
+    t = ztlib.read_text(os.path.join(ck, "latest")).strip()
+    return int(t[5:]) if t.startswith("step_") else 0
 
 
 def blocks(path):
@@ -120,17 +140,35 @@ try:
     ztlib.check(r.errors and "pid " in r.errors[0] and "host " in r.errors[0] and lock.split(",")[1].strip() in r.errors[0],
                 "second_run_message_names_holder", f"{r.errors} vs lock '{lock}'")
     ztlib.check(a.poll() is None, "first_run_unharmed", "the first run ended while the second was refused")
-    # .lock deleted under the running job: the directory's own lock still refuses a second run, and
-    # the holder writes .lock again at its next save
-    os.unlink(os.path.join(ck, ".lock"))
+    # .lock deleted under the running job (issue 31): the directory's own lock still refuses a second
+    # run BEFORE it touches .lock (it leaves no file behind), and the holder restores .lock at its next
+    # save and keeps saving: no step lost
+    lockp = os.path.join(ck, ".lock")
+    os.unlink(lockp)
     r = train(ck, ["train_iters=400", "checkpoint.save_interval=1", "seed=2"])
     failed_together(r, "in use by another run", "lock_deleted_second_run_refused")
-    deadline = time.time() + ztlib.RANKED_TIMEOUT
-    while time.time() < deadline and not os.path.exists(os.path.join(ck, ".lock")):
-        time.sleep(0.2)
-    relock = open(os.path.join(ck, ".lock")).read() if os.path.exists(os.path.join(ck, ".lock")) else ""
-    ztlib.check(a.poll() is None and relock.split(",")[1:3] == lock.split(",")[1:3], "lock_deleted_written_again",
-                f"'{relock}' vs '{lock}'")
+    after = ztlib.read_text(lockp) if os.path.exists(lockp) else None
+    ztlib.check(after is None or after == lock, "lock_deleted_refused_run_leaves_no_lock", repr(after))
+    relock = wait_for(lambda: ztlib.read_text(lockp) if os.path.exists(lockp) else None)
+    ztlib.check(a.poll() is None and relock == lock, "lock_deleted_written_again", f"'{relock}' vs '{lock}'")
+    # what a refused run of an older build did (an empty .lock of its own where the deleted one was),
+    # a truncated record, a file put in its place: the holder restores its record and goes on saving
+    for how in ("empty_file_created", "record_truncated", "replaced_by_stray_file"):
+        if how == "empty_file_created":
+            os.unlink(lockp)
+            open(lockp, "w").close()
+        elif how == "record_truncated":
+            open(lockp, "w").close()
+        else:
+            with open(lockp + ".other", "w") as f:
+                f.write("host elsewhere, pid 1, run id 0123456789abcdef, started now\n")
+            os.rename(lockp + ".other", lockp)
+        s0 = saved_step(ck)
+        ztlib.check(wait_for(lambda: saved_step(ck) >= s0 + 2 and ztlib.read_text(lockp) == lock) and a.poll() is None,
+                    f"lock_{how}_holder_restores_and_keeps_saving",
+                    f"step {s0} -> {saved_step(ck)}, alive {a.poll() is None}, .lock '{ztlib.read_text(lockp)}'")
+    r = train(ck, ["train_iters=400", "checkpoint.save_interval=1", "seed=2"])
+    failed_together(r, "in use by another run", "lock_restored_second_run_refused")
     os.kill(int(lock.split(",")[1].split()[1]), signal.SIGKILL)  # the holder (rank 0) crashes
     finish(a)
     r = train(ck, ["train_iters=1"])
@@ -138,20 +176,23 @@ try:
                 "lock_released_when_holder_killed", r.why())
     still_loadable(ck, int(open(os.path.join(ck, "latest")).read().strip()[5:]), "killed_holder_leaves_loadable")
 
-    # ---- 5b. .lock replaced by another file under a running job (another run got in): the holder's
-    # next save stops every rank with one line naming the new holder; its checkpoints stay
+    # ---- 5b. where directories cannot be locked (NFS; ZEROTRAIN_INJECT_NO_DIR_LOCK), .lock replaced by a
+    # file another process holds locked (another run got in): the holder's next save stops every rank
+    # with one line naming the new holder; its checkpoints stay
     ck = os.path.join(tmp, "replaced")
     a = start(["train", TINY] + sum([["--set", s] for s in BASE + [f"checkpoint.dir={ck}", "train_iters=400",
-                                                                    "checkpoint.save_interval=1"]], []))
-    deadline = time.time() + ztlib.RANKED_TIMEOUT
-    while time.time() < deadline and not os.path.exists(os.path.join(ck, "latest")):
-        time.sleep(0.2)
+                                                                    "checkpoint.save_interval=1"]], []),
+              env={"ZEROTRAIN_INJECT_NO_DIR_LOCK": "1"})
+    wait_for(lambda: os.path.exists(os.path.join(ck, "latest")))
     with open(os.path.join(ck, ".lock.other"), "w") as f:
         f.write("host elsewhere, pid 1, run id 0123456789abcdef, started now\n")
+    other = open(os.path.join(ck, ".lock.other"))
+    fcntl.flock(other, fcntl.LOCK_EX)  # held by this test process: a live holder
     os.rename(os.path.join(ck, ".lock.other"), os.path.join(ck, ".lock"))
     r = finish(a)
+    other.close()
     failed_together(r, "replaced while this run holds the checkpoint directory (now: host elsewhere",
-                    "lock_replaced_stops_holder")
+                    "lock_replaced_by_live_holder_stops_holder")
     still_loadable(ck, int(open(os.path.join(ck, "latest")).read().strip()[5:]), "lock_replaced_keeps_checkpoints")
 
     # ---- 6. a step directory mixing two runs' files is refused

@@ -106,6 +106,29 @@ config_and_train config_nested_200k "@$tmp/deep.yaml" \
 head -c $((17 << 20)) /dev/zero | tr '\0' ' ' >"$tmp/big.yaml"
 config_and_train config_over_16mib "@$tmp/big.yaml" \
   "zerotrain: error: @: larger than 16777216 bytes, the most this file may hold"
+# a simulated GPU of 1 MiB (issue 31: the sizes read "0.0 GiB"): both in the unit that shows them
+export ZEROTRAIN_SIM_MEM=1MiB
+config_and_train sim_mem_1mib "${small}train_micro_batch_size_per_gpu: 2"$'\n' \
+  "zerotrain: error: @:4:33: train_micro_batch_size_per_gpu: the activations of a micro-batch of 2 x 32 tokens need [1-9]*.[0-9][0-9] MiB per rank, more than the 1.00 MiB of sim memory in all (*)" \
+  --set device=sim
+unset ZEROTRAIN_SIM_MEM
+
+# a config that is a named pipe nobody writes to (issue 31): one line after ZEROTRAIN_PIPE_TIMEOUT
+# seconds, from config and train; the same pipe with a writer, and process substitution, still read
+mkfifo "$tmp/fifo.yaml"
+export ZEROTRAIN_PIPE_TIMEOUT=2
+config_and_train config_fifo_no_writer "@$tmp/fifo.yaml" \
+  "zerotrain: error: @: no data within 2 s (a named pipe nobody writes to; ZEROTRAIN_PIPE_TIMEOUT sets the wait)"
+( printf 'seed: 77\n' >"$tmp/fifo.yaml" ) &
+writer=$!
+out=$(timeout 60 "$bin" config "$tmp/fifo.yaml" 2>&1); rc=$?
+wait "$writer"
+if (( rc == 0 )) && grep -q '^seed: 77$' <<<"$out"; then pass config_fifo_with_writer_reads
+else fail config_fifo_with_writer_reads "rc $rc; [$(tail -c 400 <<<"$out")]"; fi
+out=$(timeout 60 "$bin" config <(printf 'seed: 78\n') 2>&1); rc=$?
+if (( rc == 0 )) && grep -q '^seed: 78$' <<<"$out"; then pass config_process_substitution_reads
+else fail config_process_substitution_reads "rc $rc; [$(tail -c 400 <<<"$out")]"; fi
+unset ZEROTRAIN_PIPE_TIMEOUT
 
 # the effective config loads back to itself (through the driver, i.e. the printed text)
 f="$tmp/rt.yaml"

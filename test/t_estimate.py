@@ -116,4 +116,21 @@ m = re.search(r"stage 1: none: the device needs r >= ([\d.]+), the host takes r 
               p.stdout)
 check(m is not None and abs(float(m[1]) - 0.5) < 0.002 and abs(float(m[2]) - 0.25) < 0.002
       and near(float(m[3]) * MiB, 0.25 * 16 * shard, 0.02 * MiB), "ratio_window_host_short", p.stdout[-900:])
+# ---- --ratio (issue 31: only ratio 1 had rows): rows for Twin-Flow ratios 0.3 and 0.5 at stages 1-3,
+# device = no offload - r KΨ/N, host = r x 16 B per shard element, i.e. between the ratio-1 row and none
+p, rows = estimate("--ratio", "0.3,0.5")[:2]
+RATIO_ROW = re.compile(r"^(\d)\s+cpu r=([\d.]+)\s+device\s+([\d.]+) MiB\s+([\d.]+) MiB\s+([\d.]+) MiB\s+([\d.]+) MiB\s+(yes|no)$")
+ratio_rows = [m for m in map(RATIO_ROW.match, p.stdout.splitlines()) if m]
+check(p.returncode == 0 and len(ratio_rows) == 6, "estimate_ratio_rows_printed", p.stdout[-1500:] + p.stderr[-400:])
+for m in ratio_rows:
+    stage, r = int(m[1]), float(m[2])
+    dev0, dev1 = rows[(stage, "device", "device")]["device"], rows[(stage, "cpu", "device")]["device"]
+    host1 = rows[(stage, "cpu", "device")]["host"]
+    want_dev, want_host = dev0 - r * K * shard, r * 16 * shard
+    check(near(float(m[4]) * MiB, want_dev) and near(float(m[5]) * MiB, want_host)
+          and near(want_dev, dev0 - r * (dev0 - dev1), 0.02 * MiB) and near(want_host, r * host1, 0.02 * MiB),
+          f"estimate_ratio_{r}_stage{stage}_row", f"{m[0]}; want device {want_dev / MiB:.2f} host {want_host / MiB:.2f}")
+for bad in ("1.5", "0", "0.3,", "x"):
+    p = ztlib.run(["estimate", "configs/tiny.yaml", "--ranks", "2", "--ratio", bad])
+    check(p.returncode == 2 and f"bad value '{bad}' for --ratio" in p.stderr, f"estimate_ratio_refuses_{bad}", p.stderr[-300:])
 ztlib.finish()

@@ -9,7 +9,13 @@ before must stay loadable (`zerotrain info` verifies every checksum) and stay `l
   - action skip: a step whose gradient norm is not finite (ZEROTRAIN_INJECT_OVERFLOW without fp16)
     is skipped (no Adam step: adam_t one short), training goes on to exit 0; the newest checkpoint
     saved before the guard fired survives keep_last; skipping max_skips steps in a row stops the run
-    (the skipped steps' saves hold the unchanged, finite state);
+    (no step passed, so no checkpoint is good: they are set aside and `latest` removed);
+  - a checkpoint is good once the step after it passed the guard: saved every step with lr=100, the
+    checkpoint after the diverging update is set aside (unconfirmed_step_N) and `latest` names the
+    good one before it; keep_last never prunes the newest good checkpoint;
+  - action rollback (an injected diverging update): the newest good checkpoint is reloaded, the
+    batches since it skipped, the run goes on and exits 0 with the losses of a run that never saw
+    those batches; with no good checkpoint it stops;
   - checkpoint.resume: never (or a path outside checkpoint.dir) in a directory holding checkpoints
     is refused at start naming the newest step, and nothing there changes; checkpoint.overwrite:
     true starts over there; keep_last removes only this run's steps and those of the run it resumed
@@ -77,6 +83,19 @@ try:
                 "diverged_resume_keeps_last_good_checkpoints", f"{latest(ck)} {steps(ck)}")
     ztlib.still_loadable(ck, 20, "diverged_resume_latest_loadable")
 
+    # ---- issue 31's reproduction: saved every step, keep_last 2, lr=100 on resume: step 21 is saved
+    # after the update that diverged (its loss shows only at step 22); it is set aside, `latest` names
+    # step 20 (the newest good checkpoint: step 21 passed the guard on its weights), never pruned
+    ck = good_run("every_step")
+    r = train(ck, DIVERGE + ["checkpoint.save_interval=1"])
+    ztlib.failed_together(r, "the divergence guard stops the run", "diverged_saved_every_step_stops")
+    ztlib.check(r.errors and "latest is step_00000020, the newest good checkpoint (step_00000021" in r.errors[0]
+                and "unconfirmed_step_00000021" in r.errors[0], "diverged_line_names_good_latest_and_set_aside", str(r.errors))
+    ztlib.check(latest(ck) == "step_00000020" and "step_00000020" in steps(ck) and "step_00000021" not in steps(ck)
+                and os.path.isdir(os.path.join(ck, "unconfirmed_step_00000021")), "diverged_good_checkpoint_kept_as_latest",
+                f"{latest(ck)} {sorted(os.listdir(ck))}")
+    ztlib.still_loadable(ck, 20, "diverged_good_checkpoint_loadable")
+
     # ---- loss_spike alone (max_loss off) finds the same step
     r = train(ck, DIVERGE + ["divergence_guard.max_loss=0", "divergence_guard.loss_spike=5"])
     ztlib.failed_together(r, "divergence_guard.loss_spike 5", "loss_spike_stops_on_every_rank")
@@ -90,8 +109,8 @@ try:
     ztlib.still_loadable(ck, int(latest(ck)[5:]), "guard_off_latest_loadable")
     ztlib.check(not any(d.startswith(".tmp_") for d in os.listdir(ck)), "guard_off_no_leftover", str(os.listdir(ck)))
 
-    # ---- action skip: a non-finite gradient norm (no fp16) skips the step, the run goes on; the
-    # newest checkpoint before it (step 4) survives keep_last 1
+    # ---- action skip: a non-finite gradient norm (no fp16) skips the step, the run goes on; keep_last 1
+    # keeps the newest good checkpoint (step 6: step 7 passed the guard) beside the newest (step 8)
     ck = os.path.join(tmp, "skip")
     metrics = os.path.join(tmp, "skip.jsonl")
     r = train(ck, ["divergence_guard.action=skip", "train_iters=8", "checkpoint.save_interval=2", "checkpoint.keep_last=1",
@@ -106,7 +125,7 @@ try:
     with h5py.File(os.path.join(ck, "step_00000008", "index.h5")) as h:
         adam_t = int(h.attrs["adam_t"])
     ztlib.check(adam_t == 7, "skip_takes_no_adam_step", f"adam_t {adam_t} after 8 steps, one skipped")
-    ztlib.check(steps(ck) == ["step_00000004", "step_00000008"], "skip_keeps_newest_checkpoint_before_guard",
+    ztlib.check(steps(ck) == ["step_00000006", "step_00000008"], "skip_keeps_newest_good_checkpoint",
                 str(steps(ck)))
 
     # ---- action skip, every step diverged: stops after max_skips in a row, nothing saved
@@ -114,9 +133,37 @@ try:
     r = train(ck, ["divergence_guard.action=skip", "divergence_guard.max_loss=1", "divergence_guard.max_skips=3",
                    "checkpoint.save_interval=1"])
     ztlib.failed_together(r, "3 steps in a row skipped", "max_skips_stops_on_every_rank")
-    # the skipped steps changed nothing: steps 1 and 2 saved the initial weights (finite)
-    ztlib.check(r.errors and "/skips/latest is step_00000002" in r.errors[0] and all_finite(ck), "max_skips_latest_finite",
-                f"{steps(ck)} {r.errors}")
+    # no step passed the guard, so no checkpoint is good: steps 1 and 2 are set aside, no `latest`
+    ztlib.check(r.errors and "no checkpoint of this run in" in r.errors[0] and "unconfirmed_step_N" in r.errors[0]
+                and not os.path.exists(os.path.join(ck, "latest")) and steps(ck) == []
+                and os.path.isdir(os.path.join(ck, "unconfirmed_step_00000002")), "max_skips_no_good_checkpoint_no_latest",
+                f"{sorted(os.listdir(ck))} {r.errors}")
+
+    # ---- action rollback: an injected diverging update at step 6 (lr x 1e4, ZEROTRAIN_INJECT_LR_SPIKE),
+    # seen at step 7: the run reloads step 5 (the newest good checkpoint), sets step 6 aside, skips the
+    # two batches consumed since step 5 and goes on to exit 0; its losses from there on equal, bit for
+    # bit, those of a run that never saw those batches (ZEROTRAIN_INJECT_SKIP_BATCHES: after step 5 the
+    # data jumps 2 batches)
+    ck = os.path.join(tmp, "rollback")
+    m_roll, m_ref = os.path.join(tmp, "rollback.jsonl"), os.path.join(tmp, "reference.jsonl")
+    r = train(ck, ["divergence_guard.action=rollback", "train_iters=12", "checkpoint.save_interval=1",
+                   "checkpoint.keep_last=2", f"metrics_file={m_roll}"], env={"ZEROTRAIN_INJECT_LR_SPIKE": "6"})
+    warn = [l for l in r.stderr.splitlines() if "rolls back" in l]
+    ztlib.check(r.rc == 0 and not r.errors and len(warn) == 1 and "step 7: loss" in warn[0]
+                and "rolls back to step_00000005" in warn[0] and "2 batches skipped" in warn[0],
+                "rollback_goes_on_with_one_line", f"{warn} {r.why()}")
+    ref = train(os.path.join(tmp, "reference"), ["train_iters=12", f"metrics_file={m_ref}"],
+                env={"ZEROTRAIN_INJECT_SKIP_BATCHES": "5:2"})
+    got = [(x["step"], x["loss"]) for x in ztlib.read_metrics(m_roll)][-7:]
+    want = [(x["step"], x["loss"]) for x in ztlib.read_metrics(m_ref)][-7:]
+    ztlib.check(ref.rc == 0 and len(got) == 7 and got == want and got[0][0] == 6, "rollback_losses_equal_run_without_spike_batches",
+                f"{got} vs {want}")
+    ztlib.check(latest(ck) == "step_00000012" and os.path.isdir(os.path.join(ck, "unconfirmed_step_00000006")),
+                "rollback_sets_unconfirmed_aside", str(sorted(os.listdir(ck))))
+    # every step diverged (max_loss 1): no good checkpoint to go back to, the run stops
+    r = train(os.path.join(tmp, "rollback_none"), ["divergence_guard.action=rollback", "divergence_guard.max_loss=1",
+                                                   "checkpoint.save_interval=1"])
+    ztlib.failed_together(r, "cannot roll back (no good checkpoint yet)", "rollback_without_good_checkpoint_stops")
 
     # ---- checkpoint.resume: never in a directory holding another run's checkpoints
     ck = good_run("never")
@@ -137,13 +184,14 @@ try:
                 r.why())
 
     # ---- keep_last prunes this run's and its predecessor's steps only: X saves 5, 10; A starts over
-    # (overwrite, keep_last 0) with 2, 4; B resumes A and saves 6, 8 with keep_last 1
+    # (overwrite, keep_last 0) with 2, 4; B resumes A and saves 6, 8 with keep_last 1 (6, the newest
+    # good checkpoint, stays beside 8, which no step has confirmed)
     ck = os.path.join(tmp, "lineage")
     r1 = train(ck, ["train_iters=10", "checkpoint.save_interval=5"])
     r2 = train(ck, ["checkpoint.resume=never", "checkpoint.overwrite=true", "train_iters=4", "checkpoint.save_interval=2"])
     ztlib.check(r1.rc == 0 and r2.rc == 0 and latest(ck) == "step_00000004", "lineage_setup", r1.why() + r2.why())
     r = train(ck, ["train_iters=8", "checkpoint.save_interval=2", "checkpoint.keep_last=1"])
-    ztlib.check(r.rc == 0 and steps(ck) == ["step_00000005", "step_00000008", "step_00000010"]
+    ztlib.check(r.rc == 0 and steps(ck) == ["step_00000005", "step_00000006", "step_00000008", "step_00000010"]
                 and latest(ck) == "step_00000008", "keep_last_spares_other_runs_steps", f"{steps(ck)} {r.why()}")
     # ---- a format-version-1 checkpoint (nothing checksums its metadata) loads only when allowed
     v1 = os.path.join(tmp, "v1", "step_00000020")

@@ -1,6 +1,7 @@
 """t_run_launcher.py — `zerotrain run` as a user (or a batch system) drives it:
   - its arguments are read strictly: `-n 2abc`, `-n 0`, a huge `-n`, an unknown option, two configs
-    and a missing `-n` are one `zerotrain: error:` line and exit 2, before anything starts;
+    and a missing `-n` are one `zerotrain: error:` line and exit 2, before anything starts; so is a
+    --set train would refuse (`--set foo`, `--set =x`, an unknown key, a value of the wrong type);
   - every argument reaches `train`, also past the 126 the launcher used to keep;
   - Ctrl-C (SIGINT) or SIGTERM to `zerotrain run`: the ranks finish their step, write a checkpoint
     (a 2-rank model whose save outlasts Open MPI's one-second kill delay), and `run` exits 99 with
@@ -38,6 +39,12 @@ bad = {
     "run_no_config": (["-n", "2"], "CONFIG is required"),
     "run_tp_not_dividing_ranks": (["-n", "3", "--tp", "2", tiny], "--tp 2 does not divide the 3 ranks"),
     "run_tp_bad": (["-n", "2", "--tp", "0", tiny], "[1, 64]"),
+    # every --set as train reads it (issue 31): before mpirun starts, not from two ranks 3 s later
+    "run_set_without_equals": (["-n", "2", tiny, "--set", "foo"], "--set foo: expected KEY=VALUE"),
+    "run_set_without_key": (["-n", "2", tiny, "--set", "=x"], "--set =x: expected KEY=VALUE"),
+    "run_set_joined_without_equals": (["-n", "2", tiny, "--set=foo"], "--set foo: expected KEY=VALUE"),
+    "run_set_unknown_key": (["-n", "2", tiny, "--set", "optimizer.params.lrr=1"], "unknown key 'lrr'"),
+    "run_set_bad_value": (["-n", "2", tiny, "--set", "train_iters=abc"], "--set train_iters: expected an integer"),
 }
 for name, (args, want) in bad.items():
     t0 = time.time()

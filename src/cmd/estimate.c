@@ -1,8 +1,8 @@
 /* estimate.c — `zerotrain estimate CONFIG --ranks N [--tp N] [--device-mem 80GiB] [--host-mem 512GiB]
- * [--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32]`: the memory each rank needs — device,
+ * [--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--ratio R[,R...]]`: the memory each rank needs — device,
  * host and NVMe — for every ZeRO stage with and without optimizer offload and for stage 3's
  * ZeRO-Infinity settings (parameter offload, NVMe), which settings fit, and the Twin-Flow ratios that
- * fit — DeepSpeed's estimate_zero2/zero3 helpers as one command, computed from the same formulas
+ * fit (and, with --ratio, rows for those Twin-Flow ratios) — DeepSpeed's estimate_zero2/zero3 helpers as one command, computed from the same formulas
  * (engine/zero_formula.h) and buffer plans the engine and model use. Host and NVMe sizes are per
  * node, shared by its ranks. With tensor parallelism (--tp, default the config's tp_size) a rank holds
  * its tensor-parallel part (every rank's has the same size: wte is padded) and ZeRO
@@ -23,20 +23,23 @@ static double in(unit u, double b) { return b / u.bytes; }
 
 static void usage(void) {
     fprintf(stderr, "usage: zerotrain estimate CONFIG --ranks N [--tp N] [--device-mem 80GiB] [--host-mem 512GiB] "
-                    "[--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--set KEY=VALUE]...\n");
+                    "[--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--ratio R[,R...]] [--set KEY=VALUE]...\n");
 }
 
 /* one setting: where the optimizer states and the parameters live, and what each place holds per rank */
 typedef struct row {
     int stage;
-    const char *optimizer, *params; /* "device", "cpu", "nvme" */
+    const char *optimizer, *params; /* "device", "cpu", "nvme"; a Twin-Flow ratio below 1: "cpu r=0.30" */
     double states, device, host, nvme;
 } row;
+
+#define MAX_RATIOS 8
+static char ratio_names[MAX_RATIOS][16]; /* the optimizer column of the --ratio rows */
 
 /* Every stage with and without optimizer offload, and stage 3's ZeRO-Infinity settings; g3 is stage
  * 3's gather buffers as the run will size them (zt_engine_stage3_plan). */
 static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *table, const zt_stage3_plan *g3,
-                     long ranks, size_t P, size_t K, double acts, double host_acts) {
+                     long ranks, size_t P, size_t K, double acts, double host_acts, const double *ratios, int n_ratios) {
     size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
     /* the gradient buffers of stages 2-3: the embeddings', and two of the largest other segment (a block,
      * or a tile of one with tiled linears) */
@@ -65,6 +68,10 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         if (stage == 0) continue; /* Twin-Flow splits a rank's shard: stages 1-3 */
         /* ratio 1: fp32 master + m + v in host memory, with the transfer buffers */
         rows[n++] = (row){stage, "cpu", "device", states, device - optim, (double)ZT_TWIN_HOST_BYTES * opt_n, 0};
+        /* --ratio r: the share r of the optimizer shard on the host, 1 - r left on the device */
+        for (int k = 0; k < n_ratios; k++)
+            rows[n++] = (row){stage, ratio_names[k], "device", states, device - ratios[k] * optim,
+                              ratios[k] * ZT_TWIN_HOST_BYTES * (double)opt_n, 0};
         if (stage < 3) continue; /* parameter offload and NVMe: ZeRO-Infinity, stage 3 */
         /* the parameter shard moves to the host; the device keeps only the gather buffers */
         rows[n++] = (row){3, "cpu", "cpu", states, device - optim - param_shard, twin_host + param_shard, 0};
@@ -99,11 +106,26 @@ static void print_ratio_windows(const row *rows, int n, size_t K, size_t shard, 
     }
 }
 
+/* --ratio 0.3 or 0.25,0.5: Twin-Flow ratios in (0, 1) to size besides ratio 1 (at most MAX_RATIOS) */
+static int parse_ratios(const char *text, double *ratios, int *n) {
+    for (const char *p = text;;) {
+        char *end;
+        double r = strtod(p, &end);
+        if (end == p || !(r > 0 && r < 1) || *n == MAX_RATIOS) return 1;
+        snprintf(ratio_names[*n], sizeof ratio_names[*n], "cpu r=%.2f", r);
+        ratios[(*n)++] = r;
+        if (*end == '\0') return 0;
+        if (*end != ',') return 1;
+        p = end + 1;
+    }
+}
+
 int zt_cmd_estimate(int argc, char **argv) {
     const char *path = NULL;
     long ranks = 0, per_node = 0, tp = 0;
     double device_mem = 80.0 * 1073741824.0, host_mem = 512.0 * 1073741824.0, nvme_size = -1; /* < 0: no limit */
-    int fp32 = 0;
+    int fp32 = 0, n_ratios = 0;
+    double ratios[MAX_RATIOS];
     char **sets = zt_xcalloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0;
     for (int i = 1; i < argc; i++) {
@@ -116,6 +138,7 @@ int zt_cmd_estimate(int argc, char **argv) {
         else if (!strcmp(a, "--host-mem") && v) bad = zt_parse_bytes(v, &host_mem), i++;
         else if (!strcmp(a, "--nvme-size") && v) bad = zt_parse_bytes(v, &nvme_size), i++;
         else if (!strcmp(a, "--dtype") && v) fp32 = !strcmp(v, "fp32"), bad = !fp32 && strcmp(v, "bf16"), i++;
+        else if (!strcmp(a, "--ratio") && v) bad = parse_ratios(v, ratios, &n_ratios), i++;
         else if (!strcmp(a, "--set") && v) sets[n_sets++] = argv[++i];
         else if (a[0] != '-' && !path) path = a;
         else bad = 1;
@@ -177,8 +200,8 @@ int zt_cmd_estimate(int argc, char **argv) {
     zt_param_table_split_embedding(&table3, zt_engine_embedding_rows(&table3, &o3));
     zt_stage3_plan g3 = zt_engine_stage3_plan(&table3, &o3);
     zt_param_table_free(&table3);
-    row rows[16];
-    int n = plan_rows(rows, &cfg, &table, &g3, dp, P, K, acts, (double)plan.act_host_bytes);
+    row rows[16 + 3 * MAX_RATIOS];
+    int n = plan_rows(rows, &cfg, &table, &g3, dp, P, K, acts, (double)plan.act_host_bytes, ratios, n_ratios);
     for (int i = 0; i < n; i++) biggest = rows[i].device > biggest ? rows[i].device : biggest;
     unit u = biggest >= 1073741824.0 ? (unit){"GiB", 1073741824.0} : (unit){"MiB", 1048576.0};
     printf("zerotrain estimate: %s — GPT-2 L%d H%d C%d V%d, %.2fM parameters, micro-batch %d x T %d, %s "
@@ -206,7 +229,8 @@ int zt_cmd_estimate(int argc, char **argv) {
     size_t shard = zt_zero_shard(table.total, (int)dp, ZT_SHARD_ALIGN);
     print_ratio_windows(rows, n, K, shard, device_mem, host_per_rank, u);
     printf("\nmodel states follow the ZeRO paper: stage 0 (2P+K)Ψ, 1 2PΨ+KΨ/N, 2 PΨ+(P+K)Ψ/N, 3 (2P+K)Ψ/N with P = %zu,\n"
-           "K = %zu; \"device total\" adds activations and the engine's gradient/gather buffers. Offload, ratio 1:\n"
+           "K = %zu; \"device total\" adds activations and the engine's gradient/gather buffers. Offload, ratio 1\n"
+           "(optimizer \"cpu r=R\", from --ratio: the share R of KΨ/N on the host, 1 - R on the device):\n"
            "  optimizer cpu:  KΨ/N moves to the host (%d B per element there, with the transfer buffers)\n"
            "  params cpu:     the parameter shard PΨ/N too; the device keeps stage 3's gather buffers (embeddings\n"
            "                  + 2 x the largest block), the gradient shard PΨ/N and the gradient buffers\n"

@@ -106,6 +106,8 @@ int zt_cmd_export(int argc, char **argv) {
     if (!r) { zt_print_error(&err); return 1; }
     const zt_checkpoint_meta *m = zt_checkpoint_reader_meta(r);
     double t0 = zt_now();
+    struct stat out_st;
+    int out_existed = stat(out, &out_st) == 0; /* a failed export removes only a directory it made */
     int rc;
     if (hdf5) {
         rc = mkdir(out, 0777) && !(access(out, W_OK) == 0) ? zt_fail(&err, "%s: cannot create directory", out) : 0;
@@ -116,8 +118,12 @@ int zt_cmd_export(int argc, char **argv) {
         if (!rc && why_not.msg[0])
             fprintf(stderr, "zerotrain: warning: %s: tokenizer not written (the weights are): %s\n", out, why_not.msg);
     }
-    if (rc) zt_print_error(&err);
-    else
+    if (rc) {
+        /* what the writers made is gone already (they work in temporary files); the directory goes too
+         * when this export created it and it is still empty (rmdir refuses anything else) */
+        if (!out_existed) rmdir(out);
+        zt_print_error(&err);
+    } else
         printf("exported step %ld (%zu parameters, %s %s) to %s in %.1f s\n", m->step, m->total, format, dtype, out,
                zt_now() - t0);
     zt_checkpoint_close(r);

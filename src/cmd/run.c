@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cmd/commands.h"
+#include "config/config.h"
 #include "util/util.h"
 
 #define ZT_EXIT_PREEMPTED 99      /* train's status after a signal and a saved checkpoint */
@@ -105,6 +106,20 @@ static int parse_args(int argc, char **argv, run_args *a, zt_err *err) {
     }
     if (!a->n) return zt_fail(err, "run: -n N (the number of ranks) is required");
     if (!config) return zt_fail(err, "run: CONFIG is required");
+    /* every --set as train will read it, so a bad one stops here, before mpirun starts any rank */
+    char **sets = zt_xcalloc((size_t)a->n_train_args + 1, sizeof *sets);
+    int n_sets = 0;
+    for (int i = 0; i < a->n_train_args; i++) {
+        if (!strcmp(a->train_args[i], "--set")) sets[n_sets++] = (char *)a->train_args[++i];
+        else if (!strncmp(a->train_args[i], "--set=", 6)) sets[n_sets++] = (char *)a->train_args[i] + 6;
+    }
+    int bad = zt_config_check_overrides(sets, n_sets, err);
+    free(sets);
+    if (bad) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return zt_fail(err, "run: %s", why);
+    }
     if (a->tp_set[0]) { /* last, so that it wins over the config and any --set */
         long tp = strtol(strchr(a->tp_set, '=') + 1, NULL, 10);
         if (a->n % tp) return zt_fail(err, "run: --tp %ld does not divide the %ld ranks", tp, a->n);

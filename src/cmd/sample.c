@@ -31,22 +31,6 @@ const char *zt_default_vocab_dir(void) {
     return "data/gpt2";
 }
 
-/* logits row `row` of the model's last forward, as fp32 on the host */
-static void logits_row(const zt_gpt2 *m, int row, float *out) {
-    const zt_backend *be = m->be;
-    int V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
-    size_t E = zt_dtype_size(be->compute_dtype);
-    const char *src = (const char *)m->logits + (size_t)row * Vp * E;
-    if (be->compute_dtype == ZT_F32) {
-        be->copy(out, src, (size_t)V * 4, ZT_D2H);
-        return;
-    }
-    unsigned short *tmp = zt_xmalloc((size_t)V * 2);
-    be->copy(tmp, src, (size_t)V * 2, ZT_D2H);
-    for (int i = 0; i < V; i++) out[i] = zt_bf16_bits_to_f32(tmp[i]);
-    free(tmp);
-}
-
 /* picks the next id from logits: greedy (argmax, lowest id on ties) when top_k == 1 or temperature
  * == 0, else softmax(logits / temperature) restricted to the top_k largest, sampled with rng */
 static int pick(float *logits, int V, const zt_sample_opts *o, zt_rng *rng) {
@@ -107,7 +91,7 @@ int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_
         memset(window, 0, (size_t)T * sizeof *window);
         memcpy(window, ctx + start, (size_t)len * sizeof *window);
         zt_gpt2_forward(&gen, &s->src, window, NULL, 0.0f);
-        logits_row(&gen, len - 1, logits);
+        zt_gpt2_logits_row(&gen, len - 1, logits); /* collective under tensor parallelism */
         int id = pick(logits, V, o, &rng);
         ctx[n++] = id;
         zt_ids_push(out, id);

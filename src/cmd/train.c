@@ -42,9 +42,16 @@ typedef struct trainer {
     zt_engine_nvme nvme_counted; /* NVMe traffic already put in a step record: each step reports what
                                     came after (the host part's I/O may run on between steps) */
     long last_saved_step;  /* checkpoint.dir/latest as this run left it: its save, or the step resumed there (0 = none) */
-    /* divergence guard: the accepted steps' recent losses (loss_spike), skips in a row, fired yet */
+    /* divergence guard: the accepted steps' recent losses (loss_spike), skips in a row, rollbacks */
     double *recent_loss;
-    int n_recent, recent_pos, skips_in_row, guard_fired;
+    int n_recent, recent_pos, skips_in_row, rollbacks;
+    /* A checkpoint is good once the step after it passed the guard (a step's loss is known only at
+     * the next forward, so the checkpoint right after a diverging update looks fine when saved).
+     * good_step: the newest good one (the one resumed from counts as good; 0 = none); unconfirmed:
+     * the steps this run saved after it, set aside when the guard stops or rolls back the run. */
+    long good_step;
+    long *unconfirmed;
+    int n_unconfirmed;
 } trainer;
 
 /* Exit status of a run stopped by SIGUSR1/SIGTERM/SIGINT after saving its checkpoint: the Slurm scripts
@@ -105,7 +112,13 @@ static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     st.loss_scale_good_steps = (int)t->scaler.good_steps;
     st.hysteresis_left = t->scaler.hysteresis_left;
     int rc = zt_checkpoint_save(&t->ckdir, t->s.engine, t->comm, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err);
-    if (!rc) t->last_saved_step = step; /* latest now, whatever the 16-bit export below does */
+    if (!rc) { /* latest now, whatever the 16-bit export below does; good once the next step passes */
+        t->last_saved_step = step;
+        if (step > t->good_step) {
+            t->unconfirmed = zt_xrealloc(t->unconfirmed, (size_t)(t->n_unconfirmed + 1) * sizeof *t->unconfirmed);
+            t->unconfirmed[t->n_unconfirmed++] = step;
+        }
+    }
     /* DeepSpeed's 16-bit model save, beside the checkpoint: 16 bits as the run computes (fp16 with
      * fp16.enabled, else bf16 — also on the CPU backend, which computes in fp32) */
     if (!rc && t->cfg.stage3_gather_16bit_weights_on_model_save)
@@ -149,8 +162,9 @@ static int maybe_resume(trainer *t, zt_err *err) {
     zt_checkpoint_meta meta;
     if (zt_checkpoint_load(step_dir, t->s.engine, &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
     t->start_step = st.step;
-    if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = st.step;
-    if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues */
+    if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = t->good_step = st.step;
+    if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues, not the one resumed */
+        t->ckdir.keep_step = t->good_step;
         snprintf(t->ckdir.lineage_run_id, sizeof t->ckdir.lineage_run_id, "%s", meta.run_id);
         t->ckdir.has_lineage = 1;
     }
@@ -299,21 +313,48 @@ static void guard_finding(const trainer *t, const step_record *rec, char *buf, s
                   t->cfg.guard_loss_spike, recent_mean(t), t->n_recent);
 }
 
-/* After a step: 0 to go on, or 1 with the one error line printed (the run stops before any save).
- * A skipped step is one warning line. The first time the guard fires, the newest checkpoint saved
- * before it is kept from keep_last's pruning for the rest of the run. */
+/* A step passed the guard: the checkpoint saved before it holds weights whose loss was fine, so it
+ * is good, and keep_last may no longer remove it (the newest good one is never pruned). */
+static void confirm_checkpoints(trainer *t, const step_record *rec) {
+    if (t->last_saved_step <= t->good_step || t->last_saved_step >= rec->step) return;
+    t->good_step = t->last_saved_step;
+    t->n_unconfirmed = 0; /* all of them were saved at or before it */
+    if (t->has_ckdir) t->ckdir.keep_step = t->good_step;
+}
+
+/* The guard stops or rolls back the run: the checkpoints saved after the newest good one become
+ * unconfirmed_step_N and `latest` names the good one (rank 0; collective agreement). 0, or -1 with
+ * the reason in err on every rank. */
+static int set_aside_unconfirmed(trainer *t, char *what_done, size_t cap, zt_err *err) {
+    what_done[0] = 0;
+    if (!t->has_ckdir || t->n_unconfirmed == 0) return 0;
+    int rc = t->comm->rank == 0 ? zt_checkpoint_set_aside(&t->ckdir, t->unconfirmed, t->n_unconfirmed, t->good_step, err) : 0;
+    if (zt_agree(t->comm, rc, err)) return -1;
+    if (t->n_unconfirmed == 1)
+        snprintf(what_done, cap, " (step_%08ld, saved after it but not confirmed by a good step, is now unconfirmed_step_%08ld)",
+                 t->unconfirmed[0], t->unconfirmed[0]);
+    else
+        snprintf(what_done, cap, " (%d checkpoints saved after it but not confirmed by a good step, step_%08ld to "
+                                 "step_%08ld, are now unconfirmed_step_N)", t->n_unconfirmed, t->unconfirmed[0],
+                 t->unconfirmed[t->n_unconfirmed - 1]);
+    t->last_saved_step = t->good_step;
+    t->n_unconfirmed = 0;
+    return 0;
+}
+
+/* After a step: 0 to go on, 2 to roll back (action rollback, a good checkpoint to go back to), or 1
+ * with the one error line printed (the run stops before any save). A skipped step is one warning
+ * line. A stopped run leaves `latest` on the newest good checkpoint (set_aside_unconfirmed). */
 static int guard_verdict(trainer *t, const step_record *rec) {
     const zt_config *cfg = &t->cfg;
     if (!rec->guard) {
         if (!rec->skipped) remember_loss(t, rec->loss);
         t->skips_in_row = 0;
+        confirm_checkpoints(t, rec);
         return 0;
     }
-    if (!t->guard_fired && t->has_ckdir) t->ckdir.keep_step = t->last_saved_step;
-    t->guard_fired = 1;
-    char what[200], latest[4200];
+    char what[200], latest[4200], aside[200];
     guard_finding(t, rec, what, sizeof what);
-    describe_latest(t, latest, sizeof latest);
     t->skips_in_row++;
     if (cfg->guard_action == ZT_GUARD_SKIP && t->skips_in_row < cfg->guard_max_skips) {
         if (t->comm->rank == 0)
@@ -321,15 +362,74 @@ static int guard_verdict(trainer *t, const step_record *rec) {
                     rec->step, what, t->skips_in_row, cfg->guard_max_skips);
         return 0;
     }
+    int can_roll_back = t->has_ckdir && t->good_step > 0 && t->rollbacks < cfg->guard_max_rollbacks;
+    if (cfg->guard_action == ZT_GUARD_ROLLBACK && can_roll_back) return 2;
     zt_err err = {{0}};
+    if (set_aside_unconfirmed(t, aside, sizeof aside, &err)) {
+        if (t->comm->rank == 0) zt_print_error(&err);
+        return 1;
+    }
+    describe_latest(t, latest, sizeof latest);
+    size_t used = strlen(latest);
+    snprintf(latest + used, sizeof latest - used, "%s%s", t->good_step > 0 ? ", the newest good checkpoint" : "", aside);
     if (cfg->guard_action == ZT_GUARD_SKIP)
         zt_fail(&err, "step %ld: %s: %d steps in a row skipped by the divergence guard (divergence_guard.max_skips), "
                       "the run stops; %s", rec->step, what, t->skips_in_row, latest);
+    else if (cfg->guard_action == ZT_GUARD_ROLLBACK)
+        zt_fail(&err, "step %ld: %s: the divergence guard cannot roll back (%s), the run stops; %s", rec->step, what,
+                !t->has_ckdir ? "checkpoint.dir is null" : t->good_step == 0 ? "no good checkpoint yet"
+                                                                            : "divergence_guard.max_rollbacks reached",
+                latest);
     else
         zt_fail(&err, "step %ld: %s: the divergence guard stops the run (divergence_guard.action: stop) before saving "
                       "it; %s", rec->step, what, latest);
     if (t->comm->rank == 0) zt_print_error(&err);
     return 1;
+}
+
+/* action rollback: the newest good checkpoint is loaded again, the checkpoints after it are set
+ * aside, and training goes on after it on the data stream past the batches consumed since it (or
+ * divergence_guard.rollback_skip_batches batches past its own), as large runs restart before a loss
+ * spike and skip the batches that led to it. The loss-spike window starts over. 0, or 1 with the
+ * one error line printed on every rank's behalf. */
+static int roll_back(trainer *t, const step_record *rec, const step_plan *p) {
+    const zt_config *cfg = &t->cfg;
+    char what[200], aside[200], step_dir[4096];
+    guard_finding(t, rec, what, sizeof what);
+    zt_err err = {{0}};
+    zt_train_state st;
+    zt_checkpoint_meta meta;
+    int rc = set_aside_unconfirmed(t, aside, sizeof aside, &err);
+    if (!rc && (size_t)snprintf(step_dir, sizeof step_dir, "%s/step_%08ld", t->ckdir.path, t->good_step) >= sizeof step_dir)
+        rc = zt_fail(&err, "%s: path too long", t->ckdir.path);
+    if (!rc) {
+        rc = zt_checkpoint_load(step_dir, t->s.engine, &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, &err);
+        if (!rc) zt_checkpoint_meta_free(&meta);
+    }
+    if (zt_fail_together(t->comm, rc, &err)) {
+        char e2[sizeof err.msg];
+        snprintf(e2, sizeof e2, "%s", err.msg);
+        zt_fail(&err, "step %ld: %s: the divergence guard's rollback failed: %s", rec->step, what, e2);
+        if (t->comm->rank == 0) zt_print_error(&err);
+        return 1;
+    }
+    t->rollbacks++;
+    long from = cfg->guard_rollback_skip > 0 ? st.data_samples + cfg->guard_rollback_skip * p->global_batch : rec->samples_done;
+    if (t->comm->rank == 0)
+        zt_warn("step %ld: %s: the divergence guard rolls back to step_%08ld, the newest good checkpoint%s (rollback %d of "
+                "at most %d); %ld batches skipped, training goes on at step %ld from sample %ld",
+                rec->step, what, t->good_step, aside, t->rollbacks, cfg->guard_max_rollbacks,
+                (from - st.data_samples) / p->global_batch, st.step + 1, from);
+    t->start_step = st.step;
+    t->samples_at_start = from;
+    t->last_saved_step = t->good_step = st.step;
+    if (cfg->fp16_enabled && st.loss_scale > 0) {
+        t->scaler.scale = st.loss_scale;
+        t->scaler.good_steps = st.loss_scale_good_steps;
+        t->scaler.hysteresis_left = st.hysteresis_left;
+    }
+    t->n_recent = t->recent_pos = t->skips_in_row = 0;
+    return 0;
 }
 
 /* One optimizer step: A micro-steps of forward and backward (the engine reduces gradients as they
@@ -344,6 +444,7 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     memset(rec, 0, sizeof *rec);
     rec->step = step + 1;
     rec->lr = zt_lr_at(cfg, step);
+    if (zt_test_hook_lr_spike_at(rec->step)) rec->lr *= 1e4f; /* a diverging update, found at the next step */
     rec->val_loss = NAN;
     for (int a = 0; a < p->A; a++) {
         zt_engine_begin_micro(eng, a == 0, a == p->A - 1);
@@ -551,12 +652,21 @@ static int run(trainer *t) {
         int event = t->comm->agree_max(t->comm, rec.guard ? EVENT_GUARD + rec.guard : wrc ? EVENT_WRITE_FAILED
                                                 : stop_requested ? EVENT_STOP : 0);
         rec.guard = event > EVENT_GUARD ? event - EVENT_GUARD : GUARD_OK;
-        if (guard_verdict(t, &rec)) return 1; /* before any save: a diverged state is never saved */
+        int verdict = guard_verdict(t, &rec); /* before any save: a diverged state is never saved */
+        if (verdict == 1) return 1;
+        if (verdict == 2) {
+            if (roll_back(t, &rec, &p)) return 1;
+            step = t->start_step - 1; /* the loop's step++ makes it the good checkpoint's */
+            continue;
+        }
         if (event == EVENT_WRITE_FAILED) { /* every rank learns the failing rank's message */
             zt_agree(t->comm, wrc, &werr);
             return stop_on_write_error(t, &rec, &werr);
         }
         if (due(rec.step, cfg->sample_interval) && !last) zt_sample_print(&t->s, cfg->sample_tokens, cfg->seed + (uint64_t)step);
+
+        long jump = zt_test_hook_skip_batches_after(rec.step); /* a run that never sees some batches */
+        if (jump) t->samples_at_start += jump * p.global_batch;
 
         /* every rank stops at the same step when any rank got SIGUSR1/SIGTERM */
         int stop = event == EVENT_STOP;
@@ -712,7 +822,7 @@ int zt_cmd_train(int argc, char **argv) {
     }
     if (t.cfg.trace_file) rc = zt_engine_open_trace(t.s.engine, t.cfg.trace_file, &err);
     if (zt_fail_together(t.comm, rc, &err)) { zt_session_close(&t.s); goto done_fail; }
-    zt_engine_set_skip_nonfinite(t.s.engine, t.cfg.guard_action == ZT_GUARD_SKIP);
+    zt_engine_set_skip_nonfinite(t.s.engine, t.cfg.guard_action == ZT_GUARD_SKIP || t.cfg.guard_action == ZT_GUARD_ROLLBACK);
     if (t.cfg.guard_loss_spike > 0) t.recent_loss = zt_xcalloc((size_t)t.cfg.guard_spike_window, sizeof(double));
     print_banner(&t);
     if (t.cfg.fp16_enabled)
@@ -723,7 +833,11 @@ int zt_cmd_train(int argc, char **argv) {
     rc = maybe_resume(&t, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     if (t.cfg.metrics_file && t.comm->rank == 0) { /* a resumed run appends to its metrics */
+        long cut = 0; /* after the last whole line: a run stopped by a full disk may have left half a record */
         rc = zt_mkdir_parent(t.cfg.metrics_file, &err);
+        if (!rc && t.start_step > 0) rc = zt_cut_torn_line(t.cfg.metrics_file, &cut, &err);
+        if (cut) zt_warn("%s: ended inside a record (an earlier run stopped while writing it); the torn record is cut "
+                         "(%ld bytes) and this run appends after the last whole one", t.cfg.metrics_file, cut);
         if (!rc) t.metrics = fopen(t.cfg.metrics_file, t.start_step > 0 ? "a" : "w");
         if (!rc && !t.metrics) rc = zt_fail(&err, "%s: cannot open metrics_file for writing: %s", t.cfg.metrics_file, strerror(errno));
     }
@@ -738,6 +852,7 @@ int zt_cmd_train(int argc, char **argv) {
     rc = run(&t);
     zt_session_close(&t.s);
     free(t.recent_loss);
+    free(t.unconfirmed);
     free(t.inputs);
     free(t.targets);
     if (t.metrics) fclose(t.metrics);

@@ -825,7 +825,7 @@ static int apply_override(loader *L, const char *spec) {
         memcpy(comp, p, n);
         comp[n] = '\0';
         d = find_child(sofar, comp);
-        if (!d && value.cls == C_NULL && listed(&L->unread, key, 1)) break; /* a file key removed unread */
+        if (!d && value.cls == C_NULL && (L->overrides_only || listed(&L->unread, key, 1))) break; /* a file key removed unread */
         if (!d) {
             char sug[128];
             suggest_key(comp, sofar, sug, sizeof sug);
@@ -954,6 +954,24 @@ static int finish(loader *L) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* public API                                                                                  */
+
+int zt_config_check_overrides(char *const *overrides, int n_overrides, zt_err *err) {
+    zt_config cfg;
+    zt_config_defaults(&cfg);
+    loader L;
+    memset(&L, 0, sizeof L);
+    L.cfg = &cfg;
+    L.err = err;
+    L.adam_w_mode = 1;
+    L.overrides_only = 1;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < n_overrides; i++) rc = apply_override(&L, overrides[i]);
+    free(L.recs);
+    free(L.replaced.p);
+    free(L.unread.p);
+    zt_config_free(&cfg);
+    return rc;
+}
 
 int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int n_overrides, zt_err *err) {
     zt_config_defaults(cfg);

@@ -16,7 +16,7 @@ enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU, ZT_OFFLOAD_NVME };
 /* data_types.grad_accum_dtype; DEFAULT = not given (the backend's compute dtype) */
 enum { ZT_ACCUM_DEFAULT = 0, ZT_ACCUM_FP32, ZT_ACCUM_BF16, ZT_ACCUM_FP16 };
 enum { ZT_RESUME_AUTO = 0, ZT_RESUME_NEVER, ZT_RESUME_PATH };
-enum { ZT_GUARD_STOP = 0, ZT_GUARD_SKIP, ZT_GUARD_OFF }; /* divergence_guard.action */
+enum { ZT_GUARD_STOP = 0, ZT_GUARD_SKIP, ZT_GUARD_OFF, ZT_GUARD_ROLLBACK }; /* divergence_guard.action */
 
 /* a DeepSpeed monitor section (tensorboard, csv_monitor): rank 0 writes into output_path/job_name/ */
 typedef struct zt_monitor_config {
@@ -115,6 +115,8 @@ typedef struct zt_config {
     double guard_loss_spike;   /* a loss above this times the recent mean is a divergence; 0 = off */
     int guard_spike_window;    /* accepted steps in that mean */
     int guard_max_skips;       /* action skip: skipped steps in a row before the run stops */
+    int guard_max_rollbacks;   /* action rollback: rollbacks in a run before it stops */
+    long guard_rollback_skip;  /* action rollback: global batches skipped past the good checkpoint's; 0 = all consumed since it */
 
     /* logging */
     long steps_per_print;
@@ -149,6 +151,11 @@ void zt_config_defaults(zt_config *cfg);
  * Starts from zt_config_defaults itself (do not call both without zt_config_free in between); on
  * failure everything is freed. Fills effective_text (YAML that loads back to the same config). */
 int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int n_overrides, zt_err *err);
+/* Each override alone, as zt_config_load applies it (KEY=VALUE, a known key, its value's type and
+ * range), without the file or the cross-key checks: for `run`, which must refuse a bad --set before
+ * it starts any rank (and must not read the config itself: it may be a pipe the ranks read). A
+ * `KEY=null` of an unknown key passes (it may remove a key the file has). 0, or -1 with the line. */
+int zt_config_check_overrides(char *const *overrides, int n_overrides, zt_err *err);
 /* a config file larger, or nested deeper, is refused before it is parsed (a real one is a few KB,
  * 4 levels deep) */
 #define ZT_CONFIG_MAX_BYTES ((size_t)16 << 20)

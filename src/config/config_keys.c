@@ -35,7 +35,7 @@ static const zt_enumval offload_devs[] = {{"none", ZT_OFFLOAD_NONE}, {"cpu", ZT_
 static const zt_enumval accum_dtypes[] = {{"fp32", ZT_ACCUM_FP32}, {"bf16", ZT_ACCUM_BF16}, {"fp16", ZT_ACCUM_FP16},
                                           {NULL, 0}};
 static const zt_enumval resume_modes[] = {{"auto", ZT_RESUME_AUTO}, {"never", ZT_RESUME_NEVER}, {NULL, 0}};
-static const zt_enumval guard_actions[] = {{"stop", ZT_GUARD_STOP}, {"skip", ZT_GUARD_SKIP}, {"off", ZT_GUARD_OFF},
+static const zt_enumval guard_actions[] = {{"stop", ZT_GUARD_STOP}, {"skip", ZT_GUARD_SKIP}, {"off", ZT_GUARD_OFF}, {"rollback", ZT_GUARD_ROLLBACK},
                                            {NULL, 0}};
 /* names DeepSpeed knows that zerotrain refuses as "not supported" rather than "expected ..." */
 static const char *const ds_optimizers[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Lamb", "Lion",
@@ -296,7 +296,8 @@ const zt_keydef zt_config_keys[] = {
 
     SEC("divergence_guard"),
     KEY("divergence_guard.action", K_ENUM, guard_action, .def = ZT_GUARD_STOP, .flags = E, .ev = guard_actions,
-        .help = "on a non-finite loss or norm, a loss over max_loss or a spike: stop, skip the update, or off"),
+        .help = "on a non-finite loss or norm, a loss over max_loss or a spike: stop, skip the update, rollback "
+                "(reload the newest good checkpoint, skip the batches since it), or off"),
     KEY("divergence_guard.max_loss", K_DOUBLE, guard_max_loss, .def = 100, .lo = 0, .hi = INF, .flags = E,
         .help = "a loss above this many nats diverged (uniform guessing is ln(vocab_size), 10.8); 0 = off"),
     KEY("divergence_guard.loss_spike", K_DOUBLE, guard_loss_spike, .def = 0, .lo = 0, .hi = INF, .flags = E,
@@ -305,6 +306,10 @@ const zt_keydef zt_config_keys[] = {
         .help = "steps in the mean the loss spike is measured against"),
     KEY("divergence_guard.max_skips", K_INT, guard_max_skips, .def = 10, .lo = 1, .hi = INF, .flags = E,
         .help = "action skip: steps skipped in a row before the run stops"),
+    KEY("divergence_guard.max_rollbacks", K_INT, guard_max_rollbacks, .def = 3, .lo = 1, .hi = INF, .flags = E,
+        .help = "action rollback: rollbacks in one run before it stops"),
+    KEY("divergence_guard.rollback_skip_batches", K_LONG, guard_rollback_skip, .def = 0, .lo = 0, .hi = INF, .flags = E,
+        .help = "action rollback: global batches skipped past the good checkpoint's; 0 = every one consumed since it"),
 
     KEY("steps_per_print", K_LONG, steps_per_print, .def = 10, .lo = 1, .hi = INF, .flags = E,
         .help = "a step line every this many steps"),

@@ -121,6 +121,7 @@ typedef struct zt_loader {
     /* overrides come first: the key paths they set (a mapping value: the paths it names), whose
      * values in the file are not read at all, and the file's keys left unread for that reason */
     zt_sb replaced, unread; /* paths, each followed by a newline */
+    int overrides_only; /* zt_config_check_overrides: no file, so `KEY=null` may remove a file key we cannot see */
 } zt_loader;
 
 /* index of the latest record of path, -1 if never set */

@@ -9,8 +9,6 @@
 #include "engine/zero_formula.h"
 #include "model/gpt2.h"
 
-static const double GiB = 1073741824.0;
-
 /* The memory one rank computes in, in all: the device's, or the machine's on the CPU backend. */
 static double compute_memory(const zt_backend *be) {
     size_t free_bytes = 0, total = 0;
@@ -37,11 +35,13 @@ static int check_activations(const zt_config *cfg, const zt_gpt2_shape *shape, c
     const char *key = zt_config_was_set(cfg, "train_micro_batch_size_per_gpu") || !zt_config_was_set(cfg, "train_batch_size")
                           ? "train_micro_batch_size_per_gpu"
                           : "train_batch_size";
+    char need_s[32], have_s[32];
     return zt_config_fail_key(cfg, key,
-                              err, "the activations of a micro-batch of %d x %d tokens need %.1f GiB per rank, more "
-                                   "than the %.1f GiB of %s memory in all (a smaller micro-batch, gradient "
+                              err, "the activations of a micro-batch of %d x %d tokens need %s per rank, more "
+                                   "than the %s of %s memory in all (a smaller micro-batch, gradient "
                                    "accumulation or activation_checkpointing fit)",
-                              B, T, need / GiB, have / GiB, be->name);
+                              B, T, zt_format_bytes(need, need_s, sizeof need_s),
+                              zt_format_bytes(have, have_s, sizeof have_s), be->name);
 }
 
 /* Stage 3 as the session cuts it: the embedding in row blocks where the bound asks for it; under tensor

@@ -269,12 +269,13 @@ oom:
         const char *offload = fp32 ? "" /* the CPU backend: device memory is host memory */
                                    : "offload the optimizer (zero_optimization.offload_optimizer: {device: cpu, "
                                      "ratio: auto}), ";
+        char need_s[32], got_s[32];
         return zt_fail(err,
                        "out of %s memory for model states: stage %d with %zu parameters on %d rank(s) needs about "
-                       "%.2f GiB of them per rank (allocated %.2f GiB before failing); %suse a higher stage or "
+                       "%s of them per rank (allocated %s before failing); %suse a higher stage or "
                        "more ranks (zerotrain estimate CONFIG --ranks N shows the options)",
-                       be->name, stage, table->total, world, need / 1073741824.0, (double)total / 1073741824.0,
-                       offload);
+                       be->name, stage, table->total, world, zt_format_bytes(need, need_s, sizeof need_s),
+                       zt_format_bytes((double)total, got_s, sizeof got_s), offload);
     }
 }
 
@@ -492,9 +493,14 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
                 (double)(e->off.nvme_path ? e->mem.nvme[ZT_MEM_OPTIM] : e->mem.host[ZT_MEM_OPTIM]) / 1048576.0,
                 e->off.nvme_path ? "there, staged through host buffers" : "there",
                 e->host_pinned ? "pinned" : "pageable");
-    zt_info("model states: %.1f MiB allocated, ZeRO formula %.1f MiB (stage %d, %d ranks, shard %zu of %zu elements)",
+    /* the shard is total / world rounded up to ZT_SHARD_ALIGN, so it may exceed the total itself (one
+     * rank, or a tensor-parallel part): say how it is made rather than "shard X of Y" */
+    int tp = e->table->tp_size;
+    zt_info("model states: %.1f MiB allocated, ZeRO formula %.1f MiB (stage %d; %zu elements%s over %d data-parallel "
+            "rank%s: a shard of %zu each, rounded up to a multiple of %d)",
             (double)zt_engine_model_state_bytes(e) / 1048576.0, (double)zt_engine_model_state_formula(e) / 1048576.0,
-            e->opt.stage, e->lay.world, e->lay.shard, e->lay.total);
+            e->opt.stage, e->lay.total, tp > 1 ? " in this rank's tensor-parallel part" : "", e->lay.world,
+            e->lay.world == 1 ? "" : "s", e->lay.shard, ZT_SHARD_ALIGN);
 }
 
 /* ---------------------------------------------------------------- state access, timing */

@@ -47,6 +47,7 @@
 #define ZT_CHECKPOINT_H
 
 #include <stddef.h>
+#include <time.h>
 
 #include "model/gpt2.h"
 #include "engine/engine.h"
@@ -87,12 +88,14 @@ typedef struct zt_checkpoint_dir {
     char path[4096];
     char run_id[24];   /* 16 hex digits, the same on every rank: names the run's saves */
     int lock_fd;       /* rank 0: the open .lock file whose flock the run holds; -1 elsewhere */
-    int dir_fd;        /* rank 0: the directory, flock'ed too where the file system can; -1 otherwise */
+    int dir_fd;        /* rank 0: the directory, flock'ed first where the file system can; -1 otherwise */
+    time_t started;    /* when the run took the directory (its holder record's start time) */
     /* what keep_last may remove besides this run's own steps (checkpoint_save.c, prune) */
     char lineage_run_id[24]; /* the run id of the checkpoint this run resumed from */
     int has_lineage;
     int prune_any;           /* checkpoint.overwrite: every step directory (the user said so) */
-    long keep_step;          /* never pruned (the newest saved before the divergence guard fired); 0 = none */
+    long keep_step;          /* never pruned: the newest good checkpoint (one the step after it passed the
+                                divergence guard; train.c); 0 = none */
 } zt_checkpoint_dir;
 
 /* Collective. Creates PATH when missing, takes its lock on rank 0 for as long as the run lives
@@ -102,10 +105,17 @@ typedef struct zt_checkpoint_dir {
  * Returns 0, or -1 on every rank with the message in err. */
 int zt_checkpoint_dir_open(zt_checkpoint_dir *d, const char *path, zt_comm *comm, zt_err *err);
 void zt_checkpoint_dir_close(zt_checkpoint_dir *d);
-/* Rank 0 (others return 0): D/.lock must still be the file this run locked. Deleted: made and
- * locked again (warning); replaced by another file (another run got in): -1 with the new holder
- * in err. zt_checkpoint_save calls it before each save. */
+/* Rank 0 (others return 0): D/.lock must still be the file this run locked, with its record.
+ * Overwritten, deleted or replaced while this run holds the directory's lock: restored (warning).
+ * Replaced where directories cannot be locked, by a file another process holds locked (another run
+ * got in): -1 with the new holder in err. zt_checkpoint_save calls it before each save. */
 int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err);
+
+/* Rank 0: the divergence guard's verdict on this run's unconfirmed checkpoints (saved after the
+ * newest good one, train.c): each D/step_N of STEPS becomes D/unconfirmed_step_N (kept for a look,
+ * never resumed from, listed or pruned), and `latest` names step GOOD (GOOD 0: `latest` is removed).
+ * 0, or -1 with the reason in err. */
+int zt_checkpoint_set_aside(const zt_checkpoint_dir *cd, const long *steps, int n, long good, zt_err *err);
 
 /* Collective over COMM, every rank of the job (the engine's comm is its data-parallel group; with
  * tensor parallelism, world rank w must be data-parallel rank w / tp, tensor-parallel rank w % tp).

@@ -1,14 +1,21 @@
 /* checkpoint_dir.c — who owns a checkpoint directory, and which step directory a path names.
  *
- * Ownership: rank 0 of a run holds flock(LOCK_EX) on DIR/.lock from zt_checkpoint_dir_open to the
- * end of the run, and on DIR itself where the file system locks directories (local ones do; NFS
- * does not, and then the .lock file alone holds). Deleting .lock under a running job therefore
- * does not let a second run in: the directory's lock still refuses it, and each save re-checks
- * .lock (zt_checkpoint_dir_check): a deleted one is written again, one replaced by another file
- * (another run's) stops the save. The kernel releases it when the process exits or dies (kill -9 included), so a
- * crashed run never leaves the directory stuck; a second run on the same directory is refused at
- * start with the holder's host, pid, run id and start time read from the file. Each save works in
- * .tmp_step_N.RUNID, so even two runs that bypassed the lock could not share a temporary directory.
+ * Ownership: rank 0 of a run holds flock(LOCK_EX) on DIR itself (where the file system locks
+ * directories: local ones do, NFS does not) and on DIR/.lock, from zt_checkpoint_dir_open to the end
+ * of the run. The directory is locked FIRST: a second run that finds it held is refused before it
+ * touches .lock (it neither creates, truncates nor replaces the file), naming the holder recorded in
+ * .lock. The kernel releases both locks when the process exits or dies (kill -9 included), so a
+ * crashed run never leaves the directory stuck.
+ *
+ * The claim is the held locks, not the file's presence: each save re-checks .lock
+ * (zt_checkpoint_dir_check). Still the locked file (same device and inode) with this run's record:
+ * nothing to do; its record overwritten: written again. Deleted, or replaced by another file: while
+ * this run holds the directory's lock no other run can own DIR, so .lock is restored (a fresh locked
+ * file with this run's record renamed over whatever is there) and the save goes on — a stray or
+ * hand-made .lock never costs the holder a step. Only where the directory cannot be locked (NFS) and
+ * the file now at .lock is flock'ed by another process (a second run got in) does the save stop,
+ * naming the new holder. Each save works in .tmp_step_N.RUNID, so even two runs that bypassed the
+ * lock could not share a temporary directory.
  * File systems: on local file systems and NFS (Linux emulates flock with NFS byte-range locks, which
  * the server arbitrates across clients) the lock holds between nodes; Lustre needs the `flock` mount
  * option (with `localflock` the lock only holds within one node; without either flock fails with
@@ -29,14 +36,16 @@
 #include <unistd.h>
 
 #include "comm/fail_together.h"
+#include "util/test_hooks.h"
 
-/* removes .tmp_* entries: saves of runs that crashed or failed (the lock says none is running) */
+/* removes .tmp_* entries (saves of runs that crashed or failed) and .lock.RUNID files (a restore of
+ * .lock cut short): the lock says no run that made them is running */
 static void remove_leftovers(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (strncmp(de->d_name, ".tmp_", 5)) continue;
+        if (strncmp(de->d_name, ".tmp_", 5) && strncmp(de->d_name, ".lock.", 6)) continue;
         char p[CK_PATHCAP];
         if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, de->d_name) < sizeof p) ck_rmtree(p);
     }
@@ -67,9 +76,19 @@ static int refuse_in_use(const zt_checkpoint_dir *d, const char *holder, zt_err 
                         "a time: wait for it to end or use another directory", d->path, holder);
 }
 
-/* the directory's own lock: refused while another run holds it (its .lock may have been deleted);
- * file systems that do not lock directories (NFS) leave the .lock file alone to hold */
-static int lock_directory(zt_checkpoint_dir *d, zt_err *err) {
+/* the holder record shown for DIR/.lock (read without creating it), or "holder unknown" */
+static const char *holder_at(const char *lock, char *shown, size_t cap) {
+    int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    const char *h = holder_of(fd, shown, cap);
+    if (fd >= 0) close(fd);
+    return h;
+}
+
+/* the directory's own lock, taken before .lock is touched: a run refused here has changed nothing.
+ * File systems that do not lock directories (NFS; ZEROTRAIN_INJECT_NO_DIR_LOCK in tests) leave the
+ * .lock file alone to hold (dir_fd stays -1). */
+static int lock_directory(zt_checkpoint_dir *d, const char *lock, zt_err *err) {
+    if (zt_test_hook_no_dir_lock()) return 0;
     int fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return 0;
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
@@ -78,42 +97,42 @@ static int lock_directory(zt_checkpoint_dir *d, zt_err *err) {
     }
     int busy = errno == EWOULDBLOCK;
     close(fd);
-    return busy ? refuse_in_use(d, "its .lock file was deleted or replaced while it runs", err) : 0;
+    char shown[600];
+    return busy ? refuse_in_use(d, holder_at(lock, shown, sizeof shown), err) : 0;
+}
+
+/* this run's holder record (one line; the run id is what identifies the holder) */
+static int holder_record(const zt_checkpoint_dir *d, char *rec, size_t cap) {
+    char host[256] = "?", when[64] = "?";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    struct tm tm;
+    if (localtime_r(&d->started, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    return snprintf(rec, cap, "host %s, pid %ld, run id %s, started %s\n", host, (long)getpid(), d->run_id, when);
 }
 
 /* writes this run's holder record into the locked file fd */
 static int write_holder(const zt_checkpoint_dir *d, int fd, const char *lock, zt_err *err) {
-    char host[256] = "?", when[64] = "?", rec[512];
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = 0;
-    time_t now = time(NULL);
-    struct tm tm;
-    if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    int len = snprintf(rec, sizeof rec, "host %s, pid %ld, run id %s, started %s\n", host, (long)getpid(), d->run_id, when);
+    char rec[512];
+    int len = holder_record(d, rec, sizeof rec);
     if (ftruncate(fd, 0) || pwrite(fd, rec, (size_t)len, 0) != len) return zt_fail(err, "%s: cannot write: %s", lock, strerror(errno));
     return 0;
 }
 
-/* rank 0: directory, lock, holder record, leftovers */
+/* rank 0: directory, its lock, .lock, holder record, leftovers */
 static int take_lock(zt_checkpoint_dir *d, zt_err *err) {
     if (ck_mkdir_p(d->path, err)) return -1;
     char lock[CK_PATHCAP];
     if (ck_path_join(lock, sizeof lock, d->path, ".lock", err)) return -1;
-    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (lock_directory(d, lock, err)) return -1;
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0) return zt_fail(err, "%s: cannot open the checkpoint directory's lock: %s", lock, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB)) {
         int e = errno;
         char shown[600];
-        if (e == EWOULDBLOCK) {
-            refuse_in_use(d, holder_of(fd, shown, sizeof shown), err);
-            close(fd);
-            return -1;
-        }
-        close(fd);
-        return zt_fail(err, "%s: cannot lock: %s%s", lock, strerror(e),
-                       e == ENOSYS || e == EOPNOTSUPP ? " (on Lustre, mount with -o flock)" : "");
-    }
-    if (lock_directory(d, err)) {
+        if (e == EWOULDBLOCK) refuse_in_use(d, holder_of(fd, shown, sizeof shown), err);
+        else zt_fail(err, "%s: cannot lock: %s%s", lock, strerror(e),
+                     e == ENOSYS || e == EOPNOTSUPP ? " (on Lustre, mount with -o flock)" : "");
         close(fd);
         return -1;
     }
@@ -126,32 +145,56 @@ static int take_lock(zt_checkpoint_dir *d, zt_err *err) {
     return 0;
 }
 
-int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err) {
-    if (d->lock_fd < 0) return 0;
-    char lock[CK_PATHCAP], shown[600];
-    if (ck_path_join(lock, sizeof lock, d->path, ".lock", err)) return -1;
-    struct stat now, held;
-    if (fstat(d->lock_fd, &held)) return zt_fail(err, "%s: %s", lock, strerror(errno));
-    int found = stat(lock, &now) == 0;
-    if (found && now.st_dev == held.st_dev && now.st_ino == held.st_ino) return 0;
-    if (found || errno != ENOENT) { /* another file took its place: another run's */
-        int fd = open(lock, O_RDONLY | O_CLOEXEC);
-        zt_fail(err, "%s: replaced while this run holds the checkpoint directory (now: %s): another run may be "
-                     "writing there; this run stops without saving", lock, holder_of(fd, shown, sizeof shown));
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    /* deleted: written again, so the directory stays marked (and locked on NFS, where it alone holds) */
-    int fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) return zt_fail(err, "%s: deleted while this run holds the directory, and cannot be made again: %s", lock,
-                               strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) || write_holder(d, fd, lock, err)) {
+/* a fresh .lock with this run's record, locked, renamed over whatever DIR/.lock now is */
+static int restore_lock(zt_checkpoint_dir *d, const char *lock, zt_err *err) {
+    char tmp[CK_PATHCAP];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.%s", lock, d->run_id) >= sizeof tmp) return zt_fail(err, "%s: path too long", lock);
+    unlink(tmp); /* a leftover of this run's own earlier try */
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) return zt_fail(err, "%s: cannot be made again: %s", lock, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) || write_holder(d, fd, tmp, err) || rename(tmp, lock)) {
+        zt_fail(err, "%s: cannot be made again: %s", lock, strerror(errno));
         close(fd);
-        return zt_fail(err, "%s: deleted while this run holds the directory, and cannot be locked again", lock);
+        unlink(tmp);
+        return -1;
     }
     close(d->lock_fd);
     d->lock_fd = fd;
-    zt_warn("checkpoint: %s was deleted while this run holds the directory; written again", lock);
+    return 0;
+}
+
+int zt_checkpoint_dir_check(zt_checkpoint_dir *d, zt_err *err) {
+    if (d->lock_fd < 0) return 0;
+    char lock[CK_PATHCAP], shown[600];
+    const char *was = "";
+    if (ck_path_join(lock, sizeof lock, d->path, ".lock", err)) return -1;
+    struct stat now, held;
+    if (fstat(d->lock_fd, &held)) return zt_fail(err, "%s: %s", lock, strerror(errno));
+    int found = lstat(lock, &now) == 0;
+    if (found && now.st_dev == held.st_dev && now.st_ino == held.st_ino) {
+        char rec[512], have[512];
+        int len = holder_record(d, rec, sizeof rec);
+        ssize_t n = pread(d->lock_fd, have, sizeof have, 0);
+        if (n == len && !memcmp(have, rec, (size_t)len)) return 0;
+        if (write_holder(d, d->lock_fd, lock, err)) return -1;
+        zt_warn("checkpoint: %s was overwritten while this run holds the directory; its record written again", lock);
+        return 0;
+    }
+    if (!found && errno != ENOENT) return zt_fail(err, "%s: %s", lock, strerror(errno));
+    if (found) was = holder_at(lock, shown, sizeof shown); /* "holder unknown" for an empty file */
+    if (found && d->dir_fd < 0) {
+        /* no directory lock to prove the directory is still ours: the new file decides. Locked by
+         * another process: a second run got in; not locked: a stray file, replaced by ours. */
+        int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        int taken = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) && errno == EWOULDBLOCK;
+        if (fd >= 0) close(fd);
+        if (taken)
+            return zt_fail(err, "%s: replaced while this run holds the checkpoint directory (now: %s): another run "
+                                "holds it and may be writing there; this run stops without saving", lock, was);
+    }
+    if (restore_lock(d, lock, err)) return -1;
+    if (found) zt_warn("checkpoint: %s was replaced while this run holds the directory (by: %s); restored", lock, was);
+    else zt_warn("checkpoint: %s was deleted while this run holds the directory; restored", lock);
     return 0;
 }
 
@@ -159,6 +202,7 @@ int zt_checkpoint_dir_open(zt_checkpoint_dir *d, const char *path, zt_comm *comm
     memset(d, 0, sizeof *d);
     d->lock_fd = d->dir_fd = -1;
     int rc = (size_t)snprintf(d->path, sizeof d->path, "%s", path) >= sizeof d->path - 64 ? zt_fail(err, "%s: path too long", path) : 0;
+    d->started = time(NULL);
     if (comm->rank == 0) new_run_id(d->run_id);
     if (!rc && comm->rank == 0) rc = take_lock(d, err);
     if (zt_agree(comm, rc, err)) {

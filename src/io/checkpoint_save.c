@@ -474,7 +474,7 @@ static int prunable(const zt_checkpoint_dir *cd, const char *p) {
 }
 
 /* keep_last: removes the oldest complete step directories while more than keep_last remain, except
- * KEEP (the one just saved), cd->keep_step (the newest saved before the divergence guard fired)
+ * KEEP (the one just saved), cd->keep_step (the newest good checkpoint: train.c)
  * and the steps that are not this run's to remove (prunable). */
 static void prune(const zt_checkpoint_dir *cd, const char *keep, int keep_last) {
     if (keep_last <= 0) return;
@@ -488,6 +488,26 @@ static void prune(const zt_checkpoint_dir *cd, const char *keep, int keep_last) 
         left--;
     }
     free(s);
+}
+
+int zt_checkpoint_set_aside(const zt_checkpoint_dir *cd, const long *steps, int n, long good, zt_err *err) {
+    char name[64], from[CK_PATHCAP], to[CK_PATHCAP];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "step_%08ld", steps[i]);
+        if (ck_path_join(from, sizeof from, cd->path, name, err)) return -1;
+        snprintf(name, sizeof name, "unconfirmed_step_%08ld", steps[i]);
+        if (ck_path_join(to, sizeof to, cd->path, name, err)) return -1;
+        if (!ck_is_dir(from)) continue;
+        if (ck_is_dir(to)) ck_rmtree(to); /* set aside by an earlier rollback of this run */
+        if (rename(from, to)) return zt_fail(err, "%s: cannot rename to %s: %s", from, to, strerror(errno));
+    }
+    if (good > 0) {
+        snprintf(name, sizeof name, "step_%08ld", good);
+        return write_latest(cd->path, name, err);
+    }
+    if (ck_path_join(from, sizeof from, cd->path, "latest", err)) return -1;
+    if (unlink(from) && errno != ENOENT) return zt_fail(err, "%s: cannot remove: %s", from, strerror(errno));
+    return ck_fsync_path(cd->path, err);
 }
 
 /* ================================================================ save */

@@ -69,6 +69,45 @@ static int parse_tensor(const zt_st_file *sf, const char *name, const zt_json *v
     return 0;
 }
 
+static int by_offsets(const void *a, const void *b) {
+    const zt_st_tensor *x = *(const zt_st_tensor *const *)a, *y = *(const zt_st_tensor *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* The tensors' byte ranges must tile the data buffer exactly, as the format's specification and the
+ * reference library (InvalidOffset) require: in offset order each begins where the one before ends,
+ * the first at 0, the last ends at the buffer's end. Overlapping or aliased ranges (two names on one
+ * set of bytes: an edit of one would change the other), holes and bytes past the last tensor are
+ * refused, naming the tensor. */
+static int check_layout(const zt_st_file *sf, uint64_t data_size, zt_err *err) {
+    const zt_st_tensor **order = zt_xcalloc((size_t)sf->count + 1, sizeof *order);
+    for (int i = 0; i < sf->count; i++) order[i] = &sf->tensors[i];
+    qsort(order, (size_t)sf->count, sizeof *order, by_offsets);
+    uint64_t at = 0;
+    int rc = 0;
+    const zt_st_tensor *prev = NULL;
+    for (int i = 0; i < sf->count && !rc; i++) {
+        const zt_st_tensor *t = order[i];
+        if (t->begin < at)
+            rc = zt_fail(err, "%s: bad safetensors header: tensor %s has data_offsets [%llu, %llu], which overlap tensor %s's "
+                              "[%llu, %llu] (each tensor needs bytes of its own)", sf->path, t->name,
+                         (unsigned long long)t->begin, (unsigned long long)t->end, prev->name,
+                         (unsigned long long)prev->begin, (unsigned long long)prev->end);
+        else if (t->begin > at)
+            rc = zt_fail(err, "%s: bad safetensors header: data bytes [%llu, %llu) before tensor %s belong to no tensor (a hole "
+                              "in the data buffer)", sf->path, (unsigned long long)at, (unsigned long long)t->begin, t->name);
+        at = t->end;
+        prev = t;
+    }
+    if (!rc && at != data_size)
+        rc = zt_fail(err, "%s: bad safetensors header: the data buffer holds %llu bytes but the tensors cover %llu%s%s "
+                          "(bytes past the last tensor)", sf->path, (unsigned long long)data_size, (unsigned long long)at,
+                     prev ? ", up to the end of tensor " : "", prev ? prev->name : "");
+    free(order);
+    return rc;
+}
+
 int zt_st_open(zt_st_file *sf, const char *path, zt_err *err) {
     memset(sf, 0, sizeof *sf);
     sf->path = zt_xstrdup(path);
@@ -125,6 +164,7 @@ int zt_st_open(zt_st_file *sf, const char *path, zt_err *err) {
         if (parse_tensor(sf, sf->header.keys[i], &sf->header.items[i], data_size, &sf->tensors[sf->count], err)) goto fail;
         sf->count++;
     }
+    if (check_layout(sf, data_size, err)) goto fail;
     return 0;
 fail:
     free(header);

@@ -4,7 +4,8 @@
  * row per step, with CRLF line ends as Python's csv module (which DeepSpeed uses) writes them.
  * Unlike DeepSpeed, a restarted run does not append a second header or repeat rows: at open, each
  * of our CSV files in the directory (Train_Samples_*.csv with a "step," header; nothing else is
- * touched) keeps its header and only the rows up to the resume point. */
+ * touched) keeps its header and only the rows up to the resume point; a last row without its line
+ * end (a full disk, a kill while writing) is cut, so appended rows start on a line of their own. */
 #include "io/monitor.h"
 
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_TAGS 64
 #define TAG_PREFIX "Train_Samples_" /* the file names of monitor.c's tags */
@@ -30,7 +32,16 @@ static int trim_file(const char *path, long keep_upto, zt_err *err) {
     FILE *in = fopen(path, "r");
     if (!in) return zt_fail(err, "%s: cannot read: %s", path, strerror(errno));
     char line[512];
-    if (!fgets(line, sizeof line, in) || strncmp(line, "step,", 5)) {
+    if (!fgets(line, sizeof line, in)) {
+        fclose(in);
+        return 0;
+    }
+    if (!strchr(line, '\n')) { /* not one whole line: its header was cut short (a full disk), so is nothing */
+        fclose(in);
+        zt_warn("csv_monitor: %s holds no whole line (an earlier run stopped while writing it); emptied", path);
+        return truncate(path, 0) ? zt_fail(err, "%s: cannot empty: %s", path, strerror(errno)) : 0;
+    }
+    if (strncmp(line, "step,", 5)) {
         fclose(in);
         return 0;
     }
@@ -46,12 +57,21 @@ static int trim_file(const char *path, long keep_upto, zt_err *err) {
         return rc;
     }
     int first = 1;
+    long torn = 0;
     while (fgets(line, sizeof line, in)) {
         char *end;
         long step = strtol(line, &end, 10);
+        size_t n = strlen(line);
+        if (n == 0 || line[n - 1] != '\n') { /* a row cut short by a full disk or a kill: it and what follows go */
+            torn += (long)n;
+            for (int c; (c = fgetc(in)) != EOF;) torn++;
+            break;
+        }
         if (first || (end != line && *end == ',' && step <= keep_upto)) fputs(line, out);
         first = 0;
     }
+    if (torn) zt_warn("csv_monitor: %s ended inside a row (an earlier run stopped while writing); the torn row is cut "
+                      "(%ld bytes)", path, torn);
     fclose(in);
     int bad = ferror(out) | (fclose(out) != 0);
     int rc = bad || rename(tmp, path) ? zt_fail(err, "%s: cannot rewrite: %s", path, strerror(errno)) : 0;

@@ -14,6 +14,7 @@
 
 #include "io/checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -130,7 +131,50 @@ static int write_all(int fd, const bytes *out) {
     return 0;
 }
 
+/* An event file of an earlier run that stopped inside a record (a full disk, a kill during the write)
+ * is cut back to its last whole record, so the directory reads cleanly: TensorBoard would stop at
+ * the torn record, and our own reader refuses it. -1 with err when the file cannot be cut. */
+static int cut_torn_records(const char *path, zt_err *err) {
+    size_t len;
+    zt_err ignored;
+    unsigned char *p = (unsigned char *)zt_read_file(path, &len, &ignored);
+    if (!p) return 0; /* unreadable: not ours to judge */
+    size_t at = 0;
+    while (len - at >= 12) {
+        uint64_t n = 0;
+        uint32_t crc_len = 0, crc_data = 0;
+        for (int i = 0; i < 8; i++) n |= (uint64_t)p[at + i] << (8 * i);
+        for (int i = 0; i < 4; i++) crc_len |= (uint32_t)p[at + 8 + i] << (8 * i);
+        if (crc_len != zt_crc32c_masked(p + at, 8) || n > len - at - 12 || len - at - 12 - n < 4) break;
+        for (int i = 0; i < 4; i++) crc_data |= (uint32_t)p[at + 12 + n + i] << (8 * i);
+        if (crc_data != zt_crc32c_masked(p + at + 12, n)) break;
+        at += 12 + n + 4;
+    }
+    free(p);
+    if (at == len) return 0;
+    if (truncate(path, (off_t)at)) return zt_fail(err, "%s: cannot cut its torn last record: %s", path, strerror(errno));
+    zt_warn("tensorboard: %s ended inside a record (an earlier run stopped while writing); cut back to its last whole "
+            "record (%zu bytes removed)", path, len - at);
+    return 0;
+}
+
+static int cut_torn_event_files(const char *dir, zt_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        if (strncmp(e->d_name, "events.out.tfevents.", 20)) continue;
+        char *path = zt_xmalloc(strlen(dir) + strlen(e->d_name) + 2);
+        sprintf(path, "%s/%s", dir, e->d_name);
+        rc = cut_torn_records(path, err);
+        free(path);
+    }
+    closedir(d);
+    return rc;
+}
+
 zt_tb_writer *zt_tb_open(const char *dir, long start_step, zt_err *err) {
+    if (cut_torn_event_files(dir, err)) return NULL;
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';

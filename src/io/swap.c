@@ -93,13 +93,6 @@ void zt_swap_buffer_free(void *p) { free(p); }
 const char *zt_swap_path(const zt_swap *s) { return s->path; }
 int zt_swap_is_direct(const zt_swap *s) { return s->direct; }
 
-/* a byte count for messages: MiB below 1 GiB, GiB above */
-static const char *human(double bytes, char *buf, size_t cap) {
-    if (bytes >= (double)(1 << 30)) snprintf(buf, cap, "%.2f GiB", bytes / (double)(1 << 30));
-    else snprintf(buf, cap, "%.2f MiB", bytes / (double)(1 << 20));
-    return buf;
-}
-
 /* " (CONTEXT)" for messages, or "" */
 static const char *context_note(const zt_swap *s, char *buf, size_t cap) {
     if (s->context[0]) snprintf(buf, cap, " (%s)", s->context);
@@ -351,7 +344,7 @@ static void leftovers(const char *dir, char *note, size_t cap) {
     char size[32];
     if (count)
         snprintf(note, cap, " (%d swap file%s of earlier runs %s %s there: remove %s if no run on another host uses %s)",
-                 count, count > 1 ? "s" : "", count > 1 ? "hold" : "holds", human(bytes, size, sizeof size),
+                 count, count > 1 ? "s" : "", count > 1 ? "hold" : "holds", zt_format_bytes(bytes, size, sizeof size),
                  count > 1 ? "them" : "it", count > 1 ? "them" : "it");
 }
 
@@ -395,8 +388,8 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     char need[32], have[32], note[200];
     if (vfs.f_blocks > 0 && (double)s->bytes > free_bytes) {
         leftovers(dir, note, sizeof note);
-        zt_fail(err, "%s: needs %s for %s swap, %s free%s", dir, human((double)s->bytes, need, sizeof need), purpose,
-                human(free_bytes, have, sizeof have), note);
+        zt_fail(err, "%s: needs %s for %s swap, %s free%s", dir, zt_format_bytes((double)s->bytes, need, sizeof need), purpose,
+                zt_format_bytes(free_bytes, have, sizeof have), note);
         return open_fail(s, 0);
     }
 
@@ -416,7 +409,7 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG) {
         leftovers(dir, note, sizeof note);
         zt_fail(err, "%s: needs %s for %s swap, %s free (reserving it: %s)%s", dir,
-                human((double)s->bytes, need, sizeof need), purpose, human(free_bytes, have, sizeof have),
+                zt_format_bytes((double)s->bytes, need, sizeof need), purpose, zt_format_bytes(free_bytes, have, sizeof have),
                 strerror(rc), note);
         return open_fail(s, 1);
     } else if (rc) {

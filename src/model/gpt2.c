@@ -345,6 +345,7 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
     m->act_bytes += m->act_store_bytes;
     m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int) + (m->tp_size > 1 ? (m->tp_size + 1) * 3 * N * sizeof(float) : 0);
     if (ckpt.tiles > 1) m->scratch_bytes += tile_acc_elems(m) * sizeof(float);
+    if (m->tp_size > 1) m->scratch_bytes += (size_t)m->tp_size * Vp * e; /* logits_whole */
     return 0;
 }
 
@@ -381,6 +382,7 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
     if (m->tp) {
         m->xent_stats = be->alloc(3 * N * sizeof(float));
         m->xent_all = be->alloc((size_t)m->tp_size * 3 * N * sizeof(float));
+        m->logits_whole = be->alloc((size_t)m->tp_size * Vp * e);
     }
     if (m->act_store_bytes && !(m->dev_ckpt = be->alloc(m->act_store_bytes))) {
         zt_gpt2_destroy(m);
@@ -393,7 +395,7 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
                        (double)m->act_host_bytes / 1048576.0);
     }
     if (!m->tokens || !m->targets || !m->residual || !m->layer_acts || !m->layer_stats || !m->lnf ||
-        !m->lnf_stats || !m->logits || !m->losses || !m->scratch || (m->tp && (!m->xent_stats || !m->xent_all))) {
+        !m->lnf_stats || !m->logits || !m->losses || !m->scratch || (m->tp && (!m->xent_stats || !m->xent_all || !m->logits_whole))) {
         zt_gpt2_destroy(m);
         return zt_fail(err, "out of %s memory for activations (%.1f MiB needed for B=%d T=%d)", be->name,
                        (double)(m->act_bytes + sc.total * e) / 1048576.0, B, T);
@@ -404,8 +406,8 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
 void zt_gpt2_destroy(zt_gpt2 *m) {
     if (!m->be) return;
     void *bufs[] = {m->tokens, m->targets, m->residual, m->layer_acts, m->layer_stats, m->lnf,
-                    m->lnf_stats, m->logits, m->losses, m->scratch, m->xent_stats, m->xent_all, m->dev_ckpt,
-                    m->tile_acc};
+                    m->lnf_stats, m->logits, m->losses, m->scratch, m->xent_stats, m->xent_all, m->logits_whole,
+                    m->dev_ckpt, m->tile_acc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) m->be->free(bufs[i]);
     if (m->host_ckpt) m->be->host_free(m->host_ckpt);
@@ -828,6 +830,39 @@ float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens,
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->host_losses[i];
     return (float)(sum / N);
+}
+
+/* logits fp32 on the host from `n` compute-dtype elements on the device */
+static void logits_to_host(const zt_gpt2 *m, const void *src, size_t n, float *out) {
+    const zt_backend *be = m->be;
+    if (be->compute_dtype == ZT_F32) {
+        be->copy(out, src, n * 4, ZT_D2H);
+        return;
+    }
+    unsigned short *tmp = zt_xmalloc(n * 2);
+    be->copy(tmp, src, n * 2, ZT_D2H);
+    for (size_t i = 0; i < n; i++) out[i] = zt_bf16_bits_to_f32(tmp[i]);
+    free(tmp);
+}
+
+void zt_gpt2_logits_row(zt_gpt2 *m, int row, float *out) {
+    int V = m->shape.vocab_size, stride = m->logits_stride;
+    const char *mine = (const char *)m->logits + (size_t)row * stride * m->elem_size;
+    if (!m->tp) {
+        logits_to_host(m, mine, (size_t)V, out);
+        return;
+    }
+    /* every tp rank's part has the same row stride (ceil(V / tp) rows rounded up), so one all-gather of
+     * whole strides; rank r's ids start at r ceil(V / tp), and the last ranks' parts end in padding */
+    int tp = m->tp_size, per = (V + tp - 1) / tp;
+    tp_allgather(m, mine, m->logits_whole, (size_t)stride, m->be->compute_dtype);
+    float *host = zt_xmalloc((size_t)tp * stride * sizeof *host);
+    logits_to_host(m, m->logits_whole, (size_t)tp * stride, host);
+    for (int r = 0; r < tp; r++) {
+        int lo = r * per, rows = V - lo < per ? V - lo : per;
+        if (rows > 0) memcpy(out + lo, host + (size_t)r * stride, (size_t)rows * sizeof *out);
+    }
+    free(host);
 }
 
 void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src) {

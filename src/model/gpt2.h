@@ -180,6 +180,7 @@ typedef struct zt_gpt2 {
     float *lnf_stats;       /* [2*N] */
     void *logits;           /* [N * logits_stride], dlogits in place after backward starts */
     float *xent_stats, *xent_all; /* tensor parallelism: [3N] this rank's cross-entropy row statistics, [tp][3N] all */
+    void *logits_whole;     /* tensor parallelism: [tp][logits_stride] one row's logits from every tp rank */
     float *losses;          /* [N] per-token losses (device) */
     float *host_losses;     /* [N] host copy */
     void *scratch;          /* gradient scratch, see gpt2.c */
@@ -203,6 +204,10 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
 float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens, const int *targets, float dloss);
 /* Backward of the last forward (which must have had dloss != 0). Accumulates into src->grads(). */
 void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src);
+/* The whole vocabulary's logits of row `row` of the last forward (targets NULL), as fp32 on the host
+ * (out: vocab_size floats). Under tensor parallelism each rank holds only its vocabulary's logits, so
+ * this is collective over the tp group: every tp rank must call it, and all get the same row. */
+void zt_gpt2_logits_row(zt_gpt2 *m, int row, float *out);
 
 /* FLOPs of one training step's forward+backward per token (6N + attention), PaLM appendix B style */
 double zt_gpt2_flops_per_token(const zt_gpt2_shape *shape, int T);

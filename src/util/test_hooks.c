@@ -49,3 +49,19 @@ int zt_test_hook_nccl_version(int version) {
     const char *v = getenv("ZEROTRAIN_INJECT_NCCL_VERSION");
     return v && *v ? (int)strtol(v, NULL, 10) : version;
 }
+
+int zt_test_hook_no_dir_lock(void) { return hook_on("ZEROTRAIN_INJECT_NO_DIR_LOCK"); }
+
+int zt_test_hook_lr_spike_at(long step) {
+    static int fired; /* once: the steps a rollback repeats do not spike again */
+    if (fired || !hook_is("ZEROTRAIN_INJECT_LR_SPIKE", step)) return 0;
+    fired = 1;
+    return 1;
+}
+
+long zt_test_hook_skip_batches_after(long step) {
+    const char *v = getenv("ZEROTRAIN_INJECT_SKIP_BATCHES");
+    char *end;
+    if (!v || !*v || strtol(v, &end, 10) != step || *end != ':') return 0;
+    return strtol(end + 1, NULL, 10);
+}

@@ -35,6 +35,13 @@
  *                                    has a device per rank (test/t_sim.py, ZEROTRAIN_SIM_DEVICES)
  *   ZEROTRAIN_INJECT_NCCL_VERSION=N  NCCL reports version N (ncclGetVersion's code, 20900 = 2.9.0): an
  *                                    NCCL without bfloat16, which must count as absent (a GPU check)
+ *   ZEROTRAIN_INJECT_NO_DIR_LOCK=1   a checkpoint directory is not flock'ed itself, as on NFS: the
+ *                                    .lock file alone holds it (test/t_checkpoint_faults.py)
+ *   ZEROTRAIN_INJECT_LR_SPIKE=S      the learning rate of step S (1-based) times 1e4, once a process (not
+ *                                    again after a rollback): an update that diverges, seen by the
+ *                                    guard only at the next step's loss (test/t_guard.py)
+ *   ZEROTRAIN_INJECT_SKIP_BATCHES=S:K  after step S the data stream jumps K global batches: the run that
+ *                                    never saw the batches a rollback skips (test/t_guard.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -71,5 +78,14 @@ int zt_test_hook_local_rank_from_env(void);
 
 /* ZEROTRAIN_INJECT_NCCL_VERSION's number, or `version` when it is not set. */
 int zt_test_hook_nccl_version(int version);
+
+/* 1 when ZEROTRAIN_INJECT_NO_DIR_LOCK is set (not "0"). */
+int zt_test_hook_no_dir_lock(void);
+
+/* 1 when ZEROTRAIN_INJECT_LR_SPIKE is `step`, the first time it is asked in the process. */
+int zt_test_hook_lr_spike_at(long step);
+
+/* K when ZEROTRAIN_INJECT_SKIP_BATCHES is "step:K"; else 0. */
+long zt_test_hook_skip_batches_after(long step);
 
 #endif

@@ -1,9 +1,12 @@
 /* util.c — see util.h */
+#define _GNU_SOURCE /* memrchr */
 #include "util/util.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -292,38 +295,67 @@ void zt_suggest(const char *word, const char *const *cands, int n, char *out, si
 
 char *zt_read_file(const char *path, size_t *len, zt_err *err) { return zt_read_file_max(path, SIZE_MAX, len, err); }
 
+/* seconds a pipe or device may go without data while read (ZEROTRAIN_PIPE_TIMEOUT, default 30) */
+static double pipe_timeout(void) {
+    const char *env = getenv("ZEROTRAIN_PIPE_TIMEOUT");
+    double s = env && *env ? atof(env) : 30.0;
+    return s > 0 ? s : 30.0;
+}
+
 char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    /* O_NONBLOCK: opening a FIFO nobody has opened for writing would otherwise wait forever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
         zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
+    struct stat st;
+    int streamed = fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode));
+    double wait_s = pipe_timeout();
     size_t cap = 1 << 16, n = 0;
     char *buf = zt_xmalloc(cap);
+    const char *why = NULL;
     for (;;) {
         if (n > max) { /* a device or pipe has no size to look at first: stop one byte past max */
             free(buf);
-            fclose(f);
+            close(fd);
             zt_fail(err, "%s: larger than %zu bytes, the most this file may hold", path, max);
             return NULL;
         }
         if (n + 1 >= cap) {
             cap *= 2;
             char *grown = realloc(buf, cap);
-            if (!grown) { free(buf); fclose(f); zt_fail(err, "%s: out of memory reading", path); return NULL; }
+            if (!grown) { free(buf); close(fd); zt_fail(err, "%s: out of memory reading", path); return NULL; }
             buf = grown;
         }
-        size_t got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
+        if (streamed) { /* a pipe or device: wait for data (or the writer's end) a bounded time */
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            int ready = poll(&pf, 1, (int)(wait_s * 1000));
+            if (ready < 0 && errno == EINTR) continue;
+            if (ready == 0) {
+                free(buf);
+                close(fd);
+                zt_fail(err, "%s: no data within %g s (a %s nobody writes to; ZEROTRAIN_PIPE_TIMEOUT sets the wait)", path,
+                        wait_s, S_ISFIFO(st.st_mode) ? "named pipe" : S_ISCHR(st.st_mode) ? "device" : "socket");
+                return NULL;
+            }
+        }
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got > 0) {
+            n += (size_t)got;
+            continue;
+        }
         if (got == 0) break;
+        if (errno == EINTR || errno == EAGAIN) continue; /* EAGAIN: poll again */
+        why = strerror(errno);
+        break;
     }
-    if (ferror(f)) {
+    close(fd);
+    if (why) {
         free(buf);
-        fclose(f);
-        zt_fail(err, "%s: read error", path);
+        zt_fail(err, "%s: read error: %s", path, why);
         return NULL;
     }
-    fclose(f);
     buf[n] = '\0';
     if (len) *len = n;
     return buf;
@@ -391,4 +423,47 @@ float zt_rng_normal(zt_rng *rng) {
     float u1 = zt_rng_uniform(rng), u2 = zt_rng_uniform(rng);
     if (u1 < 1e-12f) u1 = 1e-12f;
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+}
+
+int zt_cut_torn_line(const char *path, long *cut, zt_err *err) {
+    if (cut) *cut = 0;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { /* a pipe or device: nothing to cut */
+        close(fd);
+        return 0;
+    }
+    off_t end = st.st_size; /* scan back from the end, a block at a time, for the last '\n' */
+    char buf[4096];
+    while (end > 0) {
+        off_t from = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+        ssize_t n = pread(fd, buf, (size_t)(end - from), from);
+        if (n != end - from) {
+            int rc = zt_fail(err, "%s: cannot read: %s", path, n < 0 ? strerror(errno) : "short read");
+            close(fd);
+            return rc;
+        }
+        char *nl = memrchr(buf, '\n', (size_t)n);
+        if (nl) {
+            end = from + (nl - buf) + 1;
+            break;
+        }
+        end = from;
+    }
+    int rc = 0;
+    if (end < st.st_size) {
+        if (ftruncate(fd, end)) rc = zt_fail(err, "%s: cannot cut its torn last record: %s", path, strerror(errno));
+        else if (cut) *cut = (long)(st.st_size - end);
+    }
+    close(fd);
+    return rc;
+}
+
+const char *zt_format_bytes(double bytes, char *buf, size_t cap) {
+    if (bytes >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", bytes / 1073741824.0);
+    else if (bytes >= 1048576.0) snprintf(buf, cap, "%.2f MiB", bytes / 1048576.0);
+    else if (bytes >= 1024.0) snprintf(buf, cap, "%.2f KiB", bytes / 1024.0);
+    else snprintf(buf, cap, "%.0f bytes", bytes);
+    return buf;
 }

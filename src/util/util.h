@@ -72,13 +72,26 @@ void zt_sb_printf(zt_sb *b, const char *fmt, ...) __attribute__((format(printf, 
  * B is 1. Returns 0 and sets *out (>= 0), or -1 for anything else. */
 int zt_parse_bytes(const char *text, double *out);
 
+/* A byte count for messages, in the unit that shows it: "1.50 GiB", "2.00 MiB", "512.00 KiB", "100 bytes"
+ * (so a 1 MiB budget never reads as "0.0 GiB"). Writes into buf and returns it. */
+const char *zt_format_bytes(double bytes, char *buf, size_t cap);
+
 /* Writes " (did you mean 'X'?)" into out when one of the n candidates is within a third of word's
  * length in edit distance (case-insensitive, at least 2), else "". */
 void zt_suggest(const char *word, const char *const *cands, int n, char *out, size_t cap);
 
+/* A file of newline-ended records (JSON lines, CSV rows) that a killed or failed writer may have
+ * left ending inside a record: cut back to just after its last '\n' (or to nothing when it has
+ * none), so a run that appends to it starts at a whole record. A missing file is fine. Sets *cut to
+ * the bytes removed (may be NULL). 0, or -1 with "PATH: ..." in err. */
+int zt_cut_torn_line(const char *path, long *cut, zt_err *err);
+
 /* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). */
 char *zt_read_file(const char *path, size_t *len, zt_err *err);
-/* The same, refusing a file (or device, or pipe) of more than max bytes without reading it all. */
+/* The same, refusing a file (or device, or pipe) of more than max bytes without reading it all. A
+ * pipe, FIFO or character device is read with a bound: no data (nor its writer's end) within
+ * ZEROTRAIN_PIPE_TIMEOUT seconds (default 30) fails with one line, so a FIFO nobody writes to does
+ * not hang the command; process substitution (<(...)) reads as before. */
 char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err);
 
 /* Deterministic RNG (xorshift64* seeded by splitmix64) for init, data order and sampling. */
