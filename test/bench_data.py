@@ -12,8 +12,7 @@ import tempfile
 import ztlib
 
 T = 1024
-SETS = ["model={n_layer: 2, n_head: 2, n_embd: 64, n_positions: 1024, vocab_size: 256}", f"data.seq_len={T}",
-        "data.val=", "train_iters=3", "train_batch_size=4", "train_micro_batch_size_per_gpu=2"]
+SETS = ztlib.DATA_BENCH_SETS
 MB = 1000 * 1000
 where = os.environ.get("ZT_BENCH_DIR", os.path.join(ztlib.ROOT, "build"))
 tmp = tempfile.mkdtemp(prefix="bench_data_", dir=where)
