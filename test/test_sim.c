@@ -375,6 +375,12 @@ static void pinned_copies(void *p) {
     free(m);
 }
 
+/* pinned memory released with free(), as ratio auto's calibration once did (it crashed on a GPU) */
+static void pinned_freed_with_free(void *p) {
+    void *h = sim->host_alloc(4096);
+    free(h);
+}
+
 static void *unbound_thread_main(void *p) {
     sim->scale(p, 2.0f, 16);
     return NULL;
@@ -422,6 +428,9 @@ static void faults(void) {
     }
     pinned_copies(buf); /* here, not in a child: a forked child has no lane threads */
     CHECK(1, "async_copies_from_host_alloc_run", "");
+    err = in_child(pinned_freed_with_free, NULL, &st);
+    CHECK(WIFSIGNALED(st) && strstr(err, "is host_alloc's (pinned) memory, released with free()"),
+          "host_alloc_buffer_freed_with_free_stops", "status %d, stderr: %.300s", st, err);
     err = in_child(freed, NULL, &st);
     CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(err, "freed device memory"), "op_on_freed_buffer_stops",
           "status %d, stderr: %.300s", st, err);

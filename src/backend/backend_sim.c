@@ -25,7 +25,9 @@
  *     synchronize shows up as a wrong loss.
  *   - Pinned memory: copy_async, copy_ahead and transfer take their host end from host_alloc (CUDA's
  *     pinned memory) or stop the run, named: from pageable memory a GPU's copy is staged and may
- *     synchronize, which no result would show.
+ *     synchronize, which no result would show. A host_alloc buffer released with free() instead of
+ *     host_free faults on the no-access page in front of it, named (cudaFreeHost's memory crashes
+ *     free() on a GPU).
  *   - Threads: a thread other than the one that asked for the device must call bind_thread before
  *     any other entry (CUDA's threads start on GPU 0); one that does not is stopped, named.
  *   - Several devices: ZEROTRAIN_SIM_DEVICES=N gives a machine N of them, opened by node-local rank
@@ -193,10 +195,22 @@ static void *host(const void *p, const char *op, const char *arg) {
     return (void *)p;
 }
 
-/* A host access to the arena: say which buffer, print the host stack, then fault for real. */
+static void *pinned_guarded(const void *addr);
+
+/* A host access to the arena: say which buffer, print the host stack, then fault for real. The same
+ * for free() of a host_alloc buffer (it reads the guard page in front of it). */
 static void on_segv(int sig, siginfo_t *si, void *ctx) {
     (void)ctx;
-    if (in_arena(si->si_addr)) {
+    void *pinned = pinned_guarded(si->si_addr);
+    if (pinned) {
+        char line[256];
+        int n = snprintf(line, sizeof line,
+                         "zerotrain: error: simulated device: %p is host_alloc's (pinned) memory, released with "
+                         "free() or read below its start: pinned memory goes back through host_free\n", pinned);
+        if (write(2, line, (size_t)n) < 0) {}
+        void *frames[32];
+        backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+    } else if (in_arena(si->si_addr)) {
         char line[256];
         int n = snprintf(line, sizeof line,
                          "zerotrain: error: simulated device: host access to device memory at %p (arena offset "
@@ -375,12 +389,25 @@ static struct {
     int n, cap;
 } g_pinned = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* Each host_alloc buffer is its own mapping with a page of no access rights in front: free() of it
+ * (CUDA's pinned memory wants cudaFreeHost; glibc reads the chunk header just below the pointer)
+ * faults there at once, and the SIGSEGV handler names the buffer. On the first H100 run, ratio
+ * auto's calibration freed its pinned transfer buffers with free() and crashed, while the sim's
+ * malloc'ed stand-ins let the same code pass. */
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+static size_t pinned_span(size_t bytes) { return (bytes + page_size() - 1) / page_size() * page_size() + page_size(); }
+
 static void *sim_host_alloc(size_t bytes) {
     size_t sz = (bytes + 63) / 64 * 64;
     if (!sz) sz = 64;
-    void *p = aligned_alloc(64, sz);
-    if (!p) return NULL;
-    memset(p, 0, sz);
+    size_t span = pinned_span(sz);
+    char *base = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    if (mprotect(base, page_size(), PROT_NONE)) {
+        munmap(base, span);
+        return NULL;
+    }
+    char *p = base + page_size(); /* zeroed, as every fresh anonymous page */
     pthread_mutex_lock(&g_pinned.lock);
     if (g_pinned.n == g_pinned.cap) {
         g_pinned.cap = g_pinned.cap ? 2 * g_pinned.cap : 64;
@@ -398,10 +425,19 @@ static void sim_host_free(void *p) {
     int i = 0;
     while (i < g_pinned.n && g_pinned.b[i].p != p) i++;
     int found = i < g_pinned.n;
+    size_t size = found ? g_pinned.b[i].size : 0;
     if (found) g_pinned.b[i] = g_pinned.b[--g_pinned.n];
     pthread_mutex_unlock(&g_pinned.lock);
     if (!found) sim_fatal("host_free: %p did not come from host_alloc", p);
-    free(p);
+    munmap((char *)p - page_size(), pinned_span(size));
+}
+/* the host_alloc buffer whose guard page holds addr, or NULL (from the SIGSEGV handler: no lock,
+ * the process is about to end) */
+static void *pinned_guarded(const void *addr) {
+    const char *a = addr;
+    for (int i = 0; i < g_pinned.n; i++)
+        if (a >= g_pinned.b[i].p - page_size() && a < g_pinned.b[i].p) return g_pinned.b[i].p;
+    return NULL;
 }
 /* whether host range [p, p + bytes) lies inside one live host_alloc buffer */
 static int is_pinned(const void *p, size_t bytes) {
