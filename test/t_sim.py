@@ -261,5 +261,12 @@ p = bare_launch({"ZEROTRAIN_INJECT_LOCAL_RANK_FROM_ENV": "1"})
 ztlib.check(p.returncode != 0 and "ranks 0 and 1 both opened device 0" in p.stderr, "sim_devices_shared_refused",
             p.stderr[-800:])
 
+# ratio auto's calibration on the simulated GPU: its transfer buffers are pinned (host_alloc) and go
+# back through host_free; free() of one faults on the sim as it crashed on the H100
+p, rows = sim_run(["zero_optimization.stage=2", "zero_optimization.offload_optimizer={device: cpu, ratio: auto}"], 1, 5,
+                  iters=2)
+ztlib.check(p.returncode == 0 and len(rows) == 2 and "ratio auto" in p.stdout + p.stderr, "sim_ratio_auto_calibrates",
+            (p.stderr or p.stdout)[-600:])
+
 shutil.rmtree(work, ignore_errors=True)
 ztlib.finish()
