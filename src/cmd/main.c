@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "  run -n N [--hostfile FILE] CONFIG [--set KEY=VALUE]...   start mpirun/srun for train\n"
             "  config CONFIG [--ranks N] [--set KEY=VALUE]...   check a config, print the effective config\n"
             "  estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB]   memory per rank per ZeRO stage\n"
+            "  predict CONFIG --hw PROFILE [--steps K] [--set KEY=VALUE]...   step time on a GPU machine (configs/hw/)\n"
             "  export CHECKPOINT -o DIR [--format safetensors|hdf5] [--dtype fp32|bf16|fp16] [--vocab DIR]\n"
             "  info CHECKPOINT                     step, world size, stage, sizes, config, integrity\n"
             "  selftest [--device cuda]            GPU ops against the CPU backend\n");
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
         {"train", zt_cmd_train, 1},   {"tokenize", zt_cmd_tokenize, 0}, {"sample", zt_cmd_sample, 1},
         {"eval", zt_cmd_eval, 1},     {"selftest", zt_cmd_selftest, 1}, {"estimate", zt_cmd_estimate, 0},
         {"run", zt_cmd_run, 0},       {"export", zt_cmd_export, 1},     {"info", zt_cmd_info, 1},     {"config", zt_cmd_config, 0},
+        {"predict", zt_cmd_predict, 1},
     };
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);

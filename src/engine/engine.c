@@ -26,6 +26,7 @@
 
 #include "backend/cpu_adam.h"
 #include "comm/fail_together.h"
+#include "util/clock.h"
 
 const char *const zt_mem_category_names[ZT_MEM_NCAT] = {"params", "grads", "optimizer", "activations", "comm"};
 
@@ -125,7 +126,7 @@ int zt_engine_params_on_host(const zt_engine *e) { return e->params_on_host; }
 /* device bytes in use now: allocations (stage 3 gather buffers counted whole) + activations */
 static void trace_memory(zt_engine *e) {
     if (!e->trace) return;
-    zt_trace_counter(e->trace, "memory (MiB)", zt_now(), "device", (double)mem_sum(e->mem.device) / 1048576.0, "host",
+    zt_trace_counter(e->trace, "memory (MiB)", zt_clock_now(), "device", (double)mem_sum(e->mem.device) / 1048576.0, "host",
                      (double)mem_sum(e->mem.host) / 1048576.0);
 }
 
@@ -359,7 +360,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     if (e->opt.stage == 3) zero_end_micros(e);
     zero_finish_all(e);
     twin_settle(e); /* the last update's host lanes, if still running */
-    double tn0 = zt_now();
+    double tn0 = zt_clock_now();
     *skipped = 0;
     /* with loss scaling the step may be skipped (overflow), so the norm comes before the host
      * threads start moving gradients; without it the first transfers overlap the norm */
@@ -367,7 +368,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     double norm = norm_first ? zero_grad_norm(e) / loss_scale : 0.0;
     if (!isfinite(norm)) {
         *skipped = 1;
-        zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_now());
+        zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_clock_now());
         return norm;
     }
     twin_flow *tf = zt_xcalloc(1, sizeof *tf); /* freed by twin_update or, later, twin_settle */
@@ -375,7 +376,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     if (!norm_first) norm = zero_grad_norm(e);
     float clip = 1.0f;
     if (max_norm > 0 && norm > max_norm) clip = (float)(max_norm / (norm + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
-    double tn1 = zt_now();
+    double tn1 = zt_clock_now();
     e->timing.grad_norm = tn1 - tn0;
     zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm", tn0, tn1);
 

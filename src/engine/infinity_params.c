@@ -26,6 +26,7 @@
 #include "engine/engine_internal.h"
 #include "io/swap.h"
 #include "util/test_hooks.h"
+#include "util/clock.h"
 
 typedef struct param_buf {
     char *buf;
@@ -270,9 +271,9 @@ const void *inf_param_fetch(zt_engine *e, int seg) {
     r->b[i].used = ++r->clock;
     r->b[i].ahead = 0; /* a later fetch of the same piece from here is no read-ahead */
     read_ahead(e);
-    double t0 = zt_now();
+    double t0 = zt_clock_now();
     wait_buf(e, &r->b[i]);
-    double t1 = zt_now();
+    double t1 = zt_clock_now();
     r->pieces++;
     r->wait_seconds += t1 - t0;
     if (t1 - t0 > 1e-5) zt_trace_complete(e->trace, ZT_LANE_MAIN, "param NVMe read wait", t0, t1);

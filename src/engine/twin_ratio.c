@@ -15,6 +15,7 @@
 
 #include "backend/cpu_adam.h"
 #include "engine/engine_internal.h"
+#include "util/clock.h"
 
 #define MIB 1048576.0
 #define GIB 1073741824.0
@@ -211,10 +212,10 @@ static void *lane_main(void *arg) {
     atomic_int *stop = &l->pace->stop;
     zt_backend_bind_thread(l->e->be); /* the copy lanes transfer on the backend's device */
     for (int pass = 0; pace_pass(l, pass); pass++) {
-        double t0 = zt_now();
+        double t0 = zt_clock_now();
         if (l->kind == LANE_HOST_ADAM) host_pass(l->e, l->c, l->st);
         else copy_pass(l->e, l->c, l->kind == LANE_D2H ? ZT_D2H : ZT_H2D);
-        double t = zt_now() - t0;
+        double t = zt_clock_now() - t0;
         if (pass > 0 && !atomic_load(stop)) { /* a pass that ended alone does not count */
             l->seconds += t;
             atomic_fetch_add(&l->timed, 1);
@@ -248,15 +249,15 @@ static void calibrate(const zt_engine *e, size_t n, double rates[4]) {
         if (pthread_create(&lanes[k].th, NULL, lane_main, &lanes[k])) break;
         started++;
     }
-    double dev_seconds = 0, t_start = zt_now();
+    double dev_seconds = 0, t_start = zt_clock_now();
     int dev_timed = 0;
     for (int pass = 0; started == NLANES; pass++) {
-        double t0 = zt_now();
+        double t0 = zt_clock_now();
         device_pass(e, &c, &st);
-        if (pass > 0) dev_seconds += zt_now() - t0, dev_timed++;
+        if (pass > 0) dev_seconds += zt_clock_now() - t0, dev_timed++;
         int least = dev_timed;
         for (int k = 0; k < NLANES; k++) least = least < atomic_load(&lanes[k].timed) ? least : atomic_load(&lanes[k].timed);
-        if (least >= 3 || (least >= 1 && zt_now() - t_start > 10.0)) break;
+        if (least >= 3 || (least >= 1 && zt_clock_now() - t_start > 10.0)) break;
     }
     pthread_mutex_lock(&pace.mu);
     atomic_store(&pace.stop, 1);

@@ -8,11 +8,13 @@
  * event is left open either.
  *
  * One time base for every rank: "ts" is microseconds since the Unix epoch. Event times come from
- * zt_now() (monotonic, immune to clock steps during the run); each rank converts them with the
+ * zt_clock_now() (the run's clock, util/clock.h: monotonic wall time, or the simulated GPU's virtual
+ * time under a hardware profile); each rank converts them with the
  * offset between CLOCK_REALTIME and CLOCK_MONOTONIC taken when it opens its trace. Ranks on one
  * machine then agree to within microseconds, ranks on several machines as well as their clocks
  * do (NTP), and the per-rank files can simply be concatenated into one trace. */
 #include "io/trace.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +28,7 @@ struct zt_trace {
     int fd;
     char *path;
     int rank;
-    double to_unix; /* zt_unix_time() - zt_now() at open: adds to a zt_now() time to give Unix time */
+    double to_unix; /* zt_unix_time() - zt_clock_now() at open: adds to a zt_clock_now() time to give Unix time */
     int write_failed;
     int write_errno; /* the first failed write's reason (ENOSPC on a full disk); 0 = a cut event */
     pthread_mutex_t mu;
@@ -90,7 +92,7 @@ zt_trace *zt_trace_open(const char *path, int rank, zt_err *err) {
     t->fd = fd;
     t->path = full;
     t->rank = rank;
-    t->to_unix = zt_unix_time() - zt_now();
+    t->to_unix = zt_unix_time() - zt_clock_now();
     pthread_mutex_init(&t->mu, NULL);
     emit(t, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
     emit(t, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", rank,

@@ -1,0 +1,45 @@
+/* clock.h — the clock a run's schedule is measured on: step times, the engine's timing breakdown,
+ * the trace and ratio auto's speed measurements all read zt_clock_now(). It is the monotonic wall
+ * clock, unless a timed device installs a virtual one (the simulated GPU under a hardware profile,
+ * backend/sim_clock.c), where each thread keeps its own time and the costs come from the profile.
+ *
+ * What the virtual clock needs from the code it times, and the wall clock ignores:
+ *   - a handoff between host threads carries a time: the thread that publishes progress (a chunk
+ *     done, a thread started) takes zt_clock_now() and hands it over with the data; the thread that
+ *     waited for it calls zt_clock_after(t), so its time is the later of its own and t;
+ *   - host work that the device does not see (CPU Adam, a cast or copy in host memory, NVMe I/O)
+ *     is declared with zt_clock_host_work, which advances the calling thread by what the profile
+ *     says it costs (on the wall clock the work itself took the time).
+ * Timeouts (the watchdog, MPI start-up) stay on zt_now(): they are about the real process. */
+#ifndef ZT_CLOCK_H
+#define ZT_CLOCK_H
+
+/* host work kinds for zt_clock_host_work */
+enum {
+    ZT_WORK_ADAM,       /* CPU AdamW: amount = elements, bytes = bytes moved through host memory */
+    ZT_WORK_COPY,       /* a memcpy or cast in host memory: bytes = read + write */
+    ZT_WORK_NVME_READ,  /* bytes read from an NVMe swap file */
+    ZT_WORK_NVME_WRITE, /* bytes written to one */
+    ZT_WORK_NKIND
+};
+
+typedef struct zt_clock_ops {
+    double (*now)(void);
+    void (*after)(double t);
+    void (*host_work)(int kind, double amount, double bytes, int threads);
+} zt_clock_ops;
+
+/* Installs ops as the process's clock (NULL: back to the wall clock). Done once at start, before
+ * any thread reads the clock. */
+void zt_clock_install(const zt_clock_ops *ops);
+/* whether a virtual clock is installed */
+int zt_clock_is_virtual(void);
+/* seconds on the run's clock: the calling thread's time (zt_now() on the wall clock) */
+double zt_clock_now(void);
+/* the calling thread has waited for an event that happened at time t (another thread's
+ * zt_clock_now() when it published it); nothing on the wall clock */
+void zt_clock_after(double t);
+/* the calling thread did host work of `kind` on `threads` threads; nothing on the wall clock */
+void zt_clock_host_work(int kind, double amount, double bytes, int threads);
+
+#endif
