@@ -239,7 +239,7 @@ double zt_hw_pcie_seconds(const zt_hw_profile *p, zt_copy_kind kind, int pinned,
 }
 
 double zt_hw_host_adam_seconds(const zt_hw_profile *p, double n, int threads, double bytes_per_elem) {
-    int t = threads < 1 ? 1 : threads > p->host_cores ? p->host_cores : threads;
+    int t = threads < 1 || threads > p->host_cores ? p->host_cores : threads; /* 0: OpenMP's default, every core */
     double compute = n / (p->adam_per_core * t), memory = n * bytes_per_elem / p->host_bw;
     return fmax(compute, memory);
 }

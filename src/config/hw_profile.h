@@ -62,7 +62,7 @@ double zt_hw_attention_seconds(const zt_hw_profile *p, zt_dtype dt, double flops
 double zt_hw_elementwise_seconds(const zt_hw_profile *p, double bytes);
 /* a PCIe copy of `bytes` in direction kind (ZT_H2D or ZT_D2H), from pinned or pageable host memory */
 double zt_hw_pcie_seconds(const zt_hw_profile *p, zt_copy_kind kind, int pinned, double bytes);
-/* CPU AdamW over n elements on `threads` threads (bandwidth- or compute-bound, whichever binds),
+/* CPU AdamW over n elements on `threads` threads (0: every core; bandwidth- or compute-bound, whichever binds),
  * moving bytes_per_elem through host memory */
 double zt_hw_host_adam_seconds(const zt_hw_profile *p, double n, int threads, double bytes_per_elem);
 /* a single-threaded host memcpy or cast moving `bytes` (read + write) */

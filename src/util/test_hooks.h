@@ -21,6 +21,8 @@
  *   ZEROTRAIN_INJECT_TP_DIVERGE=T    tensor-parallel rank T's master copy of transformer.ln_f.bias (a tensor
  *                                    every tp rank holds whole) has one bit flipped as it is saved: the
  *                                    divergence the save's guard must refuse (test/t_tp_checkpoint.py)
+ *   ZEROTRAIN_INJECT_EXTRA_SYNC=1    the model's forward synchronize()s after every block: a needless
+ *                                    wait that the virtual clock must see (test/t_predict.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -45,5 +47,8 @@ int zt_test_hook_stop_in_finalize(int rank);
 
 /* 1 when ZEROTRAIN_INJECT_TP_DIVERGE is `tp_rank`. */
 int zt_test_hook_tp_diverge(int tp_rank);
+
+/* 1 when ZEROTRAIN_INJECT_EXTRA_SYNC is set (not "0"). */
+int zt_test_hook_extra_sync(void);
 
 #endif
