@@ -138,6 +138,14 @@ int zt_cmd_predict(int argc, char **argv) {
     }
     int fp16 = cfg.fp16_enabled;
     zt_config_free(&cfg);
+    zt_hw_profile prof; /* read here first, so that a bad profile is named as predict's */
+    if (zt_hw_profile_load(&prof, hw, &err)) {
+        zt_err e2;
+        zt_fail(&e2, "predict --hw: %s", err.msg);
+        zt_print_error(&e2);
+        free(sets);
+        return 1;
+    }
 
     setenv("ZEROTRAIN_SIM_PROFILE", hw, 1);
     if (!perform) setenv("ZEROTRAIN_SIM_DRY", "1", 1);

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""t_predict.py — `zerotrain predict` and the simulated GPU's virtual clock (backend/sim_clock.c).
+
+Nothing here reads a wall clock: every time checked is a prediction, deterministic by construction.
+  - every shipped profile (configs/hw/) loads and predicts; a profile with an unknown key, one with
+    a key missing and an unknown profile name are refused with one line naming the problem;
+  - the virtual schedule is the real one: for a small Twin-Flow config, the engine's trace on the
+    virtual clock has, lane by lane, the same events in the same order as the trace of a real
+    (untimed, jittered) simulated run — the waits aside, which a run records only when it waited;
+  - the prediction is deterministic, and the same whether the ops are performed or only costed;
+  - a needless synchronize after every block (ZEROTRAIN_INJECT_EXTRA_SYNC) moves the predicted time;
+  - consistency on an H100 profile for a model that fits: Twin-Flow ratio 1 slower than 0.5, 0.5
+    slower than 0; the same config slower on an A100 than on an H100, and on an H100 than an H200;
+  - capacity binds: a profile with too little device memory fails as the device would;
+  - the H100 profile reproduces its calibration point: GPT-2 124M B16 T1024 bf16 within 5 % of the
+    438k tokens/s measured on the lent H100 (README)."""
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import ztlib
+
+ztlib.ensure_shakespeare()
+cfg = os.path.join(ztlib.ROOT, "configs", "tiny.yaml")
+work = tempfile.mkdtemp(prefix="zt_predict_")
+WIDER = ["model.n_embd=256", "model.n_head=4", "model.n_layer=4"]
+TWIN = "zero_optimization.offload_optimizer={{device: cpu, ratio: {}}}"
+
+
+def predict(hw, sets=(), extra=(), env=None, config=cfg):
+    args = ["predict", config, "--hw", hw] + list(extra)
+    for s in sets:
+        args += ["--set", s]
+    p = ztlib.run(args, env=env, timeout=600)
+    m = re.search(r"step time\s+([0-9.]+) ms", p.stdout)
+    return p, float(m.group(1)) if m and p.returncode == 0 else None
+
+
+# ---- profiles
+for hw in ("h100-sxm", "h100-pcie", "h200", "a100-40gb", "v100-32gb"):
+    p, ms = predict(hw)
+    ztlib.check(ms is not None and ms > 0, f"profile_{hw}_predicts", p.stderr[-400:])
+
+with open(os.path.join(ztlib.ROOT, "configs", "hw", "h100-sxm.yaml")) as f:
+    h100 = f.read()
+bad = os.path.join(work, "bad.yaml")
+with open(bad, "w") as f:
+    f.write(h100.replace("  memory_bandwidth_gbs: 3000", "  memory_bandwidth_gb: 3000"))
+p, _ = predict(bad)
+ztlib.check(p.returncode != 0 and "memory_bandwidth_gb: unknown key" in p.stderr and "did you mean" in p.stderr
+            and re.search(r"bad\.yaml:\d+:\d+:", p.stderr), "profile_unknown_key_refused", p.stderr[-400:])
+with open(bad, "w") as f:
+    f.write(re.sub(r"(?m)^  sync_us:.*\n", "", h100))
+p, _ = predict(bad)
+ztlib.check(p.returncode != 0 and "missing key device.sync_us" in p.stderr, "profile_missing_key_refused",
+            p.stderr[-400:])
+p, _ = predict("b200")
+ztlib.check(p.returncode != 0 and "no b200.yaml" in p.stderr and "h100-sxm" in p.stderr, "profile_unknown_name_refused",
+            p.stderr[-400:])
+
+
+# ---- the virtual schedule is the real one
+def lanes(path):
+    """{tid: [event names in time order]} of a trace's complete events, waits left out"""
+    with open(path) as f:
+        events = json.load(f)
+    by = {}
+    for i, e in enumerate(events):
+        if e.get("ph") != "X" or "wait" in e["name"] or "idle" in e["name"]:
+            continue
+        by.setdefault(e["tid"], []).append((e["ts"], i, e["name"]))
+    return {t: [n for _, _, n in sorted(v)] for t, v in by.items()}
+
+
+for name, sets in (("twin_flow", [TWIN.format(0.5)]),
+                   ("twin_flow_overlap", ["zero_optimization.offload_optimizer={device: cpu, ratio: 0.5, overlap_step: true}"]),
+                   ("checkpointing_stage1", ["activation_checkpointing.enabled=true", "zero_optimization.stage=1"])):
+    real, virt = os.path.join(work, f"{name}_real.json"), os.path.join(work, f"{name}_virt.json")
+    args = ["train", cfg, "--set", "device=sim", "--set", "train_iters=3", "--set", f"trace={real}"]
+    for s in sets:
+        args += ["--set", s]
+    pr = ztlib.run(args, env={"ZEROTRAIN_SIM_JITTER": "7"})
+    pv, ms = predict("h100-sxm", sets, ["--perform", "--steps", "3", "--trace", virt])
+    r = lanes(real.replace(".json", ".rank0.json")) if pr.returncode == 0 else None
+    v = lanes(virt.replace(".json", ".rank0.json")) if pv.returncode == 0 else None
+    diff = ""
+    if r and v:
+        for t in sorted(set(r) | set(v)):
+            if r.get(t) != v.get(t):
+                diff = f"lane {t}: real {r.get(t, [])[:8]}... virtual {v.get(t, [])[:8]}..."
+                break
+    ztlib.check(r is not None and v is not None and len(r) >= (3 if "twin" in name else 1) and not diff,
+                f"virtual_order_equals_real_{name}", diff or (pr.stderr + pv.stderr)[-400:])
+
+# ---- the handoffs between host threads carry their times: on the virtual clock chunk i's CPU Adam
+# starts after its gradients are down, and its parameters go up after its CPU Adam
+def spans(path, name):
+    with open(path) as f:
+        return sorted((e["ts"], e["ts"] + e["dur"]) for e in json.load(f) if e.get("ph") == "X" and e["name"] == name)
+
+
+virt = os.path.join(work, "twin_flow_virt.rank0.json")
+if os.path.exists(virt):
+    d2h, adam, h2d = spans(virt, "D2H grads"), spans(virt, "host adam"), spans(virt, "H2D params")
+    bad = [i for i in range(min(len(d2h), len(adam), len(h2d)))
+           if adam[i][0] < d2h[i][1] - 0.5 or h2d[i][0] < adam[i][1] - 0.5]  # ts: Unix µs in a double, 0.25 µs apart
+    ztlib.check(len(d2h) == len(adam) == len(h2d) >= 3 and not bad, "virtual_handoffs_causal_twin_flow",
+                f"{len(d2h)}/{len(adam)}/{len(h2d)} chunks, out of order: {bad[:5]}")
+
+# ---- deterministic, and the same whether the ops run or are only costed
+sets = WIDER + [TWIN.format(0.5)]
+_, a = predict("h100-sxm", sets)
+_, b = predict("h100-sxm", sets)
+_, c = predict("h100-sxm", sets, ["--perform"], env={"ZEROTRAIN_SIM_JITTER": "3"})
+ztlib.check(a is not None and a == b == c, "prediction_deterministic_and_dry_equals_performed", f"{a} {b} {c}")
+
+# ---- a needless synchronize moves the predicted time: 4 blocks x 4 micro-batches of sync latency
+_, base = predict("h100-sxm", WIDER)
+_, extra = predict("h100-sxm", WIDER, env={"ZEROTRAIN_INJECT_EXTRA_SYNC": "1"})
+ztlib.check(base is not None and extra is not None and extra - base >= 0.04, "extra_synchronize_moves_prediction",
+            f"{base} ms -> {extra} ms")
+
+# ---- consistency
+r = {x: predict("h100-sxm", WIDER + [TWIN.format(x)])[1] for x in (0, 0.5, 1)}
+ztlib.check(None not in r.values() and r[1] > r[0.5] > r[0], "twin_flow_ratio_1_slower_than_half_slower_than_0", str(r))
+g = {hw: predict(hw, WIDER)[1] for hw in ("a100-40gb", "h100-sxm", "h200")}
+ztlib.check(None not in g.values() and g["a100-40gb"] > g["h100-sxm"] >= g["h200"], "faster_gpu_predicts_faster", str(g))
+
+# ---- capacity binds
+small = os.path.join(work, "small.yaml")
+with open(small, "w") as f:
+    f.write(re.sub(r"(?m)^  memory: 80GiB.*$", "  memory: 200MiB", h100))
+p, _ = predict(small, ["model.n_embd=512", "model.n_head=4", "model.n_layer=8"])
+ztlib.check(p.returncode != 0 and "out of sim memory" in p.stderr, "device_capacity_binds", p.stderr[-400:])
+
+# ---- the calibration point
+p, _ = predict("h100-sxm", config=os.path.join(ztlib.ROOT, "configs", "gpu_124m.yaml"))
+m = re.search(r"tokens/s\s+([0-9]+)", p.stdout)
+tps = float(m.group(1)) if m else 0
+ztlib.check(abs(tps / 438e3 - 1) <= 0.05, "h100_gpt2_124m_within_5pct_of_measured", f"{tps:.0f} tokens/s")
+print(f"# GPT-2 124M on h100-sxm: {tps:.0f} tokens/s predicted, 438k measured")
+
+shutil.rmtree(work, ignore_errors=True)
+ztlib.finish()
