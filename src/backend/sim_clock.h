@@ -13,7 +13,8 @@
  *   - whatever waits takes the latest of the times it waits on: a synchronize or blocking copy
  *     moves the host thread to the item's end (plus the profile's sync latency), a host thread
  *     that waited for another (clock.h: zt_clock_after) moves to the time that one published;
- *   - host work (CPU Adam, casts, NVMe I/O) advances the thread that did it by its cost.
+ *   - host work (CPU Adam, casts) advances the thread that did it by its cost; an NVMe request
+ *     queues on the drive's lane for its direction and completes at its end there.
  * Without a profile (ZEROTRAIN_SIM_PROFILE unset) every cost is 0 and the sim is untimed. */
 #ifndef ZT_SIM_CLOCK_H
 #define ZT_SIM_CLOCK_H
@@ -32,6 +33,7 @@ typedef struct zt_sim_stats {
     double compute_wait_host;            /* compute lane idle because its next kernel was not yet launched */
     double compute_wait_lane;            /* compute lane idle waiting on another lane (wait_ahead) */
     double host_busy[ZT_WORK_NKIND];     /* host work by kind, summed over the threads that did it */
+    double queue_busy[ZT_QUEUE_NKIND];   /* NVMe reads and writes: time the drive spent on them */
     double bytes_h2d, bytes_d2h;         /* PCIe traffic */
     double flops;                        /* GEMM and attention FLOPs the compute lane ran */
     double syncs;                        /* host waits on a device lane (synchronize, blocking copies) */

@@ -62,6 +62,7 @@ static void report(const predictor *p, const char *config, const zt_hw_profile *
         sec += q->s.seconds, tokens += q->s.tokens, flops += q->s.flops;
         for (int l = 0; l < ZT_SIM_NLANES; l++) m.busy[l] += q->st.busy[l];
         for (int w = 0; w < ZT_WORK_NKIND; w++) m.host_busy[w] += q->st.host_busy[w];
+        for (int w = 0; w < ZT_QUEUE_NKIND; w++) m.queue_busy[w] += q->st.queue_busy[w];
         m.compute_wait_host += q->st.compute_wait_host, m.compute_wait_lane += q->st.compute_wait_lane;
         m.bytes_h2d += q->st.bytes_h2d, m.bytes_d2h += q->st.bytes_d2h, m.syncs += q->st.syncs;
         if (q->st.dev_peak > m.dev_peak) m.dev_peak = q->st.dev_peak;
@@ -82,9 +83,12 @@ static void report(const predictor *p, const char *config, const zt_hw_profile *
                    pct(m.compute_wait_host, sec), pct(m.compute_wait_lane, sec));
         printf("\n");
     }
-    static const char *const work[ZT_WORK_NKIND] = {"host adam", "host copies/casts", "nvme read", "nvme write"};
+    static const char *const work[ZT_WORK_NKIND] = {"host adam", "host copies/casts"};
     for (int w = 0; w < ZT_WORK_NKIND; w++)
         if (m.host_busy[w] > 0) printf("    %-20s %6.1f %%   (thread-seconds over the step)\n", work[w], pct(m.host_busy[w], sec));
+    static const char *const queue[ZT_QUEUE_NKIND] = {"nvme read", "nvme write"};
+    for (int w = 0; w < ZT_QUEUE_NKIND; w++)
+        if (m.queue_busy[w] > 0) printf("    %-20s %6.1f %%\n", queue[w], pct(m.queue_busy[w], sec));
     printf("  PCIe H2D            %10.2f GB/s   (%.1f %% of the %.0f GB/s pinned link)\n", m.bytes_h2d / sec * 1e-9,
            pct(m.bytes_h2d / sec, hw->h2d_pinned), hw->h2d_pinned * 1e-9);
     printf("  PCIe D2H            %10.2f GB/s   (%.1f %% of the %.0f GB/s pinned link)\n", m.bytes_d2h / sec * 1e-9,

@@ -22,6 +22,7 @@
  * it was ever written is checked too. */
 #define _GNU_SOURCE
 #include "io/swap.h"
+#include "util/clock.h"
 #include "util/crc32c.h"
 
 #include <assert.h>
@@ -49,6 +50,7 @@ typedef struct swap_request {
     size_t offset, bytes;
     size_t split;   /* bytes already handed out to pieces */
     int pieces_out; /* its pieces in flight */
+    double vend;    /* when it completes on the run's clock (util/clock.h: the NVMe queue's lane) */
     char error[sizeof(((zt_err *)0)->msg)];
 } swap_request;
 
@@ -265,6 +267,7 @@ static int issue(zt_swap *s, int kind, size_t offset, void *buf, size_t bytes) {
     uint64_t seq = s->next_seq++;
     *r = (swap_request){.ticket = (int)(seq % INT_MAX), .seq = seq, .kind = kind, .buf = buf, .offset = offset,
                         .bytes = bytes};
+    r->vend = zt_clock_queue(kind == KIND_READ ? ZT_QUEUE_NVME_READ : ZT_QUEUE_NVME_WRITE, (double)bytes);
     if (s->active[kind]++ == 0) s->busy_since[kind] = zt_now();
     if (bytes == 0) request_finished(s, r);
     reap(s, 0); /* takes what has completed meanwhile, then feeds this request's first pieces */
@@ -290,6 +293,7 @@ int zt_swap_wait(zt_swap *s, int ticket, zt_err *err) {
         reap(s, 1);
     }
     r->ticket = -1;
+    zt_clock_after(r->vend); /* the waiter continues when the request completes on the run's clock */
     return r->failed ? zt_fail(err, "%s", r->error) : 0;
 }
 

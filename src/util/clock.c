@@ -14,3 +14,4 @@ void zt_clock_after(double t) {
 void zt_clock_host_work(int kind, double amount, double bytes, int threads) {
     if (g_ops) g_ops->host_work(kind, amount, bytes, threads);
 }
+double zt_clock_queue(int queue, double bytes) { return g_ops ? g_ops->queue(queue, bytes) : 0; }

@@ -7,9 +7,12 @@
  *   - a handoff between host threads carries a time: the thread that publishes progress (a chunk
  *     done, a thread started) takes zt_clock_now() and hands it over with the data; the thread that
  *     waited for it calls zt_clock_after(t), so its time is the later of its own and t;
- *   - host work that the device does not see (CPU Adam, a cast or copy in host memory, NVMe I/O)
- *     is declared with zt_clock_host_work, which advances the calling thread by what the profile
- *     says it costs (on the wall clock the work itself took the time).
+ *   - host work that the device does not see (CPU Adam, a cast or copy in host memory) is declared
+ *     with zt_clock_host_work, which advances the calling thread by what the profile says it costs
+ *     (on the wall clock the work itself took the time);
+ *   - a request to a device with a queue of its own (the NVMe drive) is declared with
+ *     zt_clock_queue when it is issued, which returns when it will complete; the thread that waits
+ *     for it passes that to zt_clock_after.
  * Timeouts (the watchdog, MPI start-up) stay on zt_now(): they are about the real process. */
 #ifndef ZT_CLOCK_H
 #define ZT_CLOCK_H
@@ -18,15 +21,16 @@
 enum {
     ZT_WORK_ADAM,       /* CPU AdamW: amount = elements, bytes = bytes moved through host memory */
     ZT_WORK_COPY,       /* a memcpy or cast in host memory: bytes = read + write */
-    ZT_WORK_NVME_READ,  /* bytes read from an NVMe swap file */
-    ZT_WORK_NVME_WRITE, /* bytes written to one */
     ZT_WORK_NKIND
 };
+/* queues for zt_clock_queue: one lane each, requests in issue order */
+enum { ZT_QUEUE_NVME_READ, ZT_QUEUE_NVME_WRITE, ZT_QUEUE_NKIND };
 
 typedef struct zt_clock_ops {
     double (*now)(void);
     void (*after)(double t);
     void (*host_work)(int kind, double amount, double bytes, int threads);
+    double (*queue)(int queue, double bytes);
 } zt_clock_ops;
 
 /* Installs ops as the process's clock (NULL: back to the wall clock). Done once at start, before
@@ -41,5 +45,9 @@ double zt_clock_now(void);
 void zt_clock_after(double t);
 /* the calling thread did host work of `kind` on `threads` threads; nothing on the wall clock */
 void zt_clock_host_work(int kind, double amount, double bytes, int threads);
+
+/* the calling thread issues a request of `bytes` on queue `queue` (ZT_QUEUE_*): it starts when both
+ * the thread (now) and the queue's earlier requests allow; returns when it ends (0 on the wall clock) */
+double zt_clock_queue(int queue, double bytes);
 
 #endif
