@@ -146,6 +146,9 @@ static void host_pass(const zt_engine *e, calib *c, const zt_adam_step *st) {
             y = piece_end(e, x, b);
             zt_cpu_adamw_g(c->master + x, c->m + x, c->v + x, at(e, c->grad, x), dt, y - x, st,
                            fp32 ? NULL : at(e, c->params16, x), dt, e->off.host_threads, ZT_ADAM_ISA_BEST);
+            /* as twin_adam_span declares it: what the run's clock charges (util/clock.h) */
+            zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)esz(e)),
+                               e->off.host_threads);
         }
     }
 }
