@@ -32,6 +32,9 @@
  *     its cost on that GPU, its launch time on the queueing thread and what it waits on, and each
  *     lane keeps a virtual clock of its own (sim_clock.h has the rules). The items still run for
  *     real, in the same order: the virtual schedule is the real one, timed by the profile.
+ *     ZEROTRAIN_SIM_DRY=1 (predict's default) keeps the order, the checks and the costs but runs no
+ *     item's work (a wait between lanes still waits): device memory is address space only, its
+ *     pages never touched, and host_alloc's buffers too (util/clock.h: zt_clock_bulk_alloc).
  * What it cannot show (a real GPU must): the CUDA kernels' own numerics, their real speed, PCIe, NCCL. */
 #define _GNU_SOURCE
 #include <execinfo.h>
@@ -48,6 +51,7 @@
 #include "backend/backend.h"
 #include "backend/cpu_adam.h"
 #include "backend/sim_clock.h"
+#include "util/clock.h"
 #include "util/util.h"
 
 /* ------------------------------------------------------------------ failures */
@@ -410,9 +414,10 @@ static int is_pinned(const void *p) {
 
 static void *sim_host_alloc(size_t bytes) {
     size_t sz = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, sz ? sz : 64);
+    /* dry: address space, as the device's (zt_clock_bulk_alloc, whose free unmaps it) */
+    void *p = g_dry ? zt_clock_bulk_alloc(sz ? sz : 64) : aligned_alloc(64, sz ? sz : 64);
     if (!p) return NULL;
-    memset(p, 0, sz ? sz : 64);
+    if (!g_dry) memset(p, 0, sz ? sz : 64);
     pthread_mutex_lock(&g_pinned.lock);
     if (g_pinned.n == g_pinned.cap) {
         g_pinned.cap = g_pinned.cap ? 2 * g_pinned.cap : 64;
@@ -432,7 +437,7 @@ static void sim_host_free(void *p) {
             break;
         }
     pthread_mutex_unlock(&g_pinned.lock);
-    free(p);
+    zt_clock_bulk_free(p); /* free() unless it was address space only */
 }
 
 static void run_memset(sim_item *it) { memset(it->p[0], 0, it->n); }

@@ -47,13 +47,16 @@ static double vqueue(int queue, double bytes) {
     pthread_mutex_unlock(&g_mu);
     return end;
 }
-static const zt_clock_ops g_ops = {vnow, vafter, vhost_work, vqueue};
+static zt_clock_ops g_ops = {vnow, vafter, vhost_work, vqueue, 0, 0};
 
 int zt_sim_clock_start(zt_err *err) {
     const char *spec = getenv("ZEROTRAIN_SIM_PROFILE");
     if (!spec || !*spec) return 0;
     if (zt_hw_profile_load(&g_prof, spec, err)) return -1;
     g_timed = 1;
+    const char *dry = getenv("ZEROTRAIN_SIM_DRY");
+    g_ops.costs_only = dry && *dry && strcmp(dry, "0") != 0;
+    g_ops.host_bytes = g_prof.host_memory; /* host buffers are address space then: the profile's memory binds */
     zt_clock_install(&g_ops);
     return 0;
 }

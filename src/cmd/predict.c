@@ -6,9 +6,11 @@
  * thread's virtual time across the step. Nothing here models the step a second time: what predict
  * adds is the run's settings (device sim, K steps, no evaluation, samples or checkpoints) and the
  * report, from the sim's lane statistics.
- * By default the ops are costed, not performed (ZEROTRAIN_SIM_DRY: device memory is address space
- * only), so models that do not fit this machine's device memory predict; --perform runs them too,
- * as the real simulated run does (the schedule is the same either way). */
+ * By default the work is costed, not performed (ZEROTRAIN_SIM_DRY): device memory and the host's big
+ * buffers are address space only, the device's items and the CPU Adam are not run (util/clock.h:
+ * zt_clock_costs_only), and the profile's memories bind instead of this machine's, so models far
+ * larger than this machine predict; --perform runs them too, as the real simulated run does (the
+ * schedule is the same either way). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

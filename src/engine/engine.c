@@ -40,13 +40,8 @@ void *engine_dev_alloc(zt_engine *e, size_t bytes, int category) {
 void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category) {
     if (bytes == 0) bytes = 64;
     void *p;
-    if (pinned) {
-        p = e->be->host_alloc(bytes);
-    } else {
-        size_t sz = (bytes + 63) & ~(size_t)63;
-        p = aligned_alloc(64, sz);
-        if (p) memset(p, 0, sz);
-    }
+    if (pinned) p = e->be->host_alloc(bytes);
+    else p = zt_clock_bulk_alloc(bytes); /* zero-filled; address space only when the clock only costs */
     if (p) e->mem.host[category] += bytes;
     return p;
 }
@@ -54,14 +49,15 @@ void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category) {
 void engine_host_free(zt_engine *e, void *p, int pinned) {
     if (!p) return;
     if (pinned) e->be->host_free(p);
-    else free(p);
+    else zt_clock_bulk_free(p);
 }
 
 /* Compute-dtype values of n shard elements from host memory into the offloaded parameters at shard
  * offset off: the host shard (offload_param cpu) or the parameter swap file (nvme). */
 void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n) {
     if (e->param_swap) inf_param_rw(e, off, n, (void *)src, 1);
-    else memcpy(at(e, e->params, off), src, n * esz(e));
+    else if (zt_clock_host_work(ZT_WORK_COPY, (double)n, 2.0 * (double)(n * esz(e)), 1), !zt_clock_costs_only())
+        memcpy(at(e, e->params, off), src, n * esz(e));
 }
 
 /* The same from device memory (the device part of the update): straight down into host memory, or
@@ -90,7 +86,7 @@ static int params_from_f32(zt_engine *e, size_t first, const float *src, size_t 
     size_t step = min_sz(n, (size_t)1 << 22); /* a whole-model staging buffer would not fit big models */
     if (e->params_on_host) {
         void *tmp = zt_xmalloc(max_sz(step, 1) * esz(e));
-        for (size_t a = 0; a < n; a += step) {
+        for (size_t a = 0; a < n && !zt_clock_costs_only(); a += step) { /* start-up: not costed */
             size_t k = min_sz(step, n - a);
             zt_cpu_from_f32(tmp, src + a, k, be->compute_dtype);
             engine_params_store(e, first + a, tmp, k);

@@ -86,7 +86,7 @@ void twin_free(zt_engine *e) {
 int twin_init_master(zt_engine *e, const float *init, zt_err *err) {
     (void)err;
     if (!e->off.nvme_path) {
-        memcpy(e->host_master, init, e->host_n * sizeof(float));
+        if (!zt_clock_costs_only()) memcpy(e->host_master, init, e->host_n * sizeof(float));
         return 0;
     }
     inf_state_rw(e, ZT_STATE_MASTER, 0, e->host_n, (float *)init, 1);
@@ -172,12 +172,13 @@ void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size
         zt_adam_step sti = *st;
         sti.weight_decay = decay_of(e, q);
         void *o = out ? (char *)out + d * esz(e) : NULL;
-        zt_cpu_adamw_g(p + d, m + d, v + d, (const char *)g + d * esz(e), e->be->compute_dtype, y - x, &sti,
-                       fp32 ? NULL : o, e->be->compute_dtype, e->off.host_threads, ZT_ADAM_ISA_BEST);
-        if (fp32 && o) memcpy(o, p + d, (y - x) * sizeof(float)); /* fp32 "casting" is a copy */
         /* read and write master, m, v; read the gradient, write the parameter (on a virtual clock) */
         zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)esz(e)),
                            e->off.host_threads);
+        if (zt_clock_costs_only()) continue;
+        zt_cpu_adamw_g(p + d, m + d, v + d, (const char *)g + d * esz(e), e->be->compute_dtype, y - x, &sti,
+                       fp32 ? NULL : o, e->be->compute_dtype, e->off.host_threads, ZT_ADAM_ISA_BEST);
+        if (fp32 && o) memcpy(o, p + d, (y - x) * sizeof(float)); /* fp32 "casting" is a copy */
     }
 }
 

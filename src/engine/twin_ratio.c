@@ -42,8 +42,11 @@ static void fmt_bytes(char out[32], double b) {
     else snprintf(out, 32, "%.2f GiB", b / GIB);
 }
 
-/* MemAvailable of /proc/meminfo in bytes; -1 where there is none */
+/* MemAvailable of /proc/meminfo in bytes; -1 where there is none. On a clock that stands for another
+ * machine (predict: util/clock.h), that machine's free host memory instead. */
 static double mem_available(void) {
+    double v = zt_clock_host_available();
+    if (v >= 0) return v;
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return -1;
     char line[256];
@@ -83,9 +86,10 @@ static void *transfer_buf(const zt_engine *e, size_t bytes) {
 
 static void calib_free(const zt_engine *e, calib *c) {
     const zt_backend *be = e->be;
-    free(c->master); free(c->m); free(c->v); free(c->grad); free(c->params16);
-    void *tr[] = {c->down, c->up};
-    for (int i = 0; i < 2; i++)
+    free(c->master); free(c->m); free(c->v);
+    /* every transfer_buf goes back the way it came: pinned memory to the backend, as it was allocated */
+    void *tr[] = {c->grad, c->params16, c->down, c->up};
+    for (int i = 0; i < 4; i++)
         if (tr[i]) e->off.pin_memory ? be->host_free(tr[i]) : free(tr[i]);
     void *dev[] = {c->dmaster, c->dm, c->dv, c->dgrad, c->dparams, c->dup};
     for (int i = 0; i < 6; i++)
@@ -144,11 +148,12 @@ static void host_pass(const zt_engine *e, calib *c, const zt_adam_step *st) {
         size_t b = min_sz(c->n, a + c->chunk);
         for (size_t x = a, y; x < b; x = y) {
             y = piece_end(e, x, b);
-            zt_cpu_adamw_g(c->master + x, c->m + x, c->v + x, at(e, c->grad, x), dt, y - x, st,
-                           fp32 ? NULL : at(e, c->params16, x), dt, e->off.host_threads, ZT_ADAM_ISA_BEST);
             /* as twin_adam_span declares it: what the run's clock charges (util/clock.h) */
             zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)esz(e)),
                                e->off.host_threads);
+            if (!zt_clock_costs_only())
+                zt_cpu_adamw_g(c->master + x, c->m + x, c->v + x, at(e, c->grad, x), dt, y - x, st,
+                               fp32 ? NULL : at(e, c->params16, x), dt, e->off.host_threads, ZT_ADAM_ISA_BEST);
         }
     }
 }
@@ -352,8 +357,8 @@ int twin_choose_ratio(zt_engine *e, double *ratio, int *bound, zt_err *err) {
         host_avail = avail / node_ranks - e->off.host_reserve;
         char b1[32], b2[32];
         fmt_bytes(b1, avail / node_ranks), fmt_bytes(b2, e->off.host_reserve);
-        snprintf(why_host, sizeof why_host, "%s available (MemAvailable / %d rank(s) on this machine) less %s for "
-                 "the run's other host memory%s", b1, node_ranks, b2,
+        snprintf(why_host, sizeof why_host, "%s available (%s / %d rank(s) on this machine) less %s for "
+                 "the run's other host memory%s", b1, zt_clock_host_available() >= 0 ? "the clock's free host memory" : "MemAvailable", node_ranks, b2,
                  shared ? " and the device part (host memory on this backend)" : "");
         if (!host_limited) snprintf(why_host, sizeof why_host, "no /proc/meminfo: no host bound");
     }

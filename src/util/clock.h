@@ -17,6 +17,8 @@
 #ifndef ZT_CLOCK_H
 #define ZT_CLOCK_H
 
+#include <stddef.h>
+
 /* host work kinds for zt_clock_host_work */
 enum {
     ZT_WORK_ADAM,       /* CPU AdamW: amount = elements, bytes = bytes moved through host memory */
@@ -31,6 +33,8 @@ typedef struct zt_clock_ops {
     void (*after)(double t);
     void (*host_work)(int kind, double amount, double bytes, int threads);
     double (*queue)(int queue, double bytes);
+    int costs_only; /* the work is costed, not performed: see zt_clock_costs_only */
+    double host_bytes; /* costs_only: the host memory bulk buffers may take in all (0: no limit) */
 } zt_clock_ops;
 
 /* Installs ops as the process's clock (NULL: back to the wall clock). Done once at start, before
@@ -45,6 +49,22 @@ double zt_clock_now(void);
 void zt_clock_after(double t);
 /* the calling thread did host work of `kind` on `threads` threads; nothing on the wall clock */
 void zt_clock_host_work(int kind, double amount, double bytes, int threads);
+
+/* 1 when the clock only costs work (predict's dry run, ZEROTRAIN_SIM_DRY): no value computed
+ * matters, so the host math a caller declares with zt_clock_host_work is skipped by that caller, and
+ * bulk host buffers are address space only. 0 on the wall clock. */
+int zt_clock_costs_only(void);
+
+/* Host memory for a large buffer whose contents only matter when work is performed (the init
+ * vector, Twin-Flow's host part, offloaded parameters): zero-filled and 64-byte aligned; under
+ * zt_clock_costs_only, address space only (reserved without swap and never touched), so a model
+ * larger than this machine's memory can be costed, and the clock's host memory binds instead (an
+ * allocation past it fails, as it would on that machine). NULL when out of memory. */
+void *zt_clock_bulk_alloc(size_t bytes);
+void zt_clock_bulk_free(void *p);
+/* Host memory still free on the machine the clock stands for, under zt_clock_costs_only with a
+ * host limit: that limit less the bulk buffers in use; -1 otherwise (ask this machine). */
+double zt_clock_host_available(void);
 
 /* the calling thread issues a request of `bytes` on queue `queue` (ZT_QUEUE_*): it starts when both
  * the thread (now) and the queue's earlier requests allow; returns when it ends (0 on the wall clock) */
