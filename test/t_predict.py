@@ -7,7 +7,8 @@ Nothing here reads a wall clock: every time checked is a prediction, determinist
   - the virtual schedule is the real one: for a small Twin-Flow config, the engine's trace on the
     virtual clock has, lane by lane, the same events in the same order as the trace of a real
     (untimed, jittered) simulated run — the waits aside, which a run records only when it waited;
-  - the prediction is deterministic, and the same whether the ops are performed or only costed;
+  - the prediction is deterministic, and the same whether the ops are performed or only costed (with
+    the optimizer on NVMe too);
   - a needless synchronize after every block (ZEROTRAIN_INJECT_EXTRA_SYNC) moves the predicted time;
   - consistency on an H100 profile for a model that fits: Twin-Flow ratio 1 slower than 0.5, 0.5
     slower than 0; the same config slower on an A100 than on an H100, and on an H100 than an H200;
@@ -15,8 +16,8 @@ Nothing here reads a wall clock: every time checked is a prediction, determinist
   - the H100 profile reproduces its calibration point: GPT-2 124M B16 T1024 bf16 within 5 % of the
     438k tokens/s measured on the lent H100 (README);
   - full scale without the memory: the 5.6B Twin-Flow sweep (83 GiB of model states) predicts within
-    10 % of the H100's measured step times, ratio 0 does not fit, auto fits and is the fastest, all
-    under 4 GiB resident; DeepSpeed's 10B ZeRO-Offload config does not fit the profile's host memory."""
+    10 % of the H100's measured step times, ratio 0 does not fit, auto fits and is the fastest, its
+    optimizer on NVMe predicts slower than on the host, all under 4 GiB resident; DeepSpeed's 10B ZeRO-Offload config does not fit the profile's host memory."""
 import json
 import os
 import re
@@ -120,6 +121,16 @@ _, b = predict("h100-sxm", sets)
 _, c = predict("h100-sxm", sets, ["--perform"], env={"ZEROTRAIN_SIM_JITTER": "3"})
 ztlib.check(a is not None and a == b == c, "prediction_deterministic_and_dry_equals_performed", f"{a} {b} {c}")
 
+# NVMe: the drive's queues are on the clock; costed-only equals performed (the swap file is really
+# written and read when performed, left empty when not)
+nvme = os.path.join(work, "nvme")
+os.makedirs(nvme)
+sets = WIDER + [f"zero_optimization.offload_optimizer={{device: nvme, nvme_path: {nvme}}}"]
+pd, a = predict("h100-sxm", sets)
+_, c = predict("h100-sxm", sets, ["--perform"])
+ztlib.check(a is not None and a == c and "nvme write" in pd.stdout, "nvme_prediction_dry_equals_performed",
+            f"{a} {c}\n{pd.stdout[-600:]}")
+
 # ---- a needless synchronize moves the predicted time: 4 blocks x 4 micro-batches of sync latency
 _, base = predict("h100-sxm", WIDER)
 _, extra = predict("h100-sxm", WIDER, env={"ZEROTRAIN_INJECT_EXTRA_SYNC": "1"})
@@ -162,6 +173,10 @@ pa, auto = predict("h100-sxm", ["zero_optimization.offload_optimizer.ratio=auto"
 m = re.search(r"ratio auto = ([0-9.]+)", pa.stdout + pa.stderr)
 ztlib.check(m and 0.1 <= float(m.group(1)) <= 0.2 and auto is not None and pred[0.25] is not None and auto < pred[0.25],
             "twin_flow_5_6b_auto_fits_and_is_fastest", f"{m and m.group(1)}: {auto} ms")
+pn, nv = predict("h100-sxm", [f"zero_optimization.offload_optimizer={{device: nvme, nvme_path: {nvme}, ratio: 1}}"],
+                 config=TF)
+ztlib.check(nv is not None and nv > pred[1], "twin_flow_5_6b_on_nvme_predicts_slower_than_host",
+            f"{nv} vs {pred[1]}: {pn.stderr[-300:]}")
 rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1048576.0
 ztlib.check(rss <= 4.0, "full_scale_predictions_under_4gib_resident", f"{rss:.2f} GiB")
 print(f"# 5.6B Twin-Flow on h100-sxm, predicted (measured) ms: "

@@ -103,9 +103,9 @@ void inf_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float 
         int whole = write && within == 0 && k == G; /* nothing of the old region survives: no read */
         if (!whole && zt_swap_wait(e->opt_swap, zt_swap_read(e->opt_swap, at_byte, stage, bytes), &err)) inf_swap_failed(&err);
         if (write) {
-            memcpy(stage + within, buf, k * sizeof(float));
+            if (!zt_clock_costs_only()) memcpy(stage + within, buf, k * sizeof(float)); /* predict: costed only */
             if (zt_swap_wait(e->opt_swap, zt_swap_write(e->opt_swap, at_byte, stage, bytes), &err)) inf_swap_failed(&err);
-        } else {
+        } else if (!zt_clock_costs_only()) {
             memcpy(buf, stage + within, k * sizeof(float));
         }
         off += k, n -= k, buf += k;

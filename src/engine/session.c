@@ -116,7 +116,8 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     float *init = NULL;
     if (!init_f32) { /* model.init_from (fine-tuning a Hugging Face GPT-2) or GPT-2 init */
         /* address space only when the run's clock only costs the work (predict): nothing reads it then */
-        init = zt_clock_bulk_alloc(s->whole.total * sizeof(float));
+        init = zt_clock_costs_only() ? zt_clock_bulk_alloc(s->whole.total * sizeof(float))
+                                     : zt_xmalloc(s->whole.total * sizeof(float)); /* filled below: no zeroing */
         if (!init) {
             zt_session_close(s);
             return zt_fail(err, "out of host memory for the %zu-element init vector", s->whole.total);
