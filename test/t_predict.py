@@ -68,12 +68,13 @@ ztlib.check(p.returncode != 0 and "no b200.yaml" in p.stderr and "h100-sxm" in p
 
 # ---- the virtual schedule is the real one
 def lanes(path):
-    """{tid: [event names in time order]} of a trace's complete events, waits left out"""
+    """{tid: [event names in time order]} of a trace's engine lanes (tid <= 5; the GPU's own lanes
+    come after them, on a timed run only), waits left out"""
     with open(path) as f:
         events = json.load(f)
     by = {}
     for i, e in enumerate(events):
-        if e.get("ph") != "X" or "wait" in e["name"] or "idle" in e["name"]:
+        if e.get("ph") != "X" or e["tid"] > 5 or "wait" in e["name"] or "idle" in e["name"]:
             continue
         by.setdefault(e["tid"], []).append((e["ts"], i, e["name"]))
     return {t: [n for _, _, n in sorted(v)] for t, v in by.items()}
@@ -113,6 +114,20 @@ if os.path.exists(virt):
            if adam[i][0] < d2h[i][1] - 0.5 or h2d[i][0] < adam[i][1] - 0.5]  # ts: Unix µs in a double, 0.25 µs apart
     ztlib.check(len(d2h) == len(adam) == len(h2d) >= 3 and not bad, "virtual_handoffs_causal_twin_flow",
                 f"{len(d2h)}/{len(adam)}/{len(h2d)} chunks, out of order: {bad[:5]}")
+
+    # the GPU's own lanes on the virtual clock: items named, in order, never overlapping on a lane
+    with open(virt) as f:
+        events = json.load(f)
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    gpu = {}
+    for e in events:
+        if e.get("ph") == "X" and e["tid"] > 5:
+            gpu.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    overlap = [(names.get(t), v[i][2]) for t, v in gpu.items() for i in range(1, len(v)) if v[i][0] < v[i - 1][1] - 0.5]
+    kinds = {n.split()[0] for v in gpu.values() for _, _, n in v}  # "D2H pageable" is a D2H
+    ztlib.check({"GPU compute", "GPU d2h", "GPU h2d"} <= set(names.values()) and not overlap
+                and {"matmul_forward", "adamw", "D2H", "H2D"} <= kinds, "virtual_trace_gpu_lanes",
+                f"lanes {sorted(names.values())}, overlaps {overlap[:3]}, kinds {sorted(kinds)[:12]}")
 
 # ---- deterministic, and the same whether the ops run or are only costed
 sets = WIDER + [TWIN.format(0.5)]

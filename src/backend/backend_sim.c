@@ -234,6 +234,7 @@ struct sim_item {
      * on `dep` (set by a wait item as it runs), costing `cost` on its lane */
     double ready, dep, cost, flops;
     int must_run;            /* runs even when the ops are only costed (a wait between lanes) */
+    const char *name;        /* for the trace of the device's lanes (util/clock.h: zt_clock_event) */
     sim_item *next;
 };
 
@@ -273,6 +274,7 @@ static void *lane_main(void *arg) {
         }
         if (!g_dry || it->must_run) it->run(it);
         double end = sim_clock_lane_run(l->index, it->ready, it->dep, it->cost, it->flops);
+        if (it->cost > 0 && it->name) zt_clock_event(l->index, zt_sim_lane_names[l->index], it->name, end - it->cost, end);
         if (!it->waited) free(it); /* else the submitter frees it once done counts it */
         pthread_mutex_lock(&l->lock);
         l->done++;
@@ -445,6 +447,7 @@ static void sim_memset_zero(void *p, size_t bytes) {
     if (!bytes) return;
     sim_item *it = item(run_memset);
     it->p[0] = dev(p, bytes, "memset_zero", "ptr");
+    it->name = "memset";
     it->n = bytes;
     it->cost = sim_cost_bytes((double)bytes);
     enqueue(it);
@@ -458,6 +461,7 @@ static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kin
     it->p[1] = kind == ZT_H2D ? host(src, op, "src") : dev(src, bytes, op, "src");
     it->n = bytes;
     int pinned = kind == ZT_H2D ? is_pinned(src) : kind == ZT_D2H ? is_pinned(dst) : 1;
+    it->name = kind == ZT_H2D ? (pinned ? "H2D" : "H2D pageable") : kind == ZT_D2H ? (pinned ? "D2H" : "D2H pageable") : "D2D";
     it->cost = sim_cost_pcie(kind, pinned, (double)bytes);
     sim_clock_count_pcie(kind, (double)bytes);
     return it;
@@ -521,9 +525,10 @@ static void sim_mem_info(size_t *free_bytes, size_t *total_bytes) {
 #define OP_BEGIN(it) wide w_ = {.dt = (zt_dtype)(it)->i[8]}
 #define OP_END() w16_done(&w_)
 
-static sim_item *op_item(sim_fn run, zt_dtype dt) {
+static sim_item *op_item(sim_fn run, zt_dtype dt, const char *name) {
     sim_item *it = item(run);
     it->i[8] = dt;
+    it->name = name;
     return it;
 }
 
@@ -715,7 +720,7 @@ static void attention_cost(sim_item *it, zt_dtype dt, double B, double T, double
 /* fp32 <-> compute dtype: dst_bytes and src_bytes are the extents on each side */
 static void q_convert(zt_dtype dt, sim_fn run, const char *op, void *dst, size_t dst_bytes, const void *src,
                       size_t src_bytes, size_t n) {
-    sim_item *it = op_item(run, dt);
+    sim_item *it = op_item(run, dt, op);
     it->p[0] = dev(dst, dst_bytes, op, "dst");
     it->p[1] = dev(src, src_bytes, op, "src");
     it->n = n;
@@ -728,7 +733,7 @@ static void q_convert(zt_dtype dt, sim_fn run, const char *op, void *dst, size_t
 static void q_embedding_forward(zt_dtype dt, void *out, const int *tokens, const void *wte, int lo, int hi,
                                 const void *wpe, int B, int T, int C) {
     const char *op = "embedding_forward";
-    sim_item *it = op_item(run_embedding_forward, dt);
+    sim_item *it = op_item(run_embedding_forward, dt, "embedding_forward");
     size_t BT = (size_t)B * T;
     it->p[0] = dev(out, E(BT * C), op, "out");
     it->p[1] = dev(tokens, BT * sizeof(int), op, "tokens");
@@ -741,7 +746,7 @@ static void q_embedding_forward(zt_dtype dt, void *out, const int *tokens, const
 static void q_embedding_backward(zt_dtype dt, void *dwte, int lo, int hi, void *dwpe, const void *dout,
                                  const int *tokens, int B, int T, int C) {
     const char *op = "embedding_backward";
-    sim_item *it = op_item(run_embedding_backward, dt);
+    sim_item *it = op_item(run_embedding_backward, dt, "embedding_backward");
     size_t BT = (size_t)B * T;
     it->p[0] = dev(dwte, E((size_t)(hi - lo) * C), op, "dwte");
     it->p[1] = dev(dwpe, E((size_t)T * C), op, "dwpe");
@@ -754,7 +759,7 @@ static void q_embedding_backward(zt_dtype dt, void *dwte, int lo, int hi, void *
 static void q_layernorm_forward(zt_dtype dt, void *out, float *mean, float *rstd, const void *inp, const void *w,
                                 const void *b, int N, int C) {
     const char *op = "layernorm_forward";
-    sim_item *it = op_item(run_layernorm_forward, dt);
+    sim_item *it = op_item(run_layernorm_forward, dt, "layernorm_forward");
     size_t NC = (size_t)N * C;
     it->p[0] = dev(out, E(NC), op, "out");
     it->p[1] = dev(mean, F(N), op, "mean");
@@ -769,7 +774,7 @@ static void q_layernorm_forward(zt_dtype dt, void *out, float *mean, float *rstd
 static void q_layernorm_backward(zt_dtype dt, void *dinp, void *dw, void *db, const void *dout, const void *inp,
                                  const void *w, const float *mean, const float *rstd, int N, int C) {
     const char *op = "layernorm_backward";
-    sim_item *it = op_item(run_layernorm_backward, dt);
+    sim_item *it = op_item(run_layernorm_backward, dt, "layernorm_backward");
     size_t NC = (size_t)N * C;
     it->p[0] = dev(dinp, E(NC), op, "dinp");
     it->p[1] = dev(dw, E(C), op, "dw");
@@ -786,7 +791,7 @@ static void q_layernorm_backward(zt_dtype dt, void *dinp, void *dw, void *db, co
 static void q_matmul_forward(zt_dtype dt, void *out, const void *inp, const void *w, const void *bias, int N, int C,
                              int OC, int wt, int ld) {
     const char *op = "matmul_forward";
-    sim_item *it = op_item(run_matmul_forward, dt);
+    sim_item *it = op_item(run_matmul_forward, dt, "matmul_forward");
     it->p[0] = dev(out, E(span(N, OC, ld)), op, "out");
     it->p[1] = dev(inp, E((size_t)N * C), op, "inp");
     it->p[2] = dev(w, E((size_t)C * OC), op, "w");
@@ -798,7 +803,7 @@ static void q_matmul_forward(zt_dtype dt, void *out, const void *inp, const void
 static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
                               const void *w, int N, int C, int OC, int wt, int ld) {
     const char *op = "matmul_backward";
-    sim_item *it = op_item(run_matmul_backward, dt);
+    sim_item *it = op_item(run_matmul_backward, dt, "matmul_backward");
     it->p[0] = dev(dinp, E((size_t)N * C), op, "dinp");
     it->p[1] = dev(dw, E((size_t)C * OC), op, "dw");
     it->p[2] = dev(dbias, E(OC), op, "dbias");
@@ -814,7 +819,7 @@ static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, co
 static void q_matmul_forward_gelu(zt_dtype dt, void *out, void *pre, const void *inp, const void *w, const void *bias,
                                   int N, int C, int OC) {
     const char *op = "matmul_forward_gelu";
-    sim_item *it = op_item(run_matmul_forward_gelu, dt);
+    sim_item *it = op_item(run_matmul_forward_gelu, dt, "matmul_forward_gelu");
     it->p[0] = dev(out, E((size_t)N * OC), op, "out");
     it->p[1] = dev(pre, E((size_t)N * OC), op, "pre");
     it->p[2] = dev(inp, E((size_t)N * C), op, "inp");
@@ -828,7 +833,7 @@ static void q_matmul_forward_gelu(zt_dtype dt, void *out, void *pre, const void 
 static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
                                     const void *w, const void *gelu_pre, int N, int C, int OC) {
     const char *op = "matmul_backward_dgelu";
-    sim_item *it = op_item(run_matmul_backward_dgelu, dt);
+    sim_item *it = op_item(run_matmul_backward_dgelu, dt, "matmul_backward_dgelu");
     it->p[0] = dev(dinp, E((size_t)N * C), op, "dinp");
     it->p[1] = dev(dw, E((size_t)C * OC), op, "dw");
     it->p[2] = dev(dbias, E(OC), op, "dbias");
@@ -844,7 +849,7 @@ static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbi
 }
 static void q_attention_forward(zt_dtype dt, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
     const char *op = "attention_forward";
-    sim_item *it = op_item(run_attention_forward, dt);
+    sim_item *it = op_item(run_attention_forward, dt, "attention_forward");
     it->p[0] = dev(out, E((size_t)B * T * C), op, "out");
     it->p[1] = dev(att, E((size_t)B * NH * T * T), op, "att");
     it->p[2] = dev(qkv, E((size_t)B * T * 3 * C), op, "qkv");
@@ -855,7 +860,7 @@ static void q_attention_forward(zt_dtype dt, void *out, void *att, const void *q
 static void q_attention_backward(zt_dtype dt, void *dqkv, void *datt, const void *dout, const void *qkv,
                                  const void *att, int B, int T, int C, int NH) {
     const char *op = "attention_backward";
-    sim_item *it = op_item(run_attention_backward, dt);
+    sim_item *it = op_item(run_attention_backward, dt, "attention_backward");
     it->p[0] = dev(dqkv, E((size_t)B * T * 3 * C), op, "dqkv");
     it->p[1] = dev(datt, E((size_t)B * NH * T * T), op, "datt");
     it->p[2] = dev(dout, E((size_t)B * T * C), op, "dout");
@@ -868,7 +873,7 @@ static void q_attention_backward(zt_dtype dt, void *dqkv, void *datt, const void
 /* pointwise ops over n elements with up to three tensors */
 static void q_pointwise(zt_dtype dt, sim_fn run, const char *op, const void *a, const void *b, const void *c, size_t n,
                         float f) {
-    sim_item *it = op_item(run, dt);
+    sim_item *it = op_item(run, dt, op);
     it->p[0] = dev(a, E(n), op, "arg 1");
     it->p[1] = dev(b, E(n), op, "arg 2");
     it->p[2] = dev(c, E(n), op, "arg 3");
@@ -880,7 +885,7 @@ static void q_pointwise(zt_dtype dt, sim_fn run, const char *op, const void *a, 
 static void q_softmax_xent(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets, int N,
                            int V, int Vp, float dloss) {
     const char *op = "softmax_xent";
-    sim_item *it = op_item(run_softmax_xent, dt);
+    sim_item *it = op_item(run_softmax_xent, dt, "softmax_xent");
     it->p[0] = dev(losses, F(N), op, "losses");
     it->p[1] = dev(dlogits, E((size_t)N * Vp), op, "dlogits");
     it->p[2] = dev(logits, E((size_t)N * Vp), op, "logits");
@@ -893,7 +898,7 @@ static void q_softmax_xent(zt_dtype dt, float *losses, void *dlogits, const void
 static void q_xent_partial(zt_dtype dt, float *stats, const void *logits, const int *targets, int N, int Vl, int Vp,
                            int vocab_lo) {
     const char *op = "xent_partial";
-    sim_item *it = op_item(run_xent_partial, dt);
+    sim_item *it = op_item(run_xent_partial, dt, "xent_partial");
     it->p[0] = dev(stats, F(3 * (size_t)N), op, "stats");
     it->p[1] = dev(logits, E((size_t)N * Vp), op, "logits");
     it->p[2] = dev(targets, (size_t)N * sizeof(int), op, "targets");
@@ -904,7 +909,7 @@ static void q_xent_partial(zt_dtype dt, float *stats, const void *logits, const 
 static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets,
                             const float *stats_all, int tp, int N, int Vl, int Vp, int vocab_lo, float dloss) {
     const char *op = "xent_parallel";
-    sim_item *it = op_item(run_xent_parallel, dt);
+    sim_item *it = op_item(run_xent_parallel, dt, "xent_parallel");
     it->p[0] = dev(losses, F(N), op, "losses");
     it->p[1] = dev(dlogits, E((size_t)N * Vp), op, "dlogits");
     it->p[2] = dev(logits, E((size_t)N * Vp), op, "logits");
@@ -918,7 +923,7 @@ static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const voi
 static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,
                    int ta, int tb, float beta) {
     const char *op = "gemm";
-    sim_item *it = op_item(run_gemm, dt);
+    sim_item *it = op_item(run_gemm, dt, "gemm");
     it->p[0] = dev(c, E(span(M, N, ldc)), op, "c");
     it->p[1] = dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
     it->p[2] = dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
@@ -931,7 +936,7 @@ static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, in
 /* add_bias and bias_grad: the same shapes, a bias [OC] (p[0]) and a strided [N, OC] slice (p[1]) */
 static void q_bias(zt_dtype dt, sim_fn run, const char *op, const void *bias, const void *rows, int N, int OC, int ld,
                    const char *bias_arg, const char *rows_arg) {
-    sim_item *it = op_item(run, dt);
+    sim_item *it = op_item(run, dt, op);
     it->p[0] = dev(bias, E(OC), op, bias_arg);
     it->p[1] = dev(rows, E(span(N, OC, ld)), op, rows_arg);
     it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
@@ -941,7 +946,7 @@ static void q_bias(zt_dtype dt, sim_fn run, const char *op, const void *bias, co
 static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
                     const zt_adam_step *step) {
     const char *op = "adamw";
-    sim_item *it = op_item(run_adamw, dt);
+    sim_item *it = op_item(run_adamw, dt, "adamw");
     it->p[0] = dev(master, F(n), op, "master");
     it->p[1] = dev(m, F(n), op, "m");
     it->p[2] = dev(v, F(n), op, "v");
@@ -953,7 +958,7 @@ static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *
     enqueue(it);
 }
 static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
-    sim_item *it = op_item(run_sumsq, dt);
+    sim_item *it = op_item(run_sumsq, dt, "sumsq");
     it->p[0] = dev(x, E(n), "sumsq", "x");
     it->n = n;
     it->cost = sim_cost_bytes((double)E(n));

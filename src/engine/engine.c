@@ -133,10 +133,17 @@ int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt
     return zt_engine_create_offload(e, be, comm, table, opt, NULL, init_f32, err);
 }
 
+/* a timed device's lanes (util/clock.h) onto the trace, beside the engine's */
+static void trace_device_item(void *ctx, int lane, const char *lane_name, const char *name, double t0, double t1) {
+    zt_trace_device(ctx, lane, lane_name, name, t0, t1);
+}
+
 int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err) {
+    zt_clock_set_sink(NULL, NULL);
     if (e->trace) zt_trace_close(e->trace, NULL);
     e->trace = zt_trace_open(path, e->lay.rank, err);
     if (!e->trace) return -1;
+    zt_clock_set_sink(trace_device_item, e->trace);
     trace_memory(e);
     return 0;
 }
@@ -324,6 +331,7 @@ void zt_engine_destroy(zt_engine *e) {
     zero_free_gather(e);
     inf_close(e);
     twin_free(e);
+    if (e->trace) zt_clock_set_sink(NULL, NULL);
     zt_trace_close(e->trace, NULL);
     free(e->seg_grad);
     free(e->inflight);

@@ -32,6 +32,7 @@ struct zt_trace {
     int write_failed;
     int write_errno; /* the first failed write's reason (ENOSPC on a full disk); 0 = a cut event */
     pthread_mutex_t mu;
+    unsigned dev_named; /* device lanes whose thread_name is written (zt_trace_device) */
 };
 
 static const char *const lane_names[] = {NULL, "main / device", "host adam", "D2H (gradients down)", "comm",
@@ -107,6 +108,20 @@ void zt_trace_complete(zt_trace *t, int lane, const char *name, double t0, doubl
     if (!t) return;
     pthread_mutex_lock(&t->mu);
     emit(t, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", name, t->rank, lane,
+         ts_us(t, t0), (t1 - t0) * 1e6);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void zt_trace_device(zt_trace *t, int dev_lane, const char *lane_name, const char *name, double t0, double t1) {
+    if (!t || dev_lane < 0 || dev_lane >= 8) return;
+    int tid = ZT_LANE_LAST + 1 + dev_lane;
+    pthread_mutex_lock(&t->mu);
+    if (!(t->dev_named & (1u << dev_lane))) {
+        t->dev_named |= 1u << dev_lane;
+        emit(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"GPU %s\"}}", t->rank,
+             tid, lane_name);
+    }
+    emit(t, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", name, t->rank, tid,
          ts_us(t, t0), (t1 - t0) * 1e6);
     pthread_mutex_unlock(&t->mu);
 }

@@ -81,3 +81,11 @@ void zt_clock_bulk_free(void *p) {
     pthread_mutex_unlock(&g_bulk.mu);
     free(p);
 }
+
+static zt_clock_sink g_sink;
+static void *g_sink_ctx;
+void zt_clock_set_sink(zt_clock_sink fn, void *ctx) { g_sink = fn, g_sink_ctx = ctx; }
+void zt_clock_event(int lane, const char *lane_name, const char *name, double t0, double t1) {
+    zt_clock_sink fn = g_sink;
+    if (fn) fn(g_sink_ctx, lane, lane_name, name, t0, t1);
+}

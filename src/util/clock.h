@@ -66,6 +66,13 @@ void zt_clock_bulk_free(void *p);
  * host limit: that limit less the bulk buffers in use; -1 otherwise (ask this machine). */
 double zt_clock_host_available(void);
 
+/* A timed device reports each item its lanes run (lane index, lane name, the item's name, its start
+ * and end on the clock) to the sink that the trace's owner sets (the engine, for the Chrome trace);
+ * with no sink nothing is reported. */
+typedef void (*zt_clock_sink)(void *ctx, int lane, const char *lane_name, const char *name, double t0, double t1);
+void zt_clock_set_sink(zt_clock_sink fn, void *ctx);
+void zt_clock_event(int lane, const char *lane_name, const char *name, double t0, double t1);
+
 /* the calling thread issues a request of `bytes` on queue `queue` (ZT_QUEUE_*): it starts when both
  * the thread (now) and the queue's earlier requests allow; returns when it ends (0 on the wall clock) */
 double zt_clock_queue(int queue, double bytes);
