@@ -36,7 +36,14 @@
  *   - Capacity: mem_info reports ZEROTRAIN_SIM_MEM (bytes with a unit, default 8GiB) and an alloc
  *     past it returns NULL, as cudaMalloc fails, so ratio auto, the estimate's device column and the
  *     out-of-memory messages are exercised.
- * What it cannot show (a real GPU must): the CUDA kernels' own numerics, speed, PCIe, NCCL. */
+ *   - Time, when ZEROTRAIN_SIM_PROFILE names a hardware profile (configs/hw/): every item carries
+ *     its cost on that GPU, its launch time on the queueing thread and what it waits on, and each
+ *     lane keeps a virtual clock of its own (sim_clock.h has the rules). The items still run for
+ *     real, in the same order: the virtual schedule is the real one, timed by the profile.
+ *     ZEROTRAIN_SIM_DRY=1 (predict's default) keeps the order, the checks and the costs but runs no
+ *     item's work (a wait between lanes still waits): device memory is address space only, its
+ *     pages never touched, and host_alloc's buffers too (util/clock.h: zt_clock_bulk_alloc).
+ * What it cannot show (a real GPU must): the CUDA kernels' own numerics, their real speed, PCIe, NCCL. */
 #define _GNU_SOURCE
 #include <execinfo.h>
 #include <pthread.h>
@@ -52,6 +59,8 @@
 #include "backend/backend.h"
 #include "backend/cpu_adam.h"
 #include "comm/comm.h" /* zt_node_local_rank */
+#include "backend/sim_clock.h"
+#include "util/clock.h"
 #include "util/util.h"
 
 /* ------------------------------------------------------------------ failures */
@@ -72,6 +81,10 @@ static void sim_fatal(const char *fmt, ...) {
 }
 
 /* ------------------------------------------------------------------ the arena and its allocator */
+
+/* ZEROTRAIN_SIM_DRY=1 (`zerotrain predict`): device memory is address space only and the items are
+ * costed, checked and ordered but not performed, so a model larger than this machine predicts */
+static int g_dry;
 
 #define SIM_ALIGN 256 /* cudaMalloc's alignment */
 
@@ -128,9 +141,10 @@ static void *sim_alloc_bytes(size_t bytes) {
     }
     b->used = 1;
     g_mem.used += sz;
+    sim_clock_device_used((double)g_mem.used);
     size_t off = b->off;
     pthread_mutex_unlock(&g_mem.lock);
-    memset(g_mem.shadow + off, 0, sz);
+    if (!g_dry) memset(g_mem.shadow + off, 0, sz); /* dry: never touched, the pages read as zeros */
     return g_mem.arena + off;
 }
 
@@ -150,6 +164,7 @@ static void sim_release(void *p) {
     if (z > a) madvise(g_mem.shadow + a, z - a, MADV_DONTNEED);
     b->used = 0;
     g_mem.used -= b->size;
+    sim_clock_device_used((double)g_mem.used);
     if (i + 1 < g_mem.n && !b[1].used) { /* merge with the next free block */
         b->size += b[1].size;
         memmove(b + 1, b + 2, (size_t)(g_mem.n - i - 2) * sizeof *b);
@@ -236,20 +251,32 @@ struct sim_item {
     zt_adam_step step;       /* adamw's step, copied: the caller's may change before the op runs */
     double result;           /* sumsq */
     int waited;              /* the submitter waits for it and frees it */
+    /* the virtual clock (sim_clock.h): launched at `ready` on the queueing thread's time, waiting
+     * on `dep` (set by a wait item as it runs), costing `cost` on its lane */
+    double ready, dep, cost, flops;
+    int must_run;            /* runs even when the ops are only costed (a wait between lanes) */
+    const char *name;        /* for the trace of the device's lanes (util/clock.h: zt_clock_event) */
     sim_item *next;
 };
+
+/* virtual end times of a lane's last SIM_ENDS items, by ticket: what a wait on a ticket reads */
+#define SIM_ENDS (1u << 18)
 
 typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t wake, idle;
     sim_item *head, *tail;
     unsigned long long queued, done;
+    int index;          /* ZT_SIM_* */
+    double *end;        /* [SIM_ENDS]: end[t % SIM_ENDS] = virtual end of ticket t */
     unsigned jitter_us; /* the largest delay before an item; 0: none */
     zt_rng rng;
     pthread_t thread;
 } sim_lane;
 
-enum { LANE_COMPUTE, LANE_H2D, LANE_D2H, LANE_AHEAD, N_LANES }; /* LANE_AHEAD: copy_ahead's side stream */
+/* LANE_AHEAD: copy_ahead's side stream; the same order as sim_clock.h's ZT_SIM_* */
+enum { LANE_COMPUTE = ZT_SIM_COMPUTE, LANE_H2D = ZT_SIM_H2D, LANE_D2H = ZT_SIM_D2H, LANE_AHEAD = ZT_SIM_AHEAD,
+       N_LANES = ZT_SIM_NLANES };
 static sim_lane g_lane[N_LANES];
 
 static void *lane_main(void *arg) {
@@ -266,10 +293,13 @@ static void *lane_main(void *arg) {
             struct timespec ts = {0, (long)delay * 1000};
             nanosleep(&ts, NULL);
         }
-        it->run(it);
+        if (!g_dry || it->must_run) it->run(it);
+        double end = sim_clock_lane_run(l->index, it->ready, it->dep, it->cost, it->flops);
+        if (it->cost > 0 && it->name) zt_clock_event(l->index, zt_sim_lane_names[l->index], it->name, end - it->cost, end);
         if (!it->waited) free(it); /* else the submitter frees it once done counts it */
         pthread_mutex_lock(&l->lock);
         l->done++;
+        l->end[l->done % SIM_ENDS] = end;
         pthread_cond_broadcast(&l->idle);
         pthread_mutex_unlock(&l->lock);
     }
@@ -278,6 +308,7 @@ static void *lane_main(void *arg) {
 
 /* queues it on lane l; returns its ticket */
 static unsigned long long submit(sim_lane *l, sim_item *it) {
+    it->ready = sim_clock_launch();
     pthread_mutex_lock(&l->lock);
     it->next = NULL;
     if (l->tail) l->tail->next = it;
@@ -289,23 +320,31 @@ static unsigned long long submit(sim_lane *l, sim_item *it) {
     return ticket;
 }
 
-static void wait_ticket(sim_lane *l, unsigned long long ticket) {
+/* waits until ticket has run; returns its virtual end (0 for ticket 0: nothing queued yet) */
+static double wait_ticket(sim_lane *l, unsigned long long ticket) {
     pthread_mutex_lock(&l->lock);
     while (l->done < ticket) pthread_cond_wait(&l->idle, &l->lock);
+    if (ticket + SIM_ENDS <= l->done) {
+        pthread_mutex_unlock(&l->lock);
+        sim_fatal("a wait on item %llu of a lane that has run %llu since: its time is forgotten", ticket, l->done);
+    }
+    double end = ticket ? l->end[ticket % SIM_ENDS] : 0;
     pthread_mutex_unlock(&l->lock);
+    return end;
 }
 
-/* queues it and returns once it has run (it is the caller's to free) */
+/* queues it and returns once it has run (it is the caller's to free); the caller's time moves to its end */
 static void run_and_wait(sim_lane *l, sim_item *it) {
     it->waited = 1;
-    wait_ticket(l, submit(l, it));
+    sim_clock_host_waited(wait_ticket(l, submit(l, it)));
 }
 
+/* the calling host thread waits for everything queued on l so far */
 static void lane_sync(sim_lane *l) {
     pthread_mutex_lock(&l->lock);
     unsigned long long t = l->queued;
     pthread_mutex_unlock(&l->lock);
-    wait_ticket(l, t);
+    sim_clock_host_waited(wait_ticket(l, t));
 }
 
 static sim_item *item(sim_fn run) {
@@ -382,7 +421,9 @@ static void sim_free(void *p) {
 /* host_alloc's buffers, the stand-in for CUDA's pinned memory: the asynchronous copies (copy_async,
  * copy_ahead, transfer) must use one, and a host range outside them stops the run. Stopped, not
  * counted: on a GPU a pageable buffer still gives the right answer, only slowly (the driver stages
- * the copy and may wait for the device), so nothing but a stop would ever be noticed. */
+ * the copy and may wait for the device), so nothing but a stop would ever be noticed. Under the
+ * virtual clock a copy is costed at the profile's pinned rate (a blocking copy from other host
+ * memory at the pageable rate, as cudaMemcpy stages it). */
 static struct {
     pthread_mutex_t lock;
     struct { char *p; size_t size; } *b;
@@ -393,7 +434,8 @@ static struct {
  * (CUDA's pinned memory wants cudaFreeHost; glibc reads the chunk header just below the pointer)
  * faults there at once, and the SIGSEGV handler names the buffer. On the first H100 run, ratio
  * auto's calibration freed its pinned transfer buffers with free() and crashed, while the sim's
- * malloc'ed stand-ins let the same code pass. */
+ * malloc'ed stand-ins let the same code pass. Dry (costed, not performed), the mapping is address
+ * space only and counts against the profile's host memory as zt_clock_bulk_alloc's do. */
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 static size_t pinned_span(size_t bytes) { return (bytes + page_size() - 1) / page_size() * page_size() + page_size(); }
 
@@ -401,10 +443,11 @@ static void *sim_host_alloc(size_t bytes) {
     size_t sz = (bytes + 63) / 64 * 64;
     if (!sz) sz = 64;
     size_t span = pinned_span(sz);
-    char *base = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) return NULL;
-    if (mprotect(base, page_size(), PROT_NONE)) {
-        munmap(base, span);
+    if (g_dry && !zt_clock_host_reserve((double)span)) return NULL; /* past the profile's host memory */
+    char *base = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (g_dry ? MAP_NORESERVE : 0), -1, 0);
+    if (base == MAP_FAILED || mprotect(base, page_size(), PROT_NONE)) {
+        if (base != MAP_FAILED) munmap(base, span);
+        if (g_dry) zt_clock_host_reserve(-(double)span);
         return NULL;
     }
     char *p = base + page_size(); /* zeroed, as every fresh anonymous page */
@@ -430,6 +473,7 @@ static void sim_host_free(void *p) {
     pthread_mutex_unlock(&g_pinned.lock);
     if (!found) sim_fatal("host_free: %p did not come from host_alloc", p);
     munmap((char *)p - page_size(), pinned_span(size));
+    if (g_dry) zt_clock_host_reserve(-(double)pinned_span(size));
 }
 /* the host_alloc buffer whose guard page holds addr, or NULL (from the SIGSEGV handler: no lock,
  * the process is about to end) */
@@ -455,7 +499,9 @@ static void sim_memset_zero(void *p, size_t bytes) {
     if (!bytes) return;
     sim_item *it = item(run_memset);
     it->p[0] = dev(p, bytes, "memset_zero", "ptr");
+    it->name = "memset";
     it->n = bytes;
+    it->cost = sim_cost_bytes((double)bytes);
     enqueue(it);
 }
 
@@ -471,6 +517,10 @@ static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kin
         sim_fatal("%s: %s = %p (%zu bytes) is pageable host memory, not from host_alloc: on a GPU the driver stages "
                   "such a copy and may wait for the device, losing the overlap it is for", op,
                   kind == ZT_H2D ? "src" : "dst", kind == ZT_H2D ? src : (const void *)dst, bytes);
+    int pinned = kind == ZT_D2D || is_pinned(kind == ZT_H2D ? src : dst, bytes);
+    it->name = kind == ZT_H2D ? (pinned ? "H2D" : "H2D pageable") : kind == ZT_D2H ? (pinned ? "D2H" : "D2H pageable") : "D2D";
+    it->cost = sim_cost_pcie(kind, pinned, (double)bytes);
+    sim_clock_count_pcie(kind, (double)bytes);
     return it;
 }
 static void sim_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
@@ -485,12 +535,13 @@ static void sim_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kin
 }
 /* an item that holds its lane until the other lane has done what was queued on it before: one stream
  * waiting on an event recorded on another */
-static void run_wait_lane(sim_item *it) { wait_ticket(it->p[0], (unsigned long long)it->i[0]); }
+static void run_wait_lane(sim_item *it) { it->dep = wait_ticket(it->p[0], (unsigned long long)it->i[0]); }
 static void lane_waits_for(sim_lane *waiter, sim_lane *on) {
     pthread_mutex_lock(&on->lock);
     unsigned long long ticket = on->queued;
     pthread_mutex_unlock(&on->lock);
     sim_item *it = item(run_wait_lane);
+    it->must_run = 1;
     it->p[0] = on;
     it->i[0] = (long)ticket;
     submit(waiter, it);
@@ -533,9 +584,10 @@ static void sim_mem_info(size_t *free_bytes, size_t *total_bytes) {
 #define OP_BEGIN(it) wide w_ = {.dt = (zt_dtype)(it)->i[8]}
 #define OP_END() w16_done(&w_)
 
-static sim_item *op_item(sim_fn run, zt_dtype dt) {
+static sim_item *op_item(sim_fn run, zt_dtype dt, const char *name) {
     sim_item *it = item(run);
     it->i[8] = dt;
+    it->name = name;
     return it;
 }
 
@@ -726,14 +778,29 @@ static void run_sumsq(sim_item *it) {
     OP_END();
 }
 
+/* the virtual clock's price of an item (sim_clock.h): a GEMM [M,K] x [K,N] added to it */
+static void gemm_cost(sim_item *it, zt_dtype dt, double M, double N, double K) {
+    it->cost += sim_cost_gemm(dt, M, N, K);
+    it->flops += 2.0 * M * N * K;
+}
+/* causal attention over B sequences of T: QK^T and PV are 4 T^2 C FLOPs per sequence, half of
+ * them under the mask; backward is costed at `factor` times forward (flash attention recomputes
+ * the scores: 2.5) */
+static void attention_cost(sim_item *it, zt_dtype dt, double B, double T, double C, double factor) {
+    double flops = factor * 2.0 * B * T * T * C;
+    it->cost += sim_cost_attention(dt, flops);
+    it->flops += flops;
+}
+
 /* The entries. Shapes go to i[], pointers through dev() with the extent the op reads or writes. */
 /* fp32 <-> compute dtype: dst_bytes and src_bytes are the extents on each side */
 static void q_convert(zt_dtype dt, sim_fn run, const char *op, void *dst, size_t dst_bytes, const void *src,
                       size_t src_bytes, size_t n) {
-    sim_item *it = op_item(run, dt);
+    sim_item *it = op_item(run, dt, op);
     it->p[0] = dev(dst, dst_bytes, op, "dst");
     it->p[1] = dev(src, src_bytes, op, "src");
     it->n = n;
+    it->cost = sim_cost_bytes((double)(dst_bytes + src_bytes));
     enqueue(it);
 }
 
@@ -742,31 +809,33 @@ static void q_convert(zt_dtype dt, sim_fn run, const char *op, void *dst, size_t
 static void q_embedding_forward(zt_dtype dt, void *out, const int *tokens, const void *wte, int lo, int hi,
                                 const void *wpe, int B, int T, int C) {
     const char *op = "embedding_forward";
-    sim_item *it = op_item(run_embedding_forward, dt);
+    sim_item *it = op_item(run_embedding_forward, dt, "embedding_forward");
     size_t BT = (size_t)B * T;
     it->p[0] = dev(out, E(BT * C), op, "out");
     it->p[1] = dev(tokens, BT * sizeof(int), op, "tokens");
     it->p[2] = dev(wte, E((size_t)(hi - lo) * C), op, "wte");
     it->p[3] = dev(wpe, E((size_t)T * C), op, "wpe");
     it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
+    it->cost = sim_cost_bytes(3.0 * E(BT * C));
     enqueue(it);
 }
 static void q_embedding_backward(zt_dtype dt, void *dwte, int lo, int hi, void *dwpe, const void *dout,
                                  const int *tokens, int B, int T, int C) {
     const char *op = "embedding_backward";
-    sim_item *it = op_item(run_embedding_backward, dt);
+    sim_item *it = op_item(run_embedding_backward, dt, "embedding_backward");
     size_t BT = (size_t)B * T;
     it->p[0] = dev(dwte, E((size_t)(hi - lo) * C), op, "dwte");
     it->p[1] = dev(dwpe, E((size_t)T * C), op, "dwpe");
     it->p[2] = dev(dout, E(BT * C), op, "dout");
     it->p[3] = dev(tokens, BT * sizeof(int), op, "tokens");
     it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
+    it->cost = sim_cost_bytes(3.0 * E(BT * C) + (dwpe ? 2.0 * E((size_t)T * C) : 0));
     enqueue(it);
 }
 static void q_layernorm_forward(zt_dtype dt, void *out, float *mean, float *rstd, const void *inp, const void *w,
                                 const void *b, int N, int C) {
     const char *op = "layernorm_forward";
-    sim_item *it = op_item(run_layernorm_forward, dt);
+    sim_item *it = op_item(run_layernorm_forward, dt, "layernorm_forward");
     size_t NC = (size_t)N * C;
     it->p[0] = dev(out, E(NC), op, "out");
     it->p[1] = dev(mean, F(N), op, "mean");
@@ -775,12 +844,13 @@ static void q_layernorm_forward(zt_dtype dt, void *out, float *mean, float *rstd
     it->p[4] = dev(w, E(C), op, "w");
     it->p[5] = dev(b, E(C), op, "b");
     it->i[0] = N, it->i[1] = C;
+    it->cost = sim_cost_bytes(2.0 * E(NC));
     enqueue(it);
 }
 static void q_layernorm_backward(zt_dtype dt, void *dinp, void *dw, void *db, const void *dout, const void *inp,
                                  const void *w, const float *mean, const float *rstd, int N, int C) {
     const char *op = "layernorm_backward";
-    sim_item *it = op_item(run_layernorm_backward, dt);
+    sim_item *it = op_item(run_layernorm_backward, dt, "layernorm_backward");
     size_t NC = (size_t)N * C;
     it->p[0] = dev(dinp, E(NC), op, "dinp");
     it->p[1] = dev(dw, E(C), op, "dw");
@@ -791,23 +861,25 @@ static void q_layernorm_backward(zt_dtype dt, void *dinp, void *dw, void *db, co
     it->p[6] = dev(mean, F(N), op, "mean");
     it->p[7] = dev(rstd, F(N), op, "rstd");
     it->i[0] = N, it->i[1] = C;
+    it->cost = sim_cost_bytes(4.0 * E(NC));
     enqueue(it);
 }
 static void q_matmul_forward(zt_dtype dt, void *out, const void *inp, const void *w, const void *bias, int N, int C,
                              int OC, int wt, int ld) {
     const char *op = "matmul_forward";
-    sim_item *it = op_item(run_matmul_forward, dt);
+    sim_item *it = op_item(run_matmul_forward, dt, "matmul_forward");
     it->p[0] = dev(out, E(span(N, OC, ld)), op, "out");
     it->p[1] = dev(inp, E((size_t)N * C), op, "inp");
     it->p[2] = dev(w, E((size_t)C * OC), op, "w");
     it->p[3] = dev(bias, E(OC), op, "bias");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
+    gemm_cost(it, dt, N, OC, C);
     enqueue(it);
 }
 static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
                               const void *w, int N, int C, int OC, int wt, int ld) {
     const char *op = "matmul_backward";
-    sim_item *it = op_item(run_matmul_backward, dt);
+    sim_item *it = op_item(run_matmul_backward, dt, "matmul_backward");
     it->p[0] = dev(dinp, E((size_t)N * C), op, "dinp");
     it->p[1] = dev(dw, E((size_t)C * OC), op, "dw");
     it->p[2] = dev(dbias, E(OC), op, "dbias");
@@ -815,24 +887,29 @@ static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, co
     it->p[4] = dev(inp, E((size_t)N * C), op, "inp");
     it->p[5] = dev(w, E((size_t)C * OC), op, "w");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
+    if (dinp) gemm_cost(it, dt, N, C, OC);
+    gemm_cost(it, dt, C, OC, N);
+    if (dbias) it->cost += sim_cost_bytes(E((size_t)N * OC));
     enqueue(it);
 }
 static void q_matmul_forward_gelu(zt_dtype dt, void *out, void *pre, const void *inp, const void *w, const void *bias,
                                   int N, int C, int OC) {
     const char *op = "matmul_forward_gelu";
-    sim_item *it = op_item(run_matmul_forward_gelu, dt);
+    sim_item *it = op_item(run_matmul_forward_gelu, dt, "matmul_forward_gelu");
     it->p[0] = dev(out, E((size_t)N * OC), op, "out");
     it->p[1] = dev(pre, E((size_t)N * OC), op, "pre");
     it->p[2] = dev(inp, E((size_t)N * C), op, "inp");
     it->p[3] = dev(w, E((size_t)C * OC), op, "w");
     it->p[4] = dev(bias, E(OC), op, "bias");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC;
+    gemm_cost(it, dt, N, OC, C);
+    it->cost += sim_cost_bytes(E((size_t)N * OC)); /* the epilogue writes pre as well */
     enqueue(it);
 }
 static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
                                     const void *w, const void *gelu_pre, int N, int C, int OC) {
     const char *op = "matmul_backward_dgelu";
-    sim_item *it = op_item(run_matmul_backward_dgelu, dt);
+    sim_item *it = op_item(run_matmul_backward_dgelu, dt, "matmul_backward_dgelu");
     it->p[0] = dev(dinp, E((size_t)N * C), op, "dinp");
     it->p[1] = dev(dw, E((size_t)C * OC), op, "dw");
     it->p[2] = dev(dbias, E(OC), op, "dbias");
@@ -841,66 +918,74 @@ static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbi
     it->p[5] = dev(w, E((size_t)C * OC), op, "w");
     it->p[6] = dev(gelu_pre, E((size_t)N * C), op, "gelu_pre");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC;
+    gemm_cost(it, dt, N, C, OC);
+    gemm_cost(it, dt, C, OC, N);
+    it->cost += sim_cost_bytes(2.0 * E((size_t)N * C) + (dbias ? E((size_t)N * OC) : 0));
     enqueue(it);
 }
 static void q_attention_forward(zt_dtype dt, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
     const char *op = "attention_forward";
-    sim_item *it = op_item(run_attention_forward, dt);
+    sim_item *it = op_item(run_attention_forward, dt, "attention_forward");
     it->p[0] = dev(out, E((size_t)B * T * C), op, "out");
     it->p[1] = dev(att, E((size_t)B * NH * T * T), op, "att");
     it->p[2] = dev(qkv, E((size_t)B * T * 3 * C), op, "qkv");
     it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
+    attention_cost(it, dt, B, T, C, 1.0);
     enqueue(it);
 }
 static void q_attention_backward(zt_dtype dt, void *dqkv, void *datt, const void *dout, const void *qkv,
                                  const void *att, int B, int T, int C, int NH) {
     const char *op = "attention_backward";
-    sim_item *it = op_item(run_attention_backward, dt);
+    sim_item *it = op_item(run_attention_backward, dt, "attention_backward");
     it->p[0] = dev(dqkv, E((size_t)B * T * 3 * C), op, "dqkv");
     it->p[1] = dev(datt, E((size_t)B * NH * T * T), op, "datt");
     it->p[2] = dev(dout, E((size_t)B * T * C), op, "dout");
     it->p[3] = dev(qkv, E((size_t)B * T * 3 * C), op, "qkv");
     it->p[4] = dev(att, E((size_t)B * NH * T * T), op, "att");
     it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
+    attention_cost(it, dt, B, T, C, 2.5);
     enqueue(it);
 }
 /* pointwise ops over n elements with up to three tensors */
 static void q_pointwise(zt_dtype dt, sim_fn run, const char *op, const void *a, const void *b, const void *c, size_t n,
                         float f) {
-    sim_item *it = op_item(run, dt);
+    sim_item *it = op_item(run, dt, op);
     it->p[0] = dev(a, E(n), op, "arg 1");
     it->p[1] = dev(b, E(n), op, "arg 2");
     it->p[2] = dev(c, E(n), op, "arg 3");
     it->n = n;
     it->f = f;
+    it->cost = sim_cost_bytes((double)E(n) * ((a != NULL) + (b != NULL) + (c != NULL) + 1));
     enqueue(it);
 }
 static void q_softmax_xent(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets, int N,
                            int V, int Vp, float dloss) {
     const char *op = "softmax_xent";
-    sim_item *it = op_item(run_softmax_xent, dt);
+    sim_item *it = op_item(run_softmax_xent, dt, "softmax_xent");
     it->p[0] = dev(losses, F(N), op, "losses");
     it->p[1] = dev(dlogits, E((size_t)N * Vp), op, "dlogits");
     it->p[2] = dev(logits, E((size_t)N * Vp), op, "logits");
     it->p[3] = dev(targets, (size_t)N * sizeof(int), op, "targets");
     it->i[0] = N, it->i[1] = V, it->i[2] = Vp;
     it->f = dloss;
+    it->cost = sim_cost_bytes(2.0 * E((size_t)N * Vp));
     enqueue(it);
 }
 static void q_xent_partial(zt_dtype dt, float *stats, const void *logits, const int *targets, int N, int Vl, int Vp,
                            int vocab_lo) {
     const char *op = "xent_partial";
-    sim_item *it = op_item(run_xent_partial, dt);
+    sim_item *it = op_item(run_xent_partial, dt, "xent_partial");
     it->p[0] = dev(stats, F(3 * (size_t)N), op, "stats");
     it->p[1] = dev(logits, E((size_t)N * Vp), op, "logits");
     it->p[2] = dev(targets, (size_t)N * sizeof(int), op, "targets");
     it->i[0] = N, it->i[1] = Vl, it->i[2] = Vp, it->i[3] = vocab_lo;
+    it->cost = sim_cost_bytes((double)E((size_t)N * Vp));
     enqueue(it);
 }
 static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets,
                             const float *stats_all, int tp, int N, int Vl, int Vp, int vocab_lo, float dloss) {
     const char *op = "xent_parallel";
-    sim_item *it = op_item(run_xent_parallel, dt);
+    sim_item *it = op_item(run_xent_parallel, dt, "xent_parallel");
     it->p[0] = dev(losses, F(N), op, "losses");
     it->p[1] = dev(dlogits, E((size_t)N * Vp), op, "dlogits");
     it->p[2] = dev(logits, E((size_t)N * Vp), op, "logits");
@@ -908,18 +993,20 @@ static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const voi
     it->p[4] = dev(stats_all, F(3 * (size_t)tp * N), op, "stats_all");
     it->i[0] = tp, it->i[1] = N, it->i[2] = Vl, it->i[3] = Vp, it->i[4] = vocab_lo;
     it->f = dloss;
+    it->cost = sim_cost_bytes(2.0 * E((size_t)N * Vp));
     enqueue(it);
 }
 static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,
                    int ta, int tb, float beta) {
     const char *op = "gemm";
-    sim_item *it = op_item(run_gemm, dt);
+    sim_item *it = op_item(run_gemm, dt, "gemm");
     it->p[0] = dev(c, E(span(M, N, ldc)), op, "c");
     it->p[1] = dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
     it->p[2] = dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
     it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
     it->i[7] = tb;
     it->f = beta;
+    gemm_cost(it, dt, M, N, K);
     enqueue(it);
 }
 static void q_gemm_f32(zt_dtype dt, float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb,
@@ -946,16 +1033,17 @@ static void q_round_bias(zt_dtype dt, void *out, const float *acc, const void *b
 /* add_bias and bias_grad: the same shapes, a bias [OC] (p[0]) and a strided [N, OC] slice (p[1]) */
 static void q_bias(zt_dtype dt, sim_fn run, const char *op, const void *bias, const void *rows, int N, int OC, int ld,
                    const char *bias_arg, const char *rows_arg) {
-    sim_item *it = op_item(run, dt);
+    sim_item *it = op_item(run, dt, op);
     it->p[0] = dev(bias, E(OC), op, bias_arg);
     it->p[1] = dev(rows, E(span(N, OC, ld)), op, rows_arg);
     it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
+    it->cost = sim_cost_bytes(2.0 * E(span(N, OC, ld)));
     enqueue(it);
 }
 static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
                     const zt_adam_step *step) {
     const char *op = "adamw";
-    sim_item *it = op_item(run_adamw, dt);
+    sim_item *it = op_item(run_adamw, dt, "adamw");
     it->p[0] = dev(master, F(n), op, "master");
     it->p[1] = dev(m, F(n), op, "m");
     it->p[2] = dev(v, F(n), op, "v");
@@ -963,12 +1051,14 @@ static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *
     it->p[4] = dev(params_out, E(n), op, "params_out");
     it->n = n;
     it->step = *step;
+    it->cost = sim_cost_bytes((double)n * (24 + 2 * zt_dtype_size(dt))); /* read and write master, m, v; grad in, params out */
     enqueue(it);
 }
 static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
-    sim_item *it = op_item(run_sumsq, dt);
+    sim_item *it = op_item(run_sumsq, dt, "sumsq");
     it->p[0] = dev(x, E(n), "sumsq", "x");
     it->n = n;
+    it->cost = sim_cost_bytes((double)E(n));
     run_and_wait(&g_lane[LANE_COMPUTE], it); /* returns a host value: waits for the stream, as the CUDA sumsq */
     double r = it->result;
     free(it);
@@ -1097,6 +1187,16 @@ static void sim_start(void) {
     }
     g_device = zt_node_local_rank() % g_device_count;
     double cap = 8.0 * 1073741824.0;
+    zt_err err;
+    if (zt_sim_clock_start(&err)) {
+        snprintf(g_why_buf, sizeof g_why_buf, "ZEROTRAIN_SIM_PROFILE: %.200s", err.msg);
+        g_why = g_why_buf;
+        return;
+    }
+    const char *dry = getenv("ZEROTRAIN_SIM_DRY");
+    g_dry = dry && *dry && strcmp(dry, "0") != 0;
+    /* timed: the device has the profile's memory, unless ZEROTRAIN_SIM_MEM says otherwise */
+    if (zt_sim_profile()) cap = zt_sim_profile()->dev_memory;
     const char *mem = getenv("ZEROTRAIN_SIM_MEM");
     if (mem && *mem && (zt_parse_bytes(mem, &cap) || cap < 1048576.0 || cap > 1099511627776.0)) {
         snprintf(g_why_buf, sizeof g_why_buf, "ZEROTRAIN_SIM_MEM: expected a size from 1MiB to 1TiB, got '%.64s'", mem);
@@ -1135,6 +1235,8 @@ static void sim_start(void) {
         pthread_cond_init(&l->wake, NULL);
         pthread_cond_init(&l->idle, NULL);
         l->jitter_us = seed ? max_delay_us[i] : 0;
+        l->index = i;
+        l->end = zt_xcalloc(SIM_ENDS, sizeof *l->end);
         zt_rng_seed(&l->rng, seed * 3 + (unsigned long long)i);
         pthread_create(&l->thread, NULL, lane_main, l);
         pthread_detach(l->thread);

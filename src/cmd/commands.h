@@ -16,5 +16,20 @@ int zt_cmd_run(int argc, char **argv);      /* run.c */
 int zt_cmd_export(int argc, char **argv);   /* export.c */
 int zt_cmd_info(int argc, char **argv);     /* export.c */
 int zt_cmd_config(int argc, char **argv);   /* config.c */
+int zt_cmd_predict(int argc, char **argv);  /* predict.c */
+
+/* What `predict` sees of each step of train's loop: times on the run's clock (util/clock.h),
+ * the step's tokens and model FLOPs, and the engine's memory account after it. */
+typedef struct zt_step_seen {
+    long step;
+    double seconds, tokens, flops;
+    double device_bytes, host_bytes; /* the engine's account (every category) */
+} zt_step_seen;
+typedef struct zt_train_observer {
+    void (*step)(void *ctx, const zt_step_seen *s);
+    void *ctx;
+} zt_train_observer;
+/* `train` with an observer called on every rank after each step is recorded (train.c) */
+int zt_train_observed(int argc, char **argv, const zt_train_observer *obs);
 
 #endif

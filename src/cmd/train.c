@@ -24,6 +24,7 @@
 #include "io/monitor.h"
 #include "util/test_hooks.h"
 #include "comm/fail_together.h"
+#include "util/clock.h"
 
 typedef struct trainer {
     zt_config cfg;
@@ -52,6 +53,7 @@ typedef struct trainer {
     long good_step;
     long *unconfirmed;
     int n_unconfirmed;
+    const zt_train_observer *observer; /* predict's (NULL for train) */
 } trainer;
 
 /* Exit status of a run stopped by SIGUSR1/SIGTERM/SIGINT after saving its checkpoint: the Slurm scripts
@@ -439,7 +441,7 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     const zt_config *cfg = &t->cfg;
     zt_engine *eng = t->s.engine;
     int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
-    double t0 = zt_now(), loss_sum = 0;
+    double t0 = zt_clock_now(), loss_sum = 0;
     zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes, tp_bytes0 = t->s.model.tp ? t->s.model.tp->bytes : bytes0;
     memset(rec, 0, sizeof *rec);
     rec->step = step + 1;
@@ -449,16 +451,16 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     for (int a = 0; a < p->A; a++) {
         zt_engine_begin_micro(eng, a == 0, a == p->A - 1);
         if (load_micro_batch(t, p, step, a)) return 1;
-        double ta = zt_now();
+        double ta = zt_clock_now();
         /* fp16: the loss is multiplied by the scale so small gradients survive 16 bits; the engine
          * divides it out of the norm and the update */
         loss_sum += zt_gpt2_forward(&t->s.model, &t->s.src, t->inputs, t->targets,
                                     (float)(p->dloss * t->scaler.scale));
         if (sync) t->s.be->synchronize();
-        double tb = zt_now();
+        double tb = zt_clock_now();
         zt_gpt2_backward(&t->s.model, &t->s.src);
         if (sync) t->s.be->synchronize();
-        double tc = zt_now();
+        double tc = zt_clock_now();
         zt_engine_phase(eng, "forward", ta, tb);
         zt_engine_phase(eng, "backward", tb, tc);
         rec->forward += tb - ta;
@@ -469,7 +471,7 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     /* (a tensor-parallel group's ranks have the same loss: the sum runs over the data-parallel group) */
     if (t->s.dp_world > 1) t->s.dp_comm->allreduce_host_double(t->s.dp_comm, loss_acc, 1);
     rec->loss = loss_acc[0] / t->s.dp_world;
-    double to = zt_now();
+    double to = zt_clock_now();
     if (zt_test_hook_overflow_at(rec->step)) zt_engine_inject_overflow(eng);
     rec->scale_used = t->scaler.scale;
     /* the loss comes from one all-reduce, so every rank finds the same (run() agrees on it too) */
@@ -486,9 +488,9 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
                     rec->scale_used, t->scaler.scale);
         rec->guard = guard_after_step(t, rec); /* the norm is global: the same on every rank */
     }
-    rec->optimizer = zt_now() - to;
+    rec->optimizer = zt_clock_now() - to;
     t->s.be->synchronize();
-    rec->seconds = zt_now() - t0;
+    rec->seconds = zt_clock_now() - t0;
     rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
     rec->bytes = zt_comm_bytes_since(&zt_engine_comm(eng)->bytes, &bytes0);
     if (t->s.model.tp) rec->tp_bytes = zt_comm_bytes_since(&t->s.model.tp->bytes, &tp_bytes0);
@@ -641,11 +643,17 @@ static int run(trainer *t) {
         if (t->has_val && (due(rec.step, cfg->eval_interval) || (last && cfg->eval_interval > 0)))
             rec.val_loss = evaluate(t, &val_failed);
         if (val_failed) return 1;
-        if (step == t->start_step) timed_start = zt_now();
+        if (step == t->start_step) timed_start = zt_clock_now();
         long timed = rec.step - (t->start_step + 1);
-        print_step(t, &p, &rec, timed > 0 ? (zt_now() - timed_start) / timed * (steps - rec.step) : 0);
+        print_step(t, &p, &rec, timed > 0 ? (zt_clock_now() - timed_start) / timed * (steps - rec.step) : 0);
         zt_err werr = {{0}};
         int wrc = record_step(t, &p, &rec, &werr);
+        if (t->observer) {
+            const zt_mem_account *mem = zt_engine_memory(t->s.engine);
+            zt_step_seen seen = {.step = rec.step, .seconds = rec.seconds, .tokens = p.tokens, .flops = p.flops};
+            for (int c = 0; c < ZT_MEM_NCAT; c++) seen.device_bytes += (double)mem->device[c], seen.host_bytes += (double)mem->host[c];
+            t->observer->step(t->observer->ctx, &seen);
+        }
         /* one agreement a step on what happened on any rank, the weightiest first: the divergence
          * guard's finding, a writer's failure, SIGUSR1/SIGTERM. A lesser one left out this step
          * comes back the next (a failed writer stays failed, a signal stays requested). */
@@ -791,9 +799,12 @@ static void open_roll(trainer *t) {
     zt_watchdog_roll(tag);
 }
 
-int zt_cmd_train(int argc, char **argv) {
+int zt_cmd_train(int argc, char **argv) { return zt_train_observed(argc, argv, NULL); }
+
+int zt_train_observed(int argc, char **argv, const zt_train_observer *obs) {
     trainer t;
     memset(&t, 0, sizeof t);
+    t.observer = obs;
     zt_err err = {{0}};
     zt_config_defaults(&t.cfg);
     /* the collectives before the config is read are watched too, on start-up's timeout */

@@ -10,6 +10,7 @@
  * Also the batch rule. */
 #include "config/config.h"
 #include "config/config_schema.h"
+#include "config/yaml_read.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -693,46 +694,65 @@ static int check_depth(const char *path, const char *text, size_t len, zt_err *e
     return rc;
 }
 
-static int load_file(loader *L, const char *path) {
+/* Reads PATH as one YAML document, refusing what every config file is refused for (over
+ * ZT_CONFIG_MAX_BYTES, nested deeper than ZT_CONFIG_MAX_DEPTH, a syntax error with its position, a
+ * second document). The caller deletes *doc on success; its root may be NULL (an empty file). */
+int zt_yaml_read_file(const char *path, yaml_document_t *doc, zt_err *err) {
     size_t len;
-    char *text = zt_read_file_max(path, ZT_CONFIG_MAX_BYTES, &len, L->err);
+    char *text = zt_read_file_max(path, ZT_CONFIG_MAX_BYTES, &len, err);
     if (!text) return -1;
-    if (check_depth(path, text, len, L->err)) {
+    if (check_depth(path, text, len, err)) {
         free(text);
         return -1;
     }
     yaml_parser_t parser;
-    yaml_document_t doc, extra;
+    yaml_document_t extra;
     if (!yaml_parser_initialize(&parser)) {
         free(text);
-        return zt_fail(L->err, "%s: cannot initialise the YAML parser", path);
+        return zt_fail(err, "%s: cannot initialise the YAML parser", path);
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     int rc = 0;
-    if (!yaml_parser_load(&parser, &doc)) {
-        rc = yaml_problem(path, &parser, L->err);
-    } else {
-        const yaml_node_t *root = yaml_document_get_root_node(&doc);
-        if (root) {
-            if (!yaml_parser_load(&parser, &extra)) {
-                rc = yaml_problem(path, &parser, L->err);
-            } else {
-                const yaml_node_t *r2 = yaml_document_get_root_node(&extra);
-                if (r2)
-                    rc = zt_fail(L->err, "%s:%zu:%zu: expected one YAML document, found a second one", path,
-                                 r2->start_mark.line + 1, r2->start_mark.column + 1);
-                yaml_document_delete(&extra);
-            }
-            if (rc == 0) {
-                L->file = path;
-                rc = apply_map(L, "", &doc, root, T_NONE);
-                L->file = NULL;
-            }
+    if (!yaml_parser_load(&parser, doc)) {
+        rc = yaml_problem(path, &parser, err);
+    } else if (yaml_document_get_root_node(doc)) {
+        if (!yaml_parser_load(&parser, &extra)) {
+            rc = yaml_problem(path, &parser, err);
+        } else {
+            const yaml_node_t *r2 = yaml_document_get_root_node(&extra);
+            if (r2)
+                rc = zt_fail(err, "%s:%zu:%zu: expected one YAML document, found a second one", path,
+                             r2->start_mark.line + 1, r2->start_mark.column + 1);
+            yaml_document_delete(&extra);
         }
-        yaml_document_delete(&doc);
+        if (rc) yaml_document_delete(doc);
     }
     yaml_parser_delete(&parser);
     free(text);
+    return rc;
+}
+
+int zt_yaml_number(const yaml_node_t *n, double *out) {
+    scalar s;
+    classify(n, &s);
+    if (s.cls != C_NUM) return -1;
+    *out = s.d;
+    return 0;
+}
+
+void zt_yaml_describe(const yaml_node_t *n, char *out, size_t cap) { describe(n, out, cap); }
+
+static int load_file(loader *L, const char *path) {
+    yaml_document_t doc;
+    if (zt_yaml_read_file(path, &doc, L->err)) return -1;
+    int rc = 0;
+    const yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root) {
+        L->file = path;
+        rc = apply_map(L, "", &doc, root, T_NONE);
+        L->file = NULL;
+    }
+    yaml_document_delete(&doc);
     return rc;
 }
 

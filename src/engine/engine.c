@@ -26,6 +26,7 @@
 
 #include "backend/cpu_adam.h"
 #include "comm/fail_together.h"
+#include "util/clock.h"
 
 const char *const zt_mem_category_names[ZT_MEM_NCAT] = {"params", "grads", "optimizer", "activations", "comm"};
 
@@ -39,13 +40,8 @@ void *engine_dev_alloc(zt_engine *e, size_t bytes, int category) {
 void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category) {
     if (bytes == 0) bytes = 64;
     void *p;
-    if (pinned) {
-        p = e->be->host_alloc(bytes);
-    } else {
-        size_t sz = (bytes + 63) & ~(size_t)63;
-        p = aligned_alloc(64, sz);
-        if (p) memset(p, 0, sz);
-    }
+    if (pinned) p = e->be->host_alloc(bytes);
+    else p = zt_clock_bulk_alloc(bytes); /* zero-filled; address space only when the clock only costs */
     if (p) e->mem.host[category] += bytes;
     return p;
 }
@@ -53,14 +49,15 @@ void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category) {
 void engine_host_free(zt_engine *e, void *p, int pinned) {
     if (!p) return;
     if (pinned) e->be->host_free(p);
-    else free(p);
+    else zt_clock_bulk_free(p);
 }
 
 /* Compute-dtype values of n shard elements from host memory into the offloaded parameters at shard
  * offset off: the host shard (offload_param cpu) or the parameter swap file (nvme). */
 void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n) {
     if (e->param_swap) inf_param_rw(e, off, n, (void *)src, 1);
-    else memcpy(at(e, e->params, off), src, n * esz(e));
+    else if (zt_clock_host_work(ZT_WORK_COPY, (double)n, 2.0 * (double)(n * esz(e)), 1), !zt_clock_costs_only())
+        memcpy(at(e, e->params, off), src, n * esz(e));
 }
 
 /* The same from device memory (the device part of the update): straight down into host memory, or
@@ -89,7 +86,7 @@ static int params_from_f32(zt_engine *e, size_t first, const float *src, size_t 
     size_t step = min_sz(n, (size_t)1 << 22); /* a whole-model staging buffer would not fit big models */
     if (e->params_on_host) {
         void *tmp = zt_xmalloc(max_sz(step, 1) * esz(e));
-        for (size_t a = 0; a < n; a += step) {
+        for (size_t a = 0; a < n && !zt_clock_costs_only(); a += step) { /* start-up: not costed */
             size_t k = min_sz(step, n - a);
             zt_cpu_from_f32(tmp, src + a, k, be->compute_dtype);
             engine_params_store(e, first + a, tmp, k);
@@ -125,7 +122,7 @@ int zt_engine_params_on_host(const zt_engine *e) { return e->params_on_host; }
 /* device bytes in use now: allocations (stage 3 gather buffers counted whole) + activations */
 static void trace_memory(zt_engine *e) {
     if (!e->trace) return;
-    zt_trace_counter(e->trace, "memory (MiB)", zt_now(), "device", (double)mem_sum(e->mem.device) / 1048576.0, "host",
+    zt_trace_counter(e->trace, "memory (MiB)", zt_clock_now(), "device", (double)mem_sum(e->mem.device) / 1048576.0, "host",
                      (double)mem_sum(e->mem.host) / 1048576.0);
 }
 
@@ -136,10 +133,17 @@ int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt
     return zt_engine_create_offload(e, be, comm, table, opt, NULL, init_f32, err);
 }
 
+/* a timed device's lanes (util/clock.h) onto the trace, beside the engine's */
+static void trace_device_item(void *ctx, int lane, const char *lane_name, const char *name, double t0, double t1) {
+    zt_trace_device(ctx, lane, lane_name, name, t0, t1);
+}
+
 int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err) {
+    zt_clock_set_sink(NULL, NULL);
     if (e->trace) zt_trace_close(e->trace, NULL);
     e->trace = zt_trace_open(path, e->lay.rank, err);
     if (!e->trace) return -1;
+    zt_clock_set_sink(trace_device_item, e->trace);
     trace_memory(e);
     return 0;
 }
@@ -328,6 +332,7 @@ void zt_engine_destroy(zt_engine *e) {
     zero_free_gather(e);
     inf_close(e);
     twin_free(e);
+    if (e->trace) zt_clock_set_sink(NULL, NULL);
     zt_trace_close(e->trace, NULL);
     free(e->seg_grad);
     free(e->inflight);
@@ -360,7 +365,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     if (e->opt.stage == 3) zero_end_micros(e);
     zero_finish_all(e);
     twin_settle(e); /* the last update's host lanes, if still running */
-    double tn0 = zt_now();
+    double tn0 = zt_clock_now();
     *skipped = 0;
     /* with loss scaling the step may be skipped (overflow), so the norm comes before the host
      * threads start moving gradients; without it the first transfers overlap the norm */
@@ -368,7 +373,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     double norm = norm_first ? zero_grad_norm(e) / loss_scale : 0.0;
     if (!isfinite(norm)) {
         *skipped = 1;
-        zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_now());
+        zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_clock_now());
         return norm;
     }
     twin_flow *tf = zt_xcalloc(1, sizeof *tf); /* freed by twin_update or, later, twin_settle */
@@ -376,7 +381,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     if (!norm_first) norm = zero_grad_norm(e);
     float clip = 1.0f;
     if (max_norm > 0 && norm > max_norm) clip = (float)(max_norm / (norm + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
-    double tn1 = zt_now();
+    double tn1 = zt_clock_now();
     e->timing.grad_norm = tn1 - tn0;
     zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm", tn0, tn1);
 

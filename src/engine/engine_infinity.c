@@ -23,6 +23,7 @@
 #include "engine/engine_internal.h"
 #include "io/swap.h"
 #include "util/test_hooks.h"
+#include "util/clock.h"
 
 #define GROUP_ALIGN 2048 /* elements: 8 KiB of fp32, so every region starts on an O_DIRECT boundary */
 
@@ -102,9 +103,9 @@ void inf_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float 
         int whole = write && within == 0 && k == G; /* nothing of the old region survives: no read */
         if (!whole && zt_swap_wait(e->opt_swap, zt_swap_read(e->opt_swap, at_byte, stage, bytes), &err)) inf_swap_failed(&err);
         if (write) {
-            memcpy(stage + within, buf, k * sizeof(float));
+            if (!zt_clock_costs_only()) memcpy(stage + within, buf, k * sizeof(float)); /* predict: costed only */
             if (zt_swap_wait(e->opt_swap, zt_swap_write(e->opt_swap, at_byte, stage, bytes), &err)) inf_swap_failed(&err);
-        } else {
+        } else if (!zt_clock_costs_only()) {
             memcpy(buf, stage + within, k * sizeof(float));
         }
         off += k, n -= k, buf += k;
@@ -145,22 +146,22 @@ void inf_host_adam_lane(twin_flow *tf) {
     size_t ahead = nb >= 3 ? (size_t)nb - 2 : nb == 2 ? 1 : 0;
     read_ahead(&p, ahead);
     pthread_mutex_lock(&tf->mu);
-    while (!tf->go) pthread_cond_wait(&tf->cv, &tf->mu);
+    twin_wait_go(tf);
     pthread_mutex_unlock(&tf->mu);
     inf_swap_at_step(e->opt_swap, e->adam_t); /* counted before the go: the step being updated */
     for (size_t g = 0; g < ng; g++) {
         int slot = (int)(g % (size_t)nb);
-        double tw = zt_now();
+        double tw = zt_clock_now();
         read_ahead(&p, g); /* one buffer: the read of g waits for the write of g-1 */
         wait_ticket(&p, &p.read_ticket[slot]);
         read_ahead(&p, g + ahead);
-        double t0 = zt_now();
+        double t0 = zt_clock_now();
         if (t0 - tw > 1e-4) zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "nvme read wait", tw, t0);
         float *master = e->swap_buf[slot], *m = master + G, *v = m + G;
         size_t lo = g * G, hi = min_sz(e->host_n, lo + G);
         for (size_t c = lo / e->host_chunk; c * e->host_chunk < hi; c++) {
             pthread_mutex_lock(&tf->mu);
-            while (tf->d2h_done <= c) pthread_cond_wait(&tf->cv, &tf->mu);
+            twin_wait_count(tf, &tf->d2h_done, c + 1);
             pthread_mutex_unlock(&tf->mu);
             size_t ca, cb;
             twin_chunk_range(tf, c, &ca, &cb);
@@ -169,16 +170,16 @@ void inf_host_adam_lane(twin_flow *tf) {
                            twin_host_out(e, a));
         }
         p.write_ticket[slot] = zt_swap_write(e->opt_swap, group_offset(e, g), e->swap_buf[slot], group_bytes(e));
-        double t1 = zt_now();
+        double t1 = zt_clock_now();
         tf->adam_busy += t1 - t0;
         zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "host adam (nvme group)", t0, t1);
         /* chunks wholly inside the groups done so far may go up */
         twin_publish(tf, &tf->adam_done, g + 1 == ng ? tf->nchunks : hi / e->host_chunk);
     }
-    double tw = zt_now();
+    double tw = zt_clock_now();
     zt_err err;
     if (zt_swap_wait_all(e->opt_swap, &err)) inf_swap_failed(&err);
-    zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "nvme write wait", tw, zt_now());
+    zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "nvme write wait", tw, zt_clock_now());
     free(p.read_ticket);
     free(p.write_ticket);
 }

@@ -162,6 +162,11 @@ typedef struct twin_flow {
     pthread_cond_t cv;
     int go;                     /* st is set: the CPU Adam may start */
     size_t d2h_done, adam_done, h2d_done; /* chunks */
+    /* when each chunk was published on the run's clock (util/clock.h), per counter: a thread that
+     * waited for chunk c of a counter continues from that time (the virtual clock's handoff) */
+    double *d2h_at, *adam_at, *h2d_at; /* [nchunks] */
+    double start_at, go_at;     /* the lanes were started; st was set */
+    double end_at[3];           /* each lane's time when it finished */
     double adam_busy, d2h_busy, h2d_busy;
     double t_start;             /* when the update started (for the optimizer's wall time) */
 } twin_flow;
@@ -169,6 +174,10 @@ typedef struct twin_flow {
 int twin_plan(zt_engine *e, zt_err *err);
 void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b); /* chunk c's host-part elements */
 void twin_publish(twin_flow *tf, size_t *counter, size_t chunks); /* a lane finished `chunks` chunks */
+/* waits (tf->mu held) until *counter reaches target, then takes the time chunk target was published at */
+void twin_wait_count(twin_flow *tf, const size_t *counter, size_t target);
+/* waits (tf->mu held) for twin_go, then takes its time */
+void twin_wait_go(twin_flow *tf);
 /* whether the host part has a buffer for its updated compute-dtype parameters (twin_alloc) */
 int twin_has_out_buffer(const zt_engine *e);
 /* the host part's master from fp32 init values (host memory or NVMe) */

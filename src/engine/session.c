@@ -8,6 +8,7 @@
 #include "comm/comm_nccl.h"
 #include "io/hf.h"
 #include "comm/fail_together.h"
+#include "util/clock.h"
 
 const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err) {
     if (cfg->device == ZT_DEVICE_CPU) return zt_backend_cpu();
@@ -120,14 +121,20 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     double reserve = (double)(plan.act_bytes + plan.scratch_bytes) + (gpu ? 2.0 * 1073741824.0 : 0.0);
     float *init = NULL;
     if (!init_f32) { /* model.init_from (fine-tuning a Hugging Face GPT-2) or GPT-2 init */
-        init = zt_xmalloc(s->whole.total * sizeof(float));
+        /* address space only when the run's clock only costs the work (predict): nothing reads it then */
+        init = zt_clock_costs_only() ? zt_clock_bulk_alloc(s->whole.total * sizeof(float))
+                                     : zt_xmalloc(s->whole.total * sizeof(float)); /* filled below: no zeroing */
+        if (!init) {
+            zt_session_close(s);
+            return zt_fail(err, "out of host memory for the %zu-element init vector", s->whole.total);
+        }
         if (cfg->init_from) {
             if (zt_hf_init_from(cfg->init_from, &s->shape, &s->whole, init, err)) {
-                free(init);
+                zt_clock_bulk_free(init);
                 zt_session_close(s);
                 return -1;
             }
-        } else {
+        } else if (!zt_clock_costs_only()) {
             zt_gpt2_init(&s->whole, &s->shape, init, cfg->seed);
         }
         init_f32 = init;
@@ -176,7 +183,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     off.aio_overlap_events = cfg->aio_overlap_events;
     s->engine = zt_engine_open(s->be, s->device_comm ? s->device_comm : s->dp_comm, &s->table, &eo, &off, init_f32,
                                err);
-    free(init);
+    zt_clock_bulk_free(init);
     free(part);
     if (!s->engine) {
         zt_session_close(s);

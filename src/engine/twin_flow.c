@@ -17,6 +17,7 @@
 #include "backend/cpu_adam.h"
 #include "engine/engine_internal.h"
 #include "util/test_hooks.h"
+#include "util/clock.h"
 
 /* ---------------------------------------------------------------- split and host buffers */
 
@@ -85,7 +86,7 @@ void twin_free(zt_engine *e) {
 int twin_init_master(zt_engine *e, const float *init, zt_err *err) {
     (void)err;
     if (!e->off.nvme_path) {
-        memcpy(e->host_master, init, e->host_n * sizeof(float));
+        if (!zt_clock_costs_only()) memcpy(e->host_master, init, e->host_n * sizeof(float));
         return 0;
     }
     inf_state_rw(e, ZT_STATE_MASTER, 0, e->host_n, (float *)init, 1);
@@ -124,20 +125,36 @@ void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b) {
     *b = min_sz(tf->e->host_n, *a + tf->e->host_chunk);
 }
 
-/* a lane has finished `chunks` chunks: tell the lanes waiting on it */
+static double *published_at(twin_flow *tf, const size_t *counter) {
+    return counter == &tf->d2h_done ? tf->d2h_at : counter == &tf->adam_done ? tf->adam_at : tf->h2d_at;
+}
+
+/* a lane has finished `chunks` chunks: tell the lanes waiting on it, and when (util/clock.h) */
 void twin_publish(twin_flow *tf, size_t *counter, size_t chunks) {
+    double now = zt_clock_now(), *at = published_at(tf, counter);
     pthread_mutex_lock(&tf->mu);
+    for (size_t c = *counter; c < chunks; c++) at[c] = now;
     *counter = chunks;
     pthread_cond_broadcast(&tf->cv);
     pthread_mutex_unlock(&tf->mu);
 }
 
+void twin_wait_count(twin_flow *tf, const size_t *counter, size_t target) {
+    while (*counter < target) pthread_cond_wait(&tf->cv, &tf->mu);
+    if (target) zt_clock_after(published_at(tf, counter)[target - 1]);
+}
+
+void twin_wait_go(twin_flow *tf) {
+    while (!tf->go) pthread_cond_wait(&tf->cv, &tf->mu);
+    zt_clock_after(tf->go_at);
+}
+
 /* one chunk's transfer on the backend's stream for that direction, timed and traced on its lane */
 static void timed_transfer(twin_flow *tf, int lane, const char *what, void *dst, const void *src, size_t bytes,
                            zt_copy_kind kind, double *busy) {
-    double t0 = zt_now();
+    double t0 = zt_clock_now();
     tf->e->be->transfer(dst, src, bytes, kind);
-    double t1 = zt_now();
+    double t1 = zt_clock_now();
     *busy += t1 - t0;
     zt_trace_complete(tf->e->trace, lane, what, t0, t1);
 }
@@ -155,6 +172,10 @@ void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size
         zt_adam_step sti = *st;
         sti.weight_decay = decay_of(e, q);
         void *o = out ? (char *)out + d * esz(e) : NULL;
+        /* read and write master, m, v; read the gradient, write the parameter (on a virtual clock) */
+        zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)esz(e)),
+                           e->off.host_threads);
+        if (zt_clock_costs_only()) continue;
         zt_cpu_adamw_g(p + d, m + d, v + d, (const char *)g + d * esz(e), e->be->compute_dtype, y - x, &sti,
                        fp32 ? NULL : o, e->be->compute_dtype, e->off.host_threads, ZT_ADAM_ISA_BEST);
         if (fp32 && o) memcpy(o, p + d, (y - x) * sizeof(float)); /* fp32 "casting" is a copy */
@@ -167,24 +188,28 @@ void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size
 static void *host_adam_lane(void *arg) {
     twin_flow *tf = arg;
     zt_engine *e = tf->e;
+    zt_clock_after(tf->start_at);
     if (e->off.nvme_path) {
         inf_host_adam_lane(tf);
+        tf->end_at[0] = zt_clock_now();
         return NULL;
     }
     for (size_t c = 0; c < tf->nchunks; c++) {
         pthread_mutex_lock(&tf->mu);
-        while (!tf->go || tf->d2h_done <= c) pthread_cond_wait(&tf->cv, &tf->mu);
+        twin_wait_go(tf);
+        twin_wait_count(tf, &tf->d2h_done, c + 1);
         pthread_mutex_unlock(&tf->mu);
-        double t0 = zt_now();
+        double t0 = zt_clock_now();
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
         twin_adam_span(e, &tf->st, a, b - a, e->host_master + a, e->host_m + a, e->host_v + a, at(e, e->host_grad, a),
                        twin_host_out(e, a));
-        double t1 = zt_now();
+        double t1 = zt_clock_now();
         tf->adam_busy += t1 - t0;
         zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "host adam", t0, t1);
         twin_publish(tf, &tf->adam_done, c + 1);
     }
+    tf->end_at[0] = zt_clock_now();
     return NULL;
 }
 
@@ -195,6 +220,7 @@ static void *d2h_lane(void *arg) {
     zt_engine *e = tf->e;
     size_t E = esz(e);
     zt_backend_bind_thread(e->be);
+    zt_clock_after(tf->start_at);
     for (size_t c = 0; c < tf->nchunks; c++) {
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
@@ -202,6 +228,7 @@ static void *d2h_lane(void *arg) {
                        ZT_D2H, &tf->d2h_busy);
         twin_publish(tf, &tf->d2h_done, c + 1);
     }
+    tf->end_at[1] = zt_clock_now();
     return NULL;
 }
 
@@ -211,11 +238,13 @@ static void *h2d_lane(void *arg) {
     twin_flow *tf = arg;
     zt_engine *e = tf->e;
     size_t E = esz(e);
+    tf->end_at[2] = tf->start_at;
     if (e->params_on_host) return NULL; /* the CPU Adam wrote them where they live */
     zt_backend_bind_thread(e->be);
+    zt_clock_after(tf->start_at);
     for (size_t c = 0; c < tf->nchunks; c++) {
         pthread_mutex_lock(&tf->mu);
-        while (tf->adam_done <= c) pthread_cond_wait(&tf->cv, &tf->mu);
+        twin_wait_count(tf, &tf->adam_done, c + 1);
         pthread_mutex_unlock(&tf->mu);
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
@@ -224,6 +253,7 @@ static void *h2d_lane(void *arg) {
                        &tf->h2d_busy);
         twin_publish(tf, &tf->h2d_done, c + 1);
     }
+    tf->end_at[2] = zt_clock_now();
     return NULL;
 }
 
@@ -259,6 +289,10 @@ void twin_start(zt_engine *e, twin_flow *tf) {
     if (!zt_test_hook_skip_sync()) e->be->synchronize();
     pthread_mutex_init(&tf->mu, NULL);
     pthread_cond_init(&tf->cv, NULL);
+    tf->d2h_at = zt_xcalloc(tf->nchunks, sizeof(double));
+    tf->adam_at = zt_xcalloc(tf->nchunks, sizeof(double));
+    tf->h2d_at = zt_xcalloc(tf->nchunks, sizeof(double));
+    tf->start_at = zt_clock_now();
     if (pthread_create(&th[0], NULL, host_adam_lane, tf) || pthread_create(&th[1], NULL, d2h_lane, tf) ||
         pthread_create(&th[2], NULL, h2d_lane, tf)) {
         fprintf(stderr, "zerotrain: error: cannot start the Twin-Flow host threads\n");
@@ -270,6 +304,7 @@ static void twin_go(twin_flow *tf, const zt_adam_step *st) {
     if (!tf->nchunks) return;
     pthread_mutex_lock(&tf->mu);
     tf->st = *st;
+    tf->go_at = zt_clock_now();
     tf->go = 1;
     pthread_cond_broadcast(&tf->cv);
     pthread_mutex_unlock(&tf->mu);
@@ -293,19 +328,25 @@ static void record_lanes(zt_engine *e, twin_flow *tf, double t1) {
 }
 
 static void join_lanes(zt_engine *e, twin_flow *tf) {
-    for (int i = 0; i < 3; i++) pthread_join(tf->lanes[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(tf->lanes[i], NULL);
+        zt_clock_after(tf->end_at[i]); /* a join waits for the last of them */
+    }
     pthread_mutex_destroy(&tf->mu);
     pthread_cond_destroy(&tf->cv);
-    record_lanes(e, tf, zt_now());
+    free(tf->d2h_at);
+    free(tf->adam_at);
+    free(tf->h2d_at);
+    record_lanes(e, tf, zt_clock_now());
 }
 
 void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st) {
     int threads = tf->nchunks > 0;
     tf->t_start = t0;
     twin_go(tf, st);
-    double td0 = zt_now();
+    double td0 = zt_clock_now();
     device_adam(e, *st);
-    double td1 = zt_now();
+    double td1 = zt_clock_now();
     if (e->host_lo) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device adam", td0, td1);
     zt_engine_timing *tm = &e->timing;
     tm->device_adam = td1 - td0;
@@ -317,7 +358,7 @@ void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st)
     if (threads) join_lanes(e, tf);
     /* parameters on NVMe: the host part's updated values go to the swap file */
     if (threads && e->param_swap) engine_params_store(e, e->host_lo, e->host_params16, e->host_n);
-    double t1 = zt_now();
+    double t1 = zt_clock_now();
     tm->optimizer = t1 - t0;
     tm->device_idle = t1 - td1;
     if (threads && t1 > td1 + 1e-6) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device idle (host part)", td1, t1);
@@ -334,12 +375,12 @@ static const size_t *ready_counter(const zt_engine *e, const twin_flow *tf) {
 static void wait_lanes(zt_engine *e, const char *what, const size_t *counter, size_t target) {
     twin_flow *tf = e->pending;
     pthread_mutex_lock(&tf->mu);
-    double t0 = zt_now();
+    double t0 = zt_clock_now();
     int waited = *counter < target;
-    while (*counter < target) pthread_cond_wait(&tf->cv, &tf->mu);
+    twin_wait_count(tf, counter, target);
     pthread_mutex_unlock(&tf->mu);
-    if (!waited) return;
-    double t1 = zt_now();
+    double t1 = zt_clock_now();
+    if (!waited && t1 <= t0) return; /* neither the process nor its clock waited */
     e->timing.device_idle += t1 - t0;
     zt_trace_complete(e->trace, ZT_LANE_MAIN, what, t0, t1);
 }
@@ -348,9 +389,9 @@ void twin_settle(zt_engine *e) {
     twin_flow *tf = e->pending;
     if (!tf) return;
     wait_lanes(e, "wait for the host part (all)", ready_counter(e, tf), tf->nchunks);
-    double t0 = zt_now();
+    double t0 = zt_clock_now();
     join_lanes(e, tf);
-    zt_trace_complete(e->trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_now());
+    zt_trace_complete(e->trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_clock_now());
     e->pending = NULL;
     free(tf);
 }

@@ -15,6 +15,7 @@
 
 #include "backend/cpu_adam.h"
 #include "engine/engine_internal.h"
+#include "util/clock.h"
 
 #define MIB 1048576.0
 #define GIB 1073741824.0
@@ -41,8 +42,11 @@ static void fmt_bytes(char out[32], double b) {
     else snprintf(out, 32, "%.2f GiB", b / GIB);
 }
 
-/* MemAvailable of /proc/meminfo in bytes; -1 where there is none */
+/* MemAvailable of /proc/meminfo in bytes; -1 where there is none. On a clock that stands for another
+ * machine (predict: util/clock.h), that machine's free host memory instead. */
 static double mem_available(void) {
+    double v = zt_clock_host_available();
+    if (v >= 0) return v;
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return -1;
     char line[256];
@@ -83,8 +87,8 @@ static void *transfer_buf(const zt_engine *e, size_t bytes) {
 static void calib_free(const zt_engine *e, calib *c) {
     const zt_backend *be = e->be;
     free(c->master); free(c->m); free(c->v);
-    /* the transfer buffers come from transfer_buf: pinned (host_alloc) when pin_memory is set, and
-     * free() of pinned memory crashed ratio auto on the first H100 run of the offload work */
+    /* every transfer_buf goes back the way it came: pinned memory to the backend (free() of pinned
+     * memory crashed ratio auto on the first H100 run of the offload work) */
     void *tr[] = {c->grad, c->params16, c->down, c->up};
     for (int i = 0; i < 4; i++)
         if (tr[i]) e->off.pin_memory ? be->host_free(tr[i]) : free(tr[i]);
@@ -145,8 +149,12 @@ static void host_pass(const zt_engine *e, calib *c, const zt_adam_step *st) {
         size_t b = min_sz(c->n, a + c->chunk);
         for (size_t x = a, y; x < b; x = y) {
             y = piece_end(e, x, b);
-            zt_cpu_adamw_g(c->master + x, c->m + x, c->v + x, at(e, c->grad, x), dt, y - x, st,
-                           fp32 ? NULL : at(e, c->params16, x), dt, e->off.host_threads, ZT_ADAM_ISA_BEST);
+            /* as twin_adam_span declares it: what the run's clock charges (util/clock.h) */
+            zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)esz(e)),
+                               e->off.host_threads);
+            if (!zt_clock_costs_only())
+                zt_cpu_adamw_g(c->master + x, c->m + x, c->v + x, at(e, c->grad, x), dt, y - x, st,
+                               fp32 ? NULL : at(e, c->params16, x), dt, e->off.host_threads, ZT_ADAM_ISA_BEST);
         }
     }
 }
@@ -213,10 +221,10 @@ static void *lane_main(void *arg) {
     atomic_int *stop = &l->pace->stop;
     zt_backend_bind_thread(l->e->be); /* the copy lanes transfer on the backend's device */
     for (int pass = 0; pace_pass(l, pass); pass++) {
-        double t0 = zt_now();
+        double t0 = zt_clock_now();
         if (l->kind == LANE_HOST_ADAM) host_pass(l->e, l->c, l->st);
         else copy_pass(l->e, l->c, l->kind == LANE_D2H ? ZT_D2H : ZT_H2D);
-        double t = zt_now() - t0;
+        double t = zt_clock_now() - t0;
         if (pass > 0 && !atomic_load(stop)) { /* a pass that ended alone does not count */
             l->seconds += t;
             atomic_fetch_add(&l->timed, 1);
@@ -250,15 +258,15 @@ static void calibrate(const zt_engine *e, size_t n, double rates[4]) {
         if (pthread_create(&lanes[k].th, NULL, lane_main, &lanes[k])) break;
         started++;
     }
-    double dev_seconds = 0, t_start = zt_now();
+    double dev_seconds = 0, t_start = zt_clock_now();
     int dev_timed = 0;
     for (int pass = 0; started == NLANES; pass++) {
-        double t0 = zt_now();
+        double t0 = zt_clock_now();
         device_pass(e, &c, &st);
-        if (pass > 0) dev_seconds += zt_now() - t0, dev_timed++;
+        if (pass > 0) dev_seconds += zt_clock_now() - t0, dev_timed++;
         int least = dev_timed;
         for (int k = 0; k < NLANES; k++) least = least < atomic_load(&lanes[k].timed) ? least : atomic_load(&lanes[k].timed);
-        if (least >= 3 || (least >= 1 && zt_now() - t_start > 10.0)) break;
+        if (least >= 3 || (least >= 1 && zt_clock_now() - t_start > 10.0)) break;
     }
     pthread_mutex_lock(&pace.mu);
     atomic_store(&pace.stop, 1);
@@ -350,8 +358,8 @@ int twin_choose_ratio(zt_engine *e, double *ratio, int *bound, zt_err *err) {
         host_avail = avail / node_ranks - e->off.host_reserve;
         char b1[32], b2[32];
         fmt_bytes(b1, avail / node_ranks), fmt_bytes(b2, e->off.host_reserve);
-        snprintf(why_host, sizeof why_host, "%s available (MemAvailable / %d rank(s) on this machine) less %s for "
-                 "the run's other host memory%s", b1, node_ranks, b2,
+        snprintf(why_host, sizeof why_host, "%s available (%s / %d rank(s) on this machine) less %s for "
+                 "the run's other host memory%s", b1, zt_clock_host_available() >= 0 ? "the clock's free host memory" : "MemAvailable", node_ranks, b2,
                  shared ? " and the device part (host memory on this backend)" : "");
         if (!host_limited) snprintf(why_host, sizeof why_host, "no /proc/meminfo: no host bound");
     }

@@ -9,6 +9,7 @@
 
 #include "engine/engine_internal.h"
 #include "engine/zero_formula.h"
+#include "util/clock.h"
 
 /* per-rank piece sizes of the flat range [a, b) under the shard partition */
 static void range_counts(const zt_engine *e, size_t a, size_t b, size_t *counts) {
@@ -23,9 +24,9 @@ static void range_counts(const zt_engine *e, size_t a, size_t b, size_t *counts)
 
 /* waits for req, counting the time in the step's comm time, in *bucket and in the trace as `what` */
 static void timed_wait(zt_engine *e, zt_comm_req *req, double *bucket, const char *what) {
-    double t0 = zt_now();
+    double t0 = zt_clock_now();
     e->comm->wait(e->comm, req);
-    double t1 = zt_now();
+    double t1 = zt_clock_now();
     e->comm_seconds += t1 - t0;
     *bucket += t1 - t0;
     zt_trace_complete(e->trace, ZT_LANE_COMM, what, t0, t1);
@@ -384,7 +385,7 @@ static void *src_acquire(void *ctx, int seg) {
     prefetch_ahead(e);
     size_t held = params_held_bytes(e);
     if (held > e->mem.params_peak) e->mem.params_peak = held;
-    if (e->trace) zt_trace_counter(e->trace, "stage-3 params held (MiB)", zt_now(), "held", held / 1048576.0, "peak",
+    if (e->trace) zt_trace_counter(e->trace, "stage-3 params held (MiB)", zt_clock_now(), "held", held / 1048576.0, "peak",
                                    e->mem.params_peak / 1048576.0);
     return g->buf;
 }

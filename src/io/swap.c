@@ -22,6 +22,7 @@
  * it was ever written is checked too. */
 #define _GNU_SOURCE
 #include "io/swap.h"
+#include "util/clock.h"
 #include "util/crc32c.h"
 
 #include <assert.h>
@@ -49,6 +50,7 @@ typedef struct swap_request {
     size_t offset, bytes;
     size_t split;   /* bytes already handed out to pieces */
     int pieces_out; /* its pieces in flight */
+    double vend;    /* when it completes on the run's clock (util/clock.h: the NVMe queue's lane) */
     char error[sizeof(((zt_err *)0)->msg)];
 } swap_request;
 
@@ -80,6 +82,11 @@ size_t zt_swap_round(size_t bytes) { return (bytes + ZT_SWAP_ALIGN - 1) / ZT_SWA
 
 void *zt_swap_buffer_alloc(size_t bytes) {
     size_t n = bytes ? zt_swap_round(bytes) : ZT_SWAP_ALIGN;
+    /* predict: address space only (page-aligned, never touched: nothing is read into it) */
+    if (zt_clock_costs_only()) {
+        void *q = zt_clock_bulk_alloc(n);
+        if (q) return q;
+    }
     void *p = aligned_alloc(ZT_SWAP_ALIGN, n);
     if (!p) {
         fprintf(stderr, "zerotrain: error: out of host memory (%zu bytes for a swap buffer)\n", n);
@@ -88,7 +95,7 @@ void *zt_swap_buffer_alloc(size_t bytes) {
     return memset(p, 0, n);
 }
 
-void zt_swap_buffer_free(void *p) { free(p); }
+void zt_swap_buffer_free(void *p) { zt_clock_bulk_free(p); /* free() unless it was address space only */ }
 
 const char *zt_swap_path(const zt_swap *s) { return s->path; }
 int zt_swap_is_direct(const zt_swap *s) { return s->direct; }
@@ -258,7 +265,14 @@ static int issue(zt_swap *s, int kind, size_t offset, void *buf, size_t bytes) {
     uint64_t seq = s->next_seq++;
     *r = (swap_request){.ticket = (int)(seq % INT_MAX), .seq = seq, .kind = kind, .buf = buf, .offset = offset,
                         .bytes = bytes};
+    r->vend = zt_clock_queue(kind == KIND_READ ? ZT_QUEUE_NVME_READ : ZT_QUEUE_NVME_WRITE, (double)bytes);
     if (s->active[kind]++ == 0) s->busy_since[kind] = zt_now();
+    if (zt_clock_costs_only()) { /* predict: the request is costed on the clock's NVMe lane, never made */
+        r->split = bytes;
+        s->moved[kind] += bytes;
+        request_finished(s, r);
+        return r->ticket;
+    }
     if (bytes == 0) request_finished(s, r);
     reap(s, 0); /* takes what has completed meanwhile, then feeds this request's first pieces */
     return r->ticket;
@@ -283,6 +297,7 @@ int zt_swap_wait(zt_swap *s, int ticket, zt_err *err) {
         reap(s, 1);
     }
     r->ticket = -1;
+    zt_clock_after(r->vend); /* the waiter continues when the request completes on the run's clock */
     return r->failed ? zt_fail(err, "%s", r->error) : 0;
 }
 
@@ -354,7 +369,7 @@ static zt_swap *open_fail(zt_swap *s, int unlink_file) {
     zt_scratch_forget(s->path);
     free(s->dir);
     free(s->path);
-    free(s->sums);
+    zt_clock_bulk_free(s->sums);
     free(s);
     return NULL;
 }
@@ -386,7 +401,8 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     double free_bytes = (double)vfs.f_bavail * (double)vfs.f_frsize;
     if (stat(s->path, &st) == 0) free_bytes += (double)st.st_blocks * 512.0;
     char need[32], have[32], note[200];
-    if (vfs.f_blocks > 0 && (double)s->bytes > free_bytes) {
+    int costs_only = zt_clock_costs_only(); /* predict: nothing is written, the file stays empty */
+    if (!costs_only && vfs.f_blocks > 0 && (double)s->bytes > free_bytes) {
         leftovers(dir, note, sizeof note);
         zt_fail(err, "%s: needs %s for %s swap, %s free%s", dir, zt_format_bytes((double)s->bytes, need, sizeof need), purpose,
                 zt_format_bytes(free_bytes, have, sizeof have), note);
@@ -401,11 +417,11 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     if (s->fd < 0 && errno == EINVAL) s->fd = open(s->path, flags, 0600);
     if (s->fd < 0) { zt_fail(err, "%s: cannot create: %s", s->path, strerror(errno)); return open_fail(s, 0); }
     zt_scratch_register(s->path); /* gone on every exit path that runs code, errors and signals included */
-    if (ftruncate(s->fd, (off_t)s->bytes)) {
+    if (!costs_only && ftruncate(s->fd, (off_t)s->bytes)) {
         zt_fail(err, "%s: cannot set its size to %zu bytes: %s", s->path, s->bytes, strerror(errno));
         return open_fail(s, 1);
     }
-    int rc = opts->preallocate ? reserve(s->path, s->fd, s->bytes) : 0;
+    int rc = opts->preallocate && !costs_only ? reserve(s->path, s->fd, s->bytes) : 0;
     if (rc == ENOSPC || rc == EDQUOT || rc == EFBIG) {
         leftovers(dir, note, sizeof note);
         zt_fail(err, "%s: needs %s for %s swap, %s free (reserving it: %s)%s", dir,
@@ -425,10 +441,12 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     s->pieces = zt_xcalloc((size_t)s->opts.queue_depth, sizeof *s->pieces);
     for (int i = 0; i < s->opts.queue_depth; i++) s->pieces[i].req = -1;
     size_t n_blocks = s->bytes / ZT_SWAP_ALIGN;
-    s->sums = zt_xmalloc((n_blocks ? n_blocks : 1) * sizeof *s->sums);
+    /* the checksums are host memory the run needs (address space only when nothing is written) */
+    s->sums = zt_clock_bulk_alloc((n_blocks ? n_blocks : 1) * sizeof *s->sums);
+    if (!s->sums) { zt_fail(err, "%s: out of host memory for its block checksums", s->path); return open_fail(s, 1); }
     char zeros[ZT_SWAP_ALIGN] = {0};
     uint32_t zero_sum = zt_crc32c(0, zeros, sizeof zeros);
-    for (size_t b = 0; b < n_blocks; b++) s->sums[b] = zero_sum;
+    for (size_t b = 0; b < n_blocks && !costs_only; b++) s->sums[b] = zero_sum;
     return s;
 }
 

@@ -8,11 +8,13 @@
  * event is left open either.
  *
  * One time base for every rank: "ts" is microseconds since the Unix epoch. Event times come from
- * zt_now() (monotonic, immune to clock steps during the run); each rank converts them with the
+ * zt_clock_now() (the run's clock, util/clock.h: monotonic wall time, or the simulated GPU's virtual
+ * time under a hardware profile); each rank converts them with the
  * offset between CLOCK_REALTIME and CLOCK_MONOTONIC taken when it opens its trace. Ranks on one
  * machine then agree to within microseconds, ranks on several machines as well as their clocks
  * do (NTP), and the per-rank files can simply be concatenated into one trace. */
 #include "io/trace.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,10 +28,11 @@ struct zt_trace {
     int fd;
     char *path;
     int rank;
-    double to_unix; /* zt_unix_time() - zt_now() at open: adds to a zt_now() time to give Unix time */
+    double to_unix; /* zt_unix_time() - zt_clock_now() at open: adds to a zt_clock_now() time to give Unix time */
     int write_failed;
     int write_errno; /* the first failed write's reason (ENOSPC on a full disk); 0 = a cut event */
     pthread_mutex_t mu;
+    unsigned dev_named; /* device lanes whose thread_name is written (zt_trace_device) */
 };
 
 static const char *const lane_names[] = {NULL, "main / device", "host adam", "D2H (gradients down)", "comm",
@@ -79,7 +82,7 @@ zt_trace *zt_trace_open(const char *path, int rank, zt_err *err) {
     t->fd = fd;
     t->path = full;
     t->rank = rank;
-    t->to_unix = zt_unix_time() - zt_now();
+    t->to_unix = zt_unix_time() - zt_clock_now();
     pthread_mutex_init(&t->mu, NULL);
     emit(t, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
     emit(t, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", rank,
@@ -94,6 +97,20 @@ void zt_trace_complete(zt_trace *t, int lane, const char *name, double t0, doubl
     if (!t) return;
     pthread_mutex_lock(&t->mu);
     emit(t, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", name, t->rank, lane,
+         ts_us(t, t0), (t1 - t0) * 1e6);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void zt_trace_device(zt_trace *t, int dev_lane, const char *lane_name, const char *name, double t0, double t1) {
+    if (!t || dev_lane < 0 || dev_lane >= 8) return;
+    int tid = ZT_LANE_LAST + 1 + dev_lane;
+    pthread_mutex_lock(&t->mu);
+    if (!(t->dev_named & (1u << dev_lane))) {
+        t->dev_named |= 1u << dev_lane;
+        emit(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"GPU %s\"}}", t->rank,
+             tid, lane_name);
+    }
+    emit(t, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", name, t->rank, tid,
          ts_us(t, t0), (t1 - t0) * 1e6);
     pthread_mutex_unlock(&t->mu);
 }

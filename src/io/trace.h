@@ -19,6 +19,9 @@ typedef struct zt_trace zt_trace;
 zt_trace *zt_trace_open(const char *path, int rank, zt_err *err);
 /* One phase [t0, t1] on a lane, times from zt_now() (seconds). */
 void zt_trace_complete(zt_trace *t, int lane, const char *name, double t0, double t1);
+/* One item [t0, t1] on a device lane of its own (tid ZT_LANE_LAST + 1 + dev_lane, dev_lane in [0, 8)),
+ * named lane_name the first time it appears: a timed device's lanes (util/clock.h, zt_clock_event). */
+void zt_trace_device(zt_trace *t, int dev_lane, const char *lane_name, const char *name, double t0, double t1);
 /* A counter sample: series name with two values (e.g. "device MiB" / "host MiB") at time ts. */
 void zt_trace_counter(zt_trace *t, const char *name, double ts, const char *k1, double v1, const char *k2, double v2);
 /* -1 with "PATH: cannot write the trace: REASON" in err once a write has failed (a full disk): the

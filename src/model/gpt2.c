@@ -33,6 +33,7 @@
  * the device keeps segment_layers + 1 residual buffers as with cpu_checkpointing. Same bytes, same
  * gradients; the all-gather is one more tensor-parallel collective per segment. */
 #include "model/gpt2.h"
+#include "util/test_hooks.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -817,6 +818,7 @@ float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens,
     for (int l = 0; l < L; l++) {
         run_block_forward(m, src, l, 1);
         if (stores_inputs(m) && l % m->segment_layers == 0) ckpt_put(m, l); /* after its reader */
+        if (zt_test_hook_extra_sync()) be->synchronize(); /* a needless wait: test/t_predict.py */
     }
     void *lnf = acquire(src, LNF);
     be->layernorm_forward(m->lnf, m->lnf_stats, m->lnf_stats + N, residual_at(m, L), lnf, at(m, lnf, C), N, C);

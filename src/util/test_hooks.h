@@ -42,6 +42,8 @@
  *                                    guard only at the next step's loss (test/t_guard.py)
  *   ZEROTRAIN_INJECT_SKIP_BATCHES=S:K  after step S the data stream jumps K global batches: the run that
  *                                    never saw the batches a rollback skips (test/t_guard.py)
+ *   ZEROTRAIN_INJECT_EXTRA_SYNC=1    the model's forward synchronize()s after every block: a needless
+ *                                    wait that the virtual clock must see (test/t_predict.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -87,5 +89,8 @@ int zt_test_hook_lr_spike_at(long step);
 
 /* K when ZEROTRAIN_INJECT_SKIP_BATCHES is "step:K"; else 0. */
 long zt_test_hook_skip_batches_after(long step);
+
+/* 1 when ZEROTRAIN_INJECT_EXTRA_SYNC is set (not "0"). */
+int zt_test_hook_extra_sync(void);
 
 #endif

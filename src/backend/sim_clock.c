@@ -1,0 +1,134 @@
+/* sim_clock.c — the simulated GPU's virtual clock (sim_clock.h). Each host thread's time is a
+ * thread-local double; each device lane's time lives here too, written only by the lane's thread;
+ * the statistics are summed under one lock (they are read between steps, never on a hot path that
+ * matters: the sim's own op is far slower than the lock). */
+#include "backend/sim_clock.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const zt_sim_lane_names[ZT_SIM_NLANES] = {"compute", "h2d", "d2h", "side (copy_ahead)"};
+
+static zt_hw_profile g_prof;
+static int g_timed;
+static __thread double t_now; /* the calling host thread's virtual time */
+static double g_lane_end[ZT_SIM_NLANES];
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static zt_sim_stats g_st;
+static double g_dev_used;
+
+static double vnow(void) { return t_now; }
+static void vafter(double t) {
+    if (t > t_now) t_now = t;
+}
+static void vhost_work(int kind, double amount, double bytes, int threads) {
+    double s = 0;
+    switch (kind) {
+    case ZT_WORK_ADAM: s = zt_hw_host_adam_seconds(&g_prof, amount, threads, amount > 0 ? bytes / amount : 0); break;
+    case ZT_WORK_COPY: s = zt_hw_host_copy_seconds(&g_prof, bytes); break;
+    default: return;
+    }
+    t_now += s;
+    pthread_mutex_lock(&g_mu);
+    g_st.host_busy[kind] += s;
+    pthread_mutex_unlock(&g_mu);
+}
+/* the NVMe drive: reads and writes each in issue order (a drive serves both at once, each at its
+ * own datasheet rate) */
+static double g_queue_end[ZT_QUEUE_NKIND];
+static double vqueue(int queue, double bytes) {
+    double cost = zt_hw_nvme_seconds(&g_prof, queue == ZT_QUEUE_NVME_WRITE, bytes);
+    pthread_mutex_lock(&g_mu);
+    double start = fmax(g_queue_end[queue], t_now), end = start + cost;
+    g_queue_end[queue] = end;
+    g_st.queue_busy[queue] += cost;
+    pthread_mutex_unlock(&g_mu);
+    return end;
+}
+static zt_clock_ops g_ops = {vnow, vafter, vhost_work, vqueue, 0, 0};
+
+int zt_sim_clock_start(zt_err *err) {
+    const char *spec = getenv("ZEROTRAIN_SIM_PROFILE");
+    if (!spec || !*spec) return 0;
+    if (zt_hw_profile_load(&g_prof, spec, err)) return -1;
+    g_timed = 1;
+    const char *dry = getenv("ZEROTRAIN_SIM_DRY");
+    g_ops.costs_only = dry && *dry && strcmp(dry, "0") != 0;
+    g_ops.host_bytes = g_prof.host_memory; /* host buffers are address space then: the profile's memory binds */
+    zt_clock_install(&g_ops);
+    return 0;
+}
+
+const zt_hw_profile *zt_sim_profile(void) { return g_timed ? &g_prof : NULL; }
+
+void zt_sim_stats_get(zt_sim_stats *s) {
+    pthread_mutex_lock(&g_mu);
+    *s = g_st;
+    pthread_mutex_unlock(&g_mu);
+}
+
+void zt_sim_stats_reset(void) {
+    pthread_mutex_lock(&g_mu);
+    double peak = g_st.dev_peak;
+    memset(&g_st, 0, sizeof g_st);
+    g_st.dev_peak = peak;
+    pthread_mutex_unlock(&g_mu);
+}
+
+double sim_clock_launch(void) {
+    if (g_timed) t_now += g_prof.launch_s;
+    return t_now;
+}
+
+void sim_clock_host_waited(double t) {
+    if (!g_timed) return;
+    /* a wait that finds the item already done costs nothing more; one that blocks wakes late */
+    if (t > t_now) t_now = t + g_prof.sync_s;
+    pthread_mutex_lock(&g_mu);
+    g_st.syncs++;
+    pthread_mutex_unlock(&g_mu);
+}
+
+double sim_clock_lane_run(int lane, double ready, double dep, double cost, double flops) {
+    double free_at = g_lane_end[lane];
+    double start = fmax(free_at, fmax(ready, dep)), end = start + cost;
+    g_lane_end[lane] = end;
+    pthread_mutex_lock(&g_mu);
+    g_st.busy[lane] += cost;
+    g_st.items[lane]++;
+    g_st.flops += flops;
+    if (lane == ZT_SIM_COMPUTE && start > free_at) { /* idle: say what it waited for */
+        if (ready >= dep) g_st.compute_wait_host += start - fmax(free_at, dep);
+        else g_st.compute_wait_lane += start - fmax(free_at, ready);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return end;
+}
+
+void sim_clock_count_pcie(zt_copy_kind kind, double bytes) {
+    if (kind == ZT_D2D) return;
+    pthread_mutex_lock(&g_mu);
+    if (kind == ZT_H2D) g_st.bytes_h2d += bytes;
+    else g_st.bytes_d2h += bytes;
+    pthread_mutex_unlock(&g_mu);
+}
+
+void sim_clock_device_used(double bytes) {
+    pthread_mutex_lock(&g_mu);
+    g_dev_used = bytes;
+    if (bytes > g_st.dev_peak) g_st.dev_peak = bytes;
+    pthread_mutex_unlock(&g_mu);
+}
+
+double sim_cost_gemm(zt_dtype dt, double M, double N, double K) {
+    return g_timed ? zt_hw_gemm_seconds(&g_prof, dt, M, N, K) : 0;
+}
+double sim_cost_bytes(double bytes) { return g_timed ? zt_hw_elementwise_seconds(&g_prof, bytes) : 0; }
+double sim_cost_attention(zt_dtype dt, double flops) { return g_timed ? zt_hw_attention_seconds(&g_prof, dt, flops) : 0; }
+double sim_cost_pcie(zt_copy_kind kind, int pinned, double bytes) {
+    if (!g_timed) return 0;
+    if (kind == ZT_D2D) return zt_hw_elementwise_seconds(&g_prof, 2 * bytes);
+    return zt_hw_pcie_seconds(&g_prof, kind, pinned, bytes);
+}

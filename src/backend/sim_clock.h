@@ -1,0 +1,69 @@
+/* sim_clock.h — the simulated GPU's virtual clock (sim_clock.c): a hardware profile
+ * (config/hw_profile.h) turned into time for every lane the engine uses. Owns the profile the sim
+ * runs under, each host thread's virtual time, each device lane's accounting, and the figures
+ * `zerotrain predict` prints. backend_sim.c drives it (what each item costs, when it was launched,
+ * what it waited for); nothing else writes to it.
+ *
+ * The rules, the same for every lane:
+ *   - a host thread has a time of its own (util/clock.h: zt_clock_now); queueing a kernel or copy
+ *     costs it the profile's launch time, and the item may not start before it was queued;
+ *   - a device lane (compute, H2D, D2H, copy_ahead's side lane) runs its items in order: an item
+ *     starts at the latest of the lane's last end, its launch, and what it waits on (another lane's
+ *     item: an event), and ends its cost later;
+ *   - whatever waits takes the latest of the times it waits on: a synchronize or blocking copy
+ *     moves the host thread to the item's end (plus the profile's sync latency), a host thread
+ *     that waited for another (clock.h: zt_clock_after) moves to the time that one published;
+ *   - host work (CPU Adam, casts) advances the thread that did it by its cost; an NVMe request
+ *     queues on the drive's lane for its direction and completes at its end there.
+ * Without a profile (ZEROTRAIN_SIM_PROFILE unset) every cost is 0 and the sim is untimed. */
+#ifndef ZT_SIM_CLOCK_H
+#define ZT_SIM_CLOCK_H
+
+#include "backend/backend.h"
+#include "config/hw_profile.h"
+#include "util/clock.h"
+
+enum { ZT_SIM_COMPUTE, ZT_SIM_H2D, ZT_SIM_D2H, ZT_SIM_AHEAD, ZT_SIM_NLANES };
+extern const char *const zt_sim_lane_names[ZT_SIM_NLANES];
+
+/* What the lanes did since the last zt_sim_stats_reset (seconds on the virtual clock, bytes). */
+typedef struct zt_sim_stats {
+    double busy[ZT_SIM_NLANES];          /* time each device lane spent running items */
+    double items[ZT_SIM_NLANES];         /* items each lane ran */
+    double compute_wait_host;            /* compute lane idle because its next kernel was not yet launched */
+    double compute_wait_lane;            /* compute lane idle waiting on another lane (wait_ahead) */
+    double host_busy[ZT_WORK_NKIND];     /* host work by kind, summed over the threads that did it */
+    double queue_busy[ZT_QUEUE_NKIND];   /* NVMe reads and writes: time the drive spent on them */
+    double bytes_h2d, bytes_d2h;         /* PCIe traffic */
+    double flops;                        /* GEMM and attention FLOPs the compute lane ran */
+    double syncs;                        /* host waits on a device lane (synchronize, blocking copies) */
+    double dev_peak;                     /* device memory in use, highest (bytes; since the start) */
+} zt_sim_stats;
+
+/* Reads ZEROTRAIN_SIM_PROFILE (a profile name or file) and installs the virtual clock (clock.h);
+ * 0 and nothing installed when it is unset; -1 with err when it is set but unreadable. */
+int zt_sim_clock_start(zt_err *err);
+/* the profile the sim runs under, NULL when untimed */
+const zt_hw_profile *zt_sim_profile(void);
+void zt_sim_stats_get(zt_sim_stats *s);
+void zt_sim_stats_reset(void);
+
+/* ---- for backend_sim.c ---- */
+/* the calling thread queues an item: its time advances by the launch cost; returns the item's
+ * earliest start */
+double sim_clock_launch(void);
+/* the calling thread has waited for a lane item that ended at t */
+void sim_clock_host_waited(double t);
+/* lane `lane` runs an item: launched at `ready`, waiting on `dep` (0: nothing), costing `cost`;
+ * returns its end. Called on the lane's own thread only, in the lane's order. */
+double sim_clock_lane_run(int lane, double ready, double dep, double cost, double flops);
+void sim_clock_count_pcie(zt_copy_kind kind, double bytes);
+void sim_clock_device_used(double bytes);
+
+/* costs (0 when untimed) */
+double sim_cost_gemm(zt_dtype dt, double M, double N, double K);
+double sim_cost_bytes(double bytes);               /* element-wise */
+double sim_cost_attention(zt_dtype dt, double flops);
+double sim_cost_pcie(zt_copy_kind kind, int pinned, double bytes);
+
+#endif

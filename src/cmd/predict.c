@@ -1,0 +1,179 @@
+/* predict.c — `zerotrain predict CONFIG --hw PROFILE [--steps K] [--perform] [--trace FILE]
+ * [--set KEY=VALUE]...`: the step time a config would have on a GPU machine described by a hardware
+ * profile (configs/hw/), from the engine's own schedule. It runs `train` in this process on the
+ * simulated GPU with the profile's virtual clock (backend/sim_clock.h): every kernel, copy, wait and
+ * host pass the engine makes is costed on the lane it runs on, and the step time is the main
+ * thread's virtual time across the step. Nothing here models the step a second time: what predict
+ * adds is the run's settings (device sim, K steps, no evaluation, samples or checkpoints) and the
+ * report, from the sim's lane statistics.
+ * By default the work is costed, not performed (ZEROTRAIN_SIM_DRY): device memory and the host's big
+ * buffers are address space only, the device's items and the CPU Adam are not run (util/clock.h:
+ * zt_clock_costs_only), and the profile's memories bind instead of this machine's, so models far
+ * larger than this machine predict; --perform runs them too, as the real simulated run does (the
+ * schedule is the same either way). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/sim_clock.h"
+#include "cmd/commands.h"
+#include "comm/comm.h"
+#include "config/config.h"
+#include "util/util.h"
+
+#define MAX_STEPS 64
+
+static void usage(void) {
+    fprintf(stderr, "usage: zerotrain predict CONFIG --hw PROFILE [--ranks 1] [--steps K] [--perform] [--trace FILE] "
+                    "[--set KEY=VALUE]...\n"
+                    "  PROFILE: a name under configs/hw/ (h100-sxm, h100-pcie, h200, a100-40gb, v100-32gb) or a file\n");
+}
+
+typedef struct seen_step {
+    zt_step_seen s;
+    zt_sim_stats st; /* the lanes during the step */
+} seen_step;
+
+typedef struct predictor {
+    seen_step steps[MAX_STEPS];
+    int n;
+    double host_peak;
+} predictor;
+
+static void on_step(void *ctx, const zt_step_seen *s) {
+    predictor *p = ctx;
+    if (s->host_bytes > p->host_peak) p->host_peak = s->host_bytes;
+    if (p->n < MAX_STEPS) {
+        p->steps[p->n].s = *s;
+        zt_sim_stats_get(&p->steps[p->n].st);
+        p->n++;
+    }
+    zt_sim_stats_reset(); /* the next step's lanes from zero */
+}
+
+static double pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0; }
+
+/* the report: the mean over the steps after the first (which starts from an idle machine) */
+static void report(const predictor *p, const char *config, const zt_hw_profile *hw, int fp16, int dry) {
+    int first = p->n > 1 ? 1 : 0, k = p->n - first;
+    double sec = 0, tokens = 0, flops = 0;
+    zt_sim_stats m;
+    memset(&m, 0, sizeof m);
+    for (int i = first; i < p->n; i++) {
+        const seen_step *q = &p->steps[i];
+        sec += q->s.seconds, tokens += q->s.tokens, flops += q->s.flops;
+        for (int l = 0; l < ZT_SIM_NLANES; l++) m.busy[l] += q->st.busy[l];
+        for (int w = 0; w < ZT_WORK_NKIND; w++) m.host_busy[w] += q->st.host_busy[w];
+        for (int w = 0; w < ZT_QUEUE_NKIND; w++) m.queue_busy[w] += q->st.queue_busy[w];
+        m.compute_wait_host += q->st.compute_wait_host, m.compute_wait_lane += q->st.compute_wait_lane;
+        m.bytes_h2d += q->st.bytes_h2d, m.bytes_d2h += q->st.bytes_d2h, m.syncs += q->st.syncs;
+        if (q->st.dev_peak > m.dev_peak) m.dev_peak = q->st.dev_peak;
+    }
+    zt_dtype dt = fp16 ? ZT_F16 : ZT_BF16;
+    double step = sec / k, peak = hw->gemm[dt].peak_flops;
+    printf("\npredict: %s on %s (%s), 1 rank, mean of step%s %d-%d of %d (ops %s)\n", config, hw->name, hw->path,
+           k > 1 ? "s" : "", first + 1, p->n, p->n, dry ? "costed, not performed" : "costed and performed");
+    printf("  step time           %10.2f ms\n", step * 1e3);
+    printf("  tokens/s            %10.0f\n", tokens / sec);
+    printf("  model TFLOP/s       %10.1f   MFU %.1f %% of the %.0f TFLOP/s %s peak\n", flops / sec * 1e-12,
+           pct(flops / sec, peak), peak * 1e-12, fp16 ? "fp16" : "bf16");
+    printf("  lanes, busy share of the step:\n");
+    for (int l = 0; l < ZT_SIM_NLANES; l++) {
+        printf("    %-20s %6.1f %%", zt_sim_lane_names[l], pct(m.busy[l], sec));
+        if (l == ZT_SIM_COMPUTE)
+            printf("   idle %.1f %%: waiting for the host %.1f %%, for other lanes %.1f %%", 100 - pct(m.busy[l], sec),
+                   pct(m.compute_wait_host, sec), pct(m.compute_wait_lane, sec));
+        printf("\n");
+    }
+    static const char *const work[ZT_WORK_NKIND] = {"host adam", "host copies/casts"};
+    for (int w = 0; w < ZT_WORK_NKIND; w++)
+        if (m.host_busy[w] > 0) printf("    %-20s %6.1f %%   (thread-seconds over the step)\n", work[w], pct(m.host_busy[w], sec));
+    static const char *const queue[ZT_QUEUE_NKIND] = {"nvme read", "nvme write"};
+    for (int w = 0; w < ZT_QUEUE_NKIND; w++)
+        if (m.queue_busy[w] > 0) printf("    %-20s %6.1f %%\n", queue[w], pct(m.queue_busy[w], sec));
+    printf("  PCIe H2D            %10.2f GB/s   (%.1f %% of the %.0f GB/s pinned link)\n", m.bytes_h2d / sec * 1e-9,
+           pct(m.bytes_h2d / sec, hw->h2d_pinned), hw->h2d_pinned * 1e-9);
+    printf("  PCIe D2H            %10.2f GB/s   (%.1f %% of the %.0f GB/s pinned link)\n", m.bytes_d2h / sec * 1e-9,
+           pct(m.bytes_d2h / sec, hw->d2h_pinned), hw->d2h_pinned * 1e-9);
+    printf("  host waits on GPU   %10.0f a step (synchronize, blocking copies)\n", m.syncs / k);
+    printf("  peak memory         device %.2f GiB of %.0f GiB; host %.2f GiB (the engine's buffers) of %.0f GiB\n",
+           m.dev_peak / 1073741824.0, hw->dev_memory / 1073741824.0, p->host_peak / 1073741824.0,
+           hw->host_memory / 1073741824.0);
+}
+
+int zt_cmd_predict(int argc, char **argv) {
+    const char *config = NULL, *hw = NULL, *trace = NULL;
+    long steps = 3, ranks = 1;
+    int perform = 0;
+    char **sets = zt_xcalloc((size_t)argc + 1, sizeof *sets);
+    int nsets = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--hw") && i + 1 < argc) hw = argv[++i];
+        else if (!strcmp(a, "--steps") && i + 1 < argc) steps = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--ranks") && i + 1 < argc) ranks = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--trace") && i + 1 < argc) trace = argv[++i];
+        else if (!strcmp(a, "--perform")) perform = 1;
+        else if (!strcmp(a, "--set") && i + 1 < argc) sets[nsets++] = argv[++i];
+        else if (a[0] != '-' && !config) config = a;
+        else {
+            fprintf(stderr, "zerotrain: error: predict: unexpected argument '%s'\n", a);
+            usage();
+            free(sets);
+            return 2;
+        }
+    }
+    if (!config || !hw || steps < 1 || steps > MAX_STEPS || ranks < 1) {
+        usage();
+        free(sets);
+        return 2;
+    }
+    if (ranks != 1 || zt_mpi_world_size() != 1) {
+        fprintf(stderr, "zerotrain: error: predict: one rank only so far (one process standing for N ranks, with "
+                        "collectives costed from the profile, is not built yet)\n");
+        free(sets);
+        return 2;
+    }
+    /* the config as the user gave it, for its dtype (and to refuse a bad one before anything starts) */
+    zt_config cfg;
+    zt_err err = {{0}};
+    if (zt_config_load(&cfg, config, sets, nsets, &err)) {
+        zt_print_error(&err);
+        free(sets);
+        return 1;
+    }
+    int fp16 = cfg.fp16_enabled;
+    zt_config_free(&cfg);
+    zt_hw_profile prof; /* read here first, so that a bad profile is named as predict's */
+    if (zt_hw_profile_load(&prof, hw, &err)) {
+        zt_err e2;
+        zt_fail(&e2, "predict --hw: %s", err.msg);
+        zt_print_error(&e2);
+        free(sets);
+        return 1;
+    }
+
+    setenv("ZEROTRAIN_SIM_PROFILE", hw, 1);
+    if (!perform) setenv("ZEROTRAIN_SIM_DRY", "1", 1);
+    /* train's argv: the user's --set first, predict's settings last (they win) */
+    char iters[64], tr[1100];
+    snprintf(iters, sizeof iters, "train_iters=%ld", steps);
+    snprintf(tr, sizeof tr, "trace=%s", trace ? trace : "null");
+    const char *ours[] = {"device=sim", iters, "steps_per_print=1", "eval_interval=0", "sample_interval=0",
+                          "checkpoint.dir=null", "metrics_file=null", tr};
+    int nours = (int)(sizeof ours / sizeof ours[0]);
+    char **targv = zt_xcalloc((size_t)(2 + 2 * (nsets + nours) + 1), sizeof *targv);
+    int tc = 0;
+    targv[tc++] = "train";
+    targv[tc++] = (char *)config;
+    for (int i = 0; i < nsets; i++) targv[tc++] = "--set", targv[tc++] = sets[i];
+    for (int i = 0; i < nours; i++) targv[tc++] = "--set", targv[tc++] = (char *)ours[i];
+    predictor *p = zt_xcalloc(1, sizeof *p);
+    zt_train_observer obs = {on_step, p};
+    int rc = zt_train_observed(tc, targv, &obs);
+    if (rc == 0 && zt_sim_profile() && p->n > 0) report(p, config, zt_sim_profile(), fp16, !perform);
+    free(p);
+    free(targv);
+    free(sets);
+    return rc;
+}

@@ -1,0 +1,20 @@
+/* yaml_read.h — the config module's YAML reading, for the other files of the module that read YAML
+ * of their own shape (hw_profile.c): the same limits, the same error positions as a config file.
+ * Implemented in config.c. */
+#ifndef ZT_YAML_READ_H
+#define ZT_YAML_READ_H
+
+#include <yaml.h>
+
+#include "util/util.h"
+
+/* Reads PATH as one YAML document: refuses a file over ZT_CONFIG_MAX_BYTES or nested deeper than
+ * ZT_CONFIG_MAX_DEPTH before parsing it, a syntax error as "PATH:LINE:COL: problem", and a second
+ * document. On success the caller yaml_document_delete()s *doc; its root is NULL for an empty file. */
+int zt_yaml_read_file(const char *path, yaml_document_t *doc, zt_err *err);
+/* A plain scalar in the config's number syntax into *out: 0, else -1 (a string, a list, null...). */
+int zt_yaml_number(const yaml_node_t *n, double *out);
+/* What a node is, for "expected ..., got X" messages: "null", "a list", "a mapping", the scalar. */
+void zt_yaml_describe(const yaml_node_t *n, char *out, size_t cap);
+
+#endif
