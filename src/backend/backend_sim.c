@@ -1012,22 +1012,24 @@ static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, in
 static void q_gemm_f32(zt_dtype dt, float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb,
                        int ldc, int ta, int tb, float beta) {
     const char *op = "gemm_f32";
-    sim_item *it = op_item(run_gemm_f32, dt);
+    sim_item *it = op_item(run_gemm_f32, dt, op);
     it->p[0] = dev(c, F(span(M, N, ldc)), op, "c");
     it->p[1] = dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
     it->p[2] = dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
     it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
     it->i[7] = tb;
     it->f = beta;
+    gemm_cost(it, dt, M, N, K);
     enqueue(it);
 }
 static void q_round_bias(zt_dtype dt, void *out, const float *acc, const void *bias, int N, int OC, int ld) {
     const char *op = "round_bias";
-    sim_item *it = op_item(run_round_bias, dt);
+    sim_item *it = op_item(run_round_bias, dt, op);
     it->p[0] = dev(out, E(span(N, OC, ld)), op, "out");
     it->p[1] = dev(acc, F((size_t)N * OC), op, "acc");
     it->p[2] = dev(bias, E(OC), op, "bias");
     it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
+    it->cost = sim_cost_bytes((double)N * OC * 4.0 + E(span(N, OC, ld))); /* the fp32 sums in, the output out */
     enqueue(it);
 }
 /* add_bias and bias_grad: the same shapes, a bias [OC] (p[0]) and a strided [N, OC] slice (p[1]) */
