@@ -363,7 +363,12 @@ def corrupt_during_run(name, purpose, sets):
     ok = (m is not None and poked and m.group(1) == poked[0][1] and int(m.group(2)) == poked[0][2] // 4096 * 4096 and
           int(m.group(3)) >= poked[0][0])
     ztlib.check(ok, f"{name}_one_line_file_offset_step", f"{errs}; poked {poked}; {err_text[-600:]}")
-    # rank 0 exits 1 by itself; MPI_Abort has mpirun end the others: none exits 0, none stays
+    # rank 0 exits 1 by itself; MPI_Abort has mpirun end the others: none exits 0, none stays. mpirun may
+    # return before the SIGTERM it sent has ended the other rank (it removes its swap files on the way
+    # out): wait for that state, bounded, rather than look at once
+    gone_by = time.monotonic() + 60
+    while rank_pids_alive(ck) and time.monotonic() < gone_by:
+        time.sleep(0.2)
     ztlib.check(proc.returncode != 0 and status.get(0) == 1 and all(v != 0 for v in status.values()) and
                 not rank_pids_alive(ck), f"{name}_every_rank_ends_non_zero",
                 f"mpirun rc {proc.returncode}, rank exits {status}, alive {rank_pids_alive(ck)}")
