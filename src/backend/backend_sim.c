@@ -95,6 +95,12 @@ static int block_at(size_t off) {
     return lo;
 }
 
+/* device bytes in use after an alloc or free, to the trace (backend.h's observer) */
+static void report_memory(size_t in_use) {
+    const zt_device_observer *obs = zt_device_observer_now();
+    if (obs && obs->memory) obs->memory(obs->ctx, in_use, zt_now());
+}
+
 static void *sim_alloc_bytes(size_t bytes) {
     size_t sz = (bytes + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
     if (sz == 0) sz = SIM_ALIGN;
@@ -119,8 +125,9 @@ static void *sim_alloc_bytes(size_t bytes) {
     }
     b->used = 1;
     g_mem.used += sz;
-    size_t off = b->off;
+    size_t off = b->off, in_use = g_mem.used;
     pthread_mutex_unlock(&g_mem.lock);
+    report_memory(in_use);
     memset(g_mem.shadow + off, 0, sz);
     return g_mem.arena + off;
 }
@@ -151,7 +158,9 @@ static void sim_release(void *p) {
         memmove(b, b + 1, (size_t)(g_mem.n - i - 1) * sizeof *b);
         g_mem.n--;
     }
+    size_t in_use = g_mem.used;
     pthread_mutex_unlock(&g_mem.lock);
+    report_memory(in_use);
 }
 
 /* Threads other than the one that made the device call bind_thread before using the table, as on
@@ -229,7 +238,21 @@ typedef struct {
 } sim_lane;
 
 enum { LANE_COMPUTE, LANE_H2D, LANE_D2H, LANE_AHEAD, N_LANES }; /* LANE_AHEAD: copy_ahead's side stream */
+_Static_assert((int)LANE_AHEAD == (int)ZT_STREAM_AHEAD && (int)LANE_D2H == (int)ZT_STREAM_D2H, "lanes are the trace's streams");
 static sim_lane g_lane[N_LANES];
+
+static void run_copy(sim_item *it);
+static void run_wait_lane(sim_item *it);
+/* what an item that ran on lane `lane` from t0 to t1 did, for the trace: a host<->device copy
+ * (its kind in i[9]), or compute work on the stream (waits for another lane are not work) */
+static void report_item(const zt_device_observer *obs, int lane, const sim_item *it, double t0, double t1) {
+    if (it->run == run_copy) {
+        if (it->i[9] != ZT_D2D && obs->transfer) obs->transfer(obs->ctx, (zt_copy_kind)it->i[9], it->n, lane, t0, t1);
+        else if (obs->compute) obs->compute(obs->ctx, t0, t1);
+    } else if (lane == LANE_COMPUTE && it->run != run_wait_lane && obs->compute) {
+        obs->compute(obs->ctx, t0, t1);
+    }
+}
 
 static void *lane_main(void *arg) {
     sim_lane *l = arg;
@@ -245,7 +268,10 @@ static void *lane_main(void *arg) {
             struct timespec ts = {0, (long)delay * 1000};
             nanosleep(&ts, NULL);
         }
+        const zt_device_observer *obs = zt_device_observer_now();
+        double t0 = obs ? zt_now() : 0;
         it->run(it);
+        if (obs) report_item(obs, (int)(l - g_lane), it, t0, zt_now());
         if (!it->waited) free(it); /* else the submitter frees it once done counts it */
         pthread_mutex_lock(&l->lock);
         l->done++;
@@ -385,6 +411,7 @@ static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kin
     it->p[0] = kind == ZT_D2H ? host(dst, op, "dst") : dev(dst, bytes, op, "dst");
     it->p[1] = kind == ZT_H2D ? host(src, op, "src") : dev(src, bytes, op, "src");
     it->n = bytes;
+    it->i[9] = kind; /* for the trace (report_item) */
     return it;
 }
 static void sim_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {

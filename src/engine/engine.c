@@ -47,6 +47,7 @@ void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category) {
         if (p) memset(p, 0, sz);
     }
     if (p) e->mem.host[category] += bytes;
+    if (p && pinned) e->host_pinned_bytes += bytes;
     return p;
 }
 
@@ -120,28 +121,9 @@ void zt_engine_params_write_f32(zt_engine *e, size_t flat_off, const float *src,
 
 int zt_engine_params_on_host(const zt_engine *e) { return e->params_on_host; }
 
-/* ---------------------------------------------------------------- memory counters */
-
-/* device bytes in use now: allocations (stage 3 gather buffers counted whole) + activations */
-static void trace_memory(zt_engine *e) {
-    if (!e->trace) return;
-    zt_trace_counter(e->trace, "memory (MiB)", zt_now(), "device", (double)mem_sum(e->mem.device) / 1048576.0, "host",
-                     (double)mem_sum(e->mem.host) / 1048576.0);
-}
-
-/* ---------------------------------------------------------------- lifecycle */
-
 int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
                      const zt_engine_opts *opt, const float *init_f32, zt_err *err) {
     return zt_engine_create_offload(e, be, comm, table, opt, NULL, init_f32, err);
-}
-
-int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err) {
-    if (e->trace) zt_trace_close(e->trace, NULL);
-    e->trace = zt_trace_open(path, e->lay.rank, err);
-    if (!e->trace) return -1;
-    trace_memory(e);
-    return 0;
 }
 
 int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
@@ -310,6 +292,7 @@ const zt_mem_account *zt_engine_memory(const zt_engine *e) { return &e->mem; }
 void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_bytes) {
     e->mem.device[ZT_MEM_ACTS] = device_bytes;
     e->mem.host[ZT_MEM_ACTS] = host_bytes;
+    engine_trace_memory(e);
 }
 
 void zt_engine_destroy(zt_engine *e) {
@@ -327,7 +310,7 @@ void zt_engine_destroy(zt_engine *e) {
     zero_free_gather(e);
     inf_close(e);
     twin_free(e);
-    zt_trace_close(e->trace, NULL);
+    engine_trace_close(e);
     free(e->seg_grad);
     free(e->inflight);
     memset(e, 0, sizeof *e);
@@ -340,7 +323,7 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last) {
         twin_wait_grads_read(e); /* the last update's D2H lane must have read them before they are zeroed */
         e->comm_seconds = 0;
         memset(&e->timing, 0, sizeof e->timing);
-        trace_memory(e);
+        engine_trace_memory(e);
         size_t n = e->opt.stage < 2 ? e->lay.padded_total : e->lay.shard;
         e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
@@ -388,7 +371,8 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e);
     if (e->opt.stage == 3) zero_reset_residents(e);
     if (e->param_swap) inf_param_after_update(e); /* the file holds the new values: the next reads may start */
-    trace_memory(e);
+    zt_trace_complete(e->trace, ZT_LANE_MAIN, "update", tn0, zt_now());
+    engine_trace_memory(e);
     return norm;
 }
 
