@@ -98,6 +98,6 @@ void zt_engine_trace_step(zt_engine *e, long step, double t0, double t1, const d
     char args[160];
     snprintf(args, sizeof args, "\"step\":%ld,\"h2d_bytes\":%.0f,\"d2h_bytes\":%.0f,\"device_peak_bytes\":%.0f", step,
              link_bytes[0], link_bytes[1], dev_peak);
+    zt_trace_flush(e->trace); /* the step's busy intervals first: what follows its "step" event is the next step's */
     zt_trace_complete_args(e->trace, ZT_LANE_STEP, "step", t0, t1, args);
-    zt_trace_flush(e->trace);
 }
