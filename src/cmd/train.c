@@ -339,7 +339,9 @@ static int guard_verdict(trainer *t, const step_record *rec) {
 static int train_step(trainer *t, const step_plan *p, long step, step_record *rec) {
     const zt_config *cfg = &t->cfg;
     zt_engine *eng = t->s.engine;
-    int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
+    /* timed phases must not overlap queued device work: with a trace too, whose phases are the figures'
+     * (scripts/plot --trace); the host then waits for the device at the end of each forward and backward */
+    int sync = cfg->wall_clock_breakdown || cfg->trace_file;
     double t0 = zt_now(), loss_sum = 0;
     zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes, tp_bytes0 = t->s.model.tp ? t->s.model.tp->bytes : bytes0;
     memset(rec, 0, sizeof *rec);
