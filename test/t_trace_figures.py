@@ -14,6 +14,7 @@ trace):
   - the sweep chart over three Twin-Flow ratios: each point's step time is that run's own;
   - a run killed mid-step (SIGKILL while its trace is being written) still gives the figures of its
     last complete step, whose numbers are those of its metrics line;
+  - two ranks' traces drawn side by side (--rank all), rank 0's bytes those of its metrics;
   - a CPU-backend trace plots too and says it has no PCIe.
 """
 import os
@@ -151,6 +152,18 @@ if ok and n_steps in krows:  # the metrics line of that step may not have been w
     ok = s["pcie"]["h2d_curve_bytes"] == krows[n_steps]["h2d_bytes"] and \
          s["memory"]["device_peak_bytes"] == krows[n_steps]["device_peak_bytes"]
 ztlib.check(ok, "killed_run_figures_of_last_complete_step", f"{n_steps} steps; " + text[-800:])
+
+# ---------------------------------------------------------------- two ranks, drawn side by side
+mdir = os.path.join(work, "ranks2")
+mtrace, mmetrics = os.path.join(mdir, "trace.json"), os.path.join(mdir, "metrics.jsonl")
+args = ["train", cfg, "--set", f"trace={mtrace}", "--set", f"metrics_file={mmetrics}", "--set", "train_iters=2",
+        "--set", "device=sim", "--set", "zero_optimization.stage=3", "--set", opt(0.5)]
+p = ztlib.run(args, ranks=2, env=ENV)
+mrows = ztlib.read_metrics(mmetrics)
+pp, text = plot(mtrace, "--rank", "all", "-o", os.path.join(mdir, "fig"))
+r0 = re.search(r"^rank 0 pcie: h2d_bytes=(\d+)", text, re.M)
+ztlib.check(p.returncode == 0 and pp.returncode == 0 and "rank 1 pcie:" in text and r0 and mrows and
+            float(r0.group(1)) == mrows[-1]["h2d_bytes"], "two_ranks_side_by_side", p.stderr[-500:] + text[-800:])
 
 # ---------------------------------------------------------------- the CPU backend: no PCIe, said so
 p, ctrace, crows = traced_run("cpu", ["device=cpu", "zero_optimization.stage=2", opt(0.5)], iters=2)
