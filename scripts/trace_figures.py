@@ -30,6 +30,7 @@ import sys
 # lanes (src/io/trace.h)
 LANE_MAIN, LANE_HOST_ADAM, LANE_D2H, LANE_COMM, LANE_H2D, LANE_STEP, LANE_DEVICE = 1, 2, 3, 4, 5, 6, 7
 STREAM_LANES = (8, 9, 10, 11)
+ADAM_THREAD_LANES = range(12, 28)  # host Adam threads 0..15, each its busy intervals
 PHASES = ("forward", "backward", "reduction", "update", "other")
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "reduction": "#937860", "update": "#55a868",
                 "other": "#bbbbbb"}
@@ -293,6 +294,8 @@ def analyze(rk, number=None, bin_s=None):
     r["host"] = {k: counter_path(hs, k, t0, t1) for k in ("pinned", "optimizer", "activations", "total")}
     r["device_busy"] = [(max(a, t0), min(b, t1)) for a, b, n, _ in rk.spans.get(LANE_DEVICE, []) if b > t0 and a < t1]
     r["adam_busy"] = rk.named((LANE_HOST_ADAM,), ("host adam",), t0, t1)
+    r["adam_threads"] = {lane - ADAM_THREAD_LANES[0]: rk.named((lane,), ("busy",), t0, t1)
+                         for lane in ADAM_THREAD_LANES if rk.spans.get(lane)}
     r["phases"] = phase_bars(rk, t0, t1)
     r["all_phases"] = [(s[3].get("step"), phase_bars(rk, s[0], s[1])) for s in rk.steps]
     r["idle_wait_s"] = device_idle_waiting(rk, t0, t1)
@@ -325,8 +328,12 @@ def summary_lines(r, label=None):
     dev_u = union_seconds([(max(a, u0), min(b, u1)) for a, b in r["device_busy"] if u0 is not None and b > u0 and a < u1])
     cpu_u = union_seconds([(max(a, u0), min(b, u1)) for a, b in r["adam_busy"] if u0 is not None and b > u0 and a < u1])
     us = r["update_s"] or 1.0
+    nthr = len(r["adam_threads"])
+    thr_u = sum(union_seconds([(max(a, u0), min(b, u1)) for a, b in iv if u0 is not None and b > u0 and a < u1])
+                for iv in r["adam_threads"].values()) / max(nthr, 1)
     busy = (f"{tag} busy: device_busy_pct={100 * dev_b / span:.1f} device_busy_update_pct={100 * dev_u / us:.1f} "
-            f"cpu_adam_busy_update_pct={100 * cpu_u / us:.1f} device_idle_waiting_host_ms={ms(r['idle_wait_s'])} "
+            f"cpu_adam_busy_update_pct={100 * cpu_u / us:.1f} cpu_adam_threads={nthr} "
+            f"cpu_adam_threads_busy_update_pct={100 * thr_u / us:.1f} device_idle_waiting_host_ms={ms(r['idle_wait_s'])} "
             f"resolution_ms={ms(r['merge_s'])}")
     ph = r["phases"]
     phases = (f"{tag} phases: step_ms={ms(span)} " + " ".join(f"{p}_ms={ms(ph[p])}" for p in PHASES) +
@@ -416,9 +423,15 @@ def fig_busy(plt, ranks, results, out):
         ax = axes[0][j]
         t0, w = r["t0"], r["bin_s"]
         shade_phases(ax, rk, t0, r["t1"])
-        for iv, c, lab in ((r["device_busy"], "black", "device compute"), (r["adam_busy"], "tab:green", "CPU Adam")):
+        for iv, c, lab in ((r["device_busy"], "black", "device compute"), (r["adam_busy"], "tab:green", "CPU Adam lane")):
             xs, ys = busy_fraction(iv, t0, r["t1"], w)
             ax.step([(x - t0) * 1e3 for x in xs], [100 * y for y in ys], where="post", color=c, label=lab)
+        if r["adam_threads"]:  # the mean over the CPU Adam's threads: how much of the host's cores it used
+            per = [busy_fraction(iv, t0, r["t1"], w)[1] for iv in r["adam_threads"].values()]
+            xs = busy_fraction([], t0, r["t1"], w)[0]
+            mean = [100 * sum(col) / len(per) for col in zip(*per)]
+            ax.step([(x - t0) * 1e3 for x in xs], mean, where="post", color="tab:olive", linestyle="--",
+                    label=f"CPU Adam threads (mean of {len(per)})")
         if not r["device_busy"]:
             ax.text(0.5, 0.5, "no device compute lane in this trace (CPU backend)", transform=ax.transAxes,
                     ha="center", color="gray")

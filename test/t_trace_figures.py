@@ -11,6 +11,7 @@ trace):
   - the phase bars add up to the step time within the trace's resolution, forward and backward
     equal the metrics' forward_ms and backward_ms, the named phases overlap nothing ("other" >= 0);
   - the summary's step time is the metrics' step_ms; the four PNGs are written;
+  - the device's compute stream and every CPU Adam thread were seen busy (threads within their lane);
   - the sweep chart over three Twin-Flow ratios: each point's step time is that run's own;
   - a run killed mid-step (SIGKILL while its trace is being written) still gives the figures of its
     last complete step, whose numbers are those of its metrics line;
@@ -93,6 +94,9 @@ if ok:
     ztlib.check(mem["device_peak_bytes"] == last["device_peak_bytes"] and mem["capacity_bytes"] == SIM_MEM
                 and 0 < mem["device_peak_bytes"] <= SIM_MEM and mem["headroom_update_bytes"] > 0,
                 "memory_peak_equals_allocator_peak", f"{mem} vs {last['device_peak_bytes']}")
+    bz = s["busy"]
+    ztlib.check(bz["cpu_adam_threads"] >= 1 and 0 < bz["cpu_adam_threads_busy_update_pct"] <= bz["cpu_adam_busy_update_pct"] + 5
+                and bz["device_busy_pct"] > 0, "busy_device_and_each_cpu_adam_thread", str(bz))
     ztlib.check(mem["host_pinned_bytes"] > 0 and mem["host_optimizer_bytes"] > 0, "host_memory_split", str(mem))
     res_ms = 0.002  # every event is written to the nanosecond; the summary rounds to the microsecond
     parts = sum(ph[k] for k in ("forward_ms", "backward_ms", "reduction_ms", "update_ms", "other_ms"))

@@ -155,7 +155,7 @@ typedef struct zt_backend {
     void (*scale)(void *x, float s, size_t n);
 } zt_backend;
 
-/* ---- what the device does, as it happens (for the trace, io/trace.h) ----
+/* ---- what the device (and the host Adam beside it) does, as it happens (for the trace, io/trace.h) ----
  * A backend reports its work to the process's one observer (the engine sets it when it opens a
  * trace; NULL otherwise, and then a backend pays one pointer load per item): each host<->device
  * copy where it ran (its stream, its start and end), the busy intervals of the compute stream,
@@ -171,6 +171,8 @@ typedef struct zt_device_observer {
     void (*compute)(void *ctx, double t0, double t1);
     /* device bytes in use (the allocator's count) after an alloc or free at time t */
     void (*memory)(void *ctx, size_t in_use, double t);
+    /* host Adam thread `thread` (OpenMP's number) worked from t0 to t1 (cpu_adam.h's report_threads) */
+    void (*host_adam)(void *ctx, int thread, double t0, double t1);
 } zt_device_observer;
 /* Sets (or with NULL clears) the process's observer; obs must outlive its use. */
 void zt_device_observe(const zt_device_observer *obs);

@@ -17,6 +17,12 @@ static void on_transfer(void *ctx, zt_copy_kind kind, size_t bytes, int stream, 
     zt_trace_transfer(e->trace, kind == ZT_D2H, bytes, stream, t0, t1);
 }
 
+static void on_host_adam(void *ctx, int thread, double t0, double t1) {
+    zt_engine *e = ctx;
+    int lane = ZT_LANE_ADAM_THREAD + (thread < ZT_ADAM_THREAD_LANES ? thread : ZT_ADAM_THREAD_LANES - 1);
+    zt_trace_busy(e->trace, lane, t0, t1);
+}
+
 static void on_compute(void *ctx, double t0, double t1) {
     zt_engine *e = ctx;
     zt_trace_busy(e->trace, ZT_LANE_DEVICE, t0, t1);
@@ -44,11 +50,11 @@ int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err) {
     e->dev_capacity = total_b;
     e->dev_in_use = e->dev_peak = total_b > free_b ? total_b - free_b : 0;
     e->link_bytes[0] = e->link_bytes[1] = 0;
-    e->observer = (zt_device_observer){.ctx = e, .transfer = on_transfer, .compute = on_compute, .memory = on_memory};
-    if (!e->be->memory_is_host) { /* the CPU backend has no device of its own to observe */
-        zt_device_observe(&e->observer);
-        on_memory(e, e->dev_in_use, zt_now()); /* what the engine allocated before the trace */
-    }
+    e->observer = (zt_device_observer){.ctx = e, .transfer = on_transfer, .compute = on_compute, .memory = on_memory,
+                                       .host_adam = on_host_adam};
+    if (e->be->memory_is_host) e->observer.transfer = NULL, e->observer.compute = NULL, e->observer.memory = NULL;
+    zt_device_observe(&e->observer); /* the CPU backend has no device of its own: its host Adam threads only */
+    if (!e->be->memory_is_host) on_memory(e, e->dev_in_use, zt_now()); /* what the engine allocated before the trace */
     engine_trace_memory(e);
     return 0;
 }

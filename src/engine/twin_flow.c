@@ -167,6 +167,7 @@ void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size
 static void *host_adam_lane(void *arg) {
     twin_flow *tf = arg;
     zt_engine *e = tf->e;
+    zt_cpu_adam_report_threads(1); /* with a trace, each CPU Adam thread's busy time is on its own lane */
     if (e->off.nvme_path) {
         inf_host_adam_lane(tf);
         return NULL;

@@ -37,7 +37,7 @@ static const char *const lane_names[] = {NULL, "main / device", "host adam", "D2
                                          "H2D (parameters up)", "steps", "device compute busy",
                                          "copies: compute stream", "copies: H2D stream", "copies: D2H stream",
                                          "copies: ahead stream"};
-_Static_assert(sizeof lane_names / sizeof lane_names[0] == ZT_LANE_LAST + 1, "a name per lane");
+_Static_assert(sizeof lane_names / sizeof lane_names[0] == ZT_LANE_ADAM_THREAD, "a name per lane below the threads'");
 
 /* Appends one formatted event to the file in a single write (caller holds the lock or is alone). */
 static void emit(zt_trace *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -99,9 +99,13 @@ zt_trace *zt_trace_open(const char *path, int rank, zt_err *err) {
     emit(t, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
     emit(t, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", rank,
          rank);
-    for (int l = ZT_LANE_MAIN; l <= ZT_LANE_LAST; l++)
+    for (int l = ZT_LANE_MAIN; l <= ZT_LANE_LAST; l++) {
+        char name[48];
+        if (l < ZT_LANE_ADAM_THREAD) snprintf(name, sizeof name, "%s", lane_names[l]);
+        else snprintf(name, sizeof name, "host adam thread %d%s", l - ZT_LANE_ADAM_THREAD, l == ZT_LANE_LAST ? "+" : "");
         emit(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", rank, l,
-             lane_names[l]);
+             name);
+    }
     /* what a reader needs to know of this trace's resolution */
     emit(t, ",\n{\"name\":\"zerotrain\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"busy_merge_us\":%.1f}}",
          rank, ZT_TRACE_BUSY_MERGE_S * 1e6);

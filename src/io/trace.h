@@ -12,11 +12,13 @@
 /* lanes ("tid") of a rank's process ("pid" = rank): the engine's threads (main, host Adam, the
  * Twin-Flow copy threads, comm), one "step N" event per finished optimizer step (its args: the bytes
  * each direction moved, the device peak), the device's compute stream busy, and the copies as the
- * device ran them, one lane per stream (ZT_LANE_STREAM + backend.h's ZT_STREAM_*). */
+ * device ran them, one lane per stream (ZT_LANE_STREAM + backend.h's ZT_STREAM_*), and each host Adam
+ * thread's busy intervals. */
 enum {
     ZT_LANE_MAIN = 1, ZT_LANE_HOST_ADAM = 2, ZT_LANE_D2H = 3, ZT_LANE_COMM = 4, ZT_LANE_H2D = 5,
     ZT_LANE_STEP = 6, ZT_LANE_DEVICE = 7, ZT_LANE_STREAM = 8, /* 8..11: compute, H2D, D2H, ahead streams */
-    ZT_LANE_LAST = 11
+    ZT_LANE_ADAM_THREAD = 12, ZT_ADAM_THREAD_LANES = 16, /* 12..27: host Adam threads 0..15 (more share the last) */
+    ZT_LANE_LAST = ZT_LANE_ADAM_THREAD + ZT_ADAM_THREAD_LANES - 1
 };
 /* Busy intervals on one lane closer than this are written as one (the trace's resolution for busy
  * time; it bounds the events a step of many short ops writes). */
