@@ -75,8 +75,9 @@ for name, sets in (("simulated GPU, stage 3 + optimizer/parameter offload + cpu_
     model = f"; by construction {per_step:.0f} events per step x {cost:.0f} ns = " \
             f"{100 * per_step * cost * 1e-9 / (m_off * 1e-3):.3f}% of the step" if cost else ""
     verdict = "within" if (m_on - m_off) / m_off <= 0.02 else "ABOVE"
+    load = os.getloadavg()[0]  # what the with/without difference is measured against
     print(f"  {name}: {m_off:.1f} ms/step without the trace, {m_on:.1f} ms with it (best run medians of "
           f"{PAIRS} alternating pairs of {ITERS} steps): {100 * (m_on - m_off) / m_off:+.2f}% ({verdict} the 2% goal)"
           f"; CPU seconds per run {statistics.median(cpu_off):.2f} without, {statistics.median(cpu_on):.2f} with "
           f"({100 * (statistics.median(cpu_on) - statistics.median(cpu_off)) / statistics.median(cpu_off):+.2f}%)"
-          f"{model}")
+          f"{model}; load average {load:.1f} on {os.cpu_count()} cores")
