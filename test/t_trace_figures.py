@@ -15,6 +15,7 @@ trace):
   - the sweep chart over three Twin-Flow ratios: each point's step time is that run's own;
   - a run killed mid-step (SIGKILL while its trace is being written) still gives the figures of its
     last complete step, whose numbers are those of its metrics line;
+  - a trace cut before its first step ended is a clear error;
   - two ranks' traces drawn side by side (--rank all), rank 0's bytes those of its metrics;
   - a CPU-backend trace plots too and says it has no PCIe.
 """
@@ -156,6 +157,16 @@ if ok and n_steps in krows:  # the metrics line of that step may not have been w
     ok = s["pcie"]["h2d_curve_bytes"] == krows[n_steps]["h2d_bytes"] and \
          s["memory"]["device_peak_bytes"] == krows[n_steps]["device_peak_bytes"]
 ztlib.check(ok, "killed_run_figures_of_last_complete_step", f"{n_steps} steps; " + text[-800:])
+
+# a trace cut before its first step ended: a clear error, no figure
+with open(kfile) as f:
+    head = f.read()
+cut = os.path.join(kdir, "cut.rank0.json")
+with open(cut, "w") as f:
+    f.write(head[:head.find('"name":"step"')].rsplit(",\n{", 1)[0])
+pp, text = plot(cut, "-o", os.path.join(kdir, "cut"))
+ztlib.check(pp.returncode != 0 and "no finished step" in text and not os.path.exists(os.path.join(kdir, "cut.memory.png")),
+            "trace_without_a_finished_step_is_an_error", text[-400:])
 
 # ---------------------------------------------------------------- two ranks, drawn side by side
 mdir = os.path.join(work, "ranks2")
