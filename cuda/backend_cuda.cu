@@ -95,6 +95,25 @@ void *zt_host_scratch(zt_host_slot slot, size_t bytes) {
     return p;
 }
 
+/* ---------------------------------------------------------------- the trace's view (backend.h's observer)
+ * Only while a trace is open. Blocking copies are timed on the host around the copy alone (the
+ * stream is drained first, which the copy would wait for anyway). Queued copies (copy_async,
+ * copy_ahead) are reported with their bytes when queued, at zero length: their running time needs
+ * CUDA events on their streams, not measured yet. Device memory in use is what cudaMemGetInfo sees
+ * (the context included). The compute stream's busy time is not reported (events again). */
+extern "C" double zt_now(void);
+
+static void observe_memory(void) {
+    const zt_device_observer *obs = zt_device_observer_now();
+    if (!obs || !obs->memory) return;
+    size_t freeb = 0, total = 0;
+    if (cudaMemGetInfo(&freeb, &total) == cudaSuccess) obs->memory(obs->ctx, total - freeb, zt_now());
+}
+
+static void observe_copy(const zt_device_observer *obs, zt_copy_kind kind, size_t bytes, int stream, double t0) {
+    if (obs && obs->transfer && kind != ZT_D2D) obs->transfer(obs->ctx, kind, bytes, stream, t0, zt_now());
+}
+
 /* ---------------------------------------------------------------- memory */
 static void *cu_alloc(size_t bytes) {
     if (bytes == 0) bytes = 1; /* a valid, distinct pointer even for empty tensors */
@@ -110,6 +129,7 @@ static void *cu_alloc(size_t bytes) {
     }
     ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g_zt.stream));
     ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
+    observe_memory();
     return p;
 }
 
@@ -117,6 +137,7 @@ static void cu_free(void *p) {
     if (!p) return;
     ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); /* it may still be in use by queued kernels */
     ZT_CUDA_CHECK(cudaFree(p));
+    observe_memory();
 }
 
 static void *cu_host_alloc(size_t bytes) {
@@ -151,15 +172,21 @@ static cudaMemcpyKind memcpy_kind(zt_copy_kind kind) {
 
 static void cu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
+    const zt_device_observer *obs = kind != ZT_D2D ? zt_device_observer_now() : NULL;
+    if (obs) ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); /* so that the copy alone is timed */
+    double t0 = obs ? zt_now() : 0;
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.stream));
     if (kind != ZT_D2D) ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
     else ZT_LAUNCH_CHECK("copy D2D");
+    observe_copy(obs, kind, bytes, ZT_STREAM_COMPUTE, t0);
 }
 
 static void cu_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.stream));
     ZT_LAUNCH_CHECK("copy async");
+    const zt_device_observer *obs = zt_device_observer_now();
+    if (obs) observe_copy(obs, kind, bytes, ZT_STREAM_COMPUTE, zt_now()); /* queued, not run: see above */
 }
 
 /* the side stream waits for the compute stream's work so far, then copies while compute goes on */
@@ -169,6 +196,8 @@ static void cu_copy_ahead(void *dst, const void *src, size_t bytes, zt_copy_kind
     ZT_CUDA_CHECK(cudaStreamWaitEvent(g_zt.ahead, g_zt.ahead_from, 0));
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.ahead));
     ZT_LAUNCH_CHECK("copy ahead");
+    const zt_device_observer *obs = zt_device_observer_now();
+    if (obs) observe_copy(obs, kind, bytes, ZT_STREAM_AHEAD, zt_now()); /* queued, not run: see above */
 }
 
 /* the compute stream's later work waits for every copy ahead so far */
@@ -185,8 +214,11 @@ static void cu_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind k
     if (!bytes) return;
     cu_bind_thread(); /* the entry other threads call: right even where a lane forgot bind_thread */
     cudaStream_t s = kind == ZT_H2D ? g_zt.h2d : kind == ZT_D2H ? g_zt.d2h : g_zt.stream;
+    const zt_device_observer *obs = zt_device_observer_now();
+    double t0 = obs ? zt_now() : 0; /* its own stream, nothing queued before it: the copy's time */
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), s));
     ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+    observe_copy(obs, kind, bytes, kind == ZT_H2D ? ZT_STREAM_H2D : ZT_STREAM_D2H, t0);
 }
 
 /* the compute stream and copy_ahead's side stream (backend.h): wait_ahead orders device work only, so

@@ -19,6 +19,9 @@ done
 echo "== training step time (CPU backend, fp32, $threads threads)"
 OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_train.py
 
+echo "== trace overhead: the same runs with and without the Chrome trace (goal <= 2% of the step)"
+OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_trace.py
+
 echo "== data shards: memory per rank against the corpus size"
 /usr/bin/python3 test/bench_data.py
 

@@ -169,6 +169,30 @@ typedef struct zt_backend {
     void (*scale)(void *x, float s, size_t n);
 } zt_backend;
 
+/* ---- what the device (and the host Adam beside it) does, as it happens (for the trace, io/trace.h) ----
+ * A backend reports its work to the process's one observer (the engine sets it when it opens a
+ * trace; NULL otherwise, and then a backend pays one pointer load per item): each host<->device
+ * copy where it ran (its stream, its start and end), the busy intervals of the compute stream,
+ * and device memory in use after each alloc and free. Callbacks come from the backend's own
+ * threads (the simulated GPU's lanes) and must be thread-safe. The CPU backend reports nothing:
+ * it has no link and no device memory of its own. */
+enum { ZT_STREAM_COMPUTE, ZT_STREAM_H2D, ZT_STREAM_D2H, ZT_STREAM_AHEAD, ZT_STREAM_COUNT };
+typedef struct zt_device_observer {
+    void *ctx;
+    /* a copy of `bytes` (kind ZT_H2D or ZT_D2H) ran on `stream` from t0 to t1 (zt_now() seconds) */
+    void (*transfer)(void *ctx, zt_copy_kind kind, size_t bytes, int stream, double t0, double t1);
+    /* the compute stream ran an op (not a copy) from t0 to t1 */
+    void (*compute)(void *ctx, double t0, double t1);
+    /* device bytes in use (the allocator's count) after an alloc or free at time t */
+    void (*memory)(void *ctx, size_t in_use, double t);
+    /* host Adam thread `thread` (OpenMP's number) worked from t0 to t1 (cpu_adam.h's report_threads) */
+    void (*host_adam)(void *ctx, int thread, double t0, double t1);
+} zt_device_observer;
+/* Sets (or with NULL clears) the process's observer; obs must outlive its use. */
+void zt_device_observe(const zt_device_observer *obs);
+/* The observer now, or NULL: what backends call before reporting. */
+const zt_device_observer *zt_device_observer_now(void);
+
 /* be->bind_thread() where the backend has one: the first call of a thread that uses the table */
 static inline void zt_backend_bind_thread(const zt_backend *be) {
     if (be->bind_thread) be->bind_thread();

@@ -117,6 +117,12 @@ static int block_at(size_t off) {
     return lo;
 }
 
+/* device bytes in use after an alloc or free, to the trace (backend.h's observer) */
+static void report_memory(size_t in_use) {
+    const zt_device_observer *obs = zt_device_observer_now();
+    if (obs && obs->memory) obs->memory(obs->ctx, in_use, zt_clock_now());
+}
+
 static void *sim_alloc_bytes(size_t bytes) {
     size_t sz = (bytes + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
     if (sz == 0) sz = SIM_ALIGN;
@@ -142,8 +148,9 @@ static void *sim_alloc_bytes(size_t bytes) {
     b->used = 1;
     g_mem.used += sz;
     sim_clock_device_used((double)g_mem.used);
-    size_t off = b->off;
+    size_t off = b->off, in_use = g_mem.used;
     pthread_mutex_unlock(&g_mem.lock);
+    report_memory(in_use);
     if (!g_dry) memset(g_mem.shadow + off, 0, sz); /* dry: never touched, the pages read as zeros */
     return g_mem.arena + off;
 }
@@ -175,7 +182,9 @@ static void sim_release(void *p) {
         memmove(b, b + 1, (size_t)(g_mem.n - i - 1) * sizeof *b);
         g_mem.n--;
     }
+    size_t in_use = g_mem.used;
     pthread_mutex_unlock(&g_mem.lock);
+    report_memory(in_use);
 }
 
 /* Threads other than the one that made the device call bind_thread before using the table, as on
@@ -277,7 +286,21 @@ typedef struct {
 /* LANE_AHEAD: copy_ahead's side stream; the same order as sim_clock.h's ZT_SIM_* */
 enum { LANE_COMPUTE = ZT_SIM_COMPUTE, LANE_H2D = ZT_SIM_H2D, LANE_D2H = ZT_SIM_D2H, LANE_AHEAD = ZT_SIM_AHEAD,
        N_LANES = ZT_SIM_NLANES };
+_Static_assert((int)LANE_AHEAD == (int)ZT_STREAM_AHEAD && (int)LANE_D2H == (int)ZT_STREAM_D2H, "lanes are the trace's streams");
 static sim_lane g_lane[N_LANES];
+
+static void run_copy(sim_item *it);
+static void run_wait_lane(sim_item *it);
+/* what an item that ran on lane `lane` from t0 to t1 did, for the trace: a host<->device copy
+ * (its kind in i[9]), or compute work on the stream (waits for another lane are not work) */
+static void report_item(const zt_device_observer *obs, int lane, const sim_item *it, double t0, double t1) {
+    if (it->run == run_copy) {
+        if (it->i[9] != ZT_D2D && obs->transfer) obs->transfer(obs->ctx, (zt_copy_kind)it->i[9], it->n, lane, t0, t1);
+        else if (obs->compute) obs->compute(obs->ctx, t0, t1);
+    } else if (lane == LANE_COMPUTE && it->run != run_wait_lane && obs->compute) {
+        obs->compute(obs->ctx, t0, t1);
+    }
+}
 
 static void *lane_main(void *arg) {
     sim_lane *l = arg;
@@ -293,9 +316,16 @@ static void *lane_main(void *arg) {
             struct timespec ts = {0, (long)delay * 1000};
             nanosleep(&ts, NULL);
         }
+        const zt_device_observer *obs = zt_device_observer_now();
+        double w0 = obs ? zt_now() : 0;
         if (!g_dry || it->must_run) it->run(it);
         double end = sim_clock_lane_run(l->index, it->ready, it->dep, it->cost, it->flops);
         if (it->cost > 0 && it->name) zt_clock_event(l->index, zt_sim_lane_names[l->index], it->name, end - it->cost, end);
+        /* the trace's observer sees the item on the run's clock: the virtual one's times when it runs */
+        if (obs) {
+            int v = zt_clock_is_virtual();
+            report_item(obs, (int)(l - g_lane), it, v ? end - it->cost : w0, v ? end : zt_now());
+        }
         if (!it->waited) free(it); /* else the submitter frees it once done counts it */
         pthread_mutex_lock(&l->lock);
         l->done++;
@@ -521,6 +551,7 @@ static sim_item *copy_item(void *dst, const void *src, size_t bytes, zt_copy_kin
     it->name = kind == ZT_H2D ? (pinned ? "H2D" : "H2D pageable") : kind == ZT_D2H ? (pinned ? "D2H" : "D2H pageable") : "D2D";
     it->cost = sim_cost_pcie(kind, pinned, (double)bytes);
     sim_clock_count_pcie(kind, (double)bytes);
+    it->i[9] = kind; /* for the trace (report_item) */
     return it;
 }
 static void sim_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {

@@ -25,6 +25,8 @@
 #include <omp.h>
 #include <string.h>
 
+#include "util/util.h"
+
 #define TILE 4096 /* elements per work item: 112 KiB of traffic, a multiple of every vector width */
 
 typedef struct adam_consts {
@@ -191,6 +193,17 @@ const char *zt_cpu_adam_isa_name(int isa) {
 typedef void (*adam_fn)(float *, float *, float *, const void *, zt_dtype, size_t, const zt_adam_step *, void *,
                         zt_dtype);
 
+static __thread int t_report_threads; /* zt_cpu_adam_report_threads, per calling thread */
+
+void zt_cpu_adam_report_threads(int on) { t_report_threads = on; }
+
+/* tile t of n elements */
+static inline void adam_tile(adam_fn fn, float *p, float *m, float *v, const void *g, zt_dtype g_dtype, size_t n,
+                             size_t t, const zt_adam_step *s, void *out16, zt_dtype out_dtype) {
+    size_t a = t * TILE, k = n - a < TILE ? n - a : TILE;
+    fn(p + a, m + a, v + a, grad_plus(g, g_dtype, a), g_dtype, k, s, out16 ? (uint16_t *)out16 + a : NULL, out_dtype);
+}
+
 void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s,
                     void *out16, zt_dtype out_dtype, int nthreads, int isa) {
     int best = zt_cpu_adam_best_isa();
@@ -200,12 +213,19 @@ void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtyp
     size_t tiles = (n + TILE - 1) / TILE;
     int nt = nthreads > 0 ? nthreads : omp_get_max_threads();
     if ((size_t)nt > tiles) nt = tiles ? (int)tiles : 1;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (size_t t = 0; t < tiles; t++) {
-        size_t a = t * TILE, k = n - a < TILE ? n - a : TILE;
-        fn(p + a, m + a, v + a, grad_plus(g, g_dtype, a), g_dtype, k, s, out16 ? (uint16_t *)out16 + a : NULL,
-           out_dtype);
+    const zt_device_observer *obs = t_report_threads ? zt_device_observer_now() : NULL;
+    if (obs && obs->host_adam) { /* the same tiles on the same threads (static schedule), each thread timed */
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            double t0 = zt_now();
+#pragma omp for schedule(static) nowait
+            for (size_t t = 0; t < tiles; t++) adam_tile(fn, p, m, v, g, g_dtype, n, t, s, out16, out_dtype);
+            obs->host_adam(obs->ctx, omp_get_thread_num(), t0, zt_now());
+        }
+        return;
     }
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (size_t t = 0; t < tiles; t++) adam_tile(fn, p, m, v, g, g_dtype, n, t, s, out16, out_dtype);
 }
 
 void zt_cpu_adamw_isa(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,

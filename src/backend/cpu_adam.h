@@ -25,6 +25,12 @@ void zt_cpu_adamw(float *p, float *m, float *v, const float *g, size_t n, const 
 void zt_cpu_adamw_isa(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,
                       zt_dtype out_dtype, int nthreads, int isa);
 
+/* From now on the calling thread's zt_cpu_adamw_g calls report each of their OpenMP threads' busy
+ * interval to the device observer (backend.h's host_adam) while one is set: Twin-Flow's host Adam
+ * lanes call it, so the trace shows every host Adam thread; other callers (the backends' own
+ * AdamW, ratio auto's calibration) report nothing. */
+void zt_cpu_adam_report_threads(int on);
+
 /* The same with the gradients g in g_dtype (F32, BF16 or F16), widened to fp32 as they are loaded
  * (exact), and a given path: the results equal converting g first and calling zt_cpu_adamw. */
 void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s,

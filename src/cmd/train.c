@@ -222,6 +222,8 @@ typedef struct step_record {
     zt_comm_bytes bytes;     /* this rank's communication volume in the step (ZeRO's, over the data-parallel group) */
     zt_comm_bytes tp_bytes;  /* ... and the model's over the tensor-parallel group (zero without one) */
     zt_engine_nvme nvme;     /* this rank's swap-file traffic in the step (ZeRO-Infinity) */
+    double link_bytes[2];    /* with a trace: bytes the device copied in the step, host to device and back */
+    double device_peak;      /* with a trace: the allocator's most device bytes in use during the step */
 } step_record;
 
 /* Shapes of every step, fixed for the run. */
@@ -440,10 +442,15 @@ static int roll_back(trainer *t, const step_record *rec, const step_plan *p) {
 static int train_step(trainer *t, const step_plan *p, long step, step_record *rec) {
     const zt_config *cfg = &t->cfg;
     zt_engine *eng = t->s.engine;
-    int sync = cfg->wall_clock_breakdown; /* timed phases must not overlap queued device work */
+    /* timed phases must not overlap queued device work: with a trace too, whose phases are the figures'
+     * (scripts/plot --trace); the host then waits for the device at the end of each forward and backward */
+    int sync = cfg->wall_clock_breakdown || cfg->trace_file;
     double t0 = zt_clock_now(), loss_sum = 0;
     zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes, tp_bytes0 = t->s.model.tp ? t->s.model.tp->bytes : bytes0;
     memset(rec, 0, sizeof *rec);
+    double link0[2];
+    zt_engine_link_bytes(eng, link0);
+    zt_engine_device_peak(eng); /* the step's peak counts from here */
     rec->step = step + 1;
     rec->lr = zt_lr_at(cfg, step);
     if (zt_test_hook_lr_spike_at(rec->step)) rec->lr *= 1e4f; /* a diverging update, found at the next step */
@@ -490,7 +497,14 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     }
     rec->optimizer = zt_clock_now() - to;
     t->s.be->synchronize();
-    rec->seconds = zt_clock_now() - t0;
+    double t_end = zt_clock_now();
+    rec->seconds = t_end - t0;
+    double link1[2];
+    zt_engine_link_bytes(eng, link1);
+    rec->link_bytes[0] = link1[0] - link0[0];
+    rec->link_bytes[1] = link1[1] - link0[1];
+    rec->device_peak = zt_engine_device_peak(eng);
+    zt_engine_trace_step(eng, rec->step, t0, t_end, rec->link_bytes, rec->device_peak);
     rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
     rec->bytes = zt_comm_bytes_since(&zt_engine_comm(eng)->bytes, &bytes0);
     if (t->s.model.tp) rec->tp_bytes = zt_comm_bytes_since(&t->s.model.tp->bytes, &tp_bytes0);
@@ -578,6 +592,9 @@ static int record_step(trainer *t, const step_plan *p, const step_record *rec, z
             fprintf(t->metrics, ", \"host_adam_ms\": %.3f, \"device_idle_ms\": %.3f, \"device_idle_pct\": %.2f",
                     tm->host_adam * 1e3, tm->device_idle * 1e3, 100.0 * tm->device_idle / rec->seconds);
         }
+        if (zt_engine_trace(t->s.engine)) /* what the trace's figures are checked against (scripts/plot --trace) */
+            fprintf(t->metrics, ", \"h2d_bytes\": %.0f, \"d2h_bytes\": %.0f, \"device_peak_bytes\": %.0f",
+                    rec->link_bytes[0], rec->link_bytes[1], rec->device_peak);
         zt_comm_bytes_json(t->metrics, "comm", bytes_per_rank, t->comm->world);
         if (tp_bytes_per_rank) zt_comm_bytes_json(t->metrics, "tp_comm", tp_bytes_per_rank, t->comm->world);
         if (!isnan(rec->val_loss)) fprintf(t->metrics, ", \"val_loss\": %.9g", rec->val_loss);

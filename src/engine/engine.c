@@ -43,6 +43,7 @@ void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category) {
     if (pinned) p = e->be->host_alloc(bytes);
     else p = zt_clock_bulk_alloc(bytes); /* zero-filled; address space only when the clock only costs */
     if (p) e->mem.host[category] += bytes;
+    if (p && pinned) e->host_pinned_bytes += bytes;
     return p;
 }
 
@@ -117,35 +118,9 @@ void zt_engine_params_write_f32(zt_engine *e, size_t flat_off, const float *src,
 
 int zt_engine_params_on_host(const zt_engine *e) { return e->params_on_host; }
 
-/* ---------------------------------------------------------------- memory counters */
-
-/* device bytes in use now: allocations (stage 3 gather buffers counted whole) + activations */
-static void trace_memory(zt_engine *e) {
-    if (!e->trace) return;
-    zt_trace_counter(e->trace, "memory (MiB)", zt_clock_now(), "device", (double)mem_sum(e->mem.device) / 1048576.0, "host",
-                     (double)mem_sum(e->mem.host) / 1048576.0);
-}
-
-/* ---------------------------------------------------------------- lifecycle */
-
 int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
                      const zt_engine_opts *opt, const float *init_f32, zt_err *err) {
     return zt_engine_create_offload(e, be, comm, table, opt, NULL, init_f32, err);
-}
-
-/* a timed device's lanes (util/clock.h) onto the trace, beside the engine's */
-static void trace_device_item(void *ctx, int lane, const char *lane_name, const char *name, double t0, double t1) {
-    zt_trace_device(ctx, lane, lane_name, name, t0, t1);
-}
-
-int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err) {
-    zt_clock_set_sink(NULL, NULL);
-    if (e->trace) zt_trace_close(e->trace, NULL);
-    e->trace = zt_trace_open(path, e->lay.rank, err);
-    if (!e->trace) return -1;
-    zt_clock_set_sink(trace_device_item, e->trace);
-    trace_memory(e);
-    return 0;
 }
 
 int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
@@ -315,6 +290,7 @@ const zt_mem_account *zt_engine_memory(const zt_engine *e) { return &e->mem; }
 void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_bytes) {
     e->mem.device[ZT_MEM_ACTS] = device_bytes;
     e->mem.host[ZT_MEM_ACTS] = host_bytes;
+    engine_trace_memory(e);
 }
 
 void zt_engine_destroy(zt_engine *e) {
@@ -332,8 +308,7 @@ void zt_engine_destroy(zt_engine *e) {
     zero_free_gather(e);
     inf_close(e);
     twin_free(e);
-    if (e->trace) zt_clock_set_sink(NULL, NULL);
-    zt_trace_close(e->trace, NULL);
+    engine_trace_close(e);
     free(e->seg_grad);
     free(e->inflight);
     memset(e, 0, sizeof *e);
@@ -346,7 +321,7 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last) {
         twin_wait_grads_read(e); /* the last update's D2H lane must have read them before they are zeroed */
         e->comm_seconds = 0;
         memset(&e->timing, 0, sizeof e->timing);
-        trace_memory(e);
+        engine_trace_memory(e);
         size_t n = e->opt.stage < 2 ? e->lay.padded_total : e->lay.shard;
         e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
@@ -394,7 +369,8 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e);
     if (e->opt.stage == 3) zero_reset_residents(e);
     if (e->param_swap) inf_param_after_update(e); /* the file holds the new values: the next reads may start */
-    trace_memory(e);
+    zt_trace_complete(e->trace, ZT_LANE_MAIN, "update", tn0, zt_clock_now());
+    engine_trace_memory(e);
     return norm;
 }
 

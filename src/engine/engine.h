@@ -160,8 +160,19 @@ const zt_mem_account *zt_engine_memory(const zt_engine *e);
  * and in host memory (cpu_checkpointing's kept block inputs). */
 void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_bytes);
 
-/* Starts a Chrome trace of this rank (trace.h: PATH with ".rankN" inserted); closed by close. */
+/* Starts a Chrome trace of this rank (trace.h: PATH with ".rankN" inserted); closed by close. While
+ * it is open the engine is the backend's device observer (backend.h): every host<->device copy, the
+ * compute stream's busy time and device memory in use go to the trace as they happen, and are
+ * counted for the two calls below (0 without a trace). */
 int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err);
+/* Bytes the device copied since the trace opened: [0] host to device, [1] device to host. */
+void zt_engine_link_bytes(zt_engine *e, double out[2]);
+/* The allocator's most device bytes in use since the last call (then the count starts again from
+ * what is in use now); 0 without a trace or on the CPU backend. */
+double zt_engine_device_peak(zt_engine *e);
+/* Marks optimizer step `step` as finished, [t0, t1], in the trace with what it moved and its device
+ * peak (args), and writes the busy intervals still held: a run killed later keeps the step whole. */
+void zt_engine_trace_step(zt_engine *e, long step, double t0, double t1, const double link_bytes[2], double dev_peak);
 
 /* The parameter source the model runs on. */
 zt_param_source zt_engine_param_source(zt_engine *e);

@@ -75,6 +75,13 @@ struct zt_engine {
     zt_engine_timing timing;
     struct twin_flow *pending; /* the last update's host lanes, still running (overlap_step), or NULL */
     zt_trace *trace;       /* owned; NULL unless zt_engine_open_trace */
+    size_t host_pinned_bytes; /* of mem.host: page-locked (be->host_alloc) */
+    /* engine_trace.c: the device's work as the backend reports it (only while tracing) */
+    zt_device_observer observer;
+    size_t link_bytes[2];  /* bytes copied H2D [0] and D2H [1] since the trace opened (atomic adds) */
+    size_t dev_in_use, dev_peak, dev_capacity; /* the allocator's bytes in use, their peak since the last
+                                                  zt_engine_device_peak, the device's total (0: unknown) */
+    pthread_mutex_t dev_mu;  /* dev_in_use / dev_peak */
     int skip_nonfinite;    /* the norm comes before the update on every path; a non-finite one skips it */
 };
 
@@ -139,6 +146,10 @@ void engine_host_free(zt_engine *e, void *p, int pinned);
  * parameter swap file, from host memory or from device memory */
 void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n);
 void engine_params_store_from_device(zt_engine *e, size_t off, const void *dev_src, size_t n);
+
+/* engine_trace.c */
+void engine_trace_memory(zt_engine *e); /* the memory counters now (the engine's accounting) */
+void engine_trace_close(zt_engine *e);  /* stops the device observer, closes the trace */
 
 /* zero_comm.c */
 /* stage 3: the gather buffers, as many as prefetch and stage3_max_live_parameters allow; -1 with err

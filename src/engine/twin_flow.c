@@ -189,6 +189,7 @@ static void *host_adam_lane(void *arg) {
     twin_flow *tf = arg;
     zt_engine *e = tf->e;
     zt_clock_after(tf->start_at);
+    zt_cpu_adam_report_threads(1); /* with a trace, each CPU Adam thread's busy time is on its own lane */
     if (e->off.nvme_path) {
         inf_host_adam_lane(tf);
         tf->end_at[0] = zt_clock_now();

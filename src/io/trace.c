@@ -33,10 +33,14 @@ struct zt_trace {
     int write_errno; /* the first failed write's reason (ENOSPC on a full disk); 0 = a cut event */
     pthread_mutex_t mu;
     unsigned dev_named; /* device lanes whose thread_name is written (zt_trace_device) */
+    double busy0[ZT_LANE_LAST + 1], busy1[ZT_LANE_LAST + 1]; /* a busy interval held per lane; busy1 0 = none */
 };
 
 static const char *const lane_names[] = {NULL, "main / device", "host adam", "D2H (gradients down)", "comm",
-                                              "H2D (parameters up)"};
+                                         "H2D (parameters up)", "steps", "device compute busy",
+                                         "copies: compute stream", "copies: H2D stream", "copies: D2H stream",
+                                         "copies: ahead stream"};
+_Static_assert(sizeof lane_names / sizeof lane_names[0] == ZT_LANE_ADAM_THREAD, "a name per lane below the threads'");
 
 /* Appends one formatted event to the file in a single write (caller holds the lock or is alone). */
 static void emit(zt_trace *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -87,10 +91,73 @@ zt_trace *zt_trace_open(const char *path, int rank, zt_err *err) {
     emit(t, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
     emit(t, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", rank,
          rank);
-    for (int l = ZT_LANE_MAIN; l <= ZT_LANE_LAST; l++)
+    for (int l = ZT_LANE_MAIN; l <= ZT_LANE_LAST; l++) {
+        char name[48];
+        if (l < ZT_LANE_ADAM_THREAD) snprintf(name, sizeof name, "%s", lane_names[l]);
+        else snprintf(name, sizeof name, "host adam thread %d%s", l - ZT_LANE_ADAM_THREAD, l == ZT_LANE_LAST ? "+" : "");
         emit(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", rank, l,
-             lane_names[l]);
+             name);
+    }
+    /* what a reader needs to know of this trace's resolution */
+    emit(t, ",\n{\"name\":\"zerotrain\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"busy_merge_us\":%.1f}}",
+         rank, ZT_TRACE_BUSY_MERGE_S * 1e6);
     return t;
+}
+
+void zt_trace_complete_args(zt_trace *t, int lane, const char *name, double t0, double t1, const char *args) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    emit(t, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{%s}}", name,
+         t->rank, lane, ts_us(t, t0), (t1 - t0) * 1e6, args);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void zt_trace_transfer(zt_trace *t, int kind, size_t bytes, int stream, double t0, double t1) {
+    if (!t || stream < 0 || ZT_LANE_STREAM + stream > ZT_LANE_LAST) return;
+    pthread_mutex_lock(&t->mu);
+    emit(t, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%zu}}",
+         kind == 0 ? "H2D" : "D2H", t->rank, ZT_LANE_STREAM + stream, ts_us(t, t0), (t1 - t0) * 1e6, bytes);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* writes lane's held busy interval (caller holds the lock) */
+static void emit_busy(zt_trace *t, int lane) {
+    if (t->busy1[lane] <= 0) return;
+    emit(t, ",\n{\"name\":\"busy\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", t->rank, lane,
+         ts_us(t, t->busy0[lane]), (t->busy1[lane] - t->busy0[lane]) * 1e6);
+    t->busy1[lane] = 0;
+}
+
+void zt_trace_busy(zt_trace *t, int lane, double t0, double t1) {
+    if (!t || lane < 1 || lane > ZT_LANE_LAST) return;
+    pthread_mutex_lock(&t->mu);
+    if (t->busy1[lane] > 0 && t0 - t->busy1[lane] < ZT_TRACE_BUSY_MERGE_S) {
+        if (t1 > t->busy1[lane]) t->busy1[lane] = t1;
+    } else {
+        emit_busy(t, lane);
+        t->busy0[lane] = t0;
+        t->busy1[lane] = t1;
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+void zt_trace_flush(zt_trace *t) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    for (int l = 1; l <= ZT_LANE_LAST; l++) emit_busy(t, l);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void zt_trace_counters(zt_trace *t, const char *name, double ts, int n, const char *const *keys, const double *vals) {
+    if (!t || n < 1 || n > 8) return;
+    char args[512];
+    size_t k = 0;
+    for (int i = 0; i < n && k < sizeof args; i++)
+        k += (size_t)snprintf(args + k, sizeof args - k, "%s\"%s\":%.15g", i ? "," : "", keys[i], vals[i]);
+    pthread_mutex_lock(&t->mu);
+    emit(t, ",\n{\"name\":\"%s\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{%s}}", name, t->rank,
+         ts_us(t, ts), args);
+    pthread_mutex_unlock(&t->mu);
 }
 
 void zt_trace_complete(zt_trace *t, int lane, const char *name, double t0, double t1) {
@@ -134,6 +201,7 @@ int zt_trace_check(zt_trace *t, zt_err *err) {
 
 int zt_trace_close(zt_trace *t, zt_err *err) {
     if (!t) return 0;
+    zt_trace_flush(t);
     emit(t, "\n]\n");
     int bad = t->write_failed | (close(t->fd) != 0);
     int rc = bad ? zt_fail(err, "%s: error writing the trace", t->path) : 0;
