@@ -16,5 +16,6 @@ int zt_cmd_run(int argc, char **argv);      /* run.c */
 int zt_cmd_export(int argc, char **argv);   /* export.c */
 int zt_cmd_info(int argc, char **argv);     /* export.c */
 int zt_cmd_config(int argc, char **argv);   /* config.c */
+int zt_cmd_interval(int argc, char **argv); /* interval.c */
 
 #endif
