@@ -7,7 +7,14 @@
     into an error meanwhile; a corrupt `latest` with no older good checkpoint; the same start-up
     error twice (a missing data file), after one restart;
   - a corrupt `latest` with an older good checkpoint: resumes from the older one and finishes;
-  - restarts used up: "no restarts left" and the last cause, after exactly N restarts.
+  - restarts used up: "no restarts left" and the last cause, after exactly N restarts;
+  - a host whose launch never starts (an rsh agent that hangs): with restarts, the launch fails after
+    ZEROTRAIN_STARTUP_TIMEOUT and run gives up after its restarts, instead of waiting forever;
+  - regression (found by scripts/soak): a rank killed outright left its NVMe swap file behind for
+    good (no exit path of its own runs); now a swap file no process holds (flock) is removed by the
+    next start on the directory, and a live run's (held) file is kept;
+  - regression (found by scripts/soak): Ctrl-C to run while the launcher still waits for a host
+    made mpirun end with 0, and run exited 0 beside its own error line; now non-zero.
 Every case waits on the job's state (a checkpoint written, a rank running), not on a clock."""
 import os
 import shutil
@@ -170,6 +177,64 @@ try:
                 and any("giving up after 1 restart: no restarts left; last cause: a rank was killed" in l for l in e)
                 and not ztlib.processes_with(ck), "gives_up_when_restarts_are_used_up",
                 f"rc {proc.returncode}, errors {e}; {err[-600:]}")
+
+    # ---- regression: a killed rank's swap file goes at the restart; a live run's (held) stays
+    import fcntl
+    nvme = os.path.join(tmp, "nvme")
+    os.makedirs(nvme)
+    held_path = os.path.join(nvme, "zerotrain-swap-optimizer-rank0-1.bin")
+    with open(held_path, "wb") as f:
+        f.write(b"another run's states")
+    held = open(held_path, "rb")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    proc, ck = start("swap_sweep", extra=["--set", "zero_optimization.stage=3", "--set",
+                                          "zero_optimization.offload_optimizer.device=nvme", "--set",
+                                          f"zero_optimization.offload_optimizer.nvme_path={nvme}"])
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
+    victim = ztlib.rank_pids(ck)[-1]
+    victim_files = [n for n in os.listdir(nvme) if n.endswith(f"-{victim}.bin")]
+    os.kill(victim, signal.SIGKILL)
+    out, err = finish(proc)
+    left = sorted(os.listdir(nvme))
+    ztlib.check(proc.returncode == 0 and len(victim_files) == 1 and left == [os.path.basename(held_path)]
+                and open(held_path, "rb").read() == b"another run's states", "killed_ranks_swap_file_swept_held_one_kept",
+                f"rc {proc.returncode}, victim's {victim_files}, left {left}; {err[-600:]}")
+    held.close()
+
+    # ---- a host that never starts (its rsh agent hangs)
+    agent = os.path.join(tmp, "hang-agent")
+    with open(agent, "w") as f:
+        # a duration nothing else sleeps: the leftover check finds it
+        f.write(f"#!/bin/sh\ntouch {agent}.called\nexec sleep 613.25\n")
+    os.chmod(agent, 0o755)
+    hostfile = os.path.join(tmp, "hosts")
+    with open(hostfile, "w") as f:
+        f.write("farhost slots=2\n")
+    hang_env = dict(ENV, OMPI_MCA_plm_rsh_agent=agent, OMPI_MCA_plm_rsh_args="-x", ZEROTRAIN_STARTUP_TIMEOUT="3",
+                    ZEROTRAIN_PROBE_TIMEOUT="2")
+    ck, s = sets("never_starts")
+    proc = subprocess.Popen([ztlib.BIN, "run", "-n", "2", "--hostfile", hostfile, "--restarts", "1", tiny] + s,
+                            cwd=ztlib.ROOT, env=hang_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    ztlib.started.append(proc)
+    out, err = finish(proc, timeout=180)
+    e = errors(err)
+    ztlib.check(proc.returncode not in (0, None) and len(restart_lines(err)) == 1
+                and any("giving up after 1 restart: no restarts left" in l for l in e) and not ztlib.processes_with("613.25"),
+                "restarts_do_not_wait_forever_on_a_host_that_never_starts", f"rc {proc.returncode}, errors {e}; {err[-800:]}")
+
+    # ---- regression: Ctrl-C while the launcher waits for a host is not a success
+    ck, s = sets("ctrl_c_before_start")
+    proc = subprocess.Popen([ztlib.BIN, "run", "-n", "2", "--hostfile", hostfile, tiny] + s, cwd=ztlib.ROOT, env=hang_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ztlib.started.append(proc)
+    if os.path.exists(agent + ".called"):
+        os.unlink(agent + ".called")
+    wait_for(lambda: os.path.exists(agent + ".called"), proc)  # the launcher is waiting for its host
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc, timeout=120)
+    ztlib.check(proc.returncode not in (0, None) and len(errors(err)) == 1, "ctrl_c_before_the_ranks_start_is_not_success",
+                f"rc {proc.returncode}; {err[-600:]}")
 finally:
     ztlib.kill_started()
     shutil.rmtree(tmp, ignore_errors=True)

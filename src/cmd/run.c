@@ -34,6 +34,7 @@
 #define ZT_EXIT_PREEMPTED 99      /* train's status after a signal and a saved checkpoint */
 #define ZT_STOP_GRACE_DEFAULT 120 /* seconds the ranks get to save after the first signal */
 #define ZT_SSH_CONNECT_TIMEOUT 30 /* seconds for ssh to reach a hostfile host (ZEROTRAIN_SSH_TIMEOUT) */
+#define ZT_STARTUP_TIMEOUT 600    /* seconds for the ranks to start, with --restarts (ZEROTRAIN_STARTUP_TIMEOUT) */
 
 static int on_path(const char *prog) {
     const char *path = getenv("PATH");
@@ -175,53 +176,13 @@ static void on_signal(int sig) {
     last_signal = sig;
 }
 
-/* SIGKILL to pid and every process below it on this node. mpirun puts the ranks it starts in
- * process groups of their own, so a signal to its group would orphan them; the whole tree is
- * listed first (from /proc) because a killed parent's children move to init. Ranks on other nodes
- * end with their node's daemon, which loses mpirun. */
-static void kill_tree(pid_t root) {
-    for (int pass = 0; pass < 2; pass++) { /* again, for a process started while the first pass ran */
-        int cap = 64, n = 0;
-        pid_t *pid = zt_xmalloc((size_t)cap * sizeof *pid), *ppid = zt_xmalloc((size_t)cap * sizeof *ppid);
-        DIR *proc = opendir("/proc");
-        for (struct dirent *d; proc && (d = readdir(proc));) {
-            if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
-            char path[300], buf[512];
-            snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
-            FILE *f = fopen(path, "r");
-            if (!f) continue;
-            size_t got = fread(buf, 1, sizeof buf - 1, f);
-            fclose(f);
-            buf[got] = '\0';
-            const char *close_paren = strrchr(buf, ')'); /* the command name may hold spaces */
-            int parent;
-            if (!close_paren || sscanf(close_paren + 1, " %*c %d", &parent) != 1) continue;
-            if (n == cap) {
-                cap *= 2;
-                pid = zt_xrealloc(pid, (size_t)cap * sizeof *pid);
-                ppid = zt_xrealloc(ppid, (size_t)cap * sizeof *ppid);
-            }
-            pid[n] = (pid_t)atol(d->d_name);
-            ppid[n++] = parent;
-        }
-        if (proc) closedir(proc);
-        /* mark the tree: root, then anything whose parent is marked, until nothing changes */
-        char *in = zt_xcalloc((size_t)n + 1, 1);
-        for (int changed = 1; changed;) {
-            changed = 0;
-            for (int i = 0; i < n; i++) {
-                if (in[i]) continue;
-                int below = pid[i] == root;
-                for (int j = 0; j < n && !below; j++) below = in[j] && pid[j] == ppid[i];
-                if (below) in[i] = changed = 1;
-            }
-        }
-        for (int i = 0; i < n; i++)
-            if (in[i]) kill(pid[i], SIGKILL);
-        free(in);
-        free(pid);
-        free(ppid);
-    }
+static double startup_seconds(void) {
+    const char *g = getenv("ZEROTRAIN_STARTUP_TIMEOUT");
+    long v;
+    if (g && parse_whole(g, 1, 86400, &v) == 0) return (double)v;
+    if (g) zt_warn("zerotrain run: ZEROTRAIN_STARTUP_TIMEOUT '%.40s' is not a number of seconds in [1, 86400]; using %d",
+                   g, ZT_STARTUP_TIMEOUT);
+    return ZT_STARTUP_TIMEOUT;
 }
 
 static double grace_seconds(void) {
@@ -327,7 +288,7 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     sigaction(SIGTERM, &sa, NULL);
     sigprocmask(SIG_SETMASK, &old, NULL);
 
-    double grace = grace_seconds(), stop_at = 0;
+    double grace = grace_seconds(), stop_at = 0, started_at = zt_now(), startup_s = seen ? startup_seconds() : 0;
     int forwarded = 0, status = 0;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
@@ -338,7 +299,7 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             return 1;
         }
         if (signals_seen >= 2 || (forwarded && zt_now() > stop_at)) {
-            kill_tree(child);
+            zt_kill_tree(child);
             waitpid(child, &status, 0);
             relay_close(&r);
             if (signals_seen >= 2)
@@ -348,6 +309,17 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
                 fprintf(stderr, "zerotrain: error: the ranks did not save and exit within %.0f s of the signal "
                                 "(ZEROTRAIN_STOP_GRACE); stopped them, `latest` names the previous checkpoint\n",
                         grace);
+            return 1;
+        }
+        if (seen && !seen->started && startup_s > 0 && zt_now() > started_at + startup_s) {
+            /* a host that never starts its part (its launch hangs, its daemon cannot call back):
+             * the attempt fails, and a restart probes the hosts again */
+            zt_kill_tree(child);
+            waitpid(child, &status, 0);
+            relay_close(&r);
+            seen->start_timeout = 1;
+            fprintf(stderr, "zerotrain: error: run: the ranks did not start within %.0f s (ZEROTRAIN_STARTUP_TIMEOUT); "
+                            "stopped the launch\n", startup_s);
             return 1;
         }
         if (signals_seen == 1 && !forwarded) {
@@ -369,9 +341,12 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     relay_close(&r);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (forwarded && code == ZT_EXIT_PREEMPTED) return ZT_EXIT_PREEMPTED;
-    if (forwarded)
+    if (forwarded) {
         fprintf(stderr, "zerotrain: error: the ranks ended with status %d after the signal, not %d: no checkpoint "
                         "was confirmed, `latest` names the last complete one\n", code, ZT_EXIT_PREEMPTED);
+        /* a launcher signalled before its ranks started may end with 0: that is no success */
+        return code ? code : 1;
+    }
     return code;
 }
 
@@ -400,6 +375,21 @@ static int run_with_restarts(run_args *a, const char *self) {
     const char **cmd = NULL;
     char nbuf[32], resume_set[4200], hostfile[64] = "", previous_error[400] = "";
     int rc = 0, fruitless = 0, disk_full_in_a_row = 0;
+    if (a->hostfile) { /* the first attempt too runs on the hosts that answer */
+        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, ""};
+        zt_restart_plan plan;
+        char lost[512];
+        if (zt_restart_hosts(&job, &plan, lost, sizeof lost) > 0) {
+            fprintf(stderr, "zerotrain run: host%s %s do%s not answer: starting on %ld rank%s\n",
+                    strchr(lost, ',') ? "s" : "", lost, strchr(lost, ',') ? "" : "es", plan.ranks,
+                    plan.ranks == 1 ? "" : "s");
+            now.n = plan.ranks;
+        }
+        if (plan.hostfile[0]) {
+            snprintf(hostfile, sizeof hostfile, "%s", plan.hostfile);
+            now.hostfile = hostfile;
+        }
+    }
     for (long attempt = 0;; attempt++) {
         snprintf(nbuf, sizeof nbuf, "%ld", now.n);
         cmd = build_command(&now, self, nbuf);

@@ -22,6 +22,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <dirent.h>
+#include <limits.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/util.h"
@@ -34,6 +36,7 @@ static int contains(const char *s, const char *word) { return strstr(s, word) !=
 
 static void scan_line(zt_attempt *a, const char *line) {
     if (!strncmp(line, "step ", 5) && strchr(line, '/') && contains(line, "| loss")) a->steps++;
+    if (!strncmp(line, "model: GPT-2", 12)) a->started = 1; /* the banner: every rank is up */
     if (contains(line, "checkpoint: saved") || contains(line, "checkpoint saved")) a->saves++;
     /* Open MPI: "mpirun noticed that process rank 1 with PID 123 on node x exited on signal 9 (Killed)." */
     const char *sig = strstr(line, "exited on signal ");
@@ -61,6 +64,55 @@ void zt_attempt_scan(zt_attempt *a, int stream, const char *data, size_t n) {
         } else if (*len < sizeof a->partial[stream] - 1) { /* a longer line is scanned by its start */
             buf[(*len)++] = data[i];
         }
+    }
+}
+
+/* SIGKILL to pid and every process below it on this node. mpirun puts the ranks it starts in
+ * process groups of their own, so a signal to its group would orphan them; the whole tree is
+ * listed first (from /proc) because a killed parent's children move to init. Ranks on other nodes
+ * end with their node's daemon, which loses mpirun. */
+void zt_kill_tree(pid_t root) {
+    for (int pass = 0; pass < 2; pass++) { /* again, for a process started while the first pass ran */
+        int cap = 64, n = 0;
+        pid_t *pid = zt_xmalloc((size_t)cap * sizeof *pid), *ppid = zt_xmalloc((size_t)cap * sizeof *ppid);
+        DIR *proc = opendir("/proc");
+        for (struct dirent *d; proc && (d = readdir(proc));) {
+            if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+            char path[300], buf[512];
+            snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            size_t got = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[got] = '\0';
+            const char *close_paren = strrchr(buf, ')'); /* the command name may hold spaces */
+            int parent;
+            if (!close_paren || sscanf(close_paren + 1, " %*c %d", &parent) != 1) continue;
+            if (n == cap) {
+                cap *= 2;
+                pid = zt_xrealloc(pid, (size_t)cap * sizeof *pid);
+                ppid = zt_xrealloc(ppid, (size_t)cap * sizeof *ppid);
+            }
+            pid[n] = (pid_t)atol(d->d_name);
+            ppid[n++] = parent;
+        }
+        if (proc) closedir(proc);
+        /* mark the tree: root, then anything whose parent is marked, until nothing changes */
+        char *in = zt_xcalloc((size_t)n + 1, 1);
+        for (int changed = 1; changed;) {
+            changed = 0;
+            for (int i = 0; i < n; i++) {
+                if (in[i]) continue;
+                int below = pid[i] == root;
+                for (int j = 0; j < n && !below; j++) below = in[j] && pid[j] == ppid[i];
+                if (below) in[i] = changed = 1;
+            }
+        }
+        for (int i = 0; i < n; i++)
+            if (in[i]) kill(pid[i], SIGKILL);
+        free(in);
+        free(pid);
+        free(ppid);
     }
 }
 
@@ -109,7 +161,7 @@ int zt_capture(const char *const *argv, double timeout_s, char *out, size_t cap)
         if (cap) out[got] = 0;
     }
     close(fds[0]);
-    if (timed_out) kill(-pid, SIGKILL);
+    if (timed_out) zt_kill_tree(pid); /* mpirun starts its rsh agents in sessions of their own */
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     if (timed_out) return -1;
@@ -241,7 +293,9 @@ static int host_answers(const char *host) {
 
 /* Probes the hostfile's hosts; writes the answering ones to a new hostfile (plan->hostfile) and sets
  * plan->ranks. Returns the number of hosts lost (names in lost), or -1 when none answers. */
-static int probe_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *lost, size_t cap) {
+int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *lost, size_t cap) {
+    memset(plan, 0, sizeof *plan);
+    plan->ranks = job->ranks;
     host_line hosts[256];
     int n = read_hostfile(job->hostfile, hosts, 256), n_lost = 0;
     lost[0] = 0;
@@ -289,6 +343,9 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
     if (job->code == 99) {
         snprintf(plan->kind, sizeof plan->kind, "preempted");
         snprintf(plan->cause, sizeof plan->cause, "the ranks were stopped by a signal and saved (exit 99)");
+    } else if (a->start_timeout) {
+        snprintf(plan->kind, sizeof plan->kind, "no-start");
+        snprintf(plan->cause, sizeof plan->cause, "the ranks did not start in time (a host that does not answer?)");
     } else if (a->hang) {
         snprintf(plan->kind, sizeof plan->kind, "hang");
         snprintf(plan->cause, sizeof plan->cause, "a hang caught by the watchdog: %s", a->first_error);
@@ -325,7 +382,10 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
     /* the hosts that answer */
     if (job->hostfile) {
         char lost[512];
-        int n_lost = probe_hosts(job, plan, lost, sizeof lost);
+        zt_restart_plan hosts;
+        int n_lost = zt_restart_hosts(job, &hosts, lost, sizeof lost);
+        plan->ranks = hosts.ranks;
+        memcpy(plan->hostfile, hosts.hostfile, sizeof plan->hostfile);
         if (n_lost < 0) {
             snprintf(plan->kind, sizeof plan->kind, "lost-host");
             size_t used = strlen(plan->cause);

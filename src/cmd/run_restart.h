@@ -5,9 +5,12 @@
 #define ZT_RUN_RESTART_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* What one attempt's output (the ranks' and the launcher's stdout and stderr) said. */
 typedef struct zt_attempt {
+    int started;          /* the banner ("model: GPT-2 ..."): every rank got through start-up */
+    int start_timeout;    /* run stopped the launch: no banner within ZEROTRAIN_STARTUP_TIMEOUT */
     long steps;           /* training-step lines: the attempt got past start-up and resume */
     long saves;           /* "checkpoint saved" lines: progress a restart keeps */
     int rank_signal;      /* a rank ended on this signal, as the launcher reported (0: none) */
@@ -46,6 +49,14 @@ typedef struct zt_restart_job {
 } zt_restart_job;
 
 void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restart_plan *plan);
+
+/* Probes each host of job->hostfile with a one-process mpirun; the answering ones go to a new
+ * hostfile (plan->hostfile; plan->ranks: the ranks they hold, at most job->ranks, whole tp groups).
+ * Returns the number of hosts that did not answer (named in lost), or -1 when none answered. */
+int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *lost, size_t cap);
+
+/* SIGKILL to pid and every process below it on this node (listed from /proc first). */
+void zt_kill_tree(pid_t root);
 
 /* Runs argv with stdout and stderr captured into out (NUL-terminated, cut at cap); SIGKILL to the
  * whole tree after timeout_s. Returns the exit status, 128+signal, or -1 when it could not start

@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -366,6 +367,29 @@ static zt_swap *open_fail(zt_swap *s, int unlink_file) {
     return NULL;
 }
 
+/* Removes the swap files in dir that no process holds. A rank holds flock(LOCK_EX) on its swap
+ * file from before the file has its final name until it ends, and the kernel releases the lock
+ * however it ends (SIGKILL, the OOM killer included), so a file nobody holds is a dead rank's: the
+ * files of a rank killed outright, which no exit path of its own could remove, go at the next
+ * start that uses the directory. Where flock is not arbitrated (a file system without locks) the
+ * probe fails and nothing is removed. */
+static void sweep_dead(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *de; (de = readdir(d));) {
+        const char *name = de->d_name;
+        size_t len = strlen(name);
+        if (strncmp(name, "zerotrain-swap-", 15) || len < 5 || strcmp(name + len - 4, ".bin")) continue;
+        zt_sb path = {0};
+        zt_sb_printf(&path, "%s/%s", dir, name);
+        int fd = open(path.p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) unlink(path.p); /* while holding it: no one takes it meanwhile */
+        if (fd >= 0) close(fd);
+        free(path.p);
+    }
+    closedir(d);
+}
+
 zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t bytes, const zt_swap_opts *opts,
                       zt_err *err) {
     struct stat st;
@@ -373,6 +397,7 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     if (!S_ISDIR(st.st_mode)) { zt_fail(err, "%s: not a directory", dir); return NULL; }
     if (access(dir, W_OK | X_OK)) { zt_fail(err, "%s: not writable: %s", dir, strerror(errno)); return NULL; }
 
+    sweep_dead(dir); /* before the space check: what dead ranks held is free again */
     zt_swap *s = zt_xcalloc(1, sizeof *s);
     s->fd = -1;
     s->dir = zt_xstrdup(dir);
@@ -401,12 +426,33 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     }
 
     /* O_DIRECT where the file system takes it; those without it refuse the open with EINVAL. O_TRUNC:
-     * a leftover of the same name (a reused pid) must read as zeros, as the checksums expect */
+     * a leftover of the same name (a reused pid) must read as zeros, as the checksums expect.
+     * The file is made under a name sweep_dead passes over, locked, then renamed: it is held
+     * (see sweep_dead) from the moment it has its name. */
     int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
-    s->fd = open(s->path, flags | O_DIRECT, 0600);
+    zt_sb fresh = {0};
+    zt_sb_printf(&fresh, "%s.new", s->path);
+    s->fd = open(fresh.p, flags | O_DIRECT, 0600);
     s->direct = s->fd >= 0;
-    if (s->fd < 0 && errno == EINVAL) s->fd = open(s->path, flags, 0600);
-    if (s->fd < 0) { zt_fail(err, "%s: cannot create: %s", s->path, strerror(errno)); return open_fail(s, 0); }
+    if (s->fd < 0 && errno == EINVAL) s->fd = open(fresh.p, flags, 0600);
+    if (s->fd < 0) {
+        zt_fail(err, "%s: cannot create: %s", s->path, strerror(errno));
+        free(fresh.p);
+        return open_fail(s, 0);
+    }
+    if (flock(s->fd, LOCK_EX) != 0 && errno != ENOLCK && errno != EOPNOTSUPP && errno != EINVAL) { /* unlocked where locks are not arbitrated */
+        zt_fail(err, "%s: cannot lock: %s", fresh.p, strerror(errno));
+        unlink(fresh.p);
+        free(fresh.p);
+        return open_fail(s, 0);
+    }
+    if (rename(fresh.p, s->path) != 0) {
+        zt_fail(err, "%s: cannot rename to %s: %s", fresh.p, s->path, strerror(errno));
+        unlink(fresh.p);
+        free(fresh.p);
+        return open_fail(s, 0);
+    }
+    free(fresh.p);
     zt_scratch_register(s->path); /* gone on every exit path that runs code, errors and signals included */
     if (ftruncate(s->fd, (off_t)s->bytes)) {
         zt_fail(err, "%s: cannot set its size to %zu bytes: %s", s->path, s->bytes, strerror(errno));
