@@ -1,4 +1,4 @@
-/* cmd_run.c — `zerotrain run -n N [--tp T] [--hostfile FILE] CONFIG [--set KEY=VALUE]...`: starts the
+/* cmd_run.c — `zerotrain run -n N [--tp T] [--hostfile FILE] [--restarts N] CONFIG [--set KEY=VALUE]...`: starts the
  * training job for you: `srun` inside a Slurm allocation, else `mpirun` with the flags this binary
  * needs (root, oversubscription on a small machine, no core binding so OpenMP threads spread, ssh
  * to hostfile hosts without prompts and with a connect timeout). A DeepSpeed hostfile
@@ -13,7 +13,13 @@
  * which would cut a save short), the ranks finish their step, save a checkpoint and exit 99, and
  * this process exits 99 too. A save that does not end within the grace period
  * (ZEROTRAIN_STOP_GRACE seconds, default 120), or a second signal, kills the launcher and the
- * ranks below it at once; the previous checkpoint stays `latest` either way. */
+ * ranks below it at once; the previous checkpoint stays `latest` either way.
+ *
+ * --restarts N: a failed job is started again from `latest`, up to N times (run_with_restarts).
+ * The launcher's output then passes through this process, which reads what happened from it;
+ * run_restart.c decides whether a restart can cure it and on which hosts. A launch that shows no
+ * banner within ZEROTRAIN_STARTUP_TIMEOUT seconds (a host that never starts its part) is stopped
+ * and counts as a failure. A signal to this process still stops the job without a restart. */
 #define _GNU_SOURCE /* pipe2 */
 #include <dirent.h>
 #include <errno.h>
