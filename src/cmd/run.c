@@ -29,6 +29,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -244,6 +245,30 @@ static void relay_close(relay *r) {
         if (r->fd[i] >= 0) close(r->fd[i]);
 }
 
+/* Ends what the launcher left behind: processes it started that outlived it (an rsh agent still
+ * waiting for a host when mpirun gave up) were handed to this process (a child subreaper, set in
+ * launch_and_wait) instead of init; they are killed with their trees and reaped, so that nothing
+ * of an attempt outlives it or keeps this process's output open. */
+static void reap_strays(void) {
+    DIR *proc = opendir("/proc");
+    for (struct dirent *d; proc && (d = readdir(proc));) {
+        if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = '\0';
+        const char *close_paren = strrchr(buf, ')');
+        int parent;
+        if (close_paren && sscanf(close_paren + 1, " %*c %d", &parent) == 1 && parent == getpid())
+            zt_kill_tree((pid_t)atol(d->d_name));
+    }
+    if (proc) closedir(proc);
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
+}
+
 /* Runs cmd as a child in its own process group and waits for it, passing signals on as the
  * header says. With seen, the child's output goes through this process (relay). Returns this
  * process's exit status. */
@@ -259,6 +284,7 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     sigprocmask(SIG_BLOCK, &block, &old); /* no signal may land between fork and the handlers */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);     /* what the launcher orphans comes here (reap_strays) */
     pid_t child = fork();
     if (child < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
@@ -308,6 +334,7 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             zt_kill_tree(child);
             waitpid(child, &status, 0);
             relay_close(&r);
+            reap_strays();
             if (signals_seen >= 2)
                 fprintf(stderr, "zerotrain: error: stopped at once by a second signal; a checkpoint being written "
                                 "is left incomplete, `latest` names the previous one\n");
@@ -323,6 +350,7 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             zt_kill_tree(child);
             waitpid(child, &status, 0);
             relay_close(&r);
+            reap_strays();
             seen->start_timeout = 1;
             fprintf(stderr, "zerotrain: error: run: the ranks did not start within %.0f s (ZEROTRAIN_STARTUP_TIMEOUT); "
                             "stopped the launch\n", startup_s);
@@ -341,6 +369,7 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             nanosleep(&nap, NULL);
         }
     }
+    reap_strays();
     /* the rest of the output: to EOF, or until it stops coming (a rank the launcher lost may
      * still hold the pipe open) */
     for (double until = zt_now() + 2; seen && zt_now() < until && relay_some(&r, 100);) {}
@@ -381,6 +410,10 @@ static int run_with_restarts(run_args *a, const char *self) {
     const char **cmd = NULL;
     char nbuf[32], resume_set[4200], hostfile[64] = "", previous_error[400] = "";
     int rc = 0, fruitless = 0, disk_full_in_a_row = 0;
+    double run_start = zt_unix_time(); /* compared with files' ctimes */
+    char swap_dirs[2][4096];
+    zt_restart_job config_job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, ""};
+    int n_swap_dirs = zt_restart_swap_dirs(&config_job, swap_dirs, 2);
     if (a->hostfile) { /* the first attempt too runs on the hosts that answer */
         zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, ""};
         zt_restart_plan plan;
@@ -404,6 +437,7 @@ static int run_with_restarts(run_args *a, const char *self) {
         double started = zt_now();
         rc = launch_and_wait(cmd, &seen);
         free(cmd);
+        for (int i = 0; i < n_swap_dirs; i++) zt_restart_sweep_swaps(swap_dirs[i], run_start); /* killed ranks' files */
         if (rc == 0 || signals_seen) break; /* done, or stopped by the user: no restart */
         zt_restart_job job = {self,           a->train_args, a->n_train_args,    a->n,          a->tp,
                               a->hostfile,    rc,            disk_full_in_a_row, previous_error};

@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <dirent.h>
 #include <limits.h>
@@ -212,6 +214,49 @@ static int check_config(const zt_restart_job *job, long ranks, char *ckdir, size
     free(out);
     free(argv);
     return rc;
+}
+
+/* The NVMe swap directories of the job's effective config (offload_optimizer and offload_param
+ * nvme_path), into dirs; returns how many. */
+int zt_restart_swap_dirs(const zt_restart_job *job, char dirs[][4096], int cap) {
+    const char **argv = zt_xcalloc((size_t)job->n_train_args + 4, sizeof *argv);
+    int k = 0, n = 0;
+    argv[k++] = job->self;
+    argv[k++] = "config";
+    for (int i = 0; i < job->n_train_args; i++) argv[k++] = job->train_args[i];
+    size_t out_cap = 1 << 20;
+    char *out = zt_xmalloc(out_cap);
+    if (zt_capture(argv, ZT_CHECK_TIMEOUT, out, out_cap) == 0) {
+        for (const char *p = out; n < cap && (p = strstr(p, "nvme_path: \"")); p++) {
+            const char *start = p + 12, *q = strchr(start, '"');
+            if (!q) break;
+            snprintf(dirs[n], 4096, "%.*s", (int)(q - start), start);
+            int dup = 0;
+            for (int i = 0; i < n; i++) dup |= !strcmp(dirs[i], dirs[n]);
+            if (!dup) n++;
+        }
+    }
+    free(out);
+    free(argv);
+    return n;
+}
+
+void zt_restart_sweep_swaps(const char *dir, double since) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *de; (de = readdir(d));) {
+        const char *name = de->d_name;
+        size_t len = strlen(name);
+        if (strncmp(name, "zerotrain-swap-", 15) || len < 5 || strcmp(name + len - 4, ".bin")) continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        struct stat st;
+        if (lstat(path, &st) || !S_ISREG(st.st_mode) || (double)st.st_ctime + 1 < since) continue; /* not this run's */
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) unlink(path); /* while holding it: no one takes it meanwhile */
+        if (fd >= 0) close(fd);
+    }
+    closedir(d);
 }
 
 /* `zerotrain info PATH` passes: every checksum of the checkpoint verifies */

@@ -55,6 +55,15 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
  * Returns the number of hosts that did not answer (named in lost), or -1 when none answered. */
 int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *lost, size_t cap);
 
+/* The NVMe swap directories (nvme_path) of the job's effective config, into dirs; how many. */
+int zt_restart_swap_dirs(const zt_restart_job *job, char dirs[][4096], int cap);
+
+/* Removes the swap files in dir that changed since `since` (this run's) and that no process holds:
+ * a rank holds flock on its swap file until it ends, however it ends, so these are the files of
+ * the job's ranks killed outright (SIGKILL, the kernel's memory-limit kill), which no exit path of
+ * their own removed. Where the file system does not arbitrate locks the probe fails: nothing goes. */
+void zt_restart_sweep_swaps(const char *dir, double since);
+
 /* SIGKILL to pid and every process below it on this node (listed from /proc first). */
 void zt_kill_tree(pid_t root);
 

@@ -329,7 +329,8 @@ static int reserve(const char *path, int fd, size_t bytes) {
 /* Swap files in dir left by runs that are no longer alive on this host (killed, crashed: a clean
  * end removes its files): " (N swap files of earlier runs hold X in DIR: remove them if no run
  * on another host uses them)" for the space errors, or "" when there are none. Never removes them:
- * on a directory shared between hosts the pid says nothing about another host's runs. */
+ * on a directory shared between hosts the pid says nothing about another host's runs (`run
+ * --restarts` removes its own job's dead ranks' files, told by their locks: run_restart.c). */
 static void leftovers(const char *dir, char *note, size_t cap) {
     note[0] = 0;
     DIR *d = opendir(dir);
@@ -367,29 +368,6 @@ static zt_swap *open_fail(zt_swap *s, int unlink_file) {
     return NULL;
 }
 
-/* Removes the swap files in dir that no process holds. A rank holds flock(LOCK_EX) on its swap
- * file from before the file has its final name until it ends, and the kernel releases the lock
- * however it ends (SIGKILL, the OOM killer included), so a file nobody holds is a dead rank's: the
- * files of a rank killed outright, which no exit path of its own could remove, go at the next
- * start that uses the directory. Where flock is not arbitrated (a file system without locks) the
- * probe fails and nothing is removed. */
-static void sweep_dead(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    for (struct dirent *de; (de = readdir(d));) {
-        const char *name = de->d_name;
-        size_t len = strlen(name);
-        if (strncmp(name, "zerotrain-swap-", 15) || len < 5 || strcmp(name + len - 4, ".bin")) continue;
-        zt_sb path = {0};
-        zt_sb_printf(&path, "%s/%s", dir, name);
-        int fd = open(path.p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) unlink(path.p); /* while holding it: no one takes it meanwhile */
-        if (fd >= 0) close(fd);
-        free(path.p);
-    }
-    closedir(d);
-}
-
 zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t bytes, const zt_swap_opts *opts,
                       zt_err *err) {
     struct stat st;
@@ -397,7 +375,6 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     if (!S_ISDIR(st.st_mode)) { zt_fail(err, "%s: not a directory", dir); return NULL; }
     if (access(dir, W_OK | X_OK)) { zt_fail(err, "%s: not writable: %s", dir, strerror(errno)); return NULL; }
 
-    sweep_dead(dir); /* before the space check: what dead ranks held is free again */
     zt_swap *s = zt_xcalloc(1, sizeof *s);
     s->fd = -1;
     s->dir = zt_xstrdup(dir);
@@ -427,8 +404,10 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
 
     /* O_DIRECT where the file system takes it; those without it refuse the open with EINVAL. O_TRUNC:
      * a leftover of the same name (a reused pid) must read as zeros, as the checksums expect.
-     * The file is made under a name sweep_dead passes over, locked, then renamed: it is held
-     * (see sweep_dead) from the moment it has its name. */
+     * The file is made under another name, locked, then renamed: a swap file is held (flock) by
+     * its rank from the moment it has its name until the rank ends, however it ends (the kernel
+     * drops the lock of a killed process), so one that no process holds is a dead rank's
+     * (`zerotrain run --restarts` removes those of its own job, run_restart.c). */
     int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
     zt_sb fresh = {0};
     zt_sb_printf(&fresh, "%s.new", s->path);
