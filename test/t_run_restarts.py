@@ -13,6 +13,9 @@
   - regression (found by scripts/soak): a rank killed outright left its NVMe swap file behind for
     good (no exit path of its own runs); now a swap file no process holds (flock) is removed by the
     next start on the directory, and a live run's (held) file is kept;
+  - regression (found by scripts/soak): ranks killed before their exit path left the watchdog's roll
+    file in /dev/shm; run names each attempt's roll (ZEROTRAIN_ROLL_TAG) and removes it after the
+    attempt (checked after a job whose attempts were killed);
   - regression (found by scripts/soak): Ctrl-C to run while the launcher still waits for a host
     made mpirun end with 0, and run exited 0 beside its own error line, and left the launcher's rsh
     agent running (holding run's output open); now non-zero, and what the launcher orphaned is
@@ -179,6 +182,9 @@ try:
                 and any("giving up after 1 restart: no restarts left; last cause: a rank was killed" in l for l in e)
                 and not ztlib.processes_with(ck), "gives_up_when_restarts_are_used_up",
                 f"rc {proc.returncode}, errors {e}; {err[-600:]}")
+    # regression (found by scripts/soak): the watchdog's roll of ranks all killed stayed in /dev/shm
+    rolls = [n for n in os.listdir("/dev/shm") if n.startswith(f".zerotrain-roll-run{proc.pid}-")]
+    ztlib.check(not rolls, "killed_job_leaves_no_roll_file", f"left {rolls}")
 
     # ---- regression: a killed rank's swap file goes at the restart; a live run's (held) stays
     import fcntl

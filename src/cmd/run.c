@@ -432,12 +432,19 @@ static int run_with_restarts(run_args *a, const char *self) {
     for (long attempt = 0;; attempt++) {
         snprintf(nbuf, sizeof nbuf, "%ld", now.n);
         cmd = build_command(&now, self, nbuf);
+        /* the watchdog's roll of this attempt has a name this process knows: removed below when
+         * the ranks of rank 0's host were killed before their exit path could */
+        char roll_tag[96], roll_path[160];
+        snprintf(roll_tag, sizeof roll_tag, "run%ld-%ld", (long)getpid(), attempt);
+        snprintf(roll_path, sizeof roll_path, "/dev/shm/.zerotrain-roll-%s", roll_tag);
+        setenv("ZEROTRAIN_ROLL_TAG", roll_tag, 1);
         zt_attempt seen;
         memset(&seen, 0, sizeof seen);
         double started = zt_now();
         rc = launch_and_wait(cmd, &seen);
         free(cmd);
         for (int i = 0; i < n_swap_dirs; i++) zt_restart_sweep_swaps(swap_dirs[i], run_start); /* killed ranks' files */
+        unlink(roll_path); /* the attempt is over: no rank of it reads the roll any more */
         if (rc == 0 || signals_seen) break; /* done, or stopped by the user: no restart */
         zt_restart_job job = {self,           a->train_args, a->n_train_args,    a->n,          a->tp,
                               a->hostfile,    rc,            disk_full_in_a_row, previous_error};
