@@ -64,7 +64,7 @@ TEST_BINS := $(TEST_SRCS:test/%.c=$(BUILD)/test/%)
 BENCH_SRCS := $(wildcard test/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all test bench demo gpu-check clean
+.PHONY: all test bench demo gpu-check soak clean
 .DEFAULT_GOAL := all
 all: zerotrain $(TEST_BINS) $(BENCH_BINS)
 
@@ -102,6 +102,12 @@ test: all
 
 bench: all
 	@test/bench.sh
+
+# the long fault soak (as root): SOAK_SECONDS of seeded faults, SOAK_SEED to replay a schedule
+SOAK_SECONDS ?= 1800
+SOAK_SEED ?= 1
+soak: all
+	@scripts/soak --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED)
 
 demo: all
 	@scripts/demo.sh

@@ -343,3 +343,29 @@ def still_loadable(ckdir, step, name):
     return check(r.rc == 0 and f"step {step}," in r.stdout and "integrity: OK" in r.stdout, name,
                  r.stdout[-600:] + r.stderr[-600:])
 
+
+
+def weights_of(checkpoint, scratch):
+    """The fp32 weights of CHECKPOINT (a checkpoint.dir, its `latest`, or a step directory) as the
+    bytes of its safetensors export under SCRATCH: equal bytes are equal weights, bit for bit."""
+    out = os.path.join(scratch, "export_" + os.path.basename(os.path.normpath(checkpoint)) + f"_{len(os.listdir(scratch))}")
+    p = run(["export", checkpoint, "-o", out, "--format", "safetensors", "--dtype", "fp32"], timeout=300)
+    if p.returncode != 0:
+        return None
+    with open(os.path.join(out, "model.safetensors"), "rb") as f:
+        data = f.read()
+    shutil.rmtree(out, ignore_errors=True)
+    return data
+
+
+def rank_pids(marker):
+    """pids of the `zerotrain train` ranks whose command line contains marker (not the launchers)"""
+    pids = []
+    for pid in processes_with(marker):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[0].endswith(b"zerotrain") and argv[1] == b"train":
+            pids.append(pid)
+    return sorted(pids)

@@ -16,6 +16,7 @@ int zt_cmd_run(int argc, char **argv);      /* run.c */
 int zt_cmd_export(int argc, char **argv);   /* export.c */
 int zt_cmd_info(int argc, char **argv);     /* export.c */
 int zt_cmd_config(int argc, char **argv);   /* config.c */
+int zt_cmd_interval(int argc, char **argv); /* interval.c */
 int zt_cmd_predict(int argc, char **argv);  /* predict.c */
 
 /* What `predict` sees of each step of train's loop: times on the run's clock (util/clock.h),

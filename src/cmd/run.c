@@ -1,4 +1,4 @@
-/* cmd_run.c — `zerotrain run -n N [--tp T] [--hostfile FILE] CONFIG [--set KEY=VALUE]...`: starts the
+/* cmd_run.c — `zerotrain run -n N [--tp T] [--hostfile FILE] [--restarts N] CONFIG [--set KEY=VALUE]...`: starts the
  * training job for you: `srun` inside a Slurm allocation, else `mpirun` with the flags this binary
  * needs (root, oversubscription on a small machine, no core binding so OpenMP threads spread, ssh
  * to hostfile hosts without prompts and with a connect timeout). A DeepSpeed hostfile
@@ -13,25 +13,36 @@
  * which would cut a save short), the ranks finish their step, save a checkpoint and exit 99, and
  * this process exits 99 too. A save that does not end within the grace period
  * (ZEROTRAIN_STOP_GRACE seconds, default 120), or a second signal, kills the launcher and the
- * ranks below it at once; the previous checkpoint stays `latest` either way. */
+ * ranks below it at once; the previous checkpoint stays `latest` either way.
+ *
+ * --restarts N: a failed job is started again from `latest`, up to N times (run_with_restarts).
+ * The launcher's output then passes through this process, which reads what happened from it;
+ * run_restart.c decides whether a restart can cure it and on which hosts. A launch that shows no
+ * banner within ZEROTRAIN_STARTUP_TIMEOUT seconds (a host that never starts its part) is stopped
+ * and counts as a failure. A signal to this process still stops the job without a restart. */
+#define _GNU_SOURCE /* pipe2 */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cmd/commands.h"
 #include "config/config.h"
+#include "cmd/run_restart.h"
 #include "util/util.h"
 
 #define ZT_EXIT_PREEMPTED 99      /* train's status after a signal and a saved checkpoint */
 #define ZT_STOP_GRACE_DEFAULT 120 /* seconds the ranks get to save after the first signal */
 #define ZT_SSH_CONNECT_TIMEOUT 30 /* seconds for ssh to reach a hostfile host (ZEROTRAIN_SSH_TIMEOUT) */
+#define ZT_STARTUP_TIMEOUT 600    /* seconds for the ranks to start, with --restarts (ZEROTRAIN_STARTUP_TIMEOUT) */
 
 static int on_path(const char *prog) {
     const char *path = getenv("PATH");
@@ -65,11 +76,14 @@ typedef struct run_args {
     const char **train_args; /* CONFIG and the --set pairs, in order */
     int n_train_args;
     char tp_set[48];         /* --tp T as "tensor_parallel.tp_size=T" */
+    long restarts;           /* --restarts N: failed attempts started again (run_restart.c) */
+    long tp;                 /* --tp T (1 without) */
 } run_args;
 
 static int parse_args(int argc, char **argv, run_args *a, zt_err *err) {
     memset(a, 0, sizeof *a);
-    a->train_args = zt_xcalloc((size_t)argc + 1, sizeof *a->train_args);
+    a->tp = 1;
+    a->train_args = zt_xcalloc((size_t)argc + 3, sizeof *a->train_args); /* + a resume path's --set */
     const char *config = NULL;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -85,6 +99,12 @@ static int parse_args(int argc, char **argv, run_args *a, zt_err *err) {
             if (parse_whole(val, 1, 64, &tp))
                 return zt_fail(err, "run: --tp: expected tensor-parallel ranks in [1, 64], got '%.40s'", val ? val : "");
             snprintf(a->tp_set, sizeof a->tp_set, "tensor_parallel.tp_size=%ld", tp);
+            a->tp = tp;
+            i++;
+        } else if (!strcmp(arg, "--restarts") || !strcmp(arg, "--max-restarts")) {
+            if (parse_whole(val, 0, 1000000, &a->restarts))
+                return zt_fail(err, "run: %s: expected a number of restarts in [0, 1000000], got '%.40s'", arg,
+                               val ? val : "");
             i++;
         } else if (!strcmp(arg, "--hostfile")) {
             if (!val) return zt_fail(err, "run: --hostfile needs a file");
@@ -178,53 +198,13 @@ static void on_signal(int sig) {
     last_signal = sig;
 }
 
-/* SIGKILL to pid and every process below it on this node. mpirun puts the ranks it starts in
- * process groups of their own, so a signal to its group would orphan them; the whole tree is
- * listed first (from /proc) because a killed parent's children move to init. Ranks on other nodes
- * end with their node's daemon, which loses mpirun. */
-static void kill_tree(pid_t root) {
-    for (int pass = 0; pass < 2; pass++) { /* again, for a process started while the first pass ran */
-        int cap = 64, n = 0;
-        pid_t *pid = zt_xmalloc((size_t)cap * sizeof *pid), *ppid = zt_xmalloc((size_t)cap * sizeof *ppid);
-        DIR *proc = opendir("/proc");
-        for (struct dirent *d; proc && (d = readdir(proc));) {
-            if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
-            char path[300], buf[512];
-            snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
-            FILE *f = fopen(path, "r");
-            if (!f) continue;
-            size_t got = fread(buf, 1, sizeof buf - 1, f);
-            fclose(f);
-            buf[got] = '\0';
-            const char *close_paren = strrchr(buf, ')'); /* the command name may hold spaces */
-            int parent;
-            if (!close_paren || sscanf(close_paren + 1, " %*c %d", &parent) != 1) continue;
-            if (n == cap) {
-                cap *= 2;
-                pid = zt_xrealloc(pid, (size_t)cap * sizeof *pid);
-                ppid = zt_xrealloc(ppid, (size_t)cap * sizeof *ppid);
-            }
-            pid[n] = (pid_t)atol(d->d_name);
-            ppid[n++] = parent;
-        }
-        if (proc) closedir(proc);
-        /* mark the tree: root, then anything whose parent is marked, until nothing changes */
-        char *in = zt_xcalloc((size_t)n + 1, 1);
-        for (int changed = 1; changed;) {
-            changed = 0;
-            for (int i = 0; i < n; i++) {
-                if (in[i]) continue;
-                int below = pid[i] == root;
-                for (int j = 0; j < n && !below; j++) below = in[j] && pid[j] == ppid[i];
-                if (below) in[i] = changed = 1;
-            }
-        }
-        for (int i = 0; i < n; i++)
-            if (in[i]) kill(pid[i], SIGKILL);
-        free(in);
-        free(pid);
-        free(ppid);
-    }
+static double startup_seconds(void) {
+    const char *g = getenv("ZEROTRAIN_STARTUP_TIMEOUT");
+    long v;
+    if (g && parse_whole(g, 1, 86400, &v) == 0) return (double)v;
+    if (g) zt_warn("zerotrain run: ZEROTRAIN_STARTUP_TIMEOUT '%.40s' is not a number of seconds in [1, 86400]; using %d",
+                   g, ZT_STARTUP_TIMEOUT);
+    return ZT_STARTUP_TIMEOUT;
 }
 
 static double grace_seconds(void) {
@@ -236,14 +216,90 @@ static double grace_seconds(void) {
     return ZT_STOP_GRACE_DEFAULT;
 }
 
+/* Output of the launcher passed on to this process's stdout and stderr, each line also read by the
+ * attempt's scanner (--restarts only: without it the launcher writes to the terminal itself). */
+typedef struct relay {
+    int fd[2]; /* read ends of the launcher's stdout and stderr pipes; -1 once closed */
+    zt_attempt *seen;
+} relay;
+
+/* Passes on what is there, waiting up to wait_ms for something; 0 once both pipes are at EOF. */
+static int relay_some(relay *r, int wait_ms) {
+    struct pollfd p[2];
+    int n = 0;
+    for (int i = 0; i < 2; i++)
+        if (r->fd[i] >= 0) p[n++] = (struct pollfd){r->fd[i], POLLIN, 0};
+    if (!n) {
+        if (wait_ms > 0) poll(NULL, 0, wait_ms);
+        return 0;
+    }
+    if (poll(p, (nfds_t)n, wait_ms) <= 0) return 1;
+    for (int i = 0; i < 2; i++) {
+        if (r->fd[i] < 0) continue;
+        struct pollfd *q = r->fd[i] == p[0].fd ? &p[0] : &p[1];
+        if (!q->revents) continue;
+        char chunk[8192];
+        ssize_t k = read(r->fd[i], chunk, sizeof chunk);
+        if (k <= 0) {
+            close(r->fd[i]);
+            r->fd[i] = -1;
+            continue;
+        }
+        for (ssize_t off = 0; off < k;) { /* on, even when this process's own output is gone */
+            ssize_t w = write(i + 1, chunk + off, (size_t)(k - off));
+            if (w <= 0 && errno != EINTR) break;
+            if (w > 0) off += w;
+        }
+        zt_attempt_scan(r->seen, i, chunk, (size_t)k);
+    }
+    return r->fd[0] >= 0 || r->fd[1] >= 0;
+}
+
+static void relay_close(relay *r) {
+    for (int i = 0; i < 2; i++)
+        if (r->fd[i] >= 0) close(r->fd[i]);
+}
+
+/* Ends what the launcher left behind: processes it started that outlived it (an rsh agent still
+ * waiting for a host when mpirun gave up) were handed to this process (a child subreaper, set in
+ * launch_and_wait) instead of init; they are killed with their trees and reaped, so that nothing
+ * of an attempt outlives it or keeps this process's output open. */
+static void reap_strays(void) {
+    DIR *proc = opendir("/proc");
+    for (struct dirent *d; proc && (d = readdir(proc));) {
+        if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = '\0';
+        const char *close_paren = strrchr(buf, ')');
+        int parent;
+        if (close_paren && sscanf(close_paren + 1, " %*c %d", &parent) == 1 && parent == getpid())
+            zt_kill_tree((pid_t)atol(d->d_name));
+    }
+    if (proc) closedir(proc);
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
+}
+
 /* Runs cmd as a child in its own process group and waits for it, passing signals on as the
- * header says. Returns this process's exit status. */
-static int launch_and_wait(const char **cmd) {
+ * header says. With seen, the child's output goes through this process (relay). Returns this
+ * process's exit status. */
+static int launch_and_wait(const char **cmd, zt_attempt *seen) {
+    relay r = {{-1, -1}, seen};
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    if (seen && (pipe2(out_pipe, O_CLOEXEC) || pipe2(err_pipe, O_CLOEXEC))) {
+        fprintf(stderr, "zerotrain: error: cannot make a pipe for %s: %s\n", cmd[0], strerror(errno));
+        return 1;
+    }
     sigset_t block, old;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     sigprocmask(SIG_BLOCK, &block, &old); /* no signal may land between fork and the handlers */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);     /* what the launcher orphans comes here (reap_strays) */
     pid_t child = fork();
     if (child < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
@@ -256,9 +312,19 @@ static int launch_and_wait(const char **cmd) {
         /* in a background process group a read of the terminal would stop the launcher */
         int null_fd = open("/dev/null", O_RDONLY);
         if (null_fd >= 0) dup2(null_fd, 0);
+        if (seen) {
+            dup2(out_pipe[1], 1);
+            dup2(err_pipe[1], 2);
+        }
         execvp(cmd[0], (char *const *)cmd);
         fprintf(stderr, "zerotrain: error: cannot start %s (is it installed and on PATH?)\n", cmd[0]);
         _exit(127);
+    }
+    if (seen) {
+        close(out_pipe[1]);
+        close(err_pipe[1]);
+        r.fd[0] = out_pipe[0];
+        r.fd[1] = err_pipe[0];
     }
     setpgid(child, child); /* also here, so the group exists before any signal is passed on */
     struct sigaction sa;
@@ -269,18 +335,21 @@ static int launch_and_wait(const char **cmd) {
     sigaction(SIGTERM, &sa, NULL);
     sigprocmask(SIG_SETMASK, &old, NULL);
 
-    double grace = grace_seconds(), stop_at = 0;
+    double grace = grace_seconds(), stop_at = 0, started_at = zt_now(), startup_s = seen ? startup_seconds() : 0;
     int forwarded = 0, status = 0;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
         if (w == child) break;
         if (w < 0 && errno != EINTR) {
             fprintf(stderr, "zerotrain: error: waiting for %s: %s\n", cmd[0], strerror(errno));
+            relay_close(&r);
             return 1;
         }
         if (signals_seen >= 2 || (forwarded && zt_now() > stop_at)) {
-            kill_tree(child);
+            zt_kill_tree(child);
             waitpid(child, &status, 0);
+            relay_close(&r);
+            reap_strays();
             if (signals_seen >= 2)
                 fprintf(stderr, "zerotrain: error: stopped at once by a second signal; a checkpoint being written "
                                 "is left incomplete, `latest` names the previous one\n");
@@ -288,6 +357,18 @@ static int launch_and_wait(const char **cmd) {
                 fprintf(stderr, "zerotrain: error: the ranks did not save and exit within %.0f s of the signal "
                                 "(ZEROTRAIN_STOP_GRACE); stopped them, `latest` names the previous checkpoint\n",
                         grace);
+            return 1;
+        }
+        if (seen && !seen->started && startup_s > 0 && zt_now() > started_at + startup_s) {
+            /* a host that never starts its part (its launch hangs, its daemon cannot call back):
+             * the attempt fails, and a restart probes the hosts again */
+            zt_kill_tree(child);
+            waitpid(child, &status, 0);
+            relay_close(&r);
+            reap_strays();
+            seen->start_timeout = 1;
+            fprintf(stderr, "zerotrain: error: run: the ranks did not start within %.0f s (ZEROTRAIN_STARTUP_TIMEOUT); "
+                            "stopped the launch\n", startup_s);
             return 1;
         }
         if (signals_seen == 1 && !forwarded) {
@@ -298,15 +379,124 @@ static int launch_and_wait(const char **cmd) {
                     last_signal == SIGINT ? "interrupted" : "terminated", grace);
             kill(child, SIGUSR1);
         }
-        struct timespec nap = {0, 50 * 1000 * 1000};
-        nanosleep(&nap, NULL);
+        if (!seen || !relay_some(&r, 50)) {
+            struct timespec nap = {0, 50 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+        }
     }
+    reap_strays();
+    /* the rest of the output: to EOF, or until it stops coming (a rank the launcher lost may
+     * still hold the pipe open) */
+    for (double until = zt_now() + 2; seen && zt_now() < until && relay_some(&r, 100);) {}
+    relay_close(&r);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (forwarded && code == ZT_EXIT_PREEMPTED) return ZT_EXIT_PREEMPTED;
-    if (forwarded)
+    if (forwarded) {
         fprintf(stderr, "zerotrain: error: the ranks ended with status %d after the signal, not %d: no checkpoint "
                         "was confirmed, `latest` names the last complete one\n", code, ZT_EXIT_PREEMPTED);
+        /* a launcher signalled before its ranks started may end with 0: that is no success */
+        return code ? code : 1;
+    }
     return code;
+}
+
+/* Back-off before restart k (1-based) when the attempts since the last save made no progress:
+ * ZEROTRAIN_RESTART_BACKOFF seconds (default 1), doubled each time, at most ZT_BACKOFF_MAX; a
+ * signal cuts it short. Returns 0, or -1 when a signal came. */
+#define ZT_BACKOFF_MAX 30.0
+static int back_off(int fruitless) {
+    double base = 1;
+    const char *env = getenv("ZEROTRAIN_RESTART_BACKOFF");
+    if (env) base = atof(env);
+    double wait = base;
+    for (int i = 1; i < fruitless && wait < ZT_BACKOFF_MAX; i++) wait *= 2;
+    if (wait > ZT_BACKOFF_MAX) wait = ZT_BACKOFF_MAX;
+    for (double until = zt_now() + wait; zt_now() < until;) {
+        if (signals_seen) return -1;
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    return signals_seen ? -1 : 0;
+}
+
+/* The restart loop of --restarts N (run_restart.c decides; this launches, logs and backs off). */
+static int run_with_restarts(run_args *a, const char *self) {
+    run_args now = *a;
+    const char **cmd = NULL;
+    char nbuf[32], resume_set[4200], hostfile[64] = "", previous_error[400] = "";
+    int rc = 0, fruitless = 0, disk_full_in_a_row = 0;
+    double run_start = zt_unix_time(); /* compared with files' ctimes */
+    char swap_dirs[2][4096];
+    zt_restart_job config_job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, ""};
+    int n_swap_dirs = zt_restart_swap_dirs(&config_job, swap_dirs, 2);
+    if (a->hostfile) { /* the first attempt too runs on the hosts that answer */
+        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, ""};
+        zt_restart_plan plan;
+        char lost[512];
+        if (zt_restart_hosts(&job, &plan, lost, sizeof lost) > 0) {
+            fprintf(stderr, "zerotrain run: host%s %s do%s not answer: starting on %ld rank%s\n",
+                    strchr(lost, ',') ? "s" : "", lost, strchr(lost, ',') ? "" : "es", plan.ranks,
+                    plan.ranks == 1 ? "" : "s");
+            now.n = plan.ranks;
+        }
+        if (plan.hostfile[0]) {
+            snprintf(hostfile, sizeof hostfile, "%s", plan.hostfile);
+            now.hostfile = hostfile;
+        }
+    }
+    for (long attempt = 0;; attempt++) {
+        snprintf(nbuf, sizeof nbuf, "%ld", now.n);
+        cmd = build_command(&now, self, nbuf);
+        /* the watchdog's roll of this attempt has a name this process knows: removed below when
+         * the ranks of rank 0's host were killed before their exit path could */
+        char roll_tag[96], roll_path[160];
+        snprintf(roll_tag, sizeof roll_tag, "run%ld-%ld", (long)getpid(), attempt);
+        snprintf(roll_path, sizeof roll_path, "/dev/shm/.zerotrain-roll-%s", roll_tag);
+        setenv("ZEROTRAIN_ROLL_TAG", roll_tag, 1);
+        zt_attempt seen;
+        memset(&seen, 0, sizeof seen);
+        double started = zt_now();
+        rc = launch_and_wait(cmd, &seen);
+        free(cmd);
+        for (int i = 0; i < n_swap_dirs; i++) zt_restart_sweep_swaps(swap_dirs[i], run_start); /* killed ranks' files */
+        unlink(roll_path); /* the attempt is over: no rank of it reads the roll any more */
+        if (rc == 0 || signals_seen) break; /* done, or stopped by the user: no restart */
+        zt_restart_job job = {self,           a->train_args, a->n_train_args,    a->n,          a->tp,
+                              a->hostfile,    rc,            disk_full_in_a_row, previous_error};
+        zt_restart_plan plan;
+        zt_restart_decide(&job, &seen, &plan);
+        snprintf(previous_error, sizeof previous_error, "%s", seen.first_error);
+        if (hostfile[0]) unlink(hostfile); /* the previous attempt's answering hosts */
+        snprintf(hostfile, sizeof hostfile, "%s", plan.hostfile);
+        disk_full_in_a_row = !strcmp(plan.kind, "disk-full") && !seen.saves ? disk_full_in_a_row + 1 : 0;
+        fruitless = seen.saves ? 1 : fruitless + 1;
+        if (plan.give_up || attempt >= a->restarts) {
+            fprintf(stderr, "zerotrain: error: run: giving up after %ld restart%s: %s%s\n", attempt,
+                    attempt == 1 ? "" : "s", plan.give_up ? "a restart cannot cure it: " : "no restarts left; last cause: ",
+                    plan.cause);
+            break;
+        }
+        fprintf(stderr, "zerotrain run: restart %ld/%ld [%s] after %.1f s: %s; resuming from %s on %ld rank%s\n",
+                attempt + 1, a->restarts, plan.kind, zt_now() - started, plan.cause,
+                plan.resume_path[0] ? plan.resume_path : plan.latest_step >= 0 ? "latest" : "the start (no checkpoint)",
+                plan.ranks, plan.ranks == 1 ? "" : "s");
+        if (back_off(fruitless)) {
+            fprintf(stderr, "zerotrain run: stopped by a signal before the restart; `latest` names the last "
+                            "complete checkpoint\n");
+            rc = ZT_EXIT_PREEMPTED;
+            break;
+        }
+        now = *a;
+        now.n = plan.ranks;
+        if (hostfile[0]) now.hostfile = hostfile;
+        if (plan.resume_path[0]) { /* room was left for it (parse_args) */
+            snprintf(resume_set, sizeof resume_set, "checkpoint.resume=%s", plan.resume_path);
+            now.train_args[now.n_train_args++] = "--set";
+            now.train_args[now.n_train_args++] = resume_set;
+        }
+    }
+    if (hostfile[0]) unlink(hostfile);
+    return rc;
 }
 
 int zt_cmd_run(int argc, char **argv) {
@@ -335,7 +525,7 @@ int zt_cmd_run(int argc, char **argv) {
     for (int i = 0; cmd[i]; i++) printf(strchr(cmd[i], ' ') ? " '%s'" : " %s", cmd[i]); /* as a shell reads it */
     printf("\n");
     fflush(stdout);
-    int rc = launch_and_wait(cmd);
+    int rc = a.restarts ? run_with_restarts(&a, self) : launch_and_wait(cmd, NULL);
     free(cmd);
     free(a.train_args);
     return rc;

@@ -800,7 +800,7 @@ static int refuse_foreign_checkpoints(trainer *t, zt_err *err) {
 }
 
 /* The watchdog's roll (watchdog.h), so a hang line names a stopped rank: one file name for the job,
- * rank 0's (collective). A host's roll holds its own ranks: a rank on another host that stops is
+ * rank 0's (collective; ZEROTRAIN_ROLL_TAG, set by `run --restarts`, names it instead). A host's roll holds its own ranks: a rank on another host that stops is
  * waited on, not named. */
 static void open_roll(trainer *t) {
     if (t->comm->world < 2 || t->cfg.comm_timeout <= 0) return;
@@ -810,6 +810,9 @@ static void open_roll(trainer *t) {
         for (char *c = host; *c; c++)
             if (*c == '/') *c = '_';
         snprintf(tag, sizeof tag, "%s-%ld", host, (long)getpid());
+        /* `run --restarts` names the roll, so that it can remove it when rank 0 was killed */
+        const char *given = getenv("ZEROTRAIN_ROLL_TAG");
+        if (given && *given && !strchr(given, '/')) snprintf(tag, sizeof tag, "%s", given);
     }
     t->comm->wait(t->comm, t->comm->broadcast(t->comm, tag, sizeof tag, 0));
     tag[sizeof tag - 1] = 0;

@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -336,7 +337,8 @@ static int reserve(const char *path, int fd, size_t bytes) {
 /* Swap files in dir left by runs that are no longer alive on this host (killed, crashed: a clean
  * end removes its files): " (N swap files of earlier runs hold X in DIR: remove them if no run
  * on another host uses them)" for the space errors, or "" when there are none. Never removes them:
- * on a directory shared between hosts the pid says nothing about another host's runs. */
+ * on a directory shared between hosts the pid says nothing about another host's runs (`run
+ * --restarts` removes its own job's dead ranks' files, told by their locks: run_restart.c). */
 static void leftovers(const char *dir, char *note, size_t cap) {
     note[0] = 0;
     DIR *d = opendir(dir);
@@ -410,12 +412,35 @@ zt_swap *zt_swap_open(const char *dir, const char *purpose, int rank, size_t byt
     }
 
     /* O_DIRECT where the file system takes it; those without it refuse the open with EINVAL. O_TRUNC:
-     * a leftover of the same name (a reused pid) must read as zeros, as the checksums expect */
+     * a leftover of the same name (a reused pid) must read as zeros, as the checksums expect.
+     * The file is made under another name, locked, then renamed: a swap file is held (flock) by
+     * its rank from the moment it has its name until the rank ends, however it ends (the kernel
+     * drops the lock of a killed process), so one that no process holds is a dead rank's
+     * (`zerotrain run --restarts` removes those of its own job, run_restart.c). */
     int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
-    s->fd = open(s->path, flags | O_DIRECT, 0600);
+    zt_sb fresh = {0};
+    zt_sb_printf(&fresh, "%s.new", s->path);
+    s->fd = open(fresh.p, flags | O_DIRECT, 0600);
     s->direct = s->fd >= 0;
-    if (s->fd < 0 && errno == EINVAL) s->fd = open(s->path, flags, 0600);
-    if (s->fd < 0) { zt_fail(err, "%s: cannot create: %s", s->path, strerror(errno)); return open_fail(s, 0); }
+    if (s->fd < 0 && errno == EINVAL) s->fd = open(fresh.p, flags, 0600);
+    if (s->fd < 0) {
+        zt_fail(err, "%s: cannot create: %s", s->path, strerror(errno));
+        free(fresh.p);
+        return open_fail(s, 0);
+    }
+    if (flock(s->fd, LOCK_EX) != 0 && errno != ENOLCK && errno != EOPNOTSUPP && errno != EINVAL) { /* unlocked where locks are not arbitrated */
+        zt_fail(err, "%s: cannot lock: %s", fresh.p, strerror(errno));
+        unlink(fresh.p);
+        free(fresh.p);
+        return open_fail(s, 0);
+    }
+    if (rename(fresh.p, s->path) != 0) {
+        zt_fail(err, "%s: cannot rename to %s: %s", fresh.p, s->path, strerror(errno));
+        unlink(fresh.p);
+        free(fresh.p);
+        return open_fail(s, 0);
+    }
+    free(fresh.p);
     zt_scratch_register(s->path); /* gone on every exit path that runs code, errors and signals included */
     if (!costs_only && ftruncate(s->fd, (off_t)s->bytes)) {
         zt_fail(err, "%s: cannot set its size to %zu bytes: %s", s->path, s->bytes, strerror(errno));

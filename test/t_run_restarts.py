@@ -1,0 +1,251 @@
+"""t_run_restarts.py — `zerotrain run --restarts N` starts a failed job again without a person:
+  - a rank killed with SIGKILL: one "restart 1/N [killed]" line, the job resumes from `latest` and
+    ends with the weights of a run that was never interrupted, bit for bit;
+  - a rank preempted on its own (SIGTERM to the rank, not to run): it saves, exits 99, run restarts it;
+  - Ctrl-C to run itself: exit 99, no restart;
+  - gives up with one line, without a restart, on what a restart cannot cure: the config edited
+    into an error meanwhile; a corrupt `latest` with no older good checkpoint; the same start-up
+    error twice (a missing data file), after one restart;
+  - a corrupt `latest` with an older good checkpoint: resumes from the older one and finishes;
+  - restarts used up: "no restarts left" and the last cause, after exactly N restarts;
+  - a host whose launch never starts (an rsh agent that hangs): with restarts, the launch fails after
+    ZEROTRAIN_STARTUP_TIMEOUT and run gives up after its restarts, instead of waiting forever;
+  - regression (found by scripts/soak): a rank killed outright left its NVMe swap file behind for
+    good (no exit path of its own runs); now a swap file no process holds (flock) is removed by the
+    next start on the directory, and a live run's (held) file is kept;
+  - regression (found by scripts/soak): ranks killed before their exit path left the watchdog's roll
+    file in /dev/shm; run names each attempt's roll (ZEROTRAIN_ROLL_TAG) and removes it after the
+    attempt (checked after a job whose attempts were killed);
+  - regression (found by scripts/soak): Ctrl-C to run while the launcher still waits for a host
+    made mpirun end with 0, and run exited 0 beside its own error line, and left the launcher's rsh
+    agent running (holding run's output open); now non-zero, and what the launcher orphaned is
+    killed (run is a child subreaper).
+Every case waits on the job's state (a checkpoint written, a rank running), not on a clock."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import ztlib
+
+ztlib.ensure_shakespeare()
+tiny = "configs/tiny.yaml"
+tmp = tempfile.mkdtemp()
+ENV = dict(ztlib.ENV, ZEROTRAIN_RESTART_BACKOFF="0.2")
+ITERS = 20
+
+
+def sets(name, extra=()):
+    ck = os.path.join(tmp, name + "_ck")
+    return ck, ["--set", f"train_iters={ITERS}", "--set", f"checkpoint.dir={ck}", "--set", "checkpoint.save_interval=5",
+                "--set", f"metrics_file={os.path.join(tmp, name + '.jsonl')}", "--set", "steps_per_print=1000"] + list(extra)
+
+
+def start(name, restarts=3, config=tiny, extra=()):
+    ck, s = sets(name, extra)
+    proc = subprocess.Popen([ztlib.BIN, "run", "-n", "2", "--restarts", str(restarts), config] + s, cwd=ztlib.ROOT,
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ztlib.started.append(proc)
+    return proc, ck
+
+
+def latest_of(ck):
+    p = os.path.join(ck, "latest")
+    return open(p).read().strip() if os.path.exists(p) else None
+
+
+def wait_for(cond, proc):
+    while proc.poll() is None and not cond():
+        time.sleep(0.05)
+    return proc.poll() is None
+
+
+def finish(proc, timeout=300):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        ztlib.kill_tree(proc.pid)
+        out, err = proc.communicate()
+    return out, err
+
+
+def restart_lines(err):
+    return [l for l in err.splitlines() if l.startswith("zerotrain run: restart ")]
+
+
+def errors(err):
+    return [l for l in err.splitlines() if l.startswith("zerotrain: error:")]
+
+
+try:
+    # the reference: the same steps, never interrupted
+    ref_ck, s = sets("reference")
+    p = ztlib.run(["run", "-n", "2", tiny] + s, env={})
+    reference = ztlib.weights_of(ref_ck, tmp) if p.returncode == 0 else None
+    ztlib.check(reference is not None, "reference_run", p.stderr[-600:])
+
+    # ---- SIGKILL of a rank after the first checkpoint
+    proc, ck = start("kill9")
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
+    victim = ztlib.rank_pids(ck)[-1]
+    os.kill(victim, signal.SIGKILL)
+    out, err = finish(proc)
+    lines = restart_lines(err)
+    ztlib.check(proc.returncode == 0 and len(lines) == 1 and "[killed]" in lines[0] and "signal 9" in lines[0]
+                and latest_of(ck) == f"step_{ITERS:08d}" and ztlib.weights_of(ck, tmp) == reference
+                and not ztlib.processes_with(ck), "restart_after_rank_sigkill_bit_identical",
+                f"rc {proc.returncode}, restarts {lines}, latest {latest_of(ck)}; {err[-800:]}")
+
+    # ---- a rank preempted on its own: it saves, exits 99, and run starts it again
+    proc, ck = start("preempt")
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
+    os.kill(ztlib.rank_pids(ck)[0], signal.SIGTERM)
+    out, err = finish(proc)
+    lines = restart_lines(err)
+    ztlib.check(proc.returncode == 0 and len(lines) == 1 and "[preempted]" in lines[0]
+                and ztlib.weights_of(ck, tmp) == reference, "restart_after_rank_preempted_exit_99",
+                f"rc {proc.returncode}, restarts {lines}; {err[-800:]}")
+
+    # ---- Ctrl-C to run: the ranks save, run exits 99 and does not restart
+    proc, ck = start("ctrl_c", extra=["--set", "train_iters=100000"])
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc)
+    ztlib.check(proc.returncode == 99 and not restart_lines(err) and not ztlib.processes_with(ck),
+                "ctrl_c_to_run_exits_99_without_restart", f"rc {proc.returncode}; {err[-600:]}")
+
+    # ---- the config edited into an error while the job runs: a rank killed, then one give-up line
+    config = os.path.join(tmp, "edited.yaml")
+    shutil.copy(os.path.join(ztlib.ROOT, tiny), config)
+    proc, ck = start("bad_config", config=config)
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
+    with open(config, "a") as f:
+        f.write("no_such_key: 1\n")
+    os.kill(ztlib.rank_pids(ck)[-1], signal.SIGKILL)
+    out, err = finish(proc)
+    e = errors(err)
+    ztlib.check(proc.returncode != 0 and not restart_lines(err) and len(e) == 1 and "giving up after 0 restarts" in e[0]
+                and "no_such_key" in e[0], "gives_up_on_bad_config", f"rc {proc.returncode}, errors {e}; {err[-600:]}")
+
+    # ---- a corrupt `latest`, nothing older: the resume fails, run gives up at once
+    ck, s = sets("corrupt_only", ["--set", "train_iters=5"])
+    p = ztlib.run(["run", "-n", "2", tiny] + s)
+    rank_file = os.path.join(ck, "step_00000005", "rank_00001.h5")
+    with open(rank_file, "r+b") as f:  # a byte in the middle of the shard's data
+        f.seek(os.path.getsize(rank_file) // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    proc, ck = start("corrupt_only")
+    out, err = finish(proc)
+    e = errors(err)
+    ztlib.check(p.returncode == 0 and proc.returncode != 0 and not restart_lines(err)
+                and any("giving up" in l and "no older checkpoint" in l for l in e), "gives_up_on_corrupt_latest_without_older",
+                f"rc {proc.returncode}, errors {e}; {err[-600:]}")
+
+    # ---- a corrupt `latest` with an older good one: resumes from the older one, ends like the reference
+    ck, s = sets("corrupt_older", ["--set", "train_iters=10"])
+    p = ztlib.run(["run", "-n", "2", tiny] + s)
+    rank_file = os.path.join(ck, "step_00000010", "rank_00000.h5")
+    with open(rank_file, "r+b") as f:
+        f.seek(os.path.getsize(rank_file) // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    proc, ck = start("corrupt_older")
+    out, err = finish(proc)
+    lines = restart_lines(err)
+    ztlib.check(proc.returncode == 0 and len(lines) == 1 and "step_00000005" in lines[0]
+                and latest_of(ck) == f"step_{ITERS:08d}" and ztlib.weights_of(ck, tmp) == reference,
+                "resumes_from_older_good_checkpoint", f"rc {proc.returncode}, restarts {lines}; {err[-800:]}")
+
+    # ---- the same start-up error twice (no data): one restart, then one give-up line
+    proc, ck = start("no_data", extra=["--set", "data.train=" + os.path.join(tmp, "nothing_*.bin")])
+    out, err = finish(proc)
+    e = errors(err)
+    ztlib.check(proc.returncode != 0 and len(restart_lines(err)) == 1
+                and any("giving up after 1 restart:" in l and "the same error twice" in l for l in e),
+                "gives_up_on_the_same_startup_error_twice", f"rc {proc.returncode}, errors {e}; {err[-600:]}")
+
+    # ---- restarts used up: two kills with --restarts 1
+    proc, ck = start("used_up", restarts=1, extra=["--set", "train_iters=100000"])
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
+    first = ztlib.rank_pids(ck)
+    os.kill(first[-1], signal.SIGKILL)
+    wait_for(lambda: len([p for p in ztlib.rank_pids(ck) if p not in first]) == 2, proc)
+    os.kill(ztlib.rank_pids(ck)[-1], signal.SIGKILL)
+    out, err = finish(proc)
+    e = errors(err)
+    ztlib.check(proc.returncode != 0 and len(restart_lines(err)) == 1
+                and any("giving up after 1 restart: no restarts left; last cause: a rank was killed" in l for l in e)
+                and not ztlib.processes_with(ck), "gives_up_when_restarts_are_used_up",
+                f"rc {proc.returncode}, errors {e}; {err[-600:]}")
+    # regression (found by scripts/soak): the watchdog's roll of ranks all killed stayed in /dev/shm
+    rolls = [n for n in os.listdir("/dev/shm") if n.startswith(f".zerotrain-roll-run{proc.pid}-")]
+    ztlib.check(not rolls, "killed_job_leaves_no_roll_file", f"left {rolls}")
+
+    # ---- regression: a killed rank's swap file goes at the restart; a live run's (held) stays
+    import fcntl
+    nvme = os.path.join(tmp, "nvme")
+    os.makedirs(nvme)
+    held_path = os.path.join(nvme, "zerotrain-swap-optimizer-rank0-1.bin")
+    with open(held_path, "wb") as f:
+        f.write(b"another run's states")
+    held = open(held_path, "rb")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    proc, ck = start("swap_sweep", extra=["--set", "zero_optimization.stage=3", "--set",
+                                          "zero_optimization.offload_optimizer.device=nvme", "--set",
+                                          f"zero_optimization.offload_optimizer.nvme_path={nvme}"])
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
+    victim = ztlib.rank_pids(ck)[-1]
+    victim_files = [n for n in os.listdir(nvme) if n.endswith(f"-{victim}.bin")]
+    os.kill(victim, signal.SIGKILL)
+    out, err = finish(proc)
+    left = sorted(os.listdir(nvme))
+    ztlib.check(proc.returncode == 0 and len(victim_files) == 1 and left == [os.path.basename(held_path)]
+                and open(held_path, "rb").read() == b"another run's states", "killed_ranks_swap_file_swept_held_one_kept",
+                f"rc {proc.returncode}, victim's {victim_files}, left {left}; {err[-600:]}")
+    held.close()
+
+    # ---- a host that never starts (its rsh agent hangs)
+    agent = os.path.join(tmp, "hang-agent")
+    with open(agent, "w") as f:
+        # a duration nothing else sleeps: the leftover check finds it
+        f.write(f"#!/bin/sh\ntouch {agent}.called\nexec sleep 613.25\n")
+    os.chmod(agent, 0o755)
+    hostfile = os.path.join(tmp, "hosts")
+    with open(hostfile, "w") as f:
+        f.write("farhost slots=2\n")
+    hang_env = dict(ENV, OMPI_MCA_plm_rsh_agent=agent, OMPI_MCA_plm_rsh_args="-x", ZEROTRAIN_STARTUP_TIMEOUT="3",
+                    ZEROTRAIN_PROBE_TIMEOUT="2")
+    ck, s = sets("never_starts")
+    proc = subprocess.Popen([ztlib.BIN, "run", "-n", "2", "--hostfile", hostfile, "--restarts", "1", tiny] + s,
+                            cwd=ztlib.ROOT, env=hang_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    ztlib.started.append(proc)
+    out, err = finish(proc, timeout=180)
+    e = errors(err)
+    ztlib.check(proc.returncode not in (0, None) and len(restart_lines(err)) == 1
+                and any("giving up after 1 restart: no restarts left" in l for l in e) and not ztlib.processes_with("613.25"),
+                "restarts_do_not_wait_forever_on_a_host_that_never_starts", f"rc {proc.returncode}, errors {e}; {err[-800:]}")
+
+    # ---- regression: Ctrl-C while the launcher waits for a host is not a success
+    ck, s = sets("ctrl_c_before_start")
+    proc = subprocess.Popen([ztlib.BIN, "run", "-n", "2", "--hostfile", hostfile, tiny] + s, cwd=ztlib.ROOT, env=hang_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ztlib.started.append(proc)
+    if os.path.exists(agent + ".called"):
+        os.unlink(agent + ".called")
+    wait_for(lambda: os.path.exists(agent + ".called"), proc)  # the launcher is waiting for its host
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc, timeout=120)
+    ztlib.check(proc.returncode not in (0, None) and len(errors(err)) == 1 and not ztlib.processes_with("613.25"),
+                "ctrl_c_before_the_ranks_start_is_not_success",
+                f"rc {proc.returncode}; {err[-600:]}")
+finally:
+    ztlib.kill_started()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+ztlib.finish()
