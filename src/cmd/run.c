@@ -35,8 +35,8 @@
 #include <unistd.h>
 
 #include "cmd/commands.h"
-#include "config/config.h"
 #include "cmd/run_restart.h"
+#include "config/config.h"
 #include "util/util.h"
 
 #define ZT_EXIT_PREEMPTED 99      /* train's status after a signal and a saved checkpoint */
