@@ -1027,11 +1027,11 @@ static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const voi
     it->cost = sim_cost_bytes(2.0 * E((size_t)N * Vp));
     enqueue(it);
 }
-static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,
-                   int ta, int tb, float beta) {
-    const char *op = "gemm";
-    sim_item *it = op_item(run_gemm, dt, "gemm");
-    it->p[0] = dev(c, E(span(M, N, ldc)), op, "c");
+/* gemm and gemm_f32: C = op(A) op(B) (+ beta C), C in compute dtype or fp32 (c_elem bytes) */
+static void q_gemm_into(sim_fn run, const char *op, zt_dtype dt, void *c, size_t c_elem, const void *a, const void *b,
+                        int M, int N, int K, int lda, int ldb, int ldc, int ta, int tb, float beta) {
+    sim_item *it = op_item(run, dt, op);
+    it->p[0] = dev(c, c_elem * span(M, N, ldc), op, "c");
     it->p[1] = dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
     it->p[2] = dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
     it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
@@ -1040,18 +1040,13 @@ static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, in
     gemm_cost(it, dt, M, N, K);
     enqueue(it);
 }
+static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,
+                   int ta, int tb, float beta) {
+    q_gemm_into(run_gemm, "gemm", dt, c, zt_dtype_size(dt), a, b, M, N, K, lda, ldb, ldc, ta, tb, beta);
+}
 static void q_gemm_f32(zt_dtype dt, float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb,
                        int ldc, int ta, int tb, float beta) {
-    const char *op = "gemm_f32";
-    sim_item *it = op_item(run_gemm_f32, dt, op);
-    it->p[0] = dev(c, F(span(M, N, ldc)), op, "c");
-    it->p[1] = dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
-    it->p[2] = dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
-    it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
-    it->i[7] = tb;
-    it->f = beta;
-    gemm_cost(it, dt, M, N, K);
-    enqueue(it);
+    q_gemm_into(run_gemm_f32, "gemm_f32", dt, c, sizeof(float), a, b, M, N, K, lda, ldb, ldc, ta, tb, beta);
 }
 static void q_round_bias(zt_dtype dt, void *out, const float *acc, const void *bias, int N, int OC, int ld) {
     const char *op = "round_bias";

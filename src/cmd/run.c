@@ -266,20 +266,8 @@ static void relay_close(relay *r) {
  * of an attempt outlives it or keeps this process's output open. */
 static void reap_strays(void) {
     DIR *proc = opendir("/proc");
-    for (struct dirent *d; proc && (d = readdir(proc));) {
-        if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t got = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[got] = '\0';
-        const char *close_paren = strrchr(buf, ')');
-        int parent;
-        if (close_paren && sscanf(close_paren + 1, " %*c %d", &parent) == 1 && parent == getpid())
-            zt_kill_tree((pid_t)atol(d->d_name));
-    }
+    for (struct dirent *d; proc && (d = readdir(proc));)
+        if (zt_proc_parent(d->d_name) == getpid()) zt_kill_tree((pid_t)atol(d->d_name));
     if (proc) closedir(proc);
     while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
 }

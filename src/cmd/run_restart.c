@@ -69,6 +69,20 @@ void zt_attempt_scan(zt_attempt *a, int stream, const char *data, size_t n) {
     }
 }
 
+pid_t zt_proc_parent(const char *pid_name) {
+    if (pid_name[0] < '0' || pid_name[0] > '9') return -1;
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid_name);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    const char *close_paren = strrchr(buf, ')'); /* the command name may hold spaces */
+    int parent;
+    return close_paren && sscanf(close_paren + 1, " %*c %d", &parent) == 1 ? (pid_t)parent : -1;
+}
+
 /* SIGKILL to pid and every process below it on this node. mpirun puts the ranks it starts in
  * process groups of their own, so a signal to its group would orphan them; the whole tree is
  * listed first (from /proc) because a killed parent's children move to init. Ranks on other nodes
@@ -79,17 +93,8 @@ void zt_kill_tree(pid_t root) {
         pid_t *pid = zt_xmalloc((size_t)cap * sizeof *pid), *ppid = zt_xmalloc((size_t)cap * sizeof *ppid);
         DIR *proc = opendir("/proc");
         for (struct dirent *d; proc && (d = readdir(proc));) {
-            if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
-            char path[300], buf[512];
-            snprintf(path, sizeof path, "/proc/%s/stat", d->d_name);
-            FILE *f = fopen(path, "r");
-            if (!f) continue;
-            size_t got = fread(buf, 1, sizeof buf - 1, f);
-            fclose(f);
-            buf[got] = '\0';
-            const char *close_paren = strrchr(buf, ')'); /* the command name may hold spaces */
-            int parent;
-            if (!close_paren || sscanf(close_paren + 1, " %*c %d", &parent) != 1) continue;
+            pid_t parent = zt_proc_parent(d->d_name);
+            if (parent < 0) continue;
             if (n == cap) {
                 cap *= 2;
                 pid = zt_xrealloc(pid, (size_t)cap * sizeof *pid);

@@ -64,6 +64,8 @@ int zt_restart_swap_dirs(const zt_restart_job *job, char dirs[][4096], int cap);
  * their own removed. Where the file system does not arbitrate locks the probe fails: nothing goes. */
 void zt_restart_sweep_swaps(const char *dir, double since);
 
+/* The parent of the process named by a /proc entry ("1234"), or -1 (not a process, or gone). */
+pid_t zt_proc_parent(const char *pid_name);
 /* SIGKILL to pid and every process below it on this node (listed from /proc first). */
 void zt_kill_tree(pid_t root);
 
