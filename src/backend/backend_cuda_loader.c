@@ -47,15 +47,8 @@ static void library_path(char *path, size_t cap) {
         return;
     }
     char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        snprintf(path, cap, "%s", CUDA_LIB_NAME); /* the loader's search path */
-        return;
-    }
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) slash[1] = 0;
-    snprintf(path, cap, "%s%s", exe, CUDA_LIB_NAME);
+    if (zt_exe_dir(exe, sizeof exe)) snprintf(path, cap, "%s", CUDA_LIB_NAME); /* the loader's search path */
+    else snprintf(path, cap, "%s/%s", exe, CUDA_LIB_NAME);
 }
 
 static void load(void) {

@@ -759,27 +759,20 @@ static void run_xent_parallel(sim_item *it) {
                          (int)Vp, (int)lo, it->f);
     OP_END();
 }
-/* the tiled linears: every matrix is a strided slice, see w16_rows */
-static void run_gemm(sim_item *it) {
+/* the tiled linears: every matrix is a strided slice, see w16_rows; c in compute dtype (c16), or the
+ * tiled forward's fp32 accumulator, used as it is (never rounded here) */
+static void run_gemm_widened(sim_item *it, int c16) {
     OP_BEGIN(it);
     long M = it->i[0], N = it->i[1], K = it->i[2], lda = it->i[3], ldb = it->i[4], ldc = it->i[5], ta = it->i[6],
          tb = it->i[7];
     float *a = w16_rows(&w_, it->p[1], ta ? K : M, ta ? M : K, lda, 0);
     float *b = w16_rows(&w_, it->p[2], tb ? N : K, tb ? K : N, ldb, 0);
-    g_cpu->gemm(w16_rows(&w_, it->p[0], M, N, ldc, 1), a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc,
-                (int)ta, (int)tb, it->f);
+    float *c = c16 ? w16_rows(&w_, it->p[0], M, N, ldc, 1) : it->p[0];
+    g_cpu->gemm(c, a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc, (int)ta, (int)tb, it->f);
     OP_END();
 }
-/* the tiled forward's fp32 accumulator: a and b widened, c fp32 as it is (never rounded here) */
-static void run_gemm_f32(sim_item *it) {
-    OP_BEGIN(it);
-    long M = it->i[0], N = it->i[1], K = it->i[2], lda = it->i[3], ldb = it->i[4], ldc = it->i[5], ta = it->i[6],
-         tb = it->i[7];
-    float *a = w16_rows(&w_, it->p[1], ta ? K : M, ta ? M : K, lda, 0);
-    float *b = w16_rows(&w_, it->p[2], tb ? N : K, tb ? K : N, ldb, 0);
-    g_cpu->gemm(it->p[0], a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc, (int)ta, (int)tb, it->f);
-    OP_END();
-}
+static void run_gemm(sim_item *it) { run_gemm_widened(it, 1); }
+static void run_gemm_f32(sim_item *it) { run_gemm_widened(it, 0); }
 static void run_round_bias(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], OC = it->i[1], ld = it->i[2];

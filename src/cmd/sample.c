@@ -20,12 +20,8 @@ const char *zt_default_vocab_dir(void) {
     if (env && *env) return env;
     if (access("data/gpt2/encoder.json", R_OK) == 0) return "data/gpt2";
     char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 16);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
-        snprintf(path, sizeof path, "%s/data/gpt2", exe);
+    if (zt_exe_dir(exe, sizeof exe) == 0) {
+        snprintf(path, sizeof path, "%.*s/data/gpt2", PATH_MAX - 16, exe);
         return path;
     }
     return "data/gpt2";

@@ -174,13 +174,7 @@ static int resolve(const char *spec, char *out, size_t cap, zt_err *err) {
     const char *env = getenv("ZEROTRAIN_HW_DIR");
     if (env && *env) snprintf(dirs[0], sizeof dirs[0], "%s", env);
     char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
-        snprintf(dirs[1], sizeof dirs[1], "%.*s/configs/hw", PATH_MAX - 16, exe);
-    }
+    if (zt_exe_dir(exe, sizeof exe) == 0) snprintf(dirs[1], sizeof dirs[1], "%.*s/configs/hw", PATH_MAX - 16, exe);
     for (int i = 0; i < 3; i++) {
         if (!dirs[i][0]) continue;
         int w = snprintf(out, cap, "%.*s/%.*s.yaml", (int)(cap / 2), dirs[i], (int)(cap / 4), spec);

@@ -219,6 +219,16 @@ int zt_mkdir_parent(const char *path, zt_err *err) {
     return rc;
 }
 
+int zt_exe_dir(char *out, size_t cap) {
+    ssize_t n = cap > 1 ? readlink("/proc/self/exe", out, cap - 1) : -1;
+    if (n <= 0) return -1;
+    out[n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash) return -1;
+    *slash = '\0';
+    return 0;
+}
+
 void zt_sb_printf(zt_sb *b, const char *fmt, ...) {
     for (;;) {
         va_list ap;

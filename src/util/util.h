@@ -56,6 +56,10 @@ int zt_mkdir_p(const char *path, zt_err *err);
 /* mkdir -p of the folder part of the file path PATH (nothing when it has none): the files a run
  * writes (metrics, trace) may name folders that do not exist yet. */
 int zt_mkdir_parent(const char *path, zt_err *err);
+/* The folder this program's executable is in (/proc/self/exe, links resolved), into out; -1 when it
+ * cannot be read. Files shipped beside the binary (the vocabulary, configs/hw, the CUDA backend) are
+ * found from it, whatever the working directory. */
+int zt_exe_dir(char *out, size_t cap);
 
 /* A growing NUL-terminated string (the project's one string builder): zero-initialise, append with
  * zt_sb_printf, take .p (malloc'ed, may be NULL when nothing was appended) and free it. */
