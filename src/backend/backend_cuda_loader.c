@@ -100,6 +100,7 @@ zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
 }
 
 zt_comm *zt_comm_nccl_group(const zt_backend *be, int color, int key, zt_err *err) {
+    if (zt_comm_costed_active()) return zt_comm_costed_open(1, 1, err); /* predict --ranks: NCCL, costed */
     if (!loaded()) {
         zt_fail(err, "NCCL is not available: %s", cuda_lib.why);
         return NULL;

@@ -567,15 +567,18 @@ static void sim_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kin
 /* an item that holds its lane until the other lane has done what was queued on it before: one stream
  * waiting on an event recorded on another */
 static void run_wait_lane(sim_item *it) { it->dep = wait_ticket(it->p[0], (unsigned long long)it->i[0]); }
-static void lane_waits_for(sim_lane *waiter, sim_lane *on) {
-    pthread_mutex_lock(&on->lock);
-    unsigned long long ticket = on->queued;
-    pthread_mutex_unlock(&on->lock);
+static void lane_waits_for_ticket(sim_lane *waiter, sim_lane *on, unsigned long long ticket) {
     sim_item *it = item(run_wait_lane);
     it->must_run = 1;
     it->p[0] = on;
     it->i[0] = (long)ticket;
     submit(waiter, it);
+}
+static void lane_waits_for(sim_lane *waiter, sim_lane *on) {
+    pthread_mutex_lock(&on->lock);
+    unsigned long long ticket = on->queued;
+    pthread_mutex_unlock(&on->lock);
+    lane_waits_for_ticket(waiter, on, ticket);
 }
 static void sim_copy_ahead(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
@@ -587,6 +590,16 @@ static void sim_wait_ahead(void) {
     check_bound("wait_ahead");
     lane_waits_for(&g_lane[LANE_COMPUTE], &g_lane[LANE_AHEAD]);
 }
+/* the comm lane (sim_clock.h): a collective's cost, after the compute lane's work */
+static void run_nothing(sim_item *it) { (void)it; }
+unsigned long long zt_sim_comm_issue(double cost, const char *name) {
+    lane_waits_for(&g_lane[ZT_SIM_COMM], &g_lane[LANE_COMPUTE]);
+    sim_item *it = item(run_nothing);
+    it->cost = cost;
+    it->name = name;
+    return submit(&g_lane[ZT_SIM_COMM], it);
+}
+void zt_sim_comm_wait(unsigned long long ticket) { lane_waits_for_ticket(&g_lane[LANE_COMPUTE], &g_lane[ZT_SIM_COMM], ticket); }
 static void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
     sim_item *it = copy_item(dst, src, bytes, kind, "transfer", 1);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const zt_sim_lane_names[ZT_SIM_NLANES] = {"compute", "h2d", "d2h", "side (copy_ahead)"};
+const char *const zt_sim_lane_names[ZT_SIM_NLANES] = {"compute", "h2d", "d2h", "side (copy_ahead)", "comm"};
 
 static zt_hw_profile g_prof;
 static int g_timed;
@@ -48,11 +48,18 @@ static double vqueue(int queue, double bytes) {
     return end;
 }
 static zt_clock_ops g_ops = {vnow, vafter, vhost_work, vqueue, 0, 0};
+static int g_node_ranks = 1;
+
+void zt_sim_set_node_ranks(int ranks) { g_node_ranks = ranks > 1 ? ranks : 1; }
 
 int zt_sim_clock_start(zt_err *err) {
     const char *spec = getenv("ZEROTRAIN_SIM_PROFILE");
     if (!spec || !*spec) return 0;
     if (zt_hw_profile_load(&g_prof, spec, err)) return -1;
+    if (g_node_ranks > 1) { /* this rank's share of the machine's host: its memory, bandwidth and cores */
+        g_prof.host_memory /= g_node_ranks, g_prof.host_bw /= g_node_ranks;
+        g_prof.host_cores = g_prof.host_cores > g_node_ranks ? g_prof.host_cores / g_node_ranks : 1;
+    }
     g_timed = 1;
     const char *dry = getenv("ZEROTRAIN_SIM_DRY");
     g_ops.costs_only = dry && *dry && strcmp(dry, "0") != 0;

@@ -23,7 +23,8 @@
 #include "config/hw_profile.h"
 #include "util/clock.h"
 
-enum { ZT_SIM_COMPUTE, ZT_SIM_H2D, ZT_SIM_D2H, ZT_SIM_AHEAD, ZT_SIM_NLANES };
+/* ZT_SIM_COMM: the collectives' stream (NCCL's), used by the costed comm (comm/comm_costed.c) only */
+enum { ZT_SIM_COMPUTE, ZT_SIM_H2D, ZT_SIM_D2H, ZT_SIM_AHEAD, ZT_SIM_COMM, ZT_SIM_NLANES };
 extern const char *const zt_sim_lane_names[ZT_SIM_NLANES];
 
 /* What the lanes did since the last zt_sim_stats_reset (seconds on the virtual clock, bytes). */
@@ -47,6 +48,17 @@ int zt_sim_clock_start(zt_err *err);
 const zt_hw_profile *zt_sim_profile(void);
 void zt_sim_stats_get(zt_sim_stats *s);
 void zt_sim_stats_reset(void);
+/* Before the sim starts: this process stands for one of `ranks` ranks sharing the profile's machine
+ * (predict --ranks), so its host memory, host bandwidth and cores are the machine's divided among
+ * them (default 1); zt_sim_profile() then has this rank's share. */
+void zt_sim_set_node_ranks(int ranks);
+
+/* ---- the comm lane (backend_sim.c), for the costed comm ----
+ * A collective queued on it starts once the compute lane has run what was queued before it (the
+ * event NCCL records) and the comm lane is free, and lasts `cost`; returns its ticket. Waiting on a
+ * ticket makes the compute lane wait for that collective, not the host (NCCL's wait). */
+unsigned long long zt_sim_comm_issue(double cost, const char *name);
+void zt_sim_comm_wait(unsigned long long ticket);
 
 /* ---- for backend_sim.c ---- */
 /* the calling thread queues an item: its time advances by the launch cost; returns the item's

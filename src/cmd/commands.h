@@ -3,6 +3,8 @@
 #ifndef ZT_COMMANDS_H
 #define ZT_COMMANDS_H
 
+#include "comm/comm.h"
+
 /* the most ranks `run -n` and `config --ranks` take: past any real job, and far from int overflow */
 #define ZT_MAX_RANKS 65536
 
@@ -25,6 +27,7 @@ typedef struct zt_step_seen {
     long step;
     double seconds, tokens, flops;
     double device_bytes, host_bytes; /* the engine's account (every category) */
+    zt_comm_bytes comm, tp_comm;     /* this rank's traffic in the step: data-parallel, tensor-parallel */
 } zt_step_seen;
 typedef struct zt_train_observer {
     void (*step)(void *ctx, const zt_step_seen *s);

@@ -17,6 +17,7 @@
 
 #include "backend/sim_clock.h"
 #include "cmd/commands.h"
+#include "cmd/predict_ranks.h"
 #include "comm/comm.h"
 #include "config/config.h"
 #include "util/util.h"
@@ -24,7 +25,7 @@
 #define MAX_STEPS 64
 
 static void usage(void) {
-    fprintf(stderr, "usage: zerotrain predict CONFIG --hw PROFILE [--ranks 1] [--steps K] [--perform] [--trace FILE] "
+    fprintf(stderr, "usage: zerotrain predict CONFIG --hw PROFILE [--ranks N [--tp T]] [--steps K] [--perform] [--trace FILE] "
                     "[--set KEY=VALUE]...\n"
                     "  PROFILE: a name under configs/hw/ (h100-sxm, h100-pcie, h200, a100-40gb, v100-32gb) or a file\n");
 }
@@ -54,14 +55,18 @@ static void on_step(void *ctx, const zt_step_seen *s) {
 static double pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0; }
 
 /* the report: the mean over the steps after the first (which starts from an idle machine) */
-static void report(const predictor *p, const char *config, const zt_hw_profile *hw, int fp16, int dry) {
+static void report(const predictor *p, const char *config, const zt_hw_profile *hw, int fp16, int dry,
+                   const zt_predict_layout *L) {
     int first = p->n > 1 ? 1 : 0, k = p->n - first;
     double sec = 0, tokens = 0, flops = 0;
     zt_sim_stats m;
     memset(&m, 0, sizeof m);
+    zt_comm_bytes dp_bytes, tp_bytes;
+    memset(&dp_bytes, 0, sizeof dp_bytes), memset(&tp_bytes, 0, sizeof tp_bytes);
     for (int i = first; i < p->n; i++) {
         const seen_step *q = &p->steps[i];
         sec += q->s.seconds, tokens += q->s.tokens, flops += q->s.flops;
+        zt_predict_comm_add(&dp_bytes, &q->s.comm), zt_predict_comm_add(&tp_bytes, &q->s.tp_comm);
         for (int l = 0; l < ZT_SIM_NLANES; l++) m.busy[l] += q->st.busy[l];
         for (int w = 0; w < ZT_WORK_NKIND; w++) m.host_busy[w] += q->st.host_busy[w];
         for (int w = 0; w < ZT_QUEUE_NKIND; w++) m.queue_busy[w] += q->st.queue_busy[w];
@@ -71,14 +76,17 @@ static void report(const predictor *p, const char *config, const zt_hw_profile *
     }
     zt_dtype dt = fp16 ? ZT_F16 : ZT_BF16;
     double step = sec / k, peak = hw->gemm[dt].peak_flops;
-    printf("\npredict: %s on %s (%s), 1 rank, mean of step%s %d-%d of %d (ops %s)\n", config, hw->name, hw->path,
-           k > 1 ? "s" : "", first + 1, p->n, p->n, dry ? "costed, not performed" : "costed and performed");
+    printf("\npredict: %s on %s (%s), %d rank%s, mean of step%s %d-%d of %d (ops %s)\n", config, hw->name, hw->path,
+           L->ranks, L->ranks > 1 ? "s" : "", k > 1 ? "s" : "", first + 1, p->n, p->n,
+           dry ? "costed, not performed" : "costed and performed");
     printf("  step time           %10.2f ms\n", step * 1e3);
-    printf("  tokens/s            %10.0f\n", tokens / sec);
-    printf("  model TFLOP/s       %10.1f   MFU %.1f %% of the %.0f TFLOP/s %s peak\n", flops / sec * 1e-12,
-           pct(flops / sec, peak), peak * 1e-12, fp16 ? "fp16" : "bf16");
+    printf("  tokens/s            %10.0f%s\n", tokens / sec, L->ranks > 1 ? "   (all ranks)" : "");
+    flops /= L->ranks; /* per GPU */
+    printf("  model TFLOP/s       %10.1f   MFU %.1f %% of the %.0f TFLOP/s %s peak%s\n", flops / sec * 1e-12,
+           pct(flops / sec, peak), peak * 1e-12, fp16 ? "fp16" : "bf16", L->ranks > 1 ? ", per GPU" : "");
     printf("  lanes, busy share of the step:\n");
     for (int l = 0; l < ZT_SIM_NLANES; l++) {
+        if (l == ZT_SIM_COMM && L->ranks < 2) continue; /* no collectives on one rank */
         printf("    %-20s %6.1f %%", zt_sim_lane_names[l], pct(m.busy[l], sec));
         if (l == ZT_SIM_COMPUTE)
             printf("   idle %.1f %%: waiting for the host %.1f %%, for other lanes %.1f %%", 100 - pct(m.busy[l], sec),
@@ -96,14 +104,15 @@ static void report(const predictor *p, const char *config, const zt_hw_profile *
     printf("  PCIe D2H            %10.2f GB/s   (%.1f %% of the %.0f GB/s pinned link)\n", m.bytes_d2h / sec * 1e-9,
            pct(m.bytes_d2h / sec, hw->d2h_pinned), hw->d2h_pinned * 1e-9);
     printf("  host waits on GPU   %10.0f a step (synchronize, blocking copies)\n", m.syncs / k);
-    printf("  peak memory         device %.2f GiB of %.0f GiB; host %.2f GiB (the engine's buffers) of %.0f GiB\n",
+    printf("  peak memory         device %.2f GiB of %.0f GiB; host %.2f GiB (the engine's buffers) of %.0f GiB%s\n",
            m.dev_peak / 1073741824.0, hw->dev_memory / 1073741824.0, p->host_peak / 1073741824.0,
-           hw->host_memory / 1073741824.0);
+           hw->host_memory / 1073741824.0, L->node_ranks > 1 ? " (this rank's share of its node)" : "");
+    zt_predict_ranks_report(stdout, L, &dp_bytes, &tp_bytes, k);
 }
 
 int zt_cmd_predict(int argc, char **argv) {
     const char *config = NULL, *hw = NULL, *trace = NULL;
-    long steps = 3, ranks = 1;
+    long steps = 3, ranks = 1, tp = 1;
     int perform = 0;
     char **sets = zt_xcalloc((size_t)argc + 1, sizeof *sets);
     int nsets = 0;
@@ -112,6 +121,7 @@ int zt_cmd_predict(int argc, char **argv) {
         if (!strcmp(a, "--hw") && i + 1 < argc) hw = argv[++i];
         else if (!strcmp(a, "--steps") && i + 1 < argc) steps = strtol(argv[++i], NULL, 10);
         else if (!strcmp(a, "--ranks") && i + 1 < argc) ranks = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--tp") && i + 1 < argc) tp = strtol(argv[++i], NULL, 10);
         else if (!strcmp(a, "--trace") && i + 1 < argc) trace = argv[++i];
         else if (!strcmp(a, "--perform")) perform = 1;
         else if (!strcmp(a, "--set") && i + 1 < argc) sets[nsets++] = argv[++i];
@@ -128,9 +138,9 @@ int zt_cmd_predict(int argc, char **argv) {
         free(sets);
         return 2;
     }
-    if (ranks != 1 || zt_mpi_world_size() != 1) {
-        fprintf(stderr, "zerotrain: error: predict: one rank only so far (one process standing for N ranks, with "
-                        "collectives costed from the profile, is not built yet)\n");
+    if (zt_mpi_world_size() != 1) {
+        fprintf(stderr, "zerotrain: error: predict: runs as one process (it stands for the --ranks N ranks itself), "
+                        "not under mpirun\n");
         free(sets);
         return 2;
     }
@@ -153,14 +163,21 @@ int zt_cmd_predict(int argc, char **argv) {
         return 1;
     }
 
+    zt_predict_layout layout;
+    if (zt_predict_layout_install(&layout, ranks, tp, perform, &prof, &err)) {
+        zt_print_error(&err);
+        free(sets);
+        return 2;
+    }
     setenv("ZEROTRAIN_SIM_PROFILE", hw, 1);
     if (!perform) setenv("ZEROTRAIN_SIM_DRY", "1", 1);
     /* train's argv: the user's --set first, predict's settings last (they win) */
-    char iters[64], tr[1100];
+    char iters[64], tr[1100], tps[64];
     snprintf(iters, sizeof iters, "train_iters=%ld", steps);
+    snprintf(tps, sizeof tps, "tensor_parallel.tp_size=%ld", tp);
     snprintf(tr, sizeof tr, "trace=%s", trace ? trace : "null");
     const char *ours[] = {"device=sim", iters, "steps_per_print=1", "eval_interval=0", "sample_interval=0",
-                          "checkpoint.dir=null", "metrics_file=null", tr};
+                          "checkpoint.dir=null", "metrics_file=null", tr, tps, "comm_timeout=0"};
     int nours = (int)(sizeof ours / sizeof ours[0]);
     char **targv = zt_xcalloc((size_t)(2 + 2 * (nsets + nours) + 1), sizeof *targv);
     int tc = 0;
@@ -171,7 +188,7 @@ int zt_cmd_predict(int argc, char **argv) {
     predictor *p = zt_xcalloc(1, sizeof *p);
     zt_train_observer obs = {on_step, p};
     int rc = zt_train_observed(tc, targv, &obs);
-    if (rc == 0 && zt_sim_profile() && p->n > 0) report(p, config, zt_sim_profile(), fp16, !perform);
+    if (rc == 0 && zt_sim_profile() && p->n > 0) report(p, config, zt_sim_profile(), fp16, !perform, &layout);
     free(p);
     free(targv);
     free(sets);

@@ -667,7 +667,8 @@ static int run(trainer *t) {
         int wrc = record_step(t, &p, &rec, &werr);
         if (t->observer) {
             const zt_mem_account *mem = zt_engine_memory(t->s.engine);
-            zt_step_seen seen = {.step = rec.step, .seconds = rec.seconds, .tokens = p.tokens, .flops = p.flops};
+            zt_step_seen seen = {.step = rec.step, .seconds = rec.seconds, .tokens = p.tokens, .flops = p.flops,
+                                 .comm = rec.bytes, .tp_comm = rec.tp_bytes};
             for (int c = 0; c < ZT_MEM_NCAT; c++) seen.device_bytes += (double)mem->device[c], seen.host_bytes += (double)mem->host[c];
             t->observer->step(t->observer->ctx, &seen);
         }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include "backend/backend.h"
+#include "config/hw_profile.h"
 #include "util/util.h"
 
 typedef struct zt_comm_req zt_comm_req; /* opaque in-flight operation */
@@ -40,6 +41,9 @@ typedef struct zt_comm {
      * with different queues could run collectives at once on a device, and NCCL's kernels of two
      * communicators in flight at once can deadlock: zt_comm_check_order refuses that. */
     const void *order;
+    /* ranks of this comm on this rank's machine when the table knows it without asking (the costed
+     * comm); 0: zt_comm_ranks_on_node asks the ranks */
+    int node_ranks;
     /* sum-reductions over dtype elements (ZT_F32 or the backend compute dtype) */
     zt_comm_req *(*allreduce_sum)(struct zt_comm *c, void *buf, size_t count, zt_dtype t);
     /* Variable-count reduce-scatter: send is the concatenation of per-rank pieces of counts[r]
@@ -141,5 +145,15 @@ zt_comm *zt_comm_mpi_group(const zt_backend *be, int color, int key, zt_err *err
 zt_comm *zt_comm_device_local(const zt_backend *be);
 zt_comm *zt_comm_staged(const zt_backend *be, zt_err *err);
 zt_comm *zt_comm_staged_group(const zt_backend *be, int color, int key, zt_err *err);
+
+/* The costed comms (comm_costed.c), for `zerotrain predict --ranks N [--tp T]`: this process stands
+ * for one rank of `world` (tp ranks to a tensor-parallel group), and once installed zt_comm_mpi,
+ * zt_comm_mpi_group and zt_comm_nccl_group return costed comms that report the world's and the
+ * groups' sizes and charge each collective to the simulated GPU's virtual clock from prof's network
+ * section (gpus_per_node ranks to a node) instead of carrying it out. */
+int zt_comm_costed_install(int world, int tp, const zt_hw_profile *prof, zt_err *err);
+int zt_comm_costed_active(void);
+/* the world's costed comm (split 0) or the next group's (split 1); device: NCCL's kind */
+zt_comm *zt_comm_costed_open(int split, int device, zt_err *err);
 
 #endif

@@ -138,6 +138,7 @@ static void mpi_destroy(zt_comm *c) {
  * negative color would make MPI_Comm_split fail (and MPI abort the job with a message of its own):
  * the ranks first agree that every color is valid, so a bad one fails the call on every rank. */
 static zt_comm *open_mpi_comm(int split, int color, int key, zt_err *err) {
+    if (zt_comm_costed_active()) return zt_comm_costed_open(split, 0, err); /* predict --ranks */
     MPI_Comm comm;
     zt_watchdog_enter("communicator creation", 0, zt_mpi_world_size()); /* collective: every rank must come */
     int bad = split && color < 0, any_bad = bad;

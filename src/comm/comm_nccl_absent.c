@@ -10,5 +10,6 @@ __attribute__((weak)) zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
 }
 
 __attribute__((weak)) zt_comm *zt_comm_nccl_group(const zt_backend *be, int color, int key, zt_err *err) {
+    if (zt_comm_costed_active()) return zt_comm_costed_open(1, 1, err); /* predict --ranks: NCCL, costed */
     return zt_comm_nccl(be, err);
 }

@@ -19,6 +19,7 @@ static double host_name_hash(void) {
 
 int zt_comm_ranks_on_node(zt_comm *c) {
     if (c->world <= 1) return 1;
+    if (c->node_ranks > 0) return c->node_ranks;
     double *hash = zt_xcalloc((size_t)c->world, sizeof *hash);
     double mine = host_name_hash();
     hash[c->rank] = mine;

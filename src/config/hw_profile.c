@@ -59,6 +59,7 @@ static const hw_key keys[] = {
     {"network.intra_node.latency_us", H_NUM, O(intra_lat_s), 1e-6, 0, 1e6},
     {"network.inter_node.bandwidth_gbs", H_NUM, O(inter_bw), 1e9, 0.001, 1e5},
     {"network.inter_node.latency_us", H_NUM, O(inter_lat_s), 1e-6, 0, 1e6},
+    {"network.gpus_per_node", H_INT, O(gpus_per_node), 1, 1, 1024},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 

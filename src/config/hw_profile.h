@@ -44,6 +44,7 @@ typedef struct zt_hw_profile {
     double nvme_read, nvme_write, nvme_latency_s;
     /* collectives: bus bandwidth (bytes/s) and latency per step of the algorithm */
     double intra_bw, intra_lat_s, inter_bw, inter_lat_s;
+    int gpus_per_node;                 /* GPUs on one node's fast links (intra_node); its host serves them all */
 } zt_hw_profile;
 
 /* Loads a profile: SPEC is a path (it contains '/' or ends in .yaml) or a name looked up as
