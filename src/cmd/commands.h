@@ -26,7 +26,7 @@ int zt_cmd_predict(int argc, char **argv);  /* predict.c */
 typedef struct zt_step_seen {
     long step;
     double seconds, tokens, flops;
-    double device_bytes, host_bytes; /* the engine's account (every category) */
+    double device_bytes, host_bytes; /* the engine's account (every category), the model's scratch on the device */
     zt_comm_bytes comm, tp_comm;     /* this rank's traffic in the step: data-parallel, tensor-parallel */
 } zt_step_seen;
 typedef struct zt_train_observer {

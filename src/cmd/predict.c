@@ -38,12 +38,13 @@ typedef struct seen_step {
 typedef struct predictor {
     seen_step steps[MAX_STEPS];
     int n;
-    double host_peak;
+    double host_peak, device_peak; /* the engine's account (what estimate counts), highest */
 } predictor;
 
 static void on_step(void *ctx, const zt_step_seen *s) {
     predictor *p = ctx;
     if (s->host_bytes > p->host_peak) p->host_peak = s->host_bytes;
+    if (s->device_bytes > p->device_peak) p->device_peak = s->device_bytes;
     if (p->n < MAX_STEPS) {
         p->steps[p->n].s = *s;
         zt_sim_stats_get(&p->steps[p->n].st);
@@ -107,6 +108,8 @@ static void report(const predictor *p, const char *config, const zt_hw_profile *
     printf("  peak memory         device %.2f GiB of %.0f GiB; host %.2f GiB (the engine's buffers) of %.0f GiB%s\n",
            m.dev_peak / 1073741824.0, hw->dev_memory / 1073741824.0, p->host_peak / 1073741824.0,
            hw->host_memory / 1073741824.0, L->node_ranks > 1 ? " (this rank's share of its node)" : "");
+    printf("  memory per rank     device %.2f MiB, host %.2f MiB (the engine's buffers and the model's, as estimate counts them)\n",
+           p->device_peak / 1048576.0, p->host_peak / 1048576.0);
     zt_predict_ranks_report(stdout, L, &dp_bytes, &tp_bytes, k);
 }
 

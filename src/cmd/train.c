@@ -670,6 +670,7 @@ static int run(trainer *t) {
             zt_step_seen seen = {.step = rec.step, .seconds = rec.seconds, .tokens = p.tokens, .flops = p.flops,
                                  .comm = rec.bytes, .tp_comm = rec.tp_bytes};
             for (int c = 0; c < ZT_MEM_NCAT; c++) seen.device_bytes += (double)mem->device[c], seen.host_bytes += (double)mem->host[c];
+            seen.device_bytes += (double)t->s.model.scratch_bytes; /* the model's scratch, which estimate counts too */
             t->observer->step(t->observer->ctx, &seen);
         }
         /* one agreement a step on what happened on any rank, the weightiest first: the divergence
