@@ -14,7 +14,8 @@ Nothing here reads a wall clock: every time checked is a prediction, determinist
     the device and on the host; ZeRO-2);
   - tokens/s are the global batch's, TFLOP/s per GPU;
   - tensor parallelism: --tp 2 predicts, with its group's all-reduces on the tensor-parallel line;
-  - bad layouts are refused with one line (--tp not dividing --ranks, --perform with several ranks);
+  - bad layouts are refused with one line (--tp not dividing --ranks, --ranks not a number, --perform
+    with several ranks);
   - the 512-rank ZeRO-3 layout of a 20B model (configs/predict_20b_512.yaml, 64 nodes x 8) predicts
     within the runner's timeout and 1 GiB resident, its per-rank memory equal to estimate's."""
 import os
@@ -140,8 +141,11 @@ ztlib.check(t["ok"] and "tensor-parallel" in t and t["tensor-parallel"]["allredu
 
 # ---- bad layouts, one line each
 bad = predict(8, base, ["--tp", "3"])
-ztlib.check(not bad["ok"] and "--tp 3" in bad["p"].stderr and "dividing --ranks 8" in bad["p"].stderr,
-            "tp_not_dividing_refused", bad["p"].stderr[-300:])
+ztlib.check(not bad["ok"] and "--tp 3 must divide --ranks 8" in bad["p"].stderr, "tp_not_dividing_refused",
+            bad["p"].stderr[-300:])
+bad = predict("8x", base)
+ztlib.check(not bad["ok"] and "--ranks: expected a number of ranks" in bad["p"].stderr, "ranks_not_a_number_refused",
+            bad["p"].stderr[-300:])
 bad = predict(8, base, ["--perform"])
 ztlib.check(not bad["ok"] and "--perform takes one rank" in bad["p"].stderr, "perform_with_ranks_refused",
             bad["p"].stderr[-300:])

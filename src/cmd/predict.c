@@ -115,7 +115,8 @@ static void report(const predictor *p, const char *config, const zt_hw_profile *
 
 int zt_cmd_predict(int argc, char **argv) {
     const char *config = NULL, *hw = NULL, *trace = NULL;
-    long steps = 3, ranks = 1, tp = 1;
+    long steps = 3, ranks = 1, tp = 0; /* tp 0: the config's tensor_parallel.tp_size */
+    char *end;
     int perform = 0;
     char **sets = zt_xcalloc((size_t)argc + 1, sizeof *sets);
     int nsets = 0;
@@ -123,8 +124,8 @@ int zt_cmd_predict(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--hw") && i + 1 < argc) hw = argv[++i];
         else if (!strcmp(a, "--steps") && i + 1 < argc) steps = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--ranks") && i + 1 < argc) ranks = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--tp") && i + 1 < argc) tp = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--ranks") && i + 1 < argc) ranks = strtol(argv[++i], &end, 10), ranks = *end ? 0 : ranks;
+        else if (!strcmp(a, "--tp") && i + 1 < argc) tp = strtol(argv[++i], &end, 10), tp = *end ? 0 : tp;
         else if (!strcmp(a, "--trace") && i + 1 < argc) trace = argv[++i];
         else if (!strcmp(a, "--perform")) perform = 1;
         else if (!strcmp(a, "--set") && i + 1 < argc) sets[nsets++] = argv[++i];
@@ -136,7 +137,7 @@ int zt_cmd_predict(int argc, char **argv) {
             return 2;
         }
     }
-    if (!config || !hw || steps < 1 || steps > MAX_STEPS || ranks < 1) {
+    if (!config || !hw || steps < 1 || steps > MAX_STEPS) {
         usage();
         free(sets);
         return 2;
@@ -156,6 +157,7 @@ int zt_cmd_predict(int argc, char **argv) {
         return 1;
     }
     int fp16 = cfg.fp16_enabled;
+    if (!tp) tp = cfg.tp_size > 1 ? cfg.tp_size : 1;
     zt_config_free(&cfg);
     zt_hw_profile prof; /* read here first, so that a bad profile is named as predict's */
     if (zt_hw_profile_load(&prof, hw, &err)) {

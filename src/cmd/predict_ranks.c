@@ -4,12 +4,13 @@
 #include "cmd/predict_ranks.h"
 
 #include "backend/sim_clock.h"
+#include "cmd/commands.h"
 
 int zt_predict_layout_install(zt_predict_layout *L, long ranks, long tp, int perform, const zt_hw_profile *hw,
                               zt_err *err) {
-    if (ranks < 1 || ranks > 65536) return zt_fail(err, "predict: --ranks %ld: expected 1 to 65536", ranks);
-    if (tp < 1 || tp > 64 || ranks % tp)
-        return zt_fail(err, "predict: --tp %ld: expected 1 to 64, dividing --ranks %ld", tp, ranks);
+    if (ranks < 1 || ranks > ZT_MAX_RANKS) return zt_fail(err, "predict: --ranks: expected a number of ranks in [1, %d]", ZT_MAX_RANKS);
+    if (tp < 1 || tp > 64) return zt_fail(err, "predict: --tp: expected tensor-parallel ranks in [1, 64]");
+    if (ranks % tp) return zt_fail(err, "predict: --tp %ld must divide --ranks %ld", tp, ranks);
     if (ranks > 1 && perform)
         return zt_fail(err, "predict: --perform takes one rank: one process standing for %ld ranks only costs their "
                             "work (the other ranks' data is not there to compute with)", ranks);
