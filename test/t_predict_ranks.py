@@ -8,8 +8,8 @@ Nothing here reads a wall clock: every time checked is a prediction, determinist
     all-gather of the updated parameters), ZeRO-3 3 (all-gathers in forward and backward, the
     reduce-scatter), times (n-1)/n x 2 bytes;
   - more ranks within a node: each rank's optimizer shard is smaller, so its device AdamW is shorter;
-  - crossing a node boundary slows the collectives: 16 ranks on nodes of 8 spend longer on the comm
-    lane than the same 16 on one node of 16 (the inter-node links bind);
+  - crossing a node boundary slows the collectives: 16 ranks on two A100 nodes of 8 spend longer on
+    the comm lane than the same 16 on one node of 16 (the inter-node links bind);
   - per-rank memory equals `estimate`'s row for the same config and ranks (ZeRO-3, the optimizer on
     the device and on the host; ZeRO-2);
   - tokens/s are the global batch's, TFLOP/s per GPU;
@@ -83,14 +83,15 @@ ztlib.check(adam[2] and adam[8] and 3.0 < adam[2] / adam[8] < 4.5, "more_ranks_l
             f"device AdamW per step: {adam[2]} us on 2 ranks, {adam[8]} us on 8")
 
 # ---- crossing a node boundary: the same 16 ranks on one node of 16 and on two nodes of 8
-with open(os.path.join(ztlib.ROOT, "configs", "hw", "dgx-h100.yaml")) as f:
-    dgx = f.read()
+# (a100-40gb: NVSwitch 230 GB/s within a node, 20 GB/s a GPU between nodes)
+with open(os.path.join(ztlib.ROOT, "configs", "hw", "a100-40gb.yaml")) as f:
+    a100 = f.read()
 wide_node = os.path.join(work, "node16.yaml")
 with open(wide_node, "w") as f:
-    f.write(re.sub(r"(?m)^  gpus_per_node: 8\b", "  gpus_per_node: 16", dgx).replace("name: dgx-h100", "name: node16"))
+    f.write(re.sub(r"(?m)^  gpus_per_node: 8\b", "  gpus_per_node: 16", a100).replace("name: a100-40gb", "name: node16"))
 # a model whose gathers are large enough for bandwidth, not latency, to decide their time
 sets = ["model.n_embd=1024", "model.n_head=16", "model.n_layer=4", "zero_optimization.stage=3", "train_batch_size=32"]
-one, two = predict(16, sets, hw=wide_node), predict(16, sets)
+one, two = predict(16, sets, hw=wide_node), predict(16, sets, hw="a100-40gb")
 ztlib.check(one["ok"] and two["ok"] and two["comm_busy"] > 3 * one["comm_busy"] and two["ms"] > one["ms"],
             "node_boundary_slows_collectives",
             f"comm lane {one.get('comm_busy')} ms a step on one node, {two.get('comm_busy')} ms on two; step "
