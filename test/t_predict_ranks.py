@@ -11,7 +11,7 @@ Nothing here reads a wall clock: every time checked is a prediction, determinist
   - crossing a node boundary slows the collectives: 16 ranks on two A100 nodes of 8 spend longer on
     the comm lane than the same 16 on one node of 16 (the inter-node links bind);
   - per-rank memory equals `estimate`'s row for the same config and ranks (ZeRO-3, the optimizer on
-    the device and on the host; ZeRO-2);
+    the device and on the host; ZeRO-2; ZeRO-3 with --tp 2);
   - tokens/s are the global batch's, TFLOP/s per GPU;
   - tensor parallelism: --tp 2 predicts, with its group's all-reduces on the tensor-parallel line;
   - bad layouts are refused with one line (--tp not dividing --ranks, --ranks not a number, --perform
@@ -104,8 +104,8 @@ ztlib.check(one["ok"] and two["ok"] and one["data-parallel"] == two["data-parall
 ROW = re.compile(r"^(\d)\s+(\S+)\s+(\S+)\s+[\d.]+ (MiB|GiB)\s+([\d.]+) (?:MiB|GiB)\s+([\d.]+) (?:MiB|GiB)")
 
 
-def estimate_rows(ranks, sets, config=cfg):
-    args = ["estimate", config, "--ranks", str(ranks)]
+def estimate_rows(ranks, sets, config=cfg, extra=()):
+    args = ["estimate", config, "--ranks", str(ranks)] + list(extra)
     for s in sets:
         args += ["--set", s]
     p = ztlib.run(args)
@@ -128,6 +128,12 @@ for stage, opt in ((3, "device"), (3, "cpu"), (2, "device")):
     ztlib.check(near, f"memory_per_rank_equals_estimate_zero{stage}_{opt}",
                 f"predict device {r.get('device', 0) / MiB:.2f} MiB host {r.get('host', 0) / MiB:.2f} MiB; estimate "
                 f"{want[0] / MiB if want else None} / {want[1] / MiB if want else None} MiB" if r["ok"] else r["p"].stderr[-400:])
+
+# tensor parallelism too: 4 data-parallel x 2 tensor-parallel, stage 3
+sets = base + ["zero_optimization.stage=3", "train_batch_size=8"]
+r, want = predict(N, sets, ["--tp", "2"]), estimate_rows(N, sets, extra=["--tp", "2"]).get((3, "device", "device"))
+ztlib.check(r["ok"] and want and abs(r["device"] - want[0]) <= 0.011 * want[2], "memory_per_rank_equals_estimate_tp2_zero3",
+            f"predict {r.get('device', 0) / MiB:.2f} MiB, estimate {want[0] / MiB if want else None} MiB" if r["ok"] else r["p"].stderr[-400:])
 
 # ---- tokens/s are global, TFLOP/s per GPU
 r8 = predict(N, base + ["zero_optimization.stage=1"])
