@@ -27,7 +27,7 @@
 static void usage(void) {
     fprintf(stderr, "usage: zerotrain predict CONFIG --hw PROFILE [--ranks N [--tp T]] [--steps K] [--perform] [--trace FILE] "
                     "[--set KEY=VALUE]...\n"
-                    "  PROFILE: a name under configs/hw/ (h100-sxm, h100-pcie, h200, a100-40gb, v100-32gb) or a file\n");
+                    "  PROFILE: a name under configs/hw/ (h100-sxm, h100-pcie, h200, a100-40gb, v100-32gb, dgx-h100) or a file\n");
 }
 
 typedef struct seen_step {
@@ -124,8 +124,8 @@ int zt_cmd_predict(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--hw") && i + 1 < argc) hw = argv[++i];
         else if (!strcmp(a, "--steps") && i + 1 < argc) steps = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--ranks") && i + 1 < argc) ranks = strtol(argv[++i], &end, 10), ranks = *end ? 0 : ranks;
-        else if (!strcmp(a, "--tp") && i + 1 < argc) tp = strtol(argv[++i], &end, 10), tp = *end ? 0 : tp;
+        else if (!strcmp(a, "--ranks") && i + 1 < argc) ranks = strtol(argv[++i], &end, 10), ranks = *end ? -1 : ranks;
+        else if (!strcmp(a, "--tp") && i + 1 < argc) tp = strtol(argv[++i], &end, 10), tp = *end || tp < 1 ? -1 : tp;
         else if (!strcmp(a, "--trace") && i + 1 < argc) trace = argv[++i];
         else if (!strcmp(a, "--perform")) perform = 1;
         else if (!strcmp(a, "--set") && i + 1 < argc) sets[nsets++] = argv[++i];
