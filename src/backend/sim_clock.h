@@ -7,9 +7,9 @@
  * The rules, the same for every lane:
  *   - a host thread has a time of its own (util/clock.h: zt_clock_now); queueing a kernel or copy
  *     costs it the profile's launch time, and the item may not start before it was queued;
- *   - a device lane (compute, H2D, D2H, copy_ahead's side lane) runs its items in order: an item
- *     starts at the latest of the lane's last end, its launch, and what it waits on (another lane's
- *     item: an event), and ends its cost later;
+ *   - a device lane (compute, H2D, D2H, copy_ahead's side lane, the collectives' comm lane) runs its
+ *     items in order: an item starts at the latest of the lane's last end, its launch, and what it
+ *     waits on (another lane's item: an event), and ends its cost later;
  *   - whatever waits takes the latest of the times it waits on: a synchronize or blocking copy
  *     moves the host thread to the item's end (plus the profile's sync latency), a host thread
  *     that waited for another (clock.h: zt_clock_after) moves to the time that one published;
