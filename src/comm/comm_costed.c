@@ -24,7 +24,9 @@
  * tp-th rank: stride tp) and then a tensor-parallel one (tp consecutive ranks), host comms first,
  * then device comms for the groups of more than one rank (engine/session.c, open_groups). A split
  * names its group by a color this rank alone cannot tell apart (rank 0's colors are all 0), so the
- * groups are handed out in that order, and a call past them is refused with a line saying so. */
+ * groups are handed out in that order, and a call past them is refused with a line saying so; two
+ * swapped would shard ZeRO over the wrong group, which t_predict_ranks's check of the per-rank memory
+ * under --tp 2 against estimate's catches. */
 #include "comm/comm.h"
 
 #include <math.h>
