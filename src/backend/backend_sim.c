@@ -59,7 +59,6 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "comm/comm.h" /* zt_node_local_rank */
 #include "backend/sim_clock.h"
 #include "backend/sim_internal.h"
 #include "util/clock.h"
