@@ -28,7 +28,7 @@ LDLIBS  := -lopenblas -lyaml -lpcre2-8 -luring -lm $(HDF5_LIBS)
 
 # src/<part>/: the library every program links (engine, model, backend, comm, io, config, util);
 # src/cmd/: the commands, linked into ./zerotrain only. Includes are written from src/: "io/hf.h".
-LIB_SRCS := $(filter-out src/cmd/% src/backend/backend_cuda_absent.c src/backend/backend_cuda_loader.c src/comm/comm_nccl_absent.c,$(wildcard src/*/*.c))
+LIB_SRCS := $(filter-out src/cmd/% src/backend/backend_cuda_absent.c src/backend/backend_cuda_loader.c src/comm/comm_nccl_loader.c src/comm/comm_nccl_absent.c,$(wildcard src/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CMD_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/cmd/*.c))
 
@@ -43,10 +43,11 @@ BACKEND_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%
                 $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.f16.o)
 # NCCL is not linked: cuda/comm_nccl.cu loads it at run time (a GPU machine without it still runs)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -ldl -lstdc++
-# ./zerotrain loads cuda/ as libzerotrain-cuda.so (src/backend/backend_cuda_loader.c: a command that
-# needs no GPU maps none of CUDA's libraries); the test programs link cuda/ in
+# ./zerotrain loads cuda/ as libzerotrain-cuda.so (src/backend/backend_cuda_loader.c, and
+# src/comm/comm_nccl_loader.c for its NCCL comm: a command that needs no GPU maps none of CUDA's
+# libraries); the test programs link cuda/ in
 CUDA_LIB    := libzerotrain-cuda.so
-ZT_BACKEND_OBJS := $(BUILD)/src/backend/backend_cuda_loader.o
+ZT_BACKEND_OBJS := $(BUILD)/src/backend/backend_cuda_loader.o $(BUILD)/src/comm/comm_nccl_loader.o
 TEST_LDLIBS := $(LDLIBS) $(CUDA_LDLIBS)
 else
 BACKEND_OBJS := $(BUILD)/src/backend/backend_cuda_absent.o $(BUILD)/src/comm/comm_nccl_absent.o

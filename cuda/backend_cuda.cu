@@ -17,7 +17,6 @@
 #include <cstring>
 
 extern "C" {
-#include "comm/comm.h" /* zt_node_local_rank */
 }
 
 zt_cuda_state g_zt;
@@ -278,7 +277,7 @@ static const char *init_device(void) {
         snprintf(g_why, sizeof g_why, "no CUDA-capable GPU found");
         return g_why;
     }
-    int dev = zt_node_local_rank() % count; /* MPI's numbering of this machine's ranks (comm.h) */
+    int dev = zt_node_local_rank() % count; /* MPI's numbering of this machine's ranks (backend.h) */
     g_device_count = count;
     cudaDeviceProp prop;
     if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {

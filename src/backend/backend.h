@@ -198,6 +198,13 @@ static inline void zt_backend_bind_thread(const zt_backend *be) {
     if (be->bind_thread) be->bind_thread();
 }
 
+/* This process's rank among the job's ranks on its machine, from 0: MPI_Comm_split_type
+ * (MPI_COMM_TYPE_SHARED) once zt_mpi_init has run, else the launcher's variables
+ * (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK), else 0. The GPU a rank
+ * opens (the CUDA backend, the simulated one with ZEROTRAIN_SIM_DEVICES) is this modulo the count.
+ * Defined by comm/comm_mpi.c, which knows MPI; declared here, below it, for the backends. */
+int zt_node_local_rank(void);
+
 /* The backends compiled into this binary. zt_backend_cuda(dtype) returns the CUDA backend computing
  * in dtype (ZT_BF16 or ZT_F16; both tables share one device, its streams and its memory), or NULL
  * when built without CUDA or when no usable GPU is present (with the reason in *why). */
@@ -206,6 +213,10 @@ const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why);
 /* The CUDA backend's cuBLASLt plan cache, both dtypes together: plans cached now, heuristic runs so
  * far (one per plan unless the cache evicted it) and evictions. All 0 without CUDA. */
 void zt_backend_cuda_plan_stats(long *cached, long *built, long *evicted);
+/* ./zerotrain only (backend_cuda_loader.c, which loads cuda/ as a library when first asked): the
+ * library's entry point `name` (one whose presence the load checked), or NULL with the reason in
+ * *why when the library is not loaded. comm_nccl_loader.c reaches NCCL's comm through it. */
+void *zt_cuda_library_symbol(const char *name, const char **why);
 /* The simulated GPU (backend_sim.c, `device: sim`): a test device on the CPU with its own memory
  * space, 16-bit compute in dtype (ZT_BF16 or ZT_F16) and asynchronous lanes; NULL with the reason in
  * *why when ZEROTRAIN_SIM_MEM is unreadable. Always compiled in. */

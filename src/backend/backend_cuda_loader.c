@@ -6,8 +6,9 @@
  * CUDA's libraries. Now a CPU run never loads them, and a missing or unloadable library is the same
  * "no GPU, because ..." as a missing driver (device: auto goes on on the CPU).
  *
- * It defines what backend.h and comm_nccl.h declare (the entry points of cuda/) by looking
- * them up in the library. The library is linked -Bsymbolic, so its own calls of these names stay
+ * It defines the backend's entry points of cuda/ (backend.h) by looking them up in the library, and
+ * hands comm_nccl_loader.c the library's NCCL entry points (zt_cuda_library_symbol), so that the
+ * backend's floor includes nothing of comm's. The library is linked -Bsymbolic, so its own calls of these names stay
  * inside it, and the binary -rdynamic, so the library finds the rest of zerotrain (errors, the
  * watchdog, MPI) in the binary. Found at $ZEROTRAIN_CUDA_BACKEND when set, else beside the
  * executable (/proc/self/exe's folder). Test programs link cuda/ directly (Makefile) and never use
@@ -21,20 +22,17 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "comm/comm_nccl.h"
+#include "util/util.h"
 
 #define CUDA_LIB_NAME "libzerotrain-cuda.so"
 
 typedef const zt_backend *(*backend_fn)(zt_dtype, const char **);
-typedef zt_comm *(*nccl_fn)(const zt_backend *, zt_err *);
-typedef zt_comm *(*nccl_group_fn)(const zt_backend *, int, int, zt_err *);
 typedef void (*plan_stats_fn)(long *, long *, long *);
 
 static struct {
     pthread_once_t once;
     backend_fn backend;
-    nccl_fn nccl;
-    nccl_group_fn nccl_group;
+    void *handle;
     plan_stats_fn plan_stats;
     char why[PATH_MAX + 256]; /* why it is not loaded: the path and dlerror() */
 } cuda_lib = {.once = PTHREAD_ONCE_INIT};
@@ -61,13 +59,14 @@ static void load(void) {
         return;
     }
     *(void **)&cuda_lib.backend = dlsym(lib, "zt_backend_cuda");
-    *(void **)&cuda_lib.nccl = dlsym(lib, "zt_comm_nccl");
-    *(void **)&cuda_lib.nccl_group = dlsym(lib, "zt_comm_nccl_group");
     *(void **)&cuda_lib.plan_stats = dlsym(lib, "zt_backend_cuda_plan_stats");
-    if (!cuda_lib.backend || !cuda_lib.nccl || !cuda_lib.nccl_group || !cuda_lib.plan_stats) {
+    /* comm_nccl_loader.c's two are looked up when asked for, but must be there all the same */
+    if (!cuda_lib.backend || !dlsym(lib, "zt_comm_nccl") || !dlsym(lib, "zt_comm_nccl_group") || !cuda_lib.plan_stats) {
         snprintf(cuda_lib.why, sizeof cuda_lib.why, "%s is not zerotrain's CUDA backend (a symbol is missing)", path);
-        cuda_lib.backend = NULL, cuda_lib.nccl = NULL, cuda_lib.nccl_group = NULL, cuda_lib.plan_stats = NULL;
+        cuda_lib.backend = NULL, cuda_lib.plan_stats = NULL;
+        return;
     }
+    cuda_lib.handle = lib;
 }
 
 static int loaded(void) {
@@ -91,19 +90,10 @@ void zt_backend_cuda_plan_stats(long *cached, long *built, long *evicted) {
     cuda_lib.plan_stats(cached, built, evicted);
 }
 
-zt_comm *zt_comm_nccl(const zt_backend *be, zt_err *err) {
+void *zt_cuda_library_symbol(const char *name, const char **why) {
     if (!loaded()) {
-        zt_fail(err, "NCCL is not available: %s", cuda_lib.why);
+        *why = cuda_lib.why;
         return NULL;
     }
-    return cuda_lib.nccl(be, err);
-}
-
-zt_comm *zt_comm_nccl_group(const zt_backend *be, int color, int key, zt_err *err) {
-    if (zt_comm_costed_active()) return zt_comm_costed_open(1, 1, err); /* predict --ranks: NCCL, costed */
-    if (!loaded()) {
-        zt_fail(err, "NCCL is not available: %s", cuda_lib.why);
-        return NULL;
-    }
-    return cuda_lib.nccl_group(be, color, key, err);
+    return dlsym(cuda_lib.handle, name);
 }

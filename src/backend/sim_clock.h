@@ -1,8 +1,9 @@
 /* sim_clock.h — the simulated GPU's virtual clock (sim_clock.c): a hardware profile
  * (config/hw_profile.h) turned into time for every lane the engine uses. Owns the profile the sim
  * runs under, each host thread's virtual time, each device lane's accounting, and the figures
- * `zerotrain predict` prints. backend_sim.c drives it (what each item costs, when it was launched,
- * what it waited for); nothing else writes to it.
+ * `zerotrain predict` prints. The simulated GPU drives it (backend_sim_ops.c: what each op costs;
+ * backend_sim.c: the copies' costs, when each item was launched, what it waited for); nothing else
+ * writes to it.
  *
  * The rules, the same for every lane:
  *   - a host thread has a time of its own (util/clock.h: zt_clock_now); queueing a kernel or copy
@@ -60,7 +61,7 @@ void zt_sim_set_node_ranks(int ranks);
 unsigned long long zt_sim_comm_issue(double cost, const char *name);
 void zt_sim_comm_wait(unsigned long long ticket);
 
-/* ---- for backend_sim.c ---- */
+/* ---- for backend_sim.c and backend_sim_ops.c ---- */
 /* the calling thread queues an item: its time advances by the launch cost; returns the item's
  * earliest start */
 double sim_clock_launch(void);

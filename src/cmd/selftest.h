@@ -54,9 +54,11 @@ int zt_selftest_check_losses(zt_selftest *st, const char *name, const float *dev
 /* `selftest --bench`: times every op at GPT-2 124M shapes with B x T rows; prints "BENCH" lines. */
 int zt_selftest_bench(const zt_backend *be, int B, int T);
 
-/* Helpers shared by the selftest's files (selftest_ops.c defines them): host buffers of random
+/* Helpers shared by the selftest's files (selftest_util.c defines them): host buffers of random
  * values rounded to the input dtype, device buffers in the compute dtype (c) or fp32 (f), ints (i).
  * Allocation failures end the selftest with a message. */
+void st_set_input_dtype(zt_dtype dtype); /* what st_rnd rounds to: ZT_BF16 (the default) or ZT_F16 */
+float st_round_input(float x);          /* x rounded to that dtype, back in fp32 */
 float *st_rnd(zt_rng *rng, size_t n, float scale, float offset);
 float *st_zeros(size_t n);
 void *st_alloc(const zt_backend *be, size_t bytes);

@@ -109,11 +109,8 @@ void zt_mpi_finalize(void);
 /* Ends the whole job with status (MPI_Abort when world > 1, exit otherwise). */
 void zt_mpi_abort(int status);
 int zt_mpi_world_rank(void);
-/* This process's rank among the job's ranks on its machine, from 0: MPI_Comm_split_type
- * (MPI_COMM_TYPE_SHARED) once zt_mpi_init has run, else the launcher's variables
- * (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK), else 0. The GPU a rank
- * opens (the CUDA backend, the simulated one with ZEROTRAIN_SIM_DEVICES) is this modulo the count. */
-int zt_node_local_rank(void);
+/* zt_node_local_rank (this process's rank on its machine) is defined in comm_mpi.c and declared in
+ * backend/backend.h, where the device backends that choose their GPU by it see it. */
 int zt_mpi_world_size(void);
 
 /* Data-parallel comm over MPI for the given backend (device buffers are host memory on the CPU

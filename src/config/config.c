@@ -1,13 +1,14 @@
-/* config.c — loading a config (see config.h): the file is read with libyaml's document API (nodes
- * keep their marks, so every error names FILE:LINE:COL); the key table of config_keys.c drives both
+/* config.c — loading a config (see config.h): the file is read with libyaml's document API
+ * (yaml_read.c; nodes keep their marks, so every error names FILE:LINE:COL); here each value is judged
+ * against its key (type, range, names) as the walk meets it. The key table of config_keys.c drives both
  * the file walk and `--set` overrides, so both get the same types, ranges and near-miss
  * suggestions. Overrides win before anything is judged: the paths they set are listed first, and
  * the file walk skips those keys unread, so `--set` repairs any value a file is refused for, and
  * `--set KEY=null` removes a key. Files over ZT_CONFIG_MAX_BYTES or nested deeper than
- * ZT_CONFIG_MAX_DEPTH are refused before the document is built. Cross-key checks run once, after
- * all overrides, using the position where each key was last set (kept in the config for the sized
- * checks of engine/config_sizes.c); the DeepSpeed rules (config_deepspeed.c) run just before them.
- * Also the batch rule. */
+ * ZT_CONFIG_MAX_DEPTH are refused before the document is built. Cross-key checks (config_checks.c)
+ * run once, after all overrides, using the position where each key was last set (kept in the config
+ * for the sized checks of engine/config_sizes.c); the DeepSpeed rules (config_deepspeed.c) run just
+ * before them. */
 #include "config/config.h"
 #include "config/config_schema.h"
 #include "config/yaml_read.h"
@@ -25,34 +26,6 @@
 
 /* ------------------------------------------------------------------------------------------ */
 /* small helpers                                                                               */
-
-/* a near-miss among the keys directly under section `parent` ("" = top level) */
-static void suggest_key(const char *word, const char *parent, char *out, size_t cap) {
-    const char *cands[128];
-    int n = 0;
-    for (const zt_keydef *d = zt_config_keys; d->kind != K_END && n < 128; d++)
-        if (d->kind != K_DSKEY && zt_key_is_child(d->path, parent)) cands[n++] = zt_key_leaf(d->path);
-    zt_suggest(word, cands, n, out, cap);
-}
-
-static void suggest_enum(const char *word, const zt_enumval *ev, char *out, size_t cap) {
-    const char *cands[16];
-    int n = 0;
-    for (; ev->name && n < 16; ev++) cands[n++] = ev->name;
-    zt_suggest(word, cands, n, out, cap);
-}
-
-/* "a, b or c" */
-static void enum_list(const zt_enumval *ev, char *out, size_t cap) {
-    int n = 0;
-    while (ev[n].name) n++;
-    out[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        size_t len = strlen(out);
-        snprintf(out + len, cap - len, "%s%s", i == 0 ? "" : (i == n - 1 ? " or " : ", "), ev[i].name);
-    }
-}
-
 
 /* number syntax accepted for plain scalars: [+-]digits[.digits][e[+-]digits]; 1 = integer form,
  * 2 = float form, 0 = not a number */
@@ -322,7 +295,7 @@ static int get_text(const loader *L, const char *path, const yaml_node_t *v, con
 
 static int get_enum(const loader *L, const char *path, const yaml_node_t *v, const zt_enumval *ev, int *out) {
     char list[160];
-    enum_list(ev, list, sizeof list);
+    zt_enum_list(ev, list, sizeof list);
     const char *t = NULL;
     if (get_text(L, path, v, list, &t)) return -1;
     for (const zt_enumval *e = ev; e->name; e++)
@@ -332,7 +305,7 @@ static int get_enum(const loader *L, const char *path, const yaml_node_t *v, con
         }
     char got[96], sug[96];
     describe(v, got, sizeof got);
-    suggest_enum(t, ev, sug, sizeof sug);
+    zt_enum_suggest(t, ev, sug, sizeof sug);
     return fail_at(L, v, path, "expected %s, got %s%s", list, got, sug);
 }
 
@@ -520,7 +493,7 @@ static int apply_key(loader *L, const zt_keydef *d, const char *path, const yaml
     case K_ENUMSTR: {
         if (d->ds_names) {
             char list[160];
-            enum_list(d->ev, list, sizeof list);
+            zt_enum_list(d->ev, list, sizeof list);
             const char *t = NULL;
             if (get_text(L, path, v, list, &t)) return -1;
             if (in_list(t, d->ds_names))
@@ -644,7 +617,7 @@ static int apply_map(loader *L, const char *path, const yaml_document_t *doc, co
         const zt_keydef *d = strchr(name, '.') ? NULL : find_child(path, name);
         if (!d) {
             char sug[128];
-            suggest_key(name, path, sug, sizeof sug);
+            zt_key_suggest(name, path, sug, sizeof sug);
             return fail_at(L, k, NULL, "unknown key '%.80s'%s%s%s", name, *path ? " in " : "", path, sug);
         }
         if (tag == T_ACT) L->act_seen = 1;
@@ -654,83 +627,7 @@ static int apply_map(loader *L, const char *path, const yaml_document_t *doc, co
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* reading YAML                                                                                */
-
-static int yaml_problem(const char *where, const yaml_parser_t *p, zt_err *err) {
-    const char *problem = p->problem ? p->problem : "cannot parse";
-    if (p->error == YAML_READER_ERROR)
-        return zt_fail(err, "%s: byte %zu: %s", where, p->problem_offset, problem);
-    if (p->context)
-        return zt_fail(err, "%s:%zu:%zu: %s (%s that starts at %zu:%zu)", where, p->problem_mark.line + 1,
-                       p->problem_mark.column + 1, problem, p->context, p->context_mark.line + 1,
-                       p->context_mark.column + 1);
-    return zt_fail(err, "%s:%zu:%zu: %s", where, p->problem_mark.line + 1, p->problem_mark.column + 1, problem);
-}
-
-/* Nesting deeper than ZT_CONFIG_MAX_DEPTH is refused from libyaml's event stream, as the levels
- * arrive: the document loader would first build the whole tree, and libyaml's scanner slows with
- * every open level (a 200k-deep list took minutes). */
-static int check_depth(const char *path, const char *text, size_t len, zt_err *err) {
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser)) return zt_fail(err, "%s: cannot initialise the YAML parser", path);
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    int depth = 0, rc = 0;
-    for (;;) {
-        yaml_event_t ev;
-        if (!yaml_parser_parse(&parser, &ev)) {
-            rc = 0; /* syntax errors are the loader's to report, with their context */
-            break;
-        }
-        yaml_event_type_t type = ev.type;
-        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) depth++;
-        if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) depth--;
-        if (depth > ZT_CONFIG_MAX_DEPTH)
-            rc = zt_fail(err, "%s:%zu:%zu: nested deeper than %d levels, the most a config may be", path,
-                         ev.start_mark.line + 1, ev.start_mark.column + 1, ZT_CONFIG_MAX_DEPTH);
-        yaml_event_delete(&ev);
-        if (rc || type == YAML_STREAM_END_EVENT) break;
-    }
-    yaml_parser_delete(&parser);
-    return rc;
-}
-
-/* Reads PATH as one YAML document, refusing what every config file is refused for (over
- * ZT_CONFIG_MAX_BYTES, nested deeper than ZT_CONFIG_MAX_DEPTH, a syntax error with its position, a
- * second document). The caller deletes *doc on success; its root may be NULL (an empty file). */
-int zt_yaml_read_file(const char *path, yaml_document_t *doc, zt_err *err) {
-    size_t len;
-    char *text = zt_read_file_max(path, ZT_CONFIG_MAX_BYTES, &len, err);
-    if (!text) return -1;
-    if (check_depth(path, text, len, err)) {
-        free(text);
-        return -1;
-    }
-    yaml_parser_t parser;
-    yaml_document_t extra;
-    if (!yaml_parser_initialize(&parser)) {
-        free(text);
-        return zt_fail(err, "%s: cannot initialise the YAML parser", path);
-    }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    int rc = 0;
-    if (!yaml_parser_load(&parser, doc)) {
-        rc = yaml_problem(path, &parser, err);
-    } else if (yaml_document_get_root_node(doc)) {
-        if (!yaml_parser_load(&parser, &extra)) {
-            rc = yaml_problem(path, &parser, err);
-        } else {
-            const yaml_node_t *r2 = yaml_document_get_root_node(&extra);
-            if (r2)
-                rc = zt_fail(err, "%s:%zu:%zu: expected one YAML document, found a second one", path,
-                             r2->start_mark.line + 1, r2->start_mark.column + 1);
-            yaml_document_delete(&extra);
-        }
-        if (rc) yaml_document_delete(doc);
-    }
-    yaml_parser_delete(&parser);
-    free(text);
-    return rc;
-}
+/* the file and the overrides                                                                  */
 
 int zt_yaml_number(const yaml_node_t *n, double *out) {
     scalar s;
@@ -756,44 +653,6 @@ static int load_file(loader *L, const char *path) {
     return rc;
 }
 
-/* Splits "KEY=VALUE" and reads VALUE as YAML into doc (the caller deletes it on success). */
-static int read_override(const char *spec, char key[256], yaml_document_t *doc, zt_err *err) {
-    const char *eq = strchr(spec, '=');
-    if (!eq || eq == spec) return zt_fail(err, "--set %s: expected KEY=VALUE (e.g. optimizer.params.lr=3e-4)", spec);
-    size_t klen = (size_t)(eq - spec);
-    while (klen > 0 && isspace((unsigned char)spec[klen - 1])) klen--;
-    if (klen >= 256) return zt_fail(err, "--set: key too long");
-    memcpy(key, spec, klen);
-    key[klen] = '\0';
-    const char *value = eq + 1;
-
-    int have_doc = 0;
-    {
-        yaml_parser_t parser;
-        yaml_parser_initialize(&parser);
-        yaml_parser_set_input_string(&parser, (const unsigned char *)value, strlen(value));
-        if (yaml_parser_load(&parser, doc)) {
-            have_doc = 1;
-        } else if (value[0] == '[' || value[0] == '{') {
-            int rc = zt_fail(err, "--set %s: cannot parse value '%s': %s", key, value,
-                             parser.problem ? parser.problem : "syntax error");
-            yaml_parser_delete(&parser);
-            return rc;
-        }
-        yaml_parser_delete(&parser);
-    }
-    if (!have_doc || !yaml_document_get_root_node(doc)) {
-        /* empty value -> null; text YAML cannot read (e.g. "*.bin") -> a plain string */
-        if (have_doc) yaml_document_delete(doc);
-        if (!yaml_document_initialize(doc, NULL, NULL, NULL, 1, 1)) return zt_fail(err, "--set: out of memory");
-        int empty = !have_doc ? 0 : 1;
-        const char *txt = empty ? "null" : value;
-        yaml_document_add_scalar(doc, NULL, (yaml_char_t *)txt, (int)strlen(txt),
-                                 empty ? YAML_PLAIN_SCALAR_STYLE : YAML_SINGLE_QUOTED_SCALAR_STYLE);
-    }
-    return 0;
-}
-
 /* The paths node sets at path: a mapping's keys (recursively; it is merged into the section), else path. */
 static void list_paths(zt_sb *out, const char *path, yaml_document_t *doc, const yaml_node_t *n, int depth) {
     if (!n || n->type != YAML_MAPPING_NODE || depth > ZT_CONFIG_MAX_DEPTH) {
@@ -815,7 +674,7 @@ static void collect_replaced(loader *L, char *const *overrides, int n) {
         char key[256];
         yaml_document_t doc;
         zt_err ignored;
-        if (read_override(overrides[i], key, &doc, &ignored)) continue;
+        if (zt_yaml_read_override(overrides[i], key, &doc, &ignored)) continue;
         list_paths(&L->replaced, key, &doc, yaml_document_get_root_node(&doc), 0);
         yaml_document_delete(&doc);
     }
@@ -824,7 +683,7 @@ static void collect_replaced(loader *L, char *const *overrides, int n) {
 static int apply_override(loader *L, const char *spec) {
     char key[256];
     yaml_document_t doc;
-    if (read_override(spec, key, &doc, L->err)) return -1;
+    if (zt_yaml_read_override(spec, key, &doc, L->err)) return -1;
     const yaml_node_t *root = yaml_document_get_root_node(&doc);
     scalar value;
     classify(root, &value);
@@ -848,7 +707,7 @@ static int apply_override(loader *L, const char *spec) {
         if (!d && value.cls == C_NULL && (L->overrides_only || listed(&L->unread, key, 1))) break; /* a file key removed unread */
         if (!d) {
             char sug[128];
-            suggest_key(comp, sofar, sug, sizeof sug);
+            zt_key_suggest(comp, sofar, sug, sizeof sug);
             rc = zt_fail(L->err, "--set %s: unknown key '%s'%s%s%s", key, comp, *sofar ? " in " : "", sofar, sug);
             break;
         }
@@ -877,99 +736,6 @@ static int apply_override(loader *L, const char *spec) {
     L->ov = NULL;
     yaml_document_delete(&doc);
     return rc;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* cross-key checks                                                                            */
-
-/* whichever of a, b was set last (NULL if neither) */
-static const char *latest(const loader *L, const char *a, const char *b) {
-    int ia = zt_loader_rec_index(L, a), ib = zt_loader_rec_index(L, b);
-    if (ia < 0 && ib < 0) return NULL;
-    return ia > ib ? a : b;
-}
-
-static int finish(loader *L) {
-    zt_config *c = L->cfg;
-    if (zt_config_deepspeed_finish(L)) return -1;
-
-    if (L->sched_seen && !L->sched_type_given)
-        return zt_fail_rec(L, "scheduler", "type is required (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
-    if (c->scheduler != ZT_SCHED_CONSTANT) {
-        const char *const *ok = zt_sched_params_of(c->scheduler);
-        const char *pre = "scheduler.params.";
-        for (int i = 0; i < L->nrec; i++) {
-            if (strncmp(L->recs[i].path, pre, strlen(pre)) != 0) continue;
-            const char *name = L->recs[i].path + strlen(pre);
-            int found = 0;
-            for (int j = 0; ok[j]; j++) found |= !strcmp(ok[j], name);
-            if (!found) {
-                char list[256] = "";
-                for (int j = 0; ok[j]; j++) {
-                    size_t len = strlen(list);
-                    snprintf(list + len, sizeof list - len, "%s%s", j ? ", " : "", ok[j]);
-                }
-                return zt_fail(L->err, "%s: not a parameter of %s (it takes %s)", L->recs[i].where,
-                               zt_enum_name(zt_sched_types, c->scheduler), list);
-            }
-        }
-        if (c->warmup_max_lr < 0) c->warmup_max_lr = c->lr;
-    }
-
-    if (L->act_seen && !L->act_enabled_given) c->ckpt_enabled = 1;
-
-    if (c->n_embd % c->n_head != 0) {
-        const char *k = latest(L, "model.n_embd", "model.n_head");
-        if (k && !strcmp(k, "model.n_head"))
-            return zt_fail_rec(L, k, "expected a divisor of model.n_embd (%d), got %d", c->n_embd, c->n_head);
-        return zt_fail_rec(L, "model.n_embd", "expected a multiple of model.n_head (%d), got %d", c->n_head,
-                           c->n_embd);
-    }
-    if (c->n_head % c->tp_size != 0) {
-        const char *k = latest(L, "tensor_parallel.tp_size", "tensor_parallel.autotp_size");
-        return zt_fail_rec(L, k ? k : "tensor_parallel.tp_size",
-                           "expected a divisor of model.n_head (%d): heads are split across tensor-parallel ranks, got %d",
-                           c->n_head, c->tp_size);
-    }
-    if (c->tiled_out_splits != 1)
-        return zt_fail_rec(L, "zero_optimization.tiled_linear.out_splits",
-                           "only 1 is implemented: tiles are row ranges of the weights (in_splits), which lie contiguous in "
-                           "the flat parameter vector; got %d", c->tiled_out_splits);
-    if (c->tiled_in_splits > 1 && (c->n_embd / c->tp_size) % c->tiled_in_splits != 0)
-        return zt_fail_rec(L, "zero_optimization.tiled_linear.in_splits",
-                           "expected a divisor of the rows of every block linear, n_embd / tensor_parallel.tp_size = %d; "
-                           "got %d", c->n_embd / c->tp_size, c->tiled_in_splits);
-    if ((c->vocab_size + c->tp_size - 1) / c->tp_size * (c->tp_size - 1) >= c->vocab_size)
-        return zt_fail_rec(L, "tensor_parallel.tp_size", "too many ranks for model.vocab_size %d: a rank would hold no "
-                                                          "vocabulary rows", c->vocab_size);
-    if (c->seq_len > c->n_positions) {
-        const char *k = latest(L, "data.seq_len", "model.n_positions");
-        if (k && !strcmp(k, "model.n_positions"))
-            return zt_fail_rec(L, k, "expected >= data.seq_len (%d), got %d", c->seq_len, c->n_positions);
-        return zt_fail_rec(L, "data.seq_len", "expected <= model.n_positions (%d), got %d", c->n_positions,
-                           c->seq_len);
-    }
-    if (c->ckpt_number_checkpoints > c->n_layer) {
-        const char *k = latest(L, "activation_checkpointing.number_checkpoints", "model.n_layer");
-        if (k && !strcmp(k, "model.n_layer"))
-            return zt_fail_rec(L, k, "expected >= activation_checkpointing.number_checkpoints (%d), got %d",
-                            c->ckpt_number_checkpoints, c->n_layer);
-        return zt_fail_rec(L, "activation_checkpointing.number_checkpoints",
-                        "expected an integer in [0, model.n_layer = %d], got %d", c->n_layer,
-                        c->ckpt_number_checkpoints);
-    }
-    if (c->bf16_enabled && c->fp16_enabled) {
-        const char *k = latest(L, "bf16.enabled", "fp16.enabled");
-        return zt_fail_rec(L, k ? k : "fp16.enabled", "bf16 and fp16 cannot both be enabled");
-    }
-    if (!L->adam_w_mode && c->weight_decay > 0 && !strcmp(c->optimizer_type, "Adam")) {
-        const char *k = latest(L, "optimizer.params.adam_w_mode", "optimizer.params.weight_decay");
-        return zt_fail_rec(L, k ? k : "optimizer.params.adam_w_mode",
-                        "adam_w_mode false with weight_decay %g asks for L2-coupled Adam, which zerotrain does "
-                        "not support (use adam_w_mode true or type AdamW for decoupled weight decay, or "
-                        "weight_decay 0)", (double)c->weight_decay);
-    }
-    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1007,7 +773,7 @@ int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int
         rc = load_file(&L, path);
     }
     for (int i = 0; rc == 0 && i < n_overrides; i++) rc = apply_override(&L, overrides[i]);
-    if (rc == 0) rc = finish(&L);
+    if (rc == 0) rc = zt_config_cross_checks(&L);
     free(L.replaced.p);
     free(L.unread.p);
     if (rc != 0) {

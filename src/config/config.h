@@ -2,8 +2,9 @@
  * after DeepSpeed's, strict validation with FILE:LINE:COL errors and near-miss suggestions, and
  * `--set key=value` overrides. Owns zt_config; nothing else parses config text.
  * The module: config_keys.c declares every key once (name, type, default, range, field, help) and
- * derives the defaults and the effective-config text from that table; config.c reads YAML and
- * overrides against it and runs the cross-key checks; config_deepspeed.c holds the DeepSpeed
+ * derives the defaults and the effective-config text from that table; yaml_read.c reads the YAML of a
+ * file or a `--set`; config.c judges each value against the table; config_checks.c runs the checks
+ * between keys; config_deepspeed.c holds the DeepSpeed
  * compatibility rules ("auto" values, features not implemented yet, keys accepted without effect). */
 #ifndef ZT_CONFIG_H
 #define ZT_CONFIG_H

@@ -1,8 +1,9 @@
 /* config_keys.c — every config key, declared once: its dotted name, how it is read (kind, range,
  * names), where it is stored in zt_config, its default and a line of help. From this table come
  * zt_config_defaults, the effective-config YAML (zt_config_effective_text) and the key lookup that
- * the loader (config.c) uses for files and --set alike. A new key is one row here (plus its field
- * in config.h and, if it needs one, a cross-key check in config.c). */
+ * the loader (config.c) uses for files and --set alike, with its near-miss suggestions. A new key is
+ * one row here (plus its field in config.h and, if it needs one, a cross-key check in
+ * config_checks.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -659,4 +660,31 @@ int zt_config_device_named(const char *name) {
     for (const zt_enumval *v = devices; v->name; v++)
         if (!strcmp(v->name, name)) return v->value;
     return -1;
+}
+
+/* a near-miss among the keys directly under section `parent` ("" = top level) */
+void zt_key_suggest(const char *word, const char *parent, char *out, size_t cap) {
+    const char *cands[128];
+    int n = 0;
+    for (const zt_keydef *d = zt_config_keys; d->kind != K_END && n < 128; d++)
+        if (d->kind != K_DSKEY && zt_key_is_child(d->path, parent)) cands[n++] = zt_key_leaf(d->path);
+    zt_suggest(word, cands, n, out, cap);
+}
+
+void zt_enum_suggest(const char *word, const zt_enumval *ev, char *out, size_t cap) {
+    const char *cands[16];
+    int n = 0;
+    for (; ev->name && n < 16; ev++) cands[n++] = ev->name;
+    zt_suggest(word, cands, n, out, cap);
+}
+
+/* "a, b or c" */
+void zt_enum_list(const zt_enumval *ev, char *out, size_t cap) {
+    int n = 0;
+    while (ev[n].name) n++;
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s", i == 0 ? "" : (i == n - 1 ? " or " : ", "), ev[i].name);
+    }
 }

@@ -1,7 +1,7 @@
-/* config_schema.h — internal to the config module (config.c, config_keys.c, config_deepspeed.c):
- * the shape of one key declaration, the key table, what the table derives (defaults, effective
- * text, key lookup) and the loader state that the DeepSpeed rules read. Nothing outside the
- * config module includes this. */
+/* config_schema.h — internal to the config module (config.c, config_keys.c, config_checks.c,
+ * config_deepspeed.c): the shape of one key declaration, the key table, what the table derives
+ * (defaults, effective text, key lookup, near-miss suggestions) and the loader state that the
+ * DeepSpeed rules and the cross-key checks read. Nothing outside the config module includes this. */
 #ifndef ZT_CONFIG_SCHEMA_H
 #define ZT_CONFIG_SCHEMA_H
 
@@ -91,6 +91,12 @@ const char *zt_key_leaf(const char *path);
 /* whether path is a direct child of parent ("" = top level) */
 int zt_key_is_child(const char *path, const char *parent);
 const char *zt_enum_name(const zt_enumval *ev, int value);
+/* " (did you mean 'x'?)" for a near-miss of word among the keys directly under section parent
+ * ("" = top level) / among an enum's names; "" if none is near */
+void zt_key_suggest(const char *word, const char *parent, char *out, size_t cap);
+void zt_enum_suggest(const char *word, const zt_enumval *ev, char *out, size_t cap);
+/* an enum's names as "a, b or c" */
+void zt_enum_list(const zt_enumval *ev, char *out, size_t cap);
 /* scheduler parameters a scheduler type takes, NULL-terminated */
 const char *const *zt_sched_params_of(int type);
 /* sets d's field(s) to d's default */
@@ -133,6 +139,9 @@ int zt_fail_rec(const zt_loader *L, const char *path, const char *fmt, ...) __at
  * checks: fills "auto" values that depend on other keys, refuses values for features zerotrain
  * does not implement yet (at their position), and notes accepted keys without effect. */
 int zt_config_deepspeed_finish(zt_loader *L);
+/* config_checks.c: the checks between keys (divisibility, lengths, exclusive options), run once after
+ * the DeepSpeed rules; each error names where the key it blames was last set. */
+int zt_config_cross_checks(zt_loader *L);
 /* the one info line about "auto" keys (called once the batch sizes are final) */
 void zt_config_log_auto(const zt_config *cfg);
 

@@ -4,7 +4,8 @@
  * segment's pointers, so ZeRO can hand it full buffers (stages 0-2) or gathered blocks (stage 3).
  * Under tensor parallelism (Megatron-LM) a rank's table is its part of the whole one (zt_tp_split)
  * and the model runs its heads, MLP columns and vocabulary rows, with the tensor-parallel group's
- * collectives in between (gpt2.c). */
+ * collectives in between (gpt2.c). The table and init are gpt2_params.c's, forward and backward
+ * gpt2.c's. */
 #ifndef ZT_GPT2_H
 #define ZT_GPT2_H
 

@@ -1,0 +1,648 @@
+/* backend_sim_ops.c — the simulated GPU's ops (backend_sim.c has the device: memory space, lanes,
+ * copies). Each entry checks and translates its pointers on the caller's thread (sim_dev), gives
+ * the item its cost on the hardware profile (sim_clock.h) and queues it on the stream; run there,
+ * the item widens its 16-bit arguments to fp32, calls the CPU backend's fp32 op (the math) and rounds
+ * what the op wrote back to bf16 or fp16, to nearest-even, as the CUDA kernels keep 16-bit storage
+ * and compute in fp32. The per-dtype thunks fill the two op tables. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_adam.h"
+#include "backend/sim_clock.h"
+#include "backend/sim_internal.h"
+#include "util/util.h"
+
+/* ------------------------------------------------------------------ 16-bit tensors inside an op */
+
+static const zt_backend *g_cpu; /* the math */
+
+/* The fp32 copies of an op's 16-bit arguments: one per distinct buffer (aliased arguments share
+ * theirs, as the ops' contracts allow), written back rounded when the op may have written them:
+ * rows x cols elements with row stride ld (a whole tensor is one row of n). */
+typedef struct {
+    struct { void *shadow; float *f; size_t n; int write; size_t rows, cols, ld; } t[8];
+    int k;
+    zt_dtype dt;
+} wide;
+
+static float *w16(wide *w, void *shadow, size_t n, int write) {
+    if (!shadow) return NULL;
+    for (int j = 0; j < w->k; j++)
+        if (w->t[j].shadow == shadow && w->t[j].n >= n) {
+            w->t[j].write |= write;
+            return w->t[j].f;
+        }
+    float *f = zt_xmalloc((n ? n : 1) * sizeof(float));
+    zt_cpu_to_f32(f, shadow, n, w->dt);
+    w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write, 1, n, n};
+    return f;
+}
+
+/* elements a matrix of rows x cols with row stride ld spans from its first: the last row ends at
+ * its cols-th element, not at ld (a column slice may end before its buffer's last full row) */
+static size_t span(long rows, long cols, long ld) { return rows > 0 && cols > 0 ? (size_t)(rows - 1) * ld + cols : 0; }
+
+/* w16 for a strided matrix (a column slice of a wider one): widened over its span, but only its own
+ * rows x cols elements are written back, so the rest of each row (another tile's columns) stays bit
+ * for bit as it was */
+static float *w16_rows(wide *w, void *shadow, long rows, long cols, long ld, int write) {
+    float *f = w16(w, shadow, span(rows, cols, ld), write);
+    for (int j = 0; write && j < w->k; j++)
+        if (w->t[j].f == f) w->t[j].rows = (size_t)rows, w->t[j].cols = (size_t)cols, w->t[j].ld = (size_t)ld;
+    return f;
+}
+
+static void w16_done(wide *w) {
+    for (int j = 0; j < w->k; j++) {
+        if (w->t[j].write)
+            for (size_t r = 0; r < w->t[j].rows; r++)
+                zt_cpu_from_f32((char *)w->t[j].shadow + r * w->t[j].ld * zt_dtype_size(w->dt),
+                                w->t[j].f + r * w->t[j].ld, w->t[j].cols, w->dt);
+        free(w->t[j].f);
+    }
+}
+
+#define E(n) ((size_t)(n) * zt_dtype_size(dt)) /* bytes of n compute-dtype elements (dt in scope) */
+#define F(n) ((size_t)(n) * sizeof(float))
+
+/* ------------------------------------------------------------------ ops
+ * Each entry checks and translates its pointers on the caller's thread, then queues a closure that
+ * widens, calls the CPU backend's op and rounds. The dtype travels in i[8]. */
+
+#define OP_BEGIN(it) wide w_ = {.dt = (zt_dtype)(it)->i[8]}
+#define OP_END() w16_done(&w_)
+
+static sim_item *op_item(sim_fn run, zt_dtype dt, const char *name) {
+    sim_item *it = sim_item_new(run);
+    it->i[8] = dt;
+    it->name = name;
+    return it;
+}
+
+static void run_to_compute(sim_item *it) { zt_cpu_from_f32(it->p[0], it->p[1], it->n, (zt_dtype)it->i[8]); }
+static void run_to_f32(sim_item *it) { zt_cpu_to_f32(it->p[0], it->p[1], it->n, (zt_dtype)it->i[8]); }
+
+static void run_embedding_forward(sim_item *it) {
+    OP_BEGIN(it);
+    long B = it->i[2], T = it->i[3], C = it->i[4], lo = it->i[0], hi = it->i[1];
+    g_cpu->embedding_forward(w16(&w_, it->p[0], B * T * C, 1), it->p[1], w16(&w_, it->p[2], (hi - lo) * C, 0), (int)lo,
+                             (int)hi, w16(&w_, it->p[3], T * C, 0), (int)B, (int)T, (int)C);
+    OP_END();
+}
+static void run_embedding_backward(sim_item *it) {
+    OP_BEGIN(it);
+    long B = it->i[2], T = it->i[3], C = it->i[4], lo = it->i[0], hi = it->i[1];
+    g_cpu->embedding_backward(w16(&w_, it->p[0], (hi - lo) * C, 1), (int)lo, (int)hi, w16(&w_, it->p[1], T * C, 1),
+                              w16(&w_, it->p[2], B * T * C, 0), it->p[3], (int)B, (int)T, (int)C);
+    OP_END();
+}
+static void run_layernorm_forward(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1];
+    g_cpu->layernorm_forward(w16(&w_, it->p[0], N * C, 1), it->p[1], it->p[2], w16(&w_, it->p[3], N * C, 0),
+                             w16(&w_, it->p[4], C, 0), w16(&w_, it->p[5], C, 0), (int)N, (int)C);
+    OP_END();
+}
+static void run_layernorm_backward(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1];
+    g_cpu->layernorm_backward(w16(&w_, it->p[0], N * C, 1), w16(&w_, it->p[1], C, 1), w16(&w_, it->p[2], C, 1),
+                              w16(&w_, it->p[3], N * C, 0), w16(&w_, it->p[4], N * C, 0), w16(&w_, it->p[5], C, 0),
+                              it->p[6], it->p[7], (int)N, (int)C);
+    OP_END();
+}
+static void run_matmul_forward(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1], OC = it->i[2], wt = it->i[3], ld = it->i[4];
+    g_cpu->matmul_forward(w16_rows(&w_, it->p[0], N, OC, ld, 1), w16(&w_, it->p[1], N * C, 0),
+                          w16(&w_, it->p[2], C * OC, 0), w16(&w_, it->p[3], OC, 0), (int)N, (int)C, (int)OC, (int)wt,
+                          (int)ld);
+    OP_END();
+}
+static void run_matmul_backward(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1], OC = it->i[2], wt = it->i[3], ld = it->i[4];
+    g_cpu->matmul_backward(w16(&w_, it->p[0], N * C, 1), w16(&w_, it->p[1], C * OC, 1), w16(&w_, it->p[2], OC, 1),
+                           w16(&w_, it->p[3], (N - 1) * ld + OC, 0), w16(&w_, it->p[4], N * C, 0),
+                           w16(&w_, it->p[5], C * OC, 0), (int)N, (int)C, (int)OC, (int)wt, (int)ld);
+    OP_END();
+}
+static void run_matmul_forward_gelu(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1], OC = it->i[2];
+    g_cpu->matmul_forward_gelu(w16(&w_, it->p[0], N * OC, 1), w16(&w_, it->p[1], N * OC, 1),
+                               w16(&w_, it->p[2], N * C, 0), w16(&w_, it->p[3], C * OC, 0), w16(&w_, it->p[4], OC, 0),
+                               (int)N, (int)C, (int)OC);
+    OP_END();
+}
+static void run_matmul_backward_dgelu(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], C = it->i[1], OC = it->i[2];
+    g_cpu->matmul_backward_dgelu(w16(&w_, it->p[0], N * C, 1), w16(&w_, it->p[1], C * OC, 1), w16(&w_, it->p[2], OC, 1),
+                                 w16(&w_, it->p[3], N * OC, 0), w16(&w_, it->p[4], N * C, 0),
+                                 w16(&w_, it->p[5], C * OC, 0), w16(&w_, it->p[6], N * C, 0), (int)N, (int)C, (int)OC);
+    OP_END();
+}
+/* Attention keeps nothing in att (the CUDA flash path keeps its own statistics there): backward
+ * recomputes the probabilities from qkv in fp32, which the CPU forward gives bit for bit. */
+static void run_attention_forward(sim_item *it) {
+    OP_BEGIN(it);
+    long B = it->i[0], T = it->i[1], C = it->i[2], NH = it->i[3];
+    float *att = zt_xmalloc(F(B * NH * T * T));
+    g_cpu->attention_forward(w16(&w_, it->p[0], B * T * C, 1), att, w16(&w_, it->p[2], B * T * 3 * C, 0), (int)B,
+                             (int)T, (int)C, (int)NH);
+    free(att);
+    OP_END();
+}
+static void run_attention_backward(sim_item *it) {
+    OP_BEGIN(it);
+    long B = it->i[0], T = it->i[1], C = it->i[2], NH = it->i[3];
+    float *att = zt_xmalloc(F(B * NH * T * T)), *datt = zt_xmalloc(F(B * NH * T * T)),
+          *out = zt_xmalloc(F(B * T * C));
+    float *qkv = w16(&w_, it->p[3], B * T * 3 * C, 0);
+    g_cpu->attention_forward(out, att, qkv, (int)B, (int)T, (int)C, (int)NH);
+    g_cpu->attention_backward(w16(&w_, it->p[0], B * T * 3 * C, 1), datt, w16(&w_, it->p[2], B * T * C, 0), qkv, att,
+                              (int)B, (int)T, (int)C, (int)NH);
+    free(att);
+    free(datt);
+    free(out);
+    OP_END();
+}
+static void run_gelu_forward(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->gelu_forward(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), it->n);
+    OP_END();
+}
+static void run_gelu_backward(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->gelu_backward(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), w16(&w_, it->p[2], it->n, 0),
+                         it->n);
+    OP_END();
+}
+static void run_residual_forward(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->residual_forward(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), w16(&w_, it->p[2], it->n, 0),
+                            it->n);
+    OP_END();
+}
+static void run_accumulate(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->accumulate(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), it->n);
+    OP_END();
+}
+static void run_scale(sim_item *it) {
+    OP_BEGIN(it);
+    g_cpu->scale(w16(&w_, it->p[0], it->n, 1), it->f, it->n);
+    OP_END();
+}
+static void run_softmax_xent(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], V = it->i[1], Vp = it->i[2];
+    float *logits = w16(&w_, it->p[2], N * Vp, 0);
+    g_cpu->softmax_xent(it->p[0], w16(&w_, it->p[1], N * Vp, 1), logits, it->p[3], (int)N, (int)V, (int)Vp, it->f);
+    OP_END();
+}
+static void run_xent_partial(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], Vl = it->i[1], Vp = it->i[2], lo = it->i[3];
+    g_cpu->xent_partial(it->p[0], w16(&w_, it->p[1], N * Vp, 0), it->p[2], (int)N, (int)Vl, (int)Vp, (int)lo);
+    OP_END();
+}
+static void run_xent_parallel(sim_item *it) {
+    OP_BEGIN(it);
+    long tp = it->i[0], N = it->i[1], Vl = it->i[2], Vp = it->i[3], lo = it->i[4];
+    float *logits = w16(&w_, it->p[2], N * Vp, 0);
+    g_cpu->xent_parallel(it->p[0], w16(&w_, it->p[1], N * Vp, 1), logits, it->p[3], it->p[4], (int)tp, (int)N, (int)Vl,
+                         (int)Vp, (int)lo, it->f);
+    OP_END();
+}
+/* the tiled linears: every matrix is a strided slice, see w16_rows; c in compute dtype (c16), or the
+ * tiled forward's fp32 accumulator, used as it is (never rounded here) */
+static void run_gemm_widened(sim_item *it, int c16) {
+    OP_BEGIN(it);
+    long M = it->i[0], N = it->i[1], K = it->i[2], lda = it->i[3], ldb = it->i[4], ldc = it->i[5], ta = it->i[6],
+         tb = it->i[7];
+    float *a = w16_rows(&w_, it->p[1], ta ? K : M, ta ? M : K, lda, 0);
+    float *b = w16_rows(&w_, it->p[2], tb ? N : K, tb ? K : N, ldb, 0);
+    float *c = c16 ? w16_rows(&w_, it->p[0], M, N, ldc, 1) : it->p[0];
+    g_cpu->gemm(c, a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc, (int)ta, (int)tb, it->f);
+    OP_END();
+}
+static void run_gemm(sim_item *it) { run_gemm_widened(it, 1); }
+static void run_gemm_f32(sim_item *it) { run_gemm_widened(it, 0); }
+static void run_round_bias(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], OC = it->i[1], ld = it->i[2];
+    g_cpu->round_bias(w16_rows(&w_, it->p[0], N, OC, ld, 1), it->p[1], w16(&w_, it->p[2], OC, 0), (int)N, (int)OC,
+                      (int)ld);
+    OP_END();
+}
+static void run_add_bias(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], OC = it->i[1], ld = it->i[2];
+    g_cpu->add_bias(w16_rows(&w_, it->p[1], N, OC, ld, 1), w16(&w_, it->p[0], OC, 0), (int)N, (int)OC, (int)ld);
+    OP_END();
+}
+static void run_bias_grad(sim_item *it) {
+    OP_BEGIN(it);
+    long N = it->i[0], OC = it->i[1], ld = it->i[2];
+    g_cpu->bias_grad(w16(&w_, it->p[0], OC, 1), w16_rows(&w_, it->p[1], N, OC, ld, 0), (int)N, (int)OC, (int)ld);
+    OP_END();
+}
+static void run_adamw(sim_item *it) {
+    zt_dtype dt = (zt_dtype)it->i[8];
+    zt_cpu_adamw_g(it->p[0], it->p[1], it->p[2], it->p[3], dt, it->n, &it->step, it->p[4], dt, 0, ZT_ADAM_ISA_BEST);
+}
+static void run_sumsq(sim_item *it) {
+    OP_BEGIN(it);
+    it->result = g_cpu->sumsq(w16(&w_, it->p[0], it->n, 0), it->n);
+    OP_END();
+}
+
+/* the virtual clock's price of an item (sim_clock.h): a GEMM [M,K] x [K,N] added to it */
+static void gemm_cost(sim_item *it, zt_dtype dt, double M, double N, double K) {
+    it->cost += sim_cost_gemm(dt, M, N, K);
+    it->flops += 2.0 * M * N * K;
+}
+/* causal attention over B sequences of T: QK^T and PV are 4 T^2 C FLOPs per sequence, half of
+ * them under the mask; backward is costed at `factor` times forward (flash attention recomputes
+ * the scores: 2.5) */
+static void attention_cost(sim_item *it, zt_dtype dt, double B, double T, double C, double factor) {
+    double flops = factor * 2.0 * B * T * T * C;
+    it->cost += sim_cost_attention(dt, flops);
+    it->flops += flops;
+}
+
+/* The entries. Shapes go to i[], pointers through sim_dev() with the extent the op reads or writes. */
+/* fp32 <-> compute dtype: dst_bytes and src_bytes are the extents on each side */
+static void q_convert(zt_dtype dt, sim_fn run, const char *op, void *dst, size_t dst_bytes, const void *src,
+                      size_t src_bytes, size_t n) {
+    sim_item *it = op_item(run, dt, op);
+    it->p[0] = sim_dev(dst, dst_bytes, op, "dst");
+    it->p[1] = sim_dev(src, src_bytes, op, "src");
+    it->n = n;
+    it->cost = sim_cost_bytes((double)(dst_bytes + src_bytes));
+    sim_enqueue(it);
+}
+
+/* The entries take the dtype from the table through a per-dtype thunk (SIM_THUNKS below); they are
+ * written once against `dt`. */
+static void q_embedding_forward(zt_dtype dt, void *out, const int *tokens, const void *wte, int lo, int hi,
+                                const void *wpe, int B, int T, int C) {
+    const char *op = "embedding_forward";
+    sim_item *it = op_item(run_embedding_forward, dt, "embedding_forward");
+    size_t BT = (size_t)B * T;
+    it->p[0] = sim_dev(out, E(BT * C), op, "out");
+    it->p[1] = sim_dev(tokens, BT * sizeof(int), op, "tokens");
+    it->p[2] = sim_dev(wte, E((size_t)(hi - lo) * C), op, "wte");
+    it->p[3] = sim_dev(wpe, E((size_t)T * C), op, "wpe");
+    it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
+    it->cost = sim_cost_bytes(3.0 * E(BT * C));
+    sim_enqueue(it);
+}
+static void q_embedding_backward(zt_dtype dt, void *dwte, int lo, int hi, void *dwpe, const void *dout,
+                                 const int *tokens, int B, int T, int C) {
+    const char *op = "embedding_backward";
+    sim_item *it = op_item(run_embedding_backward, dt, "embedding_backward");
+    size_t BT = (size_t)B * T;
+    it->p[0] = sim_dev(dwte, E((size_t)(hi - lo) * C), op, "dwte");
+    it->p[1] = sim_dev(dwpe, E((size_t)T * C), op, "dwpe");
+    it->p[2] = sim_dev(dout, E(BT * C), op, "dout");
+    it->p[3] = sim_dev(tokens, BT * sizeof(int), op, "tokens");
+    it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
+    it->cost = sim_cost_bytes(3.0 * E(BT * C) + (dwpe ? 2.0 * E((size_t)T * C) : 0));
+    sim_enqueue(it);
+}
+static void q_layernorm_forward(zt_dtype dt, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                                const void *b, int N, int C) {
+    const char *op = "layernorm_forward";
+    sim_item *it = op_item(run_layernorm_forward, dt, "layernorm_forward");
+    size_t NC = (size_t)N * C;
+    it->p[0] = sim_dev(out, E(NC), op, "out");
+    it->p[1] = sim_dev(mean, F(N), op, "mean");
+    it->p[2] = sim_dev(rstd, F(N), op, "rstd");
+    it->p[3] = sim_dev(inp, E(NC), op, "inp");
+    it->p[4] = sim_dev(w, E(C), op, "w");
+    it->p[5] = sim_dev(b, E(C), op, "b");
+    it->i[0] = N, it->i[1] = C;
+    it->cost = sim_cost_bytes(2.0 * E(NC));
+    sim_enqueue(it);
+}
+static void q_layernorm_backward(zt_dtype dt, void *dinp, void *dw, void *db, const void *dout, const void *inp,
+                                 const void *w, const float *mean, const float *rstd, int N, int C) {
+    const char *op = "layernorm_backward";
+    sim_item *it = op_item(run_layernorm_backward, dt, "layernorm_backward");
+    size_t NC = (size_t)N * C;
+    it->p[0] = sim_dev(dinp, E(NC), op, "dinp");
+    it->p[1] = sim_dev(dw, E(C), op, "dw");
+    it->p[2] = sim_dev(db, E(C), op, "db");
+    it->p[3] = sim_dev(dout, E(NC), op, "dout");
+    it->p[4] = sim_dev(inp, E(NC), op, "inp");
+    it->p[5] = sim_dev(w, E(C), op, "w");
+    it->p[6] = sim_dev(mean, F(N), op, "mean");
+    it->p[7] = sim_dev(rstd, F(N), op, "rstd");
+    it->i[0] = N, it->i[1] = C;
+    it->cost = sim_cost_bytes(4.0 * E(NC));
+    sim_enqueue(it);
+}
+static void q_matmul_forward(zt_dtype dt, void *out, const void *inp, const void *w, const void *bias, int N, int C,
+                             int OC, int wt, int ld) {
+    const char *op = "matmul_forward";
+    sim_item *it = op_item(run_matmul_forward, dt, "matmul_forward");
+    it->p[0] = sim_dev(out, E(span(N, OC, ld)), op, "out");
+    it->p[1] = sim_dev(inp, E((size_t)N * C), op, "inp");
+    it->p[2] = sim_dev(w, E((size_t)C * OC), op, "w");
+    it->p[3] = sim_dev(bias, E(OC), op, "bias");
+    it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
+    gemm_cost(it, dt, N, OC, C);
+    sim_enqueue(it);
+}
+static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                              const void *w, int N, int C, int OC, int wt, int ld) {
+    const char *op = "matmul_backward";
+    sim_item *it = op_item(run_matmul_backward, dt, "matmul_backward");
+    it->p[0] = sim_dev(dinp, E((size_t)N * C), op, "dinp");
+    it->p[1] = sim_dev(dw, E((size_t)C * OC), op, "dw");
+    it->p[2] = sim_dev(dbias, E(OC), op, "dbias");
+    it->p[3] = sim_dev(dout, E((size_t)(N - 1) * ld + OC), op, "dout");
+    it->p[4] = sim_dev(inp, E((size_t)N * C), op, "inp");
+    it->p[5] = sim_dev(w, E((size_t)C * OC), op, "w");
+    it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
+    if (dinp) gemm_cost(it, dt, N, C, OC);
+    gemm_cost(it, dt, C, OC, N);
+    if (dbias) it->cost += sim_cost_bytes(E((size_t)N * OC));
+    sim_enqueue(it);
+}
+static void q_matmul_forward_gelu(zt_dtype dt, void *out, void *pre, const void *inp, const void *w, const void *bias,
+                                  int N, int C, int OC) {
+    const char *op = "matmul_forward_gelu";
+    sim_item *it = op_item(run_matmul_forward_gelu, dt, "matmul_forward_gelu");
+    it->p[0] = sim_dev(out, E((size_t)N * OC), op, "out");
+    it->p[1] = sim_dev(pre, E((size_t)N * OC), op, "pre");
+    it->p[2] = sim_dev(inp, E((size_t)N * C), op, "inp");
+    it->p[3] = sim_dev(w, E((size_t)C * OC), op, "w");
+    it->p[4] = sim_dev(bias, E(OC), op, "bias");
+    it->i[0] = N, it->i[1] = C, it->i[2] = OC;
+    gemm_cost(it, dt, N, OC, C);
+    it->cost += sim_cost_bytes(E((size_t)N * OC)); /* the epilogue writes pre as well */
+    sim_enqueue(it);
+}
+static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
+                                    const void *w, const void *gelu_pre, int N, int C, int OC) {
+    const char *op = "matmul_backward_dgelu";
+    sim_item *it = op_item(run_matmul_backward_dgelu, dt, "matmul_backward_dgelu");
+    it->p[0] = sim_dev(dinp, E((size_t)N * C), op, "dinp");
+    it->p[1] = sim_dev(dw, E((size_t)C * OC), op, "dw");
+    it->p[2] = sim_dev(dbias, E(OC), op, "dbias");
+    it->p[3] = sim_dev(dout, E((size_t)N * OC), op, "dout");
+    it->p[4] = sim_dev(inp, E((size_t)N * C), op, "inp");
+    it->p[5] = sim_dev(w, E((size_t)C * OC), op, "w");
+    it->p[6] = sim_dev(gelu_pre, E((size_t)N * C), op, "gelu_pre");
+    it->i[0] = N, it->i[1] = C, it->i[2] = OC;
+    gemm_cost(it, dt, N, C, OC);
+    gemm_cost(it, dt, C, OC, N);
+    it->cost += sim_cost_bytes(2.0 * E((size_t)N * C) + (dbias ? E((size_t)N * OC) : 0));
+    sim_enqueue(it);
+}
+static void q_attention_forward(zt_dtype dt, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+    const char *op = "attention_forward";
+    sim_item *it = op_item(run_attention_forward, dt, "attention_forward");
+    it->p[0] = sim_dev(out, E((size_t)B * T * C), op, "out");
+    it->p[1] = sim_dev(att, E((size_t)B * NH * T * T), op, "att");
+    it->p[2] = sim_dev(qkv, E((size_t)B * T * 3 * C), op, "qkv");
+    it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
+    attention_cost(it, dt, B, T, C, 1.0);
+    sim_enqueue(it);
+}
+static void q_attention_backward(zt_dtype dt, void *dqkv, void *datt, const void *dout, const void *qkv,
+                                 const void *att, int B, int T, int C, int NH) {
+    const char *op = "attention_backward";
+    sim_item *it = op_item(run_attention_backward, dt, "attention_backward");
+    it->p[0] = sim_dev(dqkv, E((size_t)B * T * 3 * C), op, "dqkv");
+    it->p[1] = sim_dev(datt, E((size_t)B * NH * T * T), op, "datt");
+    it->p[2] = sim_dev(dout, E((size_t)B * T * C), op, "dout");
+    it->p[3] = sim_dev(qkv, E((size_t)B * T * 3 * C), op, "qkv");
+    it->p[4] = sim_dev(att, E((size_t)B * NH * T * T), op, "att");
+    it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
+    attention_cost(it, dt, B, T, C, 2.5);
+    sim_enqueue(it);
+}
+/* pointwise ops over n elements with up to three tensors */
+static void q_pointwise(zt_dtype dt, sim_fn run, const char *op, const void *a, const void *b, const void *c, size_t n,
+                        float f) {
+    sim_item *it = op_item(run, dt, op);
+    it->p[0] = sim_dev(a, E(n), op, "arg 1");
+    it->p[1] = sim_dev(b, E(n), op, "arg 2");
+    it->p[2] = sim_dev(c, E(n), op, "arg 3");
+    it->n = n;
+    it->f = f;
+    it->cost = sim_cost_bytes((double)E(n) * ((a != NULL) + (b != NULL) + (c != NULL) + 1));
+    sim_enqueue(it);
+}
+static void q_softmax_xent(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets, int N,
+                           int V, int Vp, float dloss) {
+    const char *op = "softmax_xent";
+    sim_item *it = op_item(run_softmax_xent, dt, "softmax_xent");
+    it->p[0] = sim_dev(losses, F(N), op, "losses");
+    it->p[1] = sim_dev(dlogits, E((size_t)N * Vp), op, "dlogits");
+    it->p[2] = sim_dev(logits, E((size_t)N * Vp), op, "logits");
+    it->p[3] = sim_dev(targets, (size_t)N * sizeof(int), op, "targets");
+    it->i[0] = N, it->i[1] = V, it->i[2] = Vp;
+    it->f = dloss;
+    it->cost = sim_cost_bytes(2.0 * E((size_t)N * Vp));
+    sim_enqueue(it);
+}
+static void q_xent_partial(zt_dtype dt, float *stats, const void *logits, const int *targets, int N, int Vl, int Vp,
+                           int vocab_lo) {
+    const char *op = "xent_partial";
+    sim_item *it = op_item(run_xent_partial, dt, "xent_partial");
+    it->p[0] = sim_dev(stats, F(3 * (size_t)N), op, "stats");
+    it->p[1] = sim_dev(logits, E((size_t)N * Vp), op, "logits");
+    it->p[2] = sim_dev(targets, (size_t)N * sizeof(int), op, "targets");
+    it->i[0] = N, it->i[1] = Vl, it->i[2] = Vp, it->i[3] = vocab_lo;
+    it->cost = sim_cost_bytes((double)E((size_t)N * Vp));
+    sim_enqueue(it);
+}
+static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets,
+                            const float *stats_all, int tp, int N, int Vl, int Vp, int vocab_lo, float dloss) {
+    const char *op = "xent_parallel";
+    sim_item *it = op_item(run_xent_parallel, dt, "xent_parallel");
+    it->p[0] = sim_dev(losses, F(N), op, "losses");
+    it->p[1] = sim_dev(dlogits, E((size_t)N * Vp), op, "dlogits");
+    it->p[2] = sim_dev(logits, E((size_t)N * Vp), op, "logits");
+    it->p[3] = sim_dev(targets, (size_t)N * sizeof(int), op, "targets");
+    it->p[4] = sim_dev(stats_all, F(3 * (size_t)tp * N), op, "stats_all");
+    it->i[0] = tp, it->i[1] = N, it->i[2] = Vl, it->i[3] = Vp, it->i[4] = vocab_lo;
+    it->f = dloss;
+    it->cost = sim_cost_bytes(2.0 * E((size_t)N * Vp));
+    sim_enqueue(it);
+}
+/* gemm and gemm_f32: C = op(A) op(B) (+ beta C), C in compute dtype or fp32 (c_elem bytes) */
+static void q_gemm_into(sim_fn run, const char *op, zt_dtype dt, void *c, size_t c_elem, const void *a, const void *b,
+                        int M, int N, int K, int lda, int ldb, int ldc, int ta, int tb, float beta) {
+    sim_item *it = op_item(run, dt, op);
+    it->p[0] = sim_dev(c, c_elem * span(M, N, ldc), op, "c");
+    it->p[1] = sim_dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
+    it->p[2] = sim_dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
+    it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
+    it->i[7] = tb;
+    it->f = beta;
+    gemm_cost(it, dt, M, N, K);
+    sim_enqueue(it);
+}
+static void q_gemm(zt_dtype dt, void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,
+                   int ta, int tb, float beta) {
+    q_gemm_into(run_gemm, "gemm", dt, c, zt_dtype_size(dt), a, b, M, N, K, lda, ldb, ldc, ta, tb, beta);
+}
+static void q_gemm_f32(zt_dtype dt, float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb,
+                       int ldc, int ta, int tb, float beta) {
+    q_gemm_into(run_gemm_f32, "gemm_f32", dt, c, sizeof(float), a, b, M, N, K, lda, ldb, ldc, ta, tb, beta);
+}
+static void q_round_bias(zt_dtype dt, void *out, const float *acc, const void *bias, int N, int OC, int ld) {
+    const char *op = "round_bias";
+    sim_item *it = op_item(run_round_bias, dt, op);
+    it->p[0] = sim_dev(out, E(span(N, OC, ld)), op, "out");
+    it->p[1] = sim_dev(acc, F((size_t)N * OC), op, "acc");
+    it->p[2] = sim_dev(bias, E(OC), op, "bias");
+    it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
+    it->cost = sim_cost_bytes((double)N * OC * 4.0 + E(span(N, OC, ld))); /* the fp32 sums in, the output out */
+    sim_enqueue(it);
+}
+/* add_bias and bias_grad: the same shapes, a bias [OC] (p[0]) and a strided [N, OC] slice (p[1]) */
+static void q_bias(zt_dtype dt, sim_fn run, const char *op, const void *bias, const void *rows, int N, int OC, int ld,
+                   const char *bias_arg, const char *rows_arg) {
+    sim_item *it = op_item(run, dt, op);
+    it->p[0] = sim_dev(bias, E(OC), op, bias_arg);
+    it->p[1] = sim_dev(rows, E(span(N, OC, ld)), op, rows_arg);
+    it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
+    it->cost = sim_cost_bytes(2.0 * E(span(N, OC, ld)));
+    sim_enqueue(it);
+}
+static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
+                    const zt_adam_step *step) {
+    const char *op = "adamw";
+    sim_item *it = op_item(run_adamw, dt, "adamw");
+    it->p[0] = sim_dev(master, F(n), op, "master");
+    it->p[1] = sim_dev(m, F(n), op, "m");
+    it->p[2] = sim_dev(v, F(n), op, "v");
+    it->p[3] = sim_dev(grad, E(n), op, "grad");
+    it->p[4] = sim_dev(params_out, E(n), op, "params_out");
+    it->n = n;
+    it->step = *step;
+    it->cost = sim_cost_bytes((double)n * (24 + 2 * zt_dtype_size(dt))); /* read and write master, m, v; grad in, params out */
+    sim_enqueue(it);
+}
+static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
+    sim_item *it = op_item(run_sumsq, dt, "sumsq");
+    it->p[0] = sim_dev(x, E(n), "sumsq", "x");
+    it->n = n;
+    it->cost = sim_cost_bytes((double)E(n));
+    sim_stream_run_and_wait(it); /* returns a host value: waits for the stream, as the CUDA sumsq */
+    double r = it->result;
+    free(it);
+    return r;
+}
+
+/* per-dtype thunks: the table entries have no dtype argument */
+#define SIM_THUNKS(SFX, DTYPE)                                                                                         \
+    static void to_compute_##SFX(void *d, const float *s, size_t n) {                                                  \
+        q_convert(DTYPE, run_to_compute, "to_compute", d, n * zt_dtype_size(DTYPE), s, n * sizeof(float), n);          \
+    }                                                                                                                  \
+    static void to_f32_##SFX(float *d, const void *s, size_t n) {                                                      \
+        q_convert(DTYPE, run_to_f32, "to_f32", d, n * sizeof(float), s, n * zt_dtype_size(DTYPE), n);                  \
+    }                                                                                                                  \
+    static void embedding_forward_##SFX(void *o, const int *t, const void *w, int lo, int hi, const void *p, int B,    \
+                                        int T, int C) { q_embedding_forward(DTYPE, o, t, w, lo, hi, p, B, T, C); }    \
+    static void embedding_backward_##SFX(void *dw, int lo, int hi, void *dp, const void *d, const int *t, int B,       \
+                                         int T, int C) { q_embedding_backward(DTYPE, dw, lo, hi, dp, d, t, B, T, C); } \
+    static void layernorm_forward_##SFX(void *o, float *m, float *r, const void *i, const void *w, const void *b,      \
+                                        int N, int C) { q_layernorm_forward(DTYPE, o, m, r, i, w, b, N, C); }         \
+    static void layernorm_backward_##SFX(void *di, void *dw, void *db, const void *d, const void *i, const void *w,    \
+                                         const float *m, const float *r, int N, int C) {                              \
+        q_layernorm_backward(DTYPE, di, dw, db, d, i, w, m, r, N, C);                                                  \
+    }                                                                                                                  \
+    static void matmul_forward_##SFX(void *o, const void *i, const void *w, const void *b, int N, int C, int OC,       \
+                                     int wt, int ld) { q_matmul_forward(DTYPE, o, i, w, b, N, C, OC, wt, ld); }       \
+    static void matmul_backward_##SFX(void *di, void *dw, void *db, const void *d, const void *i, const void *w,       \
+                                      int N, int C, int OC, int wt, int ld) {                                         \
+        q_matmul_backward(DTYPE, di, dw, db, d, i, w, N, C, OC, wt, ld);                                               \
+    }                                                                                                                  \
+    static void matmul_forward_gelu_##SFX(void *o, void *p, const void *i, const void *w, const void *b, int N, int C, \
+                                          int OC) { q_matmul_forward_gelu(DTYPE, o, p, i, w, b, N, C, OC); }          \
+    static void matmul_backward_dgelu_##SFX(void *di, void *dw, void *db, const void *d, const void *i, const void *w, \
+                                            const void *g, int N, int C, int OC) {                                    \
+        q_matmul_backward_dgelu(DTYPE, di, dw, db, d, i, w, g, N, C, OC);                                              \
+    }                                                                                                                  \
+    static void attention_forward_##SFX(void *o, void *a, const void *q, int B, int T, int C, int NH) {                \
+        q_attention_forward(DTYPE, o, a, q, B, T, C, NH);                                                              \
+    }                                                                                                                  \
+    static void attention_backward_##SFX(void *dq, void *da, const void *d, const void *q, const void *a, int B,       \
+                                         int T, int C, int NH) { q_attention_backward(DTYPE, dq, da, d, q, a, B, T, C, NH); } \
+    static void gelu_forward_##SFX(void *o, const void *i, size_t n) {                                                 \
+        q_pointwise(DTYPE, run_gelu_forward, "gelu_forward", o, i, NULL, n, 0);                                        \
+    }                                                                                                                  \
+    static void gelu_backward_##SFX(void *di, const void *i, const void *d, size_t n) {                                \
+        q_pointwise(DTYPE, run_gelu_backward, "gelu_backward", di, i, d, n, 0);                                        \
+    }                                                                                                                  \
+    static void residual_forward_##SFX(void *o, const void *a, const void *b, size_t n) {                              \
+        q_pointwise(DTYPE, run_residual_forward, "residual_forward", o, a, b, n, 0);                                   \
+    }                                                                                                                  \
+    static void accumulate_##SFX(void *d, const void *s, size_t n) {                                                   \
+        q_pointwise(DTYPE, run_accumulate, "accumulate", d, s, NULL, n, 0);                                            \
+    }                                                                                                                  \
+    static void scale_##SFX(void *x, float s, size_t n) { q_pointwise(DTYPE, run_scale, "scale", x, NULL, NULL, n, s); } \
+    static void softmax_xent_##SFX(float *l, void *dl, const void *lg, const int *t, int N, int V, int Vp, float d) {  \
+        q_softmax_xent(DTYPE, l, dl, lg, t, N, V, Vp, d);                                                              \
+    }                                                                                                                  \
+    static void xent_partial_##SFX(float *st, const void *lg, const int *t, int N, int Vl, int Vp, int lo) {          \
+        q_xent_partial(DTYPE, st, lg, t, N, Vl, Vp, lo);                                                               \
+    }                                                                                                                  \
+    static void xent_parallel_##SFX(float *l, void *dl, const void *lg, const int *t, const float *st, int tp, int N,  \
+                                    int Vl, int Vp, int lo, float d) {                                                \
+        q_xent_parallel(DTYPE, l, dl, lg, t, st, tp, N, Vl, Vp, lo, d);                                                \
+    }                                                                                                                  \
+    static void adamw_##SFX(float *p, float *m, float *v, const void *g, void *o, size_t n, const zt_adam_step *s) {   \
+        q_adamw(DTYPE, p, m, v, g, o, n, s);                                                                           \
+    }                                                                                                                  \
+    static void gemm_##SFX(void *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc,     \
+                           int ta, int tb, float beta) { q_gemm(DTYPE, c, a, b, M, N, K, lda, ldb, ldc, ta, tb, beta); } \
+    static void add_bias_##SFX(void *o, const void *b, int N, int OC, int ld) {                                        \
+        q_bias(DTYPE, run_add_bias, "add_bias", b, o, N, OC, ld, "bias", "out");                                       \
+    }                                                                                                                  \
+    static void bias_grad_##SFX(void *db, const void *d, int N, int OC, int ld) {                                      \
+        q_bias(DTYPE, run_bias_grad, "bias_grad", db, d, N, OC, ld, "dbias", "dout");                                  \
+    }                                                                                                                  \
+    static void gemm_f32_##SFX(float *c, const void *a, const void *b, int M, int N, int K, int lda, int ldb, int ldc, \
+                               int ta, int tb, float beta) {                                                         \
+        q_gemm_f32(DTYPE, c, a, b, M, N, K, lda, ldb, ldc, ta, tb, beta);                                              \
+    }                                                                                                                  \
+    static void round_bias_##SFX(void *o, const float *acc, const void *b, int N, int OC, int ld) {                    \
+        q_round_bias(DTYPE, o, acc, b, N, OC, ld);                                                                     \
+    }                                                                                                                  \
+    static double sumsq_##SFX(const void *x, size_t n) { return q_sumsq(DTYPE, x, n); }                                \
+    static zt_backend sim_##SFX = { /* device, device_count: set by zt_backend_sim */                                \
+        .name = "sim", .compute_dtype = DTYPE, .memory_is_host = 0,                                                    \
+        .alloc = sim_alloc, .free = sim_free, .host_alloc = sim_host_alloc, .host_free = sim_host_free,                \
+        .memset_zero = sim_memset_zero, .copy = sim_copy, .copy_async = sim_copy_async,                                 \
+        .copy_ahead = sim_copy_ahead, .wait_ahead = sim_wait_ahead,                                                    \
+        .transfer = sim_transfer, .synchronize = sim_synchronize, .bind_thread = sim_bind_thread,                      \
+        .mem_info = sim_mem_info, .to_compute = to_compute_##SFX, .to_f32 = to_f32_##SFX,                              \
+        .embedding_forward = embedding_forward_##SFX, .embedding_backward = embedding_backward_##SFX,                  \
+        .layernorm_forward = layernorm_forward_##SFX, .layernorm_backward = layernorm_backward_##SFX,                  \
+        .matmul_forward = matmul_forward_##SFX, .matmul_backward = matmul_backward_##SFX,                              \
+        .matmul_forward_gelu = matmul_forward_gelu_##SFX, .matmul_backward_dgelu = matmul_backward_dgelu_##SFX,        \
+        .attention_forward = attention_forward_##SFX, .attention_backward = attention_backward_##SFX,                  \
+        .gelu_forward = gelu_forward_##SFX, .gelu_backward = gelu_backward_##SFX,                                      \
+        .residual_forward = residual_forward_##SFX, .accumulate = accumulate_##SFX,                                    \
+        .softmax_xent = softmax_xent_##SFX, .xent_partial = xent_partial_##SFX, .xent_parallel = xent_parallel_##SFX,  \
+        .gemm = gemm_##SFX, .add_bias = add_bias_##SFX, .bias_grad = bias_grad_##SFX,                                  \
+        .gemm_f32 = gemm_f32_##SFX, .round_bias = round_bias_##SFX,                                                    \
+        .adamw = adamw_##SFX, .sumsq = sumsq_##SFX, .scale = scale_##SFX,                                              \
+    };
+SIM_THUNKS(bf16, ZT_BF16)
+SIM_THUNKS(f16, ZT_F16)
+
+void sim_ops_start(void) { g_cpu = zt_backend_cpu(); }
+
+zt_backend *sim_op_table(zt_dtype dtype) { return dtype == ZT_F16 ? &sim_f16 : &sim_bf16; }

@@ -1,0 +1,62 @@
+/* sim_internal.h — private to the simulated GPU (backend_sim.c, backend_sim_ops.c): the item a lane
+ * runs, what the device side offers the ops (checked device pointers, the stream) and the memory
+ * entries of the op table, and what the ops side offers the device (its start, the two tables). */
+#ifndef ZT_SIM_INTERNAL_H
+#define ZT_SIM_INTERNAL_H
+
+#include "backend/backend.h"
+
+/* One unit of work on a lane: an op's closure, a copy, a wait for another lane. */
+typedef struct sim_item sim_item;
+typedef void (*sim_fn)(sim_item *);
+struct sim_item {
+    sim_fn run;
+    void *p[10];             /* shadow addresses (or host pointers for copies) */
+    long i[10];              /* shapes and flags */
+    size_t n;                /* elements or bytes */
+    float f;                 /* scale, dloss */
+    zt_adam_step step;       /* adamw's step, copied: the caller's may change before the op runs */
+    double result;           /* sumsq */
+    int waited;              /* the submitter waits for it and frees it */
+    /* the virtual clock (sim_clock.h): launched at `ready` on the queueing thread's time, waiting
+     * on `dep` (set by a wait item as it runs), costing `cost` on its lane */
+    double ready, dep, cost, flops;
+    int must_run;            /* runs even when the ops are only costed (a wait between lanes) */
+    const char *name;        /* for the trace of the device's lanes (util/clock.h: zt_clock_event) */
+    sim_item *next;
+};
+
+/* backend_sim.c: the device (memory space, lanes, copies) */
+
+/* The shadow address of [p, p + bytes) for op `op`'s argument `arg`, after checking that the range
+ * lies inside one live allocation (else the run stops, the op and argument named); NULL stays NULL. */
+void *sim_dev(const void *p, size_t bytes, const char *op, const char *arg);
+/* a zeroed item that runs `run` */
+sim_item *sim_item_new(sim_fn run);
+/* queues it on the stream (the compute lane), which frees it after it ran */
+void sim_enqueue(sim_item *it);
+/* queues it on the stream and returns once it has run; it is the caller's to free */
+void sim_stream_run_and_wait(sim_item *it);
+/* the table's entries that are memory, copies and order (backend.h says what each does) */
+void *sim_alloc(size_t bytes);
+void sim_free(void *p);
+void *sim_host_alloc(size_t bytes);
+void sim_host_free(void *p);
+void sim_memset_zero(void *p, size_t bytes);
+void sim_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+void sim_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+void sim_copy_ahead(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+void sim_wait_ahead(void);
+void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+void sim_synchronize(void);
+void sim_bind_thread(void);
+void sim_mem_info(size_t *free_bytes, size_t *total_bytes);
+
+/* backend_sim_ops.c: the ops */
+
+/* once, from the device's start: the CPU backend whose fp32 ops do the math */
+void sim_ops_start(void);
+/* the op table of a compute dtype (bf16 unless ZT_F16); its device fields are the caller's to set */
+zt_backend *sim_op_table(zt_dtype dtype);
+
+#endif

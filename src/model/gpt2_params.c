@@ -1,0 +1,220 @@
+/* gpt2_params.c — GPT-2's parameter table (gpt2.h): the Hugging Face names and shapes, in the order
+ * of the flat parameter vector; a tensor-parallel rank's part of it (Megatron's split: column- and
+ * row-parallel linears, the vocabulary-parallel wte) and the row maps between a part and the whole;
+ * the segments the engine gathers and reduces by (embedding row blocks, blocks, or their linears'
+ * tiles); GPT-2's init, bit-identical for any thread count; FLOPs per token. Forward and backward
+ * are gpt2.c's. */
+#include "model/gpt2.h"
+#include "model/gpt2_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *block_names[P_PER_BLOCK] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+    "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+/* One tensor: whole shape d0 x d1 (d1 0: 1-D), cut by `split` into this rank's part of tensor parallelism
+ * rank r of tp (see zt_tp_split): ROWS take ceil(d0 / tp) rows (wte: the last rank's end in padding rows
+ * past the vocabulary, zero and never used, as Megatron pads the vocabulary: every rank's part has the
+ * same shape), COLUMNS take `pieces` pieces of width (cols / pieces) / tp. */
+static void add_param(zt_param_table *t, const char *name, int d0, int d1, int segment, zt_tp_split split, int pieces) {
+    zt_param_info *p = &t->params[t->count++];
+    int r = t->tp_rank, tp = t->tp_size;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = d1 > 0 ? 2 : 1;
+    p->full_shape[0] = d0;
+    p->full_shape[1] = d1 > 0 ? d1 : 0;
+    p->shape[0] = p->full_shape[0];
+    p->shape[1] = p->full_shape[1];
+    p->split = tp > 1 ? split : ZT_TP_WHOLE;
+    p->split_pieces = 1;
+    if (p->split == ZT_TP_ROWS) {
+        int per = (d0 + tp - 1) / tp;
+        p->split_lo = r * per;
+        p->shape[0] = per;
+    } else if (p->split == ZT_TP_COLUMNS) {
+        int *cols = &p->shape[p->ndim - 1], stride = *cols / pieces, width = stride / tp;
+        p->split_pieces = pieces;
+        p->split_stride = stride;
+        p->split_lo = r * width;
+        *cols = pieces * width;
+    }
+    p->numel = (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
+    p->offset = t->total;
+    p->segment = segment;
+    p->decay = p->ndim == 2;
+    t->total += p->numel;
+}
+
+/* one row's columns between this rank's part and the whole row, in either direction */
+static void tp_row(const zt_param_info *p, float *row, float *whole_row, int take) {
+    int cols = zt_param_cols(p), pieces = p->split == ZT_TP_COLUMNS ? p->split_pieces : 1, width = cols / pieces;
+    for (int k = 0; k < pieces; k++) {
+        float *whole = whole_row + (p->split == ZT_TP_COLUMNS ? (size_t)k * p->split_stride + p->split_lo : 0);
+        float *mine = row + (size_t)k * width;
+        memcpy(take ? mine : whole, take ? whole : mine, (size_t)width * sizeof *row);
+    }
+}
+
+void zt_tp_take_row(const zt_param_info *p, const float *whole_row, float *row) { tp_row(p, row, (float *)whole_row, 1); }
+void zt_tp_put_row(const zt_param_info *p, const float *row, float *whole_row) { tp_row(p, (float *)row, whole_row, 0); }
+
+/* this rank's part p and the same tensor w of the whole table: row by row, in either direction */
+void zt_tp_take_vector(const zt_param_table *part, const zt_param_table *whole, const float *whole_vec, float *part_vec) {
+    for (int i = 0; i < part->count; i++) {
+        const zt_param_info *p = &part->params[i], *w = &whole->params[i];
+        int rows = zt_tp_rows_in_whole(p), cols = zt_param_cols(p), wcols = zt_param_cols(w);
+        memset(part_vec + p->offset + (size_t)rows * cols, 0, (p->numel - (size_t)rows * cols) * sizeof(float));
+        for (int row = 0; row < rows; row++)
+            zt_tp_take_row(p, whole_vec + w->offset + (size_t)zt_tp_whole_row(p, row) * wcols,
+                           part_vec + p->offset + (size_t)row * cols);
+    }
+}
+
+int zt_gpt2_param_table(zt_param_table *t, const zt_gpt2_shape *s, zt_err *err) {
+    return zt_gpt2_param_table_tp(t, s, 0, 1, err);
+}
+
+int zt_gpt2_param_table_tp(zt_param_table *t, const zt_gpt2_shape *s, int tp_rank, int tp_size, zt_err *err) {
+    int L = s->n_layer, C = s->n_embd;
+    if (L < 1 || C < 1 || s->n_head < 1 || C % s->n_head || s->vocab_size < 1 || s->n_positions < 1)
+        return zt_fail(err, "invalid model shape (n_layer %d, n_head %d, n_embd %d, vocab_size %d, n_positions %d)",
+                       L, s->n_head, C, s->vocab_size, s->n_positions);
+    if (tp_size < 1 || s->n_head % tp_size || s->vocab_size < tp_size || tp_rank < 0 || tp_rank >= tp_size)
+        return zt_fail(err, "tensor_parallel.tp_size %d must divide model.n_head %d (heads are split across tensor-"
+                            "parallel ranks)", tp_size, s->n_head);
+    memset(t, 0, sizeof *t);
+    t->params = zt_xcalloc((size_t)(2 + P_PER_BLOCK * L + 2), sizeof *t->params);
+    t->tp_rank = tp_rank;
+    t->tp_size = tp_size;
+    t->n_layer = L;
+    t->n_segments = L + 2;
+    t->n_embed_segments = 1;
+    t->tiles = t->block_segments = 1;
+    t->segment_lo = zt_xcalloc((size_t)t->n_segments + 1, sizeof *t->segment_lo);
+    add_param(t, "transformer.wte.weight", s->vocab_size, C, 0, ZT_TP_ROWS, 1);
+    add_param(t, "transformer.wpe.weight", s->n_positions, C, 0, ZT_TP_WHOLE, 1);
+    t->embed_rows = t->params[0].shape[0];
+    t->vocab_lo = t->params[0].split_lo;
+    /* Megatron's block: c_attn and c_fc column-parallel (their biases with them), c_proj row-parallel
+     * (its bias whole: added once, after the all-reduce), LayerNorms whole */
+    const int widths[P_PER_BLOCK][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
+                                        {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+    const zt_tp_split splits[P_PER_BLOCK] = {ZT_TP_WHOLE, ZT_TP_WHOLE,   ZT_TP_COLUMNS, ZT_TP_COLUMNS,
+                                             ZT_TP_ROWS,  ZT_TP_WHOLE,   ZT_TP_WHOLE,   ZT_TP_WHOLE,
+                                             ZT_TP_COLUMNS, ZT_TP_COLUMNS, ZT_TP_ROWS,  ZT_TP_WHOLE};
+    for (int l = 0; l < L; l++) {
+        t->segment_lo[l + 1] = t->total;
+        for (int i = 0; i < P_PER_BLOCK; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "transformer.h.%d.%s", l, block_names[i]);
+            add_param(t, name, widths[i][0], widths[i][1], l + 1, splits[i], i == P_QKVW || i == P_QKVB ? 3 : 1);
+        }
+    }
+    t->segment_lo[L + 1] = t->total;
+    add_param(t, "transformer.ln_f.weight", C, 0, L + 1, ZT_TP_WHOLE, 1);
+    add_param(t, "transformer.ln_f.bias", C, 0, L + 1, ZT_TP_WHOLE, 1);
+    t->segment_lo[L + 2] = t->total;
+    return 0;
+}
+
+/* each tensor's first segment, from the bounds */
+static void assign_segments(zt_param_table *t) {
+    int seg = 0;
+    for (int i = 0; i < t->count; i++) {
+        while (seg + 1 < t->n_segments && t->segment_lo[seg + 1] <= t->params[i].offset) seg++;
+        t->params[i].segment = seg;
+    }
+}
+
+void zt_param_table_split_embedding(zt_param_table *t, int rows) {
+    int V = t->params[0].shape[0], C = t->params[0].shape[1], old_e = t->n_embed_segments;
+    if (rows <= 0 || rows > V) rows = V;
+    int E = (V + rows - 1) / rows, rest = t->n_segments - old_e; /* the blocks' and ln_f's segments stay */
+    size_t *lo = zt_xcalloc((size_t)(E + rest + 1), sizeof *lo);
+    for (int k = 0; k < E; k++) lo[k] = (size_t)k * rows * C; /* the last also holds wpe */
+    for (int s = 0; s <= rest; s++) lo[E + s] = t->segment_lo[old_e + s];
+    free(t->segment_lo);
+    t->segment_lo = lo;
+    t->n_embed_segments = E;
+    t->embed_rows = rows;
+    t->n_segments = E + rest;
+    assign_segments(t);
+}
+
+void zt_param_table_tile_linears(zt_param_table *t, int tiles) {
+    if (tiles <= 1) return;
+    int L = t->n_layer, E = t->n_embed_segments, K = 4 * tiles;
+    size_t *lo = zt_xcalloc((size_t)(E + L * K + 2), sizeof *lo);
+    memcpy(lo, t->segment_lo, (size_t)E * sizeof *lo);
+    static const int linears[4] = {P_QKVW, P_PROJW, P_FCW, P_FCPROJW};
+    for (int l = 0; l < L; l++) {
+        const zt_param_info *p = &t->params[2 + P_PER_BLOCK * l];
+        for (int j = 0; j < 4; j++) {
+            const zt_param_info *w = &p[linears[j]];
+            size_t rows = (size_t)w->shape[0] / (size_t)tiles, cols = (size_t)w->shape[1];
+            for (int k = 0; k < tiles; k++) lo[E + l * K + j * tiles + k] = w->offset + (size_t)k * rows * cols;
+        }
+        lo[E + l * K] = p[P_LN1W].offset; /* ln_1 rides with c_attn's first tile */
+    }
+    lo[E + L * K] = t->segment_lo[t->n_segments - 1]; /* ln_f */
+    lo[E + L * K + 1] = t->total;
+    free(t->segment_lo);
+    t->segment_lo = lo;
+    t->tiles = tiles;
+    t->block_segments = K;
+    t->n_segments = E + L * K + 1;
+    assign_segments(t);
+}
+
+void zt_param_table_free(zt_param_table *t) {
+    free(t->params);
+    free(t->segment_lo);
+    memset(t, 0, sizeof *t);
+}
+
+/* GPT-2's init: LayerNorm weights 1, biases 0, other weights N(0, 0.02) (residual projections
+ * N(0, 0.02/sqrt(2L))), drawn from one RNG stream in parameter order. Big models have billions of
+ * weights, so the stream is cut into pieces that threads generate after jumping the RNG to each
+ * piece's start (2 draws per value): the result is bit-identical for any thread count. */
+enum { ZT_INIT_PIECE = 1 << 20 };
+
+void zt_gpt2_init(const zt_param_table *t, const zt_gpt2_shape *s, float *params, uint64_t seed) {
+    zt_rng base;
+    zt_rng_seed(&base, seed);
+    const float std = 0.02f, residual_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
+    uint64_t draws_before = 0; /* RNG draws used by the random tensors before this one */
+    for (int i = 0; i < t->count; i++) {
+        const zt_param_info *p = &t->params[i];
+        float *x = params + p->offset;
+        const char *leaf = strrchr(p->name, '.') + 1;
+        int is_ln = strstr(p->name, "ln_") != NULL;
+        if (strcmp(leaf, "bias") == 0) {
+            memset(x, 0, p->numel * sizeof *x);
+        } else if (is_ln) {
+            for (size_t k = 0; k < p->numel; k++) x[k] = 1.0f;
+        } else {
+            float sd = strstr(p->name, "c_proj.weight") ? residual_std : std;
+            long pieces = (long)((p->numel + ZT_INIT_PIECE - 1) / ZT_INIT_PIECE);
+#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
+            for (long c = 0; c < pieces; c++) {
+                size_t a = (size_t)c * ZT_INIT_PIECE, b = a + ZT_INIT_PIECE < p->numel ? a + ZT_INIT_PIECE : p->numel;
+                zt_rng rng = base;
+                zt_rng_jump(&rng, draws_before + 2 * (uint64_t)a);
+                for (size_t k = a; k < b; k++) x[k] = sd * zt_rng_normal(&rng);
+            }
+            draws_before += 2 * (uint64_t)p->numel;
+        }
+    }
+}
+
+double zt_gpt2_flops_per_token(const zt_gpt2_shape *s, int T) {
+    /* 6 FLOPs per parameter per token in the matmuls (2 forward + 4 backward), counting the tied
+     * LM head once, plus causal attention: 6 * L * T * C (QK^T and att V, forward + backward, halved
+     * for the causal mask is ignored as in the PaLM convention). */
+    double L = s->n_layer, C = s->n_embd, V = s->vocab_size;
+    double matmul_params = L * 12.0 * C * C + V * C;
+    return 6.0 * matmul_params + 6.0 * L * T * C;
+}
