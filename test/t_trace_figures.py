@@ -16,8 +16,16 @@ trace):
   - a run killed mid-step (SIGKILL while its trace is being written) still gives the figures of its
     last complete step, whose numbers are those of its metrics line;
   - a trace cut before its first step ended is a clear error;
-  - two ranks' traces drawn side by side (--rank all), rank 0's bytes those of its metrics;
-  - a CPU-backend trace plots too and says it has no PCIe.
+  - two ranks' traces drawn side by side (--rank all), rank 0's bytes those of its metrics; and
+    merged on one time axis: each rank's step overlaps the other's there (neither can finish a step
+    whose gradients need the other's before the other started it), the summed bytes are the ranks' own;
+  - the casts of the host part have their own marker, with the bytes cast;
+  - NVMe optimizer offload: the NVMe lane's bytes in the step equal the swap's counters for that step
+    (the metrics' nvme_read_bytes, nvme_written_bytes), with sub-phase bars of their own;
+  - a CPU-backend trace plots too and says it has no PCIe;
+  - trace_nvml_ms: where NVML cannot be loaded (this machine), one warning line and the run goes on
+    without NVML counters; where it can, the trace has them and the PCIe summary counts them. The
+    figures draw "nvml" counters written in trace_nvml.c's format.
 """
 import os
 import re
@@ -25,6 +33,8 @@ import signal
 import subprocess
 import tempfile
 import time
+
+import ctypes
 
 import ztlib
 
@@ -107,6 +117,8 @@ if ok:
     ztlib.check(close(ph["forward_ms"], last["forward_ms"], 0.01) and close(ph["backward_ms"], last["backward_ms"], 0.01),
                 "forward_backward_bars_equal_metrics", f"{ph} vs {last}")
     ztlib.check(ph["update_ms"] > 0 and "host adam" in text and "device adam" in text, "update_sub_phases", text[-600:])
+    ztlib.check(re.search(r"casts \(fused in host adam\) [0-9.]+ ms at [0-9.]+ GB/s", text) is not None,
+                "casts_marked_with_their_bytes", text[-600:])
     pngs = [os.path.join(work, f"fig.{n}.png") for n in ("memory", "pcie", "busy", "phases")]
     ztlib.check(all(os.path.exists(f) and open(f, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for f in pngs),
                 "four_pngs_written", text[-300:])
@@ -179,11 +191,70 @@ pp, text = plot(mtrace, "--rank", "all", "-o", os.path.join(mdir, "fig"))
 r0 = re.search(r"^rank 0 pcie: h2d_bytes=(\d+)", text, re.M)
 ztlib.check(p.returncode == 0 and pp.returncode == 0 and "rank 1 pcie:" in text and r0 and mrows and
             float(r0.group(1)) == mrows[-1]["h2d_bytes"], "two_ranks_side_by_side", p.stderr[-500:] + text[-800:])
+mg = re.search(r"^merged: (.*)$", text, re.M)
+mv = {k: float(v) for k, v in re.findall(r"(\w+)=(-?[0-9.]+)", mg.group(1))} if mg else {}
+per_rank = [float(x) for x in re.findall(r"^rank \d+ pcie: h2d_bytes=(\d+)", text, re.M)]
+per_rank_d = [float(x) for x in re.findall(r"^rank \d+ pcie: h2d_bytes=\d+ d2h_bytes=(\d+)", text, re.M)]
+ztlib.check(mv.get("ranks") == 2 and mv.get("overlap_ms", -1) > 0 and mv["h2d_bytes_sum"] == sum(per_rank) and
+            mv["d2h_bytes_sum"] == sum(per_rank_d) and abs(mv["sum_curve_bytes"] - sum(per_rank) - sum(per_rank_d)) <= 2
+            and os.path.exists(os.path.join(mdir, "fig.ranks.png")), "two_ranks_merged_on_one_axis", text[-800:])
+
+# ---------------------------------------------------------------- NVMe optimizer offload: the NVMe lane
+nvme_dir = os.path.join(work, "nvme")
+os.makedirs(nvme_dir)
+p, ntrace, nrows = traced_run("nvme", ["device=sim", "zero_optimization.stage=3", "wall_clock_breakdown=true",
+                                       "zero_optimization.offload_optimizer={device: nvme, nvme_path: %s, ratio: 0.5, "
+                                       "overlap_step: false}" % nvme_dir, "zero_optimization.sub_group_size=100000"],
+                              iters=3)
+pp, text = plot(ntrace, "-o", os.path.join(work, "nvme_fig"))
+s = summary(text)
+nlast = nrows[-1] if nrows else {}
+bz = s.get("busy", {})
+ztlib.check(p.returncode == 0 and pp.returncode == 0 and nlast.get("nvme_read_bytes", 0) > 0 and
+            nlast.get("nvme_written_bytes", 0) > 0 and bz.get("nvme_read_bytes") == nlast["nvme_read_bytes"] and
+            bz.get("nvme_write_bytes") == nlast["nvme_written_bytes"], "nvme_lane_bytes_equal_swap_counters",
+            p.stderr[-500:] + text[-800:] + str(nlast))
+ztlib.check(re.search(r"nvme reads \(in flight\) [0-9.]+ ms at [0-9.]+ GB/s", text) is not None and
+            re.search(r"nvme writes \(in flight\) [0-9.]+ ms at [0-9.]+ GB/s", text) is not None,
+            "nvme_sub_phases_with_gbps", text[-800:])
 
 # ---------------------------------------------------------------- the CPU backend: no PCIe, said so
 p, ctrace, crows = traced_run("cpu", ["device=cpu", "zero_optimization.stage=2", opt(0.5)], iters=2)
 pp, text = plot(ctrace, "-o", os.path.join(work, "cpu"))
 ztlib.check(p.returncode == 0 and pp.returncode == 0 and "no PCIe" in text and
             os.path.exists(os.path.join(work, "cpu.pcie.png")), "cpu_backend_trace_plots", text[-600:])
+
+# ---------------------------------------------------------------- the NVML sampler
+p, vtrace, vrows = traced_run("nvml", ["device=sim", "trace_nvml_ms=5"], iters=2)
+vtext = ztlib.read_text(vtrace.replace(".json", ".rank0.json"))
+try:
+    ctypes.CDLL("libnvidia-ml.so.1")
+    have_nvml = True
+except OSError:
+    have_nvml = False
+warned = [ln for ln in (p.stdout + p.stderr).splitlines() if "trace_nvml_ms:" in ln and "warning" in ln]
+if have_nvml:
+    ok = p.returncode == 0 and '"name":"nvml"' in vtext and not warned
+else:
+    ok = (p.returncode == 0 and len(vrows) == 2 and len(warned) == 1 and "cannot load libnvidia-ml.so.1" in warned[0]
+          and "the run goes on" in warned[0] and '"name":"nvml"' not in vtext)
+ztlib.check(ok, "nvml_sampler_" + ("samples" if have_nvml else "missing_is_one_line_and_the_run_goes_on"),
+            p.stderr[-600:])
+# the figures draw the counters in the sampler's format: five samples inside the last step
+ev = [e for e in ztlib.read_text(vtrace.replace(".json", ".rank0.json")).split(",\n") if '"name":"step"' in e]
+m = re.search(r'"ts":([0-9.]+),"dur":([0-9.]+)', ev[-1]) if ev else None
+if m and not have_nvml:
+    ts0, dur = float(m.group(1)), float(m.group(2))
+    extra = "".join(',\n{"name":"nvml","ph":"C","pid":0,"tid":0,"ts":%.3f,"args":{"pcie rx (H2D) bytes/s":%d,'
+                    '"pcie tx (D2H) bytes/s":%d,"memory used bytes":%d,"gpu util %%":%d,"memory util %%":%d}}'
+                    % (ts0 + dur * (i + 1) / 6, 2e9, 1e9, 5e8 + i, 40, 10) for i in range(5))
+    with_nvml = os.path.join(work, "nvml", "with.rank0.json")
+    with open(with_nvml, "w") as f:
+        f.write(vtext.rstrip().rstrip("]").rstrip() + extra + "\n]\n")
+    pp, text = plot(with_nvml, "-o", os.path.join(work, "nvml_fig"))
+    pc = summary(text).get("pcie", {})
+    ztlib.check(pp.returncode == 0 and pc.get("nvml_samples") == 5 and pc.get("nvml_rx_gbps") == 2.0 and
+                pc.get("nvml_tx_gbps") == 1.0 and pc.get("nvml_used_peak_bytes") == 5e8 + 4,
+                "figures_draw_nvml_counters", text[-600:])
 
 ztlib.finish()

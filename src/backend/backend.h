@@ -187,6 +187,9 @@ typedef struct zt_device_observer {
     void (*memory)(void *ctx, size_t in_use, double t);
     /* host Adam thread `thread` (OpenMP's number) worked from t0 to t1 (cpu_adam.h's report_threads) */
     void (*host_adam)(void *ctx, int thread, double t0, double t1);
+    /* an NVMe swap request (io/swap.h) of `bytes`, a write when `write`, was in flight from its issue at
+     * t0 to its completion at t1 (the run's clock, util/clock.h): reported by the swap, not a backend */
+    void (*nvme)(void *ctx, int write, size_t bytes, double t0, double t1);
 } zt_device_observer;
 /* Sets (or with NULL clears) the process's observer; obs must outlive its use. */
 void zt_device_observe(const zt_device_observer *obs);
