@@ -23,6 +23,8 @@ trace):
   - NVMe optimizer offload: the NVMe lane's bytes in the step equal the swap's counters for that step
     (the metrics' nvme_read_bytes, nvme_written_bytes), with sub-phase bars of their own;
   - a CPU-backend trace plots too and says it has no PCIe;
+  - the sim reporting its items after the fact, at each synchronize (ZEROTRAIN_SIM_LATE_REPORTS, the
+    path the CUDA backend's event timing feeds): the same byte and busy checks hold;
   - trace_nvml_ms: where NVML cannot be loaded (this machine), one warning line and the run goes on
     without NVML counters; where it can, the trace has them and the PCIe summary counts them. The
     figures draw "nvml" counters written in trace_nvml.c's format.
@@ -53,14 +55,14 @@ def opt(ratio):
     return f"zero_optimization.offload_optimizer={{device: cpu, ratio: {ratio}, pin_memory: true, overlap_step: false}}"
 
 
-def traced_run(name, sets, iters=4):
+def traced_run(name, sets, iters=4, env=ENV):
     trace = os.path.join(work, name, "trace.json")
     metrics = os.path.join(work, name, "metrics.jsonl")
     os.makedirs(os.path.dirname(trace), exist_ok=True)
     args = ["train", cfg, "--set", f"trace={trace}", "--set", f"metrics_file={metrics}", "--set", f"train_iters={iters}"]
     for s in sets:
         args += ["--set", s]
-    p = ztlib.run(args, env=ENV)
+    p = ztlib.run(args, env=env)
     return p, trace, ztlib.read_metrics(metrics)
 
 
@@ -223,6 +225,38 @@ p, ctrace, crows = traced_run("cpu", ["device=cpu", "zero_optimization.stage=2",
 pp, text = plot(ctrace, "-o", os.path.join(work, "cpu"))
 ztlib.check(p.returncode == 0 and pp.returncode == 0 and "no PCIe" in text and
             os.path.exists(os.path.join(work, "cpu.pcie.png")), "cpu_backend_trace_plots", text[-600:])
+
+# ---------------------------------------------------------------- items reported after the fact (CUDA events' path)
+p, ltrace, lrows = traced_run("late", OFFLOAD + [opt(0.5)], iters=3, env=dict(ENV, ZEROTRAIN_SIM_LATE_REPORTS="1"))
+pp, text = plot(ltrace, "-o", os.path.join(work, "late"))
+s = summary(text)
+llast = lrows[-1] if lrows else {}
+pc, bz, mem = s.get("pcie", {}), s.get("busy", {}), s.get("memory", {})
+ztlib.check(p.returncode == 0 and pp.returncode == 0 and llast.get("h2d_bytes", 0) > 0 and llast.get("d2h_bytes", 0) > 0
+            and pc.get("h2d_curve_bytes") == llast["h2d_bytes"] and pc.get("d2h_curve_bytes") == llast["d2h_bytes"]
+            and bz.get("device_busy_pct", 0) > 0 and mem.get("device_peak_bytes") == llast["device_peak_bytes"],
+            "late_reports_bytes_and_busy_as_reported_live", p.stderr[-500:] + text[-800:] + str(llast))
+
+
+def copies_written_after_their_update(path):
+    """Copies (stream lanes) that ran inside an update but reached the file after its "update" event:
+    none when reported live (the lanes are joined before the update ends), some when reported at the
+    step's closing synchronize."""
+    late, update_end = 0, None
+    for line in ztlib.read_text(path).split(",\n"):
+        m = re.search(r'"name":"(update|H2D|D2H)".*?"tid":(\d+),"ts":([0-9.]+),"dur":([0-9.]+)', line)
+        if not m:
+            continue
+        if m.group(1) == "update":
+            update_end = float(m.group(3)) + float(m.group(4))
+        elif 8 <= int(m.group(2)) <= 11 and update_end is not None and float(m.group(3)) < update_end:
+            late += 1
+    return late
+
+
+ztlib.check(copies_written_after_their_update(ltrace.replace(".json", ".rank0.json")) > 0 and
+            copies_written_after_their_update(trace.replace(".json", ".rank0.json")) == 0,
+            "late_reports_reach_the_trace_after_the_fact", "")
 
 # ---------------------------------------------------------------- the NVML sampler
 p, vtrace, vrows = traced_run("nvml", ["device=sim", "trace_nvml_ms=5"], iters=2)

@@ -195,6 +195,22 @@ typedef struct zt_device_observer {
 void zt_device_observe(const zt_device_observer *obs);
 /* The observer now, or NULL: what backends call before reporting. */
 const zt_device_observer *zt_device_observer_now(void);
+/* Work a device learns the times of only after the fact (the CUDA backend reads CUDA events once
+ * its streams have passed them): each item is handed over with zt_device_defer as soon as its times
+ * are known, and zt_device_report_deferred, called where the host has waited for the device anyway
+ * (synchronize), gives them to the observer in start order. Items deferred with no observer set, or
+ * still held when it changes, are reported to the observer of the time of the report, or dropped. */
+typedef struct zt_device_item {
+    int is_copy;        /* 1: a copy of `bytes` (kind ZT_H2D or ZT_D2H) on `stream`; 0: compute stream busy */
+    zt_copy_kind kind;
+    size_t bytes;
+    int stream;
+    double t0, t1;      /* zt_now() seconds */
+} zt_device_item;
+void zt_device_defer(const zt_device_item *item);
+/* one item to obs now (what zt_device_report_deferred does with each) */
+void zt_device_report(const zt_device_observer *obs, const zt_device_item *item);
+void zt_device_report_deferred(void);
 
 /* be->bind_thread() where the backend has one: the first call of a thread that uses the table */
 static inline void zt_backend_bind_thread(const zt_backend *be) {
