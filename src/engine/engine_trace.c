@@ -1,6 +1,8 @@
 /* engine_trace.c — what the engine writes to its trace beyond the phases its modules mark
  * themselves: the device's work as the backend reports it (the engine is backend.h's device
- * observer while a trace is open), the memory counters, and the end of each optimizer step.
+ * observer while a trace is open) and the NVMe swap's requests (reported to the same observer),
+ * the host Adam's chunks with their casts, the memory counters, the end of each optimizer step,
+ * and the NVML sampler's life (io/trace_nvml.h, started on request, stopped before the trace closes).
  *
  * The observer's callbacks run on the backend's threads (the simulated GPU's lanes), so what
  * they count is updated atomically or under dev_mu. Without a trace no observer is set and the
