@@ -666,7 +666,10 @@ def main(args, die):
             plt.close("all")
             written.append(out)
         if len(ranks) > 1:  # --rank all: the ranks merged on one axis as well
-            m = merged_view(ranks, results, args.bin_ms * 1e-3 if args.bin_ms else None)
+            try:
+                m = merged_view(ranks, results, args.bin_ms * 1e-3 if args.bin_ms else None)
+            except TraceError as e:  # a rank without the step the others share
+                die(str(e))
             print(merged_summary(m))
             out = f"{prefix}.ranks.png"
             fig_ranks(plt, ranks, m, out)

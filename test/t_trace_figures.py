@@ -26,8 +26,9 @@ trace):
   - the sim reporting its items after the fact, at each synchronize (ZEROTRAIN_SIM_LATE_REPORTS, the
     path the CUDA backend's event timing feeds): the same byte and busy checks hold;
   - trace_nvml_ms: where NVML cannot be loaded (this machine), one warning line and the run goes on
-    without NVML counters; where it can, the trace has them and the PCIe summary counts them. The
-    figures draw "nvml" counters written in trace_nvml.c's format.
+    without NVML counters; where it can, the trace has them. With a stand-in libnvidia-ml.so.1 (fixed
+    answers) the sampler's whole path: its counters in the trace and in the figures' summary, the GPU
+    it asks for as CUDA_VISIBLE_DEVICES maps it.
 """
 import os
 import re
@@ -274,21 +275,43 @@ else:
           and "the run goes on" in warned[0] and '"name":"nvml"' not in vtext)
 ztlib.check(ok, "nvml_sampler_" + ("samples" if have_nvml else "missing_is_one_line_and_the_run_goes_on"),
             p.stderr[-600:])
-# the figures draw the counters in the sampler's format: five samples inside the last step
-ev = [e for e in ztlib.read_text(vtrace.replace(".json", ".rank0.json")).split(",\n") if '"name":"step"' in e]
-m = re.search(r'"ts":([0-9.]+),"dur":([0-9.]+)', ev[-1]) if ev else None
-if m and not have_nvml:
-    ts0, dur = float(m.group(1)), float(m.group(2))
-    extra = "".join(',\n{"name":"nvml","ph":"C","pid":0,"tid":0,"ts":%.3f,"args":{"pcie rx (H2D) bytes/s":%d,'
-                    '"pcie tx (D2H) bytes/s":%d,"memory used bytes":%d,"gpu util %%":%d,"memory util %%":%d}}'
-                    % (ts0 + dur * (i + 1) / 6, 2e9, 1e9, 5e8 + i, 40, 10) for i in range(5))
-    with_nvml = os.path.join(work, "nvml", "with.rank0.json")
-    with open(with_nvml, "w") as f:
-        f.write(vtext.rstrip().rstrip("]").rstrip() + extra + "\n]\n")
-    pp, text = plot(with_nvml, "-o", os.path.join(work, "nvml_fig"))
-    pc = summary(text).get("pcie", {})
-    ztlib.check(pp.returncode == 0 and pc.get("nvml_samples") == 5 and pc.get("nvml_rx_gbps") == 2.0 and
-                pc.get("nvml_tx_gbps") == 1.0 and pc.get("nvml_used_peak_bytes") == 5e8 + 4,
-                "figures_draw_nvml_counters", text[-600:])
+# a stand-in libnvidia-ml.so.1 (this machine has no NVIDIA driver): the sampler's whole path, from
+# dlopen to the figures. Its answers are fixed, its memory in use tells which GPU was asked.
+STAND_IN = r"""
+#include <stdint.h>
+typedef struct { unsigned long long total, free, used; } mem_t;
+typedef struct { unsigned int gpu, memory; } util_t;
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+const char *nvmlErrorString(int r) { return "stand-in"; }
+int nvmlDeviceGetCount_v2(unsigned int *n) { *n = 2; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **d) { *d = (void *)(uintptr_t)(i + 1); return 0; }
+int nvmlDeviceGetHandleByUUID(const char *u, void **d) { return 13; }
+int nvmlDeviceGetPcieThroughput(void *d, int counter, unsigned int *kb) { *kb = counter == 1 ? 2000000 : 1000000; return 0; }
+int nvmlDeviceGetMemoryInfo(void *d, mem_t *m) { m->total = 1ull << 33; m->used = 500000000ull + (uintptr_t)d; m->free = m->total - m->used; return 0; }
+int nvmlDeviceGetUtilizationRates(void *d, util_t *u) { u->gpu = 40; u->memory = 10; return 0; }
+"""
+if not have_nvml:
+    libdir = os.path.join(work, "nvml_stand_in")
+    os.makedirs(libdir)
+    with open(os.path.join(libdir, "nvml.c"), "w") as f:
+        f.write(STAND_IN)
+    cc = subprocess.run(["cc", "-shared", "-fPIC", "-o", os.path.join(libdir, "libnvidia-ml.so.1"),
+                         os.path.join(libdir, "nvml.c")], capture_output=True, text=True)
+    for visible, gpu in ((None, 1), ("1", 2)):  # CUDA_VISIBLE_DEVICES=1: NVML's GPU 1, the stand-in's handle 2
+        env = dict(ENV, LD_LIBRARY_PATH=libdir + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+        if visible:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        name = "nvml_stand_in_" + (visible or "all")
+        p, strace, _ = traced_run(name, ["device=sim", "trace_nvml_ms=2"], iters=2, env=env)
+        pp, text = plot(strace, "-o", os.path.join(work, name))
+        pc = summary(text).get("pcie", {})
+        ztlib.check(cc.returncode == 0 and p.returncode == 0 and "trace_nvml_ms:" not in p.stderr and
+                    pp.returncode == 0 and pc.get("nvml_samples", 0) >= 1 and pc.get("nvml_rx_gbps") == 2.048 and
+                    pc.get("nvml_tx_gbps") == 1.024 and pc.get("nvml_gpu_util_pct") == 40 and
+                    pc.get("nvml_used_peak_bytes") == 500000000 + gpu and
+                    os.path.exists(os.path.join(work, name + ".pcie.png")),
+                    "nvml_sampler_stand_in_to_figures" + ("_visible_devices" if visible else ""),
+                    cc.stderr + p.stderr[-400:] + text[-600:])
 
 ztlib.finish()
