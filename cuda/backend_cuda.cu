@@ -33,11 +33,19 @@ void zt_cuda_fatal(const char *what, const char *detail, const char *file, int l
     exit(1);
 }
 
-void zt_cuda_after_launch(const char *what, const char *file, int line) {
+static void launch_errors(const char *what, const char *file, int line) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && g_zt.debug_sync) e = cudaStreamSynchronize(g_zt.stream);
     if (e != cudaSuccess) zt_cuda_fatal(what, cudaGetErrorString(e), file, line);
 }
+
+void zt_cuda_after_launch(const char *what, const char *file, int line) {
+    launch_errors(what, file, line);
+    zt_cu_timed_compute(); /* with a trace: the kernel's end, on the compute stream */
+}
+
+/* after a queued host<->device copy: its errors, but no kernel mark (the copy has events of its own) */
+#define ZT_COPY_CHECK(what) launch_errors((what), __FILE__, __LINE__)
 
 extern "C" void zt_backend_cuda_plan_stats(long *cached, long *built, long *evicted) {
     *cached = *built = *evicted = 0;
@@ -95,11 +103,9 @@ void *zt_host_scratch(zt_host_slot slot, size_t bytes) {
 }
 
 /* ---------------------------------------------------------------- the trace's view (backend.h's observer)
- * Only while a trace is open. Blocking copies are timed on the host around the copy alone (the
- * stream is drained first, which the copy would wait for anyway). Queued copies (copy_async,
- * copy_ahead) are reported with their bytes when queued, at zero length: their running time needs
- * CUDA events on their streams, not measured yet. Device memory in use is what cudaMemGetInfo sees
- * (the context included). The compute stream's busy time is not reported (events again). */
+ * Only while a trace is open. Every host<->device copy and every kernel is timed by CUDA events on
+ * its stream (event_timing.cu) and reported after the fact, at synchronize(). Device memory in use
+ * is what cudaMemGetInfo sees (the context included), reported at each alloc and free. */
 extern "C" double zt_now(void);
 
 static void observe_memory(void) {
@@ -109,9 +115,6 @@ static void observe_memory(void) {
     if (cudaMemGetInfo(&freeb, &total) == cudaSuccess) obs->memory(obs->ctx, total - freeb, zt_now());
 }
 
-static void observe_copy(const zt_device_observer *obs, zt_copy_kind kind, size_t bytes, int stream, double t0) {
-    if (obs && obs->transfer && kind != ZT_D2D) obs->transfer(obs->ctx, kind, bytes, stream, t0, zt_now());
-}
 
 /* ---------------------------------------------------------------- memory */
 static void *cu_alloc(size_t bytes) {
@@ -169,23 +172,27 @@ static cudaMemcpyKind memcpy_kind(zt_copy_kind kind) {
     return kind == ZT_H2D ? cudaMemcpyHostToDevice : kind == ZT_D2H ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
 }
 
+/* a copy on stream s, bracketed by events when a trace is open (a D2D copy is the compute stream's
+ * work: the kernel mark after it times it) */
+static void timed_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind, cudaStream_t s, int stream) {
+    cudaEvent_t ev0 = NULL;
+    if (kind != ZT_D2D) zt_cu_copy_begin(s, &ev0);
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), s));
+    zt_cu_copy_end(s, ev0, kind, bytes, stream);
+}
+
 static void cu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    const zt_device_observer *obs = kind != ZT_D2D ? zt_device_observer_now() : NULL;
-    if (obs) ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream)); /* so that the copy alone is timed */
-    double t0 = obs ? zt_now() : 0;
-    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.stream));
+    timed_copy(dst, src, bytes, kind, g_zt.stream, ZT_STREAM_COMPUTE);
     if (kind != ZT_D2D) ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
     else ZT_LAUNCH_CHECK("copy D2D");
-    observe_copy(obs, kind, bytes, ZT_STREAM_COMPUTE, t0);
 }
 
 static void cu_copy_async(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     if (!bytes) return;
-    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.stream));
-    ZT_LAUNCH_CHECK("copy async");
-    const zt_device_observer *obs = zt_device_observer_now();
-    if (obs) observe_copy(obs, kind, bytes, ZT_STREAM_COMPUTE, zt_now()); /* queued, not run: see above */
+    timed_copy(dst, src, bytes, kind, g_zt.stream, ZT_STREAM_COMPUTE);
+    if (kind != ZT_D2D) ZT_COPY_CHECK("copy async");
+    else ZT_LAUNCH_CHECK("copy async D2D");
 }
 
 /* the side stream waits for the compute stream's work so far, then copies while compute goes on */
@@ -193,10 +200,8 @@ static void cu_copy_ahead(void *dst, const void *src, size_t bytes, zt_copy_kind
     if (!bytes) return;
     ZT_CUDA_CHECK(cudaEventRecord(g_zt.ahead_from, g_zt.stream));
     ZT_CUDA_CHECK(cudaStreamWaitEvent(g_zt.ahead, g_zt.ahead_from, 0));
-    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), g_zt.ahead));
-    ZT_LAUNCH_CHECK("copy ahead");
-    const zt_device_observer *obs = zt_device_observer_now();
-    if (obs) observe_copy(obs, kind, bytes, ZT_STREAM_AHEAD, zt_now()); /* queued, not run: see above */
+    timed_copy(dst, src, bytes, kind, g_zt.ahead, ZT_STREAM_AHEAD);
+    ZT_COPY_CHECK("copy ahead");
 }
 
 /* the compute stream's later work waits for every copy ahead so far */
@@ -213,11 +218,8 @@ static void cu_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind k
     if (!bytes) return;
     cu_bind_thread(); /* the entry other threads call: right even where a lane forgot bind_thread */
     cudaStream_t s = kind == ZT_H2D ? g_zt.h2d : kind == ZT_D2H ? g_zt.d2h : g_zt.stream;
-    const zt_device_observer *obs = zt_device_observer_now();
-    double t0 = obs ? zt_now() : 0; /* its own stream, nothing queued before it: the copy's time */
-    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, memcpy_kind(kind), s));
+    timed_copy(dst, src, bytes, kind, s, kind == ZT_H2D ? ZT_STREAM_H2D : ZT_STREAM_D2H);
     ZT_CUDA_CHECK(cudaStreamSynchronize(s));
-    observe_copy(obs, kind, bytes, kind == ZT_H2D ? ZT_STREAM_H2D : ZT_STREAM_D2H, t0);
 }
 
 /* the compute stream and copy_ahead's side stream (backend.h): wait_ahead orders device work only, so
@@ -225,6 +227,7 @@ static void cu_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind k
 static void cu_synchronize(void) {
     ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.stream));
     ZT_CUDA_CHECK(cudaStreamSynchronize(g_zt.ahead));
+    zt_cu_report_timed(); /* with a trace: the work timed by events since the last one */
 }
 
 static void cu_mem_info(size_t *free_bytes, size_t *total_bytes) {

@@ -58,6 +58,15 @@ void zt_cuda_fatal(const char *what, const char *detail, const char *file, int l
 void zt_cuda_after_launch(const char *what, const char *file, int line);
 #define ZT_LAUNCH_CHECK(what) zt_cuda_after_launch((what), __FILE__, __LINE__)
 
+/* event_timing.cu: the GPU's own times of its work for the trace, only while an observer is set.
+ * zt_cu_timed_compute marks the compute stream after a launch (zt_cuda_after_launch calls it);
+ * a copy is bracketed by zt_cu_copy_begin (0 and *ev0 NULL when not tracing) and zt_cu_copy_end on
+ * its stream; zt_cu_report_timed hands every finished record to the observer (at synchronize). */
+void zt_cu_timed_compute(void);
+int zt_cu_copy_begin(cudaStream_t s, cudaEvent_t *ev0);
+void zt_cu_copy_end(cudaStream_t s, cudaEvent_t ev0, zt_copy_kind kind, size_t bytes, int stream);
+void zt_cu_report_timed(void);
+
 /* ---------------------------------------------------------------- global state */
 struct zt_cuda_state {
     int device;

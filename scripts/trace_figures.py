@@ -31,11 +31,17 @@ import sys
 LANE_MAIN, LANE_HOST_ADAM, LANE_D2H, LANE_COMM, LANE_H2D, LANE_STEP, LANE_DEVICE = 1, 2, 3, 4, 5, 6, 7
 STREAM_LANES = (8, 9, 10, 11)
 ADAM_THREAD_LANES = range(12, 28)  # host Adam threads 0..15, each its busy intervals
+LANE_NVME = 36  # the NVMe swap's requests, issue to completion, each with its bytes
+# the "nvml" counter's series (src/io/trace_nvml.c)
+NVML_RX, NVML_TX, NVML_USED = "pcie rx (H2D) bytes/s", "pcie tx (D2H) bytes/s", "memory used bytes"
+NVML_KEYS = (NVML_RX, NVML_TX, NVML_USED, "gpu util %", "memory util %")
 PHASES = ("forward", "backward", "reduction", "update", "other")
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "reduction": "#937860", "update": "#55a868",
                 "other": "#bbbbbb"}
 REDUCTION_WAITS = ("reduce-scatter wait", "all-reduce wait")
-# the update's sub-phases: trace event names (prefixes) on the engine's lanes
+# the update's sub-phases: trace event names (prefixes) on the engine's lanes; the GB/s of one whose
+# events carry their own bytes (casts, NVMe requests) are those bytes, of the others the copies that
+# ran during them
 SUBPHASES = (
     ("unscale/clip (grad norm)", (LANE_MAIN,), ("grad norm",)),
     ("device adam", (LANE_MAIN,), ("device adam",)),
@@ -43,8 +49,11 @@ SUBPHASES = (
     ("copies down (D2H grads)", (LANE_D2H,), ("D2H",)),
     ("copies back (H2D params)", (LANE_H2D,), ("H2D",)),
     ("gathers", (LANE_COMM,), ("all-gather",)),
-    ("nvme reads", (LANE_HOST_ADAM, LANE_MAIN), ("nvme read", "param NVMe read")),
-    ("nvme writes", (LANE_HOST_ADAM,), ("nvme write",)),
+    ("casts (fused in host adam)", (LANE_HOST_ADAM,), ("casts",)),
+    ("nvme reads (in flight)", (LANE_NVME,), ("nvme read",)),
+    ("nvme writes (in flight)", (LANE_NVME,), ("nvme write",)),
+    ("nvme read waits", (LANE_HOST_ADAM, LANE_MAIN), ("nvme read wait", "param NVMe read wait")),
+    ("nvme write waits", (LANE_HOST_ADAM,), ("nvme write wait",)),
     ("device idle (host part)", (LANE_MAIN,), ("device idle", "wait for the host part")),
 )
 
@@ -115,6 +124,7 @@ class Rank:
             v.sort(key=lambda s: s[0])
         self.steps = [s for s in self.spans.get(LANE_STEP, []) if s[2] == "step"]
         self.transfers = [s for lane in STREAM_LANES for s in self.spans.get(lane, []) if s[2] in ("H2D", "D2H")]
+        self.nvme = [s for s in self.spans.get(LANE_NVME, []) if s[2] in ("nvme read", "nvme write")]
         self.has_device = "device memory (bytes)" in self.counters
 
     def step(self, number=None):
@@ -152,10 +162,10 @@ def union_seconds(intervals):
     return total
 
 
-def step_transfers(rk, t0, t1):
-    """The copies the engine counted in the step: those that finished inside it (the engine adds a
-    copy's bytes when it ends)."""
-    return [s for s in rk.transfers if t0 <= s[1] <= t1]
+def step_transfers(rk, t0, t1, spans=None):
+    """The copies (or NVMe requests) the engine counted in the step: those that finished inside it
+    (the engine and the swap add a request's bytes when it ends)."""
+    return [s for s in (rk.transfers if spans is None else spans) if t0 <= s[1] <= t1]
 
 
 def binned_rate(spans, lo, hi, width):
@@ -235,8 +245,14 @@ def subphases(rk, u0, u1):
         if not iv:
             continue
         secs = union_seconds(iv)
-        moved = sum(float(a.get("bytes", 0)) for s, e, _, a in rk.transfers
-                    if any(x <= (s + e) / 2 <= y for x, y in iv))
+        own = [sp for lane in lanes for sp in rk.spans.get(lane, []) if "bytes" in sp[3] and sp[1] > u0 and sp[0] < u1
+               and any(sp[2].startswith(p) for p in prefixes)]
+        if own:  # its events' own bytes, the share of each inside the update
+            moved = sum(float(a["bytes"]) * ((min(e, u1) - max(s, u0)) / (e - s) if e > s else 1.0)
+                        for s, e, _, a in own)
+        else:
+            moved = sum(float(a.get("bytes", 0)) for s, e, _, a in rk.transfers
+                        if any(x <= (s + e) / 2 <= y for x, y in iv))
         out.append((name, secs, moved / secs / 1e9 if secs > 0 and moved else None))
     return out
 
@@ -290,12 +306,19 @@ def analyze(rk, number=None, bin_s=None):
     else:
         r.update(update_peak=r["device_peak"], headroom_update=None, subphases=[], update_s=0.0,
                  update_h2d_gbps=0.0, update_d2h_gbps=0.0)
+    nv = [(t, a) for t, a in rk.counters.get("nvml", []) if t0 <= t <= t1]  # the GPU's own view (trace_nvml_ms)
+    r["nvml"] = {k: ([t for t, a in nv if k in a], [a[k] for t, a in nv if k in a]) for k in NVML_KEYS}
+    r["nvml_samples"] = len(nv)
     hs = rk.counters.get("host memory (bytes)", [])
     r["host"] = {k: counter_path(hs, k, t0, t1) for k in ("pinned", "optimizer", "activations", "total")}
     r["device_busy"] = [(max(a, t0), min(b, t1)) for a, b, n, _ in rk.spans.get(LANE_DEVICE, []) if b > t0 and a < t1]
     r["adam_busy"] = rk.named((LANE_HOST_ADAM,), ("host adam",), t0, t1)
     r["adam_threads"] = {lane - ADAM_THREAD_LANES[0]: rk.named((lane,), ("busy",), t0, t1)
                          for lane in ADAM_THREAD_LANES if rk.spans.get(lane)}
+    ios = step_transfers(rk, t0, t1, rk.nvme)
+    for kind in ("read", "write"):
+        r["nvme_" + kind] = [s for s in ios if s[2] == "nvme " + kind]
+        r[f"nvme_{kind}_bytes"] = sum(float(s[3].get("bytes", 0)) for s in r["nvme_" + kind])
     r["phases"] = phase_bars(rk, t0, t1)
     r["all_phases"] = [(s[3].get("step"), phase_bars(rk, s[0], s[1])) for s in rk.steps]
     r["idle_wait_s"] = device_idle_waiting(rk, t0, t1)
@@ -322,6 +345,11 @@ def summary_lines(r, label=None):
                 f"update_h2d_gbps={gb(r['update_h2d_gbps'])} update_d2h_gbps={gb(r['update_d2h_gbps'])}")
     else:
         pcie = f"{tag} pcie: h2d_bytes=0 d2h_bytes=0 no host<->device copies in this trace (CPU backend: no PCIe)"
+    if r["nvml_samples"]:
+        mean = lambda k: sum(r["nvml"][k][1]) / len(r["nvml"][k][1]) if r["nvml"][k][1] else 0.0
+        pcie += (f" nvml_samples={r['nvml_samples']} nvml_rx_gbps={mean(NVML_RX) / 1e9:.3f} "
+                 f"nvml_tx_gbps={mean(NVML_TX) / 1e9:.3f} nvml_gpu_util_pct={mean('gpu util %'):.1f} "
+                 f"nvml_used_peak_bytes={max(r['nvml'][NVML_USED][1] or [0]):.0f}")
     span = r["step_s"]
     u0, u1 = r["update"]
     dev_b = union_seconds(r["device_busy"])
@@ -335,6 +363,10 @@ def summary_lines(r, label=None):
             f"cpu_adam_busy_update_pct={100 * cpu_u / us:.1f} cpu_adam_threads={nthr} "
             f"cpu_adam_threads_busy_update_pct={100 * thr_u / us:.1f} device_idle_waiting_host_ms={ms(r['idle_wait_s'])} "
             f"resolution_ms={ms(r['merge_s'])}")
+    if r["nvme_read"] or r["nvme_write"]:
+        busy += (f" nvme_read_bytes={r['nvme_read_bytes']:.0f} nvme_write_bytes={r['nvme_write_bytes']:.0f} "
+                 f"nvme_read_inflight_pct={100 * union_seconds([s[:2] for s in r['nvme_read']]) / span:.1f} "
+                 f"nvme_write_inflight_pct={100 * union_seconds([s[:2] for s in r['nvme_write']]) / span:.1f}")
     ph = r["phases"]
     phases = (f"{tag} phases: step_ms={ms(span)} " + " ".join(f"{p}_ms={ms(ph[p])}" for p in PHASES) +
               f" sum_ms={ms(sum(ph.values()))} update: " +
@@ -367,6 +399,10 @@ def fig_memory(plt, ranks, results, out):
             ax.annotate(f"capacity {r['capacity'] / 2**20:.0f} MiB (above the axis)", xy=(0.01, 0.79),
                         xycoords="axes fraction", color="red")
         ax.annotate(f"peak {r['device_peak'] / 2**20:.1f} MiB", xy=(0.01, 0.93), xycoords="axes fraction")
+        nt, nu = r["nvml"][NVML_USED]
+        if nt:  # the driver's count: every context on the GPU, this process's CUDA context included
+            ax.plot([(t - t0) * 1e3 for t in nt], [v / 2**20 for v in nu], color="tab:gray", linestyle=":",
+                    label="in use (NVML)")
         if r["headroom_update"] is not None:
             ax.annotate(f"headroom during the update {r['headroom_update'] / 2**20:.1f} MiB "
                         f"({100 * r['headroom_update'] / r['capacity']:.0f}% idle)", xy=(0.01, 0.86),
@@ -405,6 +441,11 @@ def fig_pcie(plt, ranks, results, out, given_peak):
             if r[key]:
                 xs, ys, _ = binned_rate(r[key], r["xfer_lo"], r["t1"], w)
                 ax.step([(x - t0) * 1e3 for x in xs], ys, where="post", color=c, label=key.upper())
+        for key, c, lab in ((NVML_RX, "tab:blue", "RX (H2D)"), (NVML_TX, "tab:red", "TX (D2H)")):
+            nt, nv = r["nvml"][key]
+            if nt:  # NVML's own 20 ms averages, the GPU's view of the same link
+                ax.plot([(t - t0) * 1e3 for t in nt], [v / 1e9 for v in nv], color=c, linestyle=":", marker=".",
+                        markersize=3, label=f"NVML {lab}")
         peak = given_peak or r["link_peak"]
         if peak:
             ax.axhline(peak, color="gray", linestyle="--",
@@ -432,6 +473,12 @@ def fig_busy(plt, ranks, results, out):
             mean = [100 * sum(col) / len(per) for col in zip(*per)]
             ax.step([(x - t0) * 1e3 for x in xs], mean, where="post", color="tab:olive", linestyle="--",
                     label=f"CPU Adam threads (mean of {len(per)})")
+        for kind, c in (("read", "tab:cyan"), ("write", "tab:brown")):  # the NVMe lane: a request in flight
+            if r["nvme_" + kind]:
+                xs, ys = busy_fraction([s[:2] for s in r["nvme_" + kind]], t0, r["t1"], w)
+                gbs = r[f"nvme_{kind}_bytes"] / r["step_s"] / 1e9
+                ax.step([(x - t0) * 1e3 for x in xs], [100 * y for y in ys], where="post", color=c, linestyle=":",
+                        label=f"NVMe {kind}s in flight ({gbs:.2f} GB/s over the step)")
         if not r["device_busy"]:
             ax.text(0.5, 0.5, "no device compute lane in this trace (CPU backend)", transform=ax.transAxes,
                     ha="center", color="gray")
@@ -468,6 +515,73 @@ def fig_phases(plt, ranks, results, out):
                       fontsize=9)
         axs.set_xlabel("ms")
         axs.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+
+
+def merged_view(ranks, results, bin_s=None):
+    """All ranks' step on one time axis (the trace's Unix-epoch times: every rank's file shares it, so
+    no rank's times are shifted), the same step number on each, and the sum of their copies' GB/s."""
+    common = min(r["step"] for r in results)
+    results = [r if r["step"] == common else analyze(rk, common, bin_s) for rk, r in zip(ranks, results)]
+    base = min(rk.origin * 1e-6 + r["t0"] for rk, r in zip(ranks, results))
+    shift = [rk.origin * 1e-6 - base for rk in ranks]  # a rank's own seconds to the merged axis
+    lo = min(r["t0"] + d for r, d in zip(results, shift))
+    hi = max(r["t1"] + d for r, d in zip(results, shift))
+    width = bin_s or max((hi - lo) / 100.0, 1e-5)
+    moved = [(a + d, b + d, n, x) for r, d in zip(results, shift) for a, b, n, x in r["h2d"] + r["d2h"]]
+    lo_x = min([lo] + [m[0] for m in moved])
+    xs, gbps, curve = binned_rate(moved, lo_x, hi, width)
+    return {"step": common, "results": results, "shift": shift, "lo": lo, "hi": hi, "bin_s": width,
+            "sum_t": xs, "sum_gbps": gbps, "sum_curve_bytes": curve,
+            "windows": [(r["t0"] + d, r["t1"] + d) for r, d in zip(results, shift)]}
+
+
+def merged_summary(m):
+    w = m["windows"]
+    ms = lambda v: f"{v * 1e3:.3f}"
+    return (f"merged: ranks={len(w)} step={m['step']} window_ms={ms(m['hi'] - m['lo'])} "
+            f"start_skew_ms={ms(max(a for a, _ in w) - min(a for a, _ in w))} "
+            f"end_skew_ms={ms(max(b for _, b in w) - min(b for _, b in w))} "
+            f"overlap_ms={ms(min(b for _, b in w) - max(a for a, _ in w))} "
+            f"h2d_bytes_sum={sum(r['h2d_bytes'] for r in m['results']):.0f} "
+            f"d2h_bytes_sum={sum(r['d2h_bytes'] for r in m['results']):.0f} "
+            f"sum_curve_bytes={m['sum_curve_bytes']:.0f} bin_ms={ms(m['bin_s'])} "
+            f"peak_sum_gbps={max(m['sum_gbps'] or [0]):.3f}")
+
+
+def fig_ranks(plt, ranks, m, out):
+    """Each rank's lanes as rows on the merged axis; below, the sum of all ranks' copies."""
+    fig, (ax, axs) = plt.subplots(2, 1, figsize=(12, 2 + 1.3 * len(ranks)), sharex=True,
+                                  gridspec_kw={"height_ratios": [len(ranks) * 1.3, 1.5]})
+    rows, lo = [], m["lo"]
+    ms = lambda t: (t - lo) * 1e3
+    for rk, r, d in zip(ranks, m["results"], m["shift"]):
+        t0, t1 = r["t0"], r["t1"]
+        lanes = [("phases", [(max(a, t0), min(b, t1), PHASE_COLORS[n]) for a, b, n, _ in rk.spans.get(LANE_MAIN, [])
+                             if n in PHASE_COLORS and b > t0 and a < t1]),
+                 ("device compute", [(a, b, "black") for a, b in r["device_busy"]]),
+                 ("H2D", [(a, b, "tab:blue") for a, b, _, _ in r["h2d"]]),
+                 ("D2H", [(a, b, "tab:red") for a, b, _, _ in r["d2h"]]),
+                 ("CPU Adam", [(a, b, "tab:green") for a, b in r["adam_busy"]]),
+                 ("NVMe", [(a, b, "tab:cyan") for a, b, _, _ in r["nvme_read"] + r["nvme_write"]])]
+        for name, spans in lanes:
+            if not spans and name != "phases":
+                continue
+            y = len(rows)
+            ax.broken_barh([(ms(a + d), max((b - a) * 1e3, 1e-4)) for a, b, _ in spans], (y - 0.4, 0.8),
+                           facecolors=[c for _, _, c in spans], linewidth=0)
+            rows.append(f"rank {r['rank']} {name}")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(rows, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_title(f"step {m['step']} of {len(ranks)} ranks on one time axis (the trace's own clock; "
+                 f"start skew {1e3 * (max(a for a, _ in m['windows']) - min(a for a, _ in m['windows'])):.2f} ms)",
+                 fontsize=9)
+    axs.step([ms(x) for x in m["sum_t"]], m["sum_gbps"], where="post", color="tab:purple")
+    axs.set_title(f"H2D + D2H of all ranks together, GB/s (bins of {m['bin_s'] * 1e3:.3g} ms)", fontsize=9)
+    axs.set_xlabel("ms from the earliest rank's step start")
+    axs.set_ylabel("GB/s")
     fig.tight_layout()
     fig.savefig(out, dpi=80)
 
@@ -549,6 +663,16 @@ def main(args, die):
                          ("phases", lambda o: fig_phases(plt, ranks, results, o))):
             out = f"{prefix}.{name}.png"
             fn(out)
+            plt.close("all")
+            written.append(out)
+        if len(ranks) > 1:  # --rank all: the ranks merged on one axis as well
+            try:
+                m = merged_view(ranks, results, args.bin_ms * 1e-3 if args.bin_ms else None)
+            except TraceError as e:  # a rank without the step the others share
+                die(str(e))
+            print(merged_summary(m))
+            out = f"{prefix}.ranks.png"
+            fig_ranks(plt, ranks, m, out)
             plt.close("all")
             written.append(out)
     else:

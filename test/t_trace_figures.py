@@ -16,8 +16,19 @@ trace):
   - a run killed mid-step (SIGKILL while its trace is being written) still gives the figures of its
     last complete step, whose numbers are those of its metrics line;
   - a trace cut before its first step ended is a clear error;
-  - two ranks' traces drawn side by side (--rank all), rank 0's bytes those of its metrics;
-  - a CPU-backend trace plots too and says it has no PCIe.
+  - two ranks' traces drawn side by side (--rank all), rank 0's bytes those of its metrics; and
+    merged on one time axis: each rank's step overlaps the other's there (neither can finish a step
+    whose gradients need the other's before the other started it), the summed bytes are the ranks' own;
+  - the casts of the host part have their own marker, with the bytes cast;
+  - NVMe optimizer offload: the NVMe lane's bytes in the step equal the swap's counters for that step
+    (the metrics' nvme_read_bytes, nvme_written_bytes), with sub-phase bars of their own;
+  - a CPU-backend trace plots too and says it has no PCIe;
+  - the sim reporting its items after the fact, at each synchronize (ZEROTRAIN_SIM_LATE_REPORTS, the
+    path the CUDA backend's event timing feeds): the same byte and busy checks hold;
+  - trace_nvml_ms: where NVML cannot be loaded (this machine), one warning line and the run goes on
+    without NVML counters; where it can, the trace has them. With a stand-in libnvidia-ml.so.1 (fixed
+    answers) the sampler's whole path: its counters in the trace and in the figures' summary, the GPU
+    it asks for as CUDA_VISIBLE_DEVICES maps it.
 """
 import os
 import re
@@ -25,6 +36,8 @@ import signal
 import subprocess
 import tempfile
 import time
+
+import ctypes
 
 import ztlib
 
@@ -43,14 +56,14 @@ def opt(ratio):
     return f"zero_optimization.offload_optimizer={{device: cpu, ratio: {ratio}, pin_memory: true, overlap_step: false}}"
 
 
-def traced_run(name, sets, iters=4):
+def traced_run(name, sets, iters=4, env=ENV):
     trace = os.path.join(work, name, "trace.json")
     metrics = os.path.join(work, name, "metrics.jsonl")
     os.makedirs(os.path.dirname(trace), exist_ok=True)
     args = ["train", cfg, "--set", f"trace={trace}", "--set", f"metrics_file={metrics}", "--set", f"train_iters={iters}"]
     for s in sets:
         args += ["--set", s]
-    p = ztlib.run(args, env=ENV)
+    p = ztlib.run(args, env=env)
     return p, trace, ztlib.read_metrics(metrics)
 
 
@@ -107,6 +120,8 @@ if ok:
     ztlib.check(close(ph["forward_ms"], last["forward_ms"], 0.01) and close(ph["backward_ms"], last["backward_ms"], 0.01),
                 "forward_backward_bars_equal_metrics", f"{ph} vs {last}")
     ztlib.check(ph["update_ms"] > 0 and "host adam" in text and "device adam" in text, "update_sub_phases", text[-600:])
+    ztlib.check(re.search(r"casts \(fused in host adam\) [0-9.]+ ms at [0-9.]+ GB/s", text) is not None,
+                "casts_marked_with_their_bytes", text[-600:])
     pngs = [os.path.join(work, f"fig.{n}.png") for n in ("memory", "pcie", "busy", "phases")]
     ztlib.check(all(os.path.exists(f) and open(f, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for f in pngs),
                 "four_pngs_written", text[-300:])
@@ -179,11 +194,124 @@ pp, text = plot(mtrace, "--rank", "all", "-o", os.path.join(mdir, "fig"))
 r0 = re.search(r"^rank 0 pcie: h2d_bytes=(\d+)", text, re.M)
 ztlib.check(p.returncode == 0 and pp.returncode == 0 and "rank 1 pcie:" in text and r0 and mrows and
             float(r0.group(1)) == mrows[-1]["h2d_bytes"], "two_ranks_side_by_side", p.stderr[-500:] + text[-800:])
+mg = re.search(r"^merged: (.*)$", text, re.M)
+mv = {k: float(v) for k, v in re.findall(r"(\w+)=(-?[0-9.]+)", mg.group(1))} if mg else {}
+per_rank = [float(x) for x in re.findall(r"^rank \d+ pcie: h2d_bytes=(\d+)", text, re.M)]
+per_rank_d = [float(x) for x in re.findall(r"^rank \d+ pcie: h2d_bytes=\d+ d2h_bytes=(\d+)", text, re.M)]
+ztlib.check(mv.get("ranks") == 2 and mv.get("overlap_ms", -1) > 0 and mv["h2d_bytes_sum"] == sum(per_rank) and
+            mv["d2h_bytes_sum"] == sum(per_rank_d) and abs(mv["sum_curve_bytes"] - sum(per_rank) - sum(per_rank_d)) <= 2
+            and os.path.exists(os.path.join(mdir, "fig.ranks.png")), "two_ranks_merged_on_one_axis", text[-800:])
+
+# ---------------------------------------------------------------- NVMe optimizer offload: the NVMe lane
+nvme_dir = os.path.join(work, "nvme")
+os.makedirs(nvme_dir)
+p, ntrace, nrows = traced_run("nvme", ["device=sim", "zero_optimization.stage=3", "wall_clock_breakdown=true",
+                                       "zero_optimization.offload_optimizer={device: nvme, nvme_path: %s, ratio: 0.5, "
+                                       "overlap_step: false}" % nvme_dir, "zero_optimization.sub_group_size=100000"],
+                              iters=3)
+pp, text = plot(ntrace, "-o", os.path.join(work, "nvme_fig"))
+s = summary(text)
+nlast = nrows[-1] if nrows else {}
+bz = s.get("busy", {})
+ztlib.check(p.returncode == 0 and pp.returncode == 0 and nlast.get("nvme_read_bytes", 0) > 0 and
+            nlast.get("nvme_written_bytes", 0) > 0 and bz.get("nvme_read_bytes") == nlast["nvme_read_bytes"] and
+            bz.get("nvme_write_bytes") == nlast["nvme_written_bytes"], "nvme_lane_bytes_equal_swap_counters",
+            p.stderr[-500:] + text[-800:] + str(nlast))
+ztlib.check(re.search(r"nvme reads \(in flight\) [0-9.]+ ms at [0-9.]+ GB/s", text) is not None and
+            re.search(r"nvme writes \(in flight\) [0-9.]+ ms at [0-9.]+ GB/s", text) is not None,
+            "nvme_sub_phases_with_gbps", text[-800:])
 
 # ---------------------------------------------------------------- the CPU backend: no PCIe, said so
 p, ctrace, crows = traced_run("cpu", ["device=cpu", "zero_optimization.stage=2", opt(0.5)], iters=2)
 pp, text = plot(ctrace, "-o", os.path.join(work, "cpu"))
 ztlib.check(p.returncode == 0 and pp.returncode == 0 and "no PCIe" in text and
             os.path.exists(os.path.join(work, "cpu.pcie.png")), "cpu_backend_trace_plots", text[-600:])
+
+# ---------------------------------------------------------------- items reported after the fact (CUDA events' path)
+p, ltrace, lrows = traced_run("late", OFFLOAD + [opt(0.5)], iters=3, env=dict(ENV, ZEROTRAIN_SIM_LATE_REPORTS="1"))
+pp, text = plot(ltrace, "-o", os.path.join(work, "late"))
+s = summary(text)
+llast = lrows[-1] if lrows else {}
+pc, bz, mem = s.get("pcie", {}), s.get("busy", {}), s.get("memory", {})
+ztlib.check(p.returncode == 0 and pp.returncode == 0 and llast.get("h2d_bytes", 0) > 0 and llast.get("d2h_bytes", 0) > 0
+            and pc.get("h2d_curve_bytes") == llast["h2d_bytes"] and pc.get("d2h_curve_bytes") == llast["d2h_bytes"]
+            and bz.get("device_busy_pct", 0) > 0 and mem.get("device_peak_bytes") == llast["device_peak_bytes"],
+            "late_reports_bytes_and_busy_as_reported_live", p.stderr[-500:] + text[-800:] + str(llast))
+
+
+def copies_written_after_their_update(path):
+    """Copies (stream lanes) that ran inside an update but reached the file after its "update" event:
+    none when reported live (the lanes are joined before the update ends), some when reported at the
+    step's closing synchronize."""
+    late, update_end = 0, None
+    for line in ztlib.read_text(path).split(",\n"):
+        m = re.search(r'"name":"(update|H2D|D2H)".*?"tid":(\d+),"ts":([0-9.]+),"dur":([0-9.]+)', line)
+        if not m:
+            continue
+        if m.group(1) == "update":
+            update_end = float(m.group(3)) + float(m.group(4))
+        elif 8 <= int(m.group(2)) <= 11 and update_end is not None and float(m.group(3)) < update_end:
+            late += 1
+    return late
+
+
+ztlib.check(copies_written_after_their_update(ltrace.replace(".json", ".rank0.json")) > 0 and
+            copies_written_after_their_update(trace.replace(".json", ".rank0.json")) == 0,
+            "late_reports_reach_the_trace_after_the_fact", "")
+
+# ---------------------------------------------------------------- the NVML sampler
+p, vtrace, vrows = traced_run("nvml", ["device=sim", "trace_nvml_ms=5"], iters=2)
+vtext = ztlib.read_text(vtrace.replace(".json", ".rank0.json"))
+try:
+    ctypes.CDLL("libnvidia-ml.so.1")
+    have_nvml = True
+except OSError:
+    have_nvml = False
+warned = [ln for ln in (p.stdout + p.stderr).splitlines() if "trace_nvml_ms:" in ln and "warning" in ln]
+if have_nvml:
+    ok = p.returncode == 0 and '"name":"nvml"' in vtext and not warned
+else:
+    ok = (p.returncode == 0 and len(vrows) == 2 and len(warned) == 1 and "cannot load libnvidia-ml.so.1" in warned[0]
+          and "the run goes on" in warned[0] and '"name":"nvml"' not in vtext)
+ztlib.check(ok, "nvml_sampler_" + ("samples" if have_nvml else "missing_is_one_line_and_the_run_goes_on"),
+            p.stderr[-600:])
+# a stand-in libnvidia-ml.so.1 (this machine has no NVIDIA driver): the sampler's whole path, from
+# dlopen to the figures. Its answers are fixed, its memory in use tells which GPU was asked.
+STAND_IN = r"""
+#include <stdint.h>
+typedef struct { unsigned long long total, free, used; } mem_t;
+typedef struct { unsigned int gpu, memory; } util_t;
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+const char *nvmlErrorString(int r) { return "stand-in"; }
+int nvmlDeviceGetCount_v2(unsigned int *n) { *n = 2; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **d) { *d = (void *)(uintptr_t)(i + 1); return 0; }
+int nvmlDeviceGetHandleByUUID(const char *u, void **d) { return 13; }
+int nvmlDeviceGetPcieThroughput(void *d, int counter, unsigned int *kb) { *kb = counter == 1 ? 2000000 : 1000000; return 0; }
+int nvmlDeviceGetMemoryInfo(void *d, mem_t *m) { m->total = 1ull << 33; m->used = 500000000ull + (uintptr_t)d; m->free = m->total - m->used; return 0; }
+int nvmlDeviceGetUtilizationRates(void *d, util_t *u) { u->gpu = 40; u->memory = 10; return 0; }
+"""
+if not have_nvml:
+    libdir = os.path.join(work, "nvml_stand_in")
+    os.makedirs(libdir)
+    with open(os.path.join(libdir, "nvml.c"), "w") as f:
+        f.write(STAND_IN)
+    cc = subprocess.run(["cc", "-shared", "-fPIC", "-o", os.path.join(libdir, "libnvidia-ml.so.1"),
+                         os.path.join(libdir, "nvml.c")], capture_output=True, text=True)
+    for visible, gpu in ((None, 1), ("1", 2)):  # CUDA_VISIBLE_DEVICES=1: NVML's GPU 1, the stand-in's handle 2
+        env = dict(ENV, LD_LIBRARY_PATH=libdir + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+        if visible:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        name = "nvml_stand_in_" + (visible or "all")
+        p, strace, _ = traced_run(name, ["device=sim", "trace_nvml_ms=2"], iters=2, env=env)
+        pp, text = plot(strace, "-o", os.path.join(work, name))
+        pc = summary(text).get("pcie", {})
+        ztlib.check(cc.returncode == 0 and p.returncode == 0 and "trace_nvml_ms:" not in p.stderr and
+                    pp.returncode == 0 and pc.get("nvml_samples", 0) >= 1 and pc.get("nvml_rx_gbps") == 2.048 and
+                    pc.get("nvml_tx_gbps") == 1.024 and pc.get("nvml_gpu_util_pct") == 40 and
+                    pc.get("nvml_used_peak_bytes") == 500000000 + gpu and
+                    os.path.exists(os.path.join(work, name + ".pcie.png")),
+                    "nvml_sampler_stand_in_to_figures" + ("_visible_devices" if visible else ""),
+                    cc.stderr + p.stderr[-400:] + text[-600:])
 
 ztlib.finish()

@@ -187,11 +187,30 @@ typedef struct zt_device_observer {
     void (*memory)(void *ctx, size_t in_use, double t);
     /* host Adam thread `thread` (OpenMP's number) worked from t0 to t1 (cpu_adam.h's report_threads) */
     void (*host_adam)(void *ctx, int thread, double t0, double t1);
+    /* an NVMe swap request (io/swap.h) of `bytes`, a write when `write`, was in flight from its issue at
+     * t0 to its completion at t1 (the run's clock, util/clock.h): reported by the swap, not a backend */
+    void (*nvme)(void *ctx, int write, size_t bytes, double t0, double t1);
 } zt_device_observer;
 /* Sets (or with NULL clears) the process's observer; obs must outlive its use. */
 void zt_device_observe(const zt_device_observer *obs);
 /* The observer now, or NULL: what backends call before reporting. */
 const zt_device_observer *zt_device_observer_now(void);
+/* Work a device learns the times of only after the fact (the CUDA backend reads CUDA events once
+ * its streams have passed them): each item is handed over with zt_device_defer as soon as its times
+ * are known, and zt_device_report_deferred, called where the host has waited for the device anyway
+ * (synchronize), gives them to the observer in start order. Items deferred with no observer set, or
+ * still held when it changes, are reported to the observer of the time of the report, or dropped. */
+typedef struct zt_device_item {
+    int is_copy;        /* 1: a copy of `bytes` (kind ZT_H2D or ZT_D2H) on `stream`; 0: compute stream busy */
+    zt_copy_kind kind;
+    size_t bytes;
+    int stream;
+    double t0, t1;      /* zt_now() seconds */
+} zt_device_item;
+void zt_device_defer(const zt_device_item *item);
+/* one item to obs now (what zt_device_report_deferred does with each) */
+void zt_device_report(const zt_device_observer *obs, const zt_device_item *item);
+void zt_device_report_deferred(void);
 
 /* be->bind_thread() where the backend has one: the first call of a thread that uses the table */
 static inline void zt_backend_bind_thread(const zt_backend *be) {

@@ -25,6 +25,8 @@
  *     H2D/D2H and sumsq wait for the stream; synchronize() waits for the stream and copy_ahead's lane. ZEROTRAIN_SIM_JITTER=SEED adds
  *     seeded random delays before every item on every lane, widening every window: a missing
  *     synchronize shows up as a wrong loss.
+ *     ZEROTRAIN_SIM_LATE_REPORTS=1 hands the trace's observer each item after the fact, at the next
+ *     synchronize (backend.h's zt_device_defer), the path the CUDA backend's event timing takes.
  *   - Pinned memory: copy_async, copy_ahead and transfer take their host end from host_alloc (CUDA's
  *     pinned memory) or stop the run, named: from pageable memory a GPU's copy is staged and may
  *     synchronize, which no result would show. A host_alloc buffer released with free() instead of
@@ -275,13 +277,13 @@ static void run_copy(sim_item *it);
 static void run_wait_lane(sim_item *it);
 /* what an item that ran on lane `lane` from t0 to t1 did, for the trace: a host<->device copy
  * (its kind in i[9]), or compute work on the stream (waits for another lane are not work) */
+static int g_late_reports; /* ZEROTRAIN_SIM_LATE_REPORTS: items reported at synchronize, as the CUDA backend does */
 static void report_item(const zt_device_observer *obs, int lane, const sim_item *it, double t0, double t1) {
-    if (it->run == run_copy) {
-        if (it->i[9] != ZT_D2D && obs->transfer) obs->transfer(obs->ctx, (zt_copy_kind)it->i[9], it->n, lane, t0, t1);
-        else if (obs->compute) obs->compute(obs->ctx, t0, t1);
-    } else if (lane == LANE_COMPUTE && it->run != run_wait_lane && obs->compute) {
-        obs->compute(obs->ctx, t0, t1);
-    }
+    zt_device_item d = {.t0 = t0, .t1 = t1};
+    if (it->run == run_copy && it->i[9] != ZT_D2D) d.is_copy = 1, d.kind = (zt_copy_kind)it->i[9], d.bytes = it->n, d.stream = lane;
+    else if (it->run != run_copy && (lane != LANE_COMPUTE || it->run == run_wait_lane)) return;
+    if (g_late_reports) zt_device_defer(&d);
+    else zt_device_report(obs, &d);
 }
 
 static void *lane_main(void *arg) {
@@ -542,6 +544,7 @@ void sim_synchronize(void) {
     check_bound("synchronize");
     lane_sync(&g_lane[LANE_COMPUTE]);
     lane_sync(&g_lane[LANE_AHEAD]);
+    if (g_late_reports) zt_device_report_deferred();
 }
 void sim_mem_info(size_t *free_bytes, size_t *total_bytes) {
     check_bound("mem_info");
@@ -580,6 +583,8 @@ static void sim_start(void) {
         g_why = g_why_buf;
         return;
     }
+    const char *late = getenv("ZEROTRAIN_SIM_LATE_REPORTS");
+    g_late_reports = late && *late && strcmp(late, "0") != 0;
     const char *dry = getenv("ZEROTRAIN_SIM_DRY");
     g_dry = dry && *dry && strcmp(dry, "0") != 0;
     /* timed: the device has the profile's memory, unless ZEROTRAIN_SIM_MEM says otherwise */

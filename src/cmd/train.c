@@ -624,6 +624,7 @@ int zt_train_observed(int argc, char **argv, const zt_train_observer *obs) {
         goto done_fail;
     }
     if (t.cfg.trace_file) rc = zt_engine_open_trace(t.s.engine, t.cfg.trace_file, &err);
+    if (t.cfg.trace_file && !rc) zt_engine_trace_nvml(t.s.engine, t.cfg.trace_nvml_ms);
     if (zt_fail_together(t.comm, rc, &err)) { zt_session_close(&t.s); goto done_fail; }
     zt_engine_set_skip_nonfinite(t.s.engine, t.cfg.guard_action == ZT_GUARD_SKIP || t.cfg.guard_action == ZT_GUARD_ROLLBACK);
     if (t.cfg.guard_loss_spike > 0) t.recent_loss = zt_xcalloc((size_t)t.cfg.guard_spike_window, sizeof(double));

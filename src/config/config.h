@@ -129,6 +129,7 @@ typedef struct zt_config {
     int wall_clock_breakdown;
     int memory_breakdown;      /* memory per category with each step line */
     char *trace_file;
+    int trace_nvml_ms;         /* 0 = off: the NVML sampler's period (io/trace_nvml.h) */
     zt_monitor_config tensorboard, csv_monitor;
 
     unsigned long long seed;

@@ -328,6 +328,8 @@ const zt_keydef zt_config_keys[] = {
     KEY("memory_breakdown", K_BOOL, memory_breakdown, .def = 0, .flags = E,
         .help = "memory per category with each step line"),
     KEY("trace", K_STR, trace_file, .flags = E, .help = "Chrome trace per rank"),
+    KEY("trace_nvml_ms", K_INT, trace_nvml_ms, .def = 0, .lo = 0, .hi = 3600000, .flags = E,
+        .help = "NVML samples into the trace every this many ms; 0 = off"),
     SEC("tensorboard"),
     KEY("tensorboard.enabled", K_BOOL, tensorboard.enabled, .def = 0, .flags = E, .help = "TensorBoard event files"),
     KEY("tensorboard.output_path", K_STR, tensorboard.output_path, .flags = E,

@@ -165,6 +165,10 @@ void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_
  * compute stream's busy time and device memory in use go to the trace as they happen, and are
  * counted for the two calls below (0 without a trace). */
 int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err);
+/* The NVML sampler (io/trace_nvml.h, config key trace_nvml_ms) into the open trace every period_ms;
+ * where NVML cannot be loaded or has no GPU, one warning line (node-local rank 0) and the run goes on
+ * without it: the sampler only observes, and the engine's own view is in the trace either way. */
+void zt_engine_trace_nvml(zt_engine *e, int period_ms);
 /* Bytes the device copied since the trace opened: [0] host to device, [1] device to host. */
 void zt_engine_link_bytes(zt_engine *e, double out[2]);
 /* The allocator's most device bytes in use since the last call (then the count starts again from

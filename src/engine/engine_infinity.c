@@ -172,7 +172,7 @@ void inf_host_adam_lane(twin_flow *tf) {
         p.write_ticket[slot] = zt_swap_write(e->opt_swap, group_offset(e, g), e->swap_buf[slot], group_bytes(e));
         double t1 = zt_clock_now();
         tf->adam_busy += t1 - t0;
-        zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "host adam (nvme group)", t0, t1);
+        engine_trace_host_adam(e, "host adam (nvme group)", t0, t1, hi - lo);
         /* chunks wholly inside the groups done so far may go up */
         twin_publish(tf, &tf->adam_done, g + 1 == ng ? tf->nchunks : hi / e->host_chunk);
     }

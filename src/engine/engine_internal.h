@@ -75,6 +75,7 @@ struct zt_engine {
     zt_engine_timing timing;
     struct twin_flow *pending; /* the last update's host lanes, still running (overlap_step), or NULL */
     zt_trace *trace;       /* owned; NULL unless zt_engine_open_trace */
+    struct zt_nvml_sampler *nvml; /* owned; NULL unless zt_engine_trace_nvml found NVML */
     size_t host_pinned_bytes; /* of mem.host: page-locked (be->host_alloc) */
     /* engine_trace.c: the device's work as the backend reports it (only while tracing) */
     zt_device_observer observer;
@@ -150,6 +151,8 @@ void engine_params_store_from_device(zt_engine *e, size_t off, const void *dev_s
 /* engine_trace.c */
 void engine_trace_memory(zt_engine *e); /* the memory counters now (the engine's accounting) */
 void engine_trace_close(zt_engine *e);  /* stops the device observer, closes the trace */
+/* host Adam over n elements from t0 to t1 on the host Adam lane, named `what`, with its casts */
+void engine_trace_host_adam(zt_engine *e, const char *what, double t0, double t1, size_t n);
 
 /* zero_comm.c */
 /* stage 3: the gather buffers, as many as prefetch and stage3_max_live_parameters allow; -1 with err

@@ -1,6 +1,8 @@
 /* engine_trace.c — what the engine writes to its trace beyond the phases its modules mark
  * themselves: the device's work as the backend reports it (the engine is backend.h's device
- * observer while a trace is open), the memory counters, and the end of each optimizer step.
+ * observer while a trace is open) and the NVMe swap's requests (reported to the same observer),
+ * the host Adam's chunks with their casts, the memory counters, the end of each optimizer step,
+ * and the NVML sampler's life (io/trace_nvml.h, started on request, stopped before the trace closes).
  *
  * The observer's callbacks run on the backend's threads (the simulated GPU's lanes), so what
  * they count is updated atomically or under dev_mu. Without a trace no observer is set and the
@@ -9,6 +11,8 @@
 
 #include <stdio.h>
 
+#include "comm/comm.h" /* zt_node_local_rank */
+#include "io/trace_nvml.h"
 #include "util/clock.h"
 
 /* ---------------------------------------------------------------- the device observer */
@@ -28,6 +32,11 @@ static void on_host_adam(void *ctx, int thread, double t0, double t1) {
 static void on_compute(void *ctx, double t0, double t1) {
     zt_engine *e = ctx;
     zt_trace_busy(e->trace, ZT_LANE_DEVICE, t0, t1);
+}
+
+static void on_nvme(void *ctx, int write, size_t bytes, double t0, double t1) {
+    zt_engine *e = ctx;
+    zt_trace_nvme(e->trace, write, bytes, t0, t1);
 }
 
 /* the allocator's count, written in bytes (exact) with the device's capacity beside it */
@@ -59,7 +68,7 @@ int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err) {
     e->dev_in_use = e->dev_peak = total_b > free_b ? total_b - free_b : 0;
     e->link_bytes[0] = e->link_bytes[1] = 0;
     e->observer = (zt_device_observer){.ctx = e, .transfer = on_transfer, .compute = on_compute, .memory = on_memory,
-                                       .host_adam = on_host_adam};
+                                       .host_adam = on_host_adam, .nvme = on_nvme};
     if (e->be->memory_is_host) e->observer.transfer = NULL, e->observer.compute = NULL, e->observer.memory = NULL;
     zt_device_observe(&e->observer); /* the CPU backend has no device of its own: its host Adam threads only */
     if (!e->be->memory_is_host) on_memory(e, e->dev_in_use, zt_clock_now()); /* what the engine allocated before the trace */
@@ -67,8 +76,18 @@ int zt_engine_open_trace(zt_engine *e, const char *path, zt_err *err) {
     return 0;
 }
 
+void zt_engine_trace_nvml(zt_engine *e, int period_ms) {
+    if (!e->trace || period_ms <= 0 || e->nvml) return;
+    zt_err err;
+    int local = zt_node_local_rank();
+    e->nvml = zt_nvml_sampler_start(e->trace, period_ms, local, &err);
+    if (!e->nvml && local == 0) zt_warn("trace_nvml_ms: %s: the trace has no NVML counters; the run goes on", err.msg);
+}
+
 void engine_trace_close(zt_engine *e) {
     if (!e->trace) return;
+    zt_nvml_sampler_stop(e->nvml); /* before the trace it writes into closes */
+    e->nvml = NULL;
     zt_clock_set_sink(NULL, NULL);
     if (zt_device_observer_now() == &e->observer) {
         if (e->be) e->be->synchronize(); /* no lane item still reporting to this engine */
@@ -91,6 +110,21 @@ double zt_engine_device_peak(zt_engine *e) {
     e->dev_peak = e->dev_in_use;
     pthread_mutex_unlock(&e->dev_mu);
     return (double)peak;
+}
+
+/* The casts of the host part (16-bit gradients widened to fp32, fp32 parameters rounded to 16 bits)
+ * run inside the CPU Adam's pass, element by element (cpu_adam.c): there is no separate pass whose
+ * time could be taken. So the casts get a marker of their own on the same interval, with the bytes
+ * cast (each element's 16-bit gradient read and 16-bit parameter written), from which the figures
+ * give the rate the fused pass cast at. fp32 backends cast nothing (their "cast" is a copy). */
+void engine_trace_host_adam(zt_engine *e, const char *what, double t0, double t1, size_t n) {
+    if (!e->trace) return;
+    char args[64];
+    snprintf(args, sizeof args, "\"elements\":%zu", n);
+    zt_trace_complete_args(e->trace, ZT_LANE_HOST_ADAM, what, t0, t1, args);
+    if (e->be->compute_dtype == ZT_F32) return;
+    snprintf(args, sizeof args, "\"bytes\":%zu,\"fused\":1", 2 * n * esz(e));
+    zt_trace_complete_args(e->trace, ZT_LANE_HOST_ADAM, "casts (fp32<->16-bit, fused in host adam)", t0, t1, args);
 }
 
 /* ---------------------------------------------------------------- counters and steps */

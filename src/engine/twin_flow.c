@@ -207,7 +207,7 @@ static void *host_adam_lane(void *arg) {
                        twin_host_out(e, a));
         double t1 = zt_clock_now();
         tf->adam_busy += t1 - t0;
-        zt_trace_complete(e->trace, ZT_LANE_HOST_ADAM, "host adam", t0, t1);
+        engine_trace_host_adam(e, "host adam", t0, t1, b - a);
         twin_publish(tf, &tf->adam_done, c + 1);
     }
     tf->end_at[0] = zt_clock_now();

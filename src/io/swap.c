@@ -22,6 +22,7 @@
  * it was ever written is checked too. */
 #define _GNU_SOURCE
 #include "io/swap.h"
+#include "backend/backend.h" /* the trace's observer: swap requests are reported beside the device's copies */
 #include "util/clock.h"
 #include "util/crc32c.h"
 
@@ -52,6 +53,7 @@ typedef struct swap_request {
     size_t split;   /* bytes already handed out to pieces */
     int pieces_out; /* its pieces in flight */
     double vend;    /* when it completes on the run's clock (util/clock.h: the NVMe queue's lane) */
+    double issued;  /* zt_clock_now() at issue: the start of its interval in the trace */
     char error[sizeof(((zt_err *)0)->msg)];
 } swap_request;
 
@@ -202,9 +204,14 @@ static void feed(zt_swap *s) {
     flush(s);
 }
 
+/* A finished request to the trace's observer (backend.h): from its issue to its completion, the
+ * NVMe lane's completion time on a virtual clock (the wall clock's now has no meaning there). */
 static void request_finished(zt_swap *s, swap_request *r) {
     r->done = 1;
     if (--s->active[r->kind] == 0) s->busy[r->kind] += zt_now() - s->busy_since[r->kind];
+    const zt_device_observer *obs = zt_device_observer_now();
+    if (obs && obs->nvme && !r->failed && r->bytes)
+        obs->nvme(obs->ctx, r->kind == KIND_WRITE, r->bytes, r->issued, zt_clock_is_virtual() ? r->vend : zt_clock_now());
 }
 
 /* One completion: res is the byte count moved or -errno. */
@@ -265,7 +272,7 @@ static int issue(zt_swap *s, int kind, size_t offset, void *buf, size_t bytes) {
     swap_request *r = &s->reqs[slot];
     uint64_t seq = s->next_seq++;
     *r = (swap_request){.ticket = (int)(seq % INT_MAX), .seq = seq, .kind = kind, .buf = buf, .offset = offset,
-                        .bytes = bytes};
+                        .bytes = bytes, .issued = zt_clock_now()};
     r->vend = zt_clock_queue(kind == KIND_READ ? ZT_QUEUE_NVME_READ : ZT_QUEUE_NVME_WRITE, (double)bytes);
     if (s->active[kind]++ == 0) s->busy_since[kind] = zt_now();
     if (zt_clock_costs_only()) { /* predict: the request is costed on the clock's NVMe lane, never made */

@@ -1,8 +1,8 @@
 /* swap.h — NVMe swap files for ZeRO-Infinity offload (zero_optimization.offload_optimizer /
  * offload_param with device: nvme). Owns one file per rank and purpose under nvme_path, its space
  * check and allocation at start, asynchronous reads and writes through io_uring (liburing) with
- * O_DIRECT where the file system allows it, the byte and time counters, and the file's removal at a
- * clean end. It knows nothing of what is stored: the engine lays out its regions.
+ * O_DIRECT where the file system allows it, the byte and time counters (and each finished request,
+ * issue to completion, to the trace's observer of backend.h), and the file's removal at a clean end. It knows nothing of what is stored: the engine lays out its regions.
  *
  * Requests: offsets and lengths are multiples of ZT_SWAP_ALIGN and buffers come from
  * zt_swap_buffer_alloc (aligned for O_DIRECT). A request is split into aio.block_size pieces, at

@@ -33,6 +33,7 @@ struct zt_trace {
     int write_errno; /* the first failed write's reason (ENOSPC on a full disk); 0 = a cut event */
     pthread_mutex_t mu;
     unsigned dev_named; /* device lanes whose thread_name is written (zt_trace_device) */
+    int nvme_named;     /* the NVMe lane's thread_name is written (zt_trace_nvme) */
     double busy0[ZT_LANE_LAST + 1], busy1[ZT_LANE_LAST + 1]; /* a busy interval held per lane; busy1 0 = none */
 };
 
@@ -117,6 +118,19 @@ void zt_trace_transfer(zt_trace *t, int kind, size_t bytes, int stream, double t
     pthread_mutex_lock(&t->mu);
     emit(t, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%zu}}",
          kind == 0 ? "H2D" : "D2H", t->rank, ZT_LANE_STREAM + stream, ts_us(t, t0), (t1 - t0) * 1e6, bytes);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void zt_trace_nvme(zt_trace *t, int write, size_t bytes, double t0, double t1) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    if (!t->nvme_named) { /* only runs with a swap file get the lane */
+        t->nvme_named = 1;
+        emit(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"NVMe swap I/O\"}}",
+             t->rank, ZT_LANE_NVME);
+    }
+    emit(t, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%zu}}",
+         write ? "nvme write" : "nvme read", t->rank, ZT_LANE_NVME, ts_us(t, t0), (t1 - t0) * 1e6, bytes);
     pthread_mutex_unlock(&t->mu);
 }
 

@@ -18,7 +18,8 @@ enum {
     ZT_LANE_MAIN = 1, ZT_LANE_HOST_ADAM = 2, ZT_LANE_D2H = 3, ZT_LANE_COMM = 4, ZT_LANE_H2D = 5,
     ZT_LANE_STEP = 6, ZT_LANE_DEVICE = 7, ZT_LANE_STREAM = 8, /* 8..11: compute, H2D, D2H, ahead streams */
     ZT_LANE_ADAM_THREAD = 12, ZT_ADAM_THREAD_LANES = 16, /* 12..27: host Adam threads 0..15 (more share the last) */
-    ZT_LANE_LAST = ZT_LANE_ADAM_THREAD + ZT_ADAM_THREAD_LANES - 1
+    ZT_LANE_LAST = ZT_LANE_ADAM_THREAD + ZT_ADAM_THREAD_LANES - 1,
+    ZT_LANE_NVME = ZT_LANE_LAST + 1 + 8 /* after zt_trace_device's 8 lanes: the NVMe swap's requests */
 };
 /* Busy intervals on one lane closer than this are written as one (the trace's resolution for busy
  * time; it bounds the events a step of many short ops writes). */
@@ -39,6 +40,9 @@ void zt_trace_complete_args(zt_trace *t, int lane, const char *name, double t0, 
 /* A host<->device copy as the device ran it: "H2D" or "D2H" (kind 0 = H2D, 1 = D2H, as zt_copy_kind)
  * with its bytes on lane ZT_LANE_STREAM + stream. */
 void zt_trace_transfer(zt_trace *t, int kind, size_t bytes, int stream, double t0, double t1);
+/* An NVMe swap request (io/swap.h) from its issue to its completion: "nvme read" or "nvme write"
+ * with its bytes on lane ZT_LANE_NVME (named the first time). */
+void zt_trace_nvme(zt_trace *t, int write, size_t bytes, double t0, double t1);
 /* Lane was busy over [t0, t1]: joined with the lane's previous interval when the gap is below
  * ZT_TRACE_BUSY_MERGE_S, written as "busy" once the next one starts later (or at zt_trace_flush). */
 void zt_trace_busy(zt_trace *t, int lane, double t0, double t1);
