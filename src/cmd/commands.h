@@ -18,6 +18,7 @@ int zt_cmd_info(int argc, char **argv);     /* export.c */
 int zt_cmd_config(int argc, char **argv);   /* config.c */
 int zt_cmd_interval(int argc, char **argv); /* interval.c */
 int zt_cmd_predict(int argc, char **argv);  /* predict.c */
+int zt_cmd_calibrate(int argc, char **argv); /* calibrate.c */
 
 /* What `predict` sees of each step of train's loop: times on the run's clock (util/clock.h),
  * the step's tokens and model FLOPs, and the engine's memory account after it. */
