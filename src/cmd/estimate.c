@@ -6,12 +6,18 @@
  * (engine/zero_formula.h) and buffer plans the engine and model use. Host and NVMe sizes are per
  * node, shared by its ranks. With tensor parallelism (--tp, default the config's tp_size) a rank holds
  * its tensor-parallel part (every rank's has the same size: wte is padded) and ZeRO
- * partitions it over the ranks / tp data-parallel ranks. */
+ * partitions it over the ranks / tp data-parallel ranks.
+ * With --hw PROFILE (a hardware profile, configs/hw/) the memories default to the profile's and the
+ * config's own setting gets its predicted step time on that machine beside the table (predict.c's
+ * dry run: about a second at any size). Only with --hw: a default profile would print a step time for
+ * a GPU the reader may not have, where the memory columns already say which device they assume. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/gpt2.h"
 #include "cmd/commands.h"
+#include "comm/comm.h"
+#include "config/hw_profile.h"
 #include "config/config.h"
 #include "engine/engine.h"
 #include "engine/session.h"
@@ -23,7 +29,7 @@ static double in(unit u, double b) { return b / u.bytes; }
 
 static void usage(void) {
     fprintf(stderr, "usage: zerotrain estimate CONFIG --ranks N [--tp N] [--device-mem 80GiB] [--host-mem 512GiB] "
-                    "[--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--ratio R[,R...]] [--set KEY=VALUE]...\n");
+                    "[--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--ratio R[,R...]] [--hw PROFILE] [--set KEY=VALUE]...\n");
 }
 
 /* one setting: where the optimizer states and the parameters live, and what each place holds per rank */
@@ -106,6 +112,31 @@ static void print_ratio_windows(const row *rows, int n, size_t K, size_t shard, 
     }
 }
 
+/* --hw: the config's own setting predicted on the profile (one rank so far: `predict --ranks` is to come) */
+static int print_step_time(const char *path, const char *hw, const zt_hw_profile *prof, char **sets, int n_sets,
+                           long ranks) {
+    if (ranks != 1) {
+        printf("\npredicted step time on %s: one rank only so far (`zerotrain predict` with --ranks N is to come)\n",
+               prof->name);
+        return 0;
+    }
+    zt_err err = {{0}};
+    int argc = 0;
+    char **argv = NULL;
+    if (zt_mpi_init(&argc, &argv, &err)) { /* the prediction runs the engine, which opens a comm */
+        zt_print_error(&err);
+        return 1;
+    }
+    zt_prediction pr;
+    int rc = zt_predict_step(path, hw, sets, n_sets, &pr);
+    zt_mpi_finalize();
+    if (rc) return 1;
+    printf("\npredicted on %s (%s), the config's own setting (the row of its stage and offload above): %.2f ms a "
+           "step, %.0f tokens/s, %.1f model TFLOP/s (`zerotrain predict` shows the lanes)\n",
+           prof->name, prof->path, pr.step_s * 1e3, pr.tokens_per_s, pr.flops_per_s * 1e-12);
+    return 0;
+}
+
 /* --ratio 0.3 or 0.25,0.5: Twin-Flow ratios in (0, 1) to size besides ratio 1 (at most MAX_RATIOS) */
 static int parse_ratios(const char *text, double *ratios, int *n) {
     for (const char *p = text;;) {
@@ -126,6 +157,8 @@ int zt_cmd_estimate(int argc, char **argv) {
     double device_mem = 80.0 * 1073741824.0, host_mem = 512.0 * 1073741824.0, nvme_size = -1; /* < 0: no limit */
     int fp32 = 0, n_ratios = 0;
     double ratios[MAX_RATIOS];
+    const char *hw = NULL;
+    int device_mem_given = 0, host_mem_given = 0;
     char **sets = zt_xcalloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0;
     for (int i = 1; i < argc; i++) {
@@ -134,8 +167,9 @@ int zt_cmd_estimate(int argc, char **argv) {
         if (!strcmp(a, "--ranks") && v) ranks = strtol(v, NULL, 10), bad = ranks < 1, i++;
         else if (!strcmp(a, "--tp") && v) tp = strtol(v, NULL, 10), bad = tp < 1 || tp > 64, i++;
         else if (!strcmp(a, "--ranks-per-node") && v) per_node = strtol(v, NULL, 10), bad = per_node < 1, i++;
-        else if (!strcmp(a, "--device-mem") && v) bad = zt_parse_bytes(v, &device_mem), i++;
-        else if (!strcmp(a, "--host-mem") && v) bad = zt_parse_bytes(v, &host_mem), i++;
+        else if (!strcmp(a, "--device-mem") && v) bad = zt_parse_bytes(v, &device_mem), device_mem_given = 1, i++;
+        else if (!strcmp(a, "--host-mem") && v) bad = zt_parse_bytes(v, &host_mem), host_mem_given = 1, i++;
+        else if (!strcmp(a, "--hw") && v) hw = v, i++;
         else if (!strcmp(a, "--nvme-size") && v) bad = zt_parse_bytes(v, &nvme_size), i++;
         else if (!strcmp(a, "--dtype") && v) fp32 = !strcmp(v, "fp32"), bad = !fp32 && strcmp(v, "bf16"), i++;
         else if (!strcmp(a, "--ratio") && v) bad = parse_ratios(v, ratios, &n_ratios), i++;
@@ -159,13 +193,21 @@ int zt_cmd_estimate(int argc, char **argv) {
     }
     zt_config cfg;
     zt_err err = {{0}};
+    zt_hw_profile prof;
+    if (hw && zt_hw_profile_load(&prof, hw, &err)) {
+        zt_print_error(&err);
+        free(sets);
+        return 1;
+    }
+    if (hw && !device_mem_given) device_mem = prof.dev_memory;
+    if (hw && !host_mem_given) host_mem = prof.host_memory;
     int rc = zt_config_load(&cfg, path, sets, n_sets, &err);
-    free(sets);
     if (!rc && tp > 0) cfg.tp_size = (int)tp;
     tp = cfg.tp_size;
     if (!rc) rc = zt_config_check_batch(&cfg, (int)ranks, &err);
     if (rc) {
         zt_print_error(&err);
+        free(sets);
         return 1;
     }
     if (per_node < 1) per_node = ranks < 8 ? ranks : 8;
@@ -181,6 +223,7 @@ int zt_cmd_estimate(int argc, char **argv) {
                      &err)) {
         zt_print_error(&err);
         zt_config_free(&cfg);
+        free(sets);
         return 1;
     }
     zt_param_table_tile_linears(&table, cfg.tiled_in_splits);
@@ -241,5 +284,7 @@ int zt_cmd_estimate(int argc, char **argv) {
            P, K, ZT_TWIN_HOST_BYTES, cfg.offload_buffer_count, cfg.offload_param_buffer_count);
     zt_param_table_free(&table);
     zt_config_free(&cfg);
-    return 0;
+    rc = hw ? print_step_time(path, hw, &prof, sets, n_sets, ranks) : 0;
+    free(sets);
+    return rc;
 }
