@@ -112,9 +112,26 @@ static void print_ratio_windows(const row *rows, int n, size_t K, size_t shard, 
     }
 }
 
-/* --hw: the config's own setting predicted on the profile (one rank so far: `predict --ranks` is to come) */
+/* --hw: the config's own setting predicted on the profile (one rank so far: `predict --ranks` is to come).
+ * With the optimizer on the host (Twin-Flow), also the ratios of the window that fits, so the fastest
+ * shows beside `ratio: auto`'s choice: auto balances the host part's pipeline against the device Adam
+ * (twin_ratio.c), which the engine can measure when it opens; the step around the update (forward,
+ * backward, overlap_step's carry into the next step) is not known then, and only the model sees it. */
+#define SWEEP 6
+static int predict_ratio(const char *path, const char *hw, char **sets, int n_sets, double ratio, zt_prediction *pr) {
+    char set[96];
+    if (ratio < 0) snprintf(set, sizeof set, "zero_optimization.offload_optimizer.ratio=auto");
+    else snprintf(set, sizeof set, "zero_optimization.offload_optimizer.ratio=%.3f", ratio);
+    char **all = zt_xcalloc((size_t)n_sets + 2, sizeof *all);
+    memcpy(all, sets, (size_t)n_sets * sizeof *all);
+    all[n_sets] = set;
+    int rc = zt_predict_step(path, hw, all, n_sets + 1, 1, pr);
+    free(all);
+    return rc;
+}
+
 static int print_step_time(const char *path, const char *hw, const zt_hw_profile *prof, char **sets, int n_sets,
-                           long ranks) {
+                           long ranks, const zt_twin_window *twin) {
     if (ranks != 1) {
         printf("\npredicted step time on %s: one rank only so far (`zerotrain predict` with --ranks N is to come)\n",
                prof->name);
@@ -128,13 +145,34 @@ static int print_step_time(const char *path, const char *hw, const zt_hw_profile
         return 1;
     }
     zt_prediction pr;
-    int rc = zt_predict_step(path, hw, sets, n_sets, &pr);
+    int rc = zt_predict_step(path, hw, sets, n_sets, 0, &pr);
+    if (rc == 0)
+        printf("\npredicted on %s (%s), the config's own setting (the row of its stage and offload above): %.2f ms a "
+               "step, %.0f tokens/s, %.1f model TFLOP/s (`zerotrain predict` shows the lanes)\n",
+               prof->name, prof->path, pr.step_s * 1e3, pr.tokens_per_s, pr.flops_per_s * 1e-12);
+    if (rc == 0 && twin && twin->fits) {
+        printf("Twin-Flow ratios in the window that fits [%.3f, %.3f], predicted:\n", twin->r_min, twin->r_max);
+        double best = 0, best_r = -1, auto_s = 0;
+        for (int k = -1; k < SWEEP; k++) { /* k = -1: ratio auto */
+            double x = (double)k / (SWEEP - 1); /* squared: denser near r_min, where the fast ratios are */
+            double r = k < 0 ? -1 : twin->r_min + (twin->r_max - twin->r_min) * x * x;
+            char label[16] = "auto";
+            if (k >= 0) snprintf(label, sizeof label, "%.3f", r);
+            if (predict_ratio(path, hw, sets, n_sets, r, &pr)) {
+                printf("  ratio %-6s does not run: the engine's own bounds (its reserve for activations and scratch) "
+                       "are tighter than this table's\n", label);
+                continue;
+            }
+            if (k < 0) auto_s = pr.step_s;
+            else if (best_r < 0 || pr.step_s < best) best = pr.step_s, best_r = r;
+            printf("  ratio %-6s %10.2f ms  %6.1f TFLOP/s\n", label, pr.step_s * 1e3, pr.flops_per_s * 1e-12);
+        }
+        if (best_r >= 0 && auto_s > 0)
+            printf("  fastest of these: ratio %.3f, %.2f ms; auto's choice is %+.1f %% from it\n", best_r, best * 1e3,
+                   100 * (auto_s - best) / best);
+    }
     zt_mpi_finalize();
-    if (rc) return 1;
-    printf("\npredicted on %s (%s), the config's own setting (the row of its stage and offload above): %.2f ms a "
-           "step, %.0f tokens/s, %.1f model TFLOP/s (`zerotrain predict` shows the lanes)\n",
-           prof->name, prof->path, pr.step_s * 1e3, pr.tokens_per_s, pr.flops_per_s * 1e-12);
-    return 0;
+    return rc ? 1 : 0;
 }
 
 /* --ratio 0.3 or 0.25,0.5: Twin-Flow ratios in (0, 1) to size besides ratio 1 (at most MAX_RATIOS) */
@@ -271,6 +309,13 @@ int zt_cmd_estimate(int argc, char **argv) {
     }
     size_t shard = zt_zero_shard(table.total, (int)dp, ZT_SHARD_ALIGN);
     print_ratio_windows(rows, n, K, shard, device_mem, host_per_rank, u);
+    /* the window of the config's own stage, when its optimizer is on the host: predict's ratio sweep */
+    zt_twin_window twin = {0};
+    int twin_ok = 0;
+    for (int i = 0; i < n && cfg.offload_device == ZT_OFFLOAD_CPU; i++)
+        if (rows[i].stage == cfg.zero_stage && cfg.zero_stage > 0 && !strcmp(rows[i].optimizer, "device") && !twin_ok)
+            twin = zt_twin_ratio_window(rows[i].device, K, ZT_TWIN_HOST_BYTES, shard, device_mem, host_per_rank),
+            twin_ok = 1;
     printf("\nmodel states follow the ZeRO paper: stage 0 (2P+K)Ψ, 1 2PΨ+KΨ/N, 2 PΨ+(P+K)Ψ/N, 3 (2P+K)Ψ/N with P = %zu,\n"
            "K = %zu; \"device total\" adds activations and the engine's gradient/gather buffers. Offload, ratio 1\n"
            "(optimizer \"cpu r=R\", from --ratio: the share R of KΨ/N on the host, 1 - R on the device):\n"
@@ -284,7 +329,7 @@ int zt_cmd_estimate(int argc, char **argv) {
            P, K, ZT_TWIN_HOST_BYTES, cfg.offload_buffer_count, cfg.offload_param_buffer_count);
     zt_param_table_free(&table);
     zt_config_free(&cfg);
-    rc = hw ? print_step_time(path, hw, &prof, sets, n_sets, ranks) : 0;
+    rc = hw ? print_step_time(path, hw, &prof, sets, n_sets, ranks, twin_ok ? &twin : NULL) : 0;
     free(sets);
     return rc;
 }

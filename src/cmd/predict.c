@@ -138,16 +138,17 @@ static void mean_step(const predictor *p, zt_prediction *out) {
     out->flops_per_s = sec > 0 ? flops / sec : 0;
 }
 
-int zt_predict_step(const char *config, const char *hw, char **sets, int nsets, zt_prediction *out) {
+int zt_predict_step(const char *config, const char *hw, char **sets, int nsets, int quiet, zt_prediction *out) {
     memset(out, 0, sizeof *out);
     predictor *p = zt_xcalloc(1, sizeof *p);
-    fflush(stdout);
-    int saved = dup(1), null = open("/dev/null", O_WRONLY);
-    if (saved >= 0 && null >= 0) dup2(null, 1); /* train's own lines are predict's to show */
+    /* train's own lines are predict's to show; with quiet, its errors too (the caller says what failed) */
+    int nfd = quiet ? 2 : 1, saved[2] = {-1, -1}, null = open("/dev/null", O_WRONLY);
+    fflush(stdout), fflush(stderr);
+    for (int fd = 1; fd <= nfd && null >= 0; fd++) saved[fd - 1] = dup(fd), dup2(null, fd);
     int rc = run_train(config, hw, sets, nsets, 3, NULL, 0, p);
-    fflush(stdout);
-    if (saved >= 0 && null >= 0) dup2(saved, 1);
-    if (saved >= 0) close(saved);
+    fflush(stdout), fflush(stderr);
+    for (int fd = 1; fd <= nfd; fd++)
+        if (saved[fd - 1] >= 0) dup2(saved[fd - 1], fd), close(saved[fd - 1]);
     if (null >= 0) close(null);
     if (rc == 0 && p->n > 0) mean_step(p, out);
     free(p);
