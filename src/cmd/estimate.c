@@ -150,7 +150,11 @@ static int print_step_time(const char *path, const char *hw, const zt_hw_profile
         printf("\npredicted on %s (%s), the config's own setting (the row of its stage and offload above): %.2f ms a "
                "step, %.0f tokens/s, %.1f model TFLOP/s (`zerotrain predict` shows the lanes)\n",
                prof->name, prof->path, pr.step_s * 1e3, pr.tokens_per_s, pr.flops_per_s * 1e-12);
-    if (rc == 0 && twin && twin->fits) {
+    else
+        printf("\npredicted on %s (%s): the config's own setting does not run there (the error above)\n", prof->name,
+               prof->path);
+    rc = 0;
+    if (twin && twin->fits) {
         printf("Twin-Flow ratios in the window that fits [%.3f, %.3f], predicted:\n", twin->r_min, twin->r_max);
         double best = 0, best_r = -1, auto_s = 0;
         for (int k = -1; k < SWEEP; k++) { /* k = -1: ratio auto */
@@ -159,8 +163,8 @@ static int print_step_time(const char *path, const char *hw, const zt_hw_profile
             char label[16] = "auto";
             if (k >= 0) snprintf(label, sizeof label, "%.3f", r);
             if (predict_ratio(path, hw, sets, n_sets, r, &pr)) {
-                printf("  ratio %-6s does not run: the engine's own bounds (its reserve for activations and scratch) "
-                       "are tighter than this table's\n", label);
+                printf("  ratio %-6s does not run (`zerotrain predict` with this ratio says why: the engine's own "
+                       "bounds are tighter than this table's)\n", label);
                 continue;
             }
             if (k < 0) auto_s = pr.step_s;
