@@ -15,7 +15,11 @@
  *   - the disk under --dir (default .): sequential write and read in 4 MiB requests, O_DIRECT
  *     where the file system takes it (as the NVMe swap does), and a 4 KiB read's latency.
  * Each figure is the median of several timed batches, so one slow moment on a shared machine does
- * not set it. Collectives are not measured (one process): the network keys are derived from the host
+ * not set it. Work done on this machine's cores is timed in CPU time (the process's, or the calling
+ * thread's for what only it does), the disk in wall time: what a core spends on an item is what it
+ * takes on an idle machine, and it does not grow when other processes share the cores, where wall
+ * time would carry their load into the profile (on a 2-core machine shared with a dozen runnable
+ * threads, tight loops ran 1.6x and training steps 4x slower by the wall clock than by CPU time). Collectives are not measured (one process): the network keys are derived from the host
  * copy rate and say so. The whole calibration takes well under a minute. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,24 +41,33 @@
 /* one timed thing: run(ctx) does `reps` of it and returns when they are complete */
 typedef void (*timed_fn)(void *ctx, int reps);
 
+/* the clocks a figure is timed on (see the opening comment) */
+typedef enum { ON_WALL, ON_PROCESS_CPU, ON_THREAD_CPU } on_clock;
+static double clock_read(on_clock c) {
+    if (c == ON_WALL) return zt_now();
+    struct timespec ts;
+    clock_gettime(c == ON_PROCESS_CPU ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
 /* seconds per repetition: one warm-up, then BATCHES batches sized to take about min_s each; the median */
-static double per_rep(timed_fn run, void *ctx, double min_s) {
-    double t0 = zt_now();
+static double per_rep(timed_fn run, void *ctx, double min_s, on_clock clock) {
+    double t0 = clock_read(clock);
     run(ctx, 1);
-    double one = zt_now() - t0;
+    double one = clock_read(clock) - t0;
     int reps = one > 0 ? (int)(min_s / one) : 1000;
     if (reps < 1) reps = 1;
     if (reps > 1000) reps = 1000;
     double s[BATCHES];
     for (int b = 0; b < BATCHES; b++) {
-        t0 = zt_now();
+        t0 = clock_read(clock);
         run(ctx, reps);
-        s[b] = (zt_now() - t0) / reps;
+        s[b] = (clock_read(clock) - t0) / reps;
     }
     qsort(s, BATCHES, sizeof s[0], cmp_double);
     return s[BATCHES / 2];
@@ -135,7 +148,7 @@ static void measure_gemms(const zt_backend *be, int dt_index, measured *m) {
     sim_op o = {.be = be, .a = be->alloc(most), .b = be->alloc(most), .c = be->alloc(most)};
     for (int i = 0; i < m->ngemm; i++) {
         o.sq = sizes[i];
-        double s = per_rep(run_gemm, &o, 0.15);
+        double s = per_rep(run_gemm, &o, 0.15, ON_PROCESS_CPU);
         m->gemm_size[i] = sizes[i];
         m->gemm_rate[dt_index][i] = 2.0 * sizes[i] * sizes[i] * (double)sizes[i] / s;
         if (m->gemm_rate[dt_index][i] > m->gemm_peak[dt_index]) m->gemm_peak[dt_index] = m->gemm_rate[dt_index][i];
@@ -154,11 +167,11 @@ static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured
     /* element-wise: 1M elements, three ops, the bytes the sim charges them (backend_sim.c's q_pointwise) */
     sim_op o = {.be = be, .n = 1 << 20};
     o.a = be->alloc((size_t)o.n * es), o.b = be->alloc((size_t)o.n * es), o.c = be->alloc((size_t)o.n * es);
-    m->dev_bw = (4.0 + 3.0 + 2.0) * o.n * (double)es / per_rep(run_pointwise, &o, 0.15);
+    m->dev_bw = (4.0 + 3.0 + 2.0) * o.n * (double)es / per_rep(run_pointwise, &o, 0.15, ON_PROCESS_CPU);
     /* launch, the shortest item, the synchronize's handoff */
-    m->launch = per_rep(run_queue_only, &o, 0.02);
+    m->launch = per_rep(run_queue_only, &o, 0.02, ON_THREAD_CPU);
     be->synchronize();
-    double item = per_rep(run_tiny_items, &o, 0.05), synced = per_rep(run_tiny_synced, &o, 0.05);
+    double item = per_rep(run_tiny_items, &o, 0.05, ON_PROCESS_CPU), synced = per_rep(run_tiny_synced, &o, 0.05, ON_PROCESS_CPU);
     m->kernel_min = item;
     m->sync = fmax(synced - m->launch - item, 0);
     be->free(o.a), be->free(o.b), be->free(o.c);
@@ -169,7 +182,7 @@ static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured
         a.a = b->alloc((size_t)a.B * a.T * 3 * a.C * es);
         a.b = b->alloc((size_t)a.B * a.NH * a.T * a.T * es);
         a.c = b->alloc((size_t)a.B * a.T * a.C * es);
-        m->attn[k] = 2.0 * a.B * a.T * (double)a.T * a.C / per_rep(run_attention, &a, 0.15);
+        m->attn[k] = 2.0 * a.B * a.T * (double)a.T * a.C / per_rep(run_attention, &a, 0.15, ON_PROCESS_CPU);
         b->free(a.a), b->free(a.b), b->free(a.c);
     }
     /* the copy lanes: 32 MiB for bandwidth, 4 KiB for latency */
@@ -180,13 +193,13 @@ static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured
     for (int k = 0; k < 2; k++) {
         c.kind = k ? ZT_D2H : ZT_H2D;
         c.bytes = big;
-        m->pcie_bw[k][1] = big / per_rep(run_transfer, &c, 0.15);
+        m->pcie_bw[k][1] = big / per_rep(run_transfer, &c, 0.15, ON_PROCESS_CPU);
         c.bytes = 4096;
-        small_s += per_rep(run_transfer, &c, 0.02) / 2;
+        small_s += per_rep(run_transfer, &c, 0.02, ON_PROCESS_CPU) / 2;
         c.bytes = big;
         void *pinned = c.host;
         c.host = pageable;
-        m->pcie_bw[k][0] = big / per_rep(run_copy, &c, 0.15);
+        m->pcie_bw[k][0] = big / per_rep(run_copy, &c, 0.15, ON_PROCESS_CPU);
         c.host = pinned;
     }
     m->pcie_lat = fmax(small_s - 4096.0 / m->pcie_bw[0][1], 0);
@@ -224,14 +237,14 @@ static void measure_host(measured *m) {
     m->host_mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     size_t big = (size_t)64 << 20;
     host_op h = {.src = zt_xcalloc(1, big), .dst = zt_xcalloc(1, big), .bytes = big, .threads = 1};
-    m->memcpy_bw = 2.0 * big / per_rep(run_memcpy, &h, 0.15); /* read + write */
-    h.threads = m->cores;
-    m->host_bw = 2.0 * big / per_rep(run_memcpy, &h, 0.15);
+    m->memcpy_bw = 2.0 * big / per_rep(run_memcpy, &h, 0.15, ON_PROCESS_CPU); /* read + write */
+    h.threads = m->cores; /* CPU time over every core: each core's share of it is the copy's time */
+    m->host_bw = 2.0 * big / (per_rep(run_memcpy, &h, 0.15, ON_PROCESS_CPU) / m->cores);
     free(h.src), free(h.dst);
     size_t n = (size_t)1 << 21;
     host_op a = {.bytes = n, .p = zt_xcalloc(n, 4), .mo = zt_xcalloc(n, 4), .v = zt_xcalloc(n, 4),
                  .g = zt_xcalloc(n, 2), .src = zt_xcalloc(n, 2)};
-    m->adam_per_core = n / per_rep(run_adam1, &a, 0.15);
+    m->adam_per_core = n / per_rep(run_adam1, &a, 0.15, ON_PROCESS_CPU);
     free(a.p), free(a.mo), free(a.v), free(a.g), free(a.src);
 }
 
@@ -271,12 +284,12 @@ static int measure_disk(const char *dir, measured *m, zt_err *err) {
         return zt_fail(err, "calibrate: out of memory for a 4 MiB disk buffer");
     }
     memset(d.buf, 0x5a, d.req);
-    m->disk_write = d.file / per_rep(run_disk, &d, 0.3);
+    m->disk_write = d.file / per_rep(run_disk, &d, 0.3, ON_WALL);
     d.write = 0;
     if (!m->disk_direct) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    m->disk_read = d.file / per_rep(run_disk, &d, 0.3);
+    m->disk_read = d.file / per_rep(run_disk, &d, 0.3, ON_WALL);
     d.file = d.req = 4096;
-    m->disk_lat = per_rep(run_disk, &d, 0.02);
+    m->disk_lat = per_rep(run_disk, &d, 0.02, ON_WALL);
     close(fd);
     free(d.buf);
     return d.failed[0] ? zt_fail(err, "calibrate --dir %s: disk %s", dir, d.failed) : 0;
@@ -292,7 +305,7 @@ static void curve(FILE *f, const measured *m, int k) {
 }
 
 static void write_profile(FILE *f, const measured *m, const char *dir) {
-    const char *how = "median of 5 timed batches";
+    const char *how = "median of 5 timed batches, in CPU time (the disk: wall time)";
     fprintf(f, "# This machine (%s, %d cores) as the simulated GPU executes on it: measured by `zerotrain calibrate`\n"
                "# at %s. Every figure is the %s; the device lanes are the simulated GPU's real threads,\n"
                "# its copies real memcpys, so `predict --hw` with this file prices a step as `device: sim` runs it here.\n",
