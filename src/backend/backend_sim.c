@@ -198,9 +198,17 @@ static void check_bound(const char *op) {
 /* The shadow address of [p, p + bytes) for op `op`'s argument `arg`, after checking that the range
  * lies inside one live allocation; NULL stays NULL. Runs on the caller's thread, so a bad pointer
  * stops the run with the caller's stack. */
+/* The 16-bit operands an op queued on this thread reads or writes whole (their extents, as dev()
+ * checks them): its run widens each to fp32 and rounds the written ones back, work a GPU does not do,
+ * which the virtual clock prices as operand traffic (sim_cost_operands; 0 on a GPU's profile). Set
+ * from op_item to the op's submit. */
+static __thread int t_widens;
+static __thread double t_operand_bytes;
+
 static void *dev(const void *p, size_t bytes, const char *op, const char *arg) {
     check_bound(op);
     if (!p) return NULL;
+    if (t_widens) t_operand_bytes += (double)bytes;
     if (!in_arena(p)) sim_fatal("%s: %s = %p is host memory, not a device buffer", op, arg, p);
     size_t off = (size_t)((const char *)p - g_mem.arena);
     pthread_mutex_lock(&g_mem.lock);
@@ -338,6 +346,7 @@ static void *lane_main(void *arg) {
 
 /* queues it on lane l; returns its ticket */
 static unsigned long long submit(sim_lane *l, sim_item *it) {
+    if (t_widens) it->cost += sim_cost_operands(t_operand_bytes), t_widens = 0;
     it->ready = sim_clock_launch();
     pthread_mutex_lock(&l->lock);
     it->next = NULL;
@@ -615,7 +624,12 @@ static void sim_mem_info(size_t *free_bytes, size_t *total_bytes) {
 #define OP_BEGIN(it) wide w_ = {.dt = (zt_dtype)(it)->i[8]}
 #define OP_END() w16_done(&w_)
 
+static void run_to_compute(sim_item *it);
+static void run_to_f32(sim_item *it);
+static void run_adamw(sim_item *it);
 static sim_item *op_item(sim_fn run, zt_dtype dt, const char *name) {
+    /* the conversions and AdamW work on their buffers in place; every other op widens its operands */
+    t_widens = run != run_to_compute && run != run_to_f32 && run != run_adamw, t_operand_bytes = 0;
     sim_item *it = item(run);
     it->i[8] = dt;
     it->name = name;

@@ -97,6 +97,11 @@ static void run_pointwise(void *ctx, int reps) { /* residual (4 E(n) charged), g
     }
     o->be->synchronize();
 }
+static void run_embedding(void *ctx, int reps) { /* one token's row: the work is nothing, the operands are wte */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->embedding_forward(o->c, o->host, o->a, 0, o->n, o->b, 1, 1, o->C);
+    o->be->synchronize();
+}
 static void run_attention(void *ctx, int reps) {
     sim_op *o = ctx;
     for (int r = 0; r < reps; r++) o->be->attention_forward(o->c, o->b, o->a, o->B, o->T, o->C, o->NH);
@@ -131,7 +136,7 @@ static void run_copy(void *ctx, int reps) { /* pageable: the blocking copy, the 
 
 typedef struct measured {
     char when[32], cpu[128];
-    double dev_mem, dev_bw, launch, kernel_min, sync, attn[2];
+    double dev_mem, dev_bw, operand_bw, launch, kernel_min, sync, attn[2];
     int ngemm;
     double gemm_size[8], gemm_rate[2][8], gemm_peak[2];
     double pcie_bw[2][2], pcie_lat; /* [kind][pinned] */
@@ -141,6 +146,12 @@ typedef struct measured {
     int disk_direct;
 } measured;
 
+/* t less the time the sim spends reading `operand_bytes` of operands whole (widening them), which
+ * the profile prices apart (device.operand_gbs); at least a tenth of t */
+static double less_operands(const measured *m, double t, double operand_bytes) {
+    return fmax(t - operand_bytes / m->operand_bw, 0.1 * t);
+}
+
 static void measure_gemms(const zt_backend *be, int dt_index, measured *m) {
     static const int sizes[] = {32, 64, 128, 256, 384, 512, 768};
     m->ngemm = (int)(sizeof sizes / sizeof sizes[0]);
@@ -148,7 +159,7 @@ static void measure_gemms(const zt_backend *be, int dt_index, measured *m) {
     sim_op o = {.be = be, .a = be->alloc(most), .b = be->alloc(most), .c = be->alloc(most)};
     for (int i = 0; i < m->ngemm; i++) {
         o.sq = sizes[i];
-        double s = per_rep(run_gemm, &o, 0.15, ON_PROCESS_CPU);
+        double s = less_operands(m, per_rep(run_gemm, &o, 0.15, ON_PROCESS_CPU), 3.0 * sizes[i] * sizes[i] * (double)es);
         m->gemm_size[i] = sizes[i];
         m->gemm_rate[dt_index][i] = 2.0 * sizes[i] * sizes[i] * (double)sizes[i] / s;
         if (m->gemm_rate[dt_index][i] > m->gemm_peak[dt_index]) m->gemm_peak[dt_index] = m->gemm_rate[dt_index][i];
@@ -160,14 +171,21 @@ static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured
     size_t total = 0, free_bytes = 0;
     be16->mem_info(&free_bytes, &total);
     m->dev_mem = (double)total;
-    measure_gemms(be16, 0, m);
-    measure_gemms(fp16, 1, m);
     const zt_backend *be = be16;
     size_t es = zt_dtype_size(be->compute_dtype);
+    /* operands: embedding_forward of one token from a 4096 x 256 table, which the sim widens whole */
+    sim_op e = {.be = be, .n = 4096, .C = 256};
+    e.a = be->alloc((size_t)e.n * e.C * es), e.b = be->alloc((size_t)e.C * es), e.c = be->alloc((size_t)e.C * es);
+    e.host = be->alloc(sizeof(int));
+    m->operand_bw = (double)e.n * e.C * es / per_rep(run_embedding, &e, 0.15, ON_PROCESS_CPU);
+    be->free(e.a), be->free(e.b), be->free(e.c), be->free(e.host);
+    measure_gemms(be16, 0, m);
+    measure_gemms(fp16, 1, m);
     /* element-wise: 1M elements, three ops, the bytes the sim charges them (backend_sim.c's q_pointwise) */
     sim_op o = {.be = be, .n = 1 << 20};
     o.a = be->alloc((size_t)o.n * es), o.b = be->alloc((size_t)o.n * es), o.c = be->alloc((size_t)o.n * es);
-    m->dev_bw = (4.0 + 3.0 + 2.0) * o.n * (double)es / per_rep(run_pointwise, &o, 0.15, ON_PROCESS_CPU);
+    m->dev_bw = (4.0 + 3.0 + 2.0) * o.n * (double)es /
+                less_operands(m, per_rep(run_pointwise, &o, 0.15, ON_PROCESS_CPU), (3.0 + 2.0 + 1.0) * o.n * (double)es);
     /* launch, the shortest item, the synchronize's handoff */
     m->launch = per_rep(run_queue_only, &o, 0.02, ON_THREAD_CPU);
     be->synchronize();
@@ -182,7 +200,9 @@ static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured
         a.a = b->alloc((size_t)a.B * a.T * 3 * a.C * es);
         a.b = b->alloc((size_t)a.B * a.NH * a.T * a.T * es);
         a.c = b->alloc((size_t)a.B * a.T * a.C * es);
-        m->attn[k] = 2.0 * a.B * a.T * (double)a.T * a.C / per_rep(run_attention, &a, 0.15, ON_PROCESS_CPU);
+        double operands = (double)es * a.B * a.T * (4.0 * a.C + (double)a.NH * a.T); /* out, qkv, att */
+        m->attn[k] = 2.0 * a.B * a.T * (double)a.T * a.C /
+                     less_operands(m, per_rep(run_attention, &a, 0.15, ON_PROCESS_CPU), operands);
         b->free(a.a), b->free(a.b), b->free(a.c);
     }
     /* the copy lanes: 32 MiB for bandwidth, 4 KiB for latency */
@@ -314,6 +334,10 @@ static void write_profile(FILE *f, const measured *m, const char *dir) {
     fprintf(f, "  memory: %.0fMiB   # measured: the simulated GPU's mem_info total (ZEROTRAIN_SIM_MEM)\n", m->dev_mem / 1048576);
     fprintf(f, "  memory_bandwidth_gbs: %.3f   # measured: residual, gelu and scale over 1M 16-bit elements on the compute lane, the bytes the sim charges them\n",
             m->dev_bw * 1e-9);
+    fprintf(f, "  operand_gbs: %.3f   # measured: embedding_forward of one token from a 4096 x 256 table, which the sim "
+               "widens whole before it runs: the table's bytes over the time (the element-wise, GEMM and attention "
+               "figures are net of their operands at this rate)\n",
+            m->operand_bw * 1e-9);
     fprintf(f, "  launch_us: %.2f   # measured: host time to queue one item (a 1-element scale), no wait\n", m->launch * 1e6);
     fprintf(f, "  kernel_min_us: %.2f   # measured: 1-element items back to back on the compute lane (their rate, the queueing included)\n",
             m->kernel_min * 1e6);
