@@ -22,6 +22,9 @@ OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_train.py
 echo "== trace overhead: the same runs with and without the Chrome trace (goal <= 2% of the step)"
 OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_trace.py
 
+echo "== the predictor against measurement: calibrate, then a matrix of configs on the simulated GPU, measured and predicted"
+/usr/bin/python3 test/bench_predict.py
+
 echo "== data shards: memory per rank against the corpus size"
 /usr/bin/python3 test/bench_data.py
 

@@ -26,6 +26,22 @@ typedef struct {
     zt_dtype dt;
 } wide;
 
+/* Each lane thread keeps the fp32 copies of its ops' operands between ops, one per operand slot (up
+ * to SCRATCH_KEEP bytes each; larger ones are allocated per op): a fresh copy per op page-faulted on
+ * every use, so an op's cost depended on what the allocator had at hand, which the virtual clock
+ * cannot price (calibrate measures operands in a loop where the allocator hands the same memory back). */
+#define SCRATCH_KEEP ((size_t)64 << 20)
+static __thread struct { float *f; size_t cap; } t_scratch[8];
+static float *scratch(int slot, size_t n) {
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    if (bytes > SCRATCH_KEEP) return zt_xmalloc(bytes);
+    if (t_scratch[slot].cap < bytes) {
+        free(t_scratch[slot].f);
+        t_scratch[slot].f = zt_xmalloc(bytes), t_scratch[slot].cap = bytes;
+    }
+    return t_scratch[slot].f;
+}
+
 static float *w16(wide *w, void *shadow, size_t n, int write) {
     if (!shadow) return NULL;
     for (int j = 0; j < w->k; j++)
@@ -33,7 +49,7 @@ static float *w16(wide *w, void *shadow, size_t n, int write) {
             w->t[j].write |= write;
             return w->t[j].f;
         }
-    float *f = zt_xmalloc((n ? n : 1) * sizeof(float));
+    float *f = scratch(w->k, n);
     zt_cpu_to_f32(f, shadow, n, w->dt);
     w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write, 1, n, n};
     return f;
@@ -59,7 +75,7 @@ static void w16_done(wide *w) {
             for (size_t r = 0; r < w->t[j].rows; r++)
                 zt_cpu_from_f32((char *)w->t[j].shadow + r * w->t[j].ld * zt_dtype_size(w->dt),
                                 w->t[j].f + r * w->t[j].ld, w->t[j].cols, w->dt);
-        free(w->t[j].f);
+        if (w->t[j].f != t_scratch[j].f) free(w->t[j].f); /* a kept scratch stays for the next op */
     }
 }
 
@@ -73,7 +89,12 @@ static void w16_done(wide *w) {
 #define OP_BEGIN(it) wide w_ = {.dt = (zt_dtype)(it)->i[8]}
 #define OP_END() w16_done(&w_)
 
+static void run_to_compute(sim_item *it);
+static void run_to_f32(sim_item *it);
+static void run_adamw(sim_item *it);
 static sim_item *op_item(sim_fn run, zt_dtype dt, const char *name) {
+    /* the conversions and AdamW work on their buffers in place; every other op widens its operands */
+    sim_count_operands(run != run_to_compute && run != run_to_f32 && run != run_adamw);
     sim_item *it = sim_item_new(run);
     it->i[8] = dt;
     it->name = name;

@@ -133,6 +133,7 @@ double sim_cost_gemm(zt_dtype dt, double M, double N, double K) {
     return g_timed ? zt_hw_gemm_seconds(&g_prof, dt, M, N, K) : 0;
 }
 double sim_cost_bytes(double bytes) { return g_timed ? zt_hw_elementwise_seconds(&g_prof, bytes) : 0; }
+double sim_cost_operands(double bytes) { return g_timed ? zt_hw_operand_seconds(&g_prof, bytes) : 0; }
 double sim_cost_attention(zt_dtype dt, double flops) { return g_timed ? zt_hw_attention_seconds(&g_prof, dt, flops) : 0; }
 double sim_cost_pcie(zt_copy_kind kind, int pinned, double bytes) {
     if (!g_timed) return 0;

@@ -78,5 +78,6 @@ double sim_cost_gemm(zt_dtype dt, double M, double N, double K);
 double sim_cost_bytes(double bytes);               /* element-wise */
 double sim_cost_attention(zt_dtype dt, double flops);
 double sim_cost_pcie(zt_copy_kind kind, int pinned, double bytes);
+double sim_cost_operands(double bytes);          /* an op's operands read whole before it runs (widened) */
 
 #endif

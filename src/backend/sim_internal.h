@@ -33,6 +33,11 @@ struct sim_item {
 void *sim_dev(const void *p, size_t bytes, const char *op, const char *arg);
 /* a zeroed item that runs `run` */
 sim_item *sim_item_new(sim_fn run);
+/* from here to the item's submit, sim_dev counts the bytes of the operands this thread's op names, when
+ * `widens`: the op's run widens each 16-bit operand to fp32 and rounds the written ones back, work a
+ * GPU does not do, which the virtual clock prices as operand traffic (sim_cost_operands; 0 on a GPU's
+ * profile) */
+void sim_count_operands(int widens);
 /* queues it on the stream (the compute lane), which frees it after it ran */
 void sim_enqueue(sim_item *it);
 /* queues it on the stream and returns once it has run; it is the caller's to free */

@@ -20,6 +20,15 @@ int zt_cmd_info(int argc, char **argv);     /* export.c */
 int zt_cmd_config(int argc, char **argv);   /* config.c */
 int zt_cmd_interval(int argc, char **argv); /* interval.c */
 int zt_cmd_predict(int argc, char **argv);  /* predict.c */
+int zt_cmd_calibrate(int argc, char **argv); /* calibrate.c */
+/* predict.c: CONFIG (with the settings `sets`) trained for three steps on the simulated GPU under the
+ * hardware profile hw, costed only, train's own lines not shown: the mean of the steps after the first.
+ * 0, or non-zero when the run failed (its error printed unless quiet) */
+typedef struct zt_prediction {
+    double step_s, tokens_per_s, flops_per_s;
+    int steps;
+} zt_prediction;
+int zt_predict_step(const char *config, const char *hw, char **sets, int nsets, int quiet, zt_prediction *out);
 
 /* What `predict` sees of each step of train's loop: times on the run's clock (util/clock.h),
  * the step's tokens and model FLOPs, and the engine's memory account after it. */

@@ -6,12 +6,18 @@
  * (engine/zero_formula.h) and buffer plans the engine and model use. Host and NVMe sizes are per
  * node, shared by its ranks. With tensor parallelism (--tp, default the config's tp_size) a rank holds
  * its tensor-parallel part (every rank's has the same size: wte is padded) and ZeRO
- * partitions it over the ranks / tp data-parallel ranks. */
+ * partitions it over the ranks / tp data-parallel ranks.
+ * With --hw PROFILE (a hardware profile, configs/hw/) the memories default to the profile's and the
+ * config's own setting gets its predicted step time on that machine beside the table (predict.c's
+ * dry run: about a second at any size). Only with --hw: a default profile would print a step time for
+ * a GPU the reader may not have, where the memory columns already say which device they assume. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/gpt2.h"
 #include "cmd/commands.h"
+#include "comm/comm.h"
+#include "config/hw_profile.h"
 #include "config/config.h"
 #include "engine/engine.h"
 #include "engine/session.h"
@@ -23,7 +29,7 @@ static double in(unit u, double b) { return b / u.bytes; }
 
 static void usage(void) {
     fprintf(stderr, "usage: zerotrain estimate CONFIG --ranks N [--tp N] [--device-mem 80GiB] [--host-mem 512GiB] "
-                    "[--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--ratio R[,R...]] [--set KEY=VALUE]...\n");
+                    "[--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--ratio R[,R...]] [--hw PROFILE] [--set KEY=VALUE]...\n");
 }
 
 /* one setting: where the optimizer states and the parameters live, and what each place holds per rank */
@@ -106,6 +112,73 @@ static void print_ratio_windows(const row *rows, int n, size_t K, size_t shard, 
     }
 }
 
+/* --hw: the config's own setting predicted on the profile (one rank so far: `predict --ranks` is to come).
+ * With the optimizer on the host (Twin-Flow), also the ratios of the window that fits, so the fastest
+ * shows beside `ratio: auto`'s choice: auto balances the host part's pipeline against the device Adam
+ * (twin_ratio.c), which the engine can measure when it opens; the step around the update (forward,
+ * backward, overlap_step's carry into the next step) is not known then, and only the model sees it. */
+#define SWEEP 6
+static int predict_ratio(const char *path, const char *hw, char **sets, int n_sets, double ratio, zt_prediction *pr) {
+    char set[96];
+    if (ratio < 0) snprintf(set, sizeof set, "zero_optimization.offload_optimizer.ratio=auto");
+    else snprintf(set, sizeof set, "zero_optimization.offload_optimizer.ratio=%.3f", ratio);
+    char **all = zt_xcalloc((size_t)n_sets + 2, sizeof *all);
+    memcpy(all, sets, (size_t)n_sets * sizeof *all);
+    all[n_sets] = set;
+    int rc = zt_predict_step(path, hw, all, n_sets + 1, 1, pr);
+    free(all);
+    return rc;
+}
+
+static int print_step_time(const char *path, const char *hw, const zt_hw_profile *prof, char **sets, int n_sets,
+                           long ranks, const zt_twin_window *twin) {
+    if (ranks != 1) {
+        printf("\npredicted step time on %s: one rank only so far (`zerotrain predict` with --ranks N is to come)\n",
+               prof->name);
+        return 0;
+    }
+    zt_err err = {{0}};
+    int argc = 0;
+    char **argv = NULL;
+    if (zt_mpi_init(&argc, &argv, &err)) { /* the prediction runs the engine, which opens a comm */
+        zt_print_error(&err);
+        return 1;
+    }
+    zt_prediction pr;
+    int rc = zt_predict_step(path, hw, sets, n_sets, 0, &pr);
+    if (rc == 0)
+        printf("\npredicted on %s (%s), the config's own setting (the row of its stage and offload above): %.2f ms a "
+               "step, %.0f tokens/s, %.1f model TFLOP/s (`zerotrain predict` shows the lanes)\n",
+               prof->name, prof->path, pr.step_s * 1e3, pr.tokens_per_s, pr.flops_per_s * 1e-12);
+    else
+        printf("\npredicted on %s (%s): the config's own setting does not run there (the error above)\n", prof->name,
+               prof->path);
+    rc = 0;
+    if (twin && twin->fits) {
+        printf("Twin-Flow ratios in the window that fits [%.3f, %.3f], predicted:\n", twin->r_min, twin->r_max);
+        double best = 0, best_r = -1, auto_s = 0;
+        for (int k = -1; k < SWEEP; k++) { /* k = -1: ratio auto */
+            double x = (double)k / (SWEEP - 1); /* squared: denser near r_min, where the fast ratios are */
+            double r = k < 0 ? -1 : twin->r_min + (twin->r_max - twin->r_min) * x * x;
+            char label[16] = "auto";
+            if (k >= 0) snprintf(label, sizeof label, "%.3f", r);
+            if (predict_ratio(path, hw, sets, n_sets, r, &pr)) {
+                printf("  ratio %-6s does not run (`zerotrain predict` with this ratio says why: the engine's own "
+                       "bounds are tighter than this table's)\n", label);
+                continue;
+            }
+            if (k < 0) auto_s = pr.step_s;
+            else if (best_r < 0 || pr.step_s < best) best = pr.step_s, best_r = r;
+            printf("  ratio %-6s %10.2f ms  %6.1f TFLOP/s\n", label, pr.step_s * 1e3, pr.flops_per_s * 1e-12);
+        }
+        if (best_r >= 0 && auto_s > 0)
+            printf("  fastest of these: ratio %.3f, %.2f ms; auto's choice is %+.1f %% from it\n", best_r, best * 1e3,
+                   100 * (auto_s - best) / best);
+    }
+    zt_mpi_finalize();
+    return rc ? 1 : 0;
+}
+
 /* --ratio 0.3 or 0.25,0.5: Twin-Flow ratios in (0, 1) to size besides ratio 1 (at most MAX_RATIOS) */
 static int parse_ratios(const char *text, double *ratios, int *n) {
     for (const char *p = text;;) {
@@ -126,6 +199,8 @@ int zt_cmd_estimate(int argc, char **argv) {
     double device_mem = 80.0 * 1073741824.0, host_mem = 512.0 * 1073741824.0, nvme_size = -1; /* < 0: no limit */
     int fp32 = 0, n_ratios = 0;
     double ratios[MAX_RATIOS];
+    const char *hw = NULL;
+    int device_mem_given = 0, host_mem_given = 0;
     char **sets = zt_xcalloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0;
     for (int i = 1; i < argc; i++) {
@@ -134,8 +209,9 @@ int zt_cmd_estimate(int argc, char **argv) {
         if (!strcmp(a, "--ranks") && v) ranks = strtol(v, NULL, 10), bad = ranks < 1, i++;
         else if (!strcmp(a, "--tp") && v) tp = strtol(v, NULL, 10), bad = tp < 1 || tp > 64, i++;
         else if (!strcmp(a, "--ranks-per-node") && v) per_node = strtol(v, NULL, 10), bad = per_node < 1, i++;
-        else if (!strcmp(a, "--device-mem") && v) bad = zt_parse_bytes(v, &device_mem), i++;
-        else if (!strcmp(a, "--host-mem") && v) bad = zt_parse_bytes(v, &host_mem), i++;
+        else if (!strcmp(a, "--device-mem") && v) bad = zt_parse_bytes(v, &device_mem), device_mem_given = 1, i++;
+        else if (!strcmp(a, "--host-mem") && v) bad = zt_parse_bytes(v, &host_mem), host_mem_given = 1, i++;
+        else if (!strcmp(a, "--hw") && v) hw = v, i++;
         else if (!strcmp(a, "--nvme-size") && v) bad = zt_parse_bytes(v, &nvme_size), i++;
         else if (!strcmp(a, "--dtype") && v) fp32 = !strcmp(v, "fp32"), bad = !fp32 && strcmp(v, "bf16"), i++;
         else if (!strcmp(a, "--ratio") && v) bad = parse_ratios(v, ratios, &n_ratios), i++;
@@ -159,13 +235,21 @@ int zt_cmd_estimate(int argc, char **argv) {
     }
     zt_config cfg;
     zt_err err = {{0}};
+    zt_hw_profile prof;
+    if (hw && zt_hw_profile_load(&prof, hw, &err)) {
+        zt_print_error(&err);
+        free(sets);
+        return 1;
+    }
+    if (hw && !device_mem_given) device_mem = prof.dev_memory;
+    if (hw && !host_mem_given) host_mem = prof.host_memory;
     int rc = zt_config_load(&cfg, path, sets, n_sets, &err);
-    free(sets);
     if (!rc && tp > 0) cfg.tp_size = (int)tp;
     tp = cfg.tp_size;
     if (!rc) rc = zt_config_check_batch(&cfg, (int)ranks, &err);
     if (rc) {
         zt_print_error(&err);
+        free(sets);
         return 1;
     }
     if (per_node < 1) per_node = ranks < 8 ? ranks : 8;
@@ -181,6 +265,7 @@ int zt_cmd_estimate(int argc, char **argv) {
                      &err)) {
         zt_print_error(&err);
         zt_config_free(&cfg);
+        free(sets);
         return 1;
     }
     zt_param_table_tile_linears(&table, cfg.tiled_in_splits);
@@ -228,6 +313,13 @@ int zt_cmd_estimate(int argc, char **argv) {
     }
     size_t shard = zt_zero_shard(table.total, (int)dp, ZT_SHARD_ALIGN);
     print_ratio_windows(rows, n, K, shard, device_mem, host_per_rank, u);
+    /* the window of the config's own stage, when its optimizer is on the host: predict's ratio sweep */
+    zt_twin_window twin = {0};
+    int twin_ok = 0;
+    for (int i = 0; i < n && cfg.offload_device == ZT_OFFLOAD_CPU; i++)
+        if (rows[i].stage == cfg.zero_stage && cfg.zero_stage > 0 && !strcmp(rows[i].optimizer, "device") && !twin_ok)
+            twin = zt_twin_ratio_window(rows[i].device, K, ZT_TWIN_HOST_BYTES, shard, device_mem, host_per_rank),
+            twin_ok = 1;
     printf("\nmodel states follow the ZeRO paper: stage 0 (2P+K)Ψ, 1 2PΨ+KΨ/N, 2 PΨ+(P+K)Ψ/N, 3 (2P+K)Ψ/N with P = %zu,\n"
            "K = %zu; \"device total\" adds activations and the engine's gradient/gather buffers. Offload, ratio 1\n"
            "(optimizer \"cpu r=R\", from --ratio: the share R of KΨ/N on the host, 1 - R on the device):\n"
@@ -241,5 +333,7 @@ int zt_cmd_estimate(int argc, char **argv) {
            P, K, ZT_TWIN_HOST_BYTES, cfg.offload_buffer_count, cfg.offload_param_buffer_count);
     zt_param_table_free(&table);
     zt_config_free(&cfg);
-    return 0;
+    rc = hw ? print_step_time(path, hw, &prof, sets, n_sets, ranks, twin_ok ? &twin : NULL) : 0;
+    free(sets);
+    return rc;
 }

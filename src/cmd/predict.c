@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "backend/sim_clock.h"
 #include "cmd/commands.h"
@@ -113,6 +115,60 @@ static void report(const predictor *p, const char *config, const zt_hw_profile *
     zt_predict_ranks_report(stdout, L, &dp_bytes, &tp_bytes, k);
 }
 
+/* trains CONFIG for `steps` steps on the simulated GPU timed by profile hw, the user's settings
+ * first and predict's last (they win); p sees every step */
+static int run_train(const char *config, const char *hw, char **sets, int nsets, long steps, long tp,
+                     const char *trace, int perform, predictor *p) {
+    setenv("ZEROTRAIN_SIM_PROFILE", hw, 1);
+    if (!perform) setenv("ZEROTRAIN_SIM_DRY", "1", 1);
+    char iters[64], tr[1100], tps[64];
+    snprintf(iters, sizeof iters, "train_iters=%ld", steps);
+    snprintf(tr, sizeof tr, "trace=%s", trace ? trace : "null");
+    /* tp 0: the config's own tensor_parallel.tp_size (the last entry is left out) */
+    snprintf(tps, sizeof tps, "tensor_parallel.tp_size=%ld", tp);
+    const char *ours[] = {"device=sim", iters, "steps_per_print=1", "eval_interval=0", "sample_interval=0",
+                          "checkpoint.dir=null", "metrics_file=null", tr, "comm_timeout=0", tps};
+    int nours = (int)(sizeof ours / sizeof ours[0]) - (tp > 0 ? 0 : 1);
+    char **targv = zt_xcalloc((size_t)(2 + 2 * (nsets + nours) + 1), sizeof *targv);
+    int tc = 0;
+    targv[tc++] = "train";
+    targv[tc++] = (char *)config;
+    for (int i = 0; i < nsets; i++) targv[tc++] = "--set", targv[tc++] = sets[i];
+    for (int i = 0; i < nours; i++) targv[tc++] = "--set", targv[tc++] = (char *)ours[i];
+    zt_train_observer obs = {on_step, p};
+    int rc = zt_train_observed(tc, targv, &obs);
+    free(targv);
+    return rc;
+}
+
+/* the mean over the steps after the first (which starts from an idle machine) */
+static void mean_step(const predictor *p, zt_prediction *out) {
+    int first = p->n > 1 ? 1 : 0;
+    double sec = 0, tokens = 0, flops = 0;
+    for (int i = first; i < p->n; i++) sec += p->steps[i].s.seconds, tokens += p->steps[i].s.tokens, flops += p->steps[i].s.flops;
+    out->steps = p->n - first;
+    out->step_s = out->steps > 0 ? sec / out->steps : 0;
+    out->tokens_per_s = sec > 0 ? tokens / sec : 0;
+    out->flops_per_s = sec > 0 ? flops / sec : 0;
+}
+
+int zt_predict_step(const char *config, const char *hw, char **sets, int nsets, int quiet, zt_prediction *out) {
+    memset(out, 0, sizeof *out);
+    predictor *p = zt_xcalloc(1, sizeof *p);
+    /* train's own lines are predict's to show; with quiet, its errors too (the caller says what failed) */
+    int nfd = quiet ? 2 : 1, saved[2] = {-1, -1}, null = open("/dev/null", O_WRONLY);
+    fflush(stdout), fflush(stderr);
+    for (int fd = 1; fd <= nfd && null >= 0; fd++) saved[fd - 1] = dup(fd), dup2(null, fd);
+    int rc = run_train(config, hw, sets, nsets, 3, 0, NULL, 0, p);
+    fflush(stdout), fflush(stderr);
+    for (int fd = 1; fd <= nfd; fd++)
+        if (saved[fd - 1] >= 0) dup2(saved[fd - 1], fd), close(saved[fd - 1]);
+    if (null >= 0) close(null);
+    if (rc == 0 && p->n > 0) mean_step(p, out);
+    free(p);
+    return rc ? rc : out->steps > 0 ? 0 : 1;
+}
+
 int zt_cmd_predict(int argc, char **argv) {
     const char *config = NULL, *hw = NULL, *trace = NULL;
     long steps = 3, ranks = 1, tp = 0; /* tp 0: the config's tensor_parallel.tp_size */
@@ -174,28 +230,10 @@ int zt_cmd_predict(int argc, char **argv) {
         free(sets);
         return 2;
     }
-    setenv("ZEROTRAIN_SIM_PROFILE", hw, 1);
-    if (!perform) setenv("ZEROTRAIN_SIM_DRY", "1", 1);
-    /* train's argv: the user's --set first, predict's settings last (they win) */
-    char iters[64], tr[1100], tps[64];
-    snprintf(iters, sizeof iters, "train_iters=%ld", steps);
-    snprintf(tps, sizeof tps, "tensor_parallel.tp_size=%ld", tp);
-    snprintf(tr, sizeof tr, "trace=%s", trace ? trace : "null");
-    const char *ours[] = {"device=sim", iters, "steps_per_print=1", "eval_interval=0", "sample_interval=0",
-                          "checkpoint.dir=null", "metrics_file=null", tr, tps, "comm_timeout=0"};
-    int nours = (int)(sizeof ours / sizeof ours[0]);
-    char **targv = zt_xcalloc((size_t)(2 + 2 * (nsets + nours) + 1), sizeof *targv);
-    int tc = 0;
-    targv[tc++] = "train";
-    targv[tc++] = (char *)config;
-    for (int i = 0; i < nsets; i++) targv[tc++] = "--set", targv[tc++] = sets[i];
-    for (int i = 0; i < nours; i++) targv[tc++] = "--set", targv[tc++] = (char *)ours[i];
     predictor *p = zt_xcalloc(1, sizeof *p);
-    zt_train_observer obs = {on_step, p};
-    int rc = zt_train_observed(tc, targv, &obs);
+    int rc = run_train(config, hw, sets, nsets, steps, tp, trace, perform, p);
     if (rc == 0 && zt_sim_profile() && p->n > 0) report(p, config, zt_sim_profile(), fp16, !perform, &layout);
     free(p);
-    free(targv);
     free(sets);
     return rc;
 }

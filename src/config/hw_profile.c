@@ -29,19 +29,20 @@ typedef struct hw_key {
 static const hw_key keys[] = {
     {"name", H_NAME, 0, 1, 0, 0},
     {"device.memory", H_BYTES, O(dev_memory), 1, 1 << 20, 1e15},
-    {"device.memory_bandwidth_gbs", H_NUM, O(dev_bw), 1e9, 1, 1e5},
+    {"device.memory_bandwidth_gbs", H_NUM, O(dev_bw), 1e9, 1e-4, 1e5},
     {"device.launch_us", H_NUM, O(launch_s), 1e-6, 0, 1e4},
     {"device.kernel_min_us", H_NUM, O(kernel_min_s), 1e-6, 0, 1e4},
     {"device.sync_us", H_NUM, O(sync_s), 1e-6, 0, 1e4},
-    {"device.gemm.fp32.peak_tflops", H_NUM, G(ZT_F32) + offsetof(zt_hw_gemm, peak_flops), 1e12, 0.01, 1e5},
+    {"device.operand_gbs", H_NUM, O(operand_bw), 1e9, 0, 1e5},
+    {"device.gemm.fp32.peak_tflops", H_NUM, G(ZT_F32) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
     {"device.gemm.fp32.efficiency", H_CURVE, G(ZT_F32), 1, 0, 0},
-    {"device.gemm.bf16.peak_tflops", H_NUM, G(ZT_BF16) + offsetof(zt_hw_gemm, peak_flops), 1e12, 0.01, 1e5},
+    {"device.gemm.bf16.peak_tflops", H_NUM, G(ZT_BF16) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
     {"device.gemm.bf16.efficiency", H_CURVE, G(ZT_BF16), 1, 0, 0},
-    {"device.gemm.fp16.peak_tflops", H_NUM, G(ZT_F16) + offsetof(zt_hw_gemm, peak_flops), 1e12, 0.01, 1e5},
+    {"device.gemm.fp16.peak_tflops", H_NUM, G(ZT_F16) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
     {"device.gemm.fp16.efficiency", H_CURVE, G(ZT_F16), 1, 0, 0},
-    {"device.attention_tflops.fp32", H_NUM, O(attn_flops) + ZT_F32 * sizeof(double), 1e12, 0.01, 1e5},
-    {"device.attention_tflops.bf16", H_NUM, O(attn_flops) + ZT_BF16 * sizeof(double), 1e12, 0.01, 1e5},
-    {"device.attention_tflops.fp16", H_NUM, O(attn_flops) + ZT_F16 * sizeof(double), 1e12, 0.01, 1e5},
+    {"device.attention_tflops.fp32", H_NUM, O(attn_flops) + ZT_F32 * sizeof(double), 1e12, 1e-6, 1e5},
+    {"device.attention_tflops.bf16", H_NUM, O(attn_flops) + ZT_BF16 * sizeof(double), 1e12, 1e-6, 1e5},
+    {"device.attention_tflops.fp16", H_NUM, O(attn_flops) + ZT_F16 * sizeof(double), 1e12, 1e-6, 1e5},
     {"pcie.h2d_pinned_gbs", H_NUM, O(h2d_pinned), 1e9, 0.01, 1e4},
     {"pcie.d2h_pinned_gbs", H_NUM, O(d2h_pinned), 1e9, 0.01, 1e4},
     {"pcie.h2d_pageable_gbs", H_NUM, O(h2d_pageable), 1e9, 0.01, 1e4},
@@ -227,6 +228,8 @@ double zt_hw_attention_seconds(const zt_hw_profile *p, zt_dtype dt, double flops
 double zt_hw_elementwise_seconds(const zt_hw_profile *p, double bytes) {
     return fmax(bytes / p->dev_bw, p->kernel_min_s);
 }
+
+double zt_hw_operand_seconds(const zt_hw_profile *p, double bytes) { return p->operand_bw > 0 ? bytes / p->operand_bw : 0; }
 
 double zt_hw_pcie_seconds(const zt_hw_profile *p, zt_copy_kind kind, int pinned, double bytes) {
     double bw = kind == ZT_H2D ? (pinned ? p->h2d_pinned : p->h2d_pageable) : (pinned ? p->d2h_pinned : p->d2h_pageable);

@@ -1,0 +1,438 @@
+/* calibrate.c — `zerotrain calibrate [-o FILE] [--dir DIR]`: measures this machine as the simulated
+ * GPU executes on it and writes a hardware profile (config/hw_profile.h, the shape of the files in configs/hw/)
+ * whose every key says what was measured, how, and when. With it, `predict --hw FILE` prices a step
+ * as the simulated GPU's real lanes would run it here, which is what `make bench`'s model check
+ * (test/bench_predict.py) sets against measured step times.
+ *
+ * What is measured, each as the engine meets it:
+ *   - the sim's compute lane (a real thread running the CPU backend's math on widened 16-bit
+ *     tensors): GEMMs of square shapes, as a peak and an efficiency curve by size; attention at its
+ *     FLOPs; element-wise ops as the bytes the sim charges for them; the host time to queue an item
+ *     (launch), the shortest item, and the extra a blocking synchronize costs (the lane's handoff);
+ *   - the sim's copy lanes (real memcpys on their own threads): "PCIe" bandwidth and latency per
+ *     direction from host_alloc (pinned) and malloc (pageable) memory;
+ *   - the host: memory, cores, one thread's memcpy, every core's memcpy together, CPU AdamW per core;
+ *   - the disk under --dir (default .): sequential write and read in 4 MiB requests, O_DIRECT
+ *     where the file system takes it (as the NVMe swap does), and a 4 KiB read's latency.
+ * Each figure is the median of several timed batches, so one slow moment on a shared machine does
+ * not set it. Work done on this machine's cores is timed in CPU time (the process's, or the calling
+ * thread's for what only it does), the disk in wall time: what a core spends on an item is what it
+ * takes on an idle machine, and it does not grow when other processes share the cores, where wall
+ * time would carry their load into the profile (on a 2-core machine shared with a dozen runnable
+ * threads, tight loops ran 1.6x and training steps 4x slower by the wall clock than by CPU time). Collectives are not measured (one process): the network keys are derived from the host
+ * copy rate and say so. The whole calibration takes well under a minute. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_adam.h"
+#include "cmd/commands.h"
+#include "util/util.h"
+
+#define BATCHES 5
+
+/* one timed thing: run(ctx) does `reps` of it and returns when they are complete */
+typedef void (*timed_fn)(void *ctx, int reps);
+
+/* the clocks a figure is timed on (see the opening comment) */
+typedef enum { ON_WALL, ON_PROCESS_CPU, ON_THREAD_CPU } on_clock;
+static double clock_read(on_clock c) {
+    if (c == ON_WALL) return zt_now();
+    struct timespec ts;
+    clock_gettime(c == ON_PROCESS_CPU ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* seconds per repetition: one warm-up, then BATCHES batches sized to take about min_s each; the median */
+static double per_rep(timed_fn run, void *ctx, double min_s, on_clock clock) {
+    double t0 = clock_read(clock);
+    run(ctx, 1);
+    double one = clock_read(clock) - t0;
+    int reps = one > 0 ? (int)(min_s / one) : 1000;
+    if (reps < 1) reps = 1;
+    if (reps > 1000) reps = 1000;
+    double s[BATCHES];
+    for (int b = 0; b < BATCHES; b++) {
+        t0 = clock_read(clock);
+        run(ctx, reps);
+        s[b] = (clock_read(clock) - t0) / reps;
+    }
+    qsort(s, BATCHES, sizeof s[0], cmp_double);
+    return s[BATCHES / 2];
+}
+
+/* ---------------------------------------------------------------- the simulated GPU's lanes */
+
+typedef struct sim_op {
+    const zt_backend *be;
+    void *a, *b, *c, *host;
+    int n, sq, B, T, C, NH;
+    size_t bytes;
+    zt_copy_kind kind;
+} sim_op;
+
+static void run_gemm(void *ctx, int reps) {
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->gemm(o->c, o->a, o->b, o->sq, o->sq, o->sq, o->sq, o->sq, o->sq, 0, 0, 0.0f);
+    o->be->synchronize();
+}
+static void run_pointwise(void *ctx, int reps) { /* residual (4 E(n) charged), gelu (3 E(n)), scale (2 E(n)) */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) {
+        o->be->residual_forward(o->c, o->a, o->b, (size_t)o->n);
+        o->be->gelu_forward(o->b, o->c, (size_t)o->n);
+        o->be->scale(o->a, 1.0f, (size_t)o->n);
+    }
+    o->be->synchronize();
+}
+static void run_embedding(void *ctx, int reps) { /* one token's row: the work is nothing, the operands are wte */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->embedding_forward(o->c, o->host, o->a, 0, o->n, o->b, 1, 1, o->C);
+    o->be->synchronize();
+}
+static void run_attention(void *ctx, int reps) {
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->attention_forward(o->c, o->b, o->a, o->B, o->T, o->C, o->NH);
+    o->be->synchronize();
+}
+static void run_queue_only(void *ctx, int reps) { /* the host's side of a launch: queueing, no wait */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->scale(o->a, 1.0f, 1);
+}
+static void run_tiny_items(void *ctx, int reps) { /* the lane's side: items back to back */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->scale(o->a, 1.0f, 1);
+    o->be->synchronize();
+}
+static void run_tiny_synced(void *ctx, int reps) { /* each item waited for: launch + item + the handoff */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) {
+        o->be->scale(o->a, 1.0f, 1);
+        o->be->synchronize();
+    }
+}
+static void run_transfer(void *ctx, int reps) {
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++)
+        o->be->transfer(o->kind == ZT_H2D ? o->a : o->host, o->kind == ZT_H2D ? o->host : o->a, o->bytes, o->kind);
+}
+static void run_copy(void *ctx, int reps) { /* pageable: the blocking copy, the one that may take malloc memory */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++)
+        o->be->copy(o->kind == ZT_H2D ? o->a : o->host, o->kind == ZT_H2D ? o->host : o->a, o->bytes, o->kind);
+}
+
+typedef struct measured {
+    char when[32], cpu[128];
+    double dev_mem, dev_bw, operand_bw, launch, kernel_min, sync, attn[2];
+    int ngemm;
+    double gemm_size[8], gemm_rate[2][8], gemm_peak[2];
+    double pcie_bw[2][2], pcie_lat; /* [kind][pinned] */
+    double host_mem, host_bw, memcpy_bw, adam_per_core;
+    int cores;
+    double disk_read, disk_write, disk_lat;
+    int disk_direct;
+} measured;
+
+/* t less the time the sim spends reading `operand_bytes` of operands whole (widening them), which
+ * the profile prices apart (device.operand_gbs); at least a tenth of t */
+static double less_operands(const measured *m, double t, double operand_bytes) {
+    return fmax(t - operand_bytes / m->operand_bw, 0.1 * t);
+}
+
+static void measure_gemms(const zt_backend *be, int dt_index, measured *m) {
+    static const int sizes[] = {32, 64, 128, 256, 384, 512, 768};
+    m->ngemm = (int)(sizeof sizes / sizeof sizes[0]);
+    size_t es = zt_dtype_size(be->compute_dtype), most = (size_t)768 * 768 * es;
+    sim_op o = {.be = be, .a = be->alloc(most), .b = be->alloc(most), .c = be->alloc(most)};
+    for (int i = 0; i < m->ngemm; i++) {
+        o.sq = sizes[i];
+        double s = less_operands(m, per_rep(run_gemm, &o, 0.15, ON_PROCESS_CPU), 3.0 * sizes[i] * sizes[i] * (double)es);
+        m->gemm_size[i] = sizes[i];
+        m->gemm_rate[dt_index][i] = 2.0 * sizes[i] * sizes[i] * (double)sizes[i] / s;
+        if (m->gemm_rate[dt_index][i] > m->gemm_peak[dt_index]) m->gemm_peak[dt_index] = m->gemm_rate[dt_index][i];
+    }
+    be->free(o.a), be->free(o.b), be->free(o.c);
+}
+
+static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured *m) {
+    size_t total = 0, free_bytes = 0;
+    be16->mem_info(&free_bytes, &total);
+    m->dev_mem = (double)total;
+    const zt_backend *be = be16;
+    size_t es = zt_dtype_size(be->compute_dtype);
+    /* operands: embedding_forward of one token from a 4096 x 256 table, which the sim widens whole */
+    sim_op e = {.be = be, .n = 4096, .C = 256};
+    e.a = be->alloc((size_t)e.n * e.C * es), e.b = be->alloc((size_t)e.C * es), e.c = be->alloc((size_t)e.C * es);
+    e.host = be->alloc(sizeof(int));
+    m->operand_bw = (double)e.n * e.C * es / per_rep(run_embedding, &e, 0.15, ON_PROCESS_CPU);
+    be->free(e.a), be->free(e.b), be->free(e.c), be->free(e.host);
+    measure_gemms(be16, 0, m);
+    measure_gemms(fp16, 1, m);
+    /* element-wise: 1M elements, three ops, the bytes the sim charges them (backend_sim.c's q_pointwise) */
+    sim_op o = {.be = be, .n = 1 << 20};
+    o.a = be->alloc((size_t)o.n * es), o.b = be->alloc((size_t)o.n * es), o.c = be->alloc((size_t)o.n * es);
+    m->dev_bw = (4.0 + 3.0 + 2.0) * o.n * (double)es /
+                less_operands(m, per_rep(run_pointwise, &o, 0.15, ON_PROCESS_CPU), (3.0 + 2.0 + 1.0) * o.n * (double)es);
+    /* launch, the shortest item, the synchronize's handoff */
+    m->launch = per_rep(run_queue_only, &o, 0.02, ON_THREAD_CPU);
+    be->synchronize();
+    double item = per_rep(run_tiny_items, &o, 0.05, ON_PROCESS_CPU), synced = per_rep(run_tiny_synced, &o, 0.05, ON_PROCESS_CPU);
+    m->kernel_min = item;
+    m->sync = fmax(synced - m->launch - item, 0);
+    be->free(o.a), be->free(o.b), be->free(o.c);
+    /* attention at a GPT-2-small-like head size: B 4, T 128, C 256, NH 4 (forward: 2 B T^2 C FLOPs, as the sim charges) */
+    for (int k = 0; k < 2; k++) {
+        const zt_backend *b = k ? fp16 : be16;
+        sim_op a = {.be = b, .B = 4, .T = 128, .C = 256, .NH = 4};
+        a.a = b->alloc((size_t)a.B * a.T * 3 * a.C * es);
+        a.b = b->alloc((size_t)a.B * a.NH * a.T * a.T * es);
+        a.c = b->alloc((size_t)a.B * a.T * a.C * es);
+        double operands = (double)es * a.B * a.T * (4.0 * a.C + (double)a.NH * a.T); /* out, qkv, att */
+        m->attn[k] = 2.0 * a.B * a.T * (double)a.T * a.C /
+                     less_operands(m, per_rep(run_attention, &a, 0.15, ON_PROCESS_CPU), operands);
+        b->free(a.a), b->free(a.b), b->free(a.c);
+    }
+    /* the copy lanes: 32 MiB for bandwidth, 4 KiB for latency */
+    size_t big = (size_t)32 << 20;
+    sim_op c = {.be = be, .a = be->alloc(big), .host = be->host_alloc(big), .bytes = big};
+    void *pageable = zt_xcalloc(1, big);
+    double small_s = 0;
+    for (int k = 0; k < 2; k++) {
+        c.kind = k ? ZT_D2H : ZT_H2D;
+        c.bytes = big;
+        m->pcie_bw[k][1] = big / per_rep(run_transfer, &c, 0.15, ON_PROCESS_CPU);
+        c.bytes = 4096;
+        small_s += per_rep(run_transfer, &c, 0.02, ON_PROCESS_CPU) / 2;
+        c.bytes = big;
+        void *pinned = c.host;
+        c.host = pageable;
+        m->pcie_bw[k][0] = big / per_rep(run_copy, &c, 0.15, ON_PROCESS_CPU);
+        c.host = pinned;
+    }
+    m->pcie_lat = fmax(small_s - 4096.0 / m->pcie_bw[0][1], 0);
+    be->host_free(c.host), be->free(c.a), free(pageable);
+}
+
+/* ---------------------------------------------------------------- the host */
+
+typedef struct host_op {
+    char *src, *dst;
+    size_t bytes;
+    int threads;
+    float *p, *mo, *v;
+    void *g;
+} host_op;
+
+static void run_memcpy(void *ctx, int reps) {
+    host_op *h = ctx;
+    for (int r = 0; r < reps; r++) {
+        size_t part = h->bytes / (size_t)h->threads;
+#pragma omp parallel for num_threads(h->threads)
+        for (int t = 0; t < h->threads; t++) memcpy(h->dst + (size_t)t * part, h->src + (size_t)t * part, part);
+    }
+}
+static void run_adam1(void *ctx, int reps) {
+    host_op *h = ctx;
+    zt_adam_step s = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 1.0f};
+    size_t n = h->bytes;
+    for (int r = 0; r < reps; r++)
+        zt_cpu_adamw_g(h->p, h->mo, h->v, h->g, ZT_BF16, n, &s, h->src, ZT_BF16, 1, ZT_ADAM_ISA_BEST);
+}
+
+static void measure_host(measured *m) {
+    m->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    m->host_mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    size_t big = (size_t)64 << 20;
+    host_op h = {.src = zt_xcalloc(1, big), .dst = zt_xcalloc(1, big), .bytes = big, .threads = 1};
+    m->memcpy_bw = 2.0 * big / per_rep(run_memcpy, &h, 0.15, ON_PROCESS_CPU); /* read + write */
+    h.threads = m->cores; /* CPU time over every core: each core's share of it is the copy's time */
+    m->host_bw = 2.0 * big / (per_rep(run_memcpy, &h, 0.15, ON_PROCESS_CPU) / m->cores);
+    free(h.src), free(h.dst);
+    size_t n = (size_t)1 << 21;
+    host_op a = {.bytes = n, .p = zt_xcalloc(n, 4), .mo = zt_xcalloc(n, 4), .v = zt_xcalloc(n, 4),
+                 .g = zt_xcalloc(n, 2), .src = zt_xcalloc(n, 2)};
+    m->adam_per_core = n / per_rep(run_adam1, &a, 0.15, ON_PROCESS_CPU);
+    free(a.p), free(a.mo), free(a.v), free(a.g), free(a.src);
+}
+
+/* ---------------------------------------------------------------- the disk */
+
+typedef struct disk_op {
+    int fd;
+    char *buf;
+    size_t file, req;
+    int write;
+    char failed[160]; /* the first failed request, for the error */
+} disk_op;
+
+static void run_disk(void *ctx, int reps) {
+    disk_op *d = ctx;
+    for (int r = 0; r < reps && !d->failed[0]; r++)
+        for (size_t off = 0; off < d->file && !d->failed[0]; off += d->req) {
+            ssize_t k = d->write ? pwrite(d->fd, d->buf, d->req, (off_t)off) : pread(d->fd, d->buf, d->req, (off_t)off);
+            if (k != (ssize_t)d->req)
+                snprintf(d->failed, sizeof d->failed, "%s at byte %zu: %s", d->write ? "write" : "read", off,
+                         k < 0 ? strerror(errno) : "short");
+        }
+    if (d->write && fdatasync(d->fd) && !d->failed[0]) snprintf(d->failed, sizeof d->failed, "fdatasync: %s", strerror(errno));
+}
+
+static int measure_disk(const char *dir, measured *m, zt_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/zerotrain-calibrate.%d.tmp", dir, (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+    m->disk_direct = fd >= 0;
+    if (fd < 0) fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return zt_fail(err, "calibrate --dir %s: cannot create %s: %s", dir, path, strerror(errno));
+    unlink(path); /* gone when closed, whatever happens */
+    disk_op d = {.fd = fd, .file = (size_t)128 << 20, .req = (size_t)4 << 20, .write = 1};
+    if (posix_memalign((void **)&d.buf, 4096, d.req)) {
+        close(fd);
+        return zt_fail(err, "calibrate: out of memory for a 4 MiB disk buffer");
+    }
+    memset(d.buf, 0x5a, d.req);
+    m->disk_write = d.file / per_rep(run_disk, &d, 0.3, ON_WALL);
+    d.write = 0;
+    if (!m->disk_direct) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    m->disk_read = d.file / per_rep(run_disk, &d, 0.3, ON_WALL);
+    d.file = d.req = 4096;
+    m->disk_lat = per_rep(run_disk, &d, 0.02, ON_WALL);
+    close(fd);
+    free(d.buf);
+    return d.failed[0] ? zt_fail(err, "calibrate --dir %s: disk %s", dir, d.failed) : 0;
+}
+
+/* ---------------------------------------------------------------- the profile */
+
+static void curve(FILE *f, const measured *m, int k) {
+    fprintf(f, "[");
+    for (int i = 0; i < m->ngemm; i++)
+        fprintf(f, "%s[%.0f, %.4f]", i ? ", " : "", m->gemm_size[i], fmin(m->gemm_rate[k][i] / m->gemm_peak[k], 1.0));
+    fprintf(f, "]");
+}
+
+static void write_profile(FILE *f, const measured *m, const char *dir) {
+    const char *how = "median of 5 timed batches, in CPU time (the disk: wall time)";
+    fprintf(f, "# This machine (%s, %d cores) as the simulated GPU executes on it: measured by `zerotrain calibrate`\n"
+               "# at %s. Every figure is the %s; the device lanes are the simulated GPU's real threads,\n"
+               "# its copies real memcpys, so `predict --hw` with this file prices a step as `device: sim` runs it here.\n",
+            m->cpu, m->cores, m->when, how);
+    fprintf(f, "name: calibrated\ndevice:\n");
+    fprintf(f, "  memory: %.0fMiB   # measured: the simulated GPU's mem_info total (ZEROTRAIN_SIM_MEM)\n", m->dev_mem / 1048576);
+    fprintf(f, "  memory_bandwidth_gbs: %.3f   # measured: residual, gelu and scale over 1M 16-bit elements on the compute lane, the bytes the sim charges them\n",
+            m->dev_bw * 1e-9);
+    fprintf(f, "  operand_gbs: %.3f   # measured: embedding_forward of one token from a 4096 x 256 table, which the sim "
+               "widens whole before it runs: the table's bytes over the time (the element-wise, GEMM and attention "
+               "figures are net of their operands at this rate)\n",
+            m->operand_bw * 1e-9);
+    fprintf(f, "  launch_us: %.2f   # measured: host time to queue one item (a 1-element scale), no wait\n", m->launch * 1e6);
+    fprintf(f, "  kernel_min_us: %.2f   # measured: 1-element items back to back on the compute lane (their rate, the queueing included)\n",
+            m->kernel_min * 1e6);
+    fprintf(f, "  sync_us: %.2f   # measured: a 1-element item and a synchronize, less launch and item (the lane thread's handoff)\n",
+            m->sync * 1e6);
+    fprintf(f, "  gemm:\n    # measured: square GEMMs (be->gemm, 32..768) on the compute lane, widened 16-bit inputs and\n"
+               "    # OpenBLAS on this machine's cores; the peak is the fastest size, the curve each size's share of it\n");
+    fprintf(f, "    bf16: {peak_tflops: %.6f, efficiency: ", m->gemm_peak[0] * 1e-12);
+    curve(f, m, 0);
+    fprintf(f, "}\n    fp16: {peak_tflops: %.6f, efficiency: ", m->gemm_peak[1] * 1e-12);
+    curve(f, m, 1);
+    fprintf(f, "}\n    # the sim computes in 16 bits only (gemm_f32 takes 16-bit inputs too): bf16's figures\n");
+    fprintf(f, "    fp32: {peak_tflops: %.6f, efficiency: ", m->gemm_peak[0] * 1e-12);
+    curve(f, m, 0);
+    fprintf(f, "}\n  # measured: attention_forward at B 4, T 128, C 256, NH 4, its causal FLOPs as the sim charges them\n");
+    fprintf(f, "  attention_tflops: {bf16: %.6f, fp16: %.6f, fp32: %.6f}\n", m->attn[0] * 1e-12, m->attn[1] * 1e-12,
+            m->attn[0] * 1e-12);
+    fprintf(f, "pcie:\n  # measured: the sim's copy lanes, 32 MiB transfers from host_alloc (pinned) and blocking copies\n"
+               "  # from malloc'd memory (pageable): memcpys on the lanes' threads\n");
+    fprintf(f, "  h2d_pinned_gbs: %.3f\n  d2h_pinned_gbs: %.3f\n  h2d_pageable_gbs: %.3f\n  d2h_pageable_gbs: %.3f\n",
+            m->pcie_bw[0][1] * 1e-9, m->pcie_bw[1][1] * 1e-9, m->pcie_bw[0][0] * 1e-9, m->pcie_bw[1][0] * 1e-9);
+    fprintf(f, "  latency_us: %.2f   # measured: a 4 KiB transfer each way, less its bytes at the bandwidth\n", m->pcie_lat * 1e6);
+    fprintf(f, "host:\n  memory: %.0fMiB   # measured: physical pages (sysconf)\n", m->host_mem / 1048576);
+    fprintf(f, "  memory_bandwidth_gbs: %.3f   # measured: 64 MiB memcpy split over every core (read + write)\n", m->host_bw * 1e-9);
+    fprintf(f, "  cores: %d   # measured: online CPUs; the sim's lanes and the host Adam threads share them\n", m->cores);
+    fprintf(f, "  adam_gelems_per_core: %.4f   # measured: zt_cpu_adamw_g on one thread, 2M elements, bf16 gradients and copy-out\n",
+            m->adam_per_core * 1e-9);
+    fprintf(f, "  memcpy_gbs: %.3f   # measured: one thread's 64 MiB memcpy (read + write)\n", m->memcpy_bw * 1e-9);
+    fprintf(f, "nvme:\n  # measured: the disk under %s, 128 MiB in 4 MiB requests%s\n", dir,
+            m->disk_direct ? ", O_DIRECT (as the swap opens it)" : ", buffered (O_DIRECT refused here), written with fdatasync");
+    fprintf(f, "  read_gbs: %.3f\n  write_gbs: %.3f\n", m->disk_read * 1e-9, m->disk_write * 1e-9);
+    fprintf(f, "  latency_us: %.1f   # measured: one 4 KiB read\n", m->disk_lat * 1e6);
+    fprintf(f, "network:\n  # not measured (calibrate is one process): ranks here meet in host memory, so the bandwidth is\n"
+               "  # the one-thread memcpy rate above and the latency a synchronize's handoff\n");
+    fprintf(f, "  intra_node: {bandwidth_gbs: %.3f, latency_us: %.2f}\n", m->memcpy_bw * 1e-9, m->sync * 1e6 + 1);
+    fprintf(f, "  inter_node: {bandwidth_gbs: %.3f, latency_us: %.2f}\n", m->memcpy_bw * 1e-9, m->sync * 1e6 + 1);
+}
+
+static void cpu_name(char *out, size_t cap) {
+    snprintf(out, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            snprintf(out, cap, "%s", strchr(line, ':') + 2);
+            out[strcspn(out, "\n")] = 0;
+            break;
+        }
+    if (f) fclose(f);
+}
+
+int zt_cmd_calibrate(int argc, char **argv) {
+    const char *out = NULL, *dir = ".";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else {
+            fprintf(stderr, "zerotrain: error: calibrate: unexpected argument '%s'\n"
+                            "usage: zerotrain calibrate [-o FILE] [--dir DIR]   (DIR: where NVMe swap would go; default .)\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+    /* the sim on the wall clock: a profile in the environment would price the items instead of timing them */
+    unsetenv("ZEROTRAIN_SIM_PROFILE");
+    unsetenv("ZEROTRAIN_SIM_JITTER");
+    const char *why = NULL;
+    const zt_backend *bf16 = zt_backend_sim(ZT_BF16, &why), *fp16 = bf16 ? zt_backend_sim(ZT_F16, &why) : NULL;
+    if (!fp16) {
+        fprintf(stderr, "zerotrain: error: calibrate: the simulated GPU does not open: %s\n", why ? why : "unknown");
+        return 1;
+    }
+    measured m;
+    memset(&m, 0, sizeof m);
+    time_t now = time(NULL);
+    strftime(m.when, sizeof m.when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    cpu_name(m.cpu, sizeof m.cpu);
+    double t0 = zt_now();
+    zt_err err = {{0}};
+    if (measure_disk(dir, &m, &err)) {
+        zt_print_error(&err);
+        return 1;
+    }
+    measure_host(&m);
+    measure_sim(bf16, fp16, &m);
+    FILE *f = out ? fopen(out, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "zerotrain: error: calibrate -o %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    write_profile(f, &m, dir);
+    if (out && fclose(f)) {
+        fprintf(stderr, "zerotrain: error: calibrate -o %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    fprintf(stderr, "calibrate: measured in %.1f s%s%s\n", zt_now() - t0, out ? ", wrote " : "", out ? out : "");
+    return 0;
+}

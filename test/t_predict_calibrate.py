@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""t_predict_calibrate.py — `zerotrain calibrate` (cmd/calibrate.c) and `estimate --hw` (the
+predicted step time beside the memory, and the Twin-Flow ratio sweep). No figure a wall clock gives
+is checked: calibrate's numbers depend on the machine, so only what it writes and that the profile
+works are; estimate's step times are predictions, deterministic, and are checked against predict's.
+  - calibrate writes a profile that predict accepts, whose every key says how it was measured,
+    with this machine's core count; a --dir that cannot be written to is one line naming it;
+  - estimate --hw prints the config's own predicted step time, equal to predict's; with the optimizer
+    on the host it predicts auto and six ratios of the window that fits, auto's equal to predict's,
+    and names the fastest of them; more than one rank says it is one rank only so far; an unknown
+    profile is refused naming it."""
+import os
+import re
+import shutil
+import tempfile
+
+import ztlib
+
+ztlib.ensure_shakespeare()
+cfg = os.path.join(ztlib.ROOT, "configs", "tiny.yaml")
+TF = os.path.join(ztlib.ROOT, "configs", "gpu_twinflow.yaml")
+work = tempfile.mkdtemp(prefix="zt_calibrate_")
+
+
+def step_ms(text, pattern=r"step time\s+([0-9.]+) ms"):
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else None
+
+
+# ---- calibrate
+prof = os.path.join(work, "here.yaml")
+p = ztlib.run(["calibrate", "-o", prof, "--dir", work], timeout=600)
+text = ztlib.read_text(prof)
+ztlib.check(p.returncode == 0 and "calibrate: measured in" in p.stderr and "name: calibrated" in text,
+            "calibrate_writes_a_profile", p.stderr[-400:])
+# every key says how it was measured: on its own line, or in a comment above it in its section
+keys, unexplained, said = 0, [], False
+for ln in text.splitlines():
+    if re.match(r"^[a-z]", ln):  # a section starts: what was said above it does not carry over
+        said = False
+    elif ln.strip().startswith("#"):
+        said = said or "measured" in ln
+    elif re.match(r"^\s+[a-z_0-9]+: [\[{0-9]", ln):
+        keys += 1
+        if not ("#" in ln and "measured" in ln.split("#", 1)[1]) and not said:
+            unexplained.append(ln.strip()[:60])
+ztlib.check(keys >= 20 and not unexplained, "calibrate_every_key_says_how", f"{keys} keys, unexplained: {unexplained}")
+m = re.search(r"(?m)^  cores: (\d+)", text)
+ztlib.check(m is not None and int(m.group(1)) == os.cpu_count(), "calibrate_counts_this_machines_cores",
+            m.group(0) if m else text[-300:])
+pp = ztlib.run(["predict", cfg, "--hw", prof, "--steps", "2"], timeout=600)
+ms = step_ms(pp.stdout)
+ztlib.check(pp.returncode == 0 and ms is not None and ms > 0 and "on calibrated" in pp.stdout,
+            "calibrated_profile_predicts", (pp.stderr or pp.stdout)[-400:])
+p = ztlib.run(["calibrate", "-o", os.path.join(work, "x.yaml"), "--dir", os.path.join(work, "no", "such")])
+lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+ztlib.check(p.returncode == 1 and len(lines) == 1 and "calibrate --dir" in lines[0] and "no/such" in lines[0],
+            "calibrate_bad_dir_one_line", p.stderr[-300:])
+p = ztlib.run(["calibrate", "--frobnicate"])
+ztlib.check(p.returncode == 2 and "unexpected argument '--frobnicate'" in p.stderr, "calibrate_bad_argument",
+            p.stderr[-300:])
+
+# ---- estimate --hw
+p = ztlib.run(["estimate", cfg, "--ranks", "1", "--hw", "h100-sxm"], timeout=600)
+pp = ztlib.run(["predict", cfg, "--hw", "h100-sxm"], timeout=600)
+est, pred = step_ms(p.stdout, r"predicted on h100-sxm .*?: ([0-9.]+) ms a step"), step_ms(pp.stdout)
+ztlib.check(p.returncode == 0 and est is not None and est == pred and "fits" in p.stdout,
+            "estimate_hw_step_time_equals_predict", f"{est} vs {pred}: {(p.stderr or p.stdout)[-300:]}")
+ztlib.check("Twin-Flow ratios in the window" not in p.stdout, "estimate_hw_no_sweep_without_offload", p.stdout[-300:])
+
+p = ztlib.run(["estimate", TF, "--ranks", "1", "--hw", "h100-sxm"], timeout=600)
+pa = ztlib.run(["predict", TF, "--hw", "h100-sxm", "--set", "zero_optimization.offload_optimizer.ratio=auto"],
+               timeout=600)
+rows = re.findall(r"(?m)^  ratio (\S+)\s+([0-9.]+) ms", p.stdout)
+auto = dict(rows).get("auto")
+fastest = re.search(r"fastest of these: ratio ([0-9.]+), ([0-9.]+) ms", p.stdout)
+swept = [(float(r), float(t)) for r, t in rows if r != "auto"]
+ztlib.check(p.returncode == 0 and auto is not None and float(auto) == step_ms(pa.stdout) and len(swept) >= 4
+            and fastest is not None and float(fastest.group(2)) == min(t for _, t in swept),
+            "estimate_hw_ratio_sweep", p.stdout[-900:] + p.stderr[-300:])
+ztlib.check(all(swept[i][1] < swept[i + 1][1] for i in range(len(swept) - 1)),
+            "estimate_hw_sweep_slower_as_more_goes_to_the_host", str(swept))
+
+p = ztlib.run(["estimate", cfg, "--ranks", "2", "--hw", "h100-sxm"], timeout=600)
+ztlib.check(p.returncode == 0 and "one rank only so far" in p.stdout, "estimate_hw_one_rank_only", p.stdout[-300:])
+p = ztlib.run(["estimate", cfg, "--ranks", "1", "--hw", "b200"])
+ztlib.check(p.returncode == 1 and "no b200.yaml" in p.stderr, "estimate_hw_unknown_profile", p.stderr[-300:])
+
+shutil.rmtree(work, ignore_errors=True)
+ztlib.finish()
