@@ -374,6 +374,7 @@ static void write_profile(FILE *f, const measured *m, const char *dir) {
                "  # the one-thread memcpy rate above and the latency a synchronize's handoff\n");
     fprintf(f, "  intra_node: {bandwidth_gbs: %.3f, latency_us: %.2f}\n", m->memcpy_bw * 1e-9, m->sync * 1e6 + 1);
     fprintf(f, "  inter_node: {bandwidth_gbs: %.3f, latency_us: %.2f}\n", m->memcpy_bw * 1e-9, m->sync * 1e6 + 1);
+    fprintf(f, "  gpus_per_node: 1           # this machine is one simulated GPU (predict --ranks shares its host among a node's ranks)\n");
 }
 
 static void cpu_name(char *out, size_t cap) {
