@@ -7,8 +7,9 @@
  * ONE thread once and does all parallelism with OpenMP: a large SGEMM is cut into column (or row)
  * panels whose boundaries depend on the shape only, each one a single-threaded cblas_sgemm that
  * one thread computes whole (see gemm_plan); attention runs one head per
- * OpenMP thread. Measured on the 2-core build machine the split SGEMM is as fast as OpenBLAS's
- * own threading (test/bench_ops.c prints both).
+ * OpenMP thread. Measured on the 2-core Zen build machine the split SGEMM is as fast as OpenBLAS's
+ * own threading; on a 2-core AVX-512 Xeon (SkylakeX kernels) a few % slower at GPT-2 124M's
+ * shapes, the price of bits that do not depend on the thread count (test/bench_ops.c prints both).
  *
  * Determinism. Every op gives bit-identical results run to run, and — because no reduction is
  * ever split across threads — also for any OpenMP thread count:
@@ -17,7 +18,8 @@
  *   - column reductions (dbias, LayerNorm dw/db, dwpe, dwte) are parallel over columns, each
  *     column summing its rows in row order;
  *   - row reductions (LayerNorm statistics, softmax) run inside one thread, vectorized with
- *     `omp simd reduction`, whose lane order is fixed at compile time;
+ *     `omp simd reduction`, whose lane order is fixed at compile time, or in cpu_kernels.c's
+ *     fixed order (the cross-entropies' exp sums);
  *   - sumsq sums fixed 4096-element chunks, then the chunk sums in order.
  * Loops use schedule(static) throughout. */
 #include <cblas.h>
