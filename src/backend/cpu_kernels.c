@@ -152,12 +152,14 @@ const char *zt_vec_name(int path) { return path == ZT_VEC_AVX512 ? "avx512" : pa
 void zt_vec_force(int path) { forced_path = path; }
 
 static int path_now(void) {
-    static int best = -2; /* cpuid once; every thread computes the same value, so the race is benign */
-    if (best == -2) best = zt_vec_best();
+    static int best_cached = -2; /* cpuid once; threads that race here all store the same value */
+    int best = __atomic_load_n(&best_cached, __ATOMIC_RELAXED);
+    if (best == -2) __atomic_store_n(&best_cached, best = zt_vec_best(), __ATOMIC_RELAXED);
     return forced_path < 0 || forced_path > best ? best : forced_path;
 }
-#define DISPATCH(name, args) \
-    (path_now() == ZT_VEC_AVX512 ? name##_avx512 args : path_now() == ZT_VEC_AVX2 ? name##_avx2 args : name##_scalar args)
+#define DISPATCH(name, args)                                                                   \
+    (path_now() == ZT_VEC_AVX512 ? name##_avx512 args : path_now() == ZT_VEC_AVX2 ? name##_avx2 args \
+                                                                                  : name##_scalar args)
 
 void zt_vec_exp(float *e, const float *x, float shift, size_t n) { DISPATCH(vexp, (e, x, shift, n)); }
 void zt_vec_gelu(float *out, const float *inp, size_t n) { DISPATCH(vgelu, (out, inp, n)); }
