@@ -37,3 +37,6 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
 else
   echo "== GPU: no NVIDIA GPU on this machine, GPU benchmarks skipped"
 fi
+
+echo "== summary: which CPU kernels ran, this machine's FMA peak and the GPT-2 step's GEMMs as a share of it (bench_ops)"
+grep -E '^cpu kernels|^FMA peak|^SGEMM peak|^GEMMs of the step|^(gelu|softmax_xent|sumsq|attention_forward) ' "$out/bench_ops.txt"

@@ -7,8 +7,9 @@
  * ONE thread once and does all parallelism with OpenMP: a large SGEMM is cut into column (or row)
  * panels whose boundaries depend on the shape only, each one a single-threaded cblas_sgemm that
  * one thread computes whole (see gemm_plan); attention runs one head per
- * OpenMP thread. Measured on the 2-core build machine the split SGEMM is as fast as OpenBLAS's
- * own threading (test/bench_ops.c prints both).
+ * OpenMP thread. Measured on the 2-core Zen build machine the split SGEMM is as fast as OpenBLAS's
+ * own threading; on a 2-core AVX-512 Xeon (SkylakeX kernels) a few % slower at GPT-2 124M's
+ * shapes, the price of bits that do not depend on the thread count (test/bench_ops.c prints both).
  *
  * Determinism. Every op gives bit-identical results run to run, and — because no reduction is
  * ever split across threads — also for any OpenMP thread count:
@@ -17,7 +18,8 @@
  *   - column reductions (dbias, LayerNorm dw/db, dwpe, dwte) are parallel over columns, each
  *     column summing its rows in row order;
  *   - row reductions (LayerNorm statistics, softmax) run inside one thread, vectorized with
- *     `omp simd reduction`, whose lane order is fixed at compile time;
+ *     `omp simd reduction`, whose lane order is fixed at compile time, or in cpu_kernels.c's
+ *     fixed order (the cross-entropies' exp sums);
  *   - sumsq sums fixed 4096-element chunks, then the chunk sums in order.
  * Loops use schedule(static) throughout. */
 #include <cblas.h>
@@ -28,27 +30,13 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_adam.h"
+#include "backend/cpu_kernels.h"
 
-/* Vector math. glibc's libmvec (x86-64, glibc >= 2.35 for tanhf) has SIMD versions of expf and
- * tanhf; declaring them as such lets the compiler vectorize the GELU (opmath.h's formula, via
- * tanhf) and softmax loops, ~6x faster than scalar libm. The loops that use them run over whole
- * 16-lane blocks at fixed offsets (see VB below), so every element takes the same code path
- * whatever the thread count or buffer alignment, keeping results bit-reproducible. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
-    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
-float tanhf(float) __attribute__((__simd__("notinbranch")));
-float expf(float) __attribute__((__simd__("notinbranch")));
-#endif
-#define VB 16 /* lanes of one vector-math block */
-
-/* e[j] = exp(x[j] - shift) for j < n <= VB, one vector-math block (missing lanes are -inf -> 0) */
-static inline void exp_block(float *e, const float *x, float shift, int n) {
-    float t[VB];
-    for (int j = 0; j < VB; j++) t[j] = j < n ? x[j] - shift : -INFINITY;
-#pragma omp simd simdlen(VB)
-    for (int j = 0; j < VB; j++) t[j] = expf(t[j]);
-    memcpy(e, t, (size_t)n * sizeof(float));
-}
+/* The vector math (exp, GELU, the exp row sums, the sum of squares) is cpu_kernels.c's, at the
+ * CPU's widest SIMD; it computes each element the same way on every path, so results do not
+ * depend on the thread count or on where a range starts. Element-wise ops hand each OpenMP
+ * thread whole VEC_CHUNK-element pieces. */
+#define VEC_CHUNK 4096
 
 /* ------------------------------------------------------------------ memory */
 
@@ -96,14 +84,17 @@ static void zt_split(int n, int nt, int id, int blk, int *lo, int *hi) {
  * thread count, 1, 2 and 3 threads gave three different answers on an AVX2 Zen; with these, every
  * output element comes out of the same call — same shape, same operands — for any thread count and
  * on any CPU. The count is a power of two (so 1, 2, 4, 8 or 16 threads share the panels evenly),
- * at most GEMM_MAX_PANELS, with at least GEMM_PANEL_FLOPS of work and GEMM_MIN_WIDTH rows or
- * columns a panel: each panel packs the whole of the other operand again, which costs 2-12 % of
- * one core's SGEMM speed at 8 panels and more at 32 when panels get narrow (measured on the
- * 2-core Zen build machine for GPT-2's shapes); with 256 rather than 128 as the least width,
- * test/bench_ops.c's SGEMMs run within 1-3 % of one panel per thread (2048^3: 8 % faster than 128). Widths are whole multiples of 16 floats (64-byte
- * lines of C, so no two threads write one line). */
+ * at most GEMM_MAX_PANELS, with at least GEMM_MIN_WIDTH rows or columns a panel, GEMM_MIN_FLOPS
+ * of work in each of the first two (so two cores share any GEMM worth splitting) and beyond two
+ * GEMM_PANEL_FLOPS a panel: each panel packs the whole of the other operand again, which
+ * costs 3-6 % of one core's SGEMM speed per doubling of the count (measured for GPT-2's shapes on
+ * the 2-core Zen build machine, and again on an AVX-512 Xeon with the SkylakeX kernels: 8 panels
+ * 8-12 % slower than one). 200 MFLOP (1-2 ms of one core) cuts GPT-2 124M's largest linears in 4
+ * rather than 8 and the LM head in 16. Widths are whole multiples of 16 floats (64-byte lines of
+ * C, so no two threads write one line). */
 enum { GEMM_MAX_PANELS = 16, GEMM_MIN_WIDTH = 256, GEMM_ALIGN = 16 };
-#define GEMM_PANEL_FLOPS 32e6
+#define GEMM_PANEL_FLOPS 200e6
+#define GEMM_MIN_FLOPS 32e6 /* the least work of each of the first two panels */
 
 typedef struct {
     int split_n;      /* panels are column ranges of C (else row ranges) */
@@ -115,7 +106,8 @@ static gemm_panels gemm_plan(int M, int N, int K) {
     int dim = p.split_n ? N : M;
     double flops = 2.0 * M * N * (K > 0 ? K : 1);
     int count = 1;
-    while (count * 2 <= GEMM_MAX_PANELS && flops / (count * 2) >= GEMM_PANEL_FLOPS && dim / (count * 2) >= GEMM_MIN_WIDTH)
+    while (count * 2 <= GEMM_MAX_PANELS && dim / (count * 2) >= GEMM_MIN_WIDTH &&
+           (count == 1 ? flops >= 2 * GEMM_MIN_FLOPS : flops / (count * 2) >= GEMM_PANEL_FLOPS))
         count *= 2;
     int width = (dim + count - 1) / count;
     p.width = (width + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
@@ -360,7 +352,7 @@ static void cpu_attention_forward(void *out_, void *att_, const void *qkv_, int 
         for (int t = 0; t < T; t++) { /* causal softmax of row t over j <= t */
             float *row = a + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
             for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-            for (int j0 = 0; j0 <= t; j0 += VB) exp_block(row + j0, row + j0, mx, t + 1 - j0 < VB ? t + 1 - j0 : VB);
+            zt_vec_exp(row, row, mx, (size_t)t + 1);
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j <= t; j++) sum += row[j];
             float inv = 1.0f / sum;
@@ -405,42 +397,25 @@ static void cpu_attention_backward(void *dqkv_, void *datt_, const void *dout_, 
 
 /* ------------------------------------------------------------------ pointwise */
 
-/* GELU in whole VB-element blocks (the last one zero-padded), parallel over blocks */
-static inline void gelu_block(float *out, const float *inp) {
-#pragma omp simd simdlen(VB)
-    for (int j = 0; j < VB; j++) out[j] = zt_gelu(inp[j]);
-}
-static inline void gelu_grad_block(float *dinp, const float *inp, const float *dout) {
-#pragma omp simd simdlen(VB)
-    for (int j = 0; j < VB; j++) dinp[j] = zt_gelu_grad(inp[j]) * dout[j];
-}
-
 static void cpu_gelu_forward(void *out_, const void *inp_, size_t n) {
     float *out = out_;
     const float *inp = inp_;
-    size_t nb = n / VB, tail = n % VB;
+    size_t nchunk = (n + VEC_CHUNK - 1) / VEC_CHUNK;
 #pragma omp parallel for schedule(static)
-    for (size_t b = 0; b < nb; b++) gelu_block(out + b * VB, inp + b * VB);
-    if (tail) {
-        float x[VB] = {0}, y[VB];
-        memcpy(x, inp + nb * VB, tail * sizeof(float));
-        gelu_block(y, x);
-        memcpy(out + nb * VB, y, tail * sizeof(float));
+    for (size_t c = 0; c < nchunk; c++) {
+        size_t off = c * VEC_CHUNK;
+        zt_vec_gelu(out + off, inp + off, n - off < VEC_CHUNK ? n - off : VEC_CHUNK);
     }
 }
 
 static void cpu_gelu_backward(void *dinp_, const void *inp_, const void *dout_, size_t n) {
     float *dinp = dinp_;
     const float *inp = inp_, *dout = dout_;
-    size_t nb = n / VB, tail = n % VB;
+    size_t nchunk = (n + VEC_CHUNK - 1) / VEC_CHUNK;
 #pragma omp parallel for schedule(static)
-    for (size_t b = 0; b < nb; b++) gelu_grad_block(dinp + b * VB, inp + b * VB, dout + b * VB);
-    if (tail) {
-        float x[VB] = {0}, d[VB] = {0}, y[VB];
-        memcpy(x, inp + nb * VB, tail * sizeof(float));
-        memcpy(d, dout + nb * VB, tail * sizeof(float));
-        gelu_grad_block(y, x, d);
-        memcpy(dinp + nb * VB, y, tail * sizeof(float));
+    for (size_t c = 0; c < nchunk; c++) {
+        size_t off = c * VEC_CHUNK;
+        zt_vec_gelu_grad(dinp + off, inp + off, dout + off, n - off < VEC_CHUNK ? n - off : VEC_CHUNK);
     }
 }
 
@@ -478,9 +453,9 @@ static void cpu_scale(void *x_, float s, size_t n) {
 
 /* ------------------------------------------------------------------ softmax + cross-entropy */
 
-/* The row pieces of the cross-entropies. A row's max; its sum_j exp(x_j - shift) in double (VB
- * interleaved accumulators, combined in a fixed order), the fp32 e_j kept in e when non-NULL (e may
- * alias x: each block is read before it is written); and the gradient from the kept e_j:
+/* The row pieces of the cross-entropies. A row's max; its sum_j exp(x_j - shift) in double
+ * (zt_vec_exp_sum: a fixed order), the fp32 e_j kept in e when non-NULL (e may alias x); and the
+ * gradient from the kept e_j:
  * d_j = (e_j / S - [j == target]) * dloss for j < V (no one-hot term for a target outside [0,V)),
  * 0 for j in [V, Vp). */
 /* The row max is NaN when any x_j is: a plain max drops NaN, and a row (or, under tensor
@@ -495,20 +470,6 @@ static inline float row_max(const float *x, int V) {
         nan |= x[j] != x[j];
     }
     return nan ? NAN : mx;
-}
-static double row_exp_sum(float *e, const float *x, int V, float shift) {
-    double acc[VB] = {0};
-    float blk[VB];
-    for (int j0 = 0; j0 < V; j0 += VB) {
-        int n = V - j0 < VB ? V - j0 : VB;
-        exp_block(blk, x + j0, shift, n);
-        for (int j = n; j < VB; j++) blk[j] = 0.0f;
-        for (int j = 0; j < VB; j++) acc[j] += blk[j];
-        if (e) memcpy(e + j0, blk, (size_t)n * sizeof(float));
-    }
-    for (int w = VB / 2; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
 }
 static void row_xent_grad(float *d, int V, int Vp, double sum, int tgt, float dloss) {
     float f = (float)(1.0 / sum) * dloss;
@@ -534,7 +495,7 @@ static void cpu_softmax_xent(float *losses, void *dlogits_, const void *logits_,
         int ok = tgt >= 0 && tgt < V;
         float xt = ok ? x[tgt] : 0.0f;
         float mx = row_max(x, V);
-        double sum = row_exp_sum(d, x, V, mx);
+        double sum = zt_vec_exp_sum(d, x, mx, (size_t)V);
         if (d) row_xent_grad(d, V, Vp, sum, tgt, dloss);
         losses[i] = ok ? (float)(log(sum) - ((double)xt - mx)) : NAN;
     }
@@ -553,7 +514,7 @@ static void cpu_xent_partial(float *stats, const void *logits_, const int *targe
         int tgt = targets[i] - vocab_lo;
         float mx = row_max(x, Vl);
         stats[3 * (size_t)i] = mx;
-        stats[3 * (size_t)i + 1] = (float)row_exp_sum(NULL, x, Vl, mx);
+        stats[3 * (size_t)i + 1] = (float)zt_vec_exp_sum(NULL, x, mx, (size_t)Vl);
         stats[3 * (size_t)i + 2] = tgt >= 0 && tgt < Vl ? x[tgt] : 0.0f;
     }
 }
@@ -579,7 +540,7 @@ static void cpu_xent_parallel(float *losses, void *dlogits_, const void *logits_
         if (dlogits) {
             const float *x = logits + (size_t)i * Vp;
             float *d = dlogits + (size_t)i * Vp; /* may alias x */
-            row_exp_sum(d, x, Vl, mx);
+            zt_vec_exp_sum(d, x, mx, (size_t)Vl);
             row_xent_grad(d, Vl, Vp, sum, targets[i] - vocab_lo, dloss);
         }
         losses[i] = (float)(log(sum) - (xt - mx));
@@ -596,20 +557,9 @@ static void cpu_adamw(float *master, float *m, float *v, const void *grad_, void
     if (out && out != master) memcpy(out, master, n * sizeof(float));
 }
 
-/* Fixed 4096-element chunks, each summed with 16 interleaved double accumulators combined in a
- * fixed order; then the chunk sums in chunk order. The result depends only on x and n. */
+/* Fixed 4096-element chunks, each summed by zt_vec_sumsq (16 interleaved double accumulators
+ * combined in a fixed order); then the chunk sums in chunk order. The result depends only on x and n. */
 #define SUMSQ_CHUNK 4096
-static double sumsq_chunk(const float *x, size_t n) {
-    double acc[16] = {0};
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) acc[j] += (double)x[i + j] * x[i + j];
-    for (int j = 0; i < n; i++, j++) acc[j] += (double)x[i] * x[i];
-    for (int w = 8; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
-}
-
 static double cpu_sumsq(const void *x_, size_t n) {
     const float *x = x_;
     size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
@@ -621,7 +571,7 @@ static double cpu_sumsq(const void *x_, size_t n) {
 #pragma omp parallel for schedule(static) if (nb > 1)
         for (size_t c = 0; c < nb; c++) {
             size_t off = (c0 + c) * SUMSQ_CHUNK, len = n - off < SUMSQ_CHUNK ? n - off : SUMSQ_CHUNK;
-            part[c] = sumsq_chunk(x + off, len);
+            part[c] = zt_vec_sumsq(x + off, len);
         }
         for (size_t c = 0; c < nb; c++) total += part[c];
     }

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "backend/cpu_adam.h"
+#include "backend/cpu_kernels.h"
 #include "util/test_hooks.h"
 
 #define FROM_VAR "ZEROTRAIN_BLAS_CORE_FROM"
@@ -137,8 +138,8 @@ char *zt_blas_core_line(char *buf, size_t cap) {
     } else {
         snprintf(why, sizeof why, "OpenBLAS's own choice");
     }
-    snprintf(buf, cap, "cpu kernels: %s %s (%s) on an %s CPU, %s; CPU Adam %s", version, running,
+    snprintf(buf, cap, "cpu kernels: %s %s (%s) on an %s CPU, %s; CPU Adam %s; vector math %s", version, running,
              simd >= 0 ? zt_simd_name((zt_simd)simd) : "SIMD unknown", zt_simd_name(cpu), why,
-             zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
+             zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()), zt_vec_name(zt_vec_best()));
     return buf;
 }

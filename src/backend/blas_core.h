@@ -50,7 +50,7 @@ void zt_blas_core_choose(char **argv);
 
 /* One line (no newline) for the log's start: which kernels run and why, and the CPU Adam's path,
  * e.g. "cpu kernels: OpenBLAS 0.3.21 SkylakeX (AVX-512), chosen by zerotrain: OpenBLAS took
- * Prescott (SSE) on this AVX-512 CPU; CPU Adam avx512". Returns buf. */
+ * Prescott (SSE) on this AVX-512 CPU; CPU Adam avx512; vector math avx512". Returns buf. */
 char *zt_blas_core_line(char *buf, size_t cap);
 
 #endif

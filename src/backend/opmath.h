@@ -14,7 +14,9 @@
 #endif
 
 /* GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2's "gelu_new"):
- *   gelu(x) = 0.5 x (1 + tanh(s (x + 0.044715 x^3))),  s = sqrt(2/pi)                         */
+ *   gelu(x) = 0.5 x (1 + tanh(s (x + 0.044715 x^3))),  s = sqrt(2/pi)
+ * (the CUDA kernels' form; the CPU backend computes the same function as x sigmoid(2 s (x + ...))
+ * in its own vector code, backend/cpu_kernels.c)                                               */
 #define ZT_GELU_SCALE 0.7978845608028654f
 ZT_HD float zt_gelu(float x) {
     float cube = 0.044715f * x * x * x;

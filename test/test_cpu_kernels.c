@@ -1,0 +1,150 @@
+/* test_cpu_kernels.c — the CPU backend's vector math (src/backend/cpu_kernels.c):
+ *   - exp against double-precision exp: within 2 ulp on [-87, 88] (a dense sweep), exactly 0 below
+ *     -87, exp(88) above 88, NaN for NaN;
+ *   - GELU and its derivative against the formula in double over [-12, 12] and at +-1e4: relative
+ *     error within 2^-21 max(1, |2u|) (4 ulp, more where exp(-2u) is large: 2u is rounded to
+ *     fp32 first), the derivative within 2^-21 (max(1, |2u|) |g| + s) (its two terms cancel near
+ *     x = -0.75), and within 1e-24 absolute where the value is ~0 (exp(-2u) is clamped at exp(88),
+ *     so far below -10 the derivative is ~1e-27 rather than ~0);
+ *   - the exp row sum and the sum of squares against double sums;
+ *   - every path this CPU runs (scalar, AVX2, AVX-512) gives the same bits for every kernel, on
+ *     lengths that are not multiples of any vector width, with NaN, infinities and denormals in. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "backend/cpu_kernels.h"
+
+/* The tanh form 0.5 x (1 + tanh u) in double, written as x sigmoid(2u) (the same function) so that
+ * it keeps its digits where tanh u rounds to -1 (x below about -9); the derivative likewise:
+ * 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u' = s + 2 x u' s (1 - s), s = sigmoid(2u). */
+static double ref_sigmoid2u(double x) { return 1 / (1 + exp(-2 * sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double ref_gelu(double x) { return x * ref_sigmoid2u(x); }
+static double ref_gelu_grad(double x) {
+    double s = ref_sigmoid2u(x), du = sqrt(2 / M_PI) * (1 + 3 * 0.044715 * x * x);
+    return s + 2 * x * du * s * (1 - s);
+}
+
+/* error in units of the float ulp at the true value */
+static double ulps(float got, double want) {
+    double ulp = ldexp(1.0, ilogb(want == 0 ? 1e-38 : want) - 23);
+    return fabs(got - want) / ulp;
+}
+
+static void test_exp(void) {
+    enum { N = 1 << 20 };
+    float *x = malloc(N * sizeof(float)), *e = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) x[i] = -87.0f + 175.0f * i / (N - 1);
+    zt_vec_exp(e, x, 0.0f, N);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double u = ulps(e[i], exp((double)x[i]));
+        if (u > worst) worst = u;
+    }
+    char name[96];
+    snprintf(name, sizeof name, "exp within 2 ulp on [-87, 88] (%s)", zt_vec_name(zt_vec_best()));
+    CHECK(worst <= 2.0, name, "worst %.2f ulp", worst);
+    float sp[6] = {-87.5f, -1000.0f, -INFINITY, 89.0f, INFINITY, NAN}, out[6];
+    zt_vec_exp(out, sp, 0.0f, 6);
+    CHECK(out[0] == 0 && out[1] == 0 && out[2] == 0 && isfinite(out[3]) &&
+              out[3] == out[4] && fabs(out[3] / exp(88.0) - 1) < 1e-6 && isnan(out[5]),
+          "exp: 0 below -87, exp(88) above 88, NaN for NaN", "got %g %g %g %g %g %g", out[0], out[1], out[2], out[3], out[4],
+          out[5]);
+    free(x), free(e);
+}
+
+static void test_gelu(void) {
+    enum { N = 200003 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float)), *g = malloc(N * sizeof(float));
+    float *one = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) x[i] = -12.0f + 24.0f * i / (N - 1), one[i] = 1.0f;
+    x[0] = -1e4f, x[1] = 1e4f, x[2] = 0.0f, x[3] = -0.0f;
+    zt_vec_gelu(y, x, N);
+    zt_vec_gelu_grad(g, x, one, N);
+    double wf = 0, wg = 0;
+    for (int i = 0; i < N; i++) {
+        /* the float kernel rounds 2u before exp(-2u): a relative error of ~|2u| ulp in e, and so in
+         * the result where e is large; the derivative's two terms cancel near x = -0.75 */
+        double rf = ref_gelu(x[i]), rg = ref_gelu_grad(x[i]), sg = ref_sigmoid2u(x[i]);
+        double amp = fmax(1.0, 2 * sqrt(2 / M_PI) * fabs(x[i] + 0.044715 * x[i] * x[i] * x[i]));
+        double tf = 0x1p-21 * fabs(rf) * amp, tg = 0x1p-21 * (fabs(rg) * amp + sg);
+        double ef = fabs(y[i] - rf) / fmax(tf, 1e-24), eg = fabs(g[i] - rg) / fmax(tg, 1e-24);
+        if (ef > wf) wf = ef;
+        if (eg > wg) wg = eg;
+    }
+    CHECK(wf <= 1, "gelu within 2^-21 max(1, |2u|) relative on [-12, 12] and at +-1e4", "worst %.2f x the tolerance", wf);
+    CHECK(wg <= 1, "gelu derivative within 2^-21 (max(1, |2u|) |g| + s) on [-12, 12] and at +-1e4",
+          "worst %.2f x the tolerance", wg);
+    free(x), free(y), free(g), free(one);
+}
+
+static void test_sums(void) {
+    enum { N = 50257 };
+    float *x = malloc(N * sizeof(float)), *e = malloc(N * sizeof(float));
+    double want = 0, want2 = 0;
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(8.0 * sin(i * 0.37));
+        want += exp((double)x[i] - 8.0);
+        want2 += (double)x[i] * x[i];
+    }
+    double s = zt_vec_exp_sum(e, x, 8.0f, N), s0 = zt_vec_exp_sum(NULL, x, 8.0f, N);
+    int kept = 1;
+    for (int i = 0; i < N; i++) kept &= ulps(e[i], exp((double)(x[i] - 8.0f))) <= 2; /* x - shift rounds in fp32 */
+    CHECK(fabs(s / want - 1) < 1e-6 && s == s0 && kept, "exp_sum: the sum within 1e-6, the exps kept, NULL e the same sum",
+          "sum %.9g want %.9g (NULL e: %.9g)", s, want, s0);
+    double q = zt_vec_sumsq(x, N);
+    CHECK(fabs(q / want2 - 1) < 1e-12, "sumsq within 1e-12 of the double sum", "%.15g want %.15g", q, want2);
+    free(x), free(e);
+}
+
+/* every kernel on every path this CPU runs: the same bits as the scalar path */
+static void test_paths_agree(void) {
+    enum { N = 4099 }; /* a multiple of no vector width */
+    float *x = malloc(N * sizeof(float)), *d = malloc(N * sizeof(float));
+    uint32_t s = 7;
+    for (int i = 0; i < N; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = 20.0f * ((float)(s >> 8) / 16777216.0f - 0.5f);
+        d[i] = (float)(s % 1000) / 999.0f - 0.5f;
+    }
+    float special[] = {NAN, INFINITY, -INFINITY, 1e-40f, -1e-40f, 0.0f, -0.0f, 1e30f, -1e30f, 88.5f, -87.2f};
+    memcpy(x, special, sizeof special);
+    float *out[3][4];
+    double sums[3][2];
+    int best = zt_vec_best();
+    for (int p = ZT_VEC_SCALAR; p <= best; p++) {
+        zt_vec_force(p);
+        for (int k = 0; k < 4; k++) out[p][k] = malloc(N * sizeof(float));
+        zt_vec_exp(out[p][0], x, 0.5f, N);
+        zt_vec_gelu(out[p][1], x, N);
+        zt_vec_gelu_grad(out[p][2], x, d, N);
+        sums[p][0] = zt_vec_exp_sum(out[p][3], x + 11, 9.5f, N - 11);
+        sums[p][1] = zt_vec_sumsq(x + 11, N - 11);
+    }
+    zt_vec_force(ZT_VEC_BEST);
+    static const char *kernel[] = {"exp", "gelu", "gelu_grad", "exp_sum's exps"};
+    for (int p = ZT_VEC_SCALAR + 1; p <= best; p++) {
+        char name[96];
+        for (int k = 0; k < 4; k++) {
+            snprintf(name, sizeof name, "%s: %s path = scalar path, bit for bit", kernel[k], zt_vec_name(p));
+            CHECK(memcmp(out[p][k], out[0][k], (k == 3 ? N - 11 : N) * sizeof(float)) == 0, name, "differs");
+        }
+        snprintf(name, sizeof name, "exp_sum and sumsq: %s path = scalar path, bit for bit", zt_vec_name(p));
+        CHECK(sums[p][0] == sums[0][0] && sums[p][1] == sums[0][1], name, "%.17g %.17g vs %.17g %.17g", sums[p][0],
+              sums[p][1], sums[0][0], sums[0][1]);
+    }
+    for (int p = ZT_VEC_SCALAR; p <= best; p++)
+        for (int k = 0; k < 4; k++) free(out[p][k]);
+    free(x), free(d);
+}
+
+int main(void) {
+    test_exp();
+    test_gelu();
+    test_sums();
+    test_paths_agree();
+    return zt_check_exit();
+}
