@@ -238,26 +238,9 @@ ztlib.check(p.returncode == 0 and pp.returncode == 0 and llast.get("h2d_bytes", 
             and bz.get("device_busy_pct", 0) > 0 and mem.get("device_peak_bytes") == llast["device_peak_bytes"],
             "late_reports_bytes_and_busy_as_reported_live", p.stderr[-500:] + text[-800:] + str(llast))
 
-
-def copies_written_after_their_update(path):
-    """Copies (stream lanes) that ran inside an update but reached the file after its "update" event:
-    none when reported live (the lanes are joined before the update ends), some when reported at the
-    step's closing synchronize."""
-    late, update_end = 0, None
-    for line in ztlib.read_text(path).split(",\n"):
-        m = re.search(r'"name":"(update|H2D|D2H)".*?"tid":(\d+),"ts":([0-9.]+),"dur":([0-9.]+)', line)
-        if not m:
-            continue
-        if m.group(1) == "update":
-            update_end = float(m.group(3)) + float(m.group(4))
-        elif 8 <= int(m.group(2)) <= 11 and update_end is not None and float(m.group(3)) < update_end:
-            late += 1
-    return late
-
-
-ztlib.check(copies_written_after_their_update(ltrace.replace(".json", ".rank0.json")) > 0 and
-            copies_written_after_their_update(trace.replace(".json", ".rank0.json")) == 0,
-            "late_reports_reach_the_trace_after_the_fact", "")
+# That the items really wait for the synchronize, and come out once each in start order, is
+# test_sim's deferred_reports (deterministic there: which copies of a step land after the trace's
+# "update" event depends on the threads' timing).
 
 # ---------------------------------------------------------------- the NVML sampler
 p, vtrace, vrows = traced_run("nvml", ["device=sim", "trace_nvml_ms=5"], iters=2)

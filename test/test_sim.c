@@ -534,6 +534,36 @@ static void ahead(void) {
     free(back);
 }
 
+/* Items reported after the fact (backend.h: zt_device_defer, the CUDA backend's event timing): none
+ * reaches the observer before zt_device_report_deferred, then each does once, in start order. */
+typedef struct { int n; double t0[8]; size_t bytes; } seen_items;
+static void seen_transfer(void *ctx, zt_copy_kind kind, size_t bytes, int stream, double t0, double t1) {
+    seen_items *s = ctx;
+    if (s->n < 8) s->t0[s->n] = t0;
+    s->n++, s->bytes += bytes;
+}
+static void seen_compute(void *ctx, double t0, double t1) {
+    seen_items *s = ctx;
+    if (s->n < 8) s->t0[s->n] = t0;
+    s->n++;
+}
+static void deferred_reports(void) {
+    seen_items s = {0};
+    zt_device_observer obs = {.ctx = &s, .transfer = seen_transfer, .compute = seen_compute};
+    zt_device_observe(&obs);
+    zt_device_item a = {.is_copy = 1, .kind = ZT_H2D, .bytes = 100, .stream = ZT_STREAM_H2D, .t0 = 3, .t1 = 4};
+    zt_device_item b = {.is_copy = 0, .t0 = 1, .t1 = 2};
+    zt_device_item c = {.is_copy = 1, .kind = ZT_D2H, .bytes = 20, .stream = ZT_STREAM_D2H, .t0 = 2, .t1 = 5};
+    zt_device_defer(&a), zt_device_defer(&b), zt_device_defer(&c);
+    CHECK(s.n == 0, "deferred_items_wait_for_the_report", "%d reported early", s.n);
+    zt_device_report_deferred();
+    CHECK(s.n == 3 && s.bytes == 120 && s.t0[0] == 1 && s.t0[1] == 2 && s.t0[2] == 3, "deferred_items_reported_once_in_start_order",
+          "%d items, %zu bytes, starts %g %g %g", s.n, s.bytes, s.t0[0], s.t0[1], s.t0[2]);
+    zt_device_report_deferred();
+    CHECK(s.n == 3, "deferred_items_not_reported_twice", "%d items", s.n);
+    zt_device_observe(NULL);
+}
+
 int main(void) {
     setenv("ZEROTRAIN_SIM_MEM", "64MiB", 1);
     setenv("ZEROTRAIN_SIM_JITTER", "5", 1);
@@ -552,6 +582,7 @@ int main(void) {
         ahead();
     }
     memory();
+    deferred_reports();
     faults();
     return zt_check_exit();
 }
