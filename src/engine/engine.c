@@ -28,8 +28,6 @@
 #include "comm/fail_together.h"
 #include "util/clock.h"
 
-const char *const zt_mem_category_names[ZT_MEM_NCAT] = {"params", "grads", "optimizer", "activations", "comm"};
-
 void *engine_dev_alloc(zt_engine *e, size_t bytes, int category) {
     void *p = e->be->alloc(bytes);
     if (p) e->mem.device[category] += bytes;
@@ -549,6 +547,32 @@ float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t
     *n_out = n - off;
     *host_memory = !e->off.nvme_path; /* on NVMe: no span, write through zt_engine_state_write */
     return e->off.nvme_path ? NULL : state_host(e, which) + (off - e->host_lo);
+}
+
+/* the view's functions: the engine's own, reached through the view's untyped owner */
+static void view_state_read(void *e, zt_opt_state which, size_t off, size_t n, float *host_out) {
+    zt_engine_state_read(e, which, off, n, host_out);
+}
+static void view_state_write(void *e, zt_opt_state which, size_t off, size_t n, const float *host_in) {
+    zt_engine_state_write(e, which, off, n, host_in);
+}
+static float *view_state_span(void *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory) {
+    return zt_engine_state_span(e, which, off, n_out, host_memory);
+}
+static void view_params_write_f32(void *e, size_t flat_off, const float *src, size_t n) {
+    zt_engine_params_write_f32(e, flat_off, src, n);
+}
+static void view_set_steps(void *e, long steps) { zt_engine_set_steps(e, steps); }
+
+zt_state_view *zt_engine_state_view(zt_engine *e) {
+    e->view = (zt_state_view){
+        .be = e->be, .table = e->table, .lay = e->lay,
+        .params = zt_engine_params(e), /* after the pending update */
+        .params_on_host = e->params_on_host, .steps = e->adam_t, .owner = e,
+        .state_read = view_state_read, .state_write = view_state_write, .state_span = view_state_span,
+        .params_write_f32 = view_params_write_f32, .set_steps = view_set_steps,
+    };
+    return &e->view;
 }
 
 void zt_engine_phase(zt_engine *e, const char *name, double t0, double t1) {

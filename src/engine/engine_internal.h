@@ -83,6 +83,7 @@ struct zt_engine {
                                                   zt_engine_device_peak, the device's total (0: unknown) */
     pthread_mutex_t dev_mu;  /* dev_in_use / dev_peak */
     int skip_nonfinite;    /* the norm comes before the update on every path; a non-finite one skips it */
+    zt_state_view view;    /* what zt_engine_state_view hands to checkpoints */
 };
 
 
