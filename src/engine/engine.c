@@ -18,6 +18,8 @@
  * zt_engine_step_scaled: wait for the reductions, global norm, clip coefficient, the split AdamW
  * update (twin_update), and the parameter all-gather of stages 1-2. */
 #include "engine/engine_internal.h"
+#include "engine/infinity.h"
+#include "engine/zero_comm.h"
 #include "engine/zero_formula.h"
 
 #include <math.h>
@@ -28,11 +30,7 @@
 #include "comm/fail_together.h"
 #include "util/clock.h"
 
-void *engine_dev_alloc(zt_engine *e, size_t bytes, int category) {
-    void *p = e->be->alloc(bytes);
-    if (p) e->mem.device[category] += bytes;
-    return p;
-}
+void *engine_dev_alloc(zt_engine *e, size_t bytes, int category) { return facts_dev_alloc(&e->facts, bytes, category); }
 
 /* host memory counted in e->mem.host: page-locked transfer memory from the backend when pinned */
 void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category) {
@@ -54,7 +52,7 @@ void engine_host_free(zt_engine *e, void *p, int pinned) {
 /* Compute-dtype values of n shard elements from host memory into the offloaded parameters at shard
  * offset off: the host shard (offload_param cpu) or the parameter swap file (nvme). */
 void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n) {
-    if (e->param_swap) inf_param_rw(e, off, n, (void *)src, 1);
+    if (e->param_nvme) inf_params_rw(e->param_nvme, e->adam_t, off, n, (void *)src, 1);
     else if (zt_clock_host_work(ZT_WORK_COPY, (double)n, 2.0 * (double)(n * esz(e)), 1), !zt_clock_costs_only())
         memcpy(at(e, e->params, off), src, n * esz(e));
 }
@@ -62,7 +60,7 @@ void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n) {
 /* The same from device memory (the device part of the update): straight down into host memory, or
  * through a bounded host buffer to NVMe */
 void engine_params_store_from_device(zt_engine *e, size_t off, const void *dev_src, size_t n) {
-    if (!e->param_swap) {
+    if (!e->param_nvme) {
         e->be->copy(at(e, e->params, off), dev_src, n * esz(e), ZT_D2H);
         return;
     }
@@ -116,6 +114,30 @@ void zt_engine_params_write_f32(zt_engine *e, size_t flat_off, const float *src,
 
 int zt_engine_params_on_host(const zt_engine *e) { return e->params_on_host; }
 
+/* ---------------------------------------------------------------- what the parts reach through the engine */
+
+/* Twin-Flow with overlap_step: the host part's updated parameters of flat range [x, y) in place */
+static void wait_updated(void *owner, size_t x, size_t y) {
+    zt_engine *e = owner;
+    size_t a = max_sz(x, e->lay.opt_lo), b = min_sz(y, e->lay.opt_hi);
+    if (b > a) twin_wait_params(e, a - e->lay.opt_lo, b - e->lay.opt_lo);
+}
+
+/* offload_param nvme: this rank's piece of segment seg, read ahead or read now; in a training
+ * micro-step it belongs to the step under way */
+static const void *fetch_from_nvme(void *owner, int seg) {
+    zt_engine *e = owner;
+    return inf_params_fetch(e->param_nvme, e->adam_t + (zero_in_micro(e->zero) ? 1 : 0), seg);
+}
+
+zt_param_source zt_engine_param_source(zt_engine *e) { return zero_param_source(e->zero); }
+
+void zt_engine_nvme_stats(const zt_engine *e, zt_engine_nvme *out) {
+    memset(out, 0, sizeof *out);
+    inf_states_stats(e->state_nvme, out);
+    inf_params_stats(e->param_nvme, out);
+}
+
 int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
                      const zt_engine_opts *opt, const float *init_f32, zt_err *err) {
     return zt_engine_create_offload(e, be, comm, table, opt, NULL, init_f32, err);
@@ -145,6 +167,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     e->lay.opt_hi = stage == 0 ? e->lay.total : e->lay.hi;
     size_t E = esz(e);
     int fp32 = be->compute_dtype == ZT_F32;
+    e->facts = (engine_facts){be, comm, table, e->opt, e->off, e->lay, &e->mem, &e->timing, &e->trace};
 
     int failed = 0; /* before the first collective (below), failures are agreed on, not returned */
     /* parameters (compute dtype): on the device, or with offload_param the stage-3 shard in host
@@ -155,7 +178,8 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
             return zt_fail(err, "zero_optimization.offload_param needs zero_optimization.stage 3 (it is %d)", stage);
         e->params_on_host = 1;
         if (e->off.param_device == ZT_PARAM_ON_NVME) { /* the shard is in a swap file (engine_infinity.c) */
-            failed = inf_param_open(e, err);
+            e->param_nvme = inf_params_open(&e->facts, err);
+            failed = e->param_nvme ? 0 : -1;
         } else {
             e->params = engine_host_alloc(e, param_n * E, e->off.param_pin_memory, ZT_MEM_PARAMS);
         }
@@ -168,19 +192,12 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         e->grad_shard = e->grads_full ? at(e, e->grads_full, e->lay.opt_lo) : NULL;
     } else {
         e->grad_shard = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_GRADS);
-        /* the embeddings' gradients (all its segments) are in use from the LM head to the token lookup */
-        int emb = table->n_embed_segments;
-        size_t seg0 = seg_lo(e, emb) - seg_lo(e, 0), other = 0;
-        for (int s = emb; s < table->n_segments; s++) other = max_sz(other, seg_hi(e, s) - seg_lo(e, s));
-        e->grad_pool[0] = engine_dev_alloc(e, seg0 * E, ZT_MEM_GRADS);
-        e->grad_pool[1] = engine_dev_alloc(e, other * E, ZT_MEM_GRADS);
-        e->grad_pool[2] = engine_dev_alloc(e, other * E, ZT_MEM_GRADS);
-        e->grad_pool_seg[0] = e->grad_pool_seg[1] = e->grad_pool_seg[2] = -1;
-        e->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_grad);
     }
-    /* the reduce-scatter landing zone; one rank reduces straight into its shard (zero_comm.c) */
-    if (stage >= 1 && e->lay.world > 1) e->recv_tmp = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_COMM);
-    if (!failed && stage == 3) failed = zero_alloc_gather(e, err);
+    /* the communication part: its landing zone and gradient pools, and stage 3's gather buffers */
+    zero_buffers zb = {e->params, e->params_on_host, e->grads_full, e->grad_shard, e, wait_updated,
+                       e->param_nvme ? fetch_from_nvme : NULL};
+    e->zero = zero_open(&e->facts, &zb);
+    if (!failed && stage == 3) failed = zero_open_gather(e->zero, err);
     /* ratio auto below is collective: what failed on some ranks only (a swap file that does not fit,
      * out of memory) must stop every rank here, not leave the others waiting in the calibration */
     if (zt_agree(e->comm, failed, err)) {
@@ -204,11 +221,11 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     e->adam_v = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     if (e->params_on_host && !fp32) e->dev_params_out = engine_dev_alloc(e, max_sz(dev_n, 16) * E, ZT_MEM_COMM);
     if (e->host_n && twin_alloc(e)) goto oom;
-    if ((!e->params && !e->param_swap) || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
+    if ((!e->params && !e->param_nvme) || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
         (e->params_on_host && !fp32 && !e->dev_params_out) ||
-        (stage >= 1 && e->lay.world > 1 && !e->recv_tmp) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
+        !zero_buffers_ok(e->zero))
         goto oom;
-    if (e->host_n && e->off.nvme_path && inf_open(e, err)) {
+    if (e->host_n && e->off.nvme_path && !(e->state_nvme = inf_states_open(&e->facts, e->host_n, err))) {
         zt_engine_destroy(e);
         return -1;
     }
@@ -283,7 +300,7 @@ void *zt_engine_params(zt_engine *e) {
     return e->params;
 }
 const void *zt_engine_full_grads(const zt_engine *e) { return e->grads_full; }
-double zt_engine_comm_seconds(const zt_engine *e) { return e->comm_seconds; }
+double zt_engine_comm_seconds(const zt_engine *e) { return zero_comm_seconds(e->zero); }
 const zt_mem_account *zt_engine_memory(const zt_engine *e) { return &e->mem; }
 void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_bytes) {
     e->mem.device[ZT_MEM_ACTS] = device_bytes;
@@ -298,17 +315,15 @@ void zt_engine_destroy(zt_engine *e) {
     int fp32 = be->compute_dtype == ZT_F32;
     int master_is_params = fp32 && !e->params_on_host;
     void *bufs[] = {e->params_on_host ? NULL : e->params, e->grads_full, e->opt.stage >= 2 ? e->grad_shard : NULL,
-                    e->recv_tmp, master_is_params ? NULL : e->master, e->adam_m, e->adam_v, e->grad_pool[0],
-                    e->grad_pool[1], e->grad_pool[2], e->dev_params_out};
+                    master_is_params ? NULL : e->master, e->adam_m, e->adam_v, e->dev_params_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     if (e->params_on_host) engine_host_free(e, e->params, e->off.param_pin_memory);
-    zero_free_gather(e);
-    inf_close(e);
+    zero_close(e->zero);
+    inf_params_close(e->param_nvme);
+    inf_states_close(e->state_nvme);
     twin_free(e);
     engine_trace_close(e);
-    free(e->seg_grad);
-    free(e->inflight);
     memset(e, 0, sizeof *e);
 }
 
@@ -317,17 +332,15 @@ void zt_engine_destroy(zt_engine *e) {
 void zt_engine_begin_micro(zt_engine *e, int first, int last) {
     if (first) {
         twin_wait_grads_read(e); /* the last update's D2H lane must have read them before they are zeroed */
-        e->comm_seconds = 0;
         memset(&e->timing, 0, sizeof e->timing);
         engine_trace_memory(e);
         size_t n = e->opt.stage < 2 ? e->lay.padded_total : e->lay.shard;
         e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
-    e->reduce_now = e->opt.stage >= 2 || last;
-    if (e->opt.stage == 3) zero_begin_micro(e);
+    zero_begin_micro(e->zero, first, last);
 }
 
-void zt_engine_finish_reductions(zt_engine *e) { zero_finish_all(e); }
+void zt_engine_finish_reductions(zt_engine *e) { zero_finish_all(e->zero); }
 
 double zt_engine_step(zt_engine *e, float lr, float max_norm) {
     int skipped;
@@ -335,15 +348,15 @@ double zt_engine_step(zt_engine *e, float lr, float max_norm) {
 }
 
 double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped) {
-    if (e->opt.stage == 3) zero_end_micros(e);
-    zero_finish_all(e);
+    if (e->opt.stage == 3) zero_end_micros(e->zero);
+    zero_finish_all(e->zero);
     twin_settle(e); /* the last update's host lanes, if still running */
     double tn0 = zt_clock_now();
     *skipped = 0;
     /* with loss scaling the step may be skipped (overflow), so the norm comes before the host
      * threads start moving gradients; without it the first transfers overlap the norm */
     int scaled = loss_scale != 1.0, norm_first = scaled || e->skip_nonfinite;
-    double norm = norm_first ? zero_grad_norm(e) / loss_scale : 0.0;
+    double norm = norm_first ? zero_grad_norm(e->zero) / loss_scale : 0.0;
     if (!isfinite(norm)) {
         *skipped = 1;
         zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_clock_now());
@@ -351,7 +364,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     }
     twin_flow *tf = zt_xcalloc(1, sizeof *tf); /* freed by twin_update or, later, twin_settle */
     twin_start(e, tf);
-    if (!norm_first) norm = zero_grad_norm(e);
+    if (!norm_first) norm = zero_grad_norm(e->zero);
     float clip = 1.0f;
     if (max_norm > 0 && norm > max_norm) clip = (float)(max_norm / (norm + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
     double tn1 = zt_clock_now();
@@ -364,17 +377,17 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
                        bc ? 1.0f - powf(e->opt.beta1, (float)e->adam_t) : 1.0f,
                        bc ? 1.0f - powf(e->opt.beta2, (float)e->adam_t) : 1.0f, (float)(clip / loss_scale)};
     twin_update(e, tf, tn0, &st);
-    if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e);
-    if (e->opt.stage == 3) zero_reset_residents(e);
-    if (e->param_swap) inf_param_after_update(e); /* the file holds the new values: the next reads may start */
+    if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e->zero);
+    if (e->opt.stage == 3) zero_reset_residents(e->zero);
+    if (e->param_nvme) inf_params_after_update(e->param_nvme); /* the file holds the new values: the next reads may start */
     zt_trace_complete(e->trace, ZT_LANE_MAIN, "update", tn0, zt_clock_now());
     engine_trace_memory(e);
     return norm;
 }
 
 void zt_engine_skip_step(zt_engine *e) {
-    if (e->opt.stage == 3) zero_end_micros(e);
-    zero_finish_all(e);
+    if (e->opt.stage == 3) zero_end_micros(e->zero);
+    zero_finish_all(e->zero);
     twin_settle(e);
 }
 
@@ -384,7 +397,7 @@ zt_trace *zt_engine_trace(zt_engine *e) { return e->trace; }
 
 void zt_engine_inject_overflow(zt_engine *e) {
     twin_settle(e);
-    zero_finish_all(e);
+    zero_finish_all(e->zero);
     e->be->scale(e->grad_shard, INFINITY, 1);
 }
 
@@ -463,8 +476,8 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
     if (e->params_on_host)
         zt_info("offload_param: the parameter shard (%.1f MiB) is %s; the device holds gathered segments only (%d "
                 "rotating buffer(s), prefetch depth %d)", (double)e->lay.shard * esz(e) / 1048576.0,
-                e->param_swap ? "on NVMe (offload_param.nvme_path), read through host staging buffers" : "in host memory",
-                e->n_rotating, e->prefetch_depth);
+                e->param_nvme ? "on NVMe (offload_param.nvme_path), read through host staging buffers" : "in host memory",
+                1 + zero_prefetch_depth(e->zero), zero_prefetch_depth(e->zero));
     if (e->off.enabled)
         zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements %s (%.1f MiB "
                 "%s, %s transfer buffers)", e->offload_ratio, e->host_n, e->lay.opt_hi - e->lay.opt_lo,
@@ -494,7 +507,7 @@ static float *state_device(zt_engine *e, zt_opt_state which) {
 /* the host part's state: in host memory, or swapped to NVMe (engine_infinity.c) */
 static void host_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *buf, int write) {
     if (e->off.nvme_path) {
-        inf_state_rw(e, which, off, n, buf, write);
+        inf_states_rw(e->state_nvme, e->adam_t, which, off, n, buf, write);
     } else if (write) {
         memcpy(state_host(e, which) + off, buf, n * sizeof(float));
     } else {

@@ -16,6 +16,7 @@
 
 #include "backend/cpu_adam.h"
 #include "engine/engine_internal.h"
+#include "engine/infinity.h"
 #include "util/test_hooks.h"
 #include "util/clock.h"
 
@@ -42,12 +43,12 @@ static void host_buf_free(zt_engine *e, void *p, int transfer) { engine_host_fre
  * 16-bit backends, and with NVMe (the fp32 master is only in a staging buffer while its group is
  * updated). Only the fp32 backends' in-memory master is itself the H2D source. */
 int twin_has_out_buffer(const zt_engine *e) {
-    if (e->param_swap) return 1; /* written to the parameter swap file after the update */
+    if (e->param_nvme) return 1; /* written to the parameter swap file after the update */
     return !e->params_on_host && (e->be->compute_dtype != ZT_F32 || e->off.nvme_path);
 }
 
 void *twin_host_out(zt_engine *e, size_t off) {
-    if (e->params_on_host && !e->param_swap) return params_at_opt(e, e->host_lo + off);
+    if (e->params_on_host && !e->param_nvme) return params_at_opt(e, e->host_lo + off);
     return e->host_params16 ? at(e, e->host_params16, off) : NULL;
 }
 
@@ -89,7 +90,7 @@ int twin_init_master(zt_engine *e, const float *init, zt_err *err) {
         if (!zt_clock_costs_only()) memcpy(e->host_master, init, e->host_n * sizeof(float));
         return 0;
     }
-    inf_state_rw(e, ZT_STATE_MASTER, 0, e->host_n, (float *)init, 1);
+    inf_states_rw(e->state_nvme, e->adam_t, ZT_STATE_MASTER, 0, e->host_n, (float *)init, 1);
     return 0;
 }
 
@@ -182,6 +183,40 @@ void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size
     }
 }
 
+/* ---- the host Adam lane with the states on NVMe: the swap's pipeline (engine_infinity.c) asks
+ * this lane to update each group as it comes in */
+
+static long nvme_wait_go(void *ctx) {
+    twin_flow *tf = ctx;
+    pthread_mutex_lock(&tf->mu);
+    twin_wait_go(tf);
+    pthread_mutex_unlock(&tf->mu);
+    return tf->e->adam_t;
+}
+
+/* the chunks of host-part elements [lo, hi), each once its gradients are down */
+static void nvme_update(void *ctx, size_t lo, size_t hi, float *master, float *m, float *v) {
+    twin_flow *tf = ctx;
+    zt_engine *e = tf->e;
+    for (size_t c = lo / e->host_chunk; c * e->host_chunk < hi; c++) {
+        pthread_mutex_lock(&tf->mu);
+        twin_wait_count(tf, &tf->d2h_done, c + 1);
+        pthread_mutex_unlock(&tf->mu);
+        size_t ca, cb;
+        twin_chunk_range(tf, c, &ca, &cb);
+        size_t a = max_sz(ca, lo), b = min_sz(cb, hi);
+        twin_adam_span(e, &tf->st, a, b - a, master + (a - lo), m + (a - lo), v + (a - lo), at(e, e->host_grad, a),
+                       twin_host_out(e, a));
+    }
+}
+
+/* chunks wholly inside the groups done so far may go up */
+static void nvme_group_done(void *ctx, size_t hi, int last, double t0, double t1) {
+    twin_flow *tf = ctx;
+    tf->adam_busy += t1 - t0;
+    twin_publish(tf, &tf->adam_done, last ? tf->nchunks : hi / tf->e->host_chunk);
+}
+
 /* host-adam lane: CPU Adam of each chunk once its gradients are down; on 16-bit backends it reads
  * the 16-bit gradients as they came down and writes the rounded params (to the H2D buffer, or the
  * offloaded shard): no widening pass, no fp32 copy of the gradients */
@@ -191,7 +226,7 @@ static void *host_adam_lane(void *arg) {
     zt_clock_after(tf->start_at);
     zt_cpu_adam_report_threads(1); /* with a trace, each CPU Adam thread's busy time is on its own lane */
     if (e->off.nvme_path) {
-        inf_host_adam_lane(tf);
+        inf_states_update(e->state_nvme, &(inf_update_hooks){tf, nvme_wait_go, nvme_update, nvme_group_done});
         tf->end_at[0] = zt_clock_now();
         return NULL;
     }
@@ -315,7 +350,7 @@ static void twin_go(twin_flow *tf, const zt_adam_step *st) {
  * with an all-gather of everyone's updated parameters (stages 1-2 on several ranks), and not with
  * the parameters on NVMe (their host part is written back after the lanes) */
 static int may_defer(const zt_engine *e) {
-    if (!e->off.overlap_step || e->param_swap) return 0;
+    if (!e->off.overlap_step || e->param_nvme) return 0;
     return e->opt.stage == 0 || e->opt.stage == 3 || e->lay.world == 1;
 }
 
@@ -358,7 +393,7 @@ void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st)
     }
     if (threads) join_lanes(e, tf);
     /* parameters on NVMe: the host part's updated values go to the swap file */
-    if (threads && e->param_swap) engine_params_store(e, e->host_lo, e->host_params16, e->host_n);
+    if (threads && e->param_nvme) engine_params_store(e, e->host_lo, e->host_params16, e->host_n);
     double t1 = zt_clock_now();
     tm->optimizer = t1 - t0;
     tm->device_idle = t1 - td1;

@@ -1,0 +1,33 @@
+/* engine_facts.h — private to src/engine/: the facts the engine's parts share, which engine.c owns
+ * and hands to each part when it opens it (zero_comm.c, ...): the backend, the data-parallel comm,
+ * the parameter table, the options, the partition, and where the engine counts memory, times the
+ * step and traces. A part sees the engine through these and through what it is handed at open,
+ * never through struct zt_engine. */
+#ifndef ZT_ENGINE_FACTS_H
+#define ZT_ENGINE_FACTS_H
+
+#include "engine/engine.h"
+
+typedef struct engine_facts {
+    const zt_backend *be;
+    zt_comm *comm;               /* the data-parallel group */
+    const zt_param_table *table;
+    zt_engine_opts opt;          /* copies: none of the three changes after the engine is created */
+    zt_engine_offload off;
+    zt_engine_layout lay;
+    zt_mem_account *mem;         /* the engine's account: each part counts what it allocates */
+    zt_engine_timing *timing;    /* the step's timing: each part fills its own figures */
+    zt_trace *const *trace;      /* the engine's trace: NULL until zt_engine_open_trace */
+} engine_facts;
+
+static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* device memory of the backend, counted in the engine's account under category */
+static inline void *facts_dev_alloc(const engine_facts *f, size_t bytes, int category) {
+    void *p = f->be->alloc(bytes);
+    if (p) f->mem->device[category] += bytes;
+    return p;
+}
+
+#endif
