@@ -16,12 +16,31 @@ typedef struct engine_facts {
     zt_engine_offload off;
     zt_engine_layout lay;
     zt_mem_account *mem;         /* the engine's account: each part counts what it allocates */
+    size_t *host_pinned_bytes;   /* of mem->host: page-locked (be->host_alloc) */
     zt_engine_timing *timing;    /* the step's timing: each part fills its own figures */
     zt_trace *const *trace;      /* the engine's trace: NULL until zt_engine_open_trace */
 } engine_facts;
 
 static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 static inline size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* the bytes of one memory (an account's device, host or nvme) over all categories */
+static inline size_t mem_sum(const size_t *per_category) {
+    size_t t = 0;
+    for (int c = 0; c < ZT_MEM_NCAT; c++) t += per_category[c];
+    return t;
+}
+
+/* bytes of one element in the compute dtype, and element `elems` of a compute-dtype buffer */
+static inline size_t facts_esz(const engine_facts *f) { return zt_dtype_size(f->be->compute_dtype); }
+static inline void *facts_at(const engine_facts *f, const void *base, size_t elems) {
+    return (char *)base + elems * facts_esz(f);
+}
+
+/* host memory counted in the engine's account (engine.c): page-locked transfer memory from the
+ * backend when pinned */
+void *facts_host_alloc(const engine_facts *f, size_t bytes, int pinned, int category);
+void facts_host_free(const engine_facts *f, void *p, int pinned);
 
 /* device memory of the backend, counted in the engine's account under category */
 static inline void *facts_dev_alloc(const engine_facts *f, size_t bytes, int category) {

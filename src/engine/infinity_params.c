@@ -56,7 +56,7 @@ struct inf_params {
 
 #define BOUNDARY(r) ((r)->n_sym - 1)
 
-static size_t esz(const inf_params *r) { return zt_dtype_size(r->f.be->compute_dtype); }
+static size_t esz(const inf_params *r) { return facts_esz(&r->f); }
 static size_t seg_lo(const inf_params *r, int s) { return r->f.table->segment_lo[s]; }
 static size_t seg_hi(const inf_params *r, int s) { return r->f.table->segment_lo[s + 1]; }
 

@@ -66,8 +66,8 @@ struct zero_comm {
     double comm_seconds; /* time spent waiting on collectives this step */
 };
 
-static size_t esz(const zero_comm *z) { return zt_dtype_size(z->f.be->compute_dtype); }
-static void *at(const zero_comm *z, const void *base, size_t elems) { return (char *)base + elems * esz(z); }
+static size_t esz(const zero_comm *z) { return facts_esz(&z->f); }
+static void *at(const zero_comm *z, const void *base, size_t elems) { return facts_at(&z->f, base, elems); }
 static size_t seg_lo(const zero_comm *z, int s) { return z->f.table->segment_lo[s]; }
 static size_t seg_hi(const zero_comm *z, int s) { return z->f.table->segment_lo[s + 1]; }
 
