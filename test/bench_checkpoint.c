@@ -105,14 +105,14 @@ int main(int argc, char **argv) {
         double t0 = zt_now();
         zt_checkpoint_dir cd;
         if (zt_checkpoint_dir_open(&cd, dir, comm, &err) ||
-            zt_checkpoint_save(&cd, &e, comm, &shape, &st, "bench: true\n", 1, &err)) { zt_print_error(&err); return 1; }
+            zt_checkpoint_save(&cd, zt_engine_state_view(&e), comm, &shape, &st, "bench: true\n", 1, &err)) { zt_print_error(&err); return 1; }
         zt_checkpoint_dir_close(&cd);
         double t = zt_now() - t0;
         ts = t < ts ? t : ts;
         drop_dir(sd);
         memset(e.adam_m, 0, (e.lay.opt_hi - e.lay.opt_lo) * sizeof(float));
         t0 = zt_now();
-        if (zt_checkpoint_load(sd, &e, &shape, comm, &st, NULL, 0, &err)) { zt_print_error(&err); return 1; }
+        if (zt_checkpoint_load(sd, zt_engine_state_view(&e), &shape, comm, &st, NULL, 0, &err)) { zt_print_error(&err); return 1; }
         t = zt_now() - t0;
         tl = t < tl ? t : tl;
         ok &= e.adam_m[12345] == m_check;

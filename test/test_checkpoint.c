@@ -117,7 +117,7 @@ static int save(model *m, const char *dir, long step, int g, int keep_last, zt_e
         memcpy(run_id, d.run_id, sizeof run_id);
     }
     memcpy(d.run_id, run_id, sizeof run_id);
-    int rc = zt_checkpoint_save(&d, &m->e, comm, &m->shape, &st, "model:\n  n_layer: 2\n", keep_last, err);
+    int rc = zt_checkpoint_save(&d, zt_engine_state_view(&m->e), comm, &m->shape, &st, "model:\n  n_layer: 2\n", keep_last, err);
     zt_checkpoint_dir_close(&d);
     return rc;
 }
@@ -133,7 +133,7 @@ static int load_check(const char *dir, zt_gpt2_shape shape, int stage, int g, lo
     if (make_model(&m, shape, stage)) return -1;
     zt_train_state st;
     zt_checkpoint_meta meta;
-    int rc = zt_checkpoint_load(sd, &m.e, &shape, comm, &st, &meta, allow_unverified, err);
+    int rc = zt_checkpoint_load(sd, zt_engine_state_view(&m.e), &shape, comm, &st, &meta, allow_unverified, err);
     if (!rc) {
         zt_train_state want = state_for(step);
         *bad = mismatches(&m, g) + (memcmp(&st, &want, sizeof st) != 0) + (meta.step != step) +

@@ -86,7 +86,7 @@ static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     st.loss_scale = t->scaler.scale;
     st.loss_scale_good_steps = (int)t->scaler.good_steps;
     st.hysteresis_left = t->scaler.hysteresis_left;
-    int rc = zt_checkpoint_save(&t->ckdir, t->s.engine, t->comm, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err);
+    int rc = zt_checkpoint_save(&t->ckdir, zt_engine_state_view(t->s.engine), t->comm, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err);
     if (!rc) { /* latest now, whatever the 16-bit export below does; good once the next step passes */
         t->last_saved_step = step;
         if (step > t->good_step) {
@@ -135,7 +135,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     }
     zt_train_state st;
     zt_checkpoint_meta meta;
-    if (zt_checkpoint_load(step_dir, t->s.engine, &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
+    if (zt_checkpoint_load(step_dir, zt_engine_state_view(t->s.engine), &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
     t->start_step = st.step;
     if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = t->good_step = st.step;
     if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues, not the one resumed */

@@ -148,7 +148,7 @@ int guard_roll_back(trainer *t, const step_record *rec, const step_plan *p) {
     if (!rc && (size_t)snprintf(step_dir, sizeof step_dir, "%s/step_%08ld", t->ckdir.path, t->good_step) >= sizeof step_dir)
         rc = zt_fail(&err, "%s: path too long", t->ckdir.path);
     if (!rc) {
-        rc = zt_checkpoint_load(step_dir, t->s.engine, &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, &err);
+        rc = zt_checkpoint_load(step_dir, zt_engine_state_view(t->s.engine), &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, &err);
         if (!rc) zt_checkpoint_meta_free(&meta);
     }
     if (zt_fail_together(t->comm, rc, &err)) {

@@ -10,14 +10,20 @@
  *            (the next one prefetched), and released after
  * A "segment" is the model's unit of use (embeddings, one block, final LayerNorm); reductions and
  * gathers go segment by segment, split into buckets of at most reduce_bucket_size elements.
- * The communication is in zero_comm.c, the host/device optimizer split in twin_flow.c; the three
- * share engine_internal.h.
+ * The engine's parts own their state behind opaque pointers: the communication (zero_comm.c), the
+ * host/device optimizer split (twin_flow.c) and the NVMe swap files (engine_infinity.c,
+ * infinity_params.c). This file hands each the shared facts (engine_facts.h) and the buffers it
+ * works on when it opens it, and the few things a part needs of another (the host part's updated
+ * parameters before a gather, a piece read from NVMe) go through the engine as hooks.
  *
  * One optimizer step, as train.c drives it: for each micro-step zt_engine_begin_micro, the model's
  * forward and backward through the parameter source (gathers and reductions happen there), then
  * zt_engine_step_scaled: wait for the reductions, global norm, clip coefficient, the split AdamW
  * update (twin_update), and the parameter all-gather of stages 1-2. */
 #include "engine/engine_internal.h"
+#include "engine/infinity.h"
+#include "engine/twin_flow.h"
+#include "engine/zero_comm.h"
 #include "engine/zero_formula.h"
 
 #include <math.h>
@@ -28,43 +34,46 @@
 #include "comm/fail_together.h"
 #include "util/clock.h"
 
-const char *const zt_mem_category_names[ZT_MEM_NCAT] = {"params", "grads", "optimizer", "activations", "comm"};
+static size_t esz(const zt_engine *e) { return zt_dtype_size(e->be->compute_dtype); }
+static void *at(const zt_engine *e, const void *base, size_t elems) { return (char *)base + elems * esz(e); }
 
-void *engine_dev_alloc(zt_engine *e, size_t bytes, int category) {
-    void *p = e->be->alloc(bytes);
-    if (p) e->mem.device[category] += bytes;
-    return p;
+/* where the compute-dtype parameters of optimizer offset off live */
+static void *params_at_opt(const zt_engine *e, size_t off) {
+    return e->opt.stage == 3 ? at(e, e->params, off) : at(e, e->params, e->lay.opt_lo + off);
 }
 
-/* host memory counted in e->mem.host: page-locked transfer memory from the backend when pinned */
-void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category) {
+static void *engine_dev_alloc(zt_engine *e, size_t bytes, int category) {
+    return facts_dev_alloc(&e->facts, bytes, category);
+}
+
+void *facts_host_alloc(const engine_facts *f, size_t bytes, int pinned, int category) {
     if (bytes == 0) bytes = 64;
     void *p;
-    if (pinned) p = e->be->host_alloc(bytes);
+    if (pinned) p = f->be->host_alloc(bytes);
     else p = zt_clock_bulk_alloc(bytes); /* zero-filled; address space only when the clock only costs */
-    if (p) e->mem.host[category] += bytes;
-    if (p && pinned) e->host_pinned_bytes += bytes;
+    if (p) f->mem->host[category] += bytes;
+    if (p && pinned) *f->host_pinned_bytes += bytes;
     return p;
 }
 
-void engine_host_free(zt_engine *e, void *p, int pinned) {
+void facts_host_free(const engine_facts *f, void *p, int pinned) {
     if (!p) return;
-    if (pinned) e->be->host_free(p);
+    if (pinned) f->be->host_free(p);
     else zt_clock_bulk_free(p);
 }
 
 /* Compute-dtype values of n shard elements from host memory into the offloaded parameters at shard
  * offset off: the host shard (offload_param cpu) or the parameter swap file (nvme). */
-void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n) {
-    if (e->param_swap) inf_param_rw(e, off, n, (void *)src, 1);
+static void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n) {
+    if (e->param_nvme) inf_params_rw(e->param_nvme, e->adam_t, off, n, (void *)src, 1);
     else if (zt_clock_host_work(ZT_WORK_COPY, (double)n, 2.0 * (double)(n * esz(e)), 1), !zt_clock_costs_only())
         memcpy(at(e, e->params, off), src, n * esz(e));
 }
 
 /* The same from device memory (the device part of the update): straight down into host memory, or
  * through a bounded host buffer to NVMe */
-void engine_params_store_from_device(zt_engine *e, size_t off, const void *dev_src, size_t n) {
-    if (!e->param_swap) {
+static void engine_params_store_from_device(zt_engine *e, size_t off, const void *dev_src, size_t n) {
+    if (!e->param_nvme) {
         e->be->copy(at(e, e->params, off), dev_src, n * esz(e), ZT_D2H);
         return;
     }
@@ -118,6 +127,37 @@ void zt_engine_params_write_f32(zt_engine *e, size_t flat_off, const float *src,
 
 int zt_engine_params_on_host(const zt_engine *e) { return e->params_on_host; }
 
+/* ---------------------------------------------------------------- what the parts reach through the engine */
+
+/* Twin-Flow with overlap_step: the host part's updated parameters of flat range [x, y) in place */
+static void wait_updated(void *owner, size_t x, size_t y) {
+    zt_engine *e = owner;
+    size_t a = max_sz(x, e->lay.opt_lo), b = min_sz(y, e->lay.opt_hi);
+    if (b > a) twin_wait_params(e->twin, a - e->lay.opt_lo, b - e->lay.opt_lo);
+}
+
+static void engine_params_store_hook(void *e, size_t off, const void *src, size_t n) {
+    engine_params_store(e, off, src, n);
+}
+static void engine_params_store_from_device_hook(void *e, size_t off, const void *dev_src, size_t n) {
+    engine_params_store_from_device(e, off, dev_src, n);
+}
+
+/* offload_param nvme: this rank's piece of segment seg, read ahead or read now; in a training
+ * micro-step it belongs to the step under way */
+static const void *fetch_from_nvme(void *owner, int seg) {
+    zt_engine *e = owner;
+    return inf_params_fetch(e->param_nvme, e->adam_t + (zero_in_micro(e->zero) ? 1 : 0), seg);
+}
+
+zt_param_source zt_engine_param_source(zt_engine *e) { return zero_param_source(e->zero); }
+
+void zt_engine_nvme_stats(const zt_engine *e, zt_engine_nvme *out) {
+    memset(out, 0, sizeof *out);
+    twin_nvme_stats(e->twin, out);
+    inf_params_stats(e->param_nvme, out);
+}
+
 int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
                      const zt_engine_opts *opt, const float *init_f32, zt_err *err) {
     return zt_engine_create_offload(e, be, comm, table, opt, NULL, init_f32, err);
@@ -147,6 +187,8 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     e->lay.opt_hi = stage == 0 ? e->lay.total : e->lay.hi;
     size_t E = esz(e);
     int fp32 = be->compute_dtype == ZT_F32;
+    e->facts = (engine_facts){be, comm, table, e->opt, e->off, e->lay, &e->mem, &e->host_pinned_bytes, &e->timing,
+                              &e->trace};
 
     int failed = 0; /* before the first collective (below), failures are agreed on, not returned */
     /* parameters (compute dtype): on the device, or with offload_param the stage-3 shard in host
@@ -157,9 +199,10 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
             return zt_fail(err, "zero_optimization.offload_param needs zero_optimization.stage 3 (it is %d)", stage);
         e->params_on_host = 1;
         if (e->off.param_device == ZT_PARAM_ON_NVME) { /* the shard is in a swap file (engine_infinity.c) */
-            failed = inf_param_open(e, err);
+            e->param_nvme = inf_params_open(&e->facts, err);
+            failed = e->param_nvme ? 0 : -1;
         } else {
-            e->params = engine_host_alloc(e, param_n * E, e->off.param_pin_memory, ZT_MEM_PARAMS);
+            e->params = facts_host_alloc(&e->facts, param_n * E, e->off.param_pin_memory, ZT_MEM_PARAMS);
         }
     } else {
         e->params = engine_dev_alloc(e, param_n * E, ZT_MEM_PARAMS);
@@ -170,19 +213,12 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
         e->grad_shard = e->grads_full ? at(e, e->grads_full, e->lay.opt_lo) : NULL;
     } else {
         e->grad_shard = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_GRADS);
-        /* the embeddings' gradients (all its segments) are in use from the LM head to the token lookup */
-        int emb = table->n_embed_segments;
-        size_t seg0 = seg_lo(e, emb) - seg_lo(e, 0), other = 0;
-        for (int s = emb; s < table->n_segments; s++) other = max_sz(other, seg_hi(e, s) - seg_lo(e, s));
-        e->grad_pool[0] = engine_dev_alloc(e, seg0 * E, ZT_MEM_GRADS);
-        e->grad_pool[1] = engine_dev_alloc(e, other * E, ZT_MEM_GRADS);
-        e->grad_pool[2] = engine_dev_alloc(e, other * E, ZT_MEM_GRADS);
-        e->grad_pool_seg[0] = e->grad_pool_seg[1] = e->grad_pool_seg[2] = -1;
-        e->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_grad);
     }
-    /* the reduce-scatter landing zone; one rank reduces straight into its shard (zero_comm.c) */
-    if (stage >= 1 && e->lay.world > 1) e->recv_tmp = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_COMM);
-    if (!failed && stage == 3) failed = zero_alloc_gather(e, err);
+    /* the communication part: its landing zone and gradient pools, and stage 3's gather buffers */
+    zero_buffers zb = {e->params, e->params_on_host, e->grads_full, e->grad_shard, e, wait_updated,
+                       e->param_nvme ? fetch_from_nvme : NULL};
+    e->zero = zero_open(&e->facts, &zb);
+    if (!failed && stage == 3) failed = zero_open_gather(e->zero, err);
     /* ratio auto below is collective: what failed on some ranks only (a swap file that does not fit,
      * out of memory) must stop every rank here, not leave the others waiting in the calibration */
     if (zt_agree(e->comm, failed, err)) {
@@ -192,11 +228,12 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     /* Twin-Flow split, then the optimizer states: the host part's in host memory (or on NVMe), the
      * device part's on the device (the fp32 master is the fp32 params there, unless those are
      * offloaded) */
-    if (twin_plan(e, err)) {
+    e->twin = twin_open(&e->facts, err);
+    if (!e->twin) {
         zt_engine_destroy(e);
         return -1;
     }
-    size_t dev_n = e->host_lo; /* the device part is the head of the optimizer range */
+    size_t dev_n = twin_split(e->twin), host_n = twin_host_elems(e->twin); /* the device part is the head */
     int master_is_params = fp32 && !e->params_on_host;
     if (master_is_params)
         e->master = stage == 3 ? (float *)e->params : (float *)at(e, e->params, e->lay.opt_lo);
@@ -205,12 +242,14 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     e->adam_m = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     e->adam_v = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     if (e->params_on_host && !fp32) e->dev_params_out = engine_dev_alloc(e, max_sz(dev_n, 16) * E, ZT_MEM_COMM);
-    if (e->host_n && twin_alloc(e)) goto oom;
-    if ((!e->params && !e->param_swap) || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
+    twin_buffers tb = {e->params, e->params_on_host, e->param_nvme != NULL, e->grad_shard, e->master, e->adam_m,
+                       e->adam_v, e->dev_params_out, e, engine_params_store_hook, engine_params_store_from_device_hook};
+    if (twin_alloc(e->twin, &tb)) goto oom;
+    if ((!e->params && !e->param_nvme) || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
         (e->params_on_host && !fp32 && !e->dev_params_out) ||
-        (stage >= 1 && e->lay.world > 1 && !e->recv_tmp) || (stage >= 2 && (!e->grad_pool[0] || !e->grad_pool[1])))
+        !zero_buffers_ok(e->zero))
         goto oom;
-    if (e->host_n && e->off.nvme_path && inf_open(e, err)) {
+    if (host_n && e->off.nvme_path && twin_open_nvme(e->twin, err)) {
         zt_engine_destroy(e);
         return -1;
     }
@@ -221,22 +260,21 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     } else if (params_from_f32(e, 0, init_f32, e->lay.total)) {
         goto oom;
     }
-    if (e->host_n && twin_init_master(e, init_f32 + e->lay.opt_lo + e->host_lo, err)) {
+    if (host_n && twin_init_master(e->twin, init_f32 + e->lay.opt_lo + dev_n, err)) {
         zt_engine_destroy(e);
         return -1;
     }
-    if (!master_is_params && e->host_lo)
-        be->copy(e->master, init_f32 + e->lay.opt_lo, e->host_lo * sizeof(float), ZT_H2D);
+    if (!master_is_params && dev_n)
+        be->copy(e->master, init_f32 + e->lay.opt_lo, dev_n * sizeof(float), ZT_H2D);
     e->mem.params_peak = e->params_on_host ? 0 : stage == 3 ? e->lay.shard * E : param_n * E;
     if (e->off.enabled)
         zt_info("twin-flow: rank %d updates %zu of %zu optimizer elements on the host (ratio %.3f, the tail from %zu), "
-                "the rest on the %s; CPU Adam path %s", e->lay.rank, e->host_n, e->lay.opt_hi - e->lay.opt_lo, e->offload_ratio,
-                e->lay.opt_lo + e->host_lo, be->name, zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
+                "the rest on the %s; CPU Adam path %s", e->lay.rank, host_n, e->lay.opt_hi - e->lay.opt_lo,
+                twin_ratio_in_effect(e->twin), e->lay.opt_lo + dev_n, be->name, zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
     return 0;
 oom:
     {
-        int host_failed = e->host_n && (!e->host_master || !e->host_m || !e->host_v || !e->host_grad);
-        size_t host_n = e->host_n;
+        int host_failed = twin_states_missing(e->twin);
         size_t total = 0, shard = e->lay.shard;
         int world = e->lay.world;
         total = mem_sum(e->mem.device);
@@ -281,11 +319,11 @@ const zt_param_table *zt_engine_table(const zt_engine *e) { return e->table; }
 long zt_engine_steps(const zt_engine *e) { return e->adam_t; }
 void zt_engine_set_steps(zt_engine *e, long t) { e->adam_t = t; }
 void *zt_engine_params(zt_engine *e) {
-    twin_settle(e);
+    twin_settle(e->twin);
     return e->params;
 }
 const void *zt_engine_full_grads(const zt_engine *e) { return e->grads_full; }
-double zt_engine_comm_seconds(const zt_engine *e) { return e->comm_seconds; }
+double zt_engine_comm_seconds(const zt_engine *e) { return zero_comm_seconds(e->zero); }
 const zt_mem_account *zt_engine_memory(const zt_engine *e) { return &e->mem; }
 void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_bytes) {
     e->mem.device[ZT_MEM_ACTS] = device_bytes;
@@ -295,22 +333,19 @@ void zt_engine_count_activations(zt_engine *e, size_t device_bytes, size_t host_
 
 void zt_engine_destroy(zt_engine *e) {
     if (!e->be) return;
-    twin_settle(e);
+    twin_settle(e->twin);
     const zt_backend *be = e->be;
     int fp32 = be->compute_dtype == ZT_F32;
     int master_is_params = fp32 && !e->params_on_host;
     void *bufs[] = {e->params_on_host ? NULL : e->params, e->grads_full, e->opt.stage >= 2 ? e->grad_shard : NULL,
-                    e->recv_tmp, master_is_params ? NULL : e->master, e->adam_m, e->adam_v, e->grad_pool[0],
-                    e->grad_pool[1], e->grad_pool[2], e->dev_params_out};
+                    master_is_params ? NULL : e->master, e->adam_m, e->adam_v, e->dev_params_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
-    if (e->params_on_host) engine_host_free(e, e->params, e->off.param_pin_memory);
-    zero_free_gather(e);
-    inf_close(e);
-    twin_free(e);
+    if (e->params_on_host) facts_host_free(&e->facts, e->params, e->off.param_pin_memory);
+    zero_close(e->zero);
+    inf_params_close(e->param_nvme);
+    twin_close(e->twin);
     engine_trace_close(e);
-    free(e->seg_grad);
-    free(e->inflight);
     memset(e, 0, sizeof *e);
 }
 
@@ -318,18 +353,16 @@ void zt_engine_destroy(zt_engine *e) {
 
 void zt_engine_begin_micro(zt_engine *e, int first, int last) {
     if (first) {
-        twin_wait_grads_read(e); /* the last update's D2H lane must have read them before they are zeroed */
-        e->comm_seconds = 0;
+        twin_wait_grads_read(e->twin); /* the last update's D2H lane must have read them before they are zeroed */
         memset(&e->timing, 0, sizeof e->timing);
         engine_trace_memory(e);
         size_t n = e->opt.stage < 2 ? e->lay.padded_total : e->lay.shard;
         e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
-    e->reduce_now = e->opt.stage >= 2 || last;
-    if (e->opt.stage == 3) zero_begin_micro(e);
+    zero_begin_micro(e->zero, first, last);
 }
 
-void zt_engine_finish_reductions(zt_engine *e) { zero_finish_all(e); }
+void zt_engine_finish_reductions(zt_engine *e) { zero_finish_all(e->zero); }
 
 double zt_engine_step(zt_engine *e, float lr, float max_norm) {
     int skipped;
@@ -337,23 +370,22 @@ double zt_engine_step(zt_engine *e, float lr, float max_norm) {
 }
 
 double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped) {
-    if (e->opt.stage == 3) zero_end_micros(e);
-    zero_finish_all(e);
-    twin_settle(e); /* the last update's host lanes, if still running */
+    if (e->opt.stage == 3) zero_end_micros(e->zero);
+    zero_finish_all(e->zero);
+    twin_settle(e->twin); /* the last update's host lanes, if still running */
     double tn0 = zt_clock_now();
     *skipped = 0;
     /* with loss scaling the step may be skipped (overflow), so the norm comes before the host
      * threads start moving gradients; without it the first transfers overlap the norm */
     int scaled = loss_scale != 1.0, norm_first = scaled || e->skip_nonfinite;
-    double norm = norm_first ? zero_grad_norm(e) / loss_scale : 0.0;
+    double norm = norm_first ? zero_grad_norm(e->zero) / loss_scale : 0.0;
     if (!isfinite(norm)) {
         *skipped = 1;
         zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_clock_now());
         return norm;
     }
-    twin_flow *tf = zt_xcalloc(1, sizeof *tf); /* freed by twin_update or, later, twin_settle */
-    twin_start(e, tf);
-    if (!norm_first) norm = zero_grad_norm(e);
+    twin_flow *tf = twin_start(e->twin); /* freed by twin_update or, later, twin_settle */
+    if (!norm_first) norm = zero_grad_norm(e->zero);
     float clip = 1.0f;
     if (max_norm > 0 && norm > max_norm) clip = (float)(max_norm / (norm + 1e-6)); /* torch.nn.utils.clip_grad_norm_ */
     double tn1 = zt_clock_now();
@@ -365,19 +397,19 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     zt_adam_step st = {lr, e->opt.beta1, e->opt.beta2, e->opt.eps, 0.0f,
                        bc ? 1.0f - powf(e->opt.beta1, (float)e->adam_t) : 1.0f,
                        bc ? 1.0f - powf(e->opt.beta2, (float)e->adam_t) : 1.0f, (float)(clip / loss_scale)};
-    twin_update(e, tf, tn0, &st);
-    if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e);
-    if (e->opt.stage == 3) zero_reset_residents(e);
-    if (e->param_swap) inf_param_after_update(e); /* the file holds the new values: the next reads may start */
+    twin_update(e->twin, tf, tn0, &st, e->adam_t);
+    if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e->zero);
+    if (e->opt.stage == 3) zero_reset_residents(e->zero);
+    if (e->param_nvme) inf_params_after_update(e->param_nvme); /* the file holds the new values: the next reads may start */
     zt_trace_complete(e->trace, ZT_LANE_MAIN, "update", tn0, zt_clock_now());
     engine_trace_memory(e);
     return norm;
 }
 
 void zt_engine_skip_step(zt_engine *e) {
-    if (e->opt.stage == 3) zero_end_micros(e);
-    zero_finish_all(e);
-    twin_settle(e);
+    if (e->opt.stage == 3) zero_end_micros(e->zero);
+    zero_finish_all(e->zero);
+    twin_settle(e->twin);
 }
 
 void zt_engine_set_skip_nonfinite(zt_engine *e, int on) { e->skip_nonfinite = on; }
@@ -385,14 +417,14 @@ void zt_engine_set_skip_nonfinite(zt_engine *e, int on) { e->skip_nonfinite = on
 zt_trace *zt_engine_trace(zt_engine *e) { return e->trace; }
 
 void zt_engine_inject_overflow(zt_engine *e) {
-    twin_settle(e);
-    zero_finish_all(e);
+    twin_settle(e->twin);
+    zero_finish_all(e->zero);
     e->be->scale(e->grad_shard, INFINITY, 1);
 }
 
 void zt_engine_gather_params(zt_engine *e, float *out) {
     const zt_backend *be = e->be;
-    twin_settle(e);
+    twin_settle(e->twin);
     if (e->opt.stage < 3) {
         if (be->compute_dtype == ZT_F32) {
             be->copy(out, e->params, e->lay.total * 4, ZT_D2H);
@@ -406,7 +438,7 @@ void zt_engine_gather_params(zt_engine *e, float *out) {
     size_t own = e->opt.stage == 0 ? e->lay.total : e->lay.hi - e->lay.lo;
     /* this rank's master, device part then host part (from host memory or NVMe), into full at opt_lo */
     float *mine = full + e->lay.opt_lo;
-    size_t d = min_sz(e->host_lo, own);
+    size_t d = min_sz(twin_split(e->twin), own);
     if (d) be->copy(mine, e->master, d * 4, ZT_D2D);
     if (own > d) {
         float *tmp = zt_xmalloc((own - d) * sizeof(float));
@@ -465,15 +497,16 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
     if (e->params_on_host)
         zt_info("offload_param: the parameter shard (%.1f MiB) is %s; the device holds gathered segments only (%d "
                 "rotating buffer(s), prefetch depth %d)", (double)e->lay.shard * esz(e) / 1048576.0,
-                e->param_swap ? "on NVMe (offload_param.nvme_path), read through host staging buffers" : "in host memory",
-                e->n_rotating, e->prefetch_depth);
+                e->param_nvme ? "on NVMe (offload_param.nvme_path), read through host staging buffers" : "in host memory",
+                1 + zero_prefetch_depth(e->zero), zero_prefetch_depth(e->zero));
     if (e->off.enabled)
         zt_info("twin-flow: ratio %.3f; rank 0 keeps master, m, v of %zu of its %zu optimizer elements %s (%.1f MiB "
-                "%s, %s transfer buffers)", e->offload_ratio, e->host_n, e->lay.opt_hi - e->lay.opt_lo,
+                "%s, %s transfer buffers)", twin_ratio_in_effect(e->twin), twin_host_elems(e->twin),
+                e->lay.opt_hi - e->lay.opt_lo,
                 e->off.nvme_path ? "on NVMe (offload_optimizer.nvme_path)" : "in host memory",
                 (double)(e->off.nvme_path ? e->mem.nvme[ZT_MEM_OPTIM] : e->mem.host[ZT_MEM_OPTIM]) / 1048576.0,
                 e->off.nvme_path ? "there, staged through host buffers" : "there",
-                e->host_pinned ? "pinned" : "pageable");
+                twin_pinned(e->twin) ? "pinned" : "pageable");
     /* the shard is total / world rounded up to ZT_SHARD_ALIGN, so it may exceed the total itself (one
      * rank, or a tensor-parallel part): say how it is made rather than "shard X of Y" */
     int tp = e->table->tp_size;
@@ -486,51 +519,37 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes) {
 
 /* ---------------------------------------------------------------- state access, timing */
 
-static float *state_host(zt_engine *e, zt_opt_state which) {
-    return which == ZT_STATE_MASTER ? e->host_master : which == ZT_STATE_ADAM_M ? e->host_m : e->host_v;
-}
 static float *state_device(zt_engine *e, zt_opt_state which) {
     return which == ZT_STATE_MASTER ? e->master : which == ZT_STATE_ADAM_M ? e->adam_m : e->adam_v;
 }
 
-/* the host part's state: in host memory, or swapped to NVMe (engine_infinity.c) */
-static void host_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *buf, int write) {
-    if (e->off.nvme_path) {
-        inf_state_rw(e, which, off, n, buf, write);
-    } else if (write) {
-        memcpy(state_host(e, which) + off, buf, n * sizeof(float));
-    } else {
-        memcpy(buf, state_host(e, which) + off, n * sizeof(float));
-    }
-}
-
 void zt_engine_state_read(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *host_out) {
-    twin_settle(e);
-    size_t end = off + n;
-    if (off < e->host_lo) { /* device part */
-        size_t k = min_sz(end, e->host_lo) - off;
+    twin_settle(e->twin);
+    size_t end = off + n, split = twin_split(e->twin);
+    if (off < split) { /* device part */
+        size_t k = min_sz(end, split) - off;
         e->be->copy(host_out, state_device(e, which) + off, k * sizeof(float), ZT_D2H);
         host_out += k;
         off += k;
     }
-    if (end > off) host_state_rw(e, which, off - e->host_lo, end - off, host_out, 0);
+    if (end > off) twin_state_rw(e->twin, e->adam_t, which, off - split, end - off, host_out, 0);
 }
 
 void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t n, const float *host_in) {
-    twin_settle(e);
-    size_t end = off + n, o = off;
+    twin_settle(e->twin);
+    size_t end = off + n, o = off, split = twin_split(e->twin);
     const float *src = host_in;
-    if (o < e->host_lo) {
-        size_t k = min_sz(end, e->host_lo) - o;
+    if (o < split) {
+        size_t k = min_sz(end, split) - o;
         e->be->copy(state_device(e, which) + o, src, k * sizeof(float), ZT_H2D);
         src += k;
         o += k;
     }
-    if (end > o) host_state_rw(e, which, o - e->host_lo, end - o, (float *)src, 1);
+    if (end > o) twin_state_rw(e->twin, e->adam_t, which, o - split, end - o, (float *)src, 1);
     /* fp32: the parameters hold the master's values; mirror them wherever they are not the same
      * buffer (the host part always; the device part when the parameters are offloaded) */
     if (which == ZT_STATE_MASTER && e->be->compute_dtype == ZT_F32) {
-        size_t from = e->params_on_host ? off : max_sz(off, e->host_lo);
+        size_t from = e->params_on_host ? off : max_sz(off, split);
         if (end > from) {
             if (e->params_on_host) engine_params_store(e, from, host_in + (from - off), end - from);
             else e->be->copy(params_at_opt(e, from), host_in + (from - off), (end - from) * sizeof(float), ZT_H2D);
@@ -539,16 +558,42 @@ void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t 
 }
 
 float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory) {
-    twin_settle(e);
-    size_t n = e->lay.opt_hi - e->lay.opt_lo;
-    if (off < e->host_lo) {
-        *n_out = e->host_lo - off;
+    twin_settle(e->twin);
+    size_t n = e->lay.opt_hi - e->lay.opt_lo, split = twin_split(e->twin);
+    if (off < split) {
+        *n_out = split - off;
         *host_memory = e->be->memory_is_host;
         return state_device(e, which) + off;
     }
     *n_out = n - off;
     *host_memory = !e->off.nvme_path; /* on NVMe: no span, write through zt_engine_state_write */
-    return e->off.nvme_path ? NULL : state_host(e, which) + (off - e->host_lo);
+    return twin_state_span(e->twin, which, off - split);
+}
+
+/* the view's functions: the engine's own, reached through the view's untyped owner */
+static void view_state_read(void *e, zt_opt_state which, size_t off, size_t n, float *host_out) {
+    zt_engine_state_read(e, which, off, n, host_out);
+}
+static void view_state_write(void *e, zt_opt_state which, size_t off, size_t n, const float *host_in) {
+    zt_engine_state_write(e, which, off, n, host_in);
+}
+static float *view_state_span(void *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory) {
+    return zt_engine_state_span(e, which, off, n_out, host_memory);
+}
+static void view_params_write_f32(void *e, size_t flat_off, const float *src, size_t n) {
+    zt_engine_params_write_f32(e, flat_off, src, n);
+}
+static void view_set_steps(void *e, long steps) { zt_engine_set_steps(e, steps); }
+
+zt_state_view *zt_engine_state_view(zt_engine *e) {
+    e->view = (zt_state_view){
+        .be = e->be, .table = e->table, .lay = e->lay,
+        .params = zt_engine_params(e), /* after the pending update */
+        .params_on_host = e->params_on_host, .steps = e->adam_t, .owner = e,
+        .state_read = view_state_read, .state_write = view_state_write, .state_span = view_state_span,
+        .params_write_f32 = view_params_write_f32, .set_steps = view_set_steps,
+    };
+    return &e->view;
 }
 
 void zt_engine_phase(zt_engine *e, const char *name, double t0, double t1) {

@@ -20,22 +20,12 @@
 #include "model/gpt2.h"
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "io/state_view.h" /* zt_engine_layout, zt_mem_account, zt_opt_state, zt_state_view */
 #include "io/trace.h"
 #include "util/util.h"
 
 #define ZT_SHARD_ALIGN 128 /* elements: 512 B in fp32, whole cache lines and 16-byte GPU vectors */
 #define ZT_TWIN_ALIGN 64   /* the Twin-Flow split point is a multiple of this many elements from opt_lo */
-
-enum { ZT_MEM_PARAMS, ZT_MEM_GRADS, ZT_MEM_OPTIM, ZT_MEM_ACTS, ZT_MEM_COMM, ZT_MEM_NCAT };
-extern const char *const zt_mem_category_names[ZT_MEM_NCAT];
-
-typedef struct zt_mem_account {
-    size_t device[ZT_MEM_NCAT];
-    size_t host[ZT_MEM_NCAT];
-    size_t nvme[ZT_MEM_NCAT]; /* swap files (ZeRO-Infinity) */
-    size_t params_peak; /* stage 3: most parameter bytes on the device at once (shard unless offloaded,
-                           + gathered segments, held or kept for reuse) */
-} zt_mem_account;
 
 typedef struct zt_engine_opts {
     int stage;
@@ -103,15 +93,6 @@ typedef struct zt_engine_timing {
                                       with overlap_step, device_idle is the time this step waited for
                                       the host part (in the update, or for its parameters later) */
 } zt_engine_timing;
-
-/* This rank's place in the partition (see the top of this file): what checkpoints and exports need
- * to know of the engine, and all that other modules read of it directly. */
-typedef struct zt_engine_layout {
-    int stage;             /* ZeRO stage 0-3 */
-    int rank, world;
-    size_t total, padded_total, shard, lo, hi; /* hi = min((rank+1)*shard, total) */
-    size_t opt_lo, opt_hi;                     /* the range this rank's optimizer updates */
-} zt_engine_layout;
 
 /* The engine is opaque outside src/engine/ (engine_internal.h has it). */
 typedef struct zt_engine zt_engine;
@@ -230,7 +211,6 @@ void zt_engine_print_memory(const zt_engine *e, size_t act_bytes);
 /* Optimizer state of [opt_lo + off, opt_lo + off + n) wherever it lives (host part, device part or
  * both), through an fp32 host buffer. On fp32 backends writing the master also writes the
  * parameters (they alias, or are copied to the device params). */
-typedef enum { ZT_STATE_MASTER, ZT_STATE_ADAM_M, ZT_STATE_ADAM_V, ZT_STATE_COUNT } zt_opt_state;
 void zt_engine_state_read(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *host_out);
 void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t n, const float *host_in);
 /* The buffer that holds optimizer state element off (as above) and the n_out elements after it in
@@ -238,6 +218,11 @@ void zt_engine_state_write(zt_engine *e, zt_opt_state which, size_t off, size_t 
  * backend whose device memory is host memory) or device memory of e->be. For readers and writers
  * that can work in place (checkpoints). */
 float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t *n_out, int *host_memory);
+
+/* The engine's model states as checkpoints see them (io/state_view.h): waits for the host part's
+ * pending update, then fills the engine's one view (its step count and parameter buffer as they are
+ * now) and returns it; valid until the engine closes, its facts until the next step. */
+zt_state_view *zt_engine_state_view(zt_engine *e);
 
 /* Records a caller's phase (forward, backward, ...) [t0, t1] (zt_now() seconds) in the trace and, for
  * "forward"/"backward", in e->timing. */

@@ -1,16 +1,19 @@
-/* engine_internal.h — private to src/engine/: what engine.c (lifecycle, the step, state access,
- * accounting), zero_comm.c (gradient reduction, stage-3 gathering, the global norm, the parameter
- * all-gather) and twin_flow.c (the optimizer split between host and device) share. Nothing outside
- * src/engine/ includes it. */
+/* engine_internal.h — private to src/engine/: the engine's own struct, which engine.c (lifecycle,
+ * the step, state access, accounting), engine_trace.c and mem_report.c share (and the engine's
+ * white-box tests). The engine's parts do not include it: each owns its state behind an opaque
+ * pointer here and sees the engine only through engine_facts.h and what it is handed at open —
+ * zero_comm.h (gradient reduction, stage-3 gathers), twin_flow.h (Twin-Flow's host part),
+ * infinity.h (ZeRO-Infinity's swap files). Nothing outside src/engine/ includes it. */
 #ifndef ZT_ENGINE_INTERNAL_H
 #define ZT_ENGINE_INTERNAL_H
 
 #include <pthread.h>
 
-#include "engine/engine.h"
+#include "engine/engine_facts.h"
 
-typedef struct zt_inflight zt_inflight;
-typedef struct zt_gather_buf zt_gather_buf;
+typedef struct zero_comm zero_comm;
+typedef struct twin_host twin_host;
+typedef struct inf_params inf_params;
 
 struct zt_engine {
     const zt_backend *be;
@@ -25,55 +28,19 @@ struct zt_engine {
     void *grad_shard;   /* gradients of [opt_lo, opt_hi) (aliases grads_full for stages 0-1) */
     float *master;      /* fp32 master weights of [opt_lo, opt_hi) (aliases params on fp32 backends) */
     float *adam_m, *adam_v;
-    void *recv_tmp;     /* reduce-scatter landing zone, one shard (several ranks only) */
     long adam_t;        /* optimizer steps taken */
 
-    /* stages 2-3: gradient buffers handed to backward, per segment */
-    void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */
-    void *grad_pool[3]; /* [0] for the embedding segments (used at both ends), [1..2] rotate */
-    int grad_pool_seg[3];
-    int grad_rotate;
-    /* stage 3: gathered parameters */
-    zt_gather_buf *gather; int n_gather;
-    int *seg_gather;    /* [n_segments] the gather buffer holding the segment now, or -1 */
-    int *seg_resident;  /* [n_segments] a resident segment's own gather buffer, or -1 */
-    int n_rotating;     /* rotating gather buffers: 1 + prefetch_depth */
-    int prefetch_depth; /* segments gathered ahead of use (zt_zero3_prefetch_depth); 0 = no prefetch */
-    /* prefetch deeper than the model's next-segment hint: the order of the acquires of one training
-     * micro-step, recorded in the first and followed in the next ones (zero_comm.c) */
-    int *use_order; int use_n, use_cap, use_pos;
-    int use_state, use_lost; /* USE_*; this micro-step left the recorded order (hints only until the next) */
-    int in_micro;       /* between zt_engine_begin_micro and the step */
-    size_t gathered_elems; /* elements gathered so far (the clock of stage3_max_reuse_distance) */
+    engine_facts facts; /* handed to the parts (engine_facts.h) */
+    zero_comm *zero;    /* gradient reduction, stage-3 gathers, the norm, the all-gather (zero_comm.c) */
     int params_on_host; /* offload_param: the stage-3 shard is not on the device: in host memory
-                           (params) or, with nvme, in param_swap (params NULL) */
-    struct zt_swap *param_swap;
-    struct inf_param_reader *param_rd; /* param_swap's staging buffers and read-ahead (infinity_params.c) */
+                           (params) or, with nvme, in param_nvme (params NULL) */
+    inf_params *param_nvme; /* offload_param nvme: the shard's swap file and read-ahead (infinity_params.c) */
     void *dev_params_out; /* offload_param, 16-bit: the device Adam's updated params before they go down */
 
-    zt_inflight *inflight; int n_inflight, cap_inflight;
-    int reduce_now;     /* this micro-step's gradients are reduced (last micro-step, or stage >= 2) */
-    double comm_seconds; /* time spent waiting on collectives this step */
     zt_mem_account mem;
 
-    /* Twin-Flow: optimizer offsets [host_lo, host_lo + host_n) (from opt_lo: the tail of this rank's
-     * range) are updated on the host, [0, host_lo) on the device. Arrays of the host part (host_*,
-     * swap groups, chunks) are indexed from host_lo. */
-    size_t host_n, host_lo;
-    double offload_ratio;  /* the ratio in effect (auto: the chosen one) */
-    float *host_master, *host_m, *host_v; /* [host_n] host memory */
-    void *host_grad;       /* [host_n] gradients, compute dtype (D2H landing) */
-    void *host_params16;   /* 16-bit backends: [host_n] updated params in compute dtype (H2D source) */
-    size_t host_chunk;     /* pipeline chunk, elements */
-    /* ZeRO-Infinity (engine_infinity.c): with offload_optimizer nvme the host part's master, m and v
-     * live in a swap file, group by group, and host_master/m/v are NULL */
-    struct zt_swap *opt_swap;
-    size_t swap_group;     /* elements per group (sub_group_size, rounded) */
-    int swap_nbuf;         /* staging buffers, each [master | m | v] of one group */
-    float **swap_buf;
-    int host_pinned;       /* transfer buffers came from be->host_alloc */
+    twin_host *twin;       /* Twin-Flow's host part: the split, the host states, the host lanes (twin_flow.c) */
     zt_engine_timing timing;
-    struct twin_flow *pending; /* the last update's host lanes, still running (overlap_step), or NULL */
     zt_trace *trace;       /* owned; NULL unless zt_engine_open_trace */
     struct zt_nvml_sampler *nvml; /* owned; NULL unless zt_engine_trace_nvml found NVML */
     size_t host_pinned_bytes; /* of mem.host: page-locked (be->host_alloc) */
@@ -84,6 +51,7 @@ struct zt_engine {
                                                   zt_engine_device_peak, the device's total (0: unknown) */
     pthread_mutex_t dev_mu;  /* dev_in_use / dev_peak */
     int skip_nonfinite;    /* the norm comes before the update on every path; a non-finite one skips it */
+    zt_state_view view;    /* what zt_engine_state_view hands to checkpoints */
 };
 
 
@@ -96,160 +64,8 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
                              zt_err *err);
 void zt_engine_destroy(zt_engine *e);
 
-/* where a finished reduction's piece of recv_tmp goes */
-typedef enum {
-    ZT_LAND_NOTHING, /* stage 0: the all-reduce wrote the result in place */
-    ZT_LAND_ADD,     /* stages 2-3: added to the grad shard (one reduction per micro-step) */
-    ZT_LAND_COPY,    /* stage 1: copied into the grad shard (one reduction per step) */
-} zt_landing;
-
-/* one reduction in flight: when it completes, its piece of recv_tmp goes into the grad shard */
-struct zt_inflight {
-    zt_comm_req *req;
-    size_t shard_off, count; /* the piece of this rank's shard it delivers */
-    zt_landing landing;      /* what happens to its piece of recv_tmp */
-    const void *send;        /* the gradient buffer it reads (so the buffer is not reused early) */
-};
-
-struct zt_gather_buf {
-    void *buf;
-    size_t cap;        /* elements */
-    int seg;           /* segment gathered into it, -1 if none (a released segment stays for reuse) */
-    zt_comm_req *req;  /* gather in flight */
-    int held;          /* between acquire and release */
-    int resident;      /* persistent segment: kept until the next optimizer step */
-    size_t released_at; /* gathered_elems when it was last released */
-};
-
-static inline size_t esz(const zt_engine *e) { return zt_dtype_size(e->be->compute_dtype); }
-static inline void *at(const zt_engine *e, const void *base, size_t elems) { return (char *)base + elems * esz(e); }
-static inline size_t seg_lo(const zt_engine *e, int s) { return e->table->segment_lo[s]; }
-static inline size_t seg_hi(const zt_engine *e, int s) { return e->table->segment_lo[s + 1]; }
-static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
-static inline size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
-
-static inline size_t mem_sum(const size_t *per_category) {
-    size_t t = 0;
-    for (int c = 0; c < ZT_MEM_NCAT; c++) t += per_category[c];
-    return t;
-}
-
-/* where the compute-dtype parameters of optimizer offset off live */
-static inline void *params_at_opt(const zt_engine *e, size_t off) {
-    return e->opt.stage == 3 ? at(e, e->params, off) : at(e, e->params, e->lay.opt_lo + off);
-}
-
-/* engine.c */
-void *engine_dev_alloc(zt_engine *e, size_t bytes, int category); /* counted in e->mem.device */
-void *engine_host_alloc(zt_engine *e, size_t bytes, int pinned, int category); /* counted in e->mem.host */
-void engine_host_free(zt_engine *e, void *p, int pinned);
-/* offload_param: compute-dtype values of shard elements [off, off + n) into the host shard or the
- * parameter swap file, from host memory or from device memory */
-void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n);
-void engine_params_store_from_device(zt_engine *e, size_t off, const void *dev_src, size_t n);
-
 /* engine_trace.c */
 void engine_trace_memory(zt_engine *e); /* the memory counters now (the engine's accounting) */
 void engine_trace_close(zt_engine *e);  /* stops the device observer, closes the trace */
-/* host Adam over n elements from t0 to t1 on the host Adam lane, named `what`, with its casts */
-void engine_trace_host_adam(zt_engine *e, const char *what, double t0, double t1, size_t n);
-
-/* zero_comm.c */
-/* stage 3: the gather buffers, as many as prefetch and stage3_max_live_parameters allow; -1 with err
- * set when out of memory or when the bound is below the least working set */
-int zero_alloc_gather(zt_engine *e, zt_err *err);
-void zero_free_gather(zt_engine *e);
-void zero_finish_all(zt_engine *e);        /* waits for every reduction in flight */
-double zero_grad_norm(zt_engine *e);       /* global L2 norm of the (reduced) gradients */
-void zero_allgather_params(zt_engine *e);  /* stages 1-2 after the update: everyone's new parameters */
-void zero_reset_residents(zt_engine *e);   /* stage 3 after the update: every gathered segment is stale */
-void zero_begin_micro(zt_engine *e);       /* stage 3: a training micro-step starts (the recorded use order) */
-void zero_end_micros(zt_engine *e);        /* stage 3: the step: what runs next until begin_micro is no training */
-
-/* twin_flow.c: one step's host lanes */
-typedef struct twin_flow {
-    zt_engine *e;
-    zt_adam_step st;
-    size_t nchunks;            /* 0: nothing on the host, no threads */
-    pthread_t lanes[3];
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int go;                     /* st is set: the CPU Adam may start */
-    size_t d2h_done, adam_done, h2d_done; /* chunks */
-    /* when each chunk was published on the run's clock (util/clock.h), per counter: a thread that
-     * waited for chunk c of a counter continues from that time (the virtual clock's handoff) */
-    double *d2h_at, *adam_at, *h2d_at; /* [nchunks] */
-    double start_at, go_at;     /* the lanes were started; st was set */
-    double end_at[3];           /* each lane's time when it finished */
-    double adam_busy, d2h_busy, h2d_busy;
-    double t_start;             /* when the update started (for the optimizer's wall time) */
-} twin_flow;
-/* the ratio in effect (auto: calibrated, collective) and host_n; -1 with err set when no ratio fits */
-int twin_plan(zt_engine *e, zt_err *err);
-void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b); /* chunk c's host-part elements */
-void twin_publish(twin_flow *tf, size_t *counter, size_t chunks); /* a lane finished `chunks` chunks */
-/* waits (tf->mu held) until *counter reaches target, then takes the time chunk target was published at */
-void twin_wait_count(twin_flow *tf, const size_t *counter, size_t target);
-/* waits (tf->mu held) for twin_go, then takes its time */
-void twin_wait_go(twin_flow *tf);
-/* whether the host part has a buffer for its updated compute-dtype parameters (twin_alloc) */
-int twin_has_out_buffer(const zt_engine *e);
-/* the host part's master from fp32 init values (host memory or NVMe) */
-int twin_init_master(zt_engine *e, const float *init, zt_err *err);
-/* where the CPU Adam writes the updated compute-dtype parameters of host-part element off (from
- * host_lo), or NULL when the fp32 host master itself is what goes up */
-void *twin_host_out(zt_engine *e, size_t off);
-/* AdamW of host-part elements [off, off + n) (from host_lo) split per tensor (weight decay differs); p, m, v, g and
- * out point at element off of their arrays; g and out are in the compute dtype, out may be NULL */
-void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size_t n, float *p, float *m, float *v,
-                    const void *g, void *out);
-int twin_alloc(zt_engine *e);  /* the host part's buffers; -1 when out of memory */
-void twin_free(zt_engine *e);
-/* starts the D2H lane (and the others, which wait) as soon as the gradients are final; tf is
- * heap memory that the engine owns from here on */
-void twin_start(zt_engine *e, twin_flow *tf);
-/* the update: CPU Adam on the host part and device Adam on the rest at once; fills e->timing. With
- * offload_optimizer.overlap_step the host lanes may still be running when it returns (e->pending):
- * the next step's uses of the host part's parameters wait for exactly what they need. */
-void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st);
-/* Waits until the host lanes of the last update are done (nothing pending after it). Everything
- * that reads or writes optimizer state or the host part's buffers calls it first. */
-void twin_settle(zt_engine *e);
-/* Waits until the updated parameters of optimizer offsets [a, b) are in place (at once when
- * nothing is pending). */
-void twin_wait_params(zt_engine *e, size_t a, size_t b);
-/* Waits until the D2H lane has read all gradients (before the next step overwrites them). */
-void twin_wait_grads_read(zt_engine *e);
-
-/* engine_infinity.c: the NVMe tier */
-int inf_open(zt_engine *e, zt_err *err);  /* the optimizer swap file and its staging buffers */
-void inf_close(zt_engine *e);             /* removes the swap file */
-/* host-part optimizer state [off, off + n) of `which` from or to the swap file (synchronous) */
-void inf_state_rw(zt_engine *e, zt_opt_state which, size_t off, size_t n, float *buf, int write);
-/* names the step in the swap's errors from here on ("(step 12)") */
-void inf_swap_at_step(struct zt_swap *s, long step);
-/* the one-line error of a failed swap request, then every rank ends */
-void inf_swap_failed(const zt_err *err);
-
-/* infinity_params.c: offload_param nvme, the parameter swap file and its staging buffers */
-typedef struct inf_param_reader inf_param_reader;
-int inf_param_open(zt_engine *e, zt_err *err);
-void inf_param_close(zt_engine *e); /* the buffers (before the swap file closes) */
-/* shard elements [off, off + n) from or to the file, synchronously (reads ahead are dropped first) */
-void inf_param_rw(zt_engine *e, size_t off, size_t n, void *buf, int write);
-/* this rank's piece of segment seg (NULL if none) in a staging buffer, valid until the next call:
- * read ahead or read now; the predicted next pieces' reads are issued before it returns */
-const void *inf_param_fetch(zt_engine *e, int seg);
-/* after the update has written the file: the next step's first pieces are read ahead */
-void inf_param_after_update(zt_engine *e);
-void inf_param_stats(const zt_engine *e, zt_engine_nvme *out); /* the param_* counters */
-/* the host Adam lane with the states on NVMe: group by group, the next read and the previous
- * write in flight while this one is updated (ZeRO-Infinity's pipeline) */
-void inf_host_adam_lane(twin_flow *tf);
-
-/* twin_ratio.c: ratio auto (collective): *ratio in [0, 1] and which bound decided it; -1 with err set,
- * on every rank, when no ratio fits both the device and the host memory */
-enum { TWIN_BOUND_SPEED, TWIN_BOUND_DEVICE, TWIN_BOUND_HOST };
-int twin_choose_ratio(zt_engine *e, double *ratio, int *bound, zt_err *err);
 
 #endif

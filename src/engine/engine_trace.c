@@ -117,14 +117,15 @@ double zt_engine_device_peak(zt_engine *e) {
  * time could be taken. So the casts get a marker of their own on the same interval, with the bytes
  * cast (each element's 16-bit gradient read and 16-bit parameter written), from which the figures
  * give the rate the fused pass cast at. fp32 backends cast nothing (their "cast" is a copy). */
-void engine_trace_host_adam(zt_engine *e, const char *what, double t0, double t1, size_t n) {
-    if (!e->trace) return;
+void facts_trace_host_adam(const engine_facts *f, const char *what, double t0, double t1, size_t n) {
+    zt_trace *trace = *f->trace;
+    if (!trace) return;
     char args[64];
     snprintf(args, sizeof args, "\"elements\":%zu", n);
-    zt_trace_complete_args(e->trace, ZT_LANE_HOST_ADAM, what, t0, t1, args);
-    if (e->be->compute_dtype == ZT_F32) return;
-    snprintf(args, sizeof args, "\"bytes\":%zu,\"fused\":1", 2 * n * esz(e));
-    zt_trace_complete_args(e->trace, ZT_LANE_HOST_ADAM, "casts (fp32<->16-bit, fused in host adam)", t0, t1, args);
+    zt_trace_complete_args(trace, ZT_LANE_HOST_ADAM, what, t0, t1, args);
+    if (f->be->compute_dtype == ZT_F32) return;
+    snprintf(args, sizeof args, "\"bytes\":%zu,\"fused\":1", 2 * n * facts_esz(f));
+    zt_trace_complete_args(trace, ZT_LANE_HOST_ADAM, "casts (fp32<->16-bit, fused in host adam)", t0, t1, args);
 }
 
 /* ---------------------------------------------------------------- counters and steps */

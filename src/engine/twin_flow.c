@@ -1,5 +1,5 @@
 /* twin_flow.c — Twin-Flow, the optimizer split between host and device (engine.h has the split):
- * the host part's buffers, ratio auto (calibrated at start), and the split update.
+ * the host part's buffers, ratio auto (calibrated at start, twin_ratio.c), and the split update.
  *
  * The step: the host part runs on three threads, the device part on the caller's, all at once:
  *   D2H lane         the host part's gradients down, chunk by chunk (into host_grad), never waiting
@@ -9,15 +9,70 @@
  * so the H2D of chunk c overlaps the CPU Adam of chunk c+1 and the D2H of chunk c+2 (ZeRO-Offload's
  * pipeline), and the whole host pipeline overlaps the device Adam. On the CPU backend the "device"
  * is host memory and be->copy a memcpy, but the code path is the same. The copy lanes call the
- * backend, so they bind to its device first (backend.h: bind_thread); the host Adam lane does not. */
+ * backend, so they bind to its device first (backend.h: bind_thread); the host Adam lane does not.
+ *
+ * The host part's state (struct twin_host: the split, the host buffers, the swap file of its states
+ * with offload_optimizer nvme, the lanes still running) is this file's; the engine hands it the
+ * shared facts at twin_open and the device part's buffers at twin_alloc (twin_flow.h). */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu_adam.h"
-#include "engine/engine_internal.h"
+#include "engine/twin_flow.h"
+#include "engine/infinity.h"
 #include "util/test_hooks.h"
 #include "util/clock.h"
+
+/* Optimizer offsets [host_lo, host_lo + host_n) (from opt_lo: the tail of this rank's range) are
+ * updated on the host, [0, host_lo) on the device. Arrays of the host part (host_*, chunks) are
+ * indexed from host_lo. */
+struct twin_host {
+    engine_facts f;
+    twin_buffers b;        /* the engine's (twin_alloc) */
+    size_t host_n, host_lo;
+    double offload_ratio;  /* the ratio in effect (auto: the chosen one) */
+    float *host_master, *host_m, *host_v; /* [host_n] host memory; NULL with the states on NVMe */
+    void *host_grad;       /* [host_n] gradients, compute dtype (D2H landing) */
+    void *host_params16;   /* [host_n] updated params in compute dtype (H2D source), where twin_has_out_buffer */
+    size_t host_chunk;     /* pipeline chunk, elements */
+    int host_pinned;       /* transfer buffers came from be->host_alloc */
+    inf_states *nvme;      /* offload_optimizer nvme: master, m and v in a swap file (engine_infinity.c) */
+    twin_flow *pending;    /* the last update's host lanes, still running (overlap_step), or NULL */
+};
+
+/* one update's host lanes */
+struct twin_flow {
+    twin_host *t;
+    zt_adam_step st;
+    long step;                  /* the step being updated (the NVMe swap names it in errors) */
+    size_t nchunks;             /* 0: nothing on the host, no threads */
+    pthread_t lanes[3];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go;                     /* st is set: the CPU Adam may start */
+    size_t d2h_done, adam_done, h2d_done; /* chunks */
+    /* when each chunk was published on the run's clock (util/clock.h), per counter: a thread that
+     * waited for chunk c of a counter continues from that time (the virtual clock's handoff) */
+    double *d2h_at, *adam_at, *h2d_at; /* [nchunks] */
+    double start_at, go_at;     /* the lanes were started; st was set */
+    double end_at[3];           /* each lane's time when it finished */
+    double adam_busy, d2h_busy, h2d_busy;
+    double t_start;             /* when the update started (for the optimizer's wall time) */
+};
+
+static size_t esz(const twin_host *t) { return facts_esz(&t->f); }
+static void *at(const twin_host *t, const void *base, size_t elems) { return facts_at(&t->f, base, elems); }
+
+/* where the compute-dtype parameters of optimizer offset off live */
+static void *params_at_opt(const twin_host *t, size_t off) {
+    return t->f.opt.stage == 3 ? at(t, t->b.params, off) : at(t, t->b.params, t->f.lay.opt_lo + off);
+}
+
+size_t twin_split(const twin_host *t) { return t->host_lo; }
+size_t twin_host_elems(const twin_host *t) { return t->host_n; }
+double twin_ratio_in_effect(const twin_host *t) { return t->offload_ratio; }
+int twin_pinned(const twin_host *t) { return t->host_pinned; }
 
 /* ---------------------------------------------------------------- split and host buffers */
 
@@ -31,65 +86,100 @@ static size_t split_elements(size_t n, double r) {
     return n - min_sz(dev, n);
 }
 
-static void *host_buf(zt_engine *e, size_t bytes, int transfer, int category) {
-    return engine_host_alloc(e, bytes, transfer && e->host_pinned, category);
+static void *host_buf(twin_host *t, size_t bytes, int transfer, int category) {
+    return facts_host_alloc(&t->f, bytes, transfer && t->host_pinned, category);
 }
 
-static void host_buf_free(zt_engine *e, void *p, int transfer) { engine_host_free(e, p, transfer && e->host_pinned); }
+static void host_buf_free(twin_host *t, void *p, int transfer) { facts_host_free(&t->f, p, transfer && t->host_pinned); }
 
 /* Where the host part's updated parameters go: straight into the offloaded parameter shard
  * (offload_param: nothing goes up), else into a compute-dtype buffer for the H2D lane — needed on
  * 16-bit backends, and with NVMe (the fp32 master is only in a staging buffer while its group is
  * updated). Only the fp32 backends' in-memory master is itself the H2D source. */
-int twin_has_out_buffer(const zt_engine *e) {
-    if (e->param_swap) return 1; /* written to the parameter swap file after the update */
-    return !e->params_on_host && (e->be->compute_dtype != ZT_F32 || e->off.nvme_path);
+int twin_has_out_buffer(const engine_facts *f) {
+    if (f->off.param_device == ZT_PARAM_ON_NVME) return 1; /* written to the parameter swap file after the update */
+    return f->off.param_device == ZT_PARAM_ON_DEVICE && (f->be->compute_dtype != ZT_F32 || f->off.nvme_path);
 }
 
-void *twin_host_out(zt_engine *e, size_t off) {
-    if (e->params_on_host && !e->param_swap) return params_at_opt(e, e->host_lo + off);
-    return e->host_params16 ? at(e, e->host_params16, off) : NULL;
+static void *twin_host_out(twin_host *t, size_t off) {
+    if (t->b.params_on_host && !t->b.params_on_nvme) return params_at_opt(t, t->host_lo + off);
+    return t->host_params16 ? at(t, t->host_params16, off) : NULL;
 }
 
 /* Transfer buffers (gradients down, parameters up) are pinned when pin_memory asks; m and v are
  * only touched by the CPU, and so is the 16-bit backends' master (the fp32 backends' master is
  * the H2D source itself). With NVMe, master, m and v are in the swap file (engine_infinity.c). */
-int twin_alloc(zt_engine *e) {
-    int fp32 = e->be->compute_dtype == ZT_F32, nvme = e->off.nvme_path != NULL;
-    size_t n = e->host_n, E = esz(e);
-    e->host_pinned = e->off.pin_memory;
+int twin_alloc(twin_host *t, const twin_buffers *b) {
+    t->b = *b;
+    if (!t->host_n) return 0; /* no host part: the device Adam only */
+    int fp32 = t->f.be->compute_dtype == ZT_F32, nvme = t->f.off.nvme_path != NULL;
+    size_t n = t->host_n, E = esz(t);
+    t->host_pinned = t->f.off.pin_memory;
     /* chunks of n/8 (so the CPU Adam starts after an eighth of the D2H), at least 64 Ki elements
      * (long enough to amortise a copy's start-up) and at most 1 Mi (4 MiB of fp32 in flight) */
     size_t chunk = (n / 8 + ZT_TWIN_ALIGN - 1) / ZT_TWIN_ALIGN * ZT_TWIN_ALIGN;
-    e->host_chunk = max_sz(min_sz(max_sz(chunk, (size_t)1 << 16), (size_t)1 << 20), 1);
+    t->host_chunk = max_sz(min_sz(max_sz(chunk, (size_t)1 << 16), (size_t)1 << 20), 1);
     if (!nvme) {
-        e->host_master = host_buf(e, n * sizeof(float), fp32 && !e->params_on_host, ZT_MEM_OPTIM);
-        e->host_m = host_buf(e, n * sizeof(float), 0, ZT_MEM_OPTIM);
-        e->host_v = host_buf(e, n * sizeof(float), 0, ZT_MEM_OPTIM);
-        if (!e->host_master || !e->host_m || !e->host_v) return -1;
+        t->host_master = host_buf(t, n * sizeof(float), fp32 && !t->b.params_on_host, ZT_MEM_OPTIM);
+        t->host_m = host_buf(t, n * sizeof(float), 0, ZT_MEM_OPTIM);
+        t->host_v = host_buf(t, n * sizeof(float), 0, ZT_MEM_OPTIM);
+        if (!t->host_master || !t->host_m || !t->host_v) return -1;
     }
-    e->host_grad = host_buf(e, n * E, 1, ZT_MEM_GRADS);
-    if (twin_has_out_buffer(e)) e->host_params16 = host_buf(e, n * E, 1, ZT_MEM_COMM);
-    if (!e->host_grad || (twin_has_out_buffer(e) && !e->host_params16)) return -1;
+    t->host_grad = host_buf(t, n * E, 1, ZT_MEM_GRADS);
+    if (twin_has_out_buffer(&t->f)) t->host_params16 = host_buf(t, n * E, 1, ZT_MEM_COMM);
+    if (!t->host_grad || (twin_has_out_buffer(&t->f) && !t->host_params16)) return -1;
     return 0;
 }
 
-void twin_free(zt_engine *e) {
-    int fp32 = e->be->compute_dtype == ZT_F32;
-    host_buf_free(e, e->host_master, fp32 && !e->params_on_host);
-    host_buf_free(e, e->host_m, 0);
-    host_buf_free(e, e->host_v, 0);
-    host_buf_free(e, e->host_grad, 1);
-    host_buf_free(e, e->host_params16, 1);
+int twin_states_missing(const twin_host *t) {
+    return t->host_n && (!t->host_master || !t->host_m || !t->host_v || !t->host_grad);
 }
 
-int twin_init_master(zt_engine *e, const float *init, zt_err *err) {
+int twin_open_nvme(twin_host *t, zt_err *err) {
+    t->nvme = inf_states_open(&t->f, t->host_n, err);
+    return t->nvme ? 0 : -1;
+}
+
+void twin_close(twin_host *t) {
+    if (!t) return;
+    int fp32 = t->f.be->compute_dtype == ZT_F32;
+    host_buf_free(t, t->host_master, fp32 && !t->b.params_on_host);
+    host_buf_free(t, t->host_m, 0);
+    host_buf_free(t, t->host_v, 0);
+    host_buf_free(t, t->host_grad, 1);
+    host_buf_free(t, t->host_params16, 1);
+    inf_states_close(t->nvme);
+    free(t);
+}
+
+/* the host part's state of `which`, in host memory (NULL on NVMe) */
+static float *state_host(twin_host *t, zt_opt_state which) {
+    return which == ZT_STATE_MASTER ? t->host_master : which == ZT_STATE_ADAM_M ? t->host_m : t->host_v;
+}
+
+void twin_state_rw(twin_host *t, long step, zt_opt_state which, size_t off, size_t n, float *buf, int write) {
+    if (t->nvme) {
+        inf_states_rw(t->nvme, step, which, off, n, buf, write);
+    } else if (write) {
+        memcpy(state_host(t, which) + off, buf, n * sizeof(float));
+    } else {
+        memcpy(buf, state_host(t, which) + off, n * sizeof(float));
+    }
+}
+
+float *twin_state_span(twin_host *t, zt_opt_state which, size_t off) {
+    return t->nvme ? NULL : state_host(t, which) + off;
+}
+
+void twin_nvme_stats(const twin_host *t, zt_engine_nvme *out) { inf_states_stats(t->nvme, out); }
+
+int twin_init_master(twin_host *t, const float *init, zt_err *err) {
     (void)err;
-    if (!e->off.nvme_path) {
-        if (!zt_clock_costs_only()) memcpy(e->host_master, init, e->host_n * sizeof(float));
+    if (!t->f.off.nvme_path) {
+        if (!zt_clock_costs_only()) memcpy(t->host_master, init, t->host_n * sizeof(float));
         return 0;
     }
-    inf_state_rw(e, ZT_STATE_MASTER, 0, e->host_n, (float *)init, 1);
+    inf_states_rw(t->nvme, 0, ZT_STATE_MASTER, 0, t->host_n, (float *)init, 1); /* the start */
     return 0;
 }
 
@@ -98,31 +188,36 @@ int twin_init_master(zt_engine *e, const float *init, zt_err *err) {
 /* The ratio in effect (auto: chosen by twin_ratio.c, the same on every rank) and the host part's size.
  * A bound that decided auto is kept when the split is rounded to ZT_TWIN_ALIGN: the host part is
  * rounded down under the host-memory bound, up under the device-memory bound. */
-int twin_plan(zt_engine *e, zt_err *err) {
-    size_t n = e->lay.opt_hi - e->lay.opt_lo;
-    e->host_lo = n; /* everything on the device unless offloaded */
-    if (!e->off.enabled) return 0;
+twin_host *twin_open(const engine_facts *f, zt_err *err) {
+    twin_host *t = zt_xcalloc(1, sizeof *t);
+    t->f = *f;
+    size_t n = t->f.lay.opt_hi - t->f.lay.opt_lo;
+    t->host_lo = n; /* everything on the device unless offloaded */
+    if (!t->f.off.enabled) return t;
     int bound = TWIN_BOUND_SPEED;
-    e->offload_ratio = e->off.ratio;
-    if (e->off.ratio < 0 && twin_choose_ratio(e, &e->offload_ratio, &bound, err)) return -1;
-    e->host_n = split_elements(n, e->offload_ratio);
-    double exact = e->offload_ratio * (double)n;
-    if (bound == TWIN_BOUND_HOST && (double)e->host_n > exact && e->host_n >= ZT_TWIN_ALIGN) e->host_n -= ZT_TWIN_ALIGN;
-    if (bound == TWIN_BOUND_DEVICE && (double)e->host_n < exact) e->host_n = min_sz(e->host_n + ZT_TWIN_ALIGN, n);
-    e->host_lo = n - e->host_n; /* the host part is the tail */
-    return 0;
+    t->offload_ratio = t->f.off.ratio;
+    if (t->f.off.ratio < 0 && twin_choose_ratio(&t->f, &t->offload_ratio, &bound, err)) {
+        free(t);
+        return NULL;
+    }
+    t->host_n = split_elements(n, t->offload_ratio);
+    double exact = t->offload_ratio * (double)n;
+    if (bound == TWIN_BOUND_HOST && (double)t->host_n > exact && t->host_n >= ZT_TWIN_ALIGN) t->host_n -= ZT_TWIN_ALIGN;
+    if (bound == TWIN_BOUND_DEVICE && (double)t->host_n < exact) t->host_n = min_sz(t->host_n + ZT_TWIN_ALIGN, n);
+    t->host_lo = n - t->host_n; /* the host part is the tail */
+    return t;
 }
 
 /* ---------------------------------------------------------------- the split update */
 
-static float decay_of(const zt_engine *e, const zt_param_info *p) {
-    return (p->decay || e->opt.decay_all_params) ? e->opt.weight_decay : 0.0f;
+static float decay_of(const twin_host *t, const zt_param_info *p) {
+    return (p->decay || t->f.opt.decay_all_params) ? t->f.opt.weight_decay : 0.0f;
 }
 
 
-void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b) {
-    *a = c * tf->e->host_chunk;
-    *b = min_sz(tf->e->host_n, *a + tf->e->host_chunk);
+static void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b) {
+    *a = c * tf->t->host_chunk;
+    *b = min_sz(tf->t->host_n, *a + tf->t->host_chunk);
 }
 
 static double *published_at(twin_flow *tf, const size_t *counter) {
@@ -130,7 +225,7 @@ static double *published_at(twin_flow *tf, const size_t *counter) {
 }
 
 /* a lane has finished `chunks` chunks: tell the lanes waiting on it, and when (util/clock.h) */
-void twin_publish(twin_flow *tf, size_t *counter, size_t chunks) {
+static void twin_publish(twin_flow *tf, size_t *counter, size_t chunks) {
     double now = zt_clock_now(), *at = published_at(tf, counter);
     pthread_mutex_lock(&tf->mu);
     for (size_t c = *counter; c < chunks; c++) at[c] = now;
@@ -139,12 +234,12 @@ void twin_publish(twin_flow *tf, size_t *counter, size_t chunks) {
     pthread_mutex_unlock(&tf->mu);
 }
 
-void twin_wait_count(twin_flow *tf, const size_t *counter, size_t target) {
+static void twin_wait_count(twin_flow *tf, const size_t *counter, size_t target) {
     while (*counter < target) pthread_cond_wait(&tf->cv, &tf->mu);
     if (target) zt_clock_after(published_at(tf, counter)[target - 1]);
 }
 
-void twin_wait_go(twin_flow *tf) {
+static void twin_wait_go(twin_flow *tf) {
     while (!tf->go) pthread_cond_wait(&tf->cv, &tf->mu);
     zt_clock_after(tf->go_at);
 }
@@ -153,33 +248,67 @@ void twin_wait_go(twin_flow *tf) {
 static void timed_transfer(twin_flow *tf, int lane, const char *what, void *dst, const void *src, size_t bytes,
                            zt_copy_kind kind, double *busy) {
     double t0 = zt_clock_now();
-    tf->e->be->transfer(dst, src, bytes, kind);
+    tf->t->f.be->transfer(dst, src, bytes, kind);
     double t1 = zt_clock_now();
     *busy += t1 - t0;
-    zt_trace_complete(tf->e->trace, lane, what, t0, t1);
+    zt_trace_complete(*tf->t->f.trace, lane, what, t0, t1);
 }
 
-void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size_t n, float *p, float *m, float *v,
+static void twin_adam_span(const twin_host *t, const zt_adam_step *st, size_t off, size_t n, float *p, float *m, float *v,
                     const void *g, void *out) {
-    const zt_param_table *tab = e->table;
-    int fp32 = e->be->compute_dtype == ZT_F32;
+    const zt_param_table *tab = t->f.table;
+    int fp32 = t->f.be->compute_dtype == ZT_F32;
     for (int i = 0; i < tab->count; i++) {
         const zt_param_info *q = &tab->params[i];
-        size_t first = e->lay.opt_lo + e->host_lo + off; /* the span's first element in the flat vector */
+        size_t first = t->f.lay.opt_lo + t->host_lo + off; /* the span's first element in the flat vector */
         size_t x = max_sz(q->offset, first), y = min_sz(q->offset + q->numel, first + n);
         if (y <= x) continue;
         size_t d = x - first; /* into the span */
         zt_adam_step sti = *st;
-        sti.weight_decay = decay_of(e, q);
-        void *o = out ? (char *)out + d * esz(e) : NULL;
+        sti.weight_decay = decay_of(t, q);
+        void *o = out ? (char *)out + d * esz(t) : NULL;
         /* read and write master, m, v; read the gradient, write the parameter (on a virtual clock) */
-        zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)esz(e)),
-                           e->off.host_threads);
+        zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)esz(t)),
+                           t->f.off.host_threads);
         if (zt_clock_costs_only()) continue;
-        zt_cpu_adamw_g(p + d, m + d, v + d, (const char *)g + d * esz(e), e->be->compute_dtype, y - x, &sti,
-                       fp32 ? NULL : o, e->be->compute_dtype, e->off.host_threads, ZT_ADAM_ISA_BEST);
+        zt_cpu_adamw_g(p + d, m + d, v + d, (const char *)g + d * esz(t), t->f.be->compute_dtype, y - x, &sti,
+                       fp32 ? NULL : o, t->f.be->compute_dtype, t->f.off.host_threads, ZT_ADAM_ISA_BEST);
         if (fp32 && o) memcpy(o, p + d, (y - x) * sizeof(float)); /* fp32 "casting" is a copy */
     }
+}
+
+/* ---- the host Adam lane with the states on NVMe: the swap's pipeline (engine_infinity.c) asks
+ * this lane to update each group as it comes in */
+
+static long nvme_wait_go(void *ctx) {
+    twin_flow *tf = ctx;
+    pthread_mutex_lock(&tf->mu);
+    twin_wait_go(tf);
+    pthread_mutex_unlock(&tf->mu);
+    return tf->step;
+}
+
+/* the chunks of host-part elements [lo, hi), each once its gradients are down */
+static void nvme_update(void *ctx, size_t lo, size_t hi, float *master, float *m, float *v) {
+    twin_flow *tf = ctx;
+    twin_host *t = tf->t;
+    for (size_t c = lo / t->host_chunk; c * t->host_chunk < hi; c++) {
+        pthread_mutex_lock(&tf->mu);
+        twin_wait_count(tf, &tf->d2h_done, c + 1);
+        pthread_mutex_unlock(&tf->mu);
+        size_t ca, cb;
+        twin_chunk_range(tf, c, &ca, &cb);
+        size_t a = max_sz(ca, lo), b = min_sz(cb, hi);
+        twin_adam_span(t, &tf->st, a, b - a, master + (a - lo), m + (a - lo), v + (a - lo), at(t, t->host_grad, a),
+                       twin_host_out(t, a));
+    }
+}
+
+/* chunks wholly inside the groups done so far may go up */
+static void nvme_group_done(void *ctx, size_t hi, int last, double t0, double t1) {
+    twin_flow *tf = ctx;
+    tf->adam_busy += t1 - t0;
+    twin_publish(tf, &tf->adam_done, last ? tf->nchunks : hi / tf->t->host_chunk);
 }
 
 /* host-adam lane: CPU Adam of each chunk once its gradients are down; on 16-bit backends it reads
@@ -187,11 +316,11 @@ void twin_adam_span(const zt_engine *e, const zt_adam_step *st, size_t off, size
  * offloaded shard): no widening pass, no fp32 copy of the gradients */
 static void *host_adam_lane(void *arg) {
     twin_flow *tf = arg;
-    zt_engine *e = tf->e;
+    twin_host *t = tf->t;
     zt_clock_after(tf->start_at);
     zt_cpu_adam_report_threads(1); /* with a trace, each CPU Adam thread's busy time is on its own lane */
-    if (e->off.nvme_path) {
-        inf_host_adam_lane(tf);
+    if (t->f.off.nvme_path) {
+        inf_states_update(t->nvme, &(inf_update_hooks){tf, nvme_wait_go, nvme_update, nvme_group_done});
         tf->end_at[0] = zt_clock_now();
         return NULL;
     }
@@ -203,11 +332,11 @@ static void *host_adam_lane(void *arg) {
         double t0 = zt_clock_now();
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
-        twin_adam_span(e, &tf->st, a, b - a, e->host_master + a, e->host_m + a, e->host_v + a, at(e, e->host_grad, a),
-                       twin_host_out(e, a));
+        twin_adam_span(t, &tf->st, a, b - a, t->host_master + a, t->host_m + a, t->host_v + a, at(t, t->host_grad, a),
+                       twin_host_out(t, a));
         double t1 = zt_clock_now();
         tf->adam_busy += t1 - t0;
-        engine_trace_host_adam(e, "host adam", t0, t1, b - a);
+        facts_trace_host_adam(&t->f, "host adam", t0, t1, b - a);
         twin_publish(tf, &tf->adam_done, c + 1);
     }
     tf->end_at[0] = zt_clock_now();
@@ -218,14 +347,14 @@ static void *host_adam_lane(void *arg) {
  * holds them all, so it never waits for the CPU Adam) */
 static void *d2h_lane(void *arg) {
     twin_flow *tf = arg;
-    zt_engine *e = tf->e;
-    size_t E = esz(e);
-    zt_backend_bind_thread(e->be);
+    twin_host *t = tf->t;
+    size_t E = esz(t);
+    zt_backend_bind_thread(t->f.be);
     zt_clock_after(tf->start_at);
     for (size_t c = 0; c < tf->nchunks; c++) {
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
-        timed_transfer(tf, ZT_LANE_D2H, "D2H grads", at(e, e->host_grad, a), at(e, e->grad_shard, e->host_lo + a), (b - a) * E,
+        timed_transfer(tf, ZT_LANE_D2H, "D2H grads", at(t, t->host_grad, a), at(t, t->b.grad_shard, t->host_lo + a), (b - a) * E,
                        ZT_D2H, &tf->d2h_busy);
         twin_publish(tf, &tf->d2h_done, c + 1);
     }
@@ -237,11 +366,11 @@ static void *d2h_lane(void *arg) {
  * its own stream, so it runs alongside the D2H of later chunks and the device Adam */
 static void *h2d_lane(void *arg) {
     twin_flow *tf = arg;
-    zt_engine *e = tf->e;
-    size_t E = esz(e);
+    twin_host *t = tf->t;
+    size_t E = esz(t);
     tf->end_at[2] = tf->start_at;
-    if (e->params_on_host) return NULL; /* the CPU Adam wrote them where they live */
-    zt_backend_bind_thread(e->be);
+    if (t->b.params_on_host) return NULL; /* the CPU Adam wrote them where they live */
+    zt_backend_bind_thread(t->f.be);
     zt_clock_after(tf->start_at);
     for (size_t c = 0; c < tf->nchunks; c++) {
         pthread_mutex_lock(&tf->mu);
@@ -249,8 +378,8 @@ static void *h2d_lane(void *arg) {
         pthread_mutex_unlock(&tf->mu);
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
-        const void *src = e->host_params16 ? at(e, e->host_params16, a) : (const void *)(e->host_master + a);
-        timed_transfer(tf, ZT_LANE_H2D, "H2D params", params_at_opt(e, e->host_lo + a), src, (b - a) * E, ZT_H2D,
+        const void *src = t->host_params16 ? at(t, t->host_params16, a) : (const void *)(t->host_master + a);
+        timed_transfer(tf, ZT_LANE_H2D, "H2D params", params_at_opt(t, t->host_lo + a), src, (b - a) * E, ZT_H2D,
                        &tf->h2d_busy);
         twin_publish(tf, &tf->h2d_done, c + 1);
     }
@@ -259,35 +388,35 @@ static void *h2d_lane(void *arg) {
 }
 
 /* device Adam of [opt_lo, opt_lo + host_lo), one call per tensor piece */
-static void device_adam(zt_engine *e, zt_adam_step st) {
-    const zt_backend *be = e->be;
+static void device_adam(twin_host *t, zt_adam_step st) {
+    const zt_backend *be = t->f.be;
     int fp32 = be->compute_dtype == ZT_F32;
-    size_t split = e->lay.opt_lo + e->host_lo;
-    for (int i = 0; i < e->table->count; i++) {
-        const zt_param_info *p = &e->table->params[i];
-        size_t a = max_sz(p->offset, e->lay.opt_lo), b = min_sz(p->offset + p->numel, split);
+    size_t split = t->f.lay.opt_lo + t->host_lo;
+    for (int i = 0; i < t->f.table->count; i++) {
+        const zt_param_info *p = &t->f.table->params[i];
+        size_t a = max_sz(p->offset, t->f.lay.opt_lo), b = min_sz(p->offset + p->numel, split);
         if (b <= a) continue;
-        size_t off = a - e->lay.opt_lo;
-        st.weight_decay = decay_of(e, p);
-        void *out = fp32 ? NULL : e->params_on_host ? at(e, e->dev_params_out, off) : params_at_opt(e, off);
-        be->adamw(e->master + off, e->adam_m + off, e->adam_v + off, at(e, e->grad_shard, off), out, b - a, &st);
+        size_t off = a - t->f.lay.opt_lo;
+        st.weight_decay = decay_of(t, p);
+        void *out = fp32 ? NULL : t->b.params_on_host ? at(t, t->b.dev_params_out, off) : params_at_opt(t, off);
+        be->adamw(t->b.master + off, t->b.adam_m + off, t->b.adam_v + off, at(t, t->b.grad_shard, off), out, b - a, &st);
     }
     /* offloaded parameters: the device part's updated values go down into the shard */
-    if (e->params_on_host && e->host_lo)
-        engine_params_store_from_device(e, 0, fp32 ? (const void *)e->master : e->dev_params_out, e->host_lo);
+    if (t->b.params_on_host && t->host_lo)
+        t->b.params_store_from_device(t->b.owner, 0, fp32 ? (const void *)t->b.master : t->b.dev_params_out, t->host_lo);
     be->synchronize();
 }
 
 /* The host lanes start as soon as the gradients are final (the D2H needs no clip coefficient), the
  * CPU Adam once twin_go has set the step; the device part runs on this thread meanwhile. */
-void twin_start(zt_engine *e, twin_flow *tf) {
-    memset(tf, 0, sizeof *tf);
-    tf->e = e;
-    tf->nchunks = e->host_n ? (e->host_n + e->host_chunk - 1) / e->host_chunk : 0;
-    if (!tf->nchunks) return;
+twin_flow *twin_start(twin_host *t) {
+    twin_flow *tf = zt_xcalloc(1, sizeof *tf); /* freed by twin_update or, later, twin_settle */
+    tf->t = t;
+    tf->nchunks = t->host_n ? (t->host_n + t->host_chunk - 1) / t->host_chunk : 0;
+    if (!tf->nchunks) return tf;
     pthread_t *th = tf->lanes;
     /* transfer() is not ordered after queued device work: the gradients must be complete first */
-    if (!zt_test_hook_skip_sync()) e->be->synchronize();
+    if (!zt_test_hook_skip_sync()) t->f.be->synchronize();
     pthread_mutex_init(&tf->mu, NULL);
     pthread_cond_init(&tf->cv, NULL);
     tf->d2h_at = zt_xcalloc(tf->nchunks, sizeof(double));
@@ -299,12 +428,14 @@ void twin_start(zt_engine *e, twin_flow *tf) {
         fprintf(stderr, "zerotrain: error: cannot start the Twin-Flow host threads\n");
         abort();
     }
+    return tf;
 }
 
-static void twin_go(twin_flow *tf, const zt_adam_step *st) {
+static void twin_go(twin_flow *tf, const zt_adam_step *st, long step) {
     if (!tf->nchunks) return;
     pthread_mutex_lock(&tf->mu);
     tf->st = *st;
+    tf->step = step;
     tf->go_at = zt_clock_now();
     tf->go = 1;
     pthread_cond_broadcast(&tf->cv);
@@ -314,21 +445,21 @@ static void twin_go(twin_flow *tf, const zt_adam_step *st) {
 /* whether this engine's next step may start before the host lanes finish: not where the step ends
  * with an all-gather of everyone's updated parameters (stages 1-2 on several ranks), and not with
  * the parameters on NVMe (their host part is written back after the lanes) */
-static int may_defer(const zt_engine *e) {
-    if (!e->off.overlap_step || e->param_swap) return 0;
-    return e->opt.stage == 0 || e->opt.stage == 3 || e->lay.world == 1;
+static int may_defer(const twin_host *t) {
+    if (!t->f.off.overlap_step || t->b.params_on_nvme) return 0;
+    return t->f.opt.stage == 0 || t->f.opt.stage == 3 || t->f.lay.world == 1;
 }
 
 /* the lanes' figures into the step's timing, once they are done */
-static void record_lanes(zt_engine *e, twin_flow *tf, double t1) {
-    zt_engine_timing *tm = &e->timing;
+static void record_lanes(twin_host *t, twin_flow *tf, double t1) {
+    zt_engine_timing *tm = t->f.timing;
     tm->host_adam = tf->adam_busy;
     tm->d2h = tf->d2h_busy;
     tm->h2d = tf->h2d_busy;
     tm->host_idle = (t1 - tf->t_start) - tf->adam_busy;
 }
 
-static void join_lanes(zt_engine *e, twin_flow *tf) {
+static void join_lanes(twin_host *t, twin_flow *tf) {
     for (int i = 0; i < 3; i++) {
         pthread_join(tf->lanes[i], NULL);
         zt_clock_after(tf->end_at[i]); /* a join waits for the last of them */
@@ -338,43 +469,43 @@ static void join_lanes(zt_engine *e, twin_flow *tf) {
     free(tf->d2h_at);
     free(tf->adam_at);
     free(tf->h2d_at);
-    record_lanes(e, tf, zt_clock_now());
+    record_lanes(t, tf, zt_clock_now());
 }
 
-void twin_update(zt_engine *e, twin_flow *tf, double t0, const zt_adam_step *st) {
+void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st, long step) {
     int threads = tf->nchunks > 0;
     tf->t_start = t0;
-    twin_go(tf, st);
+    twin_go(tf, st, step);
     double td0 = zt_clock_now();
-    device_adam(e, *st);
+    device_adam(t, *st);
     double td1 = zt_clock_now();
-    if (e->host_lo) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device adam", td0, td1);
-    zt_engine_timing *tm = &e->timing;
+    if (t->host_lo) zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "device adam", td0, td1);
+    zt_engine_timing *tm = t->f.timing;
     tm->device_adam = td1 - td0;
-    if (threads && may_defer(e)) { /* the next step waits for the host part where it needs it */
-        e->pending = tf;
+    if (threads && may_defer(t)) { /* the next step waits for the host part where it needs it */
+        t->pending = tf;
         tm->optimizer = td1 - t0;
         return;
     }
-    if (threads) join_lanes(e, tf);
+    if (threads) join_lanes(t, tf);
     /* parameters on NVMe: the host part's updated values go to the swap file */
-    if (threads && e->param_swap) engine_params_store(e, e->host_lo, e->host_params16, e->host_n);
+    if (threads && t->b.params_on_nvme) t->b.params_store(t->b.owner, t->host_lo, t->host_params16, t->host_n);
     double t1 = zt_clock_now();
     tm->optimizer = t1 - t0;
     tm->device_idle = t1 - td1;
-    if (threads && t1 > td1 + 1e-6) zt_trace_complete(e->trace, ZT_LANE_MAIN, "device idle (host part)", td1, t1);
+    if (threads && t1 > td1 + 1e-6) zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "device idle (host part)", td1, t1);
     free(tf);
 }
 
 /* chunks whose updated parameters are in place: sent up, or written straight into the offloaded
  * shard by the CPU Adam */
-static const size_t *ready_counter(const zt_engine *e, const twin_flow *tf) {
-    return e->params_on_host ? &tf->adam_done : &tf->h2d_done;
+static const size_t *ready_counter(const twin_host *t, const twin_flow *tf) {
+    return t->b.params_on_host ? &tf->adam_done : &tf->h2d_done;
 }
 
 /* waits (timed and traced as device idle) until a lane's counter of finished chunks reaches target */
-static void wait_lanes(zt_engine *e, const char *what, const size_t *counter, size_t target) {
-    twin_flow *tf = e->pending;
+static void wait_lanes(twin_host *t, const char *what, const size_t *counter, size_t target) {
+    twin_flow *tf = t->pending;
     pthread_mutex_lock(&tf->mu);
     double t0 = zt_clock_now();
     int waited = *counter < target;
@@ -382,35 +513,36 @@ static void wait_lanes(zt_engine *e, const char *what, const size_t *counter, si
     pthread_mutex_unlock(&tf->mu);
     double t1 = zt_clock_now();
     if (!waited && t1 <= t0) return; /* neither the process nor its clock waited */
-    e->timing.device_idle += t1 - t0;
-    zt_trace_complete(e->trace, ZT_LANE_MAIN, what, t0, t1);
+    t->f.timing->device_idle += t1 - t0;
+    zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, what, t0, t1);
 }
 
-void twin_settle(zt_engine *e) {
-    twin_flow *tf = e->pending;
+void twin_settle(twin_host *t) {
+    if (!t) return;
+    twin_flow *tf = t->pending;
     if (!tf) return;
-    wait_lanes(e, "wait for the host part (all)", ready_counter(e, tf), tf->nchunks);
+    wait_lanes(t, "wait for the host part (all)", ready_counter(t, tf), tf->nchunks);
     double t0 = zt_clock_now();
-    join_lanes(e, tf);
-    zt_trace_complete(e->trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_clock_now());
-    e->pending = NULL;
+    join_lanes(t, tf);
+    zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_clock_now());
+    t->pending = NULL;
     free(tf);
 }
 
 /* the last chunk holding optimizer offsets [a, b), or (size_t)-1 when none does */
-static size_t last_chunk(const zt_engine *e, size_t a, size_t b) {
-    size_t end = min_sz(b, e->lay.opt_hi - e->lay.opt_lo);
-    if (end <= max_sz(a, e->host_lo)) return (size_t)-1;
-    return (end - 1 - e->host_lo) / e->host_chunk;
+static size_t last_chunk(const twin_host *t, size_t a, size_t b) {
+    size_t end = min_sz(b, t->f.lay.opt_hi - t->f.lay.opt_lo);
+    if (end <= max_sz(a, t->host_lo)) return (size_t)-1;
+    return (end - 1 - t->host_lo) / t->host_chunk;
 }
 
-void twin_wait_params(zt_engine *e, size_t a, size_t b) {
-    size_t c = last_chunk(e, a, b);
-    if (!e->pending || c == (size_t)-1) return;
-    wait_lanes(e, "wait for the host part's parameters", ready_counter(e, e->pending), c + 1);
-    if (c + 1 == e->pending->nchunks) twin_settle(e); /* the last chunk: the lanes are finishing */
+void twin_wait_params(twin_host *t, size_t a, size_t b) {
+    size_t c = last_chunk(t, a, b);
+    if (!t->pending || c == (size_t)-1) return;
+    wait_lanes(t, "wait for the host part's parameters", ready_counter(t, t->pending), c + 1);
+    if (c + 1 == t->pending->nchunks) twin_settle(t); /* the last chunk: the lanes are finishing */
 }
 
-void twin_wait_grads_read(zt_engine *e) {
-    if (e->pending) wait_lanes(e, "wait for the gradients to be read", &e->pending->d2h_done, e->pending->nchunks);
+void twin_wait_grads_read(twin_host *t) {
+    if (t->pending) wait_lanes(t, "wait for the gradients to be read", &t->pending->d2h_done, t->pending->nchunks);
 }

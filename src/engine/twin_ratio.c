@@ -1,10 +1,11 @@
 /* twin_ratio.c — Twin-Flow's `ratio: auto`: measures the host part's pipeline as the step runs it
  * (the CPU Adam with its 16-bit conversions, both copy directions) against the device Adam, all at
  * once as in the step, and keeps the ratio inside the window both memories allow: the device part
- * must fit the device, the host part the host. twin_flow.c's twin_plan calls it.
+ * must fit the device, the host part the host. twin_flow.c's twin_open calls it.
  *
  * Kept in step with twin_flow.c: host_part_bytes counts what twin_alloc allocates, and the
- * calibration's passes do what host_adam_lane and device_adam do. */
+ * calibration's passes do what host_adam_lane and device_adam do. It sees the engine through the
+ * facts twin_open is handed (engine_facts.h): `e` below. */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -14,7 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu_adam.h"
-#include "engine/engine_internal.h"
+#include "engine/twin_flow.h"
 #include "util/clock.h"
 
 #define MIB 1048576.0
@@ -26,11 +27,11 @@
  * allocates them: fp32 master, m, v (12 B; on NVMe instead, staging groups: the fixed part, at most
  * buffer_count groups of sub_group_size) and the gradient landing buffer (E) per element, and the
  * updated parameters' buffer (E) where there is one (twin_has_out_buffer). */
-static double host_part_bytes(const zt_engine *e, double *fixed) {
-    double E = (double)esz(e), N = (double)(e->lay.opt_hi - e->lay.opt_lo);
+static double host_part_bytes(const engine_facts *e, double *fixed) {
+    double E = (double)facts_esz(e), N = (double)(e->lay.opt_hi - e->lay.opt_lo);
     *fixed = 0;
     if (e->off.nvme_path) {
-        double group = fmin(fmax(e->off.sub_group_size, 2048.0), N); /* as inf_open rounds it (0: the smallest) */
+        double group = fmin(fmax(e->off.sub_group_size, 2048.0), N); /* as inf_states_open rounds it (0: the smallest) */
         *fixed = (e->off.buffer_count > 0 ? e->off.buffer_count : 4) * group * 12.0;
     }
     return (e->off.nvme_path ? 0.0 : 12.0) + E + (twin_has_out_buffer(e) ? E : 0.0);
@@ -80,11 +81,11 @@ static void *host_zeroed(size_t bytes) {
     return p;
 }
 
-static void *transfer_buf(const zt_engine *e, size_t bytes) {
+static void *transfer_buf(const engine_facts *e, size_t bytes) {
     return e->off.pin_memory ? e->be->host_alloc(max_sz(bytes, 64)) : host_zeroed(bytes);
 }
 
-static void calib_free(const zt_engine *e, calib *c) {
+static void calib_free(const engine_facts *e, calib *c) {
     const zt_backend *be = e->be;
     free(c->master); free(c->m); free(c->v);
     /* every transfer_buf goes back the way it came: pinned memory to the backend (free() of pinned
@@ -97,10 +98,10 @@ static void calib_free(const zt_engine *e, calib *c) {
         if (dev[i]) be->free(dev[i]);
 }
 
-static int calib_alloc(const zt_engine *e, calib *c, size_t n) {
+static int calib_alloc(const engine_facts *e, calib *c, size_t n) {
     const zt_backend *be = e->be;
     int fp32 = be->compute_dtype == ZT_F32;
-    size_t E = esz(e);
+    size_t E = facts_esz(e);
     memset(c, 0, sizeof *c);
     c->n = n;
     /* twin_alloc's chunk: n/8 in multiples of ZT_TWIN_ALIGN, within [2^16, 2^20] */
@@ -129,7 +130,7 @@ static int calib_alloc(const zt_engine *e, calib *c, size_t n) {
 /* The end of the tensor piece that calibration element x starts, at most b: the calibration runs on
  * this rank's first n optimizer elements, cut where the step cuts them (weight decay is per tensor);
  * past the range (a calibration longer than a small shard) the rest is one piece. */
-static size_t piece_end(const zt_engine *e, size_t x, size_t b) {
+static size_t piece_end(const engine_facts *e, size_t x, size_t b) {
     size_t g = e->lay.opt_lo + x;
     if (g >= e->lay.opt_hi) return b;
     for (int i = 0; i < e->table->count; i++) {
@@ -142,7 +143,7 @@ static size_t piece_end(const zt_engine *e, size_t x, size_t b) {
 /* host_adam_lane's work on the calibration scratch: chunk by chunk, the CPU Adam per tensor piece
  * reading the gradients in the compute dtype as they landed and writing the 16-bit parameters for
  * the trip up */
-static void host_pass(const zt_engine *e, calib *c, const zt_adam_step *st) {
+static void host_pass(const engine_facts *e, calib *c, const zt_adam_step *st) {
     zt_dtype dt = e->be->compute_dtype;
     int fp32 = dt == ZT_F32;
     for (size_t a = 0; a < c->n; a += c->chunk) {
@@ -150,33 +151,33 @@ static void host_pass(const zt_engine *e, calib *c, const zt_adam_step *st) {
         for (size_t x = a, y; x < b; x = y) {
             y = piece_end(e, x, b);
             /* as twin_adam_span declares it: what the run's clock charges (util/clock.h) */
-            zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)esz(e)),
+            zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)facts_esz(e)),
                                e->off.host_threads);
             if (!zt_clock_costs_only())
-                zt_cpu_adamw_g(c->master + x, c->m + x, c->v + x, at(e, c->grad, x), dt, y - x, st,
-                               fp32 ? NULL : at(e, c->params16, x), dt, e->off.host_threads, ZT_ADAM_ISA_BEST);
+                zt_cpu_adamw_g(c->master + x, c->m + x, c->v + x, facts_at(e, c->grad, x), dt, y - x, st,
+                               fp32 ? NULL : facts_at(e, c->params16, x), dt, e->off.host_threads, ZT_ADAM_ISA_BEST);
         }
     }
 }
 
 /* device_adam's work: one call per tensor piece, then wait for the device */
-static void device_pass(const zt_engine *e, calib *c, const zt_adam_step *st) {
+static void device_pass(const engine_facts *e, calib *c, const zt_adam_step *st) {
     int fp32 = e->be->compute_dtype == ZT_F32;
     for (size_t x = 0, y; x < c->n; x = y) {
         y = piece_end(e, x, c->n);
-        e->be->adamw(c->dmaster + x, c->dm + x, c->dv + x, at(e, c->dgrad, x), fp32 ? NULL : at(e, c->dparams, x),
+        e->be->adamw(c->dmaster + x, c->dm + x, c->dv + x, facts_at(e, c->dgrad, x), fp32 ? NULL : facts_at(e, c->dparams, x),
                      y - x, st);
     }
     e->be->synchronize();
 }
 
 /* the copy lanes' work: the gradients down, the parameters up, chunk by chunk */
-static void copy_pass(const zt_engine *e, calib *c, zt_copy_kind kind) {
-    size_t E = esz(e);
+static void copy_pass(const engine_facts *e, calib *c, zt_copy_kind kind) {
+    size_t E = facts_esz(e);
     for (size_t a = 0; a < c->n; a += c->chunk) {
         size_t k = min_sz(c->n - a, c->chunk);
-        if (kind == ZT_D2H) e->be->transfer(at(e, c->down, a), at(e, c->dgrad, a), k * E, ZT_D2H);
-        else e->be->transfer(at(e, c->dup, a), at(e, c->up, a), k * E, ZT_H2D);
+        if (kind == ZT_D2H) e->be->transfer(facts_at(e, c->down, a), facts_at(e, c->dgrad, a), k * E, ZT_D2H);
+        else e->be->transfer(facts_at(e, c->dup, a), facts_at(e, c->up, a), k * E, ZT_H2D);
     }
 }
 
@@ -192,7 +193,7 @@ typedef struct calib_pace {
     atomic_int stop;
 } calib_pace;
 typedef struct calib_lane {
-    const zt_engine *e;
+    const engine_facts *e;
     calib *c;
     const zt_adam_step *st;
     int kind;
@@ -238,7 +239,7 @@ static void *lane_main(void *arg) {
  * this one), so they share the cores, the memory bandwidth and the copy engines as in the step; each
  * rate is the mean over at least 3 passes after a warm-up. rates: host Adam el/s, device Adam el/s,
  * D2H B/s, H2D B/s; all 0 when the scratch could not be allocated. */
-static void calibrate(const zt_engine *e, size_t n, double rates[4]) {
+static void calibrate(const engine_facts *e, size_t n, double rates[4]) {
     calib c;
     memset(rates, 0, 4 * sizeof *rates);
     if (calib_alloc(e, &c, n)) {
@@ -276,7 +277,7 @@ static void calibrate(const zt_engine *e, size_t n, double rates[4]) {
     pthread_mutex_destroy(&pace.mu);
     pthread_cond_destroy(&pace.cv);
     if (started == NLANES) {
-        size_t E = esz(e);
+        size_t E = facts_esz(e);
         double per[NLANES];
         for (int k = 0; k < NLANES; k++) per[k] = lanes[k].seconds / atomic_load(&lanes[k].timed) + 1e-12;
         rates[0] = n / per[LANE_HOST_ADAM];
@@ -301,10 +302,10 @@ static void calibrate(const zt_engine *e, size_t n, double rates[4]) {
  *           machine) less host_reserve, and less the device part too where device memory is host
  *           memory (the CPU backend):                                            r <= r_max.
  * r = r* clamped to [r_min, r_max]; no ratio when r_min > r_max (an error naming both amounts). */
-int twin_choose_ratio(zt_engine *e, double *ratio, int *bound, zt_err *err) {
+int twin_choose_ratio(const engine_facts *e, double *ratio, int *bound, zt_err *err) {
     const zt_backend *be = e->be;
     int fp32 = be->compute_dtype == ZT_F32;
-    double E = (double)esz(e);
+    double E = (double)facts_esz(e);
     size_t N = e->lay.opt_hi - e->lay.opt_lo;
     /* 2^24 elements (256 MiB of fp32 master, m, v, grads): beyond any CPU cache, so the CPU Adam is
      * timed at its memory-bound speed; at 2^20 it ran from cache 5x faster than in real steps */
@@ -325,7 +326,7 @@ int twin_choose_ratio(zt_engine *e, double *ratio, int *bound, zt_err *err) {
     int dev_limited = dev_budget > 0 || !dev_is_host;
     char why_dev[200] = "device memory is host memory: no device budget";
     if (dev_budget > 0) {
-        double other = (double)mem_sum(e->mem.device); /* params, grads, comm buffers allocated so far */
+        double other = (double)mem_sum(e->mem->device); /* params, grads, comm buffers allocated so far */
         dev_avail = dev_budget - other;
         char b1[32], b2[32];
         fmt_bytes(b1, dev_budget), fmt_bytes(b2, other);
@@ -343,7 +344,7 @@ int twin_choose_ratio(zt_engine *e, double *ratio, int *bound, zt_err *err) {
     int host_limited = 1;
     char why_host[240];
     if (e->off.host_memory > 0) {
-        double other = (double)mem_sum(e->mem.host);
+        double other = (double)mem_sum(e->mem->host);
         host_avail = e->off.host_memory - other;
         char b1[32], b2[32];
         fmt_bytes(b1, e->off.host_memory), fmt_bytes(b2, other);

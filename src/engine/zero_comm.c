@@ -3,18 +3,124 @@
  * into this rank's shard for 1-3), optionally left in flight while backward goes on (overlap_comm);
  * stage 3's parameter gathering segment by segment, the next one prefetched, residents kept for
  * the step; the global gradient norm; and the all-gather of updated parameters (stages 1-2). The
- * model reaches all of it through the parameter source (zt_engine_param_source). */
+ * model reaches all of it through the parameter source (zero_param_source). The part's state is its
+ * own (struct zero_comm); the engine hands it the shared facts and its parameter and gradient
+ * buffers at zero_open (zero_comm.h). */
+#include "engine/zero_comm.h"
+
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "engine/engine_internal.h"
 #include "engine/zero_formula.h"
 #include "util/clock.h"
 
+/* where a finished reduction's piece of recv_tmp goes */
+typedef enum {
+    ZT_LAND_NOTHING, /* stage 0: the all-reduce wrote the result in place */
+    ZT_LAND_ADD,     /* stages 2-3: added to the grad shard (one reduction per micro-step) */
+    ZT_LAND_COPY,    /* stage 1: copied into the grad shard (one reduction per step) */
+} zt_landing;
+
+/* one reduction in flight: when it completes, its piece of recv_tmp goes into the grad shard */
+typedef struct zt_inflight {
+    zt_comm_req *req;
+    size_t shard_off, count; /* the piece of this rank's shard it delivers */
+    zt_landing landing;      /* what happens to its piece of recv_tmp */
+    const void *send;        /* the gradient buffer it reads (so the buffer is not reused early) */
+} zt_inflight;
+
+typedef struct zt_gather_buf {
+    void *buf;
+    size_t cap;        /* elements */
+    int seg;           /* segment gathered into it, -1 if none (a released segment stays for reuse) */
+    zt_comm_req *req;  /* gather in flight */
+    int held;          /* between acquire and release */
+    int resident;      /* persistent segment: kept until the next optimizer step */
+    size_t released_at; /* gathered_elems when it was last released */
+} zt_gather_buf;
+
+struct zero_comm {
+    engine_facts f;
+    zero_buffers b;
+    void *recv_tmp;     /* reduce-scatter landing zone, one shard (several ranks only) */
+    /* stages 2-3: gradient buffers handed to backward, per segment */
+    void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */
+    void *grad_pool[3]; /* [0] for the embedding segments (used at both ends), [1..2] rotate */
+    int grad_pool_seg[3];
+    int grad_rotate;
+    /* stage 3: gathered parameters */
+    zt_gather_buf *gather; int n_gather;
+    int *seg_gather;    /* [n_segments] the gather buffer holding the segment now, or -1 */
+    int *seg_resident;  /* [n_segments] a resident segment's own gather buffer, or -1 */
+    int n_rotating;     /* rotating gather buffers: 1 + prefetch_depth */
+    int prefetch_depth; /* segments gathered ahead of use (zt_zero3_prefetch_depth); 0 = no prefetch */
+    /* prefetch deeper than the model's next-segment hint: the order of the acquires of one training
+     * micro-step, recorded in the first and followed in the next ones */
+    int *use_order; int use_n, use_cap, use_pos;
+    int use_state, use_lost; /* USE_*; this micro-step left the recorded order (hints only until the next) */
+    int in_micro;       /* between zero_begin_micro and the step */
+    size_t gathered_elems; /* elements gathered so far (the clock of stage3_max_reuse_distance) */
+    zt_inflight *inflight; int n_inflight, cap_inflight;
+    int reduce_now;     /* this micro-step's gradients are reduced (last micro-step, or stage >= 2) */
+    double comm_seconds; /* time spent waiting on collectives this step */
+};
+
+static size_t esz(const zero_comm *z) { return facts_esz(&z->f); }
+static void *at(const zero_comm *z, const void *base, size_t elems) { return facts_at(&z->f, base, elems); }
+static size_t seg_lo(const zero_comm *z, int s) { return z->f.table->segment_lo[s]; }
+static size_t seg_hi(const zero_comm *z, int s) { return z->f.table->segment_lo[s + 1]; }
+
+/* The landing zone for reductions (one rank reduces straight into its shard), and stages 2-3's
+ * gradient pools: the embeddings' (all its segments) in use from the LM head to the token lookup,
+ * and two rotating ones for the other segments. */
+zero_comm *zero_open(const engine_facts *f, const zero_buffers *b) {
+    zero_comm *z = zt_xcalloc(1, sizeof *z);
+    z->f = *f;
+    z->b = *b;
+    const zt_param_table *table = f->table;
+    size_t E = esz(z);
+    if (f->opt.stage >= 2) {
+        int emb = table->n_embed_segments;
+        size_t seg0 = seg_lo(z, emb) - seg_lo(z, 0), other = 0;
+        for (int s = emb; s < table->n_segments; s++) other = max_sz(other, seg_hi(z, s) - seg_lo(z, s));
+        z->grad_pool[0] = facts_dev_alloc(f, seg0 * E, ZT_MEM_GRADS);
+        z->grad_pool[1] = facts_dev_alloc(f, other * E, ZT_MEM_GRADS);
+        z->grad_pool[2] = facts_dev_alloc(f, other * E, ZT_MEM_GRADS);
+        z->grad_pool_seg[0] = z->grad_pool_seg[1] = z->grad_pool_seg[2] = -1;
+        z->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *z->seg_grad);
+    }
+    if (f->opt.stage >= 1 && f->lay.world > 1) z->recv_tmp = facts_dev_alloc(f, f->lay.shard * E, ZT_MEM_COMM);
+    return z;
+}
+
+int zero_buffers_ok(const zero_comm *z) {
+    int stage = z->f.opt.stage;
+    return !(stage >= 1 && z->f.lay.world > 1 && !z->recv_tmp) &&
+           !(stage >= 2 && (!z->grad_pool[0] || !z->grad_pool[1]));
+}
+
+static void zero_free_gather(zero_comm *z);
+
+void zero_close(zero_comm *z) {
+    if (!z) return;
+    void *bufs[] = {z->recv_tmp, z->grad_pool[0], z->grad_pool[1], z->grad_pool[2]};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) z->f.be->free(bufs[i]);
+    zero_free_gather(z);
+    free(z->seg_grad);
+    free(z->inflight);
+    free(z);
+}
+
+double zero_comm_seconds(const zero_comm *z) { return z->comm_seconds; }
+int zero_prefetch_depth(const zero_comm *z) { return z->prefetch_depth; }
+int zero_in_micro(const zero_comm *z) { return z->in_micro; }
+
 /* per-rank piece sizes of the flat range [a, b) under the shard partition */
-static void range_counts(const zt_engine *e, size_t a, size_t b, size_t *counts) {
-    for (int r = 0; r < e->lay.world; r++) {
-        size_t rlo = (size_t)r * e->lay.shard, rhi = rlo + e->lay.shard;
+static void range_counts(const zero_comm *z, size_t a, size_t b, size_t *counts) {
+    for (int r = 0; r < z->f.lay.world; r++) {
+        size_t rlo = (size_t)r * z->f.lay.shard, rhi = rlo + z->f.lay.shard;
         size_t x = max_sz(a, rlo), y = min_sz(b, rhi);
         counts[r] = y > x ? y - x : 0;
     }
@@ -23,76 +129,76 @@ static void range_counts(const zt_engine *e, size_t a, size_t b, size_t *counts)
 /* ---------------------------------------------------------------- collectives bookkeeping */
 
 /* waits for req, counting the time in the step's comm time, in *bucket and in the trace as `what` */
-static void timed_wait(zt_engine *e, zt_comm_req *req, double *bucket, const char *what) {
+static void timed_wait(zero_comm *z, zt_comm_req *req, double *bucket, const char *what) {
     double t0 = zt_clock_now();
-    e->comm->wait(e->comm, req);
+    z->f.comm->wait(z->f.comm, req);
     double t1 = zt_clock_now();
-    e->comm_seconds += t1 - t0;
+    z->comm_seconds += t1 - t0;
     *bucket += t1 - t0;
-    zt_trace_complete(e->trace, ZT_LANE_COMM, what, t0, t1);
+    zt_trace_complete(*z->f.trace, ZT_LANE_COMM, what, t0, t1);
 }
 
-static void finish(zt_engine *e, zt_inflight *f) {
-    timed_wait(e, f->req, &e->timing.reduce_scatter, e->opt.stage == 0 ? "all-reduce wait" : "reduce-scatter wait");
+static void finish(zero_comm *z, zt_inflight *f) {
+    timed_wait(z, f->req, &z->f.timing->reduce_scatter, z->f.opt.stage == 0 ? "all-reduce wait" : "reduce-scatter wait");
     if (f->count && f->landing == ZT_LAND_ADD)
-        e->be->accumulate(at(e, e->grad_shard, f->shard_off), at(e, e->recv_tmp, f->shard_off), f->count);
+        z->f.be->accumulate(at(z, z->b.grad_shard, f->shard_off), at(z, z->recv_tmp, f->shard_off), f->count);
     else if (f->count && f->landing == ZT_LAND_COPY)
-        e->be->copy(at(e, e->grad_shard, f->shard_off), at(e, e->recv_tmp, f->shard_off), f->count * esz(e), ZT_D2D);
+        z->f.be->copy(at(z, z->b.grad_shard, f->shard_off), at(z, z->recv_tmp, f->shard_off), f->count * esz(z), ZT_D2D);
 }
 
-void zero_finish_all(zt_engine *e) {
-    for (int i = 0; i < e->n_inflight; i++) finish(e, &e->inflight[i]);
-    e->n_inflight = 0;
+void zero_finish_all(zero_comm *z) {
+    for (int i = 0; i < z->n_inflight; i++) finish(z, &z->inflight[i]);
+    z->n_inflight = 0;
 }
 
 /* completes the reductions that read buf, so it can be reused */
-static void finish_reading(zt_engine *e, const void *buf, size_t bytes) {
+static void finish_reading(zero_comm *z, const void *buf, size_t bytes) {
     int kept = 0;
-    for (int i = 0; i < e->n_inflight; i++) {
-        zt_inflight *f = &e->inflight[i];
+    for (int i = 0; i < z->n_inflight; i++) {
+        zt_inflight *f = &z->inflight[i];
         if ((const char *)f->send >= (const char *)buf && (const char *)f->send < (const char *)buf + bytes)
-            finish(e, f);
+            finish(z, f);
         else
-            e->inflight[kept++] = *f;
+            z->inflight[kept++] = *f;
     }
-    e->n_inflight = kept;
+    z->n_inflight = kept;
 }
 
-static void push_inflight(zt_engine *e, zt_inflight f) {
-    if (e->n_inflight == e->cap_inflight) {
-        e->cap_inflight = e->cap_inflight ? 2 * e->cap_inflight : 64;
-        e->inflight = zt_xrealloc(e->inflight, (size_t)e->cap_inflight * sizeof *e->inflight);
+static void push_inflight(zero_comm *z, zt_inflight f) {
+    if (z->n_inflight == z->cap_inflight) {
+        z->cap_inflight = z->cap_inflight ? 2 * z->cap_inflight : 64;
+        z->inflight = zt_xrealloc(z->inflight, (size_t)z->cap_inflight * sizeof *z->inflight);
     }
-    e->inflight[e->n_inflight++] = f;
-    if (!e->opt.overlap_comm) zero_finish_all(e);
+    z->inflight[z->n_inflight++] = f;
+    if (!z->f.opt.overlap_comm) zero_finish_all(z);
 }
 
 /* Reduces the gradients of flat range [a, b) held in buf (buf[0] is element a), in buckets. */
-static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
-    size_t bucket = e->opt.reduce_bucket_size >= 1 ? (size_t)e->opt.reduce_bucket_size : b - a;
-    size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
+static void reduce_range(zero_comm *z, const void *buf, size_t a, size_t b) {
+    size_t bucket = z->f.opt.reduce_bucket_size >= 1 ? (size_t)z->f.opt.reduce_bucket_size : b - a;
+    size_t *counts = zt_xcalloc((size_t)z->f.lay.world, sizeof *counts);
     for (size_t x = a; x < b; x += bucket) {
         size_t y = min_sz(b, x + bucket);
-        const void *send = at(e, buf, x - a);
+        const void *send = at(z, buf, x - a);
         zt_inflight f = {0};
         f.send = send;
-        if (e->opt.stage == 0) {
-            f.req = e->comm->allreduce_sum(e->comm, (void *)send, y - x, e->be->compute_dtype);
-        } else if (e->lay.world == 1) {
+        if (z->f.opt.stage == 0) {
+            f.req = z->f.comm->allreduce_sum(z->f.comm, (void *)send, y - x, z->f.be->compute_dtype);
+        } else if (z->f.lay.world == 1) {
             /* one rank (stages 2-3): the bucket is the whole sum already; it lands in the shard directly,
              * queued after backward's writes, with no landing zone and no collective */
-            e->be->accumulate(at(e, e->grad_shard, x - e->lay.lo), send, y - x);
+            z->f.be->accumulate(at(z, z->b.grad_shard, x - z->f.lay.lo), send, y - x);
             continue;
         } else {
-            range_counts(e, x, y, counts);
-            size_t mine_lo = max_sz(x, e->lay.lo);
-            f.shard_off = mine_lo - e->lay.lo;
-            f.count = counts[e->lay.rank];
-            f.landing = e->opt.stage == 1 ? ZT_LAND_COPY : ZT_LAND_ADD;
-            f.req = e->comm->reduce_scatter_sum(e->comm, send, at(e, e->recv_tmp, f.shard_off), counts,
-                                                e->be->compute_dtype);
+            range_counts(z, x, y, counts);
+            size_t mine_lo = max_sz(x, z->f.lay.lo);
+            f.shard_off = mine_lo - z->f.lay.lo;
+            f.count = counts[z->f.lay.rank];
+            f.landing = z->f.opt.stage == 1 ? ZT_LAND_COPY : ZT_LAND_ADD;
+            f.req = z->f.comm->reduce_scatter_sum(z->f.comm, send, at(z, z->recv_tmp, f.shard_off), counts,
+                                                z->f.be->compute_dtype);
         }
-        push_inflight(e, f);
+        push_inflight(z, f);
     }
     free(counts);
 }
@@ -100,10 +206,7 @@ static void reduce_range(zt_engine *e, const void *buf, size_t a, size_t b) {
 /* ---------------------------------------------------------------- parameter source */
 
 /* Twin-Flow with overlap_step: the host part's updated parameters of flat range [x, y) in place */
-static void wait_updated(zt_engine *e, size_t x, size_t y) {
-    size_t a = max_sz(x, e->lay.opt_lo), b = min_sz(y, e->lay.opt_hi);
-    if (b > a) twin_wait_params(e, a - e->lay.opt_lo, b - e->lay.opt_lo);
-}
+static void wait_updated(zero_comm *z, size_t x, size_t y) { z->b.wait_updated(z->b.owner, x, y); }
 
 zt_stage3_plan zt_engine_stage3_plan(const zt_param_table *t, const zt_engine_opts *opt) {
     zt_stage3_plan w = {0, 0, 0, 0};
@@ -140,17 +243,17 @@ int zt_engine_embedding_rows(const zt_param_table *table, const zt_engine_opts *
  * stage3_max_live_parameters is enforced here: the embedding is cut in row blocks first (the
  * session asked zt_engine_embedding_rows), then prefetch is given up, and a bound below the least
  * working set is an error. */
-int zero_alloc_gather(zt_engine *e, zt_err *err) {
-    const zt_param_table *table = e->table;
-    size_t E = esz(e);
-    e->seg_gather = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_gather);
-    e->seg_resident = zt_xcalloc((size_t)table->n_segments, sizeof *e->seg_resident);
-    for (int s = 0; s < table->n_segments; s++) e->seg_gather[s] = e->seg_resident[s] = -1;
-    e->gather = zt_xcalloc((size_t)table->n_segments + 2 + ZT_MAX_PREFETCH, sizeof *e->gather);
-    zt_stage3_plan w = zt_engine_stage3_plan(table, &e->opt);
+int zero_open_gather(zero_comm *z, zt_err *err) {
+    const zt_param_table *table = z->f.table;
+    size_t E = esz(z);
+    z->seg_gather = zt_xcalloc((size_t)table->n_segments, sizeof *z->seg_gather);
+    z->seg_resident = zt_xcalloc((size_t)table->n_segments, sizeof *z->seg_resident);
+    for (int s = 0; s < table->n_segments; s++) z->seg_gather[s] = z->seg_resident[s] = -1;
+    z->gather = zt_xcalloc((size_t)table->n_segments + 2 + ZT_MAX_PREFETCH, sizeof *z->gather);
+    zt_stage3_plan w = zt_engine_stage3_plan(table, &z->f.opt);
     size_t seg0 = w.embed, other = w.largest, residents = w.residents;
     int E_seg = table->n_embed_segments;
-    double bound = e->opt.stage3_max_live_parameters, bucket = e->opt.stage3_prefetch_bucket_size;
+    double bound = z->f.opt.stage3_max_live_parameters, bucket = z->f.opt.stage3_prefetch_bucket_size;
     if (bound < 0)
         zt_info("stage 3: stage3_max_live_parameters 0: the least working set (as DeepSpeed reads 0): no prefetch%s",
                 E_seg > 1 ? ", the embedding in row blocks" : "");
@@ -158,14 +261,14 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
         zt_info("stage 3: the embedding is gathered in %d row blocks of %d rows: stage3_max_live_parameters %.0f does "
                 "not hold it whole beside the blocks", E_seg, table->embed_rows, bound < 0 ? 0 : bound);
     int wanted = zt_zero3_prefetch_depth(bucket, 0, seg0, other, residents); /* without the bound */
-    e->prefetch_depth = w.depth;
-    e->n_rotating = 1 + e->prefetch_depth;
-    if (wanted > 0 && e->prefetch_depth == 0 && bound > 0)
+    z->prefetch_depth = w.depth;
+    z->n_rotating = 1 + z->prefetch_depth;
+    if (wanted > 0 && z->prefetch_depth == 0 && bound > 0)
         zt_info("stage 3: no prefetch: stage3_max_live_parameters %.0f leaves room for one block at a time "
                 "(embeddings %zu + 2 x block %zu + persistent %zu elements would not fit)", bound, seg0, other, residents);
-    else if (e->prefetch_depth < wanted && bound > 0)
-        zt_info("stage 3: prefetch %d segment%s ahead, not %d: stage3_max_live_parameters %.0f", e->prefetch_depth,
-                e->prefetch_depth == 1 ? "" : "s",
+    else if (z->prefetch_depth < wanted && bound > 0)
+        zt_info("stage 3: prefetch %d segment%s ahead, not %d: stage3_max_live_parameters %.0f", z->prefetch_depth,
+                z->prefetch_depth == 1 ? "" : "s",
                 wanted, bound);
     size_t least = seg0 + other + residents;
     if (bound > 0 && (double)least > bound) {
@@ -178,107 +281,107 @@ int zero_alloc_gather(zt_engine *e, zt_err *err) {
         return zt_fail(err, "zero_optimization.stage3_max_live_parameters %.0f is below the least stage-3 working set, "
                             "%zu elements (%s + persistent segments %zu)", bound, least, parts, residents);
     }
-    for (int i = 0; i <= e->n_rotating; i++) { /* 0: the whole embedding's; 1..n_rotating */
+    for (int i = 0; i <= z->n_rotating; i++) { /* 0: the whole embedding's; 1..n_rotating */
         size_t cap = i == 0 ? seg0 : other;
-        e->gather[i].seg = -1;
+        z->gather[i].seg = -1;
         if (cap == 0) continue; /* unused slot: cap 0, never chosen */
-        e->gather[i].cap = cap;
-        e->gather[i].buf = engine_dev_alloc(e, cap * E, ZT_MEM_COMM);
-        if (!e->gather[i].buf) return zt_fail(err, "out of %s memory for the stage-3 gather buffers", e->be->name);
+        z->gather[i].cap = cap;
+        z->gather[i].buf = facts_dev_alloc(&z->f, cap * E, ZT_MEM_COMM);
+        if (!z->gather[i].buf) return zt_fail(err, "out of %s memory for the stage-3 gather buffers", z->f.be->name);
     }
-    e->n_gather = 1 + e->n_rotating;
+    z->n_gather = 1 + z->n_rotating;
     for (int s = E_seg; s < table->n_segments; s++) {
-        size_t n = seg_hi(e, s) - seg_lo(e, s);
-        if ((double)n >= e->opt.stage3_param_persistence_threshold) continue;
-        zt_gather_buf *g = &e->gather[e->n_gather++];
+        size_t n = seg_hi(z, s) - seg_lo(z, s);
+        if ((double)n >= z->f.opt.stage3_param_persistence_threshold) continue;
+        zt_gather_buf *g = &z->gather[z->n_gather++];
         g->cap = n;
         g->seg = -1;
         g->resident = 1;
-        g->buf = engine_dev_alloc(e, n * E, ZT_MEM_COMM);
-        if (!g->buf) return zt_fail(err, "out of %s memory for the stage-3 gather buffers", e->be->name);
-        e->seg_resident[s] = (int)(g - e->gather);
+        g->buf = facts_dev_alloc(&z->f, n * E, ZT_MEM_COMM);
+        if (!g->buf) return zt_fail(err, "out of %s memory for the stage-3 gather buffers", z->f.be->name);
+        z->seg_resident[s] = (int)(g - z->gather);
     }
     return 0;
 }
 
-void zero_free_gather(zt_engine *e) {
-    for (int i = 0; i < e->n_gather; i++)
-        if (e->gather[i].buf) e->be->free(e->gather[i].buf);
-    free(e->gather);
-    free(e->seg_gather);
-    free(e->seg_resident);
-    free(e->use_order);
+static void zero_free_gather(zero_comm *z) {
+    for (int i = 0; i < z->n_gather; i++)
+        if (z->gather[i].buf) z->f.be->free(z->gather[i].buf);
+    free(z->gather);
+    free(z->seg_gather);
+    free(z->seg_resident);
+    free(z->use_order);
 }
 
 /* All-gathers segment seg into g. This rank's piece comes from its shard: on the device it is sent
  * from there; offloaded (offload_param) it goes up into its own place in g first and is gathered in
  * place, so no device copy of the shard exists. */
-static void start_gather(zt_engine *e, int seg, zt_gather_buf *g, int ahead) {
-    size_t a = seg_lo(e, seg), b = seg_hi(e, seg);
-    size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
-    range_counts(e, a, b, counts);
-    size_t mine = max_sz(a, e->lay.lo), k = counts[e->lay.rank];
+static void start_gather(zero_comm *z, int seg, zt_gather_buf *g, int ahead) {
+    size_t a = seg_lo(z, seg), b = seg_hi(z, seg);
+    size_t *counts = zt_xcalloc((size_t)z->f.lay.world, sizeof *counts);
+    range_counts(z, a, b, counts);
+    size_t mine = max_sz(a, z->f.lay.lo), k = counts[z->f.lay.rank];
     const void *send = g->buf; /* this rank has no piece: sends nothing */
     if (k) {
-        wait_updated(e, mine, mine + k);
-        send = e->param_swap ? inf_param_fetch(e, seg) /* NVMe -> host staging (read ahead, or now) */
-                             : at(e, e->params, mine - e->lay.lo);
-        if (e->params_on_host) {
+        wait_updated(z, mine, mine + k);
+        send = z->b.fetch_from_nvme ? z->b.fetch_from_nvme(z->b.owner, seg) /* NVMe -> host staging (read ahead, or now) */
+                             : at(z, z->b.params, mine - z->f.lay.lo);
+        if (z->b.params_on_host) {
             /* up into its place in g, after the queued work still reading g. From the host shard the copy
              * is queued without waiting (the shard is not written before the step's norm drains the
              * device), so a prefetch does not drain the compute stream; an NVMe staging buffer is
              * reused by the reads ahead, so that copy completes before they can start. */
-            void *place = at(e, g->buf, mine - a);
-            if (e->param_swap) e->be->copy(place, send, k * esz(e), ZT_H2D);
-            else e->be->copy_async(place, send, k * esz(e), ZT_H2D);
+            void *place = at(z, g->buf, mine - a);
+            if (z->b.fetch_from_nvme) z->f.be->copy(place, send, k * esz(z), ZT_H2D);
+            else z->f.be->copy_async(place, send, k * esz(z), ZT_H2D);
             send = place;
         }
     }
     g->seg = seg;
-    g->released_at = e->gathered_elems; /* a prefetch in flight ages from its start (reclaim_prefetched) */
-    g->req = e->comm->allgather(e->comm, send, g->buf, counts, e->be->compute_dtype);
-    e->seg_gather[seg] = (int)(g - e->gather);
-    e->gathered_elems += b - a;
-    e->timing.stage3_gathers++;
-    e->timing.stage3_gathers_ahead += ahead;
+    g->released_at = z->gathered_elems; /* a prefetch in flight ages from its start (reclaim_prefetched) */
+    g->req = z->f.comm->allgather(z->f.comm, send, g->buf, counts, z->f.be->compute_dtype);
+    z->seg_gather[seg] = (int)(g - z->gather);
+    z->gathered_elems += b - a;
+    z->f.timing->stage3_gathers++;
+    z->f.timing->stage3_gathers_ahead += ahead;
     free(counts);
 }
 
 /* parameter bytes on the device now: the shard (unless offloaded) and every gathered segment */
-static size_t params_held_bytes(const zt_engine *e) {
-    size_t bytes = e->params_on_host ? 0 : e->lay.shard * esz(e);
-    for (int i = 0; i < e->n_gather; i++)
-        if (e->gather[i].seg >= 0) bytes += (seg_hi(e, e->gather[i].seg) - seg_lo(e, e->gather[i].seg)) * esz(e);
+static size_t params_held_bytes(const zero_comm *z) {
+    size_t bytes = z->b.params_on_host ? 0 : z->f.lay.shard * esz(z);
+    for (int i = 0; i < z->n_gather; i++)
+        if (z->gather[i].seg >= 0) bytes += (seg_hi(z, z->gather[i].seg) - seg_lo(z, z->gather[i].seg)) * esz(z);
     return bytes;
 }
 
-static void evict(zt_engine *e, zt_gather_buf *g) {
-    if (g->seg >= 0) e->seg_gather[g->seg] = -1;
+static void evict(zero_comm *z, zt_gather_buf *g) {
+    if (g->seg >= 0) z->seg_gather[g->seg] = -1;
     g->seg = -1;
 }
 
 /* a free gather buffer able to hold segment seg, or NULL: an empty one if there is one, else the
  * one whose kept segment was released longest ago */
-static zt_gather_buf *free_gather_buf(zt_engine *e, int seg) {
-    size_t need = seg_hi(e, seg) - seg_lo(e, seg);
+static zt_gather_buf *free_gather_buf(zero_comm *z, int seg) {
+    size_t need = seg_hi(z, seg) - seg_lo(z, seg);
     zt_gather_buf *best = NULL;
-    int whole_embedding = e->table->n_embed_segments == 1 && seg == 0;
-    for (int i = 0; i <= e->n_rotating; i++) { /* 0 is the whole embedding's; 1..n_rotating rotate; then residents */
-        zt_gather_buf *g = &e->gather[i];
+    int whole_embedding = z->f.table->n_embed_segments == 1 && seg == 0;
+    for (int i = 0; i <= z->n_rotating; i++) { /* 0 is the whole embedding's; 1..n_rotating rotate; then residents */
+        zt_gather_buf *g = &z->gather[i];
         if ((i == 0) != whole_embedding) continue;
         if (g->held || g->req || g->cap < need) continue;
         if (g->seg < 0) { best = g; break; }
         if (!best || g->released_at < best->released_at) best = g;
     }
-    if (best) evict(e, best);
+    if (best) evict(z, best);
     return best;
 }
 
 /* the buffer segment seg should be gathered into now: a resident segment's own, or a free
  * rotating one; NULL if none is free */
-static zt_gather_buf *gather_target(zt_engine *e, int seg) {
-    if (e->seg_resident[seg] >= 0) return &e->gather[e->seg_resident[seg]];
-    return free_gather_buf(e, seg);
+static zt_gather_buf *gather_target(zero_comm *z, int seg) {
+    if (z->seg_resident[seg] >= 0) return &z->gather[z->seg_resident[seg]];
+    return free_gather_buf(z, seg);
 }
 
 /* ---------------------------------------------------------------- prefetch: the hint and the use order
@@ -291,102 +394,104 @@ static zt_gather_buf *gather_target(zt_engine *e, int seg) {
  * hints until the next one. */
 enum { USE_NONE, USE_RECORDING, USE_READY, USE_OFF };
 
-void zero_begin_micro(zt_engine *e) {
-    if (e->prefetch_depth < 2) return;
-    if (e->use_state == USE_RECORDING) e->use_state = USE_READY;
-    if (e->use_state == USE_NONE) e->use_state = USE_RECORDING, e->use_n = 0;
-    e->use_pos = 0;
-    e->use_lost = 0;
-    e->in_micro = 1;
+void zero_begin_micro(zero_comm *z, int first, int last) {
+    if (first) z->comm_seconds = 0;
+    z->reduce_now = z->f.opt.stage >= 2 || last;
+    if (z->f.opt.stage != 3 || z->prefetch_depth < 2) return;
+    if (z->use_state == USE_RECORDING) z->use_state = USE_READY;
+    if (z->use_state == USE_NONE) z->use_state = USE_RECORDING, z->use_n = 0;
+    z->use_pos = 0;
+    z->use_lost = 0;
+    z->in_micro = 1;
 }
 
-void zero_end_micros(zt_engine *e) {
-    if (e->use_state == USE_RECORDING) e->use_state = USE_READY;
-    e->in_micro = 0;
+void zero_end_micros(zero_comm *z) {
+    if (z->use_state == USE_RECORDING) z->use_state = USE_READY;
+    z->in_micro = 0;
 }
 
-static void follow_use_order(zt_engine *e, int seg) {
-    if (!e->in_micro) return;
-    if (e->use_state == USE_RECORDING) {
-        if (e->use_n == 64 * e->table->n_segments) { e->use_state = USE_OFF; return; } /* not a training loop */
-        if (e->use_n == e->use_cap) {
-            e->use_cap = e->use_cap ? 2 * e->use_cap : 256;
-            e->use_order = zt_xrealloc(e->use_order, (size_t)e->use_cap * sizeof *e->use_order);
+static void follow_use_order(zero_comm *z, int seg) {
+    if (!z->in_micro) return;
+    if (z->use_state == USE_RECORDING) {
+        if (z->use_n == 64 * z->f.table->n_segments) { z->use_state = USE_OFF; return; } /* not a training loop */
+        if (z->use_n == z->use_cap) {
+            z->use_cap = z->use_cap ? 2 * z->use_cap : 256;
+            z->use_order = zt_xrealloc(z->use_order, (size_t)z->use_cap * sizeof *z->use_order);
         }
-        e->use_order[e->use_n++] = seg;
-    } else if (e->use_state == USE_READY && !e->use_lost) {
-        if (e->use_pos < e->use_n && e->use_order[e->use_pos] == seg) e->use_pos++;
-        else e->use_lost = 1;
+        z->use_order[z->use_n++] = seg;
+    } else if (z->use_state == USE_READY && !z->use_lost) {
+        if (z->use_pos < z->use_n && z->use_order[z->use_pos] == seg) z->use_pos++;
+        else z->use_lost = 1;
     }
 }
 
 static void stage3_prefetch(void *ctx, int seg) {
-    zt_engine *e = ctx;
-    if (e->opt.stage != 3 || e->n_rotating < 2 || seg < 0 || seg >= e->table->n_segments || e->seg_gather[seg] >= 0)
+    zero_comm *z = ctx;
+    if (z->f.opt.stage != 3 || z->n_rotating < 2 || seg < 0 || seg >= z->f.table->n_segments || z->seg_gather[seg] >= 0)
         return;
     /* a piece still being updated on the host is waited for in start_gather: skipping the prefetch
      * on some ranks only would put their collectives in different orders */
-    zt_gather_buf *g = gather_target(e, seg);
-    if (g) start_gather(e, seg, g, 1);
+    zt_gather_buf *g = gather_target(z, seg);
+    if (g) start_gather(z, seg, g, 1);
 }
 
-static void prefetch_ahead(zt_engine *e) {
-    if (!e->in_micro || e->use_state != USE_READY || e->use_lost) return;
-    for (int j = e->use_pos; j < e->use_n && j < e->use_pos + e->prefetch_depth; j++) {
-        int s = e->use_order[j];
-        if (e->seg_gather[s] >= 0) continue;
-        zt_gather_buf *g = gather_target(e, s);
+static void prefetch_ahead(zero_comm *z) {
+    if (!z->in_micro || z->use_state != USE_READY || z->use_lost) return;
+    for (int j = z->use_pos; j < z->use_n && j < z->use_pos + z->prefetch_depth; j++) {
+        int s = z->use_order[j];
+        if (z->seg_gather[s] >= 0) continue;
+        zt_gather_buf *g = gather_target(z, s);
         if (!g) return;
-        start_gather(e, s, g, 1);
+        start_gather(z, s, g, 1);
     }
 }
 
 /* waits for a gather in flight (prefetched, not yet acquired) */
-static void complete_gather(zt_engine *e, zt_gather_buf *g) {
-    timed_wait(e, g->req, &e->timing.allgather, "all-gather wait");
+static void complete_gather(zero_comm *z, zt_gather_buf *g) {
+    timed_wait(z, g->req, &z->f.timing->allgather, "all-gather wait");
     g->req = NULL;
 }
 
 /* every rotating buffer holds a prefetched segment not yet used (only if the order was left): the
  * oldest prefetch is completed and becomes a released segment, so its buffer may be taken */
-static void reclaim_prefetched(zt_engine *e) {
+static void reclaim_prefetched(zero_comm *z) {
     zt_gather_buf *oldest = NULL;
-    for (int i = 1; i <= e->n_rotating; i++) {
-        zt_gather_buf *g = &e->gather[i];
+    for (int i = 1; i <= z->n_rotating; i++) {
+        zt_gather_buf *g = &z->gather[i];
         if (g->req && !g->held && (!oldest || g->released_at < oldest->released_at)) oldest = g;
     }
     if (!oldest) return;
-    complete_gather(e, oldest);
-    oldest->released_at = e->gathered_elems;
+    complete_gather(z, oldest);
+    oldest->released_at = z->gathered_elems;
 }
 
 static void *src_acquire(void *ctx, int seg) {
-    zt_engine *e = ctx;
-    if (e->opt.stage < 3) {
-        wait_updated(e, seg_lo(e, seg), seg_hi(e, seg));
-        return at(e, e->params, seg_lo(e, seg));
+    zero_comm *z = ctx;
+    if (z->f.opt.stage < 3) {
+        wait_updated(z, seg_lo(z, seg), seg_hi(z, seg));
+        return at(z, z->b.params, seg_lo(z, seg));
     }
-    if (e->seg_gather[seg] >= 0) { /* still there from an earlier use: reused if it was released recently enough */
-        zt_gather_buf *g = &e->gather[e->seg_gather[seg]];
+    if (z->seg_gather[seg] >= 0) { /* still there from an earlier use: reused if it was released recently enough */
+        zt_gather_buf *g = &z->gather[z->seg_gather[seg]];
         if (!g->req && !g->held && !g->resident &&
-            (double)(e->gathered_elems - g->released_at) > e->opt.stage3_max_reuse_distance)
-            evict(e, g);
+            (double)(z->gathered_elems - g->released_at) > z->f.opt.stage3_max_reuse_distance)
+            evict(z, g);
     }
-    follow_use_order(e, seg);
-    if (e->seg_gather[seg] < 0) {
-        zt_gather_buf *g = gather_target(e, seg);
-        if (!g) reclaim_prefetched(e), g = gather_target(e, seg);
+    follow_use_order(z, seg);
+    if (z->seg_gather[seg] < 0) {
+        zt_gather_buf *g = gather_target(z, seg);
+        if (!g) reclaim_prefetched(z), g = gather_target(z, seg);
         if (!g) { fprintf(stderr, "zerotrain: error: stage 3: no free gather buffer for segment %d\n", seg); abort(); }
-        start_gather(e, seg, g, 0);
+        start_gather(z, seg, g, 0);
     }
-    zt_gather_buf *g = &e->gather[e->seg_gather[seg]];
-    if (g->req) complete_gather(e, g);
+    zt_gather_buf *g = &z->gather[z->seg_gather[seg]];
+    if (g->req) complete_gather(z, g);
     g->held = 1;
-    prefetch_ahead(e);
-    size_t held = params_held_bytes(e);
-    if (held > e->mem.params_peak) e->mem.params_peak = held;
-    if (e->trace) zt_trace_counter(e->trace, "stage-3 params held (MiB)", zt_clock_now(), "held", held / 1048576.0, "peak",
-                                   e->mem.params_peak / 1048576.0);
+    prefetch_ahead(z);
+    size_t held = params_held_bytes(z);
+    if (held > z->f.mem->params_peak) z->f.mem->params_peak = held;
+    if (*z->f.trace) zt_trace_counter(*z->f.trace, "stage-3 params held (MiB)", zt_clock_now(), "held", held / 1048576.0, "peak",
+                                   z->f.mem->params_peak / 1048576.0);
     return g->buf;
 }
 
@@ -394,53 +499,53 @@ static void *src_acquire(void *ctx, int seg) {
  * and a new use within stage3_max_reuse_distance takes it as it is (the embeddings at the LM head,
  * the last blocks when backward starts) */
 static void src_release(void *ctx, int seg) {
-    zt_engine *e = ctx;
-    if (e->opt.stage < 3 || e->seg_gather[seg] < 0) return;
-    zt_gather_buf *g = &e->gather[e->seg_gather[seg]];
+    zero_comm *z = ctx;
+    if (z->f.opt.stage < 3 || z->seg_gather[seg] < 0) return;
+    zt_gather_buf *g = &z->gather[z->seg_gather[seg]];
     g->held = 0;
-    g->released_at = e->gathered_elems;
-    if (!g->resident && e->opt.stage3_max_reuse_distance < 1) evict(e, g);
+    g->released_at = z->gathered_elems;
+    if (!g->resident && z->f.opt.stage3_max_reuse_distance < 1) evict(z, g);
 }
 
 static void *src_grads(void *ctx, int seg) {
-    zt_engine *e = ctx;
-    if (e->opt.stage < 2) return at(e, e->grads_full, seg_lo(e, seg));
-    if (e->seg_grad[seg]) return e->seg_grad[seg];
-    size_t n = seg_hi(e, seg) - seg_lo(e, seg);
-    if (seg < e->table->n_embed_segments) { /* its own place in pool 0 */
-        void *buf = at(e, e->grad_pool[0], seg_lo(e, seg));
-        finish_reading(e, buf, n * esz(e));
-        e->be->memset_zero(buf, n * esz(e));
-        return e->seg_grad[seg] = buf;
+    zero_comm *z = ctx;
+    if (z->f.opt.stage < 2) return at(z, z->b.grads_full, seg_lo(z, seg));
+    if (z->seg_grad[seg]) return z->seg_grad[seg];
+    size_t n = seg_hi(z, seg) - seg_lo(z, seg);
+    if (seg < z->f.table->n_embed_segments) { /* its own place in pool 0 */
+        void *buf = at(z, z->grad_pool[0], seg_lo(z, seg));
+        finish_reading(z, buf, n * esz(z));
+        z->f.be->memset_zero(buf, n * esz(z));
+        return z->seg_grad[seg] = buf;
     }
-    int slot = 1 + (e->grad_rotate++ % 2);
-    void *buf = e->grad_pool[slot];
-    finish_reading(e, buf, n * esz(e) + 1);
-    if (e->grad_pool_seg[slot] >= 0) e->seg_grad[e->grad_pool_seg[slot]] = NULL;
-    e->be->memset_zero(buf, n * esz(e));
-    e->grad_pool_seg[slot] = seg;
-    e->seg_grad[seg] = buf;
+    int slot = 1 + (z->grad_rotate++ % 2);
+    void *buf = z->grad_pool[slot];
+    finish_reading(z, buf, n * esz(z) + 1);
+    if (z->grad_pool_seg[slot] >= 0) z->seg_grad[z->grad_pool_seg[slot]] = NULL;
+    z->f.be->memset_zero(buf, n * esz(z));
+    z->grad_pool_seg[slot] = seg;
+    z->seg_grad[seg] = buf;
     return buf;
 }
 
 static void src_grads_done(void *ctx, int seg) {
-    zt_engine *e = ctx;
-    if (e->lay.world == 1 && e->opt.stage < 2) return; /* nothing to reduce */
-    if (!e->reduce_now) return;
-    const void *buf = e->opt.stage < 2 ? at(e, e->grads_full, seg_lo(e, seg)) : e->seg_grad[seg];
-    reduce_range(e, buf, seg_lo(e, seg), seg_hi(e, seg));
-    if (e->opt.stage >= 2) e->seg_grad[seg] = NULL; /* a later grads() call in this micro-step gets a fresh buffer */
+    zero_comm *z = ctx;
+    if (z->f.lay.world == 1 && z->f.opt.stage < 2) return; /* nothing to reduce */
+    if (!z->reduce_now) return;
+    const void *buf = z->f.opt.stage < 2 ? at(z, z->b.grads_full, seg_lo(z, seg)) : z->seg_grad[seg];
+    reduce_range(z, buf, seg_lo(z, seg), seg_hi(z, seg));
+    if (z->f.opt.stage >= 2) z->seg_grad[seg] = NULL; /* a later grads() call in this micro-step gets a fresh buffer */
 }
 
-zt_param_source zt_engine_param_source(zt_engine *e) {
-    zt_param_source s = {e, src_acquire, src_release, src_grads, src_grads_done, stage3_prefetch};
+zt_param_source zero_param_source(zero_comm *z) {
+    zt_param_source s = {z, src_acquire, src_release, src_grads, src_grads_done, stage3_prefetch};
     return s;
 }
 
-void zero_reset_residents(zt_engine *e) {
-    for (int i = 0; i < e->n_gather; i++) {
-        if (e->gather[i].req) complete_gather(e, &e->gather[i]); /* a prefetch nobody used */
-        evict(e, &e->gather[i]);
+void zero_reset_residents(zero_comm *z) {
+    for (int i = 0; i < z->n_gather; i++) {
+        if (z->gather[i].req) complete_gather(z, &z->gather[i]); /* a prefetch nobody used */
+        evict(z, &z->gather[i]);
     }
 }
 
@@ -450,10 +555,10 @@ void zero_reset_residents(zt_engine *e) {
 /* Sum of squares of grad_shard over [opt_lo, opt_hi) without the tensors every tensor-parallel rank
  * holds whole (their gradients are the same on every rank, and counted by tp rank 0 only): one sum per
  * run of split tensors. */
-static double split_tensors_sumsq(zt_engine *e) {
-    const zt_param_table *t = e->table;
+static double split_tensors_sumsq(zero_comm *z) {
+    const zt_param_table *t = z->f.table;
     double sum = 0.0;
-    size_t lo = e->lay.opt_lo, hi = e->lay.opt_hi, run_lo = 0, run_hi = 0;
+    size_t lo = z->f.lay.opt_lo, hi = z->f.lay.opt_hi, run_lo = 0, run_hi = 0;
     for (int i = 0; i <= t->count; i++) {
         const zt_param_info *p = i < t->count ? &t->params[i] : NULL;
         if (p && p->split != ZT_TP_WHOLE) {
@@ -462,7 +567,7 @@ static double split_tensors_sumsq(zt_engine *e) {
             continue;
         }
         size_t a = run_lo > lo ? run_lo : lo, b = run_hi < hi ? run_hi : hi;
-        if (a < b) sum += e->be->sumsq(at(e, e->grad_shard, a - lo), b - a);
+        if (a < b) sum += z->f.be->sumsq(at(z, z->b.grad_shard, a - lo), b - a);
         run_lo = run_hi = 0;
     }
     return sum;
@@ -472,20 +577,20 @@ static double split_tensors_sumsq(zt_engine *e) {
  * sums the squares of its shard and the partial sums are added across ranks. Under tensor
  * parallelism the data-parallel sums are added across the tensor-parallel group as well, each whole
  * tensor counted once. A non-finite sum anywhere reaches every rank (the overflow check). */
-double zero_grad_norm(zt_engine *e) {
-    int tp = e->table->tp_size > 1;
-    double sumsq = tp && e->table->tp_rank > 0 ? split_tensors_sumsq(e)
-                                               : e->be->sumsq(e->grad_shard, e->lay.opt_hi - e->lay.opt_lo);
-    if (e->opt.stage >= 1 && e->lay.world > 1) e->comm->allreduce_host_double(e->comm, &sumsq, 1);
-    if (tp) e->opt.tp_comm->allreduce_host_double(e->opt.tp_comm, &sumsq, 1);
+double zero_grad_norm(zero_comm *z) {
+    int tp = z->f.table->tp_size > 1;
+    double sumsq = tp && z->f.table->tp_rank > 0 ? split_tensors_sumsq(z)
+                                               : z->f.be->sumsq(z->b.grad_shard, z->f.lay.opt_hi - z->f.lay.opt_lo);
+    if (z->f.opt.stage >= 1 && z->f.lay.world > 1) z->f.comm->allreduce_host_double(z->f.comm, &sumsq, 1);
+    if (tp) z->f.opt.tp_comm->allreduce_host_double(z->f.opt.tp_comm, &sumsq, 1);
     return sqrt(sumsq);
 }
 
 /* stages 1-2: everyone needs everyone's updated parameters */
-void zero_allgather_params(zt_engine *e) {
-    size_t *counts = zt_xcalloc((size_t)e->lay.world, sizeof *counts);
-    for (int r = 0; r < e->lay.world; r++) counts[r] = e->lay.shard;
-    timed_wait(e, e->comm->allgather(e->comm, at(e, e->params, e->lay.lo), e->params, counts, e->be->compute_dtype),
-               &e->timing.allgather, "all-gather params");
+void zero_allgather_params(zero_comm *z) {
+    size_t *counts = zt_xcalloc((size_t)z->f.lay.world, sizeof *counts);
+    for (int r = 0; r < z->f.lay.world; r++) counts[r] = z->f.lay.shard;
+    timed_wait(z, z->f.comm->allgather(z->f.comm, at(z, z->b.params, z->f.lay.lo), z->b.params, counts, z->f.be->compute_dtype),
+               &z->f.timing->allgather, "all-gather params");
     free(counts);
 }

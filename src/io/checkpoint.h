@@ -50,7 +50,8 @@
 #include <time.h>
 
 #include "model/gpt2.h"
-#include "engine/engine.h"
+#include "comm/comm.h"
+#include "io/state_view.h"
 #include "util/util.h"
 
 #define ZT_CKPT_FORMAT "zerotrain-checkpoint"
@@ -58,7 +59,7 @@
 #define ZT_CKPT_VERSION_TP 3 /* saved with tensor parallelism: older readers refuse it rather than misread it */
 
 /* Trainer state saved with the model states (group "state" of index.h5; every field an attribute).
- * The optimizer step count is not here: it is the engine's (zt_engine_steps(e)), saved and restored with it. */
+ * The optimizer step count is not here: it is the engine's (the state view's steps), saved and restored with it. */
 typedef struct zt_train_state {
     long step;                     /* optimizer steps completed (the step directory's number) */
     long tokens_seen;
@@ -119,7 +120,7 @@ int zt_checkpoint_set_aside(const zt_checkpoint_dir *cd, const long *steps, int 
 
 /* Collective over COMM, every rank of the job (the engine's comm is its data-parallel group; with
  * tensor parallelism, world rank w must be data-parallel rank w / tp, tensor-parallel rank w % tp).
- * Saves the engine's model states and ST as D/step_%08ld (st->step), updates D/latest,
+ * Saves the model states of SV (the engine's state view, zt_engine_state_view) and ST as D/step_%08ld (st->step), updates D/latest,
  * then removes the oldest complete step directories beyond keep_last (0 = keep all; never the new
  * one, nor d->keep_step, nor a step another run saved: see zt_checkpoint_dir). A non-finite value in
  * the state fails the save like a write error (nothing published, `latest` unmoved). Every rank
@@ -128,7 +129,7 @@ int zt_checkpoint_set_aside(const zt_checkpoint_dir *cd, const long *steps, int 
  * latest) ends with the ranks agreeing on the outcome: returns 0 on every rank, or -1 on every rank
  * with the first failing rank's message in err, `latest` left on the previous checkpoint. Starts
  * with zt_checkpoint_dir_check. */
-int zt_checkpoint_save(zt_checkpoint_dir *d, zt_engine *e, zt_comm *comm, const zt_gpt2_shape *shape,
+int zt_checkpoint_save(zt_checkpoint_dir *d, zt_state_view *sv, zt_comm *comm, const zt_gpt2_shape *shape,
                        const zt_train_state *st, const char *config_text, int keep_last, zt_err *err);
 
 /* Finds the step directory PATH names: a step directory (holds index.h5; PATH/index.h5 itself is
@@ -141,17 +142,17 @@ int zt_checkpoint_save(zt_checkpoint_dir *d, zt_engine *e, zt_comm *comm, const 
 int zt_checkpoint_resolve(const char *path, char *step_dir, size_t cap, zt_err *err);
 int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir, size_t cap, zt_err *err);
 
-/* Collective over COMM (every rank of the job). Loads STEP_DIR into the engine, whatever world size,
+/* Collective over COMM (every rank of the job). Loads STEP_DIR into SV (the engine's state view), whatever world size,
  * stage and tensor-parallel size saved it: each rank reads only the ranges it now holds (master/m/v of
  * [opt_lo, opt_hi); parameters of [0, total) at stages 0-2, of its shard at stage 3) of its local vector
  * (the engine's table: a tensor-parallel part, or the whole model), verifying the CRC32C of every chunk
  * it reads: straight from the saved tp rank's files when the tensor-parallel size is the same, else
  * from the whole rows its tensors' parts come from. SHAPE is the current model's (the saved whole
- * table must be its whole table). Sets zt_engine_steps(e), fills ST and META (either may be NULL;
+ * table must be its whole table). Sets the view's step count, fills ST and META (either may be NULL;
  * meta's config_text must be freed with zt_checkpoint_meta_free). Errors name the file: not a
  * zerotrain checkpoint, other format version, a different model (tensor names/shapes/offsets),
  * missing shard, truncated or unreadable file, checksum mismatch. Returns 0, or -1 on every rank. */
-int zt_checkpoint_load(const char *step_dir, zt_engine *e, const zt_gpt2_shape *shape, zt_comm *comm,
+int zt_checkpoint_load(const char *step_dir, zt_state_view *sv, const zt_gpt2_shape *shape, zt_comm *comm,
                        zt_train_state *st, zt_checkpoint_meta *meta, int allow_unverified, zt_err *err);
 
 /* ---- reading a checkpoint outside training (export, info): one process, bounded memory ---- */

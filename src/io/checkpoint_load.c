@@ -1,8 +1,8 @@
 /* checkpoint_load.c — loading a step directory into the engine, whatever world size and ZeRO
  * stage saved it. One path for every engine: the parameters this rank holds (the full vector at
  * stages 0-2, its shard at stage 3) go into the compute-dtype parameter buffer; master, m and v of
- * the optimizer range go where zt_engine_state_span says the engine keeps each piece (device
- * memory, or host memory with Twin-Flow offload or on the cpu backend).
+ * the optimizer range go where the state view (io/state_view.h) says the engine keeps each piece
+ * (device memory, or host memory with Twin-Flow offload or on the cpu backend).
  *
  * The ranges are of the engine's local vector: the whole model's, or a tensor-parallel rank's part.
  * A checkpoint saved at the same tensor-parallel size holds that very vector (read_mine reads it
@@ -43,17 +43,18 @@ static int sink_convert(void *ctx, size_t off, const float *host, size_t n) {
 }
 
 /* offloaded parameters (offload_param): the engine converts them on the host */
-typedef struct { zt_engine *e; } params_host_ctx;
+typedef struct { zt_state_view *sv; } params_host_ctx;
 static int sink_params_host(void *ctx, size_t off, const float *host, size_t n) {
-    zt_engine_params_write_f32(((params_host_ctx *)ctx)->e, off, host, n);
+    zt_state_view *sv = ((params_host_ctx *)ctx)->sv;
+    sv->params_write_f32(sv->owner, off, host, n);
     return 0;
 }
 
 /* optimizer state goes wherever the engine keeps it */
-typedef struct { zt_engine *e; int which; } state_ctx;
+typedef struct { zt_state_view *sv; int which; } state_ctx;
 static int sink_state(void *ctx, size_t off, const float *host, size_t n) {
     state_ctx *c = ctx;
-    zt_engine_state_write(c->e, c->which, off - zt_engine_layout_of(c->e)->opt_lo, n, host);
+    c->sv->state_write(c->sv->owner, c->which, off - c->sv->lay.opt_lo, n, host);
     return 0;
 }
 
@@ -127,9 +128,9 @@ static int read_mine(mine_ctx *c, int v, size_t a, size_t b, const ck_target *t,
     return 0;
 }
 
-static int load_local(const char *step_dir, zt_engine *e, const zt_gpt2_shape *shape, zt_train_state *st,
+static int load_local(const char *step_dir, zt_state_view *sv, const zt_gpt2_shape *shape, zt_train_state *st,
                       zt_checkpoint_meta *meta, int allow_unverified, zt_err *err) {
-    const zt_backend *be = zt_engine_backend(e);
+    const zt_backend *be = sv->be;
     int host = host_memory(be), fp32 = be->compute_dtype == ZT_F32;
     zt_checkpoint_reader *r = ck_reader_open(step_dir, host ? NULL : be, allow_unverified, err);
     if (!r) return -1;
@@ -140,14 +141,14 @@ static int load_local(const char *step_dir, zt_engine *e, const zt_gpt2_shape *s
         return -1;
     }
     rc = check_model(r, &whole, err);
-    mine_ctx mc = {r, zt_engine_table(e), &whole, NULL, NULL};
+    mine_ctx mc = {r, sv->table, &whole, NULL, NULL};
     /* parameters: the full vector at stages 0-2, the shard at stage 3 */
-    size_t pa = zt_engine_layout_of(e)->stage == 3 ? zt_engine_layout_of(e)->lo : 0, pb = zt_engine_layout_of(e)->stage == 3 ? zt_engine_layout_of(e)->hi : zt_engine_layout_of(e)->total;
-    param_ctx pc = {be, zt_engine_params(e), pa, NULL};
-    params_host_ctx phc = {e};
-    int params_host = zt_engine_params_on_host(e);
-    ck_target pt = {(host || params_host) && fp32 ? (float *)zt_engine_params(e) : NULL, fp32 ? sink_f32 : sink_convert, &pc};
-    if (params_host && (!fp32 || !zt_engine_params(e))) pt = (ck_target){NULL, sink_params_host, &phc}; /* NVMe: no buffer */
+    size_t pa = sv->lay.stage == 3 ? sv->lay.lo : 0, pb = sv->lay.stage == 3 ? sv->lay.hi : sv->lay.total;
+    param_ctx pc = {be, sv->params, pa, NULL};
+    params_host_ctx phc = {sv};
+    int params_host = sv->params_on_host;
+    ck_target pt = {(host || params_host) && fp32 ? (float *)sv->params : NULL, fp32 ? sink_f32 : sink_convert, &pc};
+    if (params_host && (!fp32 || !sv->params)) pt = (ck_target){NULL, sink_params_host, &phc}; /* NVMe: no buffer */
     if (!fp32 && !params_host) { /* staged pieces are at most the staging size (whole chunks): the scratch matches it */
         size_t cap = ck_max(CK_STAGE_ELEMS, ck_chunk_elems(r->meta.shard));
         pc.tmp = be->alloc(cap * sizeof(float));
@@ -155,15 +156,15 @@ static int load_local(const char *step_dir, zt_engine *e, const zt_gpt2_shape *s
     }
     if (!rc) rc = read_mine(&mc, ZT_CKPT_MASTER, pa, pb, &pt, err);
     /* master, m and v of the optimizer range, piece by piece where the engine keeps them: read in
-     * place into host memory, through zt_engine_state_write into device memory; a master piece that
+     * place into host memory, through the view's state_write into device memory; a master piece that
      * is the parameter buffer itself (fp32) was filled by the parameter read */
     for (int v = 0; v < 3 && !rc; v++) {
-        state_ctx c = {e, v};
-        for (size_t off = 0, k; off < zt_engine_layout_of(e)->opt_hi - zt_engine_layout_of(e)->opt_lo && !rc; off += k) {
+        state_ctx c = {sv, v};
+        for (size_t off = 0, k; off < sv->lay.opt_hi - sv->lay.opt_lo && !rc; off += k) {
             int in_host;
-            float *span = zt_engine_state_span(e, v, off, &k, &in_host);
-            size_t a = zt_engine_layout_of(e)->opt_lo + off;
-            if (v == ZT_CKPT_MASTER && fp32 && span && span == (float *)zt_engine_params(e) + (a - pa)) continue;
+            float *span = sv->state_span(sv->owner, v, off, &k, &in_host);
+            size_t a = sv->lay.opt_lo + off;
+            if (v == ZT_CKPT_MASTER && fp32 && span && span == (float *)sv->params + (a - pa)) continue;
             ck_target t = {in_host ? span : NULL, sink_state, &c};
             rc = read_mine(&mc, v, a, a + k, &t, err);
         }
@@ -171,7 +172,7 @@ static int load_local(const char *step_dir, zt_engine *e, const zt_gpt2_shape *s
     be->synchronize();
     if (pc.tmp) be->free(pc.tmp);
     if (!rc) {
-        zt_engine_set_steps(e, r->meta.adam_t);
+        sv->set_steps(sv->owner, r->meta.adam_t);
         if (st) *st = r->state;
         if (meta) {
             *meta = r->meta;
@@ -185,12 +186,12 @@ static int load_local(const char *step_dir, zt_engine *e, const zt_gpt2_shape *s
     return rc;
 }
 
-int zt_checkpoint_load(const char *step_dir, zt_engine *e, const zt_gpt2_shape *shape, zt_comm *comm,
+int zt_checkpoint_load(const char *step_dir, zt_state_view *sv, const zt_gpt2_shape *shape, zt_comm *comm,
                        zt_train_state *st, zt_checkpoint_meta *meta, int allow_unverified, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
     double t0 = zt_now();
     if (meta) memset(meta, 0, sizeof *meta);
-    int rc = load_local(step_dir, e, shape, st, meta, allow_unverified, err);
+    int rc = load_local(step_dir, sv, shape, st, meta, allow_unverified, err);
     rc = zt_agree(comm, rc, err);
     if (rc && meta) zt_checkpoint_meta_free(meta);
     if (!rc) zt_info("checkpoint: loaded %s in %.2f s", step_dir, zt_now() - t0);

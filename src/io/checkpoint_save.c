@@ -1,9 +1,9 @@
 /* checkpoint_save.c — writing a checkpoint (layout in checkpoint.h): every rank's file, rank 0's
  * index, the atomic rename into place, `latest`, pruning.
  *
- * One path for every engine: each rank reads its partition of master/m/v through
- * zt_engine_state_read (which knows whether a piece lives in device or, with Twin-Flow offload,
- * host memory) into a host staging buffer of at most CK_STAGE_ELEMS elements, checksums it and
+ * One path for every engine: each rank reads its partition of master/m/v through its state view
+ * (io/state_view.h: the engine knows whether a piece lives in device memory or, with Twin-Flow
+ * offload, in host memory or on NVMe) into a host staging buffer of at most CK_STAGE_ELEMS elements, checksums it and
  * hands it to HDF5 in large contiguous writes with no fill values and no filters.
  * Errors carry the operating system's reason where HDF5 has one ("No space left on device").
  * With tensor parallelism the index maps the whole tensors onto every tp rank's files (map_tensor),
@@ -45,8 +45,8 @@ static size_t first_nonfinite(const float *x, size_t n) {
 }
 
 /* "VECTOR of TENSOR (element I)": where flat element `flat` of a saved vector belongs */
-static void name_element(const zt_engine *e, int which, size_t flat, char *buf, size_t cap) {
-    const zt_param_table *t = zt_engine_table(e);
+static void name_element(const zt_state_view *sv, int which, size_t flat, char *buf, size_t cap) {
+    const zt_param_table *t = sv->table;
     for (int i = 0; i < t->count; i++) {
         const zt_param_info *p = &t->params[i];
         if (flat >= p->offset && flat < p->offset + p->numel) {
@@ -95,10 +95,10 @@ static void inject_divergence(const zt_param_table *t, size_t flat, float *x, si
 /* Writes dataset NAME: this rank's partition of optimizer vector `which` with its per-chunk CRC32C
  * attributes. Fills crc (ck_max(nch, 1) values) and *chunk; adds to sums (NULL: none) the hashes of
  * hash_whole. */
-static int write_vector(hid_t f, const char *path, int which, zt_engine *e, float *stage, uint32_t *crc, size_t *chunk,
+static int write_vector(hid_t f, const char *path, int which, zt_state_view *sv, float *stage, uint32_t *crc, size_t *chunk,
                         uint32_t *sums, zt_err *err) {
     const char *name = ck_vec_names[which];
-    size_t n = zt_engine_layout_of(e)->hi - zt_engine_layout_of(e)->lo, C = ck_chunk_elems(n), nch = (n + C - 1) / C;
+    size_t n = sv->lay.hi - sv->lay.lo, C = ck_chunk_elems(n), nch = (n + C - 1) / C;
     *chunk = C;
     hsize_t dim = n;
     hid_t sp = H5Screate_simple(1, &dim, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -110,18 +110,18 @@ static int write_vector(hid_t f, const char *path, int which, zt_engine *e, floa
     int nonfinite = 0;
     for (size_t x = 0; !rc && x < n; x += group) {
         size_t k = ck_min(group, n - x);
-        zt_engine_state_read(e, which, zt_engine_layout_of(e)->lo - zt_engine_layout_of(e)->opt_lo + x, k, stage);
+        sv->state_read(sv->owner, which, sv->lay.lo - sv->lay.opt_lo + x, k, stage);
         size_t bad = first_nonfinite(stage, k);
         if (bad < k) {
             char where[160];
-            name_element(e, which, zt_engine_layout_of(e)->lo + x + bad, where, sizeof where);
+            name_element(sv, which, sv->lay.lo + x + bad, where, sizeof where);
             rc = nonfinite = zt_fail(err, "%s: not saved: %s is %g, and a checkpoint holds finite state only "
                                           "(latest stays on the last good checkpoint)", path, where, stage[bad]);
             break;
         }
-        if (sums && which == ZT_CKPT_MASTER) inject_divergence(zt_engine_table(e), zt_engine_layout_of(e)->lo + x, stage, k);
+        if (sums && which == ZT_CKPT_MASTER) inject_divergence(sv->table, sv->lay.lo + x, stage, k);
         ck_crc_chunks(stage, k, C, crc + x / C);
-        if (sums) hash_whole(zt_engine_table(e), zt_engine_layout_of(e)->lo + x, stage, k, sums);
+        if (sums) hash_whole(sv->table, sv->lay.lo + x, stage, k, sums);
         rc = write_slab(d, x, k, stage);
     }
     if (!rc && ck_put_u32s(d, "crc32c", crc, nch)) rc = -1;
@@ -137,21 +137,21 @@ static int write_vector(hid_t f, const char *path, int which, zt_engine *e, floa
 
 /* Writes TMPDIR/rank_NNNNN.h5 (world rank comm->rank) and fsyncs it; *digest gets its shard digest.
  * With tensor parallelism, sums [3][count] gets the hashes of hash_whole. */
-static int write_rank_file(const char *tmpdir, zt_engine *e, zt_comm *comm, long step, const char *run_id,
+static int write_rank_file(const char *tmpdir, zt_state_view *sv, zt_comm *comm, long step, const char *run_id,
                            uint32_t *digest, uint32_t *sums, zt_err *err) {
     char name[32], path[CK_PATHCAP], why[CK_WHYCAP];
-    const zt_param_table *table = zt_engine_table(e);
+    const zt_param_table *table = sv->table;
     ck_rank_file_name(name, sizeof name, comm->rank);
     if (ck_path_join(path, sizeof path, tmpdir, name, err)) return -1;
-    size_t n = zt_engine_layout_of(e)->hi - zt_engine_layout_of(e)->lo, C = ck_chunk_elems(n), nch = ck_max((n + C - 1) / C, 1);
-    float *stage = zt_engine_backend(e)->host_alloc(ck_max(ck_min(n, ck_max(CK_STAGE_ELEMS / C, 1) * C), 1) * sizeof(float));
+    size_t n = sv->lay.hi - sv->lay.lo, C = ck_chunk_elems(n), nch = ck_max((n + C - 1) / C, 1);
+    float *stage = sv->be->host_alloc(ck_max(ck_min(n, ck_max(CK_STAGE_ELEMS / C, 1) * C), 1) * sizeof(float));
     if (!stage) return zt_fail(err, "%s: out of host memory for the staging buffer", path);
     hid_t fapl = ck_file_access();
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
     int rc = 0;
     if (f < 0) rc = zt_fail(err, "%s: cannot create: %s", path, ck_h5_why(why));
-    if (!rc && (ck_put_u64(f, "lo", zt_engine_layout_of(e)->lo) || ck_put_u64(f, "hi", zt_engine_layout_of(e)->hi) ||
+    if (!rc && (ck_put_u64(f, "lo", sv->lay.lo) || ck_put_u64(f, "hi", sv->lay.hi) ||
                 ck_put_i64(f, "rank", comm->rank) || ck_put_i64(f, "world_size", comm->world) ||
                 ck_put_i64(f, "step", step) || ck_put_str(f, "format", ZT_CKPT_FORMAT) || ck_put_str(f, "run_id", run_id) ||
                 (table->tp_size > 1 && (ck_put_i64(f, "tp_rank", table->tp_rank) || ck_put_i64(f, "tp_size", table->tp_size)))))
@@ -163,11 +163,11 @@ static int write_rank_file(const char *tmpdir, zt_engine *e, zt_comm *comm, long
         nchs[v] = n ? (n + C - 1) / C : 0;
     }
     for (int v = 0; v < 3 && !rc; v++)
-        rc = write_vector(f, path, v, e, stage, crc[v], &chunk[v], sums ? sums + (size_t)v * table->count : NULL, err);
-    if (!rc) *digest = ck_shard_digest(zt_engine_layout_of(e)->lo, zt_engine_layout_of(e)->hi, step, run_id, chunk, crc, nchs);
+        rc = write_vector(f, path, v, sv, stage, crc[v], &chunk[v], sums ? sums + (size_t)v * table->count : NULL, err);
+    if (!rc) *digest = ck_shard_digest(sv->lay.lo, sv->lay.hi, step, run_id, chunk, crc, nchs);
     for (int v = 0; v < 3; v++) free(crc[v]);
     if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = zt_fail(err, "%s: cannot close: %s", path, ck_h5_why(why));
-    zt_engine_backend(e)->host_free(stage);
+    sv->be->host_free(stage);
     if (!rc) rc = ck_fsync_path(path, err);
     return rc;
 }
@@ -528,12 +528,12 @@ static int check_whole_tensors(const zt_param_table *t, const double *sums, int 
     return 0;
 }
 
-int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_engine *e, zt_comm *c, const zt_gpt2_shape *shape,
+int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, const zt_gpt2_shape *shape,
                        const zt_train_state *st, const char *config_text, int keep_last, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
     double t0 = zt_now();
-    const zt_engine_layout *lay = zt_engine_layout_of(e);
-    const zt_param_table *table = zt_engine_table(e);
+    const zt_engine_layout *lay = &sv->lay;
+    const zt_param_table *table = sv->table;
     int tp = table->tp_size, count = table->count;
     const char *dir = cd->path;
     char name[64], tmp[CK_PATHCAP], final[CK_PATHCAP], idx[CK_PATHCAP];
@@ -557,9 +557,9 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_engine *e, zt_comm *c, const zt
     }
     if (zt_agree(c, rc, err)) goto fail;
     /* phase 2: every rank writes and syncs its file */
-    zt_engine_backend(e)->synchronize();
+    sv->be->synchronize();
     uint32_t digest = 0, *sums = tp > 1 ? zt_xcalloc((size_t)3 * count, sizeof *sums) : NULL;
-    rc = write_rank_file(tmp, e, c, st->step, cd->run_id, &digest, sums, err);
+    rc = write_rank_file(tmp, sv, c, st->step, cd->run_id, &digest, sums, err);
     if (zt_agree(c, rc, err)) { free(sums); goto fail; }
     /* every rank learns every shard's digest, each tp rank's shard and the tp ranks' hashes of their
      * whole tensors (exact in doubles: 32-bit values, and sums of fewer than 2^21 of them) */
@@ -589,7 +589,7 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_engine *e, zt_comm *c, const zt
         const zt_param_table *whole = tp == 1 ? table : &whole_built;
         whole_total = whole->total;
         zt_checkpoint_meta m = {tp > 1 ? ZT_CKPT_VERSION_TP : ZT_CKPT_VERSION, st->step, st->tokens_seen,
-                                zt_engine_steps(e), c->world, lay->stage, whole->total, tp_shard[0], *shape,
+                                sv->steps, c->world, lay->stage, whole->total, tp_shard[0], *shape,
                                 (char *)(config_text ? config_text : ""), "", tp, {0}};
         memcpy(m.tp_shard, tp_shard, sizeof tp_shard);
         snprintf(m.run_id, sizeof m.run_id, "%s", cd->run_id);

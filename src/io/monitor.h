@@ -9,7 +9,7 @@
 #define ZT_MONITOR_H
 
 #include "config/config.h"
-#include "engine/engine.h"
+#include "io/state_view.h" /* zt_mem_account */
 #include "util/util.h"
 
 /* What train.c measured in one optimizer step. NAN = not measured this step (val_loss off eval

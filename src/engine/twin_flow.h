@@ -1,0 +1,74 @@
+/* twin_flow.h — private to src/engine/: Twin-Flow's host part (twin_flow.c; ratio auto in
+ * twin_ratio.c), opaque. It owns the split of the optimizer range, the host part's master, m and v
+ * (host memory, or on NVMe through engine_infinity.c), its transfer buffers, and the host lanes of an
+ * update that may still be running (overlap_step). The engine hands it the shared facts, and, once
+ * the device part exists, the device part's buffers and how to store offloaded parameters. */
+#ifndef ZT_TWIN_FLOW_H
+#define ZT_TWIN_FLOW_H
+
+#include "backend/cpu_adam.h"
+#include "engine/engine_facts.h"
+
+typedef struct twin_host twin_host;
+typedef struct twin_flow twin_flow; /* one update's host lanes */
+
+/* Decides the split: the ratio in effect (auto: calibrated, collective) and the host part's size.
+ * NULL with err set when no ratio fits. Without offload the host part is empty. */
+twin_host *twin_open(const engine_facts *f, zt_err *err);
+void twin_close(twin_host *t); /* after twin_settle; NULL does nothing */
+size_t twin_split(const twin_host *t);      /* host_lo: [0, split) of the optimizer range is the device part */
+size_t twin_host_elems(const twin_host *t); /* host_n: [split, split + host_n) is the host part */
+double twin_ratio_in_effect(const twin_host *t);
+int twin_pinned(const twin_host *t);        /* transfer buffers are page-locked */
+
+/* What the engine hands the host part: the device part's buffers, and how offloaded parameters
+ * (offload_param) are stored from host or device memory. */
+typedef struct twin_buffers {
+    void *params;        /* as zero_buffers.params */
+    int params_on_host, params_on_nvme;
+    void *grad_shard;
+    float *master, *adam_m, *adam_v; /* the device part's states */
+    void *dev_params_out; /* offload_param, 16-bit: the device Adam's updated params before they go down */
+    void *owner;
+    void (*params_store)(void *owner, size_t off, const void *src, size_t n);
+    void (*params_store_from_device)(void *owner, size_t off, const void *dev_src, size_t n);
+} twin_buffers;
+/* takes the engine's buffers, and allocates the host part's (if any); -1 when out of host memory
+ * (twin_states_missing: the states themselves) */
+int twin_alloc(twin_host *t, const twin_buffers *b);
+int twin_states_missing(const twin_host *t);
+/* offload_optimizer nvme: the host part's swap file; -1 with err set */
+int twin_open_nvme(twin_host *t, zt_err *err);
+/* the host part's master from fp32 init values (host memory or NVMe) */
+int twin_init_master(twin_host *t, const float *init, zt_err *err);
+/* whether the host part has a buffer for its updated compute-dtype parameters (twin_alloc) */
+int twin_has_out_buffer(const engine_facts *f);
+
+/* The host part's state of `which`, elements [off, off + n) from the split, through an fp32 host
+ * buffer (from host memory or NVMe, as of step `step`); the span in host memory that holds element
+ * off and the rest of the host part, or NULL on NVMe. */
+void twin_state_rw(twin_host *t, long step, zt_opt_state which, size_t off, size_t n, float *buf, int write);
+float *twin_state_span(twin_host *t, zt_opt_state which, size_t off);
+void twin_nvme_stats(const twin_host *t, zt_engine_nvme *out);
+
+/* Starts the D2H lane (and the others, which wait) as soon as the gradients are final. */
+twin_flow *twin_start(twin_host *t);
+/* The update of step `step`: CPU Adam on the host part and device Adam on the rest at once; fills
+ * the step's timing. With offload_optimizer.overlap_step the host lanes may still be running when it
+ * returns: the next step's uses of the host part's parameters wait for exactly what they need. */
+void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st, long step);
+/* Waits until the host lanes of the last update are done (nothing pending after it). Everything
+ * that reads or writes optimizer state or the host part's buffers calls it first. NULL does nothing. */
+void twin_settle(twin_host *t);
+/* Waits until the updated parameters of optimizer offsets [a, b) are in place (at once when
+ * nothing is pending). */
+void twin_wait_params(twin_host *t, size_t a, size_t b);
+/* Waits until the D2H lane has read all gradients (before the next step overwrites them). */
+void twin_wait_grads_read(twin_host *t);
+
+/* twin_ratio.c: ratio auto (collective): *ratio in [0, 1] and which bound decided it; -1 with err set,
+ * on every rank, when no ratio fits both the device and the host memory */
+enum { TWIN_BOUND_SPEED, TWIN_BOUND_DEVICE, TWIN_BOUND_HOST };
+int twin_choose_ratio(const engine_facts *e, double *ratio, int *bound, zt_err *err);
+
+#endif
