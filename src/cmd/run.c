@@ -359,6 +359,19 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
                             "stopped the launch\n", startup_s);
             return 1;
         }
+        if (signals_seen == 1 && !forwarded && seen && !seen->started) {
+            /* before the banner no rank has trained, and some may not run yet (the launcher passes a
+             * signal only to the ranks it has started; found by scripts/soak, a rank in start-up
+             * ended on it, status 138): nothing to save, so the launch is stopped at once */
+            zt_kill_tree(child);
+            waitpid(child, &status, 0);
+            relay_close(&r);
+            reap_strays();
+            fprintf(stderr, "zerotrain run: %s before the ranks started: stopped the launch, nothing to save; "
+                            "`latest` names the last complete checkpoint\n",
+                    last_signal == SIGINT ? "interrupted" : "terminated");
+            return ZT_EXIT_PREEMPTED;
+        }
         if (signals_seen == 1 && !forwarded) {
             forwarded = 1;
             stop_at = zt_now() + grace;
