@@ -19,7 +19,9 @@
  * The launcher's output then passes through this process, which reads what happened from it;
  * run_restart.c decides whether a restart can cure it and on which hosts. A launch that shows no
  * banner within ZEROTRAIN_STARTUP_TIMEOUT seconds (a host that never starts its part) is stopped
- * and counts as a failure. A signal to this process still stops the job without a restart. */
+ * and counts as a failure; so does a launcher that has not exited ZEROTRAIN_LAUNCHER_GRACE seconds
+ * after it said the job failed, or after every rank on this node ended. A signal to this process
+ * still stops the job without a restart; before the banner it stops the launch at once (exit 99). */
 #define _GNU_SOURCE /* pipe2 */
 #include <dirent.h>
 #include <errno.h>
@@ -43,6 +45,7 @@
 #define ZT_STOP_GRACE_DEFAULT 120 /* seconds the ranks get to save after the first signal */
 #define ZT_SSH_CONNECT_TIMEOUT 30 /* seconds for ssh to reach a hostfile host (ZEROTRAIN_SSH_TIMEOUT) */
 #define ZT_STARTUP_TIMEOUT 600    /* seconds for the ranks to start, with --restarts (ZEROTRAIN_STARTUP_TIMEOUT) */
+#define ZT_LAUNCHER_GRACE 15      /* seconds for the launcher to exit once the job failed (ZEROTRAIN_LAUNCHER_GRACE) */
 
 static int on_path(const char *prog) {
     const char *path = getenv("PATH");
@@ -198,22 +201,13 @@ static void on_signal(int sig) {
     last_signal = sig;
 }
 
-static double startup_seconds(void) {
-    const char *g = getenv("ZEROTRAIN_STARTUP_TIMEOUT");
+/* seconds from the environment variable `name` (a whole number in [lo, 86400]), or fallback */
+static double env_seconds(const char *name, long lo, long fallback) {
+    const char *g = getenv(name);
     long v;
-    if (g && parse_whole(g, 1, 86400, &v) == 0) return (double)v;
-    if (g) zt_warn("zerotrain run: ZEROTRAIN_STARTUP_TIMEOUT '%.40s' is not a number of seconds in [1, 86400]; using %d",
-                   g, ZT_STARTUP_TIMEOUT);
-    return ZT_STARTUP_TIMEOUT;
-}
-
-static double grace_seconds(void) {
-    const char *g = getenv("ZEROTRAIN_STOP_GRACE");
-    long v;
-    if (g && parse_whole(g, 0, 86400, &v) == 0) return (double)v;
-    if (g) zt_warn("zerotrain run: ZEROTRAIN_STOP_GRACE '%.40s' is not a number of seconds in [0, 86400]; using %d",
-                   g, ZT_STOP_GRACE_DEFAULT);
-    return ZT_STOP_GRACE_DEFAULT;
+    if (g && parse_whole(g, lo, 86400, &v) == 0) return (double)v;
+    if (g) zt_warn("zerotrain run: %s '%.40s' is not a number of seconds in [%ld, 86400]; using %ld", name, g, lo, fallback);
+    return (double)fallback;
 }
 
 /* Output of the launcher passed on to this process's stdout and stderr, each line also read by the
@@ -323,8 +317,11 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     sigaction(SIGTERM, &sa, NULL);
     sigprocmask(SIG_SETMASK, &old, NULL);
 
-    double grace = grace_seconds(), stop_at = 0, started_at = zt_now(), startup_s = seen ? startup_seconds() : 0;
-    int forwarded = 0, status = 0;
+    double grace = env_seconds("ZEROTRAIN_STOP_GRACE", 0, ZT_STOP_GRACE_DEFAULT), stop_at = 0, started_at = zt_now();
+    double startup_s = seen ? env_seconds("ZEROTRAIN_STARTUP_TIMEOUT", 1, ZT_STARTUP_TIMEOUT) : 0;
+    double end_grace = seen ? env_seconds("ZEROTRAIN_LAUNCHER_GRACE", 1, ZT_LAUNCHER_GRACE) : 0;
+    double ending_since = 0, next_look = 0; /* when the job was seen failing; the next look at the ranks */
+    int forwarded = 0, status = 0, ranks_here_max = 0;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
         if (w == child) break;
@@ -346,6 +343,26 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
                                 "(ZEROTRAIN_STOP_GRACE); stopped them, `latest` names the previous checkpoint\n",
                         grace);
             return 1;
+        }
+        if (seen && seen->started && zt_now() >= next_look) { /* this node's ranks, once a second */
+            next_look = zt_now() + 1;
+            int ranks_here = zt_tree_count(child, "zerotrain");
+            if (ranks_here > ranks_here_max) ranks_here_max = ranks_here;
+            if (ranks_here_max && !ranks_here && !ending_since) ending_since = zt_now();
+        }
+        if (seen && seen->launcher_ending && !ending_since) ending_since = zt_now();
+        if (ending_since && !forwarded && zt_now() > ending_since + end_grace) {
+            /* the launcher said the job failed, or every rank of this node has ended, and still it
+             * does not exit (found by scripts/soak: mpirun hung when both ranks were SIGKILLed at
+             * once): it is stopped, and the attempt ends as a failure a restart can cure */
+            zt_kill_tree(child);
+            waitpid(child, &status, 0);
+            relay_close(&r);
+            reap_strays();
+            fprintf(stderr, "zerotrain: error: run: %s %s did not exit within %.0f s (ZEROTRAIN_LAUNCHER_GRACE); "
+                            "stopped it\n", seen->launcher_ending ? "the job failed, but" : "the ranks here ended, but",
+                    cmd[0], end_grace);
+            return seen->rank_signal ? 128 + seen->rank_signal : 1;
         }
         if (seen && !seen->started && startup_s > 0 && zt_now() > started_at + startup_s) {
             /* a host that never starts its part (its launch hangs, its daemon cannot call back):

@@ -43,6 +43,10 @@ static void scan_line(zt_attempt *a, const char *line) {
     /* Open MPI: "mpirun noticed that process rank 1 with PID 123 on node x exited on signal 9 (Killed)." */
     const char *sig = strstr(line, "exited on signal ");
     if (sig && !a->rank_signal) a->rank_signal = atoi(sig + 17);
+    /* Open MPI's words once it has decided that the job failed and is ending it */
+    if (contains(line, "mpirun noticed that process") || contains(line, "mpirun has exited due to process") ||
+        contains(line, "the job has been aborted"))
+        a->launcher_ending = 1;
     if (contains(line, "ORTE has lost communication") || contains(line, "ORTE does not know how to route") ||
         contains(line, "daemon did not report back") || contains(line, "lost connection"))
         a->lost_contact = 1;
@@ -83,44 +87,70 @@ pid_t zt_proc_parent(const char *pid_name) {
     return close_paren && sscanf(close_paren + 1, " %*c %d", &parent) == 1 ? (pid_t)parent : -1;
 }
 
+/* The pids of root and every process below it on this node, into *out (malloc'ed); how many. The
+ * whole table is listed first (from /proc) because a killed parent's children move to init. */
+static int list_tree(pid_t root, pid_t **out) {
+    int cap = 64, n = 0;
+    pid_t *pid = zt_xmalloc((size_t)cap * sizeof *pid), *ppid = zt_xmalloc((size_t)cap * sizeof *ppid);
+    DIR *proc = opendir("/proc");
+    for (struct dirent *d; proc && (d = readdir(proc));) {
+        pid_t parent = zt_proc_parent(d->d_name);
+        if (parent < 0) continue;
+        if (n == cap) {
+            cap *= 2;
+            pid = zt_xrealloc(pid, (size_t)cap * sizeof *pid);
+            ppid = zt_xrealloc(ppid, (size_t)cap * sizeof *ppid);
+        }
+        pid[n] = (pid_t)atol(d->d_name);
+        ppid[n++] = parent;
+    }
+    if (proc) closedir(proc);
+    /* mark the tree: root, then anything whose parent is marked, until nothing changes */
+    char *in = zt_xcalloc((size_t)n + 1, 1);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < n; i++) {
+            if (in[i]) continue;
+            int below = pid[i] == root;
+            for (int j = 0; j < n && !below; j++) below = in[j] && pid[j] == ppid[i];
+            if (below) in[i] = changed = 1;
+        }
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (in[i]) pid[k++] = pid[i];
+    free(in);
+    free(ppid);
+    *out = pid;
+    return k;
+}
+
 /* SIGKILL to pid and every process below it on this node. mpirun puts the ranks it starts in
- * process groups of their own, so a signal to its group would orphan them; the whole tree is
- * listed first (from /proc) because a killed parent's children move to init. Ranks on other nodes
+ * process groups of their own, so a signal to its group would orphan them. Ranks on other nodes
  * end with their node's daemon, which loses mpirun. */
 void zt_kill_tree(pid_t root) {
     for (int pass = 0; pass < 2; pass++) { /* again, for a process started while the first pass ran */
-        int cap = 64, n = 0;
-        pid_t *pid = zt_xmalloc((size_t)cap * sizeof *pid), *ppid = zt_xmalloc((size_t)cap * sizeof *ppid);
-        DIR *proc = opendir("/proc");
-        for (struct dirent *d; proc && (d = readdir(proc));) {
-            pid_t parent = zt_proc_parent(d->d_name);
-            if (parent < 0) continue;
-            if (n == cap) {
-                cap *= 2;
-                pid = zt_xrealloc(pid, (size_t)cap * sizeof *pid);
-                ppid = zt_xrealloc(ppid, (size_t)cap * sizeof *ppid);
-            }
-            pid[n] = (pid_t)atol(d->d_name);
-            ppid[n++] = parent;
-        }
-        if (proc) closedir(proc);
-        /* mark the tree: root, then anything whose parent is marked, until nothing changes */
-        char *in = zt_xcalloc((size_t)n + 1, 1);
-        for (int changed = 1; changed;) {
-            changed = 0;
-            for (int i = 0; i < n; i++) {
-                if (in[i]) continue;
-                int below = pid[i] == root;
-                for (int j = 0; j < n && !below; j++) below = in[j] && pid[j] == ppid[i];
-                if (below) in[i] = changed = 1;
-            }
-        }
-        for (int i = 0; i < n; i++)
-            if (in[i]) kill(pid[i], SIGKILL);
-        free(in);
+        pid_t *pid;
+        int n = list_tree(root, &pid);
+        for (int i = 0; i < n; i++) kill(pid[i], SIGKILL);
         free(pid);
-        free(ppid);
     }
+}
+
+int zt_tree_count(pid_t root, const char *name) {
+    pid_t *pid;
+    int n = list_tree(root, &pid), found = 0;
+    for (int i = 0; i < n; i++) {
+        char path[64], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid[i]);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+        fclose(f);
+        found += !strcmp(comm, name);
+    }
+    free(pid);
+    return found;
 }
 
 int zt_capture(const char *const *argv, double timeout_s, char *out, size_t cap) {

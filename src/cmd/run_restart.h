@@ -17,6 +17,7 @@ typedef struct zt_attempt {
     int hang;             /* the watchdog found an operation that did not finish and aborted */
     int disk_full;        /* an error line named a full file system or quota */
     int lost_contact;     /* the launcher lost a host's daemon */
+    int launcher_ending;  /* the launcher said it is ending the failed job (it should exit soon) */
     char first_error[400]; /* the first "zerotrain: error:" line, without the prefix */
     char partial[2][1024]; /* the unfinished line of stdout [0] and stderr [1] */
     size_t partial_len[2];
@@ -68,6 +69,8 @@ void zt_restart_sweep_swaps(const char *dir, double since);
 pid_t zt_proc_parent(const char *pid_name);
 /* SIGKILL to pid and every process below it on this node (listed from /proc first). */
 void zt_kill_tree(pid_t root);
+/* How many processes of root's tree on this node have the command name `name` (/proc/PID/comm). */
+int zt_tree_count(pid_t root, const char *name);
 
 /* Runs argv with stdout and stderr captured into out (NUL-terminated, cut at cap); SIGKILL to the
  * whole tree after timeout_s. Returns the exit status, 128+signal, or -1 when it could not start

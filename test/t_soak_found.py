@@ -1,5 +1,6 @@
-"""t_stop_startup.py — a stop signal that comes while the job is still starting (both found by
-scripts/soak, which aims its SIGTERM and Ctrl-C faults at restarts):
+"""t_soak_found.py — what scripts/soak found, each its own case.
+A stop signal that comes while the job is still starting (the soak aims its SIGTERM and Ctrl-C
+faults at restarts):
   - a rank inside MPI_Init (an Open MPI component loaded, train's handler not yet in place) that gets
     SIGTERM: it used to end on the signal (status 143; 138 for the SIGUSR1 that mpirun passes on from
     run's Ctrl-C); now the signal is held from main's first line and acted on once the handler is in
@@ -9,6 +10,10 @@ scripts/soak, which aims its SIGTERM and Ctrl-C faults at restarts):
     SIGUSR1 into the launch, which ended on it (status 138, an error line); now, before the banner,
     nothing is trained and nothing needs saving, so run stops the launch at once and exits 99 with
     one line, leaving no process behind, and `latest` as it was.
+A launcher that does not end after the job failed (mpirun hung once both ranks were SIGKILLed at
+once; here a launcher that stays after its mpirun ended, held as a hung one would be):
+  - run used to wait for it forever; now, once the launcher said the job failed or every rank on
+    run's node has ended, it gets ZEROTRAIN_LAUNCHER_GRACE seconds, then run stops it and restarts.
 Each case waits on a state it reads from /proc or the file system, not on a clock."""
 import os
 import shutil
@@ -110,6 +115,26 @@ try:
                 and not ztlib.processes_with(ck), "ctrl_c_to_run_before_the_ranks_start_exits_99",
                 f"rc {proc.returncode} (138: the launch died of the forwarded SIGUSR1), latest {before} -> "
                 f"{latest_of(ck)}, lines {lines}; {err[-600:]}")
+
+    # ---- both ranks SIGKILLed at once, and the launcher does not end (the first time)
+    with open(os.path.join(bindir, "mpirun"), "w") as f:
+        f.write(f"#!/bin/sh\nif [ ! -e {tmp}/hung_once ]; then touch {tmp}/hung_once; {shutil.which('mpirun')} \"$@\"; "
+                f"exec sleep 613.5; fi\nexec {shutil.which('mpirun')} \"$@\"\n")
+    ck, s = sets("launcher_hangs")
+    env = dict(env, ZEROTRAIN_LAUNCHER_GRACE="3")
+    proc = subprocess.Popen([ztlib.BIN, "run", "-n", "2", "--restarts", "3", tiny] + s, cwd=ztlib.ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ztlib.started.append(proc)
+    while proc.poll() is None and not (latest_of(ck) and len(ztlib.rank_pids(ck)) == 2):
+        time.sleep(0.02)
+    for pid in ztlib.rank_pids(ck):
+        os.kill(pid, signal.SIGKILL)
+    out, err = finish(proc, timeout=240)
+    restarts = [l for l in err.splitlines() if l.startswith("zerotrain run: restart ")]
+    ztlib.check(proc.returncode == 0 and len(restarts) == 1 and "[killed]" in restarts[0] and "LAUNCHER_GRACE" in err
+                and latest_of(ck) == "step_00000020" and not ztlib.processes_with("613.5"),
+                "launcher_that_does_not_end_after_both_ranks_killed_is_stopped_and_restarted",
+                f"rc {proc.returncode} (None/-9: run waited on the launcher), restarts {restarts}; {err[-600:]}")
 finally:
     ztlib.kill_started()
     shutil.rmtree(tmp, ignore_errors=True)
