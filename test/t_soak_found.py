@@ -116,9 +116,11 @@ try:
                 f"rc {proc.returncode} (138: the launch died of the forwarded SIGUSR1), latest {before} -> "
                 f"{latest_of(ck)}, lines {lines}; {err[-600:]}")
 
-    # ---- both ranks SIGKILLed at once, and the launcher does not end (the first time)
+    # ---- both ranks SIGKILLed at once, and the launcher does not end (the first time), silent as a
+    # hung one is (its stderr, where Open MPI reports a killed rank, goes nowhere): run learns it from
+    # the ranks of its node, all gone
     with open(os.path.join(bindir, "mpirun"), "w") as f:
-        f.write(f"#!/bin/sh\nif [ ! -e {tmp}/hung_once ]; then touch {tmp}/hung_once; {shutil.which('mpirun')} \"$@\"; "
+        f.write(f"#!/bin/sh\nif [ ! -e {tmp}/hung_once ]; then touch {tmp}/hung_once; {shutil.which('mpirun')} \"$@\" 2>/dev/null; "
                 f"exec sleep 613.5; fi\nexec {shutil.which('mpirun')} \"$@\"\n")
     ck, s = sets("launcher_hangs")
     env = dict(env, ZEROTRAIN_LAUNCHER_GRACE="3")
@@ -131,7 +133,7 @@ try:
         os.kill(pid, signal.SIGKILL)
     out, err = finish(proc, timeout=240)
     restarts = [l for l in err.splitlines() if l.startswith("zerotrain run: restart ")]
-    ztlib.check(proc.returncode == 0 and len(restarts) == 1 and "[killed]" in restarts[0] and "LAUNCHER_GRACE" in err
+    ztlib.check(proc.returncode == 0 and len(restarts) == 1 and "LAUNCHER_GRACE" in err
                 and latest_of(ck) == "step_00000020" and not ztlib.processes_with("613.5"),
                 "launcher_that_does_not_end_after_both_ranks_killed_is_stopped_and_restarted",
                 f"rc {proc.returncode} (None/-9: run waited on the launcher), restarts {restarts}; {err[-600:]}")

@@ -351,6 +351,11 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             if (ranks_here_max && !ranks_here && !ending_since) ending_since = zt_now();
         }
         if (seen && seen->launcher_ending && !ending_since) ending_since = zt_now();
+        /* a rank died of a signal: the attempt is lost, and the launcher's own teardown (SIGTERM to
+         * every other rank, which the ranks take as a request to save, then SIGKILL seconds later)
+         * only delays the restart, so the launch is ended now (what the ranks were writing is a
+         * .tmp_step directory that never became `latest`) */
+        if (seen && seen->rank_signal && !forwarded) ending_since = zt_now() - end_grace - 1;
         if (ending_since && !forwarded && zt_now() > ending_since + end_grace) {
             /* the launcher said the job failed, or every rank of this node has ended, and still it
              * does not exit (found by scripts/soak: mpirun hung when both ranks were SIGKILLed at
@@ -359,9 +364,10 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             waitpid(child, &status, 0);
             relay_close(&r);
             reap_strays();
-            fprintf(stderr, "zerotrain: error: run: %s %s did not exit within %.0f s (ZEROTRAIN_LAUNCHER_GRACE); "
-                            "stopped it\n", seen->launcher_ending ? "the job failed, but" : "the ranks here ended, but",
-                    cmd[0], end_grace);
+            if (!seen->rank_signal)
+                fprintf(stderr, "zerotrain: error: run: %s %s did not exit within %.0f s (ZEROTRAIN_LAUNCHER_GRACE); "
+                                "stopped it\n", seen->launcher_ending ? "the job failed, but" : "the ranks here ended, but",
+                        cmd[0], end_grace);
             return seen->rank_signal ? 128 + seen->rank_signal : 1;
         }
         if (seen && !seen->started && startup_s > 0 && zt_now() > started_at + startup_s) {
@@ -418,18 +424,24 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     return code;
 }
 
-/* Back-off before restart k (1-based) when the attempts since the last save made no progress:
- * ZEROTRAIN_RESTART_BACKOFF seconds (default 1), doubled each time, at most ZT_BACKOFF_MAX; a
- * signal cuts it short. Returns 0, or -1 when a signal came. */
+/* Back-off before a restart: none after an attempt that saved a checkpoint (a fault in a job that
+ * was making progress: every second waited is lost training), else ZEROTRAIN_RESTART_BACKOFF seconds
+ * (default 1) after the first fruitless attempt, doubled for each further one, at most
+ * ZT_BACKOFF_MAX. `fruitless`: attempts in a row that saved nothing. */
 #define ZT_BACKOFF_MAX 30.0
-static int back_off(int fruitless) {
+static double backoff_seconds(int fruitless) {
+    if (fruitless < 1) return 0;
     double base = 1;
     const char *env = getenv("ZEROTRAIN_RESTART_BACKOFF");
     if (env) base = atof(env);
     double wait = base;
     for (int i = 1; i < fruitless && wait < ZT_BACKOFF_MAX; i++) wait *= 2;
-    if (wait > ZT_BACKOFF_MAX) wait = ZT_BACKOFF_MAX;
-    for (double until = zt_now() + wait; zt_now() < until;) {
+    return wait > ZT_BACKOFF_MAX ? ZT_BACKOFF_MAX : wait;
+}
+
+/* Waits `seconds`, cut short by a signal: 0, or -1 when a signal came. */
+static int wait_unless_signalled(double seconds) {
+    for (double until = zt_now() + seconds; zt_now() < until;) {
         if (signals_seen) return -1;
         struct timespec nap = {0, 20 * 1000 * 1000};
         nanosleep(&nap, NULL);
@@ -445,10 +457,15 @@ static int run_with_restarts(run_args *a, const char *self) {
     int rc = 0, fruitless = 0, disk_full_in_a_row = 0;
     double run_start = zt_unix_time(); /* compared with files' ctimes */
     char swap_dirs[2][4096];
-    zt_restart_job config_job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, ""};
+    zt_restart_job config_job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n};
     int n_swap_dirs = zt_restart_swap_dirs(&config_job, swap_dirs, 2);
+    /* Open MPI ends a failed job's other ranks with SIGTERM and, odls_base_sigkill_timeout seconds
+     * later (default 1, one rank after another), SIGKILL; the ranks take SIGTERM as a request to
+     * save, which they cannot do once a peer is gone, so the restart waited out the timeout (about
+     * 4 s on 2 x 2 ranks). Their work is lost either way: SIGKILL at once, unless the user chose. */
+    if (!getenv("OMPI_MCA_odls_base_sigkill_timeout")) setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 1);
     if (a->hostfile) { /* the first attempt too runs on the hosts that answer */
-        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, ""};
+        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n};
         zt_restart_plan plan;
         char lost[512];
         if (zt_restart_hosts(&job, &plan, lost, sizeof lost) > 0) {
@@ -479,26 +496,32 @@ static int run_with_restarts(run_args *a, const char *self) {
         for (int i = 0; i < n_swap_dirs; i++) zt_restart_sweep_swaps(swap_dirs[i], run_start); /* killed ranks' files */
         unlink(roll_path); /* the attempt is over: no rank of it reads the roll any more */
         if (rc == 0 || signals_seen) break; /* done, or stopped by the user: no restart */
-        zt_restart_job job = {self,           a->train_args, a->n_train_args,    a->n,          a->tp,
-                              a->hostfile,    rc,            disk_full_in_a_row, previous_error};
+        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, rc, disk_full_in_a_row,
+                              previous_error, now.n};
         zt_restart_plan plan;
+        double ended = zt_now();
         zt_restart_decide(&job, &seen, &plan);
         snprintf(previous_error, sizeof previous_error, "%s", seen.first_error);
         if (hostfile[0]) unlink(hostfile); /* the previous attempt's answering hosts */
         snprintf(hostfile, sizeof hostfile, "%s", plan.hostfile);
         disk_full_in_a_row = !strcmp(plan.kind, "disk-full") && !seen.saves ? disk_full_in_a_row + 1 : 0;
-        fruitless = seen.saves ? 1 : fruitless + 1;
+        fruitless = seen.saves ? 0 : fruitless + 1;
+        double wait = backoff_seconds(fruitless);
         if (plan.give_up || attempt >= a->restarts) {
             fprintf(stderr, "zerotrain: error: run: giving up after %ld restart%s: %s%s\n", attempt,
                     attempt == 1 ? "" : "s", plan.give_up ? "a restart cannot cure it: " : "no restarts left; last cause: ",
                     plan.cause);
             break;
         }
-        fprintf(stderr, "zerotrain run: restart %ld/%ld [%s] after %.1f s: %s; resuming from %s on %ld rank%s\n",
-                attempt + 1, a->restarts, plan.kind, zt_now() - started, plan.cause,
+        /* where the restart's time goes: the launcher's end after the first sign of the failure, the
+         * decision (its host probe), the back-off; the launch and the resume follow this line */
+        fprintf(stderr, "zerotrain run: restart %ld/%ld [%s] after %.1f s (launcher ended %.1f s after the failure, "
+                        "decided in %.1f s, probe %.1f s, back-off %.1f s): %s; resuming from %s on %ld rank%s\n",
+                attempt + 1, a->restarts, plan.kind, ended - started, seen.failed_at > 0 ? ended - seen.failed_at : 0.0,
+                zt_now() - ended, plan.probe_seconds, wait, plan.cause,
                 plan.resume_path[0] ? plan.resume_path : plan.latest_step >= 0 ? "latest" : "the start (no checkpoint)",
                 plan.ranks, plan.ranks == 1 ? "" : "s");
-        if (back_off(fruitless)) {
+        if (wait_unless_signalled(wait)) {
             fprintf(stderr, "zerotrain run: stopped by a signal before the restart; `latest` names the last "
                             "complete checkpoint\n");
             rc = ZT_EXIT_PREEMPTED;

@@ -7,9 +7,10 @@
  *     config no longer passes `zerotrain config` (read again, it may have been edited); `latest`
  *     fails `zerotrain info` and no older step of the directory passes it (with one that passes, the
  *     job resumes from that one); a full disk that stays full over ZT_DISK_FULL_TRIES attempts.
- * With a hostfile each host is probed with a one-process mpirun (what the job itself needs: its
- * launcher reaches the host and the host's daemon reaches back), and the next attempt runs on the
- * hosts that answered, with fewer ranks when some did not: the checkpoint is resharded on resume. */
+ * With a hostfile, when a host may be gone, each host is probed with a one-process mpirun (what the
+ * job itself needs: its launcher reaches the host and the host's daemon reaches back), all at once,
+ * and the next attempt runs on the hosts that answered, with fewer ranks when some did not: the
+ * checkpoint is resharded on resume. */
 #define _GNU_SOURCE /* pipe2 */
 #include "cmd/run_restart.h"
 
@@ -50,9 +51,12 @@ static void scan_line(zt_attempt *a, const char *line) {
     if (contains(line, "ORTE has lost communication") || contains(line, "ORTE does not know how to route") ||
         contains(line, "daemon did not report back") || contains(line, "lost connection"))
         a->lost_contact = 1;
+    if (!a->failed_at && (a->rank_signal || a->launcher_ending || a->lost_contact))
+        a->failed_at = zt_now();
     if (!strncmp(line, "zerotrain: error:", 17)) {
         if (!a->first_error[0]) snprintf(a->first_error, sizeof a->first_error, "%s", line + 18);
         if (contains(line, "; aborting the job")) a->hang = 1;
+        if (!a->failed_at) a->failed_at = zt_now();
         if (contains(line, "No space left") || contains(line, "quota") || contains(line, "disk full") ||
             contains(line, "file system is full"))
             a->disk_full = 1;
@@ -385,8 +389,20 @@ int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *los
     int fd = mkstemp(tmpl);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) return 0;
+    /* every host at once: a child each (a host that does not answer costs the timeout once, not
+     * once per host before it) */
+    pid_t *prober = zt_xcalloc((size_t)n, sizeof *prober);
+    for (int i = 0; i < n; i++)
+        if ((prober[i] = fork()) == 0) _exit(host_answers(hosts[i].name) ? 0 : 1);
     for (int i = 0; i < n; i++) {
-        if (host_answers(hosts[i].name)) {
+        int status = 0, answers;
+        if (prober[i] > 0) {
+            while (waitpid(prober[i], &status, 0) < 0 && errno == EINTR) {}
+            answers = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        } else {
+            answers = host_answers(hosts[i].name); /* no child: probed here */
+        }
+        if (answers) {
             fprintf(f, "%s slots=%ld\n", hosts[i].name, hosts[i].slots);
             slots += hosts[i].slots;
         } else {
@@ -395,6 +411,7 @@ int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *los
             n_lost++;
         }
     }
+    free(prober);
     fclose(f);
     if (!slots) {
         unlink(tmpl);
@@ -459,11 +476,20 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
                  a->lost_contact ? "the launcher lost a host" : "the job failed", job->code,
                  a->first_error[0] ? ": " : "", a->first_error);
     }
-    /* the hosts that answer */
-    if (job->hostfile) {
+    /* the hosts that answer: probed when a host may be gone (the launcher lost one, the ranks did
+     * not start, a hang, a failure no signal explains) or one lost before may be back; a rank killed
+     * or preempted, or a full disk, on every host says nothing about the hosts: the probe's seconds
+     * are saved (a host that did go stops the launch within ZEROTRAIN_STARTUP_TIMEOUT, and the
+     * restart after that probes) */
+    int hosts_in_question = a->lost_contact || a->start_timeout || a->hang || job->attempt_ranks < job->ranks ||
+                            (strcmp(plan->kind, "killed") && strcmp(plan->kind, "preempted") &&
+                             strcmp(plan->kind, "disk-full"));
+    if (job->hostfile && hosts_in_question) {
+        double probe_start = zt_now();
         char lost[512];
         zt_restart_plan hosts;
         int n_lost = zt_restart_hosts(job, &hosts, lost, sizeof lost);
+        plan->probe_seconds = zt_now() - probe_start;
         plan->ranks = hosts.ranks;
         memcpy(plan->hostfile, hosts.hostfile, sizeof plan->hostfile);
         if (n_lost < 0) {
