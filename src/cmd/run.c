@@ -210,6 +210,9 @@ static double env_seconds(const char *name, long lo, long fallback) {
     return (double)fallback;
 }
 
+/* the earlier of a planned time (0: none) and t */
+static double end_by(double planned, double t) { return planned > 0 && planned < t ? planned : t; }
+
 /* Output of the launcher passed on to this process's stdout and stderr, each line also read by the
  * attempt's scanner (--restarts only: without it the launcher writes to the terminal itself). */
 typedef struct relay {
@@ -320,7 +323,7 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     double grace = env_seconds("ZEROTRAIN_STOP_GRACE", 0, ZT_STOP_GRACE_DEFAULT), stop_at = 0, started_at = zt_now();
     double startup_s = seen ? env_seconds("ZEROTRAIN_STARTUP_TIMEOUT", 1, ZT_STARTUP_TIMEOUT) : 0;
     double end_grace = seen ? env_seconds("ZEROTRAIN_LAUNCHER_GRACE", 1, ZT_LAUNCHER_GRACE) : 0;
-    double ending_since = 0, next_look = 0; /* when the job was seen failing; the next look at the ranks */
+    double stop_launch_at = 0, next_look = 0; /* when a failed launch is ended; the next look at the ranks */
     int forwarded = 0, status = 0, ranks_here_max = 0;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
@@ -348,15 +351,17 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             next_look = zt_now() + 1;
             int ranks_here = zt_tree_count(child, "zerotrain");
             if (ranks_here > ranks_here_max) ranks_here_max = ranks_here;
-            if (ranks_here_max && !ranks_here && !ending_since) ending_since = zt_now();
+            if (ranks_here_max && !ranks_here) stop_launch_at = end_by(stop_launch_at, zt_now() + end_grace);
         }
-        if (seen && seen->launcher_ending && !ending_since) ending_since = zt_now();
-        /* a rank died of a signal: the attempt is lost, and the launcher's own teardown (SIGTERM to
-         * every other rank, which the ranks take as a request to save, then SIGKILL seconds later)
-         * only delays the restart, so the launch is ended now (what the ranks were writing is a
-         * .tmp_step directory that never became `latest`) */
-        if (seen && seen->rank_signal && !forwarded) ending_since = zt_now() - end_grace - 1;
-        if (ending_since && !forwarded && zt_now() > ending_since + end_grace) {
+        if (seen && seen->launcher_ending) stop_launch_at = end_by(stop_launch_at, zt_now() + end_grace);
+        /* a rank died of a signal, or the watchdog aborts the job: the attempt is lost, and the
+         * launcher's own teardown (SIGTERM to every other rank, which the ranks take as a request
+         * to save, then SIGKILL; waiting for a host it cannot reach) only delays the restart, so
+         * the launch is ended now (what the ranks were writing is a .tmp_step directory that never
+         * became `latest`), after a hang a second later (the other ranks' own lines) */
+        if (seen && seen->rank_signal) stop_launch_at = end_by(stop_launch_at, zt_now());
+        if (seen && seen->hang) stop_launch_at = end_by(stop_launch_at, zt_now() + 1);
+        if (stop_launch_at && !forwarded && zt_now() > stop_launch_at) {
             /* the launcher said the job failed, or every rank of this node has ended, and still it
              * does not exit (found by scripts/soak: mpirun hung when both ranks were SIGKILLed at
              * once): it is stopped, and the attempt ends as a failure a restart can cure */
@@ -364,7 +369,7 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             waitpid(child, &status, 0);
             relay_close(&r);
             reap_strays();
-            if (!seen->rank_signal)
+            if (!seen->rank_signal && !seen->hang)
                 fprintf(stderr, "zerotrain: error: run: %s %s did not exit within %.0f s (ZEROTRAIN_LAUNCHER_GRACE); "
                                 "stopped it\n", seen->launcher_ending ? "the job failed, but" : "the ranks here ended, but",
                         cmd[0], end_grace);

@@ -459,7 +459,7 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
         snprintf(plan->kind, sizeof plan->kind, "killed");
         snprintf(plan->cause, sizeof plan->cause, "a rank was killed by signal %d (%s)", a->rank_signal,
                  strsignal(a->rank_signal));
-    } else if (job->code > 128) {
+    } else if (job->code > 128 && job->code - 128 < NSIG) { /* mpirun also ends with codes above 128 of its own */
         snprintf(plan->kind, sizeof plan->kind, "killed");
         snprintf(plan->cause, sizeof plan->cause, "the launcher ended on signal %d (%s)", job->code - 128,
                  strsignal(job->code - 128));
