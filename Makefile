@@ -104,11 +104,12 @@ test: all
 bench: all
 	@test/bench.sh
 
-# the long fault soak (as root): SOAK_SECONDS of seeded faults, SOAK_SEED to replay a schedule
+# the long fault soak (as root): SOAK_SECONDS of seeded faults, SOAK_SEED to replay a schedule,
+# SOAK_ARGS=--slurm for the Slurm variant
 SOAK_SECONDS ?= 1800
 SOAK_SEED ?= 1
 soak: all
-	@scripts/soak --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED)
+	@scripts/soak --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) $(SOAK_ARGS)
 
 demo: all
 	@scripts/demo.sh

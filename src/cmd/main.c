@@ -1,8 +1,10 @@
 /* main.c — the zerotrain binary: initialises MPI (a single process works without mpirun),
  * dispatches the subcommand, and makes the exit status the job's. A command that computes first
  * gets the best OpenBLAS kernels this CPU runs (blas_core.h: that may re-execute the program, so
- * it happens before MPI_Init and before anything else). */
+ * it happens before MPI_Init and before anything else). A command that trains holds the stop
+ * signals from its first instruction until its handler is in place (hold_stop_signals). */
 #include <hdf5.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,7 +34,22 @@ static void usage(FILE *f) {
 /* computes: runs model math on the CPU (OpenBLAS), so it gets zt_blas_core_choose() */
 typedef struct { const char *name; int (*run)(int, char **); int needs_mpi, computes; } command;
 
+/* train and predict save and exit 99 on SIGUSR1, SIGTERM or SIGINT, but their handler is installed
+ * only after MPI_Init (train.c): until then such a signal (run's Ctrl-C forwarded by mpirun to ranks
+ * still starting, a batch system's SIGTERM) would kill the rank (found by scripts/soak: status 138,
+ * 143). So they are blocked here, first thing; the mask and what is pending survive the BLAS
+ * re-exec and MPI_Init, and train unblocks them once its handler is in place, which then runs. */
+static void hold_stop_signals(void) {
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGUSR1);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigprocmask(SIG_BLOCK, &stop, NULL);
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "predict"))) hold_stop_signals();
     /* `run` does not compute: the ranks it starts choose their kernels each on its own machine */
     static const command commands[] = {
         {"train", zt_cmd_train, 1, 1},     {"tokenize", zt_cmd_tokenize, 0, 0}, {"sample", zt_cmd_sample, 1, 1},

@@ -19,7 +19,9 @@
  * The launcher's output then passes through this process, which reads what happened from it;
  * run_restart.c decides whether a restart can cure it and on which hosts. A launch that shows no
  * banner within ZEROTRAIN_STARTUP_TIMEOUT seconds (a host that never starts its part) is stopped
- * and counts as a failure. A signal to this process still stops the job without a restart. */
+ * and counts as a failure; so does a launcher that has not exited ZEROTRAIN_LAUNCHER_GRACE seconds
+ * after it said the job failed, or after every rank on this node ended. A signal to this process
+ * still stops the job without a restart; before the banner it stops the launch at once (exit 99). */
 #define _GNU_SOURCE /* pipe2 */
 #include <dirent.h>
 #include <errno.h>
@@ -43,6 +45,7 @@
 #define ZT_STOP_GRACE_DEFAULT 120 /* seconds the ranks get to save after the first signal */
 #define ZT_SSH_CONNECT_TIMEOUT 30 /* seconds for ssh to reach a hostfile host (ZEROTRAIN_SSH_TIMEOUT) */
 #define ZT_STARTUP_TIMEOUT 600    /* seconds for the ranks to start, with --restarts (ZEROTRAIN_STARTUP_TIMEOUT) */
+#define ZT_LAUNCHER_GRACE 15      /* seconds for the launcher to exit once the job failed (ZEROTRAIN_LAUNCHER_GRACE) */
 
 static int on_path(const char *prog) {
     const char *path = getenv("PATH");
@@ -198,23 +201,17 @@ static void on_signal(int sig) {
     last_signal = sig;
 }
 
-static double startup_seconds(void) {
-    const char *g = getenv("ZEROTRAIN_STARTUP_TIMEOUT");
+/* seconds from the environment variable `name` (a whole number in [lo, 86400]), or fallback */
+static double env_seconds(const char *name, long lo, long fallback) {
+    const char *g = getenv(name);
     long v;
-    if (g && parse_whole(g, 1, 86400, &v) == 0) return (double)v;
-    if (g) zt_warn("zerotrain run: ZEROTRAIN_STARTUP_TIMEOUT '%.40s' is not a number of seconds in [1, 86400]; using %d",
-                   g, ZT_STARTUP_TIMEOUT);
-    return ZT_STARTUP_TIMEOUT;
+    if (g && parse_whole(g, lo, 86400, &v) == 0) return (double)v;
+    if (g) zt_warn("zerotrain run: %s '%.40s' is not a number of seconds in [%ld, 86400]; using %ld", name, g, lo, fallback);
+    return (double)fallback;
 }
 
-static double grace_seconds(void) {
-    const char *g = getenv("ZEROTRAIN_STOP_GRACE");
-    long v;
-    if (g && parse_whole(g, 0, 86400, &v) == 0) return (double)v;
-    if (g) zt_warn("zerotrain run: ZEROTRAIN_STOP_GRACE '%.40s' is not a number of seconds in [0, 86400]; using %d",
-                   g, ZT_STOP_GRACE_DEFAULT);
-    return ZT_STOP_GRACE_DEFAULT;
-}
+/* the earlier of a planned time (0: none) and t */
+static double end_by(double planned, double t) { return planned > 0 && planned < t ? planned : t; }
 
 /* Output of the launcher passed on to this process's stdout and stderr, each line also read by the
  * attempt's scanner (--restarts only: without it the launcher writes to the terminal itself). */
@@ -323,8 +320,11 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     sigaction(SIGTERM, &sa, NULL);
     sigprocmask(SIG_SETMASK, &old, NULL);
 
-    double grace = grace_seconds(), stop_at = 0, started_at = zt_now(), startup_s = seen ? startup_seconds() : 0;
-    int forwarded = 0, status = 0;
+    double grace = env_seconds("ZEROTRAIN_STOP_GRACE", 0, ZT_STOP_GRACE_DEFAULT), stop_at = 0, started_at = zt_now();
+    double startup_s = seen ? env_seconds("ZEROTRAIN_STARTUP_TIMEOUT", 1, ZT_STARTUP_TIMEOUT) : 0;
+    double end_grace = seen ? env_seconds("ZEROTRAIN_LAUNCHER_GRACE", 1, ZT_LAUNCHER_GRACE) : 0;
+    double stop_launch_at = 0, next_look = 0; /* when a failed launch is ended; the next look at the ranks */
+    int forwarded = 0, status = 0, ranks_here_max = 0;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
         if (w == child) break;
@@ -347,6 +347,34 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
                         grace);
             return 1;
         }
+        if (seen && seen->started && zt_now() >= next_look) { /* this node's ranks, once a second */
+            next_look = zt_now() + 1;
+            int ranks_here = zt_tree_count(child, "zerotrain");
+            if (ranks_here > ranks_here_max) ranks_here_max = ranks_here;
+            if (ranks_here_max && !ranks_here) stop_launch_at = end_by(stop_launch_at, zt_now() + end_grace);
+        }
+        if (seen && seen->launcher_ending) stop_launch_at = end_by(stop_launch_at, zt_now() + end_grace);
+        /* a rank died of a signal, or the watchdog aborts the job: the attempt is lost, and the
+         * launcher's own teardown (SIGTERM to every other rank, which the ranks take as a request
+         * to save, then SIGKILL; waiting for a host it cannot reach) only delays the restart, so
+         * the launch is ended now (what the ranks were writing is a .tmp_step directory that never
+         * became `latest`), after a hang a second later (the other ranks' own lines) */
+        if (seen && seen->rank_signal) stop_launch_at = end_by(stop_launch_at, zt_now());
+        if (seen && seen->hang) stop_launch_at = end_by(stop_launch_at, zt_now() + 1);
+        if (stop_launch_at && !forwarded && zt_now() > stop_launch_at) {
+            /* the launcher said the job failed, or every rank of this node has ended, and still it
+             * does not exit (found by scripts/soak: mpirun hung when both ranks were SIGKILLed at
+             * once): it is stopped, and the attempt ends as a failure a restart can cure */
+            zt_kill_tree(child);
+            waitpid(child, &status, 0);
+            relay_close(&r);
+            reap_strays();
+            if (!seen->rank_signal && !seen->hang)
+                fprintf(stderr, "zerotrain: error: run: %s %s did not exit within %.0f s (ZEROTRAIN_LAUNCHER_GRACE); "
+                                "stopped it\n", seen->launcher_ending ? "the job failed, but" : "the ranks here ended, but",
+                        cmd[0], end_grace);
+            return seen->rank_signal ? 128 + seen->rank_signal : 1;
+        }
         if (seen && !seen->started && startup_s > 0 && zt_now() > started_at + startup_s) {
             /* a host that never starts its part (its launch hangs, its daemon cannot call back):
              * the attempt fails, and a restart probes the hosts again */
@@ -358,6 +386,19 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             fprintf(stderr, "zerotrain: error: run: the ranks did not start within %.0f s (ZEROTRAIN_STARTUP_TIMEOUT); "
                             "stopped the launch\n", startup_s);
             return 1;
+        }
+        if (signals_seen == 1 && !forwarded && seen && !seen->started) {
+            /* before the banner no rank has trained, and some may not run yet (the launcher passes a
+             * signal only to the ranks it has started; found by scripts/soak, a rank in start-up
+             * ended on it, status 138): nothing to save, so the launch is stopped at once */
+            zt_kill_tree(child);
+            waitpid(child, &status, 0);
+            relay_close(&r);
+            reap_strays();
+            fprintf(stderr, "zerotrain run: %s before the ranks started: stopped the launch, nothing to save; "
+                            "`latest` names the last complete checkpoint\n",
+                    last_signal == SIGINT ? "interrupted" : "terminated");
+            return ZT_EXIT_PREEMPTED;
         }
         if (signals_seen == 1 && !forwarded) {
             forwarded = 1;
@@ -388,18 +429,24 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     return code;
 }
 
-/* Back-off before restart k (1-based) when the attempts since the last save made no progress:
- * ZEROTRAIN_RESTART_BACKOFF seconds (default 1), doubled each time, at most ZT_BACKOFF_MAX; a
- * signal cuts it short. Returns 0, or -1 when a signal came. */
+/* Back-off before a restart: none after an attempt that saved a checkpoint (a fault in a job that
+ * was making progress: every second waited is lost training), else ZEROTRAIN_RESTART_BACKOFF seconds
+ * (default 1) after the first fruitless attempt, doubled for each further one, at most
+ * ZT_BACKOFF_MAX. `fruitless`: attempts in a row that saved nothing. */
 #define ZT_BACKOFF_MAX 30.0
-static int back_off(int fruitless) {
+static double backoff_seconds(int fruitless) {
+    if (fruitless < 1) return 0;
     double base = 1;
     const char *env = getenv("ZEROTRAIN_RESTART_BACKOFF");
     if (env) base = atof(env);
     double wait = base;
     for (int i = 1; i < fruitless && wait < ZT_BACKOFF_MAX; i++) wait *= 2;
-    if (wait > ZT_BACKOFF_MAX) wait = ZT_BACKOFF_MAX;
-    for (double until = zt_now() + wait; zt_now() < until;) {
+    return wait > ZT_BACKOFF_MAX ? ZT_BACKOFF_MAX : wait;
+}
+
+/* Waits `seconds`, cut short by a signal: 0, or -1 when a signal came. */
+static int wait_unless_signalled(double seconds) {
+    for (double until = zt_now() + seconds; zt_now() < until;) {
         if (signals_seen) return -1;
         struct timespec nap = {0, 20 * 1000 * 1000};
         nanosleep(&nap, NULL);
@@ -415,10 +462,15 @@ static int run_with_restarts(run_args *a, const char *self) {
     int rc = 0, fruitless = 0, disk_full_in_a_row = 0;
     double run_start = zt_unix_time(); /* compared with files' ctimes */
     char swap_dirs[2][4096];
-    zt_restart_job config_job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, ""};
+    zt_restart_job config_job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n};
     int n_swap_dirs = zt_restart_swap_dirs(&config_job, swap_dirs, 2);
+    /* Open MPI ends a failed job's other ranks with SIGTERM and, odls_base_sigkill_timeout seconds
+     * later (default 1, one rank after another), SIGKILL; the ranks take SIGTERM as a request to
+     * save, which they cannot do once a peer is gone, so the restart waited out the timeout (about
+     * 4 s on 2 x 2 ranks). Their work is lost either way: SIGKILL at once, unless the user chose. */
+    if (!getenv("OMPI_MCA_odls_base_sigkill_timeout")) setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 1);
     if (a->hostfile) { /* the first attempt too runs on the hosts that answer */
-        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, ""};
+        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n};
         zt_restart_plan plan;
         char lost[512];
         if (zt_restart_hosts(&job, &plan, lost, sizeof lost) > 0) {
@@ -449,26 +501,32 @@ static int run_with_restarts(run_args *a, const char *self) {
         for (int i = 0; i < n_swap_dirs; i++) zt_restart_sweep_swaps(swap_dirs[i], run_start); /* killed ranks' files */
         unlink(roll_path); /* the attempt is over: no rank of it reads the roll any more */
         if (rc == 0 || signals_seen) break; /* done, or stopped by the user: no restart */
-        zt_restart_job job = {self,           a->train_args, a->n_train_args,    a->n,          a->tp,
-                              a->hostfile,    rc,            disk_full_in_a_row, previous_error};
+        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, rc, disk_full_in_a_row,
+                              previous_error, now.n};
         zt_restart_plan plan;
+        double ended = zt_now();
         zt_restart_decide(&job, &seen, &plan);
         snprintf(previous_error, sizeof previous_error, "%s", seen.first_error);
         if (hostfile[0]) unlink(hostfile); /* the previous attempt's answering hosts */
         snprintf(hostfile, sizeof hostfile, "%s", plan.hostfile);
         disk_full_in_a_row = !strcmp(plan.kind, "disk-full") && !seen.saves ? disk_full_in_a_row + 1 : 0;
-        fruitless = seen.saves ? 1 : fruitless + 1;
+        fruitless = seen.saves ? 0 : fruitless + 1;
+        double wait = backoff_seconds(fruitless);
         if (plan.give_up || attempt >= a->restarts) {
             fprintf(stderr, "zerotrain: error: run: giving up after %ld restart%s: %s%s\n", attempt,
                     attempt == 1 ? "" : "s", plan.give_up ? "a restart cannot cure it: " : "no restarts left; last cause: ",
                     plan.cause);
             break;
         }
-        fprintf(stderr, "zerotrain run: restart %ld/%ld [%s] after %.1f s: %s; resuming from %s on %ld rank%s\n",
-                attempt + 1, a->restarts, plan.kind, zt_now() - started, plan.cause,
+        /* where the restart's time goes: the launcher's end after the first sign of the failure, the
+         * decision (its host probe), the back-off; the launch and the resume follow this line */
+        fprintf(stderr, "zerotrain run: restart %ld/%ld [%s] after %.1f s (launcher ended %.1f s after the failure, "
+                        "decided in %.1f s, probe %.1f s, back-off %.1f s): %s; resuming from %s on %ld rank%s\n",
+                attempt + 1, a->restarts, plan.kind, ended - started, seen.failed_at > 0 ? ended - seen.failed_at : 0.0,
+                zt_now() - ended, plan.probe_seconds, wait, plan.cause,
                 plan.resume_path[0] ? plan.resume_path : plan.latest_step >= 0 ? "latest" : "the start (no checkpoint)",
                 plan.ranks, plan.ranks == 1 ? "" : "s");
-        if (back_off(fruitless)) {
+        if (wait_unless_signalled(wait)) {
             fprintf(stderr, "zerotrain run: stopped by a signal before the restart; `latest` names the last "
                             "complete checkpoint\n");
             rc = ZT_EXIT_PREEMPTED;

@@ -7,9 +7,10 @@
  *     config no longer passes `zerotrain config` (read again, it may have been edited); `latest`
  *     fails `zerotrain info` and no older step of the directory passes it (with one that passes, the
  *     job resumes from that one); a full disk that stays full over ZT_DISK_FULL_TRIES attempts.
- * With a hostfile each host is probed with a one-process mpirun (what the job itself needs: its
- * launcher reaches the host and the host's daemon reaches back), and the next attempt runs on the
- * hosts that answered, with fewer ranks when some did not: the checkpoint is resharded on resume. */
+ * With a hostfile, when a host may be gone, each host is probed with a one-process mpirun (what the
+ * job itself needs: its launcher reaches the host and the host's daemon reaches back), all at once,
+ * and the next attempt runs on the hosts that answered, with fewer ranks when some did not: the
+ * checkpoint is resharded on resume. */
 #define _GNU_SOURCE /* pipe2 */
 #include "cmd/run_restart.h"
 
@@ -43,12 +44,19 @@ static void scan_line(zt_attempt *a, const char *line) {
     /* Open MPI: "mpirun noticed that process rank 1 with PID 123 on node x exited on signal 9 (Killed)." */
     const char *sig = strstr(line, "exited on signal ");
     if (sig && !a->rank_signal) a->rank_signal = atoi(sig + 17);
+    /* Open MPI's words once it has decided that the job failed and is ending it */
+    if (contains(line, "mpirun noticed that process") || contains(line, "mpirun has exited due to process") ||
+        contains(line, "the job has been aborted"))
+        a->launcher_ending = 1;
     if (contains(line, "ORTE has lost communication") || contains(line, "ORTE does not know how to route") ||
         contains(line, "daemon did not report back") || contains(line, "lost connection"))
         a->lost_contact = 1;
+    if (!a->failed_at && (a->rank_signal || a->launcher_ending || a->lost_contact))
+        a->failed_at = zt_now();
     if (!strncmp(line, "zerotrain: error:", 17)) {
         if (!a->first_error[0]) snprintf(a->first_error, sizeof a->first_error, "%s", line + 18);
         if (contains(line, "; aborting the job")) a->hang = 1;
+        if (!a->failed_at) a->failed_at = zt_now();
         if (contains(line, "No space left") || contains(line, "quota") || contains(line, "disk full") ||
             contains(line, "file system is full"))
             a->disk_full = 1;
@@ -83,44 +91,70 @@ pid_t zt_proc_parent(const char *pid_name) {
     return close_paren && sscanf(close_paren + 1, " %*c %d", &parent) == 1 ? (pid_t)parent : -1;
 }
 
+/* The pids of root and every process below it on this node, into *out (malloc'ed); how many. The
+ * whole table is listed first (from /proc) because a killed parent's children move to init. */
+static int list_tree(pid_t root, pid_t **out) {
+    int cap = 64, n = 0;
+    pid_t *pid = zt_xmalloc((size_t)cap * sizeof *pid), *ppid = zt_xmalloc((size_t)cap * sizeof *ppid);
+    DIR *proc = opendir("/proc");
+    for (struct dirent *d; proc && (d = readdir(proc));) {
+        pid_t parent = zt_proc_parent(d->d_name);
+        if (parent < 0) continue;
+        if (n == cap) {
+            cap *= 2;
+            pid = zt_xrealloc(pid, (size_t)cap * sizeof *pid);
+            ppid = zt_xrealloc(ppid, (size_t)cap * sizeof *ppid);
+        }
+        pid[n] = (pid_t)atol(d->d_name);
+        ppid[n++] = parent;
+    }
+    if (proc) closedir(proc);
+    /* mark the tree: root, then anything whose parent is marked, until nothing changes */
+    char *in = zt_xcalloc((size_t)n + 1, 1);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < n; i++) {
+            if (in[i]) continue;
+            int below = pid[i] == root;
+            for (int j = 0; j < n && !below; j++) below = in[j] && pid[j] == ppid[i];
+            if (below) in[i] = changed = 1;
+        }
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (in[i]) pid[k++] = pid[i];
+    free(in);
+    free(ppid);
+    *out = pid;
+    return k;
+}
+
 /* SIGKILL to pid and every process below it on this node. mpirun puts the ranks it starts in
- * process groups of their own, so a signal to its group would orphan them; the whole tree is
- * listed first (from /proc) because a killed parent's children move to init. Ranks on other nodes
+ * process groups of their own, so a signal to its group would orphan them. Ranks on other nodes
  * end with their node's daemon, which loses mpirun. */
 void zt_kill_tree(pid_t root) {
     for (int pass = 0; pass < 2; pass++) { /* again, for a process started while the first pass ran */
-        int cap = 64, n = 0;
-        pid_t *pid = zt_xmalloc((size_t)cap * sizeof *pid), *ppid = zt_xmalloc((size_t)cap * sizeof *ppid);
-        DIR *proc = opendir("/proc");
-        for (struct dirent *d; proc && (d = readdir(proc));) {
-            pid_t parent = zt_proc_parent(d->d_name);
-            if (parent < 0) continue;
-            if (n == cap) {
-                cap *= 2;
-                pid = zt_xrealloc(pid, (size_t)cap * sizeof *pid);
-                ppid = zt_xrealloc(ppid, (size_t)cap * sizeof *ppid);
-            }
-            pid[n] = (pid_t)atol(d->d_name);
-            ppid[n++] = parent;
-        }
-        if (proc) closedir(proc);
-        /* mark the tree: root, then anything whose parent is marked, until nothing changes */
-        char *in = zt_xcalloc((size_t)n + 1, 1);
-        for (int changed = 1; changed;) {
-            changed = 0;
-            for (int i = 0; i < n; i++) {
-                if (in[i]) continue;
-                int below = pid[i] == root;
-                for (int j = 0; j < n && !below; j++) below = in[j] && pid[j] == ppid[i];
-                if (below) in[i] = changed = 1;
-            }
-        }
-        for (int i = 0; i < n; i++)
-            if (in[i]) kill(pid[i], SIGKILL);
-        free(in);
+        pid_t *pid;
+        int n = list_tree(root, &pid);
+        for (int i = 0; i < n; i++) kill(pid[i], SIGKILL);
         free(pid);
-        free(ppid);
     }
+}
+
+int zt_tree_count(pid_t root, const char *name) {
+    pid_t *pid;
+    int n = list_tree(root, &pid), found = 0;
+    for (int i = 0; i < n; i++) {
+        char path[64], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid[i]);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+        fclose(f);
+        found += !strcmp(comm, name);
+    }
+    free(pid);
+    return found;
 }
 
 int zt_capture(const char *const *argv, double timeout_s, char *out, size_t cap) {
@@ -355,8 +389,20 @@ int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *los
     int fd = mkstemp(tmpl);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) return 0;
+    /* every host at once: a child each (a host that does not answer costs the timeout once, not
+     * once per host before it) */
+    pid_t *prober = zt_xcalloc((size_t)n, sizeof *prober);
+    for (int i = 0; i < n; i++)
+        if ((prober[i] = fork()) == 0) _exit(host_answers(hosts[i].name) ? 0 : 1);
     for (int i = 0; i < n; i++) {
-        if (host_answers(hosts[i].name)) {
+        int status = 0, answers;
+        if (prober[i] > 0) {
+            while (waitpid(prober[i], &status, 0) < 0 && errno == EINTR) {}
+            answers = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        } else {
+            answers = host_answers(hosts[i].name); /* no child: probed here */
+        }
+        if (answers) {
             fprintf(f, "%s slots=%ld\n", hosts[i].name, hosts[i].slots);
             slots += hosts[i].slots;
         } else {
@@ -365,6 +411,7 @@ int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *los
             n_lost++;
         }
     }
+    free(prober);
     fclose(f);
     if (!slots) {
         unlink(tmpl);
@@ -412,7 +459,7 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
         snprintf(plan->kind, sizeof plan->kind, "killed");
         snprintf(plan->cause, sizeof plan->cause, "a rank was killed by signal %d (%s)", a->rank_signal,
                  strsignal(a->rank_signal));
-    } else if (job->code > 128) {
+    } else if (job->code > 128 && job->code - 128 < NSIG) { /* mpirun also ends with codes above 128 of its own */
         snprintf(plan->kind, sizeof plan->kind, "killed");
         snprintf(plan->cause, sizeof plan->cause, "the launcher ended on signal %d (%s)", job->code - 128,
                  strsignal(job->code - 128));
@@ -429,11 +476,20 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
                  a->lost_contact ? "the launcher lost a host" : "the job failed", job->code,
                  a->first_error[0] ? ": " : "", a->first_error);
     }
-    /* the hosts that answer */
-    if (job->hostfile) {
+    /* the hosts that answer: probed when a host may be gone (the launcher lost one, the ranks did
+     * not start, a hang, a failure no signal explains) or one lost before may be back; a rank killed
+     * or preempted, or a full disk, on every host says nothing about the hosts: the probe's seconds
+     * are saved (a host that did go stops the launch within ZEROTRAIN_STARTUP_TIMEOUT, and the
+     * restart after that probes) */
+    int hosts_in_question = a->lost_contact || a->start_timeout || a->hang || job->attempt_ranks < job->ranks ||
+                            (strcmp(plan->kind, "killed") && strcmp(plan->kind, "preempted") &&
+                             strcmp(plan->kind, "disk-full"));
+    if (job->hostfile && hosts_in_question) {
+        double probe_start = zt_now();
         char lost[512];
         zt_restart_plan hosts;
         int n_lost = zt_restart_hosts(job, &hosts, lost, sizeof lost);
+        plan->probe_seconds = zt_now() - probe_start;
         plan->ranks = hosts.ranks;
         memcpy(plan->hostfile, hosts.hostfile, sizeof plan->hostfile);
         if (n_lost < 0) {

@@ -17,7 +17,9 @@ typedef struct zt_attempt {
     int hang;             /* the watchdog found an operation that did not finish and aborted */
     int disk_full;        /* an error line named a full file system or quota */
     int lost_contact;     /* the launcher lost a host's daemon */
+    int launcher_ending;  /* the launcher said it is ending the failed job (it should exit soon) */
     char first_error[400]; /* the first "zerotrain: error:" line, without the prefix */
+    double failed_at;     /* zt_now() at the first sign of the failure in the output (0: none) */
     char partial[2][1024]; /* the unfinished line of stdout [0] and stderr [1] */
     size_t partial_len[2];
 } zt_attempt;
@@ -33,6 +35,7 @@ typedef struct zt_restart_plan {
     char hostfile[64];     /* non-empty: the answering hosts, written to this file (the caller removes it) */
     long ranks;            /* ranks for the next attempt (fewer when hosts were lost) */
     long latest_step;      /* the step `latest` names (-1: none, or no checkpoint.dir) */
+    double probe_seconds;  /* the host probe took this long (0: not probed) */
 } zt_restart_plan;
 
 /* What run knows of the job, for zt_restart_decide. */
@@ -46,6 +49,7 @@ typedef struct zt_restart_job {
     int code;                     /* the attempt's exit status */
     int disk_full_in_a_row;       /* earlier attempts in a row that ended on a full disk with no save */
     const char *previous_error;   /* the previous attempt's first error line ("" for the first) */
+    long attempt_ranks;           /* the ranks the failed attempt ran on (fewer than ranks: hosts were lost) */
 } zt_restart_job;
 
 void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restart_plan *plan);
@@ -68,6 +72,8 @@ void zt_restart_sweep_swaps(const char *dir, double since);
 pid_t zt_proc_parent(const char *pid_name);
 /* SIGKILL to pid and every process below it on this node (listed from /proc first). */
 void zt_kill_tree(pid_t root);
+/* How many processes of root's tree on this node have the command name `name` (/proc/PID/comm). */
+int zt_tree_count(pid_t root, const char *name);
 
 /* Runs argv with stdout and stderr captured into out (NUL-terminated, cut at cap); SIGKILL to the
  * whole tree after timeout_s. Returns the exit status, 128+signal, or -1 when it could not start

@@ -48,9 +48,13 @@ static void install_stop_handlers(void) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGUSR1);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGINT);
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL); /* Ctrl-C at a rank run by hand saves too */
+    sigprocmask(SIG_UNBLOCK, &sa.sa_mask, NULL); /* held since main (hold_stop_signals): one that came runs now */
 }
 
 static void usage(void) {
