@@ -127,9 +127,11 @@ if p.returncode != 0:
 print(f"profile: {profile} (load average {load()} at the start; {os.cpu_count()} cores)")
 
 rows = []
-matrix = list(MATRIX)
+# ZT_BENCH_PREDICT_ONLY=TEXT: only the configs whose name contains TEXT (a quick look while working on the model)
+only = os.environ.get("ZT_BENCH_PREDICT_ONLY", "")
+matrix = [m for m in MATRIX if only in m[0]]
 tp_ok = predict(profile, TP[1], ranks_tp=(2, 2))[0] is not None
-if tp_ok:
+if tp_ok and only in TP[0]:
     matrix.append(TP)
 print(f"\n{'config':44s} {'measured':>10s} {'predicted':>10s} {'error':>8s}   {'CPU/step':>10s} {'error':>8s}")
 for name, sets in matrix:
@@ -169,8 +171,7 @@ if errs:
 sets = MATRIX[5][1]
 env = {"ZEROTRAIN_INJECT_EXTRA_SYNC": "1"}
 base_m, base_p = next(((r[1], r[2]) for r in rows if r[0] == MATRIX[5][0]), (None, None))
-sync_m, _, _ = measure(sets, env=env)
-sync_p, _ = predict(profile, sets, env=env)
+sync_m, sync_p = (measure(sets, env=env)[0], predict(profile, sets, env=env)[0]) if base_m else (None, None)
 if None not in (base_m, base_p, sync_m, sync_p):
     print(f"\nneedless synchronize after every block ({MATRIX[5][0]}): measured {base_m:.1f} -> {sync_m:.1f} ms "
           f"({sync_m - base_m:+.1f} ms), predicted {base_p:.1f} -> {sync_p:.1f} ms ({sync_p - base_p:+.1f} ms); "

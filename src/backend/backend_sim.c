@@ -201,14 +201,9 @@ static void check_bound(const char *op) {
 /* The shadow address of [p, p + bytes) for op `op`'s argument `arg`, after checking that the range
  * lies inside one live allocation; NULL stays NULL. Runs on the caller's thread, so a bad pointer
  * stops the run with the caller's stack. */
-static __thread int t_widens;
-static __thread double t_operand_bytes;
-void sim_count_operands(int widens) { t_widens = widens, t_operand_bytes = 0; }
-
 void *sim_dev(const void *p, size_t bytes, const char *op, const char *arg) {
     check_bound(op);
     if (!p) return NULL;
-    if (t_widens) t_operand_bytes += (double)bytes;
     if (!in_arena(p)) sim_fatal("%s: %s = %p is host memory, not a device buffer", op, arg, p);
     size_t off = (size_t)((const char *)p - g_mem.arena);
     pthread_mutex_lock(&g_mem.lock);
@@ -327,7 +322,7 @@ static void *lane_main(void *arg) {
 
 /* queues it on lane l; returns its ticket */
 static unsigned long long submit(sim_lane *l, sim_item *it) {
-    if (t_widens) it->cost += sim_cost_operands(t_operand_bytes), t_widens = 0;
+    it->cost += it->operand_cost;
     it->ready = sim_clock_launch();
     pthread_mutex_lock(&l->lock);
     it->next = NULL;

@@ -79,6 +79,23 @@ static void w16_done(wide *w) {
     }
 }
 
+/* How an op's run uses an operand, which sets what the sim spends on it besides the math: a 16-bit
+ * tensor it widens to fp32 (IN16), one it widens and rounds back because the op writes it (OUT16),
+ * or one it uses as it is (AS_IS: fp32 tensors, tokens, and every operand of the conversions and
+ * AdamW, which work on their buffers in place). The flag is the run's w16 `write` argument, said at
+ * queue time so the virtual clock can price it. */
+enum { AS_IS, IN16, OUT16 };
+
+/* it->p[slot] = the shadow of [p, p + bytes) (sim_dev's checks), and its widening and rounding added
+ * to the item's operand cost; an operand aliasing an earlier slot's buffer is widened once (w16) */
+static void operand(sim_item *it, int slot, int use, const void *p, size_t bytes, const char *op, const char *arg) {
+    it->p[slot] = sim_dev(p, bytes, op, arg);
+    if (!it->p[slot] || use == AS_IS) return;
+    int aliased = 0;
+    for (int j = 0; j < slot; j++) aliased |= it->p[j] == it->p[slot];
+    it->operand_cost += sim_cost_operands(aliased ? 0 : (double)bytes, use == OUT16 ? (double)bytes : 0);
+}
+
 #define E(n) ((size_t)(n) * zt_dtype_size(dt)) /* bytes of n compute-dtype elements (dt in scope) */
 #define F(n) ((size_t)(n) * sizeof(float))
 
@@ -93,8 +110,6 @@ static void run_to_compute(sim_item *it);
 static void run_to_f32(sim_item *it);
 static void run_adamw(sim_item *it);
 static sim_item *op_item(sim_fn run, zt_dtype dt, const char *name) {
-    /* the conversions and AdamW work on their buffers in place; every other op widens its operands */
-    sim_count_operands(run != run_to_compute && run != run_to_f32 && run != run_adamw);
     sim_item *it = sim_item_new(run);
     it->i[8] = dt;
     it->name = name;
@@ -300,8 +315,8 @@ static void attention_cost(sim_item *it, zt_dtype dt, double B, double T, double
 static void q_convert(zt_dtype dt, sim_fn run, const char *op, void *dst, size_t dst_bytes, const void *src,
                       size_t src_bytes, size_t n) {
     sim_item *it = op_item(run, dt, op);
-    it->p[0] = sim_dev(dst, dst_bytes, op, "dst");
-    it->p[1] = sim_dev(src, src_bytes, op, "src");
+    operand(it, 0, AS_IS, dst, dst_bytes, op, "dst");
+    operand(it, 1, AS_IS, src, src_bytes, op, "src");
     it->n = n;
     it->cost = sim_cost_bytes((double)(dst_bytes + src_bytes));
     sim_enqueue(it);
@@ -314,10 +329,10 @@ static void q_embedding_forward(zt_dtype dt, void *out, const int *tokens, const
     const char *op = "embedding_forward";
     sim_item *it = op_item(run_embedding_forward, dt, "embedding_forward");
     size_t BT = (size_t)B * T;
-    it->p[0] = sim_dev(out, E(BT * C), op, "out");
-    it->p[1] = sim_dev(tokens, BT * sizeof(int), op, "tokens");
-    it->p[2] = sim_dev(wte, E((size_t)(hi - lo) * C), op, "wte");
-    it->p[3] = sim_dev(wpe, E((size_t)T * C), op, "wpe");
+    operand(it, 0, OUT16, out, E(BT * C), op, "out");
+    operand(it, 1, AS_IS, tokens, BT * sizeof(int), op, "tokens");
+    operand(it, 2, IN16, wte, E((size_t)(hi - lo) * C), op, "wte");
+    operand(it, 3, IN16, wpe, E((size_t)T * C), op, "wpe");
     it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
     it->cost = sim_cost_bytes(3.0 * E(BT * C));
     sim_enqueue(it);
@@ -327,10 +342,10 @@ static void q_embedding_backward(zt_dtype dt, void *dwte, int lo, int hi, void *
     const char *op = "embedding_backward";
     sim_item *it = op_item(run_embedding_backward, dt, "embedding_backward");
     size_t BT = (size_t)B * T;
-    it->p[0] = sim_dev(dwte, E((size_t)(hi - lo) * C), op, "dwte");
-    it->p[1] = sim_dev(dwpe, E((size_t)T * C), op, "dwpe");
-    it->p[2] = sim_dev(dout, E(BT * C), op, "dout");
-    it->p[3] = sim_dev(tokens, BT * sizeof(int), op, "tokens");
+    operand(it, 0, OUT16, dwte, E((size_t)(hi - lo) * C), op, "dwte");
+    operand(it, 1, OUT16, dwpe, E((size_t)T * C), op, "dwpe");
+    operand(it, 2, IN16, dout, E(BT * C), op, "dout");
+    operand(it, 3, AS_IS, tokens, BT * sizeof(int), op, "tokens");
     it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
     it->cost = sim_cost_bytes(3.0 * E(BT * C) + (dwpe ? 2.0 * E((size_t)T * C) : 0));
     sim_enqueue(it);
@@ -340,12 +355,12 @@ static void q_layernorm_forward(zt_dtype dt, void *out, float *mean, float *rstd
     const char *op = "layernorm_forward";
     sim_item *it = op_item(run_layernorm_forward, dt, "layernorm_forward");
     size_t NC = (size_t)N * C;
-    it->p[0] = sim_dev(out, E(NC), op, "out");
-    it->p[1] = sim_dev(mean, F(N), op, "mean");
-    it->p[2] = sim_dev(rstd, F(N), op, "rstd");
-    it->p[3] = sim_dev(inp, E(NC), op, "inp");
-    it->p[4] = sim_dev(w, E(C), op, "w");
-    it->p[5] = sim_dev(b, E(C), op, "b");
+    operand(it, 0, OUT16, out, E(NC), op, "out");
+    operand(it, 1, AS_IS, mean, F(N), op, "mean");
+    operand(it, 2, AS_IS, rstd, F(N), op, "rstd");
+    operand(it, 3, IN16, inp, E(NC), op, "inp");
+    operand(it, 4, IN16, w, E(C), op, "w");
+    operand(it, 5, IN16, b, E(C), op, "b");
     it->i[0] = N, it->i[1] = C;
     it->cost = sim_cost_bytes(2.0 * E(NC));
     sim_enqueue(it);
@@ -355,14 +370,14 @@ static void q_layernorm_backward(zt_dtype dt, void *dinp, void *dw, void *db, co
     const char *op = "layernorm_backward";
     sim_item *it = op_item(run_layernorm_backward, dt, "layernorm_backward");
     size_t NC = (size_t)N * C;
-    it->p[0] = sim_dev(dinp, E(NC), op, "dinp");
-    it->p[1] = sim_dev(dw, E(C), op, "dw");
-    it->p[2] = sim_dev(db, E(C), op, "db");
-    it->p[3] = sim_dev(dout, E(NC), op, "dout");
-    it->p[4] = sim_dev(inp, E(NC), op, "inp");
-    it->p[5] = sim_dev(w, E(C), op, "w");
-    it->p[6] = sim_dev(mean, F(N), op, "mean");
-    it->p[7] = sim_dev(rstd, F(N), op, "rstd");
+    operand(it, 0, OUT16, dinp, E(NC), op, "dinp");
+    operand(it, 1, OUT16, dw, E(C), op, "dw");
+    operand(it, 2, OUT16, db, E(C), op, "db");
+    operand(it, 3, IN16, dout, E(NC), op, "dout");
+    operand(it, 4, IN16, inp, E(NC), op, "inp");
+    operand(it, 5, IN16, w, E(C), op, "w");
+    operand(it, 6, AS_IS, mean, F(N), op, "mean");
+    operand(it, 7, AS_IS, rstd, F(N), op, "rstd");
     it->i[0] = N, it->i[1] = C;
     it->cost = sim_cost_bytes(4.0 * E(NC));
     sim_enqueue(it);
@@ -371,10 +386,10 @@ static void q_matmul_forward(zt_dtype dt, void *out, const void *inp, const void
                              int OC, int wt, int ld) {
     const char *op = "matmul_forward";
     sim_item *it = op_item(run_matmul_forward, dt, "matmul_forward");
-    it->p[0] = sim_dev(out, E(span(N, OC, ld)), op, "out");
-    it->p[1] = sim_dev(inp, E((size_t)N * C), op, "inp");
-    it->p[2] = sim_dev(w, E((size_t)C * OC), op, "w");
-    it->p[3] = sim_dev(bias, E(OC), op, "bias");
+    operand(it, 0, OUT16, out, E(span(N, OC, ld)), op, "out");
+    operand(it, 1, IN16, inp, E((size_t)N * C), op, "inp");
+    operand(it, 2, IN16, w, E((size_t)C * OC), op, "w");
+    operand(it, 3, IN16, bias, E(OC), op, "bias");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
     gemm_cost(it, dt, N, OC, C);
     sim_enqueue(it);
@@ -383,12 +398,12 @@ static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, co
                               const void *w, int N, int C, int OC, int wt, int ld) {
     const char *op = "matmul_backward";
     sim_item *it = op_item(run_matmul_backward, dt, "matmul_backward");
-    it->p[0] = sim_dev(dinp, E((size_t)N * C), op, "dinp");
-    it->p[1] = sim_dev(dw, E((size_t)C * OC), op, "dw");
-    it->p[2] = sim_dev(dbias, E(OC), op, "dbias");
-    it->p[3] = sim_dev(dout, E((size_t)(N - 1) * ld + OC), op, "dout");
-    it->p[4] = sim_dev(inp, E((size_t)N * C), op, "inp");
-    it->p[5] = sim_dev(w, E((size_t)C * OC), op, "w");
+    operand(it, 0, OUT16, dinp, E((size_t)N * C), op, "dinp");
+    operand(it, 1, OUT16, dw, E((size_t)C * OC), op, "dw");
+    operand(it, 2, OUT16, dbias, E(OC), op, "dbias");
+    operand(it, 3, IN16, dout, E((size_t)(N - 1) * ld + OC), op, "dout");
+    operand(it, 4, IN16, inp, E((size_t)N * C), op, "inp");
+    operand(it, 5, IN16, w, E((size_t)C * OC), op, "w");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
     if (dinp) gemm_cost(it, dt, N, C, OC);
     gemm_cost(it, dt, C, OC, N);
@@ -399,11 +414,11 @@ static void q_matmul_forward_gelu(zt_dtype dt, void *out, void *pre, const void 
                                   int N, int C, int OC) {
     const char *op = "matmul_forward_gelu";
     sim_item *it = op_item(run_matmul_forward_gelu, dt, "matmul_forward_gelu");
-    it->p[0] = sim_dev(out, E((size_t)N * OC), op, "out");
-    it->p[1] = sim_dev(pre, E((size_t)N * OC), op, "pre");
-    it->p[2] = sim_dev(inp, E((size_t)N * C), op, "inp");
-    it->p[3] = sim_dev(w, E((size_t)C * OC), op, "w");
-    it->p[4] = sim_dev(bias, E(OC), op, "bias");
+    operand(it, 0, OUT16, out, E((size_t)N * OC), op, "out");
+    operand(it, 1, OUT16, pre, E((size_t)N * OC), op, "pre");
+    operand(it, 2, IN16, inp, E((size_t)N * C), op, "inp");
+    operand(it, 3, IN16, w, E((size_t)C * OC), op, "w");
+    operand(it, 4, IN16, bias, E(OC), op, "bias");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC;
     gemm_cost(it, dt, N, OC, C);
     it->cost += sim_cost_bytes(E((size_t)N * OC)); /* the epilogue writes pre as well */
@@ -413,13 +428,13 @@ static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbi
                                     const void *w, const void *gelu_pre, int N, int C, int OC) {
     const char *op = "matmul_backward_dgelu";
     sim_item *it = op_item(run_matmul_backward_dgelu, dt, "matmul_backward_dgelu");
-    it->p[0] = sim_dev(dinp, E((size_t)N * C), op, "dinp");
-    it->p[1] = sim_dev(dw, E((size_t)C * OC), op, "dw");
-    it->p[2] = sim_dev(dbias, E(OC), op, "dbias");
-    it->p[3] = sim_dev(dout, E((size_t)N * OC), op, "dout");
-    it->p[4] = sim_dev(inp, E((size_t)N * C), op, "inp");
-    it->p[5] = sim_dev(w, E((size_t)C * OC), op, "w");
-    it->p[6] = sim_dev(gelu_pre, E((size_t)N * C), op, "gelu_pre");
+    operand(it, 0, OUT16, dinp, E((size_t)N * C), op, "dinp");
+    operand(it, 1, OUT16, dw, E((size_t)C * OC), op, "dw");
+    operand(it, 2, OUT16, dbias, E(OC), op, "dbias");
+    operand(it, 3, IN16, dout, E((size_t)N * OC), op, "dout");
+    operand(it, 4, IN16, inp, E((size_t)N * C), op, "inp");
+    operand(it, 5, IN16, w, E((size_t)C * OC), op, "w");
+    operand(it, 6, IN16, gelu_pre, E((size_t)N * C), op, "gelu_pre");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC;
     gemm_cost(it, dt, N, C, OC);
     gemm_cost(it, dt, C, OC, N);
@@ -429,9 +444,9 @@ static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbi
 static void q_attention_forward(zt_dtype dt, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
     const char *op = "attention_forward";
     sim_item *it = op_item(run_attention_forward, dt, "attention_forward");
-    it->p[0] = sim_dev(out, E((size_t)B * T * C), op, "out");
-    it->p[1] = sim_dev(att, E((size_t)B * NH * T * T), op, "att");
-    it->p[2] = sim_dev(qkv, E((size_t)B * T * 3 * C), op, "qkv");
+    operand(it, 0, OUT16, out, E((size_t)B * T * C), op, "out");
+    operand(it, 1, AS_IS, att, E((size_t)B * NH * T * T), op, "att");
+    operand(it, 2, IN16, qkv, E((size_t)B * T * 3 * C), op, "qkv");
     it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
     attention_cost(it, dt, B, T, C, 1.0);
     sim_enqueue(it);
@@ -440,11 +455,11 @@ static void q_attention_backward(zt_dtype dt, void *dqkv, void *datt, const void
                                  const void *att, int B, int T, int C, int NH) {
     const char *op = "attention_backward";
     sim_item *it = op_item(run_attention_backward, dt, "attention_backward");
-    it->p[0] = sim_dev(dqkv, E((size_t)B * T * 3 * C), op, "dqkv");
-    it->p[1] = sim_dev(datt, E((size_t)B * NH * T * T), op, "datt");
-    it->p[2] = sim_dev(dout, E((size_t)B * T * C), op, "dout");
-    it->p[3] = sim_dev(qkv, E((size_t)B * T * 3 * C), op, "qkv");
-    it->p[4] = sim_dev(att, E((size_t)B * NH * T * T), op, "att");
+    operand(it, 0, OUT16, dqkv, E((size_t)B * T * 3 * C), op, "dqkv");
+    operand(it, 1, AS_IS, datt, E((size_t)B * NH * T * T), op, "datt");
+    operand(it, 2, IN16, dout, E((size_t)B * T * C), op, "dout");
+    operand(it, 3, IN16, qkv, E((size_t)B * T * 3 * C), op, "qkv");
+    operand(it, 4, AS_IS, att, E((size_t)B * NH * T * T), op, "att");
     it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
     attention_cost(it, dt, B, T, C, 2.5);
     sim_enqueue(it);
@@ -453,9 +468,9 @@ static void q_attention_backward(zt_dtype dt, void *dqkv, void *datt, const void
 static void q_pointwise(zt_dtype dt, sim_fn run, const char *op, const void *a, const void *b, const void *c, size_t n,
                         float f) {
     sim_item *it = op_item(run, dt, op);
-    it->p[0] = sim_dev(a, E(n), op, "arg 1");
-    it->p[1] = sim_dev(b, E(n), op, "arg 2");
-    it->p[2] = sim_dev(c, E(n), op, "arg 3");
+    operand(it, 0, OUT16, a, E(n), op, "arg 1");
+    operand(it, 1, IN16, b, E(n), op, "arg 2");
+    operand(it, 2, IN16, c, E(n), op, "arg 3");
     it->n = n;
     it->f = f;
     it->cost = sim_cost_bytes((double)E(n) * ((a != NULL) + (b != NULL) + (c != NULL) + 1));
@@ -465,47 +480,47 @@ static void q_softmax_xent(zt_dtype dt, float *losses, void *dlogits, const void
                            int V, int Vp, float dloss) {
     const char *op = "softmax_xent";
     sim_item *it = op_item(run_softmax_xent, dt, "softmax_xent");
-    it->p[0] = sim_dev(losses, F(N), op, "losses");
-    it->p[1] = sim_dev(dlogits, E((size_t)N * Vp), op, "dlogits");
-    it->p[2] = sim_dev(logits, E((size_t)N * Vp), op, "logits");
-    it->p[3] = sim_dev(targets, (size_t)N * sizeof(int), op, "targets");
+    operand(it, 0, AS_IS, losses, F(N), op, "losses");
+    operand(it, 1, OUT16, dlogits, E((size_t)N * Vp), op, "dlogits");
+    operand(it, 2, IN16, logits, E((size_t)N * Vp), op, "logits");
+    operand(it, 3, AS_IS, targets, (size_t)N * sizeof(int), op, "targets");
     it->i[0] = N, it->i[1] = V, it->i[2] = Vp;
     it->f = dloss;
-    it->cost = sim_cost_bytes(2.0 * E((size_t)N * Vp));
+    it->cost = sim_cost_xent(2.0 * E((size_t)N * Vp));
     sim_enqueue(it);
 }
 static void q_xent_partial(zt_dtype dt, float *stats, const void *logits, const int *targets, int N, int Vl, int Vp,
                            int vocab_lo) {
     const char *op = "xent_partial";
     sim_item *it = op_item(run_xent_partial, dt, "xent_partial");
-    it->p[0] = sim_dev(stats, F(3 * (size_t)N), op, "stats");
-    it->p[1] = sim_dev(logits, E((size_t)N * Vp), op, "logits");
-    it->p[2] = sim_dev(targets, (size_t)N * sizeof(int), op, "targets");
+    operand(it, 0, AS_IS, stats, F(3 * (size_t)N), op, "stats");
+    operand(it, 1, IN16, logits, E((size_t)N * Vp), op, "logits");
+    operand(it, 2, AS_IS, targets, (size_t)N * sizeof(int), op, "targets");
     it->i[0] = N, it->i[1] = Vl, it->i[2] = Vp, it->i[3] = vocab_lo;
-    it->cost = sim_cost_bytes((double)E((size_t)N * Vp));
+    it->cost = sim_cost_xent((double)E((size_t)N * Vp));
     sim_enqueue(it);
 }
 static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets,
                             const float *stats_all, int tp, int N, int Vl, int Vp, int vocab_lo, float dloss) {
     const char *op = "xent_parallel";
     sim_item *it = op_item(run_xent_parallel, dt, "xent_parallel");
-    it->p[0] = sim_dev(losses, F(N), op, "losses");
-    it->p[1] = sim_dev(dlogits, E((size_t)N * Vp), op, "dlogits");
-    it->p[2] = sim_dev(logits, E((size_t)N * Vp), op, "logits");
-    it->p[3] = sim_dev(targets, (size_t)N * sizeof(int), op, "targets");
-    it->p[4] = sim_dev(stats_all, F(3 * (size_t)tp * N), op, "stats_all");
+    operand(it, 0, AS_IS, losses, F(N), op, "losses");
+    operand(it, 1, OUT16, dlogits, E((size_t)N * Vp), op, "dlogits");
+    operand(it, 2, IN16, logits, E((size_t)N * Vp), op, "logits");
+    operand(it, 3, AS_IS, targets, (size_t)N * sizeof(int), op, "targets");
+    operand(it, 4, AS_IS, stats_all, F(3 * (size_t)tp * N), op, "stats_all");
     it->i[0] = tp, it->i[1] = N, it->i[2] = Vl, it->i[3] = Vp, it->i[4] = vocab_lo;
     it->f = dloss;
-    it->cost = sim_cost_bytes(2.0 * E((size_t)N * Vp));
+    it->cost = sim_cost_xent(2.0 * E((size_t)N * Vp));
     sim_enqueue(it);
 }
 /* gemm and gemm_f32: C = op(A) op(B) (+ beta C), C in compute dtype or fp32 (c_elem bytes) */
 static void q_gemm_into(sim_fn run, const char *op, zt_dtype dt, void *c, size_t c_elem, const void *a, const void *b,
                         int M, int N, int K, int lda, int ldb, int ldc, int ta, int tb, float beta) {
     sim_item *it = op_item(run, dt, op);
-    it->p[0] = sim_dev(c, c_elem * span(M, N, ldc), op, "c");
-    it->p[1] = sim_dev(a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
-    it->p[2] = sim_dev(b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
+    operand(it, 0, c_elem == sizeof(float) ? AS_IS : OUT16, c, c_elem * span(M, N, ldc), op, "c");
+    operand(it, 1, IN16, a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
+    operand(it, 2, IN16, b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
     it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
     it->i[7] = tb;
     it->f = beta;
@@ -523,9 +538,9 @@ static void q_gemm_f32(zt_dtype dt, float *c, const void *a, const void *b, int 
 static void q_round_bias(zt_dtype dt, void *out, const float *acc, const void *bias, int N, int OC, int ld) {
     const char *op = "round_bias";
     sim_item *it = op_item(run_round_bias, dt, op);
-    it->p[0] = sim_dev(out, E(span(N, OC, ld)), op, "out");
-    it->p[1] = sim_dev(acc, F((size_t)N * OC), op, "acc");
-    it->p[2] = sim_dev(bias, E(OC), op, "bias");
+    operand(it, 0, OUT16, out, E(span(N, OC, ld)), op, "out");
+    operand(it, 1, AS_IS, acc, F((size_t)N * OC), op, "acc");
+    operand(it, 2, IN16, bias, E(OC), op, "bias");
     it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
     it->cost = sim_cost_bytes((double)N * OC * 4.0 + E(span(N, OC, ld))); /* the fp32 sums in, the output out */
     sim_enqueue(it);
@@ -534,8 +549,8 @@ static void q_round_bias(zt_dtype dt, void *out, const float *acc, const void *b
 static void q_bias(zt_dtype dt, sim_fn run, const char *op, const void *bias, const void *rows, int N, int OC, int ld,
                    const char *bias_arg, const char *rows_arg) {
     sim_item *it = op_item(run, dt, op);
-    it->p[0] = sim_dev(bias, E(OC), op, bias_arg);
-    it->p[1] = sim_dev(rows, E(span(N, OC, ld)), op, rows_arg);
+    operand(it, 0, run == run_bias_grad ? OUT16 : IN16, bias, E(OC), op, bias_arg);
+    operand(it, 1, run == run_add_bias ? OUT16 : IN16, rows, E(span(N, OC, ld)), op, rows_arg);
     it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
     it->cost = sim_cost_bytes(2.0 * E(span(N, OC, ld)));
     sim_enqueue(it);
@@ -544,11 +559,11 @@ static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *
                     const zt_adam_step *step) {
     const char *op = "adamw";
     sim_item *it = op_item(run_adamw, dt, "adamw");
-    it->p[0] = sim_dev(master, F(n), op, "master");
-    it->p[1] = sim_dev(m, F(n), op, "m");
-    it->p[2] = sim_dev(v, F(n), op, "v");
-    it->p[3] = sim_dev(grad, E(n), op, "grad");
-    it->p[4] = sim_dev(params_out, E(n), op, "params_out");
+    operand(it, 0, AS_IS, master, F(n), op, "master");
+    operand(it, 1, AS_IS, m, F(n), op, "m");
+    operand(it, 2, AS_IS, v, F(n), op, "v");
+    operand(it, 3, AS_IS, grad, E(n), op, "grad");
+    operand(it, 4, AS_IS, params_out, E(n), op, "params_out");
     it->n = n;
     it->step = *step;
     it->cost = sim_cost_bytes((double)n * (24 + 2 * zt_dtype_size(dt))); /* read and write master, m, v; grad in, params out */
@@ -556,7 +571,7 @@ static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *
 }
 static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
     sim_item *it = op_item(run_sumsq, dt, "sumsq");
-    it->p[0] = sim_dev(x, E(n), "sumsq", "x");
+    operand(it, 0, IN16, x, E(n), "sumsq", "x");
     it->n = n;
     it->cost = sim_cost_bytes((double)E(n));
     sim_stream_run_and_wait(it); /* returns a host value: waits for the stream, as the CUDA sumsq */

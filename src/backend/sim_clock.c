@@ -133,7 +133,10 @@ double sim_cost_gemm(zt_dtype dt, double M, double N, double K) {
     return g_timed ? zt_hw_gemm_seconds(&g_prof, dt, M, N, K) : 0;
 }
 double sim_cost_bytes(double bytes) { return g_timed ? zt_hw_elementwise_seconds(&g_prof, bytes) : 0; }
-double sim_cost_operands(double bytes) { return g_timed ? zt_hw_operand_seconds(&g_prof, bytes) : 0; }
+double sim_cost_xent(double bytes) { return g_timed ? zt_hw_xent_seconds(&g_prof, bytes) : 0; }
+double sim_cost_operands(double widened, double rounded) {
+    return g_timed ? zt_hw_operand_seconds(&g_prof, widened, rounded) : 0;
+}
 double sim_cost_attention(zt_dtype dt, double flops) { return g_timed ? zt_hw_attention_seconds(&g_prof, dt, flops) : 0; }
 double sim_cost_pcie(zt_copy_kind kind, int pinned, double bytes) {
     if (!g_timed) return 0;

@@ -76,8 +76,11 @@ void sim_clock_device_used(double bytes);
 /* costs (0 when untimed) */
 double sim_cost_gemm(zt_dtype dt, double M, double N, double K);
 double sim_cost_bytes(double bytes);               /* element-wise */
+double sim_cost_xent(double bytes);                /* softmax cross-entropy over logits */
 double sim_cost_attention(zt_dtype dt, double flops);
 double sim_cost_pcie(zt_copy_kind kind, int pinned, double bytes);
-double sim_cost_operands(double bytes);          /* an op's operands read whole before it runs (widened) */
+/* an op's 16-bit operands: `widened` bytes read whole into fp32 before it runs, `rounded` bytes of them
+ * (the written ones) rounded back after */
+double sim_cost_operands(double widened, double rounded);
 
 #endif

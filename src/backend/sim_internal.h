@@ -21,6 +21,8 @@ struct sim_item {
     /* the virtual clock (sim_clock.h): launched at `ready` on the queueing thread's time, waiting
      * on `dep` (set by a wait item as it runs), costing `cost` on its lane */
     double ready, dep, cost, flops;
+    double operand_cost;     /* an op's widening and rounding of its 16-bit operands, work a GPU does
+                              * not do (sim_cost_operands; 0 on a GPU's profile): added to cost at submit */
     int must_run;            /* runs even when the ops are only costed (a wait between lanes) */
     const char *name;        /* for the trace of the device's lanes (util/clock.h: zt_clock_event) */
     sim_item *next;
@@ -33,11 +35,6 @@ struct sim_item {
 void *sim_dev(const void *p, size_t bytes, const char *op, const char *arg);
 /* a zeroed item that runs `run` */
 sim_item *sim_item_new(sim_fn run);
-/* from here to the item's submit, sim_dev counts the bytes of the operands this thread's op names, when
- * `widens`: the op's run widens each 16-bit operand to fp32 and rounds the written ones back, work a
- * GPU does not do, which the virtual clock prices as operand traffic (sim_cost_operands; 0 on a GPU's
- * profile) */
-void sim_count_operands(int widens);
 /* queues it on the stream (the compute lane), which frees it after it ran */
 void sim_enqueue(sim_item *it);
 /* queues it on the stream and returns once it has run; it is the caller's to free */

@@ -102,6 +102,16 @@ static void run_embedding(void *ctx, int reps) { /* one token's row: the work is
     for (int r = 0; r < reps; r++) o->be->embedding_forward(o->c, o->host, o->a, 0, o->n, o->b, 1, 1, o->C);
     o->be->synchronize();
 }
+static void run_embedding_grad(void *ctx, int reps) { /* one token's row into dwte: widened and rounded back whole */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->embedding_backward(o->a, 0, o->n, NULL, o->c, o->host, 1, 1, o->C);
+    o->be->synchronize();
+}
+static void run_xent(void *ctx, int reps) { /* a: logits, b: dlogits, c: losses, host: targets (B rows of n) */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->softmax_xent(o->c, o->b, o->a, o->host, o->B, o->n, o->n, 1.0f);
+    o->be->synchronize();
+}
 static void run_attention(void *ctx, int reps) {
     sim_op *o = ctx;
     for (int r = 0; r < reps; r++) o->be->attention_forward(o->c, o->b, o->a, o->B, o->T, o->C, o->NH);
@@ -136,7 +146,7 @@ static void run_copy(void *ctx, int reps) { /* pageable: the blocking copy, the 
 
 typedef struct measured {
     char when[32], cpu[128];
-    double dev_mem, dev_bw, operand_bw, launch, kernel_min, sync, attn[2];
+    double dev_mem, dev_bw, xent_bw, operand_bw, round_bw, launch, kernel_min, sync, attn[2];
     int ngemm;
     double gemm_size[8], gemm_rate[2][8], gemm_peak[2];
     double pcie_bw[2][2], pcie_lat; /* [kind][pinned] */
@@ -146,10 +156,11 @@ typedef struct measured {
     int disk_direct;
 } measured;
 
-/* t less the time the sim spends reading `operand_bytes` of operands whole (widening them), which
- * the profile prices apart (device.operand_gbs); at least a tenth of t */
-static double less_operands(const measured *m, double t, double operand_bytes) {
-    return fmax(t - operand_bytes / m->operand_bw, 0.1 * t);
+/* t less the time the sim spends reading `widened` bytes of operands whole (widening them) and
+ * rounding `rounded` bytes of them back, which the profile prices apart (device.operand_gbs,
+ * device.round_gbs); at least a tenth of t */
+static double less_operands(const measured *m, double t, double widened, double rounded) {
+    return fmax(t - widened / m->operand_bw - rounded / m->round_bw, 0.1 * t);
 }
 
 static void measure_gemms(const zt_backend *be, int dt_index, measured *m) {
@@ -159,7 +170,8 @@ static void measure_gemms(const zt_backend *be, int dt_index, measured *m) {
     sim_op o = {.be = be, .a = be->alloc(most), .b = be->alloc(most), .c = be->alloc(most)};
     for (int i = 0; i < m->ngemm; i++) {
         o.sq = sizes[i];
-        double s = less_operands(m, per_rep(run_gemm, &o, 0.15, ON_PROCESS_CPU), 3.0 * sizes[i] * sizes[i] * (double)es);
+        double c_bytes = (double)sizes[i] * sizes[i] * (double)es; /* a, b and c widened, c rounded */
+        double s = less_operands(m, per_rep(run_gemm, &o, 0.15, ON_PROCESS_CPU), 3.0 * c_bytes, c_bytes);
         m->gemm_size[i] = sizes[i];
         m->gemm_rate[dt_index][i] = 2.0 * sizes[i] * sizes[i] * (double)sizes[i] / s;
         if (m->gemm_rate[dt_index][i] > m->gemm_peak[dt_index]) m->gemm_peak[dt_index] = m->gemm_rate[dt_index][i];
@@ -173,19 +185,36 @@ static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured
     m->dev_mem = (double)total;
     const zt_backend *be = be16;
     size_t es = zt_dtype_size(be->compute_dtype);
-    /* operands: embedding_forward of one token from a 4096 x 256 table, which the sim widens whole */
-    sim_op e = {.be = be, .n = 4096, .C = 256};
+    /* operands: embedding_forward of one token from a 16384 x 256 table, which the sim widens whole;
+     * rounding: embedding_backward of one token into a gradient table of that size, which it widens
+     * and rounds back whole (the same table's widening taken off). 8 MiB of 16-bit table, 16 of
+     * fp32: beyond the cores' L2, where the tensors that carry most operand bytes live (a GPT-2
+     * vocabulary's embedding and logits are 6.4 MiB at n_embd 64); a table inside L2 converts twice
+     * as fast and priced the tiny matrix's step at half its CPU time */
+    sim_op e = {.be = be, .n = 16384, .C = 256};
     e.a = be->alloc((size_t)e.n * e.C * es), e.b = be->alloc((size_t)e.C * es), e.c = be->alloc((size_t)e.C * es);
     e.host = be->alloc(sizeof(int));
-    m->operand_bw = (double)e.n * e.C * es / per_rep(run_embedding, &e, 0.15, ON_PROCESS_CPU);
+    double table = (double)e.n * e.C * es, widen_s = per_rep(run_embedding, &e, 0.15, ON_PROCESS_CPU);
+    m->operand_bw = table / widen_s;
+    m->round_bw = table / fmax(per_rep(run_embedding_grad, &e, 0.15, ON_PROCESS_CPU) - widen_s, 0.1 * widen_s);
     be->free(e.a), be->free(e.b), be->free(e.c), be->free(e.host);
     measure_gemms(be16, 0, m);
     measure_gemms(fp16, 1, m);
     /* element-wise: 1M elements, three ops, the bytes the sim charges them (backend_sim.c's q_pointwise) */
     sim_op o = {.be = be, .n = 1 << 20};
     o.a = be->alloc((size_t)o.n * es), o.b = be->alloc((size_t)o.n * es), o.c = be->alloc((size_t)o.n * es);
-    m->dev_bw = (4.0 + 3.0 + 2.0) * o.n * (double)es /
-                less_operands(m, per_rep(run_pointwise, &o, 0.15, ON_PROCESS_CPU), (3.0 + 2.0 + 1.0) * o.n * (double)es);
+    m->dev_bw = (4.0 + 3.0 + 2.0) * o.n * (double)es / /* each op's first operand written */
+                less_operands(m, per_rep(run_pointwise, &o, 0.15, ON_PROCESS_CPU), (3.0 + 2.0 + 1.0) * o.n * (double)es,
+                              3.0 * o.n * (double)es);
+    /* the cross-entropy: 64 rows of GPT-2's vocabulary, the bytes the sim charges it (logits and their
+     * gradient), net of widening both and rounding the gradient */
+    sim_op x = {.be = be, .B = 64, .n = 50304};
+    double logits = (double)x.B * x.n * (double)es;
+    x.a = be->alloc((size_t)logits), x.b = be->alloc((size_t)logits), x.c = be->alloc((size_t)x.B * sizeof(float));
+    x.host = be->alloc((size_t)x.B * sizeof(int));
+    be->memset_zero(x.a, (size_t)logits), be->memset_zero(x.host, (size_t)x.B * sizeof(int));
+    m->xent_bw = 2.0 * logits / less_operands(m, per_rep(run_xent, &x, 0.15, ON_PROCESS_CPU), 2.0 * logits, logits);
+    be->free(x.a), be->free(x.b), be->free(x.c), be->free(x.host);
     /* launch, the shortest item, the synchronize's handoff */
     m->launch = per_rep(run_queue_only, &o, 0.02, ON_THREAD_CPU);
     be->synchronize();
@@ -200,9 +229,9 @@ static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured
         a.a = b->alloc((size_t)a.B * a.T * 3 * a.C * es);
         a.b = b->alloc((size_t)a.B * a.NH * a.T * a.T * es);
         a.c = b->alloc((size_t)a.B * a.T * a.C * es);
-        double operands = (double)es * a.B * a.T * (4.0 * a.C + (double)a.NH * a.T); /* out, qkv, att */
+        double out = (double)es * a.B * a.T * a.C; /* out and qkv widened (att is not), out rounded */
         m->attn[k] = 2.0 * a.B * a.T * (double)a.T * a.C /
-                     less_operands(m, per_rep(run_attention, &a, 0.15, ON_PROCESS_CPU), operands);
+                     less_operands(m, per_rep(run_attention, &a, 0.15, ON_PROCESS_CPU), 4.0 * out, out);
         b->free(a.a), b->free(a.b), b->free(a.c);
     }
     /* the copy lanes: 32 MiB for bandwidth, 4 KiB for latency */
@@ -334,10 +363,17 @@ static void write_profile(FILE *f, const measured *m, const char *dir) {
     fprintf(f, "  memory: %.0fMiB   # measured: the simulated GPU's mem_info total (ZEROTRAIN_SIM_MEM)\n", m->dev_mem / 1048576);
     fprintf(f, "  memory_bandwidth_gbs: %.3f   # measured: residual, gelu and scale over 1M 16-bit elements on the compute lane, the bytes the sim charges them\n",
             m->dev_bw * 1e-9);
-    fprintf(f, "  operand_gbs: %.3f   # measured: embedding_forward of one token from a 4096 x 256 table, which the sim "
+    fprintf(f, "  xent_gbs: %.3f   # measured: softmax_xent over 64 rows of 50304 logits, the bytes the sim charges it "
+               "(logits in, their gradient out), net of its operands\n",
+            m->xent_bw * 1e-9);
+    fprintf(f, "  operand_gbs: %.3f   # measured: embedding_forward of one token from a 16384 x 256 table, which the sim "
                "widens whole before it runs: the table's bytes over the time (the element-wise, GEMM and attention "
                "figures are net of their operands at this rate)\n",
             m->operand_bw * 1e-9);
+    fprintf(f, "  round_gbs: %.3f   # measured: embedding_backward of one token into a 16384 x 256 gradient table, "
+               "which the sim widens and rounds back whole: the table's bytes over the time less its widening (the "
+               "figures above are net of their written operands' rounding at this rate)\n",
+            m->round_bw * 1e-9);
     fprintf(f, "  launch_us: %.2f   # measured: host time to queue one item (a 1-element scale), no wait\n", m->launch * 1e6);
     fprintf(f, "  kernel_min_us: %.2f   # measured: 1-element items back to back on the compute lane (their rate, the queueing included)\n",
             m->kernel_min * 1e6);

@@ -34,6 +34,8 @@ static const hw_key keys[] = {
     {"device.kernel_min_us", H_NUM, O(kernel_min_s), 1e-6, 0, 1e4},
     {"device.sync_us", H_NUM, O(sync_s), 1e-6, 0, 1e4},
     {"device.operand_gbs", H_NUM, O(operand_bw), 1e9, 0, 1e5},
+    {"device.round_gbs", H_NUM, O(round_bw), 1e9, 0, 1e5},
+    {"device.xent_gbs", H_NUM, O(xent_bw), 1e9, 0, 1e5},
     {"device.gemm.fp32.peak_tflops", H_NUM, G(ZT_F32) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
     {"device.gemm.fp32.efficiency", H_CURVE, G(ZT_F32), 1, 0, 0},
     {"device.gemm.bf16.peak_tflops", H_NUM, G(ZT_BF16) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
@@ -229,7 +231,13 @@ double zt_hw_elementwise_seconds(const zt_hw_profile *p, double bytes) {
     return fmax(bytes / p->dev_bw, p->kernel_min_s);
 }
 
-double zt_hw_operand_seconds(const zt_hw_profile *p, double bytes) { return p->operand_bw > 0 ? bytes / p->operand_bw : 0; }
+double zt_hw_xent_seconds(const zt_hw_profile *p, double bytes) {
+    return fmax(bytes / (p->xent_bw > 0 ? p->xent_bw : p->dev_bw), p->kernel_min_s);
+}
+
+double zt_hw_operand_seconds(const zt_hw_profile *p, double widened, double rounded) {
+    return (p->operand_bw > 0 ? widened / p->operand_bw : 0) + (p->round_bw > 0 ? rounded / p->round_bw : 0);
+}
 
 double zt_hw_pcie_seconds(const zt_hw_profile *p, zt_copy_kind kind, int pinned, double bytes) {
     double bw = kind == ZT_H2D ? (pinned ? p->h2d_pinned : p->h2d_pageable) : (pinned ? p->d2h_pinned : p->d2h_pageable);

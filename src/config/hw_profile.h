@@ -33,6 +33,10 @@ typedef struct zt_hw_profile {
     double sync_s;                     /* a synchronize that waits: the host resumes this late */
     double operand_bw;                 /* bytes/s at which an op's operands are read whole before it runs
                                         * (the simulated GPU widens 16-bit buffers); 0: not at all (a GPU) */
+    double xent_bw;                    /* bytes/s of logits through the softmax cross-entropies (an exp per
+                                        * logit); 0: at dev_bw, memory-bound (a GPU) */
+    double round_bw;                   /* bytes/s at which the operands an op wrote are rounded back to 16
+                                        * bits after it ran (the simulated GPU); 0: not at all (a GPU) */
     zt_hw_gemm gemm[3];                /* by zt_dtype: ZT_F32, ZT_BF16, ZT_F16 */
     double attn_flops[3];              /* causal attention FLOP/s by zt_dtype */
     /* PCIe, per direction: bytes/s, pinned and pageable host memory; fixed cost per copy */
@@ -63,8 +67,11 @@ double zt_hw_gemm_efficiency(const zt_hw_profile *p, zt_dtype dt, double M, doub
 double zt_hw_attention_seconds(const zt_hw_profile *p, zt_dtype dt, double flops);
 /* an element-wise kernel moving `bytes` (read + write) through device memory */
 double zt_hw_elementwise_seconds(const zt_hw_profile *p, double bytes);
-/* an op's operands of `bytes` (their whole extents) read before it runs: 0 where operand_bw is 0 */
-double zt_hw_operand_seconds(const zt_hw_profile *p, double bytes);
+/* a softmax cross-entropy moving `bytes` of logits and their gradient (at xent_bw, else dev_bw) */
+double zt_hw_xent_seconds(const zt_hw_profile *p, double bytes);
+/* an op's operands: `widened` bytes (their whole extents) read before it runs, `rounded` bytes of them
+ * (the written ones) written back after; each 0 where its rate is 0 */
+double zt_hw_operand_seconds(const zt_hw_profile *p, double widened, double rounded);
 /* a PCIe copy of `bytes` in direction kind (ZT_H2D or ZT_D2H), from pinned or pageable host memory */
 double zt_hw_pcie_seconds(const zt_hw_profile *p, zt_copy_kind kind, int pinned, double bytes);
 /* CPU AdamW over n elements on `threads` threads (0: every core; bandwidth- or compute-bound, whichever binds),
