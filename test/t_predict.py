@@ -6,7 +6,8 @@ Nothing here reads a wall clock: every time checked is a prediction, determinist
     a key missing and an unknown profile name are refused with one line naming the problem;
   - the virtual schedule is the real one: for a small Twin-Flow config, the engine's trace on the
     virtual clock has, lane by lane, the same events in the same order as the trace of a real
-    (untimed, jittered) simulated run — the waits aside, which a run records only when it waited;
+    (untimed, jittered) simulated run — the waits aside, which a run records only when it waited —
+    and each step's device peak (the sim allocator's count) equal to the real run's;
   - the prediction is deterministic, and the same whether the ops are performed or only costed (with
     the optimizer on NVMe too);
   - a needless synchronize after every block (ZEROTRAIN_INJECT_EXTRA_SYNC) moves the predicted time;
@@ -80,6 +81,12 @@ def lanes(path):
     return {t: [n for _, _, n in sorted(v)] for t, v in by.items()}
 
 
+def step_peaks(path):
+    """each step's device peak in bytes, as the step events of a trace carry it"""
+    with open(path) as f:
+        return [e["args"]["device_peak_bytes"] for e in json.load(f) if e.get("ph") == "X" and e["name"] == "step"]
+
+
 for name, sets in (("twin_flow", [TWIN.format(0.5)]),
                    ("twin_flow_overlap", ["zero_optimization.offload_optimizer={device: cpu, ratio: 0.5, overlap_step: true}"]),
                    ("checkpointing_stage1", ["activation_checkpointing.enabled=true", "zero_optimization.stage=1"])):
@@ -99,6 +106,10 @@ for name, sets in (("twin_flow", [TWIN.format(0.5)]),
                 break
     ztlib.check(r is not None and v is not None and len(r) >= (3 if "twin" in name else 1) and not diff,
                 f"virtual_order_equals_real_{name}", diff or (pr.stderr + pv.stderr)[-400:])
+    # and the same memory: each step's device peak (the sim allocator's count, in the step event)
+    rp = step_peaks(real.replace(".json", ".rank0.json")) if pr.returncode == 0 else None
+    vp = step_peaks(virt.replace(".json", ".rank0.json")) if pv.returncode == 0 else None
+    ztlib.check(rp and len(rp) == 3 and rp == vp, f"virtual_device_peaks_equal_real_{name}", f"real {rp}, virtual {vp}")
 
 # ---- the handoffs between host threads carry their times: on the virtual clock chunk i's CPU Adam
 # starts after its gradients are down, and its parameters go up after its CPU Adam
