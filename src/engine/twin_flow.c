@@ -132,7 +132,8 @@ int twin_alloc(twin_host *t, const twin_buffers *b) {
 }
 
 int twin_states_missing(const twin_host *t) {
-    return t->host_n && (!t->host_master || !t->host_m || !t->host_v || !t->host_grad);
+    return t->host_n && (!t->host_master || !t->host_m || !t->host_v || !t->host_grad ||
+                         (twin_has_out_buffer(&t->f) && !t->host_params16));
 }
 
 int twin_open_nvme(twin_host *t, zt_err *err) {
