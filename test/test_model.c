@@ -85,6 +85,39 @@ static void check_init_matches_sequential(void) {
     zt_param_table_free(&t);
 }
 
+/* The engine fills its parts from ranges of the init (zt_gpt2_init_range), chunk by chunk: ranges of
+ * an odd length that cut tensors, rows and the threads' pieces give the whole init's values, and a
+ * tensor-parallel rank's ranges give its part of them (rows, column pieces, wte's padding rows). */
+static void check_init_ranges_match_whole(void) {
+    zt_gpt2_shape shape = {2, 2, 32, 50257, 64, 50304};
+    zt_param_table whole, part;
+    zt_err err = {{0}};
+    if (zt_gpt2_param_table(&whole, &shape, &err)) {
+        CHECK(0, "init_ranges_equal_whole_init", "%s", err.msg);
+        return;
+    }
+    float *want = malloc(whole.total * 4), *got = malloc(whole.total * 4);
+    zt_gpt2_init(&whole, &shape, want, 7);
+    const size_t odd = 777777;
+    for (size_t a = 0; a < whole.total; a += odd)
+        zt_gpt2_init_range(&whole, &shape, 7, a, whole.total - a < odd ? whole.total - a : odd, got + a);
+    CHECK(memcmp(got, want, whole.total * 4) == 0, "init_ranges_equal_whole_init", "values differ");
+    int ok = 1;
+    for (int r = 0; r < 2 && ok; r++) {
+        zt_gpt2_param_table_tp(&part, &shape, r, 2, &err);
+        float *take = malloc(part.total * 4), *ranged = malloc(part.total * 4);
+        zt_tp_take_vector(&part, &whole, want, take);
+        for (size_t a = 0; a < part.total; a += 1001)
+            zt_gpt2_init_range(&part, &shape, 7, a, part.total - a < 1001 ? part.total - a : 1001, ranged + a);
+        ok = memcmp(take, ranged, part.total * 4) == 0;
+        free(take), free(ranged);
+        zt_param_table_free(&part);
+    }
+    CHECK(ok, "init_ranges_of_a_tp_rank_equal_its_part_of_the_whole_init", "values differ");
+    free(got), free(want);
+    zt_param_table_free(&whole);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     zt_err err;
@@ -183,6 +216,7 @@ int main(int argc, char **argv) {
 
     check_rng_jump();
     check_init_matches_sequential();
+    check_init_ranges_match_whole();
 
     free(init); free(init2); free(g_full); free(g_ckpt); free(g_two); free(g_again);
     zt_param_table_free(&table);

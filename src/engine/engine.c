@@ -158,13 +158,52 @@ void zt_engine_nvme_stats(const zt_engine *e, zt_engine_nvme *out) {
     inf_params_stats(e->param_nvme, out);
 }
 
+static void fill_from_vector(void *values, size_t off, size_t n, float *dst) {
+    memcpy(dst, (const float *)values + off, n * sizeof *dst);
+}
+
+zt_engine_init zt_engine_init_from_vector(const float *values) {
+    return (zt_engine_init){fill_from_vector, (void *)values};
+}
+
 int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
                      const zt_engine_opts *opt, const float *init_f32, zt_err *err) {
-    return zt_engine_create_offload(e, be, comm, table, opt, NULL, init_f32, err);
+    zt_engine_init init = zt_engine_init_from_vector(init_f32);
+    return zt_engine_create_offload(e, be, comm, table, opt, NULL, &init, err);
+}
+
+/* The first values, chunk by chunk through one bounded host buffer: each chunk of the parameters this
+ * rank holds (the shard at stage 3, else the whole vector) is converted into them, and the part of it
+ * in this rank's optimizer range goes to the master weights: the device part's up to the device, the
+ * host part's into host memory or its swap file (in chunks that start where the host part starts and
+ * hold whole groups of the file, so that no group is read before it is written). When the clock only
+ * costs the work, nothing is filled: nothing reads the values. */
+static int fill_initial_values(zt_engine *e, const zt_engine_init *init, int master_is_params, zt_err *err) {
+    size_t first = e->opt.stage == 3 ? e->lay.lo : 0, last = e->opt.stage == 3 ? e->lay.hi : e->lay.total;
+    size_t dev_hi = e->lay.opt_lo + twin_split(e->twin), host_n = twin_host_elems(e->twin);
+    size_t piece = host_n ? twin_init_piece(e->twin) : 1, step = (((size_t)1 << 22) + piece - 1) / piece * piece;
+    step = min_sz(max_sz(last - first, 1), step);
+    float *chunk = zt_xmalloc(step * sizeof *chunk);
+    int rc = 0;
+    for (size_t a = first, k; a < last && !rc; a += k) {
+        k = min_sz(step, (a < dev_hi ? dev_hi : last) - a);
+        if (!zt_clock_costs_only()) init->fill(init->ctx, a, k, chunk);
+        if (params_from_f32(e, a - first, chunk, k)) {
+            rc = 1; /* out of device memory for the staging buffer */
+            break;
+        }
+        size_t x = max_sz(a, e->lay.opt_lo), y = min_sz(a + k, dev_hi); /* the device part's master */
+        if (!master_is_params && y > x)
+            e->be->copy(e->master + (x - e->lay.opt_lo), chunk + (x - a), (y - x) * sizeof *chunk, ZT_H2D);
+        x = max_sz(a, dev_hi), y = min_sz(a + k, e->lay.opt_hi); /* the host part's */
+        if (host_n && y > x) rc = twin_init_master(e->twin, x - dev_hi, y - x, chunk + (x - a), err) ? -1 : 0;
+    }
+    free(chunk);
+    return rc;
 }
 
 int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
-                             const zt_engine_opts *opt, const zt_engine_offload *off, const float *init_f32,
+                             const zt_engine_opts *opt, const zt_engine_offload *off, const zt_engine_init *init,
                              zt_err *err) {
     memset(e, 0, sizeof *e);
     if (off) e->off = *off;
@@ -255,17 +294,12 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     }
 
     /* parameters and master weights from the fp32 init */
-    if (stage == 3) {
-        if (e->lay.hi > e->lay.lo && params_from_f32(e, 0, init_f32 + e->lay.lo, e->lay.hi - e->lay.lo)) goto oom;
-    } else if (params_from_f32(e, 0, init_f32, e->lay.total)) {
-        goto oom;
-    }
-    if (host_n && twin_init_master(e->twin, init_f32 + e->lay.opt_lo + dev_n, err)) {
+    int filled = fill_initial_values(e, init, master_is_params, err);
+    if (filled > 0) goto oom;
+    if (filled < 0) {
         zt_engine_destroy(e);
         return -1;
     }
-    if (!master_is_params && dev_n)
-        be->copy(e->master, init_f32 + e->lay.opt_lo, dev_n * sizeof(float), ZT_H2D);
     e->mem.params_peak = e->params_on_host ? 0 : stage == 3 ? e->lay.shard * E : param_n * E;
     if (e->off.enabled)
         zt_info("twin-flow: rank %d updates %zu of %zu optimizer elements on the host (ratio %.3f, the tail from %zu), "
@@ -297,9 +331,9 @@ oom:
 }
 
 zt_engine *zt_engine_open(const zt_backend *be, zt_comm *comm, const zt_param_table *table, const zt_engine_opts *opt,
-                          const zt_engine_offload *off, const float *init_f32, zt_err *err) {
+                          const zt_engine_offload *off, const zt_engine_init *init, zt_err *err) {
     zt_engine *e = zt_xcalloc(1, sizeof *e);
-    if (zt_engine_create_offload(e, be, comm, table, opt, off, init_f32, err)) {
+    if (zt_engine_create_offload(e, be, comm, table, opt, off, init, err)) {
         free(e);
         return NULL;
     }

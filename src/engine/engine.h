@@ -109,12 +109,22 @@ zt_stage3_plan zt_engine_stage3_plan(const zt_param_table *table, const zt_engin
  * (zt_param_table_split_embedding, before zt_engine_open); 0 = keep the embedding one segment. */
 int zt_engine_embedding_rows(const zt_param_table *table, const zt_engine_opts *opt);
 
-/* Creates the engine: allocates the buffers and initialises parameters from init_f32 (the full fp32
- * vector, GPT-2 init or imported weights; every rank passes the same one). off may be NULL (no
- * optimizer offload); ratio auto calibrates here (collective: every rank must call it). NULL with
- * err set on failure. */
+/* Where the engine's first parameter values come from: fill writes the fp32 values of flat elements
+ * [off, off + n) of the table into dst[0 .. n) (GPT-2's init of a range, or imported weights). The
+ * engine asks for them chunk by chunk as it fills its device and host parts and swap files, so no
+ * whole fp32 vector need exist; it does not ask when the run's clock only costs the work (predict). */
+typedef struct zt_engine_init {
+    void (*fill)(void *ctx, size_t off, size_t n, float *dst);
+    void *ctx;
+} zt_engine_init;
+/* a source reading a whole fp32 vector of the table's length (imported weights); it must outlive the open */
+zt_engine_init zt_engine_init_from_vector(const float *values);
+
+/* Creates the engine: allocates the buffers and initialises parameters from init (every rank passes
+ * the same values). off may be NULL (no optimizer offload); ratio auto calibrates here (collective:
+ * every rank must call it). NULL with err set on failure. */
 zt_engine *zt_engine_open(const zt_backend *be, zt_comm *comm, const zt_param_table *table, const zt_engine_opts *opt,
-                          const zt_engine_offload *off, const float *init_f32, zt_err *err);
+                          const zt_engine_offload *off, const zt_engine_init *init, zt_err *err);
 void zt_engine_close(zt_engine *e);
 
 const zt_engine_layout *zt_engine_layout_of(const zt_engine *e);

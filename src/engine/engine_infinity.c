@@ -110,6 +110,8 @@ void inf_swap_failed(const zt_err *err) {
  * buffer 0: the group's region of `which` (aligned: G is a multiple of GROUP_ALIGN) is read, changed
  * and written back whole. Only that third of the group is written, so at start the m and v regions
  * stay unwritten (they read as zeros, which they are) until the first update writes them. */
+size_t inf_states_group(const inf_states *s) { return s->group; }
+
 void inf_states_rw(inf_states *s, long step, zt_opt_state which, size_t off, size_t n, float *buf, int write) {
     zt_err err;
     float *stage = s->buf[0];

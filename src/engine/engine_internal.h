@@ -58,9 +58,9 @@ struct zt_engine {
 /* In place, for the engine's own white-box tests (test_checkpoint.c, test_model.c); everyone else
  * uses zt_engine_open / zt_engine_close. */
 int zt_engine_create(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
-                     const zt_engine_opts *opt, const float *init_f32, zt_err *err);
+                     const zt_engine_opts *opt, const float *init_f32, zt_err *err); /* a whole vector */
 int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, const zt_param_table *table,
-                             const zt_engine_opts *opt, const zt_engine_offload *off, const float *init_f32,
+                             const zt_engine_opts *opt, const zt_engine_offload *off, const zt_engine_init *init,
                              zt_err *err);
 void zt_engine_destroy(zt_engine *e);
 

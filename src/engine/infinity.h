@@ -21,6 +21,8 @@ inf_states *inf_states_open(const engine_facts *f, size_t n, zt_err *err); /* NU
 void inf_states_close(inf_states *s); /* removes the swap file */
 /* [off, off + n) of `which` from or to the swap file (synchronous), for step `step` */
 void inf_states_rw(inf_states *s, long step, zt_opt_state which, size_t off, size_t n, float *buf, int write);
+/* elements a group holds: writes of whole groups need no read first */
+size_t inf_states_group(const inf_states *s);
 
 /* What the update pipeline asks of its caller (the Twin-Flow host Adam lane). */
 typedef struct inf_update_hooks {

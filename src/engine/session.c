@@ -94,6 +94,19 @@ static void close_groups(zt_session *s) {
     s->device_comm = s->tp_device_comm = s->tp_comm = s->dp_comm = NULL;
 }
 
+/* GPT-2's init of a range of this rank's table: the engine's source of first values when no weights
+ * are given, so no whole fp32 vector is built */
+typedef struct gpt2_init {
+    const zt_param_table *table;
+    const zt_gpt2_shape *shape;
+    uint64_t seed;
+} gpt2_init;
+
+static void gpt2_init_fill(void *ctx, size_t off, size_t n, float *dst) {
+    const gpt2_init *g = ctx;
+    zt_gpt2_init_range(g->table, g->shape, g->seed, off, n, dst);
+}
+
 int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const float *init_f32, int B, int T,
                     zt_err *err) {
     memset(s, 0, sizeof *s);
@@ -120,7 +133,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     }
     double reserve = (double)(plan.act_bytes + plan.scratch_bytes) + (gpu ? 2.0 * 1073741824.0 : 0.0);
     float *init = NULL;
-    if (!init_f32) { /* model.init_from (fine-tuning a Hugging Face GPT-2) or GPT-2 init */
+    if (!init_f32 && cfg->init_from) { /* fine-tuning a Hugging Face GPT-2: its whole vector */
         /* address space only when the run's clock only costs the work (predict): nothing reads it then */
         init = zt_clock_costs_only() ? zt_clock_bulk_alloc(s->whole.total * sizeof(float))
                                      : zt_xmalloc(s->whole.total * sizeof(float)); /* filled below: no zeroing */
@@ -128,19 +141,15 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
             zt_session_close(s);
             return zt_fail(err, "out of host memory for the %zu-element init vector", s->whole.total);
         }
-        if (cfg->init_from) {
-            if (zt_hf_init_from(cfg->init_from, &s->shape, &s->whole, init, err)) {
-                zt_clock_bulk_free(init);
-                zt_session_close(s);
-                return -1;
-            }
-        } else if (!zt_clock_costs_only()) {
-            zt_gpt2_init(&s->whole, &s->shape, init, cfg->seed);
+        if (zt_hf_init_from(cfg->init_from, &s->shape, &s->whole, init, err)) {
+            zt_clock_bulk_free(init);
+            zt_session_close(s);
+            return -1;
         }
         init_f32 = init;
     }
     float *part = NULL; /* this rank's part of the whole vector under tensor parallelism */
-    if (s->tp_size > 1) {
+    if (init_f32 && s->tp_size > 1) {
         part = zt_xmalloc(s->table.total * sizeof(float));
         zt_tp_take_vector(&s->table, &s->whole, init_f32, part);
         init_f32 = part;
@@ -152,7 +161,7 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
                          cfg->stage3_max_reuse_distance, s->tp_comm};
     /* host memory the run takes after the engine, kept free by ratio auto when host_memory is not set:
      * the activations and scratch where device memory is host memory, and 1 GiB for checkpoint
-     * staging (64 MiB), MPI and the runtimes (the data and the init vector are in use already) */
+     * staging (64 MiB), MPI and the runtimes (the data, and imported weights, are in use already) */
     double host_reserve = (gpu ? 0.0 : (double)(plan.act_bytes + plan.scratch_bytes)) + 1073741824.0;
     zt_param_table_tile_linears(&s->table, cfg->tiled_in_splits);
     zt_param_table_split_embedding(&s->table, zt_engine_embedding_rows(&s->table, &eo));
@@ -181,8 +190,9 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     off.aio_queue_depth = cfg->aio_queue_depth;
     off.aio_single_submit = cfg->aio_single_submit;
     off.aio_overlap_events = cfg->aio_overlap_events;
-    s->engine = zt_engine_open(s->be, s->device_comm ? s->device_comm : s->dp_comm, &s->table, &eo, &off, init_f32,
-                               err);
+    gpt2_init model_init = {&s->table, &s->shape, cfg->seed};
+    zt_engine_init first = init_f32 ? zt_engine_init_from_vector(init_f32) : (zt_engine_init){gpt2_init_fill, &model_init};
+    s->engine = zt_engine_open(s->be, s->device_comm ? s->device_comm : s->dp_comm, &s->table, &eo, &off, &first, err);
     zt_clock_bulk_free(init);
     free(part);
     if (!s->engine) {

@@ -37,7 +37,8 @@ zt_gpt2_shape zt_shape_from_config(const zt_config *cfg);
 /* The model's activation checkpointing settings of a config. */
 zt_act_ckpt zt_act_ckpt_of(const zt_config *cfg);
 
-/* Builds the session; init_f32 is the full fp32 parameter vector (NULL: GPT-2 init from cfg->seed).
+/* Builds the session; init_f32 is the full fp32 parameter vector (NULL: GPT-2 init from cfg->seed, made
+ * range by range as the engine fills its parts).
  * Micro-batch shape [B, T]. */
 int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const float *init_f32, int B, int T,
                     zt_err *err);

@@ -132,7 +132,8 @@ int twin_alloc(twin_host *t, const twin_buffers *b) {
 }
 
 int twin_states_missing(const twin_host *t) {
-    return t->host_n && (!t->host_master || !t->host_m || !t->host_v || !t->host_grad);
+    return t->host_n && (!t->host_master || !t->host_m || !t->host_v || !t->host_grad ||
+                         (twin_has_out_buffer(&t->f) && !t->host_params16));
 }
 
 int twin_open_nvme(twin_host *t, zt_err *err) {
@@ -173,13 +174,15 @@ float *twin_state_span(twin_host *t, zt_opt_state which, size_t off) {
 
 void twin_nvme_stats(const twin_host *t, zt_engine_nvme *out) { inf_states_stats(t->nvme, out); }
 
-int twin_init_master(twin_host *t, const float *init, zt_err *err) {
+size_t twin_init_piece(const twin_host *t) { return t->nvme ? inf_states_group(t->nvme) : 1; }
+
+int twin_init_master(twin_host *t, size_t off, size_t n, const float *init, zt_err *err) {
     (void)err;
     if (!t->f.off.nvme_path) {
-        if (!zt_clock_costs_only()) memcpy(t->host_master, init, t->host_n * sizeof(float));
+        if (!zt_clock_costs_only()) memcpy(t->host_master + off, init, n * sizeof(float));
         return 0;
     }
-    inf_states_rw(t->nvme, 0, ZT_STATE_MASTER, 0, t->host_n, (float *)init, 1); /* the start */
+    inf_states_rw(t->nvme, 0, ZT_STATE_MASTER, off, n, (float *)init, 1); /* the start */
     return 0;
 }
 

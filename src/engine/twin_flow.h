@@ -39,8 +39,10 @@ int twin_alloc(twin_host *t, const twin_buffers *b);
 int twin_states_missing(const twin_host *t);
 /* offload_optimizer nvme: the host part's swap file; -1 with err set */
 int twin_open_nvme(twin_host *t, zt_err *err);
-/* the host part's master from fp32 init values (host memory or NVMe) */
-int twin_init_master(twin_host *t, const float *init, zt_err *err);
+/* the host part's master elements [off, off + n) from fp32 init values (host memory or NVMe) */
+int twin_init_master(twin_host *t, size_t off, size_t n, const float *init, zt_err *err);
+/* the pieces those values are best given in (NVMe: whole groups of the swap file), elements */
+size_t twin_init_piece(const twin_host *t);
 /* whether the host part has a buffer for its updated compute-dtype parameters (twin_alloc) */
 int twin_has_out_buffer(const engine_facts *f);
 

@@ -119,6 +119,11 @@ static inline void zt_embed_segment_rows(const zt_param_table *t, int k, int *lo
  * N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. One RNG stream over the flat vector in table
  * order, so the result does not depend on how the vector is later sharded. */
 void zt_gpt2_init(const zt_param_table *table, const zt_gpt2_shape *shape, float *params, uint64_t seed);
+/* The same values for flat elements [off, off + n) of the table only (a tensor-parallel rank's table:
+ * its part of the whole model's values), into dst[0 .. n): what the engine fills its parts from,
+ * chunk by chunk, so that no whole fp32 vector is ever built. */
+void zt_gpt2_init_range(const zt_param_table *table, const zt_gpt2_shape *shape, uint64_t seed, size_t off, size_t n,
+                        float *dst);
 
 /* Where the model gets its parameters and puts its gradients, segment by segment. */
 typedef struct zt_param_source {

@@ -176,38 +176,77 @@ void zt_param_table_free(zt_param_table *t) {
 }
 
 /* GPT-2's init: LayerNorm weights 1, biases 0, other weights N(0, 0.02) (residual projections
- * N(0, 0.02/sqrt(2L))), drawn from one RNG stream in parameter order. Big models have billions of
- * weights, so the stream is cut into pieces that threads generate after jumping the RNG to each
- * piece's start (2 draws per value): the result is bit-identical for any thread count. */
+ * N(0, 0.02/sqrt(2L))), drawn from one RNG stream over the WHOLE model's tensors in parameter order
+ * (2 draws per value). Any element's value is found by jumping the RNG to its draw (zt_rng_jump), so
+ * a range of the flat vector is filled on its own, in pieces that threads generate: the result is
+ * bit-identical for any range, thread count or tensor-parallel rank. */
 enum { ZT_INIT_PIECE = 1 << 20 };
 
-void zt_gpt2_init(const zt_param_table *t, const zt_gpt2_shape *s, float *params, uint64_t seed) {
+/* values [from, from + n) of a random tensor whose stream starts `draws_before` draws into the RNG */
+static void draw_normals(const zt_rng *base, uint64_t draws_before, float sd, size_t from, size_t n, float *dst) {
+    long pieces = (long)((n + ZT_INIT_PIECE - 1) / ZT_INIT_PIECE);
+#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
+    for (long c = 0; c < pieces; c++) {
+        size_t a = (size_t)c * ZT_INIT_PIECE, b = a + ZT_INIT_PIECE < n ? a + ZT_INIT_PIECE : n;
+        zt_rng rng = *base;
+        zt_rng_jump(&rng, draws_before + 2 * (uint64_t)(from + a));
+        for (size_t k = a; k < b; k++) dst[k] = sd * zt_rng_normal(&rng);
+    }
+}
+
+/* elements [a, b) of this rank's part p of a random tensor, into dst */
+static void init_random_part(const zt_param_info *p, const zt_rng *base, uint64_t draws_before, float sd, size_t a,
+                             size_t b, float *dst) {
+    size_t cols = (size_t)zt_param_cols(p);
+    if (p->split == ZT_TP_WHOLE) {
+        draw_normals(base, draws_before, sd, a, b - a, dst);
+    } else if (p->split == ZT_TP_ROWS) { /* whole rows: one contiguous run of the whole tensor, then padding */
+        size_t real = (size_t)zt_tp_rows_in_whole(p) * cols, upto = b < real ? b : real;
+        if (upto > a) draw_normals(base, draws_before, sd, (size_t)p->split_lo * cols + a, upto - a, dst);
+        for (size_t k = upto > a ? upto : a; k < b; k++) dst[k - a] = 0.0f;
+    } else { /* columns of each whole row: the whole rows drawn in order, this rank's columns taken */
+        size_t wcols = (size_t)zt_param_full_cols(p), r0 = a / cols, r1 = (b - 1) / cols;
+        float *whole = zt_xmalloc(wcols * sizeof *whole), *row = zt_xmalloc(cols * sizeof *row);
+        zt_rng rng = *base;
+        zt_rng_jump(&rng, draws_before + 2 * (uint64_t)(r0 * wcols));
+        for (size_t r = r0; r <= r1; r++) {
+            for (size_t k = 0; k < wcols; k++) whole[k] = sd * zt_rng_normal(&rng);
+            zt_tp_take_row(p, whole, row);
+            size_t x = r == r0 ? a - r * cols : 0, y = r == r1 ? b - r * cols : cols;
+            memcpy(dst + (r * cols + x - a), row + x, (y - x) * sizeof *row);
+        }
+        free(whole);
+        free(row);
+    }
+}
+
+void zt_gpt2_init_range(const zt_param_table *t, const zt_gpt2_shape *s, uint64_t seed, size_t off, size_t n,
+                        float *dst) {
     zt_rng base;
     zt_rng_seed(&base, seed);
     const float std = 0.02f, residual_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
-    uint64_t draws_before = 0; /* RNG draws used by the random tensors before this one */
+    uint64_t draws_before = 0; /* RNG draws used by the whole random tensors before this one */
     for (int i = 0; i < t->count; i++) {
         const zt_param_info *p = &t->params[i];
-        float *x = params + p->offset;
         const char *leaf = strrchr(p->name, '.') + 1;
-        int is_ln = strstr(p->name, "ln_") != NULL;
-        if (strcmp(leaf, "bias") == 0) {
-            memset(x, 0, p->numel * sizeof *x);
-        } else if (is_ln) {
-            for (size_t k = 0; k < p->numel; k++) x[k] = 1.0f;
-        } else {
-            float sd = strstr(p->name, "c_proj.weight") ? residual_std : std;
-            long pieces = (long)((p->numel + ZT_INIT_PIECE - 1) / ZT_INIT_PIECE);
-#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
-            for (long c = 0; c < pieces; c++) {
-                size_t a = (size_t)c * ZT_INIT_PIECE, b = a + ZT_INIT_PIECE < p->numel ? a + ZT_INIT_PIECE : p->numel;
-                zt_rng rng = base;
-                zt_rng_jump(&rng, draws_before + 2 * (uint64_t)a);
-                for (size_t k = a; k < b; k++) x[k] = sd * zt_rng_normal(&rng);
+        int is_bias = strcmp(leaf, "bias") == 0, is_ln = strstr(p->name, "ln_") != NULL, random = !is_bias && !is_ln;
+        size_t end = off + n, p_end = p->offset + p->numel;
+        if (off < p_end && end > p->offset) { /* its elements [a, b) are in the range */
+            size_t a = off > p->offset ? off - p->offset : 0, b = (end < p_end ? end : p_end) - p->offset;
+            float *x = dst + (p->offset + a - off);
+            if (random) {
+                float sd = strstr(p->name, "c_proj.weight") ? residual_std : std;
+                init_random_part(p, &base, draws_before, sd, a, b, x);
+            } else {
+                for (size_t k = 0; k < b - a; k++) x[k] = is_bias ? 0.0f : 1.0f; /* LayerNorm weights 1 */
             }
-            draws_before += 2 * (uint64_t)p->numel;
         }
+        if (random) draws_before += 2 * (uint64_t)p->full_shape[0] * (uint64_t)(p->ndim == 2 ? p->full_shape[1] : 1);
     }
+}
+
+void zt_gpt2_init(const zt_param_table *t, const zt_gpt2_shape *s, float *params, uint64_t seed) {
+    zt_gpt2_init_range(t, s, seed, 0, t->total, params);
 }
 
 double zt_gpt2_flops_per_token(const zt_gpt2_shape *s, int T) {
