@@ -15,7 +15,8 @@
  * delayed_update_warmup steps (the paper starts it after a few dozen, once the gradients change
  * slowly; 40 here by default), the CPU Adam of step t runs during step t+1's forward and backward,
  * which use the host part's parameters of step t-1; the H2D lane is held until step t+1's update
- * releases it, and the host part's values of step t go up alongside step t+1's norm and device Adam.
+ * releases it, and the host part's values of step t go up alongside step t+1's norm and device Adam,
+ * chunk by chunk ahead of step t+1's CPU Adam, which writes the buffer they go up from.
  * DeepSpeed has no key for it (the paper's DPU never became a setting; ZenFlow's overlap_step does it
  * for its own split of "unimportant" gradients), so the key sits under offload_optimizer beside
  * overlap_step, which stays exact. Only the host part lags: the device part updates as without it.
@@ -70,6 +71,8 @@ struct twin_flow {
     pthread_cond_t cv;
     int go;                     /* st is set: the CPU Adam may start */
     int delayed;                /* delayed_update: the H2D lane waits until the next step releases it */
+    struct twin_flow *prev;     /* the last step's delayed flow, whose H2D lane reads the buffer this
+                                   one's CPU Adam writes, chunk by chunk; freed with this one */
     int h2d_held;               /* the H2D lane may not start yet */
     double release_at;          /* when it was released */
     size_t d2h_done, adam_done, h2d_done; /* chunks */
@@ -357,6 +360,11 @@ static void *host_adam_lane(void *arg) {
         twin_wait_go(tf);
         twin_wait_count(tf, &tf->d2h_done, c + 1);
         pthread_mutex_unlock(&tf->mu);
+        if (tf->prev) { /* the last step's delayed parameters of this chunk have gone up */
+            pthread_mutex_lock(&tf->prev->mu);
+            twin_wait_count(tf->prev, &tf->prev->h2d_done, c + 1);
+            pthread_mutex_unlock(&tf->prev->mu);
+        }
         double t0 = zt_clock_now();
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
@@ -485,6 +493,8 @@ static void twin_release(twin_flow *tf) {
     pthread_mutex_unlock(&tf->mu);
 }
 
+static void wait_lanes(twin_host *t, const char *what, const size_t *counter, size_t target);
+
 /* whether the update of step `step` is delayed (delayed_update, past the warm-up) */
 static int delays(const twin_host *t, const twin_flow *tf, long step) {
     return t->f.off.delayed_update && tf->nchunks && step > t->f.off.delayed_warmup;
@@ -507,35 +517,47 @@ static void record_lanes(twin_host *t, twin_flow *tf, double t1) {
     tm->host_idle = (t1 - tf->t_start) - tf->adam_busy;
 }
 
+/* the lanes have ended: their figures are the step's (the flow itself may still be a later one's prev) */
 static void join_lanes(twin_host *t, twin_flow *tf) {
     for (int i = 0; i < 3; i++) {
         pthread_join(tf->lanes[i], NULL);
         zt_clock_after(tf->end_at[i]); /* a join waits for the last of them */
     }
-    pthread_mutex_destroy(&tf->mu);
-    pthread_cond_destroy(&tf->cv);
-    free(tf->d2h_at);
-    free(tf->adam_at);
-    free(tf->h2d_at);
     record_lanes(t, tf, zt_clock_now());
+}
+
+/* after join_lanes (or with no lanes): the flow, and the prev its host Adam lane waited on */
+static void flow_free(twin_flow *tf) {
+    if (tf->prev) flow_free(tf->prev);
+    if (tf->nchunks) {
+        pthread_mutex_destroy(&tf->mu);
+        pthread_cond_destroy(&tf->cv);
+        free(tf->d2h_at);
+        free(tf->adam_at);
+        free(tf->h2d_at);
+    }
+    free(tf);
 }
 
 void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st, long step) {
     int threads = tf->nchunks > 0, delayed = delays(t, tf, step);
     tf->t_start = t0;
-    /* a delayed update of the last step (released by twin_before_step) still holds the host part's
-     * buffers: this step's CPU Adam starts once its parameters have gone up, alongside the device Adam */
+    /* a delayed update of the last step (released by twin_before_step) is sending its parameters up
+     * from the buffer this step's CPU Adam writes: the CPU Adam of each chunk waits for that chunk's
+     * H2D (host_adam_lane), and the last flow lives on as this one's prev until this one is joined */
     twin_flow *last = t->pending;
-    if (!last) twin_go(tf, st, step, delayed);
+    tf->prev = last;
+    twin_go(tf, st, step, delayed);
     double td0 = zt_clock_now();
     device_adam(t, *st);
     double td1 = zt_clock_now();
     if (t->host_lo) zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "device adam", td0, td1);
     zt_engine_timing *tm = t->f.timing;
     tm->device_adam = td1 - td0;
-    if (last) {
-        twin_settle(t);
-        twin_go(tf, st, step, delayed);
+    if (last) { /* its parameters are in place before this update ends */
+        wait_lanes(t, "wait for the delayed parameters", &last->h2d_done, last->nchunks);
+        join_lanes(t, last);
+        t->pending = NULL;
     }
     if (threads && (delayed || may_defer(t))) { /* the next step waits for the host part where it needs it,
                                                   or (delayed) uses its values of the last step */
@@ -550,7 +572,7 @@ void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st,
     tm->optimizer = t1 - t0;
     tm->device_idle = t1 - td1;
     if (threads && t1 > td1 + 1e-6) zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "device idle (host part)", td1, t1);
-    free(tf);
+    flow_free(tf);
 }
 
 /* chunks whose updated parameters are in place: sent up, or written straight into the offloaded
@@ -594,7 +616,7 @@ void twin_settle(twin_host *t) {
     join_lanes(t, tf);
     zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_clock_now());
     t->pending = NULL;
-    free(tf);
+    flow_free(tf);
 }
 
 /* the last chunk holding optimizer offsets [a, b), or (size_t)-1 when none does */
