@@ -14,6 +14,7 @@ What the delayed math says, checked exactly (==):
   * at ratio 0 nothing is on the host, so nothing lags: the run is the undelayed one at every step;
   * at ratio 1 every parameter lags by one step whatever the layout, so 2 ranks at ZeRO-2 and
     ZeRO-3 give the 1-rank losses (the equivalence rule), on the CPU backend and on the sim;
+  * evaluation and samples do not drain it (the losses are those of the run without them);
   * a save drains the pending update in every run, so a run resumed from a save continues the
     uninterrupted run's losses bit for bit;
   * the sim's trace shows the host Adam of step t running during step t+1's forward and backward, and
@@ -122,6 +123,10 @@ ztlib.check(late is not None and all(a != b for a, b in zip(base[3:], late[3:]))
 zero, p2 = losses(offload(0, warmup=0))
 base0, _ = losses(offload(0))
 ztlib.check(zero and zero == base0, "ratio_0_nothing_lags", f"{base0} vs {zero}; {p2.stderr[-600:]}")
+
+# evaluation and samples read the parameters the next forward reads and drain nothing: same losses
+seen, p = losses(offload(1, warmup=2) + ["eval_interval=2", "sample_tokens=8", "sample_interval=3"])
+ztlib.check(seen and seen == late, "eval_and_samples_do_not_change_the_losses", f"{late} vs {seen}; {p.stderr[-600:]}")
 
 # --- the equivalence rule at ratio 1: 2 ranks (ZeRO-2, ZeRO-3) give the 1-rank losses
 for stage in (2, 3):
