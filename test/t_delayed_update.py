@@ -13,7 +13,8 @@ What the delayed math says, checked exactly (==):
     forward uses the host part's parameters of step W instead of W+1;
   * at ratio 0 nothing is on the host, so nothing lags: the run is the undelayed one at every step;
   * at ratio 1 every parameter lags by one step whatever the layout, so 2 ranks at ZeRO-2 and
-    ZeRO-3 give the 1-rank losses (the equivalence rule), on the CPU backend and on the sim;
+    ZeRO-3 and tensor parallelism 2 give the 1-rank losses (the equivalence rule); the sim gives the
+    CPU backend's within 16-bit tolerance, and the same bits whatever its lanes' timing;
   * evaluation and samples do not drain it (the losses are those of the run without them);
   * a save drains the pending update in every run, so a run resumed from a save continues the
     uninterrupted run's losses bit for bit;
@@ -133,6 +134,9 @@ for stage in (2, 3):
     one, _ = losses(offload(1, warmup=1) + [f"zero_optimization.stage={stage}"])
     two, p = losses(offload(1, warmup=1) + [f"zero_optimization.stage={stage}"], ranks=2)
     ztlib.check(one and one == two and one != base, f"stage{stage}_two_ranks_equal_one_rank", f"{one} vs {two}; {p.stderr[-600:]}")
+one, _ = losses(offload(1, warmup=1), iters=5)
+tp, p = losses(offload(1, warmup=1) + ["tensor_parallel.tp_size=2"], ranks=2, iters=5)
+ztlib.check(one and one == tp, "tensor_parallel_2_equals_one_rank", f"{one} vs {tp}; {p.stderr[-600:]}")
 # on the sim (16-bit, whose 2-rank reductions round differently even undelayed, t_sim.py): the CPU
 # backend's delayed losses within t_sim's 16-bit tolerance, and the same bits under another jitter seed
 # of its lanes (the delayed schedule is the same whatever the lanes' timing)
@@ -195,4 +199,7 @@ ztlib.check(p.returncode != 0 and "not supported with zero_optimization.offload_
 p = ztlib.run(["train", cfg] + as_args(["zero_optimization.stage=2", "train_iters=1"] + offload(0.5, warmup=0)), ranks=2)
 ztlib.check(p.returncode != 0 and "needs ratio 1" in p.stderr and "2 ranks" in p.stderr, "two_ranks_ratio_half_refused",
             p.stderr[-500:])
+p = ztlib.run(["train", cfg] + as_args(["tensor_parallel.tp_size=2"] + offload(0.5, warmup=0)))
+ztlib.check(p.returncode != 0 and "with tensor_parallel.tp_size 2 needs offload_optimizer.ratio 1" in p.stderr,
+            "tensor_parallel_ratio_half_refused", p.stderr[-500:])
 ztlib.finish()
