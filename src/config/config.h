@@ -86,6 +86,8 @@ typedef struct zt_config {
     char *offload_nvme_path;   /* offload_optimizer.nvme_path */
     int offload_buffer_count, offload_pipeline_read, offload_pipeline_write, offload_fast_init;
     int offload_overlap_step;  /* ours: the host part's update finishes during the next step */
+    int offload_delayed_update; /* ours: the host part's update of step t lands after step t+1's backward */
+    int offload_delayed_warmup; /* ours: steps updated without delay first */
     int offload_param_device;  /* ZT_OFFLOAD_* */
     char *offload_param_nvme_path;
     int offload_param_buffer_count, offload_param_pin_memory;

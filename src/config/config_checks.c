@@ -14,6 +14,24 @@ static const char *latest(const zt_loader *L, const char *a, const char *b) {
     return ia > ib ? a : b;
 }
 
+/* offload_optimizer.delayed_update (twin_flow.c says why each combination is refused) */
+static int delayed_update_checks(zt_loader *L) {
+    const zt_config *c = L->cfg;
+    const char *k = "zero_optimization.offload_optimizer.delayed_update";
+    if (!c->offload_delayed_update) return 0;
+    if (c->offload_device != ZT_OFFLOAD_CPU)
+        return zt_fail_rec(L, k, "needs zero_optimization.offload_optimizer.device cpu: only the host part's update "
+                                 "is delayed, and not yet through the NVMe swap file");
+    if (c->offload_param_device != ZT_OFFLOAD_NONE)
+        return zt_fail_rec(L, k, "not supported with zero_optimization.offload_param: the CPU Adam writes the offloaded "
+                                 "parameters in place while the next step's forward reads them");
+    if (c->tp_size > 1 && c->offload_ratio != 1.0)
+        return zt_fail_rec(L, k, "with tensor_parallel.tp_size %d needs offload_optimizer.ratio 1: at ratio %s the "
+                                 "delayed parameters would depend on the tensor-parallel split", c->tp_size,
+                           c->offload_ratio < 0 ? "auto" : "< 1");
+    return 0;
+}
+
 int zt_config_cross_checks(zt_loader *L) {
     zt_config *c = L->cfg;
     if (zt_config_deepspeed_finish(L)) return -1;
@@ -87,6 +105,7 @@ int zt_config_cross_checks(zt_loader *L) {
         const char *k = latest(L, "bf16.enabled", "fp16.enabled");
         return zt_fail_rec(L, k ? k : "fp16.enabled", "bf16 and fp16 cannot both be enabled");
     }
+    if (delayed_update_checks(L)) return -1;
     if (!L->adam_w_mode && c->weight_decay > 0 && !strcmp(c->optimizer_type, "Adam")) {
         const char *k = latest(L, "optimizer.params.adam_w_mode", "optimizer.params.weight_decay");
         return zt_fail_rec(L, k ? k : "optimizer.params.adam_w_mode",

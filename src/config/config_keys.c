@@ -205,6 +205,11 @@ const zt_keydef zt_config_keys[] = {
         .help = "page-locked host buffers (always on a GPU)"),
     KEY("zero_optimization.offload_optimizer.overlap_step", K_BOOL, offload_overlap_step, .def = 1, .flags = E,
         .help = "ours: the host part's update finishes during the next step's forward (exact)"),
+    KEY("zero_optimization.offload_optimizer.delayed_update", K_BOOL, offload_delayed_update, .def = 0, .flags = E,
+        .help = "ours: the host part's CPU Adam of step t runs during step t+1, whose forward and backward use "
+                "its parameters of step t-1 (ZeRO-Offload's DPU; changes results)"),
+    KEY("zero_optimization.offload_optimizer.delayed_update_warmup", K_INT, offload_delayed_warmup, .def = 40, .lo = 0,
+        .hi = INF, .flags = E, .help = "ours: steps updated without delay before delayed_update starts"),
     KEY("zero_optimization.offload_optimizer.device_memory", K_BYTES, offload_device_memory, .def = 0, .flags = E,
         .help = "device memory budget for ratio auto; 0 = what is free"),
     KEY("zero_optimization.offload_optimizer.host_memory", K_BYTES, offload_host_memory, .def = 0, .flags = E,

@@ -406,7 +406,7 @@ double zt_engine_step(zt_engine *e, float lr, float max_norm) {
 double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped) {
     if (e->opt.stage == 3) zero_end_micros(e->zero);
     zero_finish_all(e->zero);
-    twin_settle(e->twin); /* the last update's host lanes, if still running */
+    twin_before_step(e->twin); /* the last update's host lanes, if still running (delayed: released) */
     double tn0 = zt_clock_now();
     *skipped = 0;
     /* with loss scaling the step may be skipped (overflow), so the norm comes before the host
@@ -415,6 +415,7 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     double norm = norm_first ? zero_grad_norm(e->zero) / loss_scale : 0.0;
     if (!isfinite(norm)) {
         *skipped = 1;
+        twin_settle(e->twin); /* a delayed update drains: nothing is left released but not in place */
         zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_clock_now());
         return norm;
     }

@@ -55,6 +55,9 @@ typedef struct zt_engine_offload {
     int host_threads;     /* CPU Adam threads; 0 = OpenMP's default */
     int overlap_step;     /* the host part's update may finish during the next step (exact: what the next
                              step uses waits for it) */
+    int delayed_update;   /* the host part's update of step t lands after step t+1's backward, which uses its
+                             parameters of step t-1 (ZeRO-Offload's DPU, twin_flow.c); changes results */
+    long delayed_warmup;  /* steps (optimizer steps counted from 1) updated without delay first */
     double device_reserve; /* bytes the caller allocates on the device after the engine (activations,
                               backend scratch): ratio auto leaves them free */
     /* ZeRO-Infinity (engine_infinity.c): the host part's optimizer states on NVMe */

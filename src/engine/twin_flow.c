@@ -11,6 +11,25 @@
  * is host memory and be->copy a memcpy, but the code path is the same. The copy lanes call the
  * backend, so they bind to its device first (backend.h: bind_thread); the host Adam lane does not.
  *
+ * offload_optimizer.delayed_update (ZeRO-Offload's "one-step delayed parameter update", DPU): after
+ * delayed_update_warmup steps (the paper starts it after a few dozen, once the gradients change
+ * slowly; 40 here by default), the CPU Adam of step t runs during step t+1's forward and backward,
+ * which use the host part's parameters of step t-1; the H2D lane is held until step t+1's update
+ * releases it, and the host part's values of step t go up alongside step t+1's norm and device Adam,
+ * chunk by chunk ahead of step t+1's CPU Adam, which writes the buffer they go up from.
+ * DeepSpeed has no key for it (the paper's DPU never became a setting; ZenFlow's overlap_step does it
+ * for its own split of "unimportant" gradients), so the key sits under offload_optimizer beside
+ * overlap_step, which stays exact. Only the host part lags: the device part updates as without it.
+ * The clip coefficient is each step's own (the norm of step t's gradients scales step t's update),
+ * so the delay moves where the host part's update lands, not what it computes. Whatever must see
+ * settled state (a checkpoint save, reading optimizer state, a skipped step) drains the pending
+ * update: waits for it and puts its parameters in place. A drain changes what the next step computes,
+ * so it must happen at the same steps in every run that is compared: a save step drains in the run
+ * that saved and the run resumed from it starts with nothing pending, so resumes continue exactly.
+ * Which elements lag must not depend on the layout: with several ranks at ZeRO stages 1-3 each rank's
+ * host part is the tail of its own shard, so twin_open refuses a ratio other than 1 there (config
+ * checks refuse it with tensor parallelism); offload_param and NVMe are refused (config_checks.c).
+ *
  * The host part's state (struct twin_host: the split, the host buffers, the swap file of its states
  * with offload_optimizer nvme, the lanes still running) is this file's; the engine hands it the
  * shared facts at twin_open and the device part's buffers at twin_alloc (twin_flow.h). */
@@ -51,6 +70,11 @@ struct twin_flow {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int go;                     /* st is set: the CPU Adam may start */
+    int delayed;                /* delayed_update: the H2D lane waits until the next step releases it */
+    struct twin_flow *prev;     /* the last step's delayed flow, whose H2D lane reads the buffer this
+                                   one's CPU Adam writes, chunk by chunk; freed with this one */
+    int h2d_held;               /* the H2D lane may not start yet */
+    double release_at;          /* when it was released */
     size_t d2h_done, adam_done, h2d_done; /* chunks */
     /* when each chunk was published on the run's clock (util/clock.h), per counter: a thread that
      * waited for chunk c of a counter continues from that time (the virtual clock's handoff) */
@@ -208,6 +232,13 @@ twin_host *twin_open(const engine_facts *f, zt_err *err) {
     if (bound == TWIN_BOUND_HOST && (double)t->host_n > exact && t->host_n >= ZT_TWIN_ALIGN) t->host_n -= ZT_TWIN_ALIGN;
     if (bound == TWIN_BOUND_DEVICE && (double)t->host_n < exact) t->host_n = min_sz(t->host_n + ZT_TWIN_ALIGN, n);
     t->host_lo = n - t->host_n; /* the host part is the tail */
+    if (t->f.off.delayed_update && t->f.opt.stage >= 1 && t->f.lay.world > 1 && t->host_lo) {
+        zt_fail(err, "offload_optimizer.delayed_update on %d ranks at ZeRO stage %d needs ratio 1 (the ratio in "
+                        "effect is %.3f): each rank's host part is the tail of its own shard, so which parameters lag "
+                        "would depend on the rank count", t->f.lay.world, t->f.opt.stage, t->offload_ratio);
+        free(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -332,6 +363,11 @@ static void *host_adam_lane(void *arg) {
         twin_wait_go(tf);
         twin_wait_count(tf, &tf->d2h_done, c + 1);
         pthread_mutex_unlock(&tf->mu);
+        if (tf->prev) { /* the last step's delayed parameters of this chunk have gone up */
+            pthread_mutex_lock(&tf->prev->mu);
+            twin_wait_count(tf->prev, &tf->prev->h2d_done, c + 1);
+            pthread_mutex_unlock(&tf->prev->mu);
+        }
         double t0 = zt_clock_now();
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
@@ -375,6 +411,11 @@ static void *h2d_lane(void *arg) {
     if (t->b.params_on_host) return NULL; /* the CPU Adam wrote them where they live */
     zt_backend_bind_thread(t->f.be);
     zt_clock_after(tf->start_at);
+    pthread_mutex_lock(&tf->mu);
+    twin_wait_go(tf); /* twin_go says whether this update is delayed */
+    while (tf->h2d_held) pthread_cond_wait(&tf->cv, &tf->mu);
+    if (tf->delayed) zt_clock_after(tf->release_at);
+    pthread_mutex_unlock(&tf->mu);
     for (size_t c = 0; c < tf->nchunks; c++) {
         pthread_mutex_lock(&tf->mu);
         twin_wait_count(tf, &tf->adam_done, c + 1);
@@ -434,15 +475,32 @@ twin_flow *twin_start(twin_host *t) {
     return tf;
 }
 
-static void twin_go(twin_flow *tf, const zt_adam_step *st, long step) {
+static void twin_go(twin_flow *tf, const zt_adam_step *st, long step, int delayed) {
     if (!tf->nchunks) return;
     pthread_mutex_lock(&tf->mu);
     tf->st = *st;
     tf->step = step;
+    tf->delayed = tf->h2d_held = delayed;
     tf->go_at = zt_clock_now();
     tf->go = 1;
     pthread_cond_broadcast(&tf->cv);
     pthread_mutex_unlock(&tf->mu);
+}
+
+/* delayed_update: the held H2D lane of a delayed update may send the parameters up */
+static void twin_release(twin_flow *tf) {
+    pthread_mutex_lock(&tf->mu);
+    if (tf->h2d_held) tf->release_at = zt_clock_now();
+    tf->h2d_held = 0;
+    pthread_cond_broadcast(&tf->cv);
+    pthread_mutex_unlock(&tf->mu);
+}
+
+static void wait_lanes(twin_host *t, const char *what, const size_t *counter, size_t target);
+
+/* whether the update of step `step` is delayed (delayed_update, past the warm-up) */
+static int delays(const twin_host *t, const twin_flow *tf, long step) {
+    return t->f.off.delayed_update && tf->nchunks && step > t->f.off.delayed_warmup;
 }
 
 /* whether this engine's next step may start before the host lanes finish: not where the step ends
@@ -462,30 +520,50 @@ static void record_lanes(twin_host *t, twin_flow *tf, double t1) {
     tm->host_idle = (t1 - tf->t_start) - tf->adam_busy;
 }
 
+/* the lanes have ended: their figures are the step's (the flow itself may still be a later one's prev) */
 static void join_lanes(twin_host *t, twin_flow *tf) {
     for (int i = 0; i < 3; i++) {
         pthread_join(tf->lanes[i], NULL);
         zt_clock_after(tf->end_at[i]); /* a join waits for the last of them */
     }
-    pthread_mutex_destroy(&tf->mu);
-    pthread_cond_destroy(&tf->cv);
-    free(tf->d2h_at);
-    free(tf->adam_at);
-    free(tf->h2d_at);
     record_lanes(t, tf, zt_clock_now());
 }
 
+/* after join_lanes (or with no lanes): the flow, and the prev its host Adam lane waited on */
+static void flow_free(twin_flow *tf) {
+    if (tf->prev) flow_free(tf->prev);
+    if (tf->nchunks) {
+        pthread_mutex_destroy(&tf->mu);
+        pthread_cond_destroy(&tf->cv);
+        free(tf->d2h_at);
+        free(tf->adam_at);
+        free(tf->h2d_at);
+    }
+    free(tf);
+}
+
 void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st, long step) {
-    int threads = tf->nchunks > 0;
+    int threads = tf->nchunks > 0, delayed = delays(t, tf, step);
     tf->t_start = t0;
-    twin_go(tf, st, step);
+    /* a delayed update of the last step (released by twin_before_step) is sending its parameters up
+     * from the buffer this step's CPU Adam writes: the CPU Adam of each chunk waits for that chunk's
+     * H2D (host_adam_lane), and the last flow lives on as this one's prev until this one is joined */
+    twin_flow *last = t->pending;
+    tf->prev = last;
+    twin_go(tf, st, step, delayed);
     double td0 = zt_clock_now();
     device_adam(t, *st);
     double td1 = zt_clock_now();
     if (t->host_lo) zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "device adam", td0, td1);
     zt_engine_timing *tm = t->f.timing;
     tm->device_adam = td1 - td0;
-    if (threads && may_defer(t)) { /* the next step waits for the host part where it needs it */
+    if (last) { /* its parameters are in place before this update ends */
+        wait_lanes(t, "wait for the delayed parameters", &last->h2d_done, last->nchunks);
+        join_lanes(t, last);
+        t->pending = NULL;
+    }
+    if (threads && (delayed || may_defer(t))) { /* the next step waits for the host part where it needs it,
+                                                  or (delayed) uses its values of the last step */
         t->pending = tf;
         tm->optimizer = td1 - t0;
         return;
@@ -497,7 +575,7 @@ void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st,
     tm->optimizer = t1 - t0;
     tm->device_idle = t1 - td1;
     if (threads && t1 > td1 + 1e-6) zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "device idle (host part)", td1, t1);
-    free(tf);
+    flow_free(tf);
 }
 
 /* chunks whose updated parameters are in place: sent up, or written straight into the offloaded
@@ -520,16 +598,28 @@ static void wait_lanes(twin_host *t, const char *what, const size_t *counter, si
     zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, what, t0, t1);
 }
 
+void twin_before_step(twin_host *t) {
+    twin_flow *tf = t ? t->pending : NULL;
+    if (!tf || !tf->delayed) {
+        twin_settle(t);
+        return;
+    }
+    /* its CPU Adam ran during this step's forward and backward; its parameters go up during this update */
+    wait_lanes(t, "wait for the delayed host adam", &tf->adam_done, tf->nchunks);
+    twin_release(tf);
+}
+
 void twin_settle(twin_host *t) {
     if (!t) return;
     twin_flow *tf = t->pending;
     if (!tf) return;
+    twin_release(tf); /* a delayed update drains here */
     wait_lanes(t, "wait for the host part (all)", ready_counter(t, tf), tf->nchunks);
     double t0 = zt_clock_now();
     join_lanes(t, tf);
     zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_clock_now());
     t->pending = NULL;
-    free(tf);
+    flow_free(tf);
 }
 
 /* the last chunk holding optimizer offsets [a, b), or (size_t)-1 when none does */
@@ -541,7 +631,7 @@ static size_t last_chunk(const twin_host *t, size_t a, size_t b) {
 
 void twin_wait_params(twin_host *t, size_t a, size_t b) {
     size_t c = last_chunk(t, a, b);
-    if (!t->pending || c == (size_t)-1) return;
+    if (!t->pending || t->pending->delayed || c == (size_t)-1) return; /* delayed: the last step's values are used */
     wait_lanes(t, "wait for the host part's parameters", ready_counter(t, t->pending), c + 1);
     if (c + 1 == t->pending->nchunks) twin_settle(t); /* the last chunk: the lanes are finishing */
 }

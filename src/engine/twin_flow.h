@@ -59,11 +59,15 @@ twin_flow *twin_start(twin_host *t);
  * the step's timing. With offload_optimizer.overlap_step the host lanes may still be running when it
  * returns: the next step's uses of the host part's parameters wait for exactly what they need. */
 void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st, long step);
-/* Waits until the host lanes of the last update are done (nothing pending after it). Everything
- * that reads or writes optimizer state or the host part's buffers calls it first. NULL does nothing. */
+/* Waits until the host lanes of the last update are done (nothing pending after it; a delayed update
+ * is drained: its parameters go up now). Everything that reads or writes optimizer state or the host
+ * part's buffers calls it first. NULL does nothing. */
 void twin_settle(twin_host *t);
+/* Before a step's update: settles the last update's host lanes, or with a delayed update
+ * (delayed_update) waits for its CPU Adam and lets its parameters go up during this update. */
+void twin_before_step(twin_host *t);
 /* Waits until the updated parameters of optimizer offsets [a, b) are in place (at once when
- * nothing is pending). */
+ * nothing is pending, or when the pending update is delayed: the last step's values are used). */
 void twin_wait_params(twin_host *t, size_t a, size_t b);
 /* Waits until the D2H lane has read all gradients (before the next step overwrites them). */
 void twin_wait_grads_read(twin_host *t);
