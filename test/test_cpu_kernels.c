@@ -8,7 +8,10 @@
  *     so far below -10 the derivative is ~1e-27 rather than ~0);
  *   - the exp row sum and the sum of squares against double sums;
  *   - every path this CPU runs (scalar, AVX2, AVX-512) gives the same bits for every kernel, on
- *     lengths that are not multiples of any vector width, with NaN, infinities and denormals in. */
+ *     lengths that are not multiples of any vector width, with NaN, infinities and denormals in;
+ *   - the exp row sum depends on the row's values alone: the same row at every float offset of a
+ *     64-byte line, in place or not, gives the bits of the documented order (element i into
+ *     accumulator i mod 16, then halving), on every path. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -141,10 +144,55 @@ static void test_paths_agree(void) {
     free(x), free(d);
 }
 
+/* The exp row sum depends on the row's values only, not on where the row starts (a row of a
+ * padded logits matrix, a vocab shard's part of it) nor on e aliasing x: the same values at each
+ * of the 16 float offsets of a 64-byte line, on every path, give the bits of the documented order
+ * summed here from the kernel's own exps. */
+static void test_exp_sum_values_only(void) {
+    static const int lens[] = {1, 15, 16, 17, 33, 100, 25129, 50257};
+    enum { MAXN = 50257, PAD = 16 };
+    float *vals = malloc(MAXN * sizeof(float)), *ex = malloc(MAXN * sizeof(float));
+    float *buf = aligned_alloc(64, (MAXN + PAD) * sizeof(float)), *e = aligned_alloc(64, (MAXN + PAD) * sizeof(float));
+    uint32_t s = 11;
+    for (int i = 0; i < MAXN; i++) {
+        s = s * 1664525u + 1013904223u;
+        vals[i] = 12.0f * ((float)(s >> 8) / 16777216.0f) - 10.0f;
+    }
+    int bad = 0;
+    char why[160] = "";
+    for (int p = ZT_VEC_SCALAR; p <= zt_vec_best(); p++) {
+        zt_vec_force(p);
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int n = lens[li];
+            zt_vec_exp(ex, vals, 1.5f, (size_t)n);
+            double acc[16] = {0};
+            for (int i = 0; i < n; i++) acc[i % 16] += ex[i];
+            for (int w = 8; w >= 1; w /= 2)
+                for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+            for (int off = 0; off < PAD; off++) {
+                memcpy(buf + off, vals, (size_t)n * sizeof(float));
+                double apart = zt_vec_exp_sum(e + off, buf + off, 1.5f, (size_t)n);
+                int same_exps = memcmp(e + off, ex, (size_t)n * sizeof(float)) == 0;
+                double inplace = zt_vec_exp_sum(buf + off, buf + off, 1.5f, (size_t)n);
+                same_exps &= memcmp(buf + off, ex, (size_t)n * sizeof(float)) == 0;
+                if (!bad && (apart != acc[0] || inplace != acc[0] || !same_exps)) {
+                    bad = 1;
+                    snprintf(why, sizeof why, "%s path, n %d, offset %d: %.17g, in place %.17g, want %.17g, exps %s",
+                             zt_vec_name(p), n, off, apart, inplace, acc[0], same_exps ? "same" : "differ");
+                }
+            }
+        }
+    }
+    zt_vec_force(ZT_VEC_BEST);
+    CHECK(!bad, "exp_sum: the bits of the documented order at every offset, in place or not, on every path", "%s", why);
+    free(vals), free(ex), free(buf), free(e);
+}
+
 int main(void) {
     test_exp();
     test_gelu();
     test_sums();
     test_paths_agree();
+    test_exp_sum_values_only();
     return zt_check_exit();
 }

@@ -19,7 +19,7 @@
  *     column summing its rows in row order;
  *   - row reductions (LayerNorm statistics, softmax) run inside one thread, vectorized with
  *     `omp simd reduction`, whose lane order is fixed at compile time, or in cpu_kernels.c's
- *     fixed order;
+ *     fixed order (the cross-entropies' exp sums);
  *   - sumsq sums fixed 4096-element chunks, then the chunk sums in order.
  * Loops use schedule(static) throughout. */
 #include <cblas.h>
@@ -32,46 +32,11 @@
 #include "backend/cpu_adam.h"
 #include "backend/cpu_kernels.h"
 
-/* The vector math (exp, GELU and its derivative, the sum of squares; not the cross-entropies' exp
- * row sums, below) is cpu_kernels.c's, at the
- * CPU's widest SIMD; it computes each element the same way on every path, so results do not
- * depend on the thread count or on where a range starts. Element-wise ops hand each OpenMP
+/* The vector math (exp, GELU and its derivative, the exp row sums, the sum of squares) is
+ * cpu_kernels.c's, at the CPU's widest SIMD; it computes each element the same way on every path,
+ * so results do not depend on the thread count or on where a range starts. Element-wise ops hand each OpenMP
  * thread whole VEC_CHUNK-element pieces. */
 #define VEC_CHUNK 4096
-
-/* The cross-entropies' row sums of exps stay on glibc's libmvec expf (x86-64, glibc >= 2.35),
- * vectorized in whole 16-lane blocks at fixed offsets: with cpu_kernels.c's exp sum instead, a
- * 1-rank and a 2-rank stage-3 run (t_stage3_gather) no longer gave bit-identical losses, for a
- * reason not yet found, so the row sums keep the code that does. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
-    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
-float expf(float) __attribute__((__simd__("notinbranch")));
-#endif
-#define VB 16 /* lanes of one vector-math block */
-/* e[j] = exp(x[j] - shift) for j < n <= VB, one vector-math block (missing lanes are -inf -> 0) */
-static inline void exp_block(float *e, const float *x, float shift, int n) {
-    float t[VB];
-    for (int j = 0; j < VB; j++) t[j] = j < n ? x[j] - shift : -INFINITY;
-#pragma omp simd simdlen(VB)
-    for (int j = 0; j < VB; j++) t[j] = expf(t[j]);
-    memcpy(e, t, (size_t)n * sizeof(float));
-}
-/* sum_j exp(x_j - shift) in double (VB interleaved accumulators, combined in a fixed order), the
- * fp32 e_j kept in e when non-NULL (e may alias x: each block is read before it is written) */
-static double row_exp_sum(float *e, const float *x, int V, float shift) {
-    double acc[VB] = {0};
-    float blk[VB];
-    for (int j0 = 0; j0 < V; j0 += VB) {
-        int n = V - j0 < VB ? V - j0 : VB;
-        exp_block(blk, x + j0, shift, n);
-        for (int j = n; j < VB; j++) blk[j] = 0.0f;
-        for (int j = 0; j < VB; j++) acc[j] += blk[j];
-        if (e) memcpy(e + j0, blk, (size_t)n * sizeof(float));
-    }
-    for (int w = VB / 2; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
-}
 
 /* ------------------------------------------------------------------ memory */
 
@@ -489,7 +454,7 @@ static void cpu_scale(void *x_, float s, size_t n) {
 /* ------------------------------------------------------------------ softmax + cross-entropy */
 
 /* The row pieces of the cross-entropies. A row's max; its sum_j exp(x_j - shift) in double
- * (row_exp_sum above: a fixed order), the fp32 e_j kept in e when non-NULL (e may alias x); and the
+ * (zt_vec_exp_sum: a fixed order), the fp32 e_j kept in e when non-NULL (e may alias x); and the
  * gradient from the kept e_j:
  * d_j = (e_j / S - [j == target]) * dloss for j < V (no one-hot term for a target outside [0,V)),
  * 0 for j in [V, Vp). */
@@ -530,7 +495,7 @@ static void cpu_softmax_xent(float *losses, void *dlogits_, const void *logits_,
         int ok = tgt >= 0 && tgt < V;
         float xt = ok ? x[tgt] : 0.0f;
         float mx = row_max(x, V);
-        double sum = row_exp_sum(d, x, V, mx);
+        double sum = zt_vec_exp_sum(d, x, mx, (size_t)V);
         if (d) row_xent_grad(d, V, Vp, sum, tgt, dloss);
         losses[i] = ok ? (float)(log(sum) - ((double)xt - mx)) : NAN;
     }
@@ -549,7 +514,7 @@ static void cpu_xent_partial(float *stats, const void *logits_, const int *targe
         int tgt = targets[i] - vocab_lo;
         float mx = row_max(x, Vl);
         stats[3 * (size_t)i] = mx;
-        stats[3 * (size_t)i + 1] = (float)row_exp_sum(NULL, x, Vl, mx);
+        stats[3 * (size_t)i + 1] = (float)zt_vec_exp_sum(NULL, x, mx, (size_t)Vl);
         stats[3 * (size_t)i + 2] = tgt >= 0 && tgt < Vl ? x[tgt] : 0.0f;
     }
 }
@@ -575,7 +540,7 @@ static void cpu_xent_parallel(float *losses, void *dlogits_, const void *logits_
         if (dlogits) {
             const float *x = logits + (size_t)i * Vp;
             float *d = dlogits + (size_t)i * Vp; /* may alias x */
-            row_exp_sum(d, x, Vl, mx);
+            zt_vec_exp_sum(d, x, mx, (size_t)Vl);
             row_xent_grad(d, Vl, Vp, sum, targets[i] - vocab_lo, dloss);
         }
         losses[i] = (float)(log(sum) - (xt - mx));

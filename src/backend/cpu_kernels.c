@@ -1,6 +1,5 @@
 /* cpu_kernels.c — the CPU backend's vector math (see cpu_kernels.h): exp, GELU and its gradient,
- * the exp row sums of the softmaxes and the sum of squares, each at the CPU's widest SIMD. (The
- * backend's cross-entropies still sum their exps with libmvec's expf: backend_cpu.c says why.)
+ * the exp row sums of the softmaxes and the sum of squares, each at the CPU's widest SIMD.
  *
  * Why not libm. The binary is built for x86-64-v2 (SSE4), so glibc's vector tanhf and expf run 4
  * lanes wide, and its scalar ones one: GELU ran at ~9 GB/s and softmax + cross-entropy at ~4 GB/s
