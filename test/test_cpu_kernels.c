@@ -9,6 +9,8 @@
  *   - the exp row sum and the sum of squares against double sums;
  *   - every path this CPU runs (scalar, AVX2, AVX-512) gives the same bits for every kernel, on
  *     lengths that are not multiples of any vector width, with NaN, infinities and denormals in;
+ *   - LayerNorm's row forward, its backward's dx and dw/db, and attention's softmax backward
+ *     against the formulas in double, and the same bits on every path;
  *   - the exp row sum depends on the row's values alone: the same row at every float offset of a
  *     64-byte line, in place or not, gives the bits of the documented order (element i into
  *     accumulator i mod 16, then halving), on every path. */
@@ -144,6 +146,70 @@ static void test_paths_agree(void) {
     free(x), free(d);
 }
 
+/* LayerNorm's rows and the softmax backward: near the formula in double, and the same bits on
+ * every path, at lengths below, at and past whole 16-lane blocks */
+static void test_row_kernels(void) {
+    static const int lens[] = {1, 7, 16, 33, 768, 4099};
+    enum { MAXN = 4099 };
+    float *x = malloc(MAXN * sizeof(float)), *w = malloc(MAXN * sizeof(float)), *b = malloc(MAXN * sizeof(float));
+    float *dy = malloc(MAXN * sizeof(float)), *a = malloc(MAXN * sizeof(float));
+    float *out[3][5];
+    float stats[3][2];
+    uint32_t s = 5;
+    for (int i = 0; i < MAXN; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = 3.0f + 4.0f * ((float)(s >> 8) / 16777216.0f - 0.5f); /* a mean away from 0 */
+        w[i] = 1.0f + (float)(s % 977) / 977.0f, b[i] = (float)(s % 613) / 613.0f - 0.5f;
+        dy[i] = (float)((s >> 4) % 1009) / 1009.0f - 0.5f, a[i] = (float)(s % 499 + 1) / 499.0f / MAXN;
+    }
+    int best = zt_vec_best(), same = 1, near = 1;
+    char why[200] = "";
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int n = lens[li];
+        for (int p = ZT_VEC_SCALAR; p <= best; p++) {
+            zt_vec_force(p);
+            for (int k = 0; k < 5; k++) out[p][k] = calloc(n, sizeof(float));
+            zt_vec_layernorm(out[p][0], &stats[p][0], &stats[p][1], x, w, b, n);
+            zt_vec_layernorm_dx(out[p][1], dy, x, w, stats[p][0], stats[p][1], n);
+            zt_vec_layernorm_dwdb(out[p][2], out[p][3], dy, x, stats[p][0], stats[p][1], n);
+            memcpy(out[p][4], dy, n * sizeof(float));
+            zt_vec_softmax_backward(out[p][4], a, 0.125f, n);
+        }
+        zt_vec_force(ZT_VEC_BEST);
+        for (int p = ZT_VEC_SCALAR + 1; p <= best; p++)
+            for (int k = 0; k < 5; k++)
+                if (memcmp(out[p][k], out[0][k], n * sizeof(float)) || memcmp(stats[p], stats[0], sizeof stats[0])) {
+                    if (same) snprintf(why, sizeof why, "n %d: output %d of the %s path differs", n, k, zt_vec_name(p));
+                    same = 0;
+                }
+        /* the formulas in double */
+        double m = 0, v = 0, sd = 0, sdx = 0, sa = 0;
+        for (int i = 0; i < n; i++) m += x[i];
+        m /= n;
+        for (int i = 0; i < n; i++) v += (x[i] - m) * (x[i] - m);
+        double r = 1 / sqrt(v / n + 1e-5);
+        for (int i = 0; i < n; i++) sd += dy[i] * w[i], sdx += dy[i] * w[i] * (x[i] - m) * r, sa += a[i] * dy[i];
+        sd /= n, sdx /= n;
+        double err = fabs(stats[0][0] - m) + fabs(stats[0][1] / r - 1);
+        for (int i = 0; i < n; i++) {
+            double xh = (x[i] - m) * r;
+            err = fmax(err, fabs(out[0][0][i] - (xh * w[i] + b[i])));
+            err = fmax(err, fabs(out[0][1][i] - r * (dy[i] * w[i] - sd - xh * sdx)) / r);
+            err = fmax(err, fabs(out[0][2][i] - dy[i] * xh) + fabs(out[0][3][i] - dy[i]));
+            err = fmax(err, fabs(out[0][4][i] - a[i] * (dy[i] - sa) * 0.125) * MAXN);
+        }
+        if (near && err > 1e-4) {
+            near = 0;
+            snprintf(why + strlen(why), sizeof why - strlen(why), " n %d: off the double formulas by %.3g", n, err);
+        }
+        for (int p = ZT_VEC_SCALAR; p <= best; p++)
+            for (int k = 0; k < 5; k++) free(out[p][k]);
+    }
+    CHECK(same, "layernorm, its dx and dw/db, softmax backward: every path = scalar path, bit for bit", "%s", why);
+    CHECK(near, "layernorm, its dx and dw/db, softmax backward: within 1e-4 of the formulas in double", "%s", why);
+    free(x), free(w), free(b), free(dy), free(a);
+}
+
 /* The exp row sum depends on the row's values only, not on where the row starts (a row of a
  * padded logits matrix, a vocab shard's part of it) nor on e aliasing x: the same values at each
  * of the 16 float offsets of a 64-byte line, on every path, give the bits of the documented order
@@ -194,5 +260,6 @@ int main(void) {
     test_sums();
     test_paths_agree();
     test_exp_sum_values_only();
+    test_row_kernels();
     return zt_check_exit();
 }

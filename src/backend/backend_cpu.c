@@ -17,9 +17,9 @@
  *     the same call computes it whatever the thread count (gemm_plan);
  *   - column reductions (dbias, LayerNorm dw/db, dwpe, dwte) are parallel over columns, each
  *     column summing its rows in row order;
- *   - row reductions (LayerNorm statistics, softmax) run inside one thread, vectorized with
- *     `omp simd reduction`, whose lane order is fixed at compile time, or in cpu_kernels.c's
- *     fixed order (the cross-entropies' exp sums);
+ *   - row reductions (LayerNorm statistics and its backward's row means, the softmaxes' sums,
+ *     forward and backward) run inside one thread, in cpu_kernels.c's fixed order, the same on
+ *     every SIMD path; the row maxima with `omp simd reduction(max)` (exact in any order);
  *   - sumsq sums fixed 4096-element chunks, then the chunk sums in order.
  * Loops use schedule(static) throughout. */
 #include <cblas.h>
@@ -202,27 +202,14 @@ static void cpu_embedding_backward(void *dwte_, int row_lo, int row_hi, void *dw
 
 /* ------------------------------------------------------------------ layernorm */
 
+/* rows in parallel, each one zt_vec_layernorm (fixed-order sums: cpu_kernels.h) */
 static void cpu_layernorm_forward(void *out_, float *mean, float *rstd, const void *inp_, const void *w_, const void *b_,
                                   int N, int C) {
     float *out = out_;
     const float *inp = inp_, *w = w_, *bb = b_;
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *y = out + (size_t)i * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
-        float m = s / C;
-        float v = 0.0f; /* two-pass variance: no cancellation for rows with a large mean */
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        float r = zt_rstd(v / C);
-#pragma omp simd
-        for (int c = 0; c < C; c++) y[c] = (x[c] - m) * r * w[c] + bb[c];
-        mean[i] = m;
-        rstd[i] = r;
-    }
+    for (int i = 0; i < N; i++)
+        zt_vec_layernorm(out + (size_t)i * C, mean + i, rstd + i, inp + (size_t)i * C, w, bb, (size_t)C);
 }
 
 static void cpu_layernorm_backward(void *dinp_, void *dw_, void *db_, const void *dout_, const void *inp_, const void *w_,
@@ -234,31 +221,15 @@ static void cpu_layernorm_backward(void *dinp_, void *dw_, void *db_, const void
         /* dinp: rows in parallel */
 #pragma omp for schedule(static) nowait
         for (int i = 0; i < N; i++) {
-            const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
-            float *dx = dinp + (size_t)i * C;
-            float m = mean[i], r = rstd[i], sd = 0.0f, sdx = 0.0f;
-#pragma omp simd reduction(+ : sd, sdx)
-            for (int c = 0; c < C; c++) {
-                float dn = dy[c] * w[c];
-                sd += dn;
-                sdx += dn * (x[c] - m) * r;
-            }
-            sd /= C;
-            sdx /= C;
-#pragma omp simd
-            for (int c = 0; c < C; c++) dx[c] += zt_layernorm_dx(dy[c] * w[c], (x[c] - m) * r, r, sd, sdx);
+            size_t o = (size_t)i * C;
+            zt_vec_layernorm_dx(dinp + o, dout + o, inp + o, w, mean[i], rstd[i], (size_t)C);
         }
         /* dw, db: columns in parallel, rows in order */
         int c0, c1;
         zt_split(C, omp_get_num_threads(), omp_get_thread_num(), 16, &c0, &c1);
-        for (int i = 0; i < N; i++) {
-            const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
-            float m = mean[i], r = rstd[i];
-#pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                dw[c] += dy[c] * ((x[c] - m) * r);
-                db[c] += dy[c];
-            }
+        for (int i = 0; c1 > c0 && i < N; i++) {
+            size_t o = (size_t)i * C + c0;
+            zt_vec_layernorm_dwdb(dw + c0, db + c0, dout + o, inp + o, mean[i], rstd[i], (size_t)(c1 - c0));
         }
     }
 }
@@ -350,12 +321,10 @@ static void cpu_attention_forward(void *out_, void *att_, const void *qkv_, int 
         float *a = att + (size_t)bh * T * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
         for (int t = 0; t < T; t++) { /* causal softmax of row t over j <= t */
-            float *row = a + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
+            float *row = a + (size_t)t * T, mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
             for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-            zt_vec_exp(row, row, mx, (size_t)t + 1);
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j <= t; j++) sum += row[j];
-            float inv = 1.0f / sum;
+            float inv = (float)(1.0 / zt_vec_exp_sum(row, row, mx, (size_t)t + 1));
             for (int j = 0; j <= t; j++) row[j] *= inv;
             for (int j = t + 1; j < T; j++) row[j] = 0.0f;
         }
@@ -383,11 +352,9 @@ static void cpu_attention_backward(void *dqkv_, void *datt_, const void *dout_, 
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);
         /* softmax backward, scaled: dpre = att * (datt - sum_j att*datt) * scale (0 above the diagonal) */
         for (int t = 0; t < T; t++) {
-            const float *ar = a + (size_t)t * T;
-            float *dr = da + (size_t)t * T, s = 0.0f;
-            for (int j = 0; j <= t; j++) s += ar[j] * dr[j];
-            for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - s) * scale;
-            for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
+            float *dr = da + (size_t)t * T;
+            zt_vec_softmax_backward(dr, a + (size_t)t * T, scale, (size_t)t + 1);
+            memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
         }
         /* dQ = dpre K;  dK = dpre^T Q */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k, C3, 0.0f, dq, C3);
