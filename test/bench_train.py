@@ -82,9 +82,12 @@ for name, (cfg, L, C, V, T, B) in shapes.items():
 
 # the same step on OpenBLAS's SSE3 fallback: what zerotrain's choice of kernels saves on this CPU (issue 37)
 small_ms = r["step_ms"] if r else None
+users_core = ztlib.ENV.get("OPENBLAS_CORETYPE")
 ztlib.ENV["OPENBLAS_CORETYPE"] = "Prescott"
 r = bench(shapes["b"][0])
-del ztlib.ENV["OPENBLAS_CORETYPE"]
+ztlib.ENV.pop("OPENBLAS_CORETYPE")
+if users_core is not None:
+    ztlib.ENV["OPENBLAS_CORETYPE"] = users_core  # a user's own choice stays for the rest
 if r and small_ms:
     print(f"(b) on Prescott kernels (OPENBLAS_CORETYPE=Prescott): {r['step_ms']:.0f} ms/step = "
           f"{r['step_ms'] / small_ms:.2f}x the {small_ms:.0f} ms of the kernels chosen above")
