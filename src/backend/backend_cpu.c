@@ -32,10 +32,11 @@
 #include "backend/cpu_adam.h"
 #include "backend/cpu_kernels.h"
 
-/* The vector math (exp, GELU and its derivative, the exp row sums, the sum of squares) is
- * cpu_kernels.c's, at the CPU's widest SIMD; it computes each element the same way on every path,
- * so results do not depend on the thread count or on where a range starts. Element-wise ops hand each OpenMP
- * thread whole VEC_CHUNK-element pieces. */
+/* The vector math (GELU and its derivative, the softmaxes' exp row sums and attention's softmax
+ * backward, LayerNorm's rows, the sum of squares) is cpu_kernels.c's, at the CPU's widest SIMD; it
+ * computes each element the same way on every path, so results do not depend on the thread count
+ * or on where a range starts. Element-wise ops hand each OpenMP thread whole VEC_CHUNK-element
+ * pieces. */
 #define VEC_CHUNK 4096
 
 /* ------------------------------------------------------------------ memory */

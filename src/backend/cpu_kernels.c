@@ -80,10 +80,6 @@ static inline __attribute__((always_inline)) float gelu_grad_one(float x) {
 }
 
 /* The loops, written once; each path below is the same code compiled for its instructions. */
-static inline __attribute__((always_inline)) void exp_loop(float *e, const float *x, float shift, size_t n) {
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) e[i] = exp_core(x[i] - shift);
-}
 static inline __attribute__((always_inline)) void gelu_loop(float *out, const float *inp, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) out[i] = gelu_one(inp[i]);
@@ -209,7 +205,6 @@ static inline __attribute__((always_inline)) void softmax_backward_loop(float *d
     AVX512 static ret name##_avx512 params { return loop args; } \
     AVX2 static ret name##_avx2 params { return loop args; }     \
     static ret name##_scalar params { return loop args; }
-PATHS(void, vexp, (float *e, const float *x, float shift, size_t n), (e, x, shift, n), exp_loop)
 PATHS(void, vgelu, (float *out, const float *inp, size_t n), (out, inp, n), gelu_loop)
 PATHS(void, vgelu_grad, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n), gelu_grad_loop)
 PATHS(double, vexp_sum, (float *e, const float *x, float shift, size_t n), (e, x, shift, n), exp_sum_loop)
@@ -243,7 +238,6 @@ static int path_now(void) {
     (path_now() == ZT_VEC_AVX512 ? name##_avx512 args : path_now() == ZT_VEC_AVX2 ? name##_avx2 args \
                                                                                   : name##_scalar args)
 
-void zt_vec_exp(float *e, const float *x, float shift, size_t n) { DISPATCH(vexp, (e, x, shift, n)); }
 void zt_vec_gelu(float *out, const float *inp, size_t n) { DISPATCH(vgelu, (out, inp, n)); }
 void zt_vec_gelu_grad(float *dinp, const float *inp, const float *dout, size_t n) {
     DISPATCH(vgelu_grad, (dinp, inp, dout, n));

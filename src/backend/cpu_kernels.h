@@ -1,4 +1,4 @@
-/* cpu_kernels.h — the CPU backend's vector math at the CPU's widest SIMD: exp and its row sums
+/* cpu_kernels.h — the CPU backend's vector math at the CPU's widest SIMD: the exp row sums
  * (the softmaxes), attention's softmax backward, LayerNorm's rows forward and backward, GELU and
  * its gradient, the sum of squares.
  *
@@ -26,8 +26,6 @@ const char *zt_vec_name(int path); /* "scalar", "avx2", "avx512" */
 /* Test hook: every later call takes `path` (ZT_VEC_BEST restores the default). */
 void zt_vec_force(int path);
 
-/* e[i] = exp(x[i] - shift) for i < n (e may be x) */
-void zt_vec_exp(float *e, const float *x, float shift, size_t n);
 /* out[i] = gelu(inp[i]) (out may be inp) */
 void zt_vec_gelu(float *out, const float *inp, size_t n);
 /* dinp[i] = gelu'(inp[i]) * dout[i] (dinp may be dout) */
