@@ -17,7 +17,7 @@ for b in build/test/bench_*; do
 done
 
 echo "== training step time (CPU backend, fp32, $threads threads)"
-OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_train.py
+OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_train.py | tee "$out/bench_train.txt"
 
 echo "== trace overhead: the same runs with and without the Chrome trace (goal <= 2% of the step)"
 OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_trace.py
@@ -38,5 +38,8 @@ else
   echo "== GPU: no NVIDIA GPU on this machine, GPU benchmarks skipped"
 fi
 
-echo "== summary: which CPU kernels ran, this machine's FMA peak and the GPT-2 step's GEMMs as a share of it (bench_ops)"
-grep -E '^cpu kernels|^FMA peak|^SGEMM peak|^GEMMs of the step|^(gelu|softmax_xent|sumsq|attention_forward) ' "$out/bench_ops.txt"
+echo "== summary: which CPU kernels ran, this machine's FMA peak, the GPT-2 step's GEMMs as a share of it and the"
+echo "   time of its other ops (bench_ops), the small config's step on the kernels chosen and on Prescott's (bench_train)"
+grep -E '^cpu kernels|^FMA peak|^SGEMM peak|^GEMMs of the step|^the step.s other ops|^(gelu|softmax_xent|sumsq|attention|layernorm)' \
+  "$out/bench_ops.txt"
+grep -E '^\(b\) ' "$out/bench_train.txt"

@@ -4,7 +4,11 @@
  * Runs on the OpenBLAS kernels zerotrain would choose (blas_core.h) and says which, and why.
  * Every number is the median of several runs after a warm-up. Prints a table and an estimated
  * training step time (the sum of the ops one step runs); always exits 0.
- * Usage: bench_ops [reps]   (OMP_NUM_THREADS picks the thread count, like the trainer) */
+ * Also prints the time of the step's other ops (everything but the matmul rows), the part the
+ * OpenBLAS core type does not touch.
+ * Usage: [BENCH_CLOCK=cpu] bench_ops [reps [L C NH B T]]   (OMP_NUM_THREADS picks the thread count,
+ * like the trainer; the shape defaults to GPT-2 124M at B4 T64; `6 384 6 8 128` is
+ * configs/bench_small.yaml's) */
 #include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
@@ -20,9 +24,17 @@
 static const zt_backend *be;
 static int reps = 7;
 
+/* BENCH_CLOCK=cpu times the process's CPU time instead of the wall clock: on a shared machine
+ * whose other jobs keep taking the cores away, a one-thread run (OMP_NUM_THREADS=1) then counts
+ * only its own work (with more threads it would count their spinning at barriers too) */
 static double now(void) {
+    static int clock_id = -1;
+    if (clock_id < 0) {
+        const char *c = getenv("BENCH_CLOCK");
+        clock_id = c && !strcmp(c, "cpu") ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
+    }
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock_id, &t);
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 static int cmp_d(const void *a, const void *b) {
@@ -58,12 +70,12 @@ static float *frand(size_t n, float scale) {
 
 static double peak_gflops = 0; /* the best SGEMM of bench_sgemm(0) */
 static double fma_peak = 0;    /* the FMA loop on all threads: what every GFLOP/s is a share of */
-static double gemm_flops = 0, gemm_sec = 0; /* the step's GEMMs (matmul rows), summed with their counts */
+static double gemm_flops = 0, gemm_sec = 0, gemm_min = 0; /* the step's GEMMs (matmul rows), with their counts */
 static void row_flops(const char *op, const char *shape, double sec, double flops, double count) {
     double g = flops / sec / 1e9;
     printf("%-24s %-26s %9.3f ms (min %8.3f)  %7.1f GFLOP/s  %5.1f%% of FMA peak  x%-3.0f\n", op, shape, sec * 1e3,
            t_min * 1e3, g, fma_peak > 0 ? 100 * g / fma_peak : 0.0, count);
-    if (!strncmp(op, "matmul", 6)) gemm_flops += flops * count, gemm_sec += sec * count;
+    if (!strncmp(op, "matmul", 6)) gemm_flops += flops * count, gemm_sec += sec * count, gemm_min += t_min * count;
 }
 static void row_bytes(const char *op, const char *shape, double sec, double bytes, double count) {
     printf("%-24s %-26s %9.3f ms (min %8.3f)  %7.1f GB/s                    x%-3.0f\n", op, shape, sec * 1e3, t_min * 1e3,
@@ -194,7 +206,18 @@ int main(int argc, char **argv) {
     bench_fma_peak();
     bench_sgemm(0);
 
-    const int B = 4, T = 64, C = 768, NH = 12, V = 50257, Vp = 50304, L = 12;
+    int L = 12, C = 768, NH = 12, B = 4, T = 64;
+    const int V = 50257, Vp = 50304;
+    if (argc == 7) L = atoi(argv[2]), C = atoi(argv[3]), NH = atoi(argv[4]), B = atoi(argv[5]), T = atoi(argv[6]);
+    if (argc != 2 && argc != 7 && argc != 1) {
+        fprintf(stderr, "usage: bench_ops [reps [L C NH B T]]\n");
+        return 2;
+    }
+    if (L < 1 || C < 1 || NH < 1 || C % NH || B < 1 || T < 1 || T > 1024) {
+        fprintf(stderr, "bench_ops: shape L%d C%d NH%d B%d T%d: each >= 1, NH divides C, T <= 1024\n", L, C, NH, B, T);
+        return 2;
+    }
+    printf("shape: L%d C%d NH%d B%d T%d V%d\n", L, C, NH, B, T, V);
     const int N = B * T;
     const size_t NC = (size_t)N * C;
     float *wte = frand((size_t)Vp * C, 0.1f), *wpe = frand((size_t)1024 * C, 0.1f), *dwte = frand((size_t)Vp * C, 0);
@@ -266,8 +289,8 @@ int main(int argc, char **argv) {
     TIME(t, be->softmax_xent(losses, dl, logits, tgt, N, V, Vp, 1.0f / N));
     row_bytes("softmax_xent", shape, t, 2.0 * N * Vp * 4, 1), ADD(t, 1);
 
-    /* the optimizer over GPT-2 124M's parameter count (fp32 master = params on the CPU) */
-    size_t np = 124439808;
+    /* the optimizer over the model's parameter count (GPT-2 124M: 124439808; fp32 master = params on the CPU) */
+    size_t np = (size_t)V * C + (size_t)1024 * C + (size_t)L * (12 * (size_t)C * C + 13 * (size_t)C) + 2 * (size_t)C;
     float *p = frand(np, 0.1f), *m = frand(np, 0), *v = frand(np, 0), *g = frand(np, 0.01f);
     snprintf(shape, sizeof shape, "n=%zu", np);
     int reps_save = reps;
@@ -283,7 +306,9 @@ int main(int argc, char **argv) {
 
     printf("\nestimated training step (the ops above x their count per step): %.3f s with median times, %.3f s with minimum times\n",
            step, step_min);
-    double model_flops = 6.0 * N * (85e6 + (double)V * C) + 3.0 * L * afl;
+    printf("the step's other ops (not the matmul rows): %.3f s with median times, %.3f s with minimum times\n",
+           step - gemm_sec, step_min - gemm_min);
+    double model_flops = 6.0 * N * (12.0 * L * C * C + (double)V * C) + 3.0 * L * afl;
     printf("model FLOPs per step ~ %.1f GFLOP -> %.1f GFLOP/s = %.0f%% of SGEMM peak = %.1f%% of FMA peak\n",
            model_flops / 1e9, model_flops / step / 1e9, 100 * model_flops / step / 1e9 / peak_gflops,
            100 * model_flops / step / 1e9 / fma_peak);

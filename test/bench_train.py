@@ -2,7 +2,8 @@
   (a) GPT-2 124M, B4 T64 and (b) small L6 C384, B8 T128 on one rank with all threads: ms/step,
       forward and backward separately, tokens/s and GFLOP/s as a fraction of the OpenBLAS SGEMM peak
       and of the FMA peak measured by bench_ops in the same `make bench` run, and the OpenBLAS
-      kernels the run's log says it ran on;
+      kernels the run's log says it ran on; (b) again on OpenBLAS's SSE3 Prescott kernels, as a
+      ratio to the kernels chosen;
   ZeRO: config (b) on 2 ranks x 1 thread for stages 0-3 relative to 1 rank x 2 threads, with the
       time spent waiting on collectives per step;
   tensor parallelism: config (b) with 8 heads on 1, 2 and 4 ranks x 1 thread, tokens/s and the
@@ -78,6 +79,20 @@ for name, (cfg, L, C, V, T, B) in shapes.items():
     print(f"({name}) {cfg}: {r['step_ms']:.0f} ms/step (forward {r['forward_ms']:.0f} ms, backward "
           f"{r['backward_ms']:.0f} ms, optimizer {r['optimizer_ms']:.0f} ms), {r['tokens_per_s']:.0f} tokens/s, "
           f"{gflops:.1f} GFLOP/s{frac}")
+
+# the same step on OpenBLAS's SSE3 fallback: what zerotrain's choice of kernels saves on this CPU (issue 37)
+small_ms = r["step_ms"] if r else None
+users_core = ztlib.ENV.get("OPENBLAS_CORETYPE")
+ztlib.ENV["OPENBLAS_CORETYPE"] = "Prescott"
+r = bench(shapes["b"][0])
+ztlib.ENV.pop("OPENBLAS_CORETYPE")
+if users_core is not None:
+    ztlib.ENV["OPENBLAS_CORETYPE"] = users_core  # a user's own choice stays for the rest
+if r and small_ms:
+    print(f"(b) on Prescott kernels (OPENBLAS_CORETYPE=Prescott): {r['step_ms']:.0f} ms/step = "
+          f"{r['step_ms'] / small_ms:.2f}x the {small_ms:.0f} ms of the kernels chosen above")
+else:
+    print("(b) on Prescott kernels: failed")
 
 print("ZeRO on config (b): 2 ranks x 1 thread vs 1 rank x 2 threads")
 one = bench(shapes["b"][0], omp=2)

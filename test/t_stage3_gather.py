@@ -6,11 +6,15 @@ tiny config's embedding is 1.6M of its 1.64M parameters, a block 12.7K, so a bou
   - the run says so (131 blocks of 384 rows), and the measured peak of gathered parameters on the
     device (parameter shard offloaded, so only gathered segments count) stays under the bound,
     where the unbounded run holds the whole embedding;
-  - the losses are those of the run with the whole embedding (the token lookup in blocks is exact;
-    the LM head's d(lnf) sums the blocks' partial products, exact here), and bit-identical across 1
-    and 2 ranks, gradient accumulation, offload_param cpu/nvme and no param offload;
+  - the losses are those of the run with the whole embedding within 1e-6 (the token lookup in
+    blocks is exact; the LM head in blocks sums its products in another order), bit-identical
+    across offload_param cpu/nvme, no param offload and Twin-Flow on 2 ranks, and within 1e-6 on 1
+    rank with 4 micro-steps: one rank adds the micro-steps' gradients in turn, ((g0+g1)+g2)+g3, two
+    ranks reduce (g0+g2) then add (g1+g3), so the weights differ in their last bits from the first
+    update on (the logits of step 3 differ; that the losses had matched was rounding's luck);
   - a checkpoint saved in blocks resumes with the whole embedding (segments are not part of the
-    checkpoint) and continues the straight run's losses exactly;
+    checkpoint) and continues the straight run's losses (within 1e-6: the blocked run's weights
+    are not the whole run's bits);
   - a bound that leaves room for one block at a time gives up prefetch and still trains the same;
     a bound below the largest block is an error at start that names the blocked working set;
   - 0, which DeepSpeed reads as no room to prefetch, is the least working set (blocks, no prefetch).
@@ -58,8 +62,11 @@ ztlib.check(ztlib.max_rel_diff(ztlib.losses(rows), whole) <= 1e-6 and len(rows) 
             f"{ztlib.losses(rows)} vs {whole}")
 blocked = ztlib.losses(rows)
 
+p, rows = ztlib.train(cfg, BLOCKED + [PARAM_CPU], ranks=0)
+ztlib.check(p.returncode == 0 and len(rows) == 6 and ztlib.max_rel_diff(ztlib.losses(rows), blocked) <= 1e-6,
+            "blocked_1_rank_within_1e-6", f"{ztlib.losses(rows)} vs {blocked}; {p.stderr[-600:]}")
+
 VARIANTS = {
-    "1_rank": ([PARAM_CPU], 0),
     "no_param_offload": ([], 2),
     "param_nvme": ([f"zero_optimization.offload_param={{device: nvme, nvme_path: {tmp}}}"], 2),
     "twin_flow_0.5": ([PARAM_CPU, "zero_optimization.offload_optimizer={device: cpu, ratio: 0.5}"], 2),
@@ -74,7 +81,8 @@ ck = os.path.join(tmp, "ck")
 p, rows = ztlib.train(cfg, BLOCKED + [PARAM_CPU, f"checkpoint.dir={ck}", "checkpoint.save_interval=3",
                                       "train_iters=3"], ranks=2)
 p2, rows2 = ztlib.train(cfg, BASE + [PARAM_CPU, f"checkpoint.dir={ck}"], ranks=2)
-ztlib.check(p.returncode == 0 and p2.returncode == 0 and ztlib.losses(rows2) == whole[3:],
+ztlib.check(p.returncode == 0 and p2.returncode == 0 and len(rows2) == 3 and
+            ztlib.max_rel_diff(ztlib.losses(rows2), whole[3:]) <= 1e-6,
             "blocked_checkpoint_resumes_whole", f"{ztlib.losses(rows2)} vs {whole[3:]}; {p2.stderr[-600:]}")
 
 # one rotating block at a time: no prefetch, same losses; below the largest block: an error

@@ -8,7 +8,12 @@
  *     so far below -10 the derivative is ~1e-27 rather than ~0);
  *   - the exp row sum and the sum of squares against double sums;
  *   - every path this CPU runs (scalar, AVX2, AVX-512) gives the same bits for every kernel, on
- *     lengths that are not multiples of any vector width, with NaN, infinities and denormals in. */
+ *     lengths that are not multiples of any vector width, with NaN, infinities and denormals in;
+ *   - LayerNorm's row forward, its backward's dx and dw/db, and attention's softmax backward
+ *     against the formulas in double, and the same bits on every path;
+ *   - the exp row sum depends on the row's values alone: the same row at every float offset of a
+ *     64-byte line, in place or not, gives the bits of the documented order (element i into
+ *     accumulator i mod 16, then halving), on every path. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +34,9 @@ static double ref_gelu_grad(double x) {
 }
 
 /* error in units of the float ulp at the true value */
+/* e[i] = exp(x[i] - shift): the exps zt_vec_exp_sum keeps */
+static void vec_exp(float *e, const float *x, float shift, size_t n) { (void)zt_vec_exp_sum(e, x, shift, n); }
+
 static double ulps(float got, double want) {
     double ulp = ldexp(1.0, ilogb(want == 0 ? 1e-38 : want) - 23);
     return fabs(got - want) / ulp;
@@ -38,7 +46,7 @@ static void test_exp(void) {
     enum { N = 1 << 20 };
     float *x = malloc(N * sizeof(float)), *e = malloc(N * sizeof(float));
     for (int i = 0; i < N; i++) x[i] = -87.0f + 175.0f * i / (N - 1);
-    zt_vec_exp(e, x, 0.0f, N);
+    vec_exp(e, x, 0.0f, N);
     double worst = 0;
     for (int i = 0; i < N; i++) {
         double u = ulps(e[i], exp((double)x[i]));
@@ -48,7 +56,7 @@ static void test_exp(void) {
     snprintf(name, sizeof name, "exp within 2 ulp on [-87, 88] (%s)", zt_vec_name(zt_vec_best()));
     CHECK(worst <= 2.0, name, "worst %.2f ulp", worst);
     float sp[6] = {-87.5f, -1000.0f, -INFINITY, 89.0f, INFINITY, NAN}, out[6];
-    zt_vec_exp(out, sp, 0.0f, 6);
+    vec_exp(out, sp, 0.0f, 6);
     CHECK(out[0] == 0 && out[1] == 0 && out[2] == 0 && isfinite(out[3]) &&
               out[3] == out[4] && fabs(out[3] / exp(88.0) - 1) < 1e-6 && isnan(out[5]),
           "exp: 0 below -87, exp(88) above 88, NaN for NaN", "got %g %g %g %g %g %g", out[0], out[1], out[2], out[3], out[4],
@@ -118,7 +126,7 @@ static void test_paths_agree(void) {
     for (int p = ZT_VEC_SCALAR; p <= best; p++) {
         zt_vec_force(p);
         for (int k = 0; k < 4; k++) out[p][k] = malloc(N * sizeof(float));
-        zt_vec_exp(out[p][0], x, 0.5f, N);
+        vec_exp(out[p][0], x, 0.5f, N);
         zt_vec_gelu(out[p][1], x, N);
         zt_vec_gelu_grad(out[p][2], x, d, N);
         sums[p][0] = zt_vec_exp_sum(out[p][3], x + 11, 9.5f, N - 11);
@@ -141,10 +149,122 @@ static void test_paths_agree(void) {
     free(x), free(d);
 }
 
+/* LayerNorm's rows and the softmax backward: near the formula in double, and the same bits on
+ * every path, at lengths below, at and past whole 16-lane blocks */
+static void test_row_kernels(void) {
+    static const int lens[] = {1, 7, 16, 33, 768, 4099};
+    enum { MAXN = 4099 };
+    float *x = malloc(MAXN * sizeof(float)), *w = malloc(MAXN * sizeof(float)), *b = malloc(MAXN * sizeof(float));
+    float *dy = malloc(MAXN * sizeof(float)), *a = malloc(MAXN * sizeof(float));
+    float *out[3][5];
+    float stats[3][2];
+    uint32_t s = 5;
+    for (int i = 0; i < MAXN; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = 3.0f + 4.0f * ((float)(s >> 8) / 16777216.0f - 0.5f); /* a mean away from 0 */
+        w[i] = 1.0f + (float)(s % 977) / 977.0f, b[i] = (float)(s % 613) / 613.0f - 0.5f;
+        dy[i] = (float)((s >> 4) % 1009) / 1009.0f - 0.5f, a[i] = (float)(s % 499 + 1) / 499.0f / MAXN;
+    }
+    int best = zt_vec_best(), same = 1, near = 1;
+    char why[200] = "";
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int n = lens[li];
+        for (int p = ZT_VEC_SCALAR; p <= best; p++) {
+            zt_vec_force(p);
+            for (int k = 0; k < 5; k++) out[p][k] = calloc(n, sizeof(float));
+            zt_vec_layernorm(out[p][0], &stats[p][0], &stats[p][1], x, w, b, n);
+            zt_vec_layernorm_dx(out[p][1], dy, x, w, stats[p][0], stats[p][1], n);
+            zt_vec_layernorm_dwdb(out[p][2], out[p][3], dy, x, stats[p][0], stats[p][1], n);
+            memcpy(out[p][4], dy, n * sizeof(float));
+            zt_vec_softmax_backward(out[p][4], a, 0.125f, n);
+        }
+        zt_vec_force(ZT_VEC_BEST);
+        for (int p = ZT_VEC_SCALAR + 1; p <= best; p++)
+            for (int k = 0; k < 5; k++)
+                if (memcmp(out[p][k], out[0][k], n * sizeof(float)) || memcmp(stats[p], stats[0], sizeof stats[0])) {
+                    if (same) snprintf(why, sizeof why, "n %d: output %d of the %s path differs", n, k, zt_vec_name(p));
+                    same = 0;
+                }
+        /* the formulas in double */
+        double m = 0, v = 0, sd = 0, sdx = 0, sa = 0;
+        for (int i = 0; i < n; i++) m += x[i];
+        m /= n;
+        for (int i = 0; i < n; i++) v += (x[i] - m) * (x[i] - m);
+        double r = 1 / sqrt(v / n + 1e-5);
+        for (int i = 0; i < n; i++) sd += dy[i] * w[i], sdx += dy[i] * w[i] * (x[i] - m) * r, sa += a[i] * dy[i];
+        sd /= n, sdx /= n;
+        double err = fabs(stats[0][0] - m) + fabs(stats[0][1] / r - 1);
+        for (int i = 0; i < n; i++) {
+            double xh = (x[i] - m) * r;
+            err = fmax(err, fabs(out[0][0][i] - (xh * w[i] + b[i])));
+            err = fmax(err, fabs(out[0][1][i] - r * (dy[i] * w[i] - sd - xh * sdx)) / r);
+            err = fmax(err, fabs(out[0][2][i] - dy[i] * xh) + fabs(out[0][3][i] - dy[i]));
+            err = fmax(err, fabs(out[0][4][i] - a[i] * (dy[i] - sa) * 0.125) * MAXN);
+        }
+        if (near && err > 1e-4) {
+            near = 0;
+            snprintf(why + strlen(why), sizeof why - strlen(why), " n %d: off the double formulas by %.3g", n, err);
+        }
+        for (int p = ZT_VEC_SCALAR; p <= best; p++)
+            for (int k = 0; k < 5; k++) free(out[p][k]);
+    }
+    CHECK(same, "layernorm, its dx and dw/db, softmax backward: every path = scalar path, bit for bit", "%s", why);
+    CHECK(near, "layernorm, its dx and dw/db, softmax backward: within 1e-4 of the formulas in double", "%s", why);
+    free(x), free(w), free(b), free(dy), free(a);
+}
+
+/* The exp row sum depends on the row's values only, not on where the row starts (a row of a
+ * padded logits matrix, a vocab shard's part of it) nor on e aliasing x: the same values at each
+ * of the 16 float offsets of a 64-byte line, on every path, give the bits of the documented order
+ * summed here from the kernel's own exps. */
+static void test_exp_sum_values_only(void) {
+    static const int lens[] = {1, 15, 16, 17, 33, 100, 25129, 50257};
+    enum { MAXN = 50257, PAD = 16 };
+    float *vals = malloc(MAXN * sizeof(float)), *ex = malloc(MAXN * sizeof(float));
+    float *buf = aligned_alloc(64, (MAXN + PAD) * sizeof(float)), *e = aligned_alloc(64, (MAXN + PAD) * sizeof(float));
+    uint32_t s = 11;
+    for (int i = 0; i < MAXN; i++) {
+        s = s * 1664525u + 1013904223u;
+        vals[i] = 12.0f * ((float)(s >> 8) / 16777216.0f) - 10.0f;
+    }
+    int bad = 0;
+    char why[160] = "";
+    for (int p = ZT_VEC_SCALAR; p <= zt_vec_best(); p++) {
+        zt_vec_force(p);
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int n = lens[li];
+            zt_vec_force(ZT_VEC_SCALAR); /* the exps, from the plain C path */
+            vec_exp(ex, vals, 1.5f, (size_t)n);
+            zt_vec_force(p);
+            double acc[16] = {0};
+            for (int i = 0; i < n; i++) acc[i % 16] += ex[i];
+            for (int w = 8; w >= 1; w /= 2)
+                for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+            for (int off = 0; off < PAD; off++) {
+                memcpy(buf + off, vals, (size_t)n * sizeof(float));
+                double apart = zt_vec_exp_sum(e + off, buf + off, 1.5f, (size_t)n);
+                int same_exps = memcmp(e + off, ex, (size_t)n * sizeof(float)) == 0;
+                double inplace = zt_vec_exp_sum(buf + off, buf + off, 1.5f, (size_t)n);
+                same_exps &= memcmp(buf + off, ex, (size_t)n * sizeof(float)) == 0;
+                if (!bad && (apart != acc[0] || inplace != acc[0] || !same_exps)) {
+                    bad = 1;
+                    snprintf(why, sizeof why, "%s path, n %d, offset %d: %.17g, in place %.17g, want %.17g, exps %s",
+                             zt_vec_name(p), n, off, apart, inplace, acc[0], same_exps ? "same" : "differ");
+                }
+            }
+        }
+    }
+    zt_vec_force(ZT_VEC_BEST);
+    CHECK(!bad, "exp_sum: the bits of the documented order at every offset, in place or not, on every path", "%s", why);
+    free(vals), free(ex), free(buf), free(e);
+}
+
 int main(void) {
     test_exp();
     test_gelu();
     test_sums();
     test_paths_agree();
+    test_exp_sum_values_only();
+    test_row_kernels();
     return zt_check_exit();
 }

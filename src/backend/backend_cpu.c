@@ -17,9 +17,9 @@
  *     the same call computes it whatever the thread count (gemm_plan);
  *   - column reductions (dbias, LayerNorm dw/db, dwpe, dwte) are parallel over columns, each
  *     column summing its rows in row order;
- *   - row reductions (LayerNorm statistics, softmax) run inside one thread, vectorized with
- *     `omp simd reduction`, whose lane order is fixed at compile time, or in cpu_kernels.c's
- *     fixed order;
+ *   - row reductions (LayerNorm statistics and its backward's row means, the softmaxes' sums,
+ *     forward and backward) run inside one thread, in cpu_kernels.c's fixed order, the same on
+ *     every SIMD path; the row maxima with `omp simd reduction(max)` (exact in any order);
  *   - sumsq sums fixed 4096-element chunks, then the chunk sums in order.
  * Loops use schedule(static) throughout. */
 #include <cblas.h>
@@ -32,46 +32,12 @@
 #include "backend/cpu_adam.h"
 #include "backend/cpu_kernels.h"
 
-/* The vector math (exp, GELU and its derivative, the sum of squares; not the cross-entropies' exp
- * row sums, below) is cpu_kernels.c's, at the
- * CPU's widest SIMD; it computes each element the same way on every path, so results do not
- * depend on the thread count or on where a range starts. Element-wise ops hand each OpenMP
- * thread whole VEC_CHUNK-element pieces. */
+/* The vector math (GELU and its derivative, the softmaxes' exp row sums and attention's softmax
+ * backward, LayerNorm's rows, the sum of squares) is cpu_kernels.c's, at the CPU's widest SIMD; it
+ * computes each element the same way on every path, so results do not depend on the thread count
+ * or on where a range starts. Element-wise ops hand each OpenMP thread whole VEC_CHUNK-element
+ * pieces. */
 #define VEC_CHUNK 4096
-
-/* The cross-entropies' row sums of exps stay on glibc's libmvec expf (x86-64, glibc >= 2.35),
- * vectorized in whole 16-lane blocks at fixed offsets: with cpu_kernels.c's exp sum instead, a
- * 1-rank and a 2-rank stage-3 run (t_stage3_gather) no longer gave bit-identical losses, for a
- * reason not yet found, so the row sums keep the code that does. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
-    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
-float expf(float) __attribute__((__simd__("notinbranch")));
-#endif
-#define VB 16 /* lanes of one vector-math block */
-/* e[j] = exp(x[j] - shift) for j < n <= VB, one vector-math block (missing lanes are -inf -> 0) */
-static inline void exp_block(float *e, const float *x, float shift, int n) {
-    float t[VB];
-    for (int j = 0; j < VB; j++) t[j] = j < n ? x[j] - shift : -INFINITY;
-#pragma omp simd simdlen(VB)
-    for (int j = 0; j < VB; j++) t[j] = expf(t[j]);
-    memcpy(e, t, (size_t)n * sizeof(float));
-}
-/* sum_j exp(x_j - shift) in double (VB interleaved accumulators, combined in a fixed order), the
- * fp32 e_j kept in e when non-NULL (e may alias x: each block is read before it is written) */
-static double row_exp_sum(float *e, const float *x, int V, float shift) {
-    double acc[VB] = {0};
-    float blk[VB];
-    for (int j0 = 0; j0 < V; j0 += VB) {
-        int n = V - j0 < VB ? V - j0 : VB;
-        exp_block(blk, x + j0, shift, n);
-        for (int j = n; j < VB; j++) blk[j] = 0.0f;
-        for (int j = 0; j < VB; j++) acc[j] += blk[j];
-        if (e) memcpy(e + j0, blk, (size_t)n * sizeof(float));
-    }
-    for (int w = VB / 2; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
-}
 
 /* ------------------------------------------------------------------ memory */
 
@@ -237,27 +203,14 @@ static void cpu_embedding_backward(void *dwte_, int row_lo, int row_hi, void *dw
 
 /* ------------------------------------------------------------------ layernorm */
 
+/* rows in parallel, each one zt_vec_layernorm (fixed-order sums: cpu_kernels.h) */
 static void cpu_layernorm_forward(void *out_, float *mean, float *rstd, const void *inp_, const void *w_, const void *b_,
                                   int N, int C) {
     float *out = out_;
     const float *inp = inp_, *w = w_, *bb = b_;
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *y = out + (size_t)i * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
-        float m = s / C;
-        float v = 0.0f; /* two-pass variance: no cancellation for rows with a large mean */
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        float r = zt_rstd(v / C);
-#pragma omp simd
-        for (int c = 0; c < C; c++) y[c] = (x[c] - m) * r * w[c] + bb[c];
-        mean[i] = m;
-        rstd[i] = r;
-    }
+    for (int i = 0; i < N; i++)
+        zt_vec_layernorm(out + (size_t)i * C, mean + i, rstd + i, inp + (size_t)i * C, w, bb, (size_t)C);
 }
 
 static void cpu_layernorm_backward(void *dinp_, void *dw_, void *db_, const void *dout_, const void *inp_, const void *w_,
@@ -269,31 +222,15 @@ static void cpu_layernorm_backward(void *dinp_, void *dw_, void *db_, const void
         /* dinp: rows in parallel */
 #pragma omp for schedule(static) nowait
         for (int i = 0; i < N; i++) {
-            const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
-            float *dx = dinp + (size_t)i * C;
-            float m = mean[i], r = rstd[i], sd = 0.0f, sdx = 0.0f;
-#pragma omp simd reduction(+ : sd, sdx)
-            for (int c = 0; c < C; c++) {
-                float dn = dy[c] * w[c];
-                sd += dn;
-                sdx += dn * (x[c] - m) * r;
-            }
-            sd /= C;
-            sdx /= C;
-#pragma omp simd
-            for (int c = 0; c < C; c++) dx[c] += zt_layernorm_dx(dy[c] * w[c], (x[c] - m) * r, r, sd, sdx);
+            size_t o = (size_t)i * C;
+            zt_vec_layernorm_dx(dinp + o, dout + o, inp + o, w, mean[i], rstd[i], (size_t)C);
         }
         /* dw, db: columns in parallel, rows in order */
         int c0, c1;
         zt_split(C, omp_get_num_threads(), omp_get_thread_num(), 16, &c0, &c1);
-        for (int i = 0; i < N; i++) {
-            const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
-            float m = mean[i], r = rstd[i];
-#pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                dw[c] += dy[c] * ((x[c] - m) * r);
-                db[c] += dy[c];
-            }
+        for (int i = 0; c1 > c0 && i < N; i++) {
+            size_t o = (size_t)i * C + c0;
+            zt_vec_layernorm_dwdb(dw + c0, db + c0, dout + o, inp + o, mean[i], rstd[i], (size_t)(c1 - c0));
         }
     }
 }
@@ -385,12 +322,10 @@ static void cpu_attention_forward(void *out_, void *att_, const void *qkv_, int 
         float *a = att + (size_t)bh * T * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
         for (int t = 0; t < T; t++) { /* causal softmax of row t over j <= t */
-            float *row = a + (size_t)t * T, mx = -INFINITY, sum = 0.0f;
+            float *row = a + (size_t)t * T, mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
             for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-            zt_vec_exp(row, row, mx, (size_t)t + 1);
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j <= t; j++) sum += row[j];
-            float inv = 1.0f / sum;
+            float inv = (float)(1.0 / zt_vec_exp_sum(row, row, mx, (size_t)t + 1));
             for (int j = 0; j <= t; j++) row[j] *= inv;
             for (int j = t + 1; j < T; j++) row[j] = 0.0f;
         }
@@ -418,11 +353,9 @@ static void cpu_attention_backward(void *dqkv_, void *datt_, const void *dout_, 
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);
         /* softmax backward, scaled: dpre = att * (datt - sum_j att*datt) * scale (0 above the diagonal) */
         for (int t = 0; t < T; t++) {
-            const float *ar = a + (size_t)t * T;
-            float *dr = da + (size_t)t * T, s = 0.0f;
-            for (int j = 0; j <= t; j++) s += ar[j] * dr[j];
-            for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - s) * scale;
-            for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
+            float *dr = da + (size_t)t * T;
+            zt_vec_softmax_backward(dr, a + (size_t)t * T, scale, (size_t)t + 1);
+            memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
         }
         /* dQ = dpre K;  dK = dpre^T Q */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k, C3, 0.0f, dq, C3);
@@ -489,7 +422,7 @@ static void cpu_scale(void *x_, float s, size_t n) {
 /* ------------------------------------------------------------------ softmax + cross-entropy */
 
 /* The row pieces of the cross-entropies. A row's max; its sum_j exp(x_j - shift) in double
- * (row_exp_sum above: a fixed order), the fp32 e_j kept in e when non-NULL (e may alias x); and the
+ * (zt_vec_exp_sum: a fixed order), the fp32 e_j kept in e when non-NULL (e may alias x); and the
  * gradient from the kept e_j:
  * d_j = (e_j / S - [j == target]) * dloss for j < V (no one-hot term for a target outside [0,V)),
  * 0 for j in [V, Vp). */
@@ -530,7 +463,7 @@ static void cpu_softmax_xent(float *losses, void *dlogits_, const void *logits_,
         int ok = tgt >= 0 && tgt < V;
         float xt = ok ? x[tgt] : 0.0f;
         float mx = row_max(x, V);
-        double sum = row_exp_sum(d, x, V, mx);
+        double sum = zt_vec_exp_sum(d, x, mx, (size_t)V);
         if (d) row_xent_grad(d, V, Vp, sum, tgt, dloss);
         losses[i] = ok ? (float)(log(sum) - ((double)xt - mx)) : NAN;
     }
@@ -549,7 +482,7 @@ static void cpu_xent_partial(float *stats, const void *logits_, const int *targe
         int tgt = targets[i] - vocab_lo;
         float mx = row_max(x, Vl);
         stats[3 * (size_t)i] = mx;
-        stats[3 * (size_t)i + 1] = (float)row_exp_sum(NULL, x, Vl, mx);
+        stats[3 * (size_t)i + 1] = (float)zt_vec_exp_sum(NULL, x, mx, (size_t)Vl);
         stats[3 * (size_t)i + 2] = tgt >= 0 && tgt < Vl ? x[tgt] : 0.0f;
     }
 }
@@ -575,7 +508,7 @@ static void cpu_xent_parallel(float *losses, void *dlogits_, const void *logits_
         if (dlogits) {
             const float *x = logits + (size_t)i * Vp;
             float *d = dlogits + (size_t)i * Vp; /* may alias x */
-            row_exp_sum(d, x, Vl, mx);
+            zt_vec_exp_sum(d, x, mx, (size_t)Vl);
             row_xent_grad(d, Vl, Vp, sum, targets[i] - vocab_lo, dloss);
         }
         losses[i] = (float)(log(sum) - (xt - mx));

@@ -1,6 +1,6 @@
 /* cpu_kernels.c — the CPU backend's vector math (see cpu_kernels.h): exp, GELU and its gradient,
- * the exp row sums of the softmaxes and the sum of squares, each at the CPU's widest SIMD. (The
- * backend's cross-entropies still sum their exps with libmvec's expf: backend_cpu.c says why.)
+ * the exp row sums of the softmaxes, the softmax backward of attention, LayerNorm forward and
+ * backward by rows, and the sum of squares, each at the CPU's widest SIMD.
  *
  * Why not libm. The binary is built for x86-64-v2 (SSE4), so glibc's vector tanhf and expf run 4
  * lanes wide, and its scalar ones one: GELU ran at ~9 GB/s and softmax + cross-entropy at ~4 GB/s
@@ -80,10 +80,6 @@ static inline __attribute__((always_inline)) float gelu_grad_one(float x) {
 }
 
 /* The loops, written once; each path below is the same code compiled for its instructions. */
-static inline __attribute__((always_inline)) void exp_loop(float *e, const float *x, float shift, size_t n) {
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) e[i] = exp_core(x[i] - shift);
-}
 static inline __attribute__((always_inline)) void gelu_loop(float *out, const float *inp, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) out[i] = gelu_one(inp[i]);
@@ -129,17 +125,97 @@ static inline __attribute__((always_inline)) double sumsq_loop(const float *x, s
     return acc[0];
 }
 
+/* Row sums in a fixed order: element i of the row into accumulator i mod 16, then the 16 combined
+ * by halving (fp32 here, where exp_sum_loop's are double). Products are rounded before the add
+ * (contraction is off), as in the scalar path. */
+static inline __attribute__((always_inline)) float combine16(float *acc) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+/* LayerNorm of one row: the mean, the two-pass variance (no cancellation for rows with a large
+ * mean), y = (x - mean) * rstd * w + b */
+static inline __attribute__((always_inline)) void layernorm_loop(float *y, float *mean, float *rstd, const float *x,
+                                                                 const float *w, const float *b, size_t n) {
+    float acc[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+#pragma omp simd
+        for (int j = 0; j < 16; j++) acc[j] += x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += x[i];
+    float m = combine16(acc) / (float)n;
+    float vacc[16] = {0};
+    for (i = 0; i + 16 <= n; i += 16)
+#pragma omp simd
+        for (int j = 0; j < 16; j++) vacc[j] += (x[i + j] - m) * (x[i + j] - m);
+    for (int j = 0; i < n; i++, j++) vacc[j] += (x[i] - m) * (x[i] - m);
+    float r = zt_rstd(combine16(vacc) / (float)n);
+#pragma omp simd
+    for (i = 0; i < n; i++) y[i] = (x[i] - m) * r * w[i] + b[i];
+    *mean = m;
+    *rstd = r;
+}
+/* LayerNorm backward of one row: with dnorm = dy w and xhat = (x - mean) rstd, the row means of
+ * dnorm and dnorm xhat, then dx += zt_layernorm_dx(...) */
+static inline __attribute__((always_inline)) void layernorm_dx_loop(float *dx, const float *dy, const float *x,
+                                                                    const float *w, float m, float r, size_t n) {
+    float sd[16] = {0}, sdx[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+#pragma omp simd
+        for (int j = 0; j < 16; j++) {
+            float dn = dy[i + j] * w[i + j];
+            sd[j] += dn;
+            sdx[j] += dn * (x[i + j] - m) * r;
+        }
+    for (int j = 0; i < n; i++, j++) {
+        float dn = dy[i] * w[i];
+        sd[j] += dn;
+        sdx[j] += dn * (x[i] - m) * r;
+    }
+    float dmean = combine16(sd) / (float)n, dxmean = combine16(sdx) / (float)n;
+#pragma omp simd
+    for (i = 0; i < n; i++) dx[i] += zt_layernorm_dx(dy[i] * w[i], (x[i] - m) * r, r, dmean, dxmean);
+}
+/* one row's share of LayerNorm's dw and db (element-wise: the rows' order is the caller's) */
+static inline __attribute__((always_inline)) void layernorm_dwdb_loop(float *dw, float *db, const float *dy,
+                                                                      const float *x, float m, float r, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        dw[i] += dy[i] * ((x[i] - m) * r);
+        db[i] += dy[i];
+    }
+}
+/* softmax backward of one row: s = sum_j a_j d_j, then d_j = a_j (d_j - s) scale */
+static inline __attribute__((always_inline)) void softmax_backward_loop(float *d, const float *a, float scale, size_t n) {
+    float acc[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+#pragma omp simd
+        for (int j = 0; j < 16; j++) acc[j] += a[i + j] * d[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += a[i] * d[i];
+    float s = combine16(acc);
+#pragma omp simd
+    for (i = 0; i < n; i++) d[i] = a[i] * (d[i] - s) * scale;
+}
+
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512")))
 #define AVX2 __attribute__((target("avx2,fma")))
 #define PATHS(ret, name, params, args, loop)                      \
     AVX512 static ret name##_avx512 params { return loop args; } \
     AVX2 static ret name##_avx2 params { return loop args; }     \
     static ret name##_scalar params { return loop args; }
-PATHS(void, vexp, (float *e, const float *x, float shift, size_t n), (e, x, shift, n), exp_loop)
 PATHS(void, vgelu, (float *out, const float *inp, size_t n), (out, inp, n), gelu_loop)
 PATHS(void, vgelu_grad, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n), gelu_grad_loop)
 PATHS(double, vexp_sum, (float *e, const float *x, float shift, size_t n), (e, x, shift, n), exp_sum_loop)
 PATHS(double, vsumsq, (const float *x, size_t n), (x, n), sumsq_loop)
+PATHS(void, vlayernorm, (float *y, float *mean, float *rstd, const float *x, const float *w, const float *b, size_t n),
+      (y, mean, rstd, x, w, b, n), layernorm_loop)
+PATHS(void, vlayernorm_dx, (float *dx, const float *dy, const float *x, const float *w, float m, float r, size_t n),
+      (dx, dy, x, w, m, r, n), layernorm_dx_loop)
+PATHS(void, vlayernorm_dwdb, (float *dw, float *db, const float *dy, const float *x, float m, float r, size_t n),
+      (dw, db, dy, x, m, r, n), layernorm_dwdb_loop)
+PATHS(void, vsoftmax_backward, (float *d, const float *a, float scale, size_t n), (d, a, scale, n), softmax_backward_loop)
 
 /* ------------------------------------------------------------------ which path */
 
@@ -162,10 +238,21 @@ static int path_now(void) {
     (path_now() == ZT_VEC_AVX512 ? name##_avx512 args : path_now() == ZT_VEC_AVX2 ? name##_avx2 args \
                                                                                   : name##_scalar args)
 
-void zt_vec_exp(float *e, const float *x, float shift, size_t n) { DISPATCH(vexp, (e, x, shift, n)); }
 void zt_vec_gelu(float *out, const float *inp, size_t n) { DISPATCH(vgelu, (out, inp, n)); }
 void zt_vec_gelu_grad(float *dinp, const float *inp, const float *dout, size_t n) {
     DISPATCH(vgelu_grad, (dinp, inp, dout, n));
 }
 double zt_vec_exp_sum(float *e, const float *x, float shift, size_t n) { return DISPATCH(vexp_sum, (e, x, shift, n)); }
 double zt_vec_sumsq(const float *x, size_t n) { return DISPATCH(vsumsq, (x, n)); }
+void zt_vec_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b, size_t n) {
+    DISPATCH(vlayernorm, (y, mean, rstd, x, w, b, n));
+}
+void zt_vec_layernorm_dx(float *dx, const float *dy, const float *x, const float *w, float mean, float rstd, size_t n) {
+    DISPATCH(vlayernorm_dx, (dx, dy, x, w, mean, rstd, n));
+}
+void zt_vec_layernorm_dwdb(float *dw, float *db, const float *dy, const float *x, float mean, float rstd, size_t n) {
+    DISPATCH(vlayernorm_dwdb, (dw, db, dy, x, mean, rstd, n));
+}
+void zt_vec_softmax_backward(float *d, const float *a, float scale, size_t n) {
+    DISPATCH(vsoftmax_backward, (d, a, scale, n));
+}

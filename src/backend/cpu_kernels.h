@@ -1,5 +1,6 @@
-/* cpu_kernels.h — the CPU backend's vector math at the CPU's widest SIMD: exp and its row sums
- * (the softmaxes), GELU and its gradient, the sum of squares.
+/* cpu_kernels.h — the CPU backend's vector math at the CPU's widest SIMD: the exp row sums
+ * (the softmaxes), attention's softmax backward, LayerNorm's rows forward and backward, GELU and
+ * its gradient, the sum of squares.
  *
  * Each kernel has three paths, chosen once at run time from cpuid (zt_cpu_simd): AVX-512 (16
  * lanes), AVX2+FMA (8 lanes), and plain C whose fused multiply-adds are fmaf() calls. The paths
@@ -25,8 +26,6 @@ const char *zt_vec_name(int path); /* "scalar", "avx2", "avx512" */
 /* Test hook: every later call takes `path` (ZT_VEC_BEST restores the default). */
 void zt_vec_force(int path);
 
-/* e[i] = exp(x[i] - shift) for i < n (e may be x) */
-void zt_vec_exp(float *e, const float *x, float shift, size_t n);
 /* out[i] = gelu(inp[i]) (out may be inp) */
 void zt_vec_gelu(float *out, const float *inp, size_t n);
 /* dinp[i] = gelu'(inp[i]) * dout[i] (dinp may be dout) */
@@ -37,5 +36,18 @@ void zt_vec_gelu_grad(float *dinp, const float *inp, const float *dout, size_t n
 double zt_vec_exp_sum(float *e, const float *x, float shift, size_t n);
 /* sum_i x[i]^2 in double, in the same order */
 double zt_vec_sumsq(const float *x, size_t n);
+
+/* The row kernels below sum in fp32 in the same fixed order (element i into accumulator i mod 16,
+ * combined by halving): a result depends on the row's values and length only. */
+/* LayerNorm of one row of n: mean, rstd = 1/sqrt(var + eps) (two-pass variance), and
+ * y[i] = (x[i] - mean) * rstd * w[i] + b[i] */
+void zt_vec_layernorm(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b, size_t n);
+/* LayerNorm backward of one row: dx[i] += rstd (dnorm_i - mean(dnorm) - xhat_i mean(dnorm xhat)),
+ * dnorm = dy w, xhat = (x - mean) rstd (zt_layernorm_dx) */
+void zt_vec_layernorm_dx(float *dx, const float *dy, const float *x, const float *w, float mean, float rstd, size_t n);
+/* one row's share of LayerNorm's parameter gradients: dw[i] += dy[i] xhat_i, db[i] += dy[i] */
+void zt_vec_layernorm_dwdb(float *dw, float *db, const float *dy, const float *x, float mean, float rstd, size_t n);
+/* softmax backward of one row of n: s = sum_j a[j] d[j], then d[j] = a[j] (d[j] - s) scale */
+void zt_vec_softmax_backward(float *d, const float *a, float scale, size_t n);
 
 #endif
