@@ -2,6 +2,8 @@
   - a rank killed with SIGKILL: one "restart 1/N [killed]" line, the job resumes from `latest` and
     ends with the weights of a run that was never interrupted, bit for bit;
   - a rank preempted on its own (SIGTERM to the rank, not to run): it saves, exits 99, run restarts it;
+  - a rank stopped (SIGSTOP): restarted well before comm_timeout (the watchdog reads its stopped stamps),
+    without probing the hosts, and ends bit-identical;
   - Ctrl-C to run itself: exit 99, no restart;
   - gives up with one line, without a restart, on what a restart cannot cure: the config edited
     into an error meanwhile; a corrupt `latest` with no older good checkpoint; the same start-up
@@ -106,6 +108,32 @@ try:
     lines = restart_lines(err)
     ztlib.check(proc.returncode == 0 and len(lines) == 1 and "[preempted]" in lines[0]
                 and ztlib.weights_of(ck, tmp) == reference, "restart_after_rank_preempted_exit_99",
+                f"rc {proc.returncode}, restarts {lines}; {err[-800:]}")
+
+    # ---- a rank stopped (SIGSTOP): the others see its stamps in the roll stop and abort long before
+    # comm_timeout (120 s); the restart skips the host probe (the roll that showed the stop is on a host
+    # that answered) and the job ends with the uninterrupted run's weights
+    local_hosts = os.path.join(tmp, "local_hosts")
+    with open(local_hosts, "w") as f:
+        f.write("localhost slots=2\n")
+    ck, s = sets("sigstop", ["--set", "comm_timeout=120"])
+    proc = subprocess.Popen([ztlib.BIN, "run", "-n", "2", "--hostfile", local_hosts, "--restarts", "3", tiny] + s,
+                            cwd=ztlib.ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    ztlib.started.append(proc)
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
+    victim = ztlib.rank_pids(ck)[-1]
+    os.kill(victim, signal.SIGSTOP)
+    out, err = finish(proc, timeout=100)
+    for sig in (signal.SIGCONT, signal.SIGKILL):  # gone already when the restart worked
+        try:
+            os.kill(victim, sig)
+        except ProcessLookupError:
+            pass
+    lines = restart_lines(err)
+    ztlib.check(proc.returncode == 0 and len(lines) == 1 and "[hang]" in lines[0] and ") stopped answering " in lines[0]
+                and "probe 0.0 s" in lines[0] and ztlib.weights_of(ck, tmp) == reference,
+                "restart_after_rank_sigstop_before_comm_timeout_without_probe",
                 f"rc {proc.returncode}, restarts {lines}; {err[-800:]}")
 
     # ---- Ctrl-C to run: the ranks save, run exits 99 and does not restart

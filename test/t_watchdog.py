@@ -6,6 +6,7 @@
     comm_timeout plus a poll interval plus mpirun's teardown; the stopped rank blames nobody;
   - comm_timeout is a config key (default 600 s, in the effective config; negative values rejected);
   - a healthy run with a short timeout finishes normally (a slow-but-progressing job is not killed).
+  - a stopped rank whose stamps the others read is reported within seconds, not after comm_timeout (60 s);
   - the same under tensor parallelism (tp 2 x dp 2): a rank stopped inside its group's all-reduce;
 The multi-host cases (dropped packets, a lost node) are in t_multinode.py."""
 import os
@@ -112,6 +113,17 @@ ztlib.check(rc not in (0, None) and elapsed < TIMEOUT + 20, "watchdog_tp_sigstop
 ztlib.check(len(tp_lines) >= 1 and all(v == str(victim_rank) for _, v in tp_lines if v)
             and any(v for _, v in tp_lines), "watchdog_tp_sigstop_names_the_stopped_rank",
             f"victim rank {victim_rank}: " + "\n".join(l for l in out.splitlines() if "no progress" in l))
+
+# a stopped rank on this host (its stamps in the roll stopped) is reported without waiting out a long
+# comm_timeout: the job ends well before 60 s (watchdog.h: 2 ticks + 1 s late), the line names it
+LONG = 60
+out, elapsed, victim_rank, rc, _, _ = stop_one_rank(["zero_optimization.stage=3", f"comm_timeout={LONG}"])
+early = re.findall(r"made no progress for \d+s \(waiting on the other 3 ranks; rank (\d+) \(host [^)]+\) stopped "
+                   rf"answering \d+s ago \([^)]*\); comm_timeout {LONG}s\)", out)
+ztlib.check(rc not in (0, None) and elapsed < LONG / 2 and early and set(early) == {str(victim_rank)},
+            "watchdog_stopped_peer_reported_before_comm_timeout",
+            f"rc={rc}, took {elapsed:.1f}s, victim rank {victim_rank}: "
+            + "\n".join(l for l in out.splitlines() if "no progress" in l))
 
 # config key: default and range
 p = ztlib.run(["train", tiny, "--set", "train_iters=1", "--set", "comm_timeout=-1"])

@@ -56,6 +56,7 @@ static void scan_line(zt_attempt *a, const char *line) {
     if (!strncmp(line, "zerotrain: error:", 17)) {
         if (!a->first_error[0]) snprintf(a->first_error, sizeof a->first_error, "%s", line + 18);
         if (contains(line, "; aborting the job")) a->hang = 1;
+        if (contains(line, "; aborting the job") && contains(line, ") stopped answering ")) a->hang_on_stopped = 1;
         if (!a->failed_at) a->failed_at = zt_now();
         if (contains(line, "No space left") || contains(line, "quota") || contains(line, "disk full") ||
             contains(line, "file system is full"))
@@ -478,12 +479,13 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
     }
     /* the hosts that answer: probed when a host may be gone (the launcher lost one, the ranks did
      * not start, a hang, a failure no signal explains) or one lost before may be back; a rank killed
-     * or preempted, or a full disk, on every host says nothing about the hosts: the probe's seconds
-     * are saved (a host that did go stops the launch within ZEROTRAIN_STARTUP_TIMEOUT, and the
-     * restart after that probes) */
-    int hosts_in_question = a->lost_contact || a->start_timeout || a->hang || job->attempt_ranks < job->ranks ||
-                            (strcmp(plan->kind, "killed") && strcmp(plan->kind, "preempted") &&
-                             strcmp(plan->kind, "disk-full"));
+     * or preempted, or a full disk, on every host says nothing about the hosts, nor does a hang on a
+     * stopped process (the roll that showed it stopped is on a host that answered): the probe's
+     * seconds are saved (a host that did go stops the launch within ZEROTRAIN_STARTUP_TIMEOUT, and
+     * the restart after that probes) */
+    int hosts_answered = !strcmp(plan->kind, "killed") || !strcmp(plan->kind, "preempted") ||
+                         !strcmp(plan->kind, "disk-full") || (a->hang && a->hang_on_stopped);
+    int hosts_in_question = a->lost_contact || a->start_timeout || job->attempt_ranks < job->ranks || !hosts_answered;
     if (job->hostfile && hosts_in_question) {
         double probe_start = zt_now();
         char lost[512];

@@ -15,6 +15,7 @@ typedef struct zt_attempt {
     long saves;           /* "checkpoint saved" lines: progress a restart keeps */
     int rank_signal;      /* a rank ended on this signal, as the launcher reported (0: none) */
     int hang;             /* the watchdog found an operation that did not finish and aborted */
+    int hang_on_stopped;  /* ... and named a process that stopped (watchdog.h: its stamps, on a roll of its host) */
     int disk_full;        /* an error line named a full file system or quota */
     int lost_contact;     /* the launcher lost a host's daemon */
     int launcher_ending;  /* the launcher said it is ending the failed job (it should exit soon) */

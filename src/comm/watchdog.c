@@ -53,6 +53,8 @@ static struct {
     int fd; /* -1: no roll */
     char path[256];
     char host[72]; /* this rank's, taken once */
+    double opened; /* zt_unix_time() of zt_watchdog_roll: a record's silence counts from then at the earliest
+                    * (a record left by an earlier attempt's rank says nothing about this one's) */
 } roll = {.fd = -1};
 
 static void stamp_roll(void) {
@@ -68,16 +70,19 @@ static void stamp_roll(void) {
 }
 
 /* "; rank K (host H) stopped answering Ns ago (last seen ...)" for each peer whose stamp is
- * older than `stale` seconds; "" when every readable peer is stamping */
-static void name_stopped(char *out, size_t cap, double stale) {
+ * older than `stale` seconds, counted from `floor` (a unix time) at the earliest; "" when every
+ * readable peer is stamping. Returns how many it named. */
+static int name_stopped(char *out, size_t cap, double stale, double floor) {
     out[0] = 0;
-    if (roll.fd < 0) return;
+    if (roll.fd < 0) return 0;
     double now = zt_unix_time();
+    if (floor < roll.opened) floor = roll.opened;
     size_t n = 0;
+    int named = 0;
     for (int r = 0; r < wd.world && n + 1 < cap; r++) {
         roll_rec rec;
         if (r == wd.rank || pread(roll.fd, &rec, sizeof rec, (off_t)r * (off_t)sizeof rec) != (ssize_t)sizeof rec ||
-            rec.beat <= 0 || now - rec.beat <= stale)
+            rec.beat <= 0 || now - (rec.beat > floor ? rec.beat : floor) <= stale)
             continue;
         rec.host[sizeof rec.host - 1] = rec.what[sizeof rec.what - 1] = 0;
         int k = snprintf(out + n, cap - n, "; rank %d (host %s) stopped answering %.0fs ago (last seen %s%s)", r,
@@ -85,7 +90,9 @@ static void name_stopped(char *out, size_t cap, double stale) {
                          rec.in_wait ? rec.what : "");
         if (k < 0 || (size_t)k >= cap - n) break;
         n += (size_t)k;
+        named++;
     }
+    return named;
 }
 
 static void sleep_seconds(double s) {
@@ -159,11 +166,13 @@ static const char *group_words(char *buf, size_t cap, int ranks) {
     return buf;
 }
 
-static void report_wait(const char *what, size_t bytes, int ranks, long seq, double waited, double poll) {
-    char how[640], subject[160], stopped[400], group[40];
-    /* a live peer stamps every tick: two missed ticks and a margin mean its process is not running
-     * (any rank of the job: one stopped outside this wait's group holds up the job as well) */
-    name_stopped(stopped, sizeof stopped, 2 * poll + 0.5);
+/* A live peer stamps every tick: two missed ticks and a second's margin (a loaded machine may run
+ * a woken thread late, never seconds late) mean its process is not running. */
+static double stale_after(double poll) { return 2 * poll + 1.0; }
+
+/* `stopped`: name_stopped's words for the peers that stopped stamping ("" when none did) */
+static void report_wait(const char *what, size_t bytes, int ranks, long seq, double waited, const char *stopped) {
+    char how[640], subject[160], group[40];
     int others = (ranks > 0 ? ranks : wd.world) - 1;
     snprintf(how, sizeof how, "made no progress for %.0fs (waiting on the other %d rank%s%s%s; comm_timeout %gs)",
              waited, others, others == 1 ? "" : "s", group_words(group, sizeof group, ranks), stopped,
@@ -205,7 +214,7 @@ static void check_device(double now, double resumed, double timeout) {
 
 static void *watch(void *arg) {
     (void)arg;
-    double last = zt_now(), resumed = 0;
+    double last = zt_now(), resumed = 0, resumed_unix = 0;
     while (!atomic_load(&wd.stop)) {
         double timeout = atomic_load(&wd.timeout);
         /* checks a few times per timeout, at least once a second: a hang is reported at most
@@ -215,7 +224,10 @@ static void *watch(void *arg) {
         double now = zt_now();
         /* a tick far later than asked means this whole process was stopped (SIGSTOP, a frozen VM):
          * the time it was away is not its peers' fault, so waits count from its return */
-        if (now - last > 2 * poll + 1.0) resumed = now;
+        if (now - last > 2 * poll + 1.0) {
+            resumed = now;
+            resumed_unix = zt_unix_time();
+        }
         last = now;
         if (timeout <= 0) continue;
         stamp_roll();
@@ -227,7 +239,14 @@ static void *watch(void *arg) {
         int ranks = atomic_load(&wd.ranks);
         if (!what || seq != atomic_load(&wd.seq)) continue; /* none, or it changed while we read */
         double waited = now - (since > resumed ? since : resumed);
-        if (waited > timeout) report_wait(what, bytes, ranks, seq, waited, poll);
+        /* any rank of the job whose stamps stopped (one stopped outside this wait's group holds up
+         * the job as well): such a wait cannot end, so it is reported without waiting out the
+         * timeout, which is left for what the roll cannot see (a peer on another host, a silent
+         * network). Silences count from this process's own return when it was away itself. */
+        char stopped[400];
+        int n_stopped = name_stopped(stopped, sizeof stopped, stale_after(poll), resumed_unix);
+        if (waited > timeout || (n_stopped > 0 && waited > poll))
+            report_wait(what, bytes, ranks, seq, waited, stopped);
     }
     return NULL;
 }
@@ -297,6 +316,7 @@ void zt_watchdog_roll(const char *tag) {
     if (roll.fd >= 0 || wd.world < 2) return;
     snprintf(roll.path, sizeof roll.path, "/dev/shm/.zerotrain-roll-%s", tag);
     gethostname(roll.host, sizeof roll.host - 1);
+    roll.opened = zt_unix_time();
     roll.fd = open(roll.path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (roll.fd < 0) return; /* hang lines then name no stopped rank */
     zt_scratch_register(roll.path); /* whichever rank gets to run its exit path removes it */

@@ -10,6 +10,9 @@
  * R is this rank in the job (MPI_COMM_WORLD) also when the wait is on a group comm (a subset of the
  * ranks, comm.h: zt_comm_mpi_group); the line then says "waiting on the other K ranks of its group
  * of N".
+ * A peer that shares this rank's roll (below: its host's ranks) and whose stamps stopped is a stopped
+ * process: a wait on the job then cannot end, and it is reported as soon as the stamps are
+ * 2 ticks + 1 s late, without waiting out comm_timeout (SIGSTOP: ~3 s, not comm_timeout + 1).
  * The hung rank itself cannot print; every rank waiting on it does. The timeout covers one wait,
  * not a step: a long checkpoint save by rank 0 while others wait in a collective counts, so the
  * default is generous (ZT_COMM_TIMEOUT_DEFAULT).
