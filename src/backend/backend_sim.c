@@ -47,6 +47,8 @@
  *     ZEROTRAIN_SIM_DRY=1 (predict's default) keeps the order, the checks and the costs but runs no
  *     item's work (a wait between lanes still waits): device memory is address space only, its
  *     pages never touched, and host_alloc's buffers too (util/clock.h: zt_clock_bulk_alloc).
+ *     ZEROTRAIN_SIM_OP_TIMES=FILE (with a profile, not dry) writes each item's real time beside its
+ *     price (sim_clock.h), to find what the virtual clock underprices.
  * What it cannot show (a real GPU must): the CUDA kernels' own numerics, their real speed, PCIe, NCCL. */
 #define _GNU_SOURCE
 #include <execinfo.h>
@@ -265,6 +267,7 @@ typedef struct {
     unsigned jitter_us; /* the largest delay before an item; 0: none */
     zt_rng rng;
     pthread_t thread;
+    double idle_from; /* real time its last item ended (ZEROTRAIN_SIM_OP_TIMES) */
 } sim_lane;
 
 /* LANE_AHEAD: copy_ahead's side stream; the same order as sim_clock.h's ZT_SIM_* */
@@ -301,8 +304,14 @@ static void *lane_main(void *arg) {
             nanosleep(&ts, NULL);
         }
         const zt_device_observer *obs = zt_device_observer_now();
-        double w0 = obs ? zt_now() : 0;
+        int timed = !g_dry && sim_clock_op_times_on();
+        double w0 = obs || timed ? zt_now() : 0, c0 = timed ? sim_thread_cpu() : 0;
+        if (timed) sim_operand_cpu_take();
         if (!g_dry || it->must_run) it->run(it);
+        if (timed)
+            sim_clock_op_measured(l->index, it->name ? it->name : "wait", it->cost, it->operand_cost, it->flops,
+                                  zt_now() - w0, sim_thread_cpu() - c0, sim_operand_cpu_take());
+        if (timed) l->idle_from = zt_now();
         double end = sim_clock_lane_run(l->index, it->ready, it->dep, it->cost, it->flops);
         if (it->cost > 0 && it->name) zt_clock_event(l->index, zt_sim_lane_names[l->index], it->name, end - it->cost, end);
         /* the trace's observer sees the item on the run's clock: the virtual one's times when it runs */

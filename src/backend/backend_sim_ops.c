@@ -6,6 +6,7 @@
  * and compute in fp32. The per-dtype thunks fill the two op tables. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cpu_adam.h"
@@ -42,8 +43,22 @@ static float *scratch(int slot, size_t n) {
     return t_scratch[slot].f;
 }
 
+/* ZEROTRAIN_SIM_OP_TIMES: the lane thread's CPU time in widening and rounding, for the op table */
+static __thread double t_operand_cpu;
+double sim_thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+double sim_operand_cpu_take(void) {
+    double s = t_operand_cpu;
+    t_operand_cpu = 0;
+    return s;
+}
+
 static float *w16(wide *w, void *shadow, size_t n, int write) {
     if (!shadow) return NULL;
+    double c0 = sim_thread_cpu();
     for (int j = 0; j < w->k; j++)
         if (w->t[j].shadow == shadow && w->t[j].n >= n) {
             w->t[j].write |= write;
@@ -52,6 +67,7 @@ static float *w16(wide *w, void *shadow, size_t n, int write) {
     float *f = scratch(w->k, n);
     zt_cpu_to_f32(f, shadow, n, w->dt);
     w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write, 1, n, n};
+    t_operand_cpu += sim_thread_cpu() - c0;
     return f;
 }
 
@@ -70,6 +86,7 @@ static float *w16_rows(wide *w, void *shadow, long rows, long cols, long ld, int
 }
 
 static void w16_done(wide *w) {
+    double c0 = sim_thread_cpu();
     for (int j = 0; j < w->k; j++) {
         if (w->t[j].write)
             for (size_t r = 0; r < w->t[j].rows; r++)
@@ -77,6 +94,7 @@ static void w16_done(wide *w) {
                                 w->t[j].f + r * w->t[j].ld, w->t[j].cols, w->dt);
         if (w->t[j].f != t_scratch[j].f) free(w->t[j].f); /* a kept scratch stays for the next op */
     }
+    t_operand_cpu += sim_thread_cpu() - c0;
 }
 
 /* How an op's run uses an operand, which sets what the sim spends on it besides the math: a 16-bit

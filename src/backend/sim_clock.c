@@ -6,6 +6,8 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +114,59 @@ double sim_clock_lane_run(int lane, double ready, double dep, double cost, doubl
     }
     pthread_mutex_unlock(&g_mu);
     return end;
+}
+
+/* the per-item table (sim_clock.h): a small open-addressed table, filled under g_mu */
+typedef struct {
+    int lane;
+    const char *name;
+    double cost, operand_cost, flops, n, wall, cpu, idle;
+} op_row;
+#define OP_ROWS 1024
+static op_row *g_op_rows;
+static const char *g_op_times_path;
+
+static void op_times_write(void) {
+    FILE *f = fopen(g_op_times_path, "w");
+    if (!f) return;
+    fprintf(f, "lane\tname\tcount\tprice_ms\toperand_ms\tflops\twall_ms\tcpu_ms\toperand_cpu_ms\n");
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < OP_ROWS; i++) {
+        op_row *r = &g_op_rows[i];
+        if (!r->name) continue;
+        fprintf(f, "%s\t%s\t%.0f\t%.6f\t%.6f\t%.0f\t%.6f\t%.6f\t%.6f\n", zt_sim_lane_names[r->lane], r->name, r->n,
+                1e3 * r->cost, 1e3 * r->operand_cost, r->flops, 1e3 * r->wall, 1e3 * r->cpu, 1e3 * r->idle);
+    }
+    pthread_mutex_unlock(&g_mu);
+    fclose(f);
+}
+
+int sim_clock_op_times_on(void) {
+    static int checked;
+    if (!checked) {
+        const char *p = getenv("ZEROTRAIN_SIM_OP_TIMES");
+        if (g_timed && p && *p) {
+            g_op_times_path = p;
+            g_op_rows = calloc(OP_ROWS, sizeof *g_op_rows);
+            atexit(op_times_write);
+        }
+        checked = 1;
+    }
+    return g_op_rows != NULL;
+}
+
+void sim_clock_op_measured(int lane, const char *name, double cost, double operand_cost, double flops, double wall,
+                           double cpu, double operand_cpu) {
+    unsigned long h = ((unsigned long)(uintptr_t)name * 31u + (unsigned long)lane) ^ (unsigned long)(cost * 1e9);
+    pthread_mutex_lock(&g_mu);
+    for (int probe = 0; probe < OP_ROWS; probe++) {
+        op_row *r = &g_op_rows[(h + (unsigned long)probe) % OP_ROWS];
+        if (r->name && !(r->name == name && r->lane == lane && r->cost == cost)) continue;
+        if (!r->name) *r = (op_row){.lane = lane, .name = name, .cost = cost, .operand_cost = operand_cost, .flops = flops};
+        r->n++, r->wall += wall, r->cpu += cpu, r->idle += operand_cpu;
+        break;
+    }
+    pthread_mutex_unlock(&g_mu);
 }
 
 void sim_clock_count_pcie(zt_copy_kind kind, double bytes) {

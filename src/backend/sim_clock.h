@@ -71,6 +71,14 @@ void sim_clock_host_waited(double t);
  * returns its end. Called on the lane's own thread only, in the lane's order. */
 double sim_clock_lane_run(int lane, double ready, double dep, double cost, double flops);
 void sim_clock_count_pcie(zt_copy_kind kind, double bytes);
+/* ZEROTRAIN_SIM_OP_TIMES=FILE, with a profile and the items run (not dry): each lane item's real
+ * wall and lane-thread CPU time (and the part of it spent widening and rounding 16-bit operands)
+ * beside its price and the price's operand part, summed by lane, name and price (one price is one
+ * shape), written to FILE at exit as tab-separated rows. Says where a real run's time goes that the
+ * virtual clock does not charge. */
+int sim_clock_op_times_on(void);
+void sim_clock_op_measured(int lane, const char *name, double cost, double operand_cost, double flops, double wall,
+                           double cpu, double operand_cpu);
 void sim_clock_device_used(double bytes);
 
 /* costs (0 when untimed) */

@@ -28,6 +28,11 @@ struct sim_item {
     sim_item *next;
 };
 
+/* ZEROTRAIN_SIM_OP_TIMES (sim_clock.h): the calling thread's CPU time, and the part of it a lane
+ * spent widening and rounding operands since the last take */
+double sim_thread_cpu(void);
+double sim_operand_cpu_take(void);
+
 /* backend_sim.c: the device (memory space, lanes, copies) */
 
 /* The shadow address of [p, p + bytes) for op `op`'s argument `arg`, after checking that the range

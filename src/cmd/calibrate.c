@@ -100,6 +100,7 @@ typedef struct sim_op {
     const zt_backend *be;
     void *a, *b, *c, *host;
     int n, sq, B, T, C, NH;
+    int M, N, K, lda, ldb, ldc, tb; /* a GEMM of any shape (run_gemm_shape) */
     size_t bytes;
     zt_copy_kind kind;
 } sim_op;
@@ -107,6 +108,11 @@ typedef struct sim_op {
 static void run_gemm(void *ctx, int reps) {
     sim_op *o = ctx;
     for (int r = 0; r < reps; r++) o->be->gemm(o->c, o->a, o->b, o->sq, o->sq, o->sq, o->sq, o->sq, o->sq, 0, 0, 0.0f);
+    o->be->synchronize();
+}
+static void run_gemm_shape(void *ctx, int reps) {
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->gemm(o->c, o->a, o->b, o->M, o->N, o->K, o->lda, o->ldb, o->ldc, 0, o->tb, 0.0f);
     o->be->synchronize();
 }
 static void run_gemm_synced(void *ctx, int reps) { /* each GEMM waited for before the next is queued */
@@ -177,6 +183,7 @@ typedef struct measured {
     double dev_mem, dev_bw, xent_bw, operand_bw, round_bw, launch, kernel_min, sync, handoff, attn[2];
     int ngemm;
     double gemm_size[8], gemm_rate[2][8], gemm_peak[2];
+    double long_rate[2][2][8]; /* [long_out, long_k][dtype][size]: the long-GEMM curves (LONG_SIZES) */
     double pcie_bw[2][2], pcie_lat; /* [kind][pinned] */
     double host_mem, host_bw, memcpy_bw, adam_per_core;
     int cores;
@@ -207,6 +214,32 @@ static void measure_gemms(const zt_backend *be, int dt_index, measured *m) {
     be->free(o.a), be->free(o.b), be->free(o.c);
 }
 
+/* GEMMs with one dimension GPT-2's padded vocabulary long and the other two LONG_SIZES[i]: the LM
+ * head's shapes (forward and dW: the vocabulary along C, `long_out`; dinp: along the reduction,
+ * `long_k`). On OpenBLAS they run at a fraction of the square curve's figure for their size (the tiny
+ * matrix's LM head, 64 x 50304 x 64, at 0.37 of peak where the square curve says 0.95: the GEMM the
+ * real run spent most of its underpriced time in, ZEROTRAIN_SIM_OP_TIMES's table in README) */
+static const int LONG_SIZES[] = {32, 64, 128, 256};
+#define NLONG ((int)(sizeof LONG_SIZES / sizeof LONG_SIZES[0]))
+#define LONG_DIM 50304
+static void measure_long_gemms(const zt_backend *be, int dt_index, measured *m) {
+    size_t es = zt_dtype_size(be->compute_dtype), most = (size_t)LONG_SIZES[NLONG - 1] * LONG_DIM * es;
+    sim_op o = {.be = be, .a = be->alloc(most), .b = be->alloc(most), .c = be->alloc(most)};
+    be->memset_zero(o.a, most), be->memset_zero(o.b, most), be->memset_zero(o.c, most);
+    for (int i = 0; i < NLONG; i++) {
+        double s = LONG_SIZES[i], L = LONG_DIM, flops = 2.0 * s * s * L;
+        /* long_out: C [s, L] = A [s, s] B^T, B stored [L, s] (the LM head's forward) */
+        o.M = (int)s, o.N = LONG_DIM, o.K = (int)s, o.lda = (int)s, o.ldb = (int)s, o.ldc = LONG_DIM, o.tb = 1;
+        double t = less_operands(m, per_rep(run_gemm_shape, &o, 0.15, ON_PROCESS_CPU), (s * s + 2 * s * L) * es, s * L * es);
+        m->long_rate[0][dt_index][i] = flops / t;
+        /* long_k: C [s, s] = A [s, L] B [L, s] (the LM head's dinp) */
+        o.M = (int)s, o.N = (int)s, o.K = LONG_DIM, o.lda = LONG_DIM, o.ldb = (int)s, o.ldc = (int)s, o.tb = 0;
+        t = less_operands(m, per_rep(run_gemm_shape, &o, 0.15, ON_PROCESS_CPU), (s * s + 2 * s * L) * es, s * s * es);
+        m->long_rate[1][dt_index][i] = flops / t;
+    }
+    be->free(o.a), be->free(o.b), be->free(o.c);
+}
+
 static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured *m) {
     size_t total = 0, free_bytes = 0;
     be16->mem_info(&free_bytes, &total);
@@ -228,6 +261,8 @@ static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured
     be->free(e.a), be->free(e.b), be->free(e.c), be->free(e.host);
     measure_gemms(be16, 0, m);
     measure_gemms(fp16, 1, m);
+    measure_long_gemms(be16, 0, m);
+    measure_long_gemms(fp16, 1, m);
     /* element-wise: 1M elements, three ops, the bytes the sim charges them (backend_sim.c's q_pointwise) */
     sim_op o = {.be = be, .n = 1 << 20};
     o.a = be->alloc((size_t)o.n * es), o.b = be->alloc((size_t)o.n * es), o.c = be->alloc((size_t)o.n * es);
@@ -383,10 +418,16 @@ static int measure_disk(const char *dir, measured *m, zt_err *err) {
 
 /* ---------------------------------------------------------------- the profile */
 
+/* dtype k's curves: the square one, then the long GEMMs' (each rate a share of the square peak) */
 static void curve(FILE *f, const measured *m, int k) {
     fprintf(f, "[");
     for (int i = 0; i < m->ngemm; i++)
         fprintf(f, "%s[%.0f, %.4f]", i ? ", " : "", m->gemm_size[i], fmin(m->gemm_rate[k][i] / m->gemm_peak[k], 1.0));
+    for (int c = 0; c < 2; c++) {
+        fprintf(f, "], %s: [", c ? "long_k" : "long_out");
+        for (int i = 0; i < NLONG; i++)
+            fprintf(f, "%s[%d, %.4f]", i ? ", " : "", LONG_SIZES[i], fmin(m->long_rate[c][k][i] / m->gemm_peak[k], 1.0));
+    }
     fprintf(f, "]");
 }
 
@@ -419,7 +460,9 @@ static void write_profile(FILE *f, const measured *m, const char *dir) {
                "wakes: the cores handed over, no work done; a bare item's handoff in CPU time is %.2f)\n",
             m->sync * 1e6, m->handoff * 1e6);
     fprintf(f, "  gemm:\n    # measured: square GEMMs (be->gemm, 32..768) on the compute lane, widened 16-bit inputs and\n"
-               "    # OpenBLAS on this machine's cores; the peak is the fastest size, the curve each size's share of it\n");
+               "    # OpenBLAS on this machine's cores; the peak is the fastest size, the curve each size's share of it;\n"
+               "    # long_out and long_k: GEMMs of [s, %d] x [%d, s]-like shapes (GPT-2's LM head: the long dimension\n"
+               "    # along C, or along the reduction) by s, their share of that peak\n", LONG_DIM, LONG_DIM);
     fprintf(f, "    bf16: {peak_tflops: %.6f, efficiency: ", m->gemm_peak[0] * 1e-12);
     curve(f, m, 0);
     fprintf(f, "}\n    fp16: {peak_tflops: %.6f, efficiency: ", m->gemm_peak[1] * 1e-12);

@@ -14,7 +14,8 @@
 
 #include "config/yaml_read.h"
 
-enum { H_NAME, H_NUM, H_INT, H_BYTES, H_CURVE };
+/* H_CURVE_OPTIONAL: a curve a profile may leave out (the long-GEMM curves calibrate measures on a CPU) */
+enum { H_NAME, H_NUM, H_INT, H_BYTES, H_CURVE, H_CURVE_OPTIONAL };
 
 typedef struct hw_key {
     const char *path;
@@ -37,11 +38,17 @@ static const hw_key keys[] = {
     {"device.round_gbs", H_NUM, O(round_bw), 1e9, 0, 1e5},
     {"device.xent_gbs", H_NUM, O(xent_bw), 1e9, 0, 1e5},
     {"device.gemm.fp32.peak_tflops", H_NUM, G(ZT_F32) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
-    {"device.gemm.fp32.efficiency", H_CURVE, G(ZT_F32), 1, 0, 0},
+    {"device.gemm.fp32.efficiency", H_CURVE, G(ZT_F32) + offsetof(zt_hw_gemm, square), 1, 0, 0},
+    {"device.gemm.fp32.long_out", H_CURVE_OPTIONAL, G(ZT_F32) + offsetof(zt_hw_gemm, long_out), 1, 0, 0},
+    {"device.gemm.fp32.long_k", H_CURVE_OPTIONAL, G(ZT_F32) + offsetof(zt_hw_gemm, long_k), 1, 0, 0},
     {"device.gemm.bf16.peak_tflops", H_NUM, G(ZT_BF16) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
-    {"device.gemm.bf16.efficiency", H_CURVE, G(ZT_BF16), 1, 0, 0},
+    {"device.gemm.bf16.efficiency", H_CURVE, G(ZT_BF16) + offsetof(zt_hw_gemm, square), 1, 0, 0},
+    {"device.gemm.bf16.long_out", H_CURVE_OPTIONAL, G(ZT_BF16) + offsetof(zt_hw_gemm, long_out), 1, 0, 0},
+    {"device.gemm.bf16.long_k", H_CURVE_OPTIONAL, G(ZT_BF16) + offsetof(zt_hw_gemm, long_k), 1, 0, 0},
     {"device.gemm.fp16.peak_tflops", H_NUM, G(ZT_F16) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
-    {"device.gemm.fp16.efficiency", H_CURVE, G(ZT_F16), 1, 0, 0},
+    {"device.gemm.fp16.efficiency", H_CURVE, G(ZT_F16) + offsetof(zt_hw_gemm, square), 1, 0, 0},
+    {"device.gemm.fp16.long_out", H_CURVE_OPTIONAL, G(ZT_F16) + offsetof(zt_hw_gemm, long_out), 1, 0, 0},
+    {"device.gemm.fp16.long_k", H_CURVE_OPTIONAL, G(ZT_F16) + offsetof(zt_hw_gemm, long_k), 1, 0, 0},
     {"device.attention_tflops.fp32", H_NUM, O(attn_flops) + ZT_F32 * sizeof(double), 1e12, 1e-6, 1e5},
     {"device.attention_tflops.bf16", H_NUM, O(attn_flops) + ZT_BF16 * sizeof(double), 1e12, 1e-6, 1e5},
     {"device.attention_tflops.fp16", H_NUM, O(attn_flops) + ZT_F16 * sizeof(double), 1e12, 1e-6, 1e5},
@@ -81,7 +88,7 @@ static int fail_node(const walk *w, const yaml_node_t *n, const char *path, cons
 
 /* [[size, efficiency], ...]: sizes increasing and positive, efficiencies in (0, 1] */
 static int read_curve(walk *w, const hw_key *k, const yaml_node_t *v) {
-    zt_hw_gemm *g = (zt_hw_gemm *)((char *)w->p + k->off);
+    zt_hw_curve *g = (zt_hw_curve *)((char *)w->p + k->off);
     const char *want = "expected a list of [size, efficiency] pairs, sizes increasing, efficiencies in (0, 1]";
     if (v->type != YAML_SEQUENCE_NODE) return fail_node(w, v, k->path, want, NULL);
     int n = (int)(v->data.sequence.items.top - v->data.sequence.items.start);
@@ -104,7 +111,7 @@ static int read_value(walk *w, const hw_key *k, const yaml_node_t *v) {
     char got[96], range[128];
     double d;
     void *field = (char *)w->p + k->off;
-    if (k->kind == H_CURVE) return read_curve(w, k, v);
+    if (k->kind == H_CURVE || k->kind == H_CURVE_OPTIONAL) return read_curve(w, k, v);
     if (k->kind == H_NAME) {
         if (v->type != YAML_SCALAR_NODE || !v->data.scalar.length || v->data.scalar.length >= sizeof w->p->name)
             return fail_node(w, v, k->path, "expected a short name", NULL);
@@ -198,23 +205,30 @@ int zt_hw_profile_load(zt_hw_profile *p, const char *spec, zt_err *err) {
     const yaml_node_t *root = yaml_document_get_root_node(&doc);
     int rc = root ? walk_map(&w, "", root) : 0;
     for (int i = 0; rc == 0 && i < NKEYS; i++)
-        if (!w.seen[i]) rc = zt_fail(err, "%s: missing key %s (a profile gives every cost)", p->path, keys[i].path);
+        if (!w.seen[i] && keys[i].kind != H_CURVE_OPTIONAL) rc = zt_fail(err, "%s: missing key %s (a profile gives every cost)", p->path, keys[i].path);
     yaml_document_delete(&doc);
     return rc;
 }
 
 /* ---------------------------------------------------------------- costs */
 
+static double curve_at(const zt_hw_curve *c, double s) {
+    if (s <= c->size[0]) return c->eff[0];
+    for (int i = 1; i < c->n; i++)
+        if (s <= c->size[i]) {
+            double f = log(s / c->size[i - 1]) / log(c->size[i] / c->size[i - 1]);
+            return c->eff[i - 1] + f * (c->eff[i] - c->eff[i - 1]);
+        }
+    return c->eff[c->n - 1];
+}
+
 double zt_hw_gemm_efficiency(const zt_hw_profile *p, zt_dtype dt, double M, double N, double K) {
     const zt_hw_gemm *g = &p->gemm[dt];
-    double s = cbrt(fmax(M * N * K, 1.0));
-    if (s <= g->size[0]) return g->eff[0];
-    for (int i = 1; i < g->n; i++)
-        if (s <= g->size[i]) {
-            double f = log(s / g->size[i - 1]) / log(g->size[i] / g->size[i - 1]);
-            return g->eff[i - 1] + f * (g->eff[i] - g->eff[i - 1]);
-        }
-    return g->eff[g->n - 1];
+    double e = curve_at(&g->square, cbrt(fmax(M * N * K, 1.0)));
+    if (K > M && K > N && g->long_k.n) e = fmin(e, curve_at(&g->long_k, sqrt(M * N)));
+    else if (M > K && M > N && g->long_out.n) e = fmin(e, curve_at(&g->long_out, sqrt(N * K)));
+    else if (N > K && N > M && g->long_out.n) e = fmin(e, curve_at(&g->long_out, sqrt(M * K)));
+    return e;
 }
 
 double zt_hw_gemm_seconds(const zt_hw_profile *p, zt_dtype dt, double M, double N, double K) {

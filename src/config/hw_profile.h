@@ -14,12 +14,21 @@
 
 #define ZT_HW_CURVE_MAX 16
 
-/* GEMM throughput of one dtype: peak FLOP/s times an efficiency read off a curve by the GEMM's size,
- * the cube root of M*N*K (interpolated linearly in log size, flat past either end) */
-typedef struct zt_hw_gemm {
-    double peak_flops;
+/* an efficiency curve: [size, efficiency] pairs, interpolated linearly in log size, flat past either end */
+typedef struct zt_hw_curve {
     int n;
     double size[ZT_HW_CURVE_MAX], eff[ZT_HW_CURVE_MAX]; /* size increasing, eff in (0, 1] */
+} zt_hw_curve;
+
+/* GEMM throughput of one dtype: peak FLOP/s times an efficiency. `square` is read by the GEMM's size,
+ * the cube root of M*N*K. A GEMM with one dimension far longer than the other two (GPT-2's LM head:
+ * the vocabulary against n_embd and the tokens) runs slower than the square of its size on a CPU's
+ * BLAS; where the profile measured it, `long_out` (the long dimension is C's rows or columns) and
+ * `long_k` (it is the reduction) are read by the geometric mean of the two short dimensions, and the
+ * GEMM gets the lower of that and the square curve's figure (n 0: not measured, the square curve alone) */
+typedef struct zt_hw_gemm {
+    double peak_flops;
+    zt_hw_curve square, long_out, long_k;
 } zt_hw_gemm;
 
 typedef struct zt_hw_profile {
