@@ -6,7 +6,8 @@
  *
  * What is measured, each as the engine meets it:
  *   - the sim's compute lane (a real thread running the CPU backend's math on widened 16-bit
- *     tensors): GEMMs of square shapes, as a peak and an efficiency curve by size; attention at its
+ *     tensors): GEMMs of square shapes, as a peak and an efficiency curve by size, and GEMMs with
+ *     one dimension GPT-2's vocabulary long (the LM head's shapes) as two more curves; attention at its
  *     FLOPs; element-wise ops as the bytes the sim charges for them; the host time to queue an item
  *     (launch), the shortest item, and the extra a blocking synchronize costs (the lane's handoff);
  *   - the sim's copy lanes (real memcpys on their own threads): "PCIe" bandwidth and latency per
