@@ -4,7 +4,11 @@ predicted step time beside the memory, and the Twin-Flow ratio sweep). No figure
 is checked: calibrate's numbers depend on the machine, so only what it writes and that the profile
 works are; estimate's step times are predictions, deterministic, and are checked against predict's.
   - calibrate writes a profile that predict accepts, whose every key says how it was measured,
-    with this machine's core count; a --dir that cannot be written to is one line naming it;
+    with this machine's core count and the long-GEMM curves; a --dir that cannot be written to is
+    one line naming it;
+  - a GEMM with one long dimension is priced at the lower of the square curve's and the long
+    curve's efficiency: a long_out curve below the square one slows the tiny config's prediction
+    (its LM head), one at 1 changes nothing, and a bad one is refused with its position;
   - estimate --hw prints the config's own predicted step time, equal to predict's; with the optimizer
     on the host it predicts auto and six ratios of the window that fits, auto's equal to predict's,
     and names the fastest of them; more than one rank says it is one rank only so far; an unknown
@@ -52,6 +56,31 @@ pp = ztlib.run(["predict", cfg, "--hw", prof, "--steps", "2"], timeout=600)
 ms = step_ms(pp.stdout)
 ztlib.check(pp.returncode == 0 and ms is not None and ms > 0 and "on calibrated" in pp.stdout,
             "calibrated_profile_predicts", (pp.stderr or pp.stdout)[-400:])
+ztlib.check(all(re.search(rf"(?m)^    {dt}: {{.*long_out: \[\[32, .*long_k: \[\[32, ", text) for dt in ("bf16", "fp16", "fp32")),
+            "calibrate_measures_long_gemms", text[-1500:])
+
+# ---- the long-GEMM curves, priced (h100-sxm with a long_out curve added: deterministic)
+h100 = ztlib.read_text(os.path.join(ztlib.ROOT, "configs", "hw", "h100-sxm.yaml"))
+
+
+def with_long_out(curve):
+    path = os.path.join(work, f"long-{len(curve)}-{curve[-1]}.yaml")
+    with open(path, "w") as f:
+        f.write(re.sub(r"(?m)^(    bf16: \{.*)\}$", rf"\1, long_out: {curve}}}", h100, count=1))
+    return path
+
+
+TINY = ["--set", "model.n_layer=2", "--set", "model.n_embd=64", "--set", "model.n_head=2"]
+base = step_ms(ztlib.run(["predict", cfg, "--hw", "h100-sxm", "--steps", "2"] + TINY, timeout=600).stdout)
+slow = step_ms(ztlib.run(["predict", cfg, "--hw", with_long_out("[[32, 0.001], [256, 0.001]]"), "--steps", "2"] + TINY,
+                         timeout=600).stdout)
+same = step_ms(ztlib.run(["predict", cfg, "--hw", with_long_out("[[32, 1], [256, 1]]"), "--steps", "2"] + TINY,
+                         timeout=600).stdout)
+ztlib.check(None not in (base, slow, same) and slow > base and same == base, "long_gemm_curve_priced",
+            f"h100-sxm {base} ms, long_out at 0.001: {slow}, at 1: {same}")
+p = ztlib.run(["predict", cfg, "--hw", with_long_out("[[64, 0.5], [32, 0.6]]"), "--steps", "2"] + TINY, timeout=600)
+ztlib.check(p.returncode != 0 and "long_out" in p.stderr and ":" in p.stderr.split("long_out")[0],
+            "long_gemm_bad_curve_refused", p.stderr[-300:])
 p = ztlib.run(["calibrate", "-o", os.path.join(work, "x.yaml"), "--dir", os.path.join(work, "no", "such")])
 lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
 ztlib.check(p.returncode == 1 and len(lines) == 1 and "calibrate --dir" in lines[0] and "no/such" in lines[0],
