@@ -18,6 +18,9 @@
   - regression (found by scripts/soak): ranks killed before their exit path left the watchdog's roll
     file in /dev/shm; run names each attempt's roll (ZEROTRAIN_ROLL_TAG) and removes it after the
     attempt (checked after a job whose attempts were killed);
+  - regression (found by scripts/soak): a rank killed with SIGKILL left its launch's Open MPI
+    segments (vader_segment.*) in /dev/shm; run removes its own launch's (by the job id) after each
+    attempt, and a planted segment of another job stays;
   - regression (found by scripts/soak): Ctrl-C to run while the launcher still waits for a host
     made mpirun end with 0, and run exited 0 beside its own error line, and left the launcher's rsh
     agent running (holding run's output open); now non-zero, and what the launcher orphaned is
@@ -81,6 +84,14 @@ def errors(err):
     return [l for l in err.splitlines() if l.startswith("zerotrain: error:")]
 
 
+def mpi_segments_of(rank_pid):
+    """The Open MPI shared-memory segments (vader_segment.NODE.UID.JOBID.RANK) of the launch rank_pid belongs to."""
+    env = open(f"/proc/{rank_pid}/environ", "rb").read().split(b"\0")
+    jobid = next(int(v.split(b"=", 1)[1]) for v in env if v.startswith(b"OMPI_MCA_ess_base_jobid="))
+    return [os.path.join("/dev/shm", n) for n in os.listdir("/dev/shm")
+            if n.startswith("vader_segment.") and n.split(".")[-2] == f"{jobid:x}"]
+
+
 try:
     # the reference: the same steps, never interrupted
     ref_ck, s = sets("reference")
@@ -92,6 +103,10 @@ try:
     proc, ck = start("kill9")
     wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
     victim = ztlib.rank_pids(ck)[-1]
+    killed_job = mpi_segments_of(victim)
+    other_job = f"/dev/shm/vader_segment.zt-test-other.0.{os.getpid() % 0xffff:x}ffff.0"  # not an Open MPI job id
+    with open(other_job, "wb") as f:
+        f.write(b"another job's segment")
     os.kill(victim, signal.SIGKILL)
     out, err = finish(proc)
     lines = restart_lines(err)
@@ -99,6 +114,12 @@ try:
                 and latest_of(ck) == f"step_{ITERS:08d}" and ztlib.weights_of(ck, tmp) == reference
                 and not ztlib.processes_with(ck), "restart_after_rank_sigkill_bit_identical",
                 f"rc {proc.returncode}, restarts {lines}, latest {latest_of(ck)}; {err[-800:]}")
+    # regression (found by scripts/soak): the killed launch's Open MPI segments stayed in /dev/shm
+    left = [p for p in killed_job if os.path.exists(p)]
+    ztlib.check(len(killed_job) >= 2 and not left and os.path.exists(other_job),
+                "killed_launch_leaves_no_shm_segment_another_jobs_stays",
+                f"segments of the killed launch {killed_job}, left {left}, other job's kept {os.path.exists(other_job)}")
+    os.unlink(other_job)
 
     # ---- a rank preempted on its own: it saves, exits 99, and run starts it again
     proc, ck = start("preempt")

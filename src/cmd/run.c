@@ -270,9 +270,9 @@ static void reap_strays(void) {
 }
 
 /* Runs cmd as a child in its own process group and waits for it, passing signals on as the
- * header says. With seen, the child's output goes through this process (relay). Returns this
- * process's exit status. */
-static int launch_and_wait(const char **cmd, zt_attempt *seen) {
+ * header says. With seen, the child's output goes through this process (relay). The launch's Open
+ * MPI job id goes to *jobid once a rank shows it. Returns this process's exit status. */
+static int launch_and_wait_for(const char **cmd, zt_attempt *seen, unsigned long *jobid) {
     relay r = {{-1, -1}, seen};
     int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
     if (seen && (pipe2(out_pipe, O_CLOEXEC) || pipe2(err_pipe, O_CLOEXEC))) {
@@ -324,10 +324,15 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     double startup_s = seen ? env_seconds("ZEROTRAIN_STARTUP_TIMEOUT", 1, ZT_STARTUP_TIMEOUT) : 0;
     double end_grace = seen ? env_seconds("ZEROTRAIN_LAUNCHER_GRACE", 1, ZT_LAUNCHER_GRACE) : 0;
     double stop_launch_at = 0, next_look = 0; /* when a failed launch is ended; the next look at the ranks */
+    double next_jobid_look = 0;
     int forwarded = 0, status = 0, ranks_here_max = 0;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
         if (w == child) break;
+        if (!*jobid && zt_now() >= next_jobid_look) { /* the first rank's environment names it */
+            next_jobid_look = zt_now() + 0.2;
+            *jobid = zt_tree_mpi_jobid(child);
+        }
         if (w < 0 && errno != EINTR) {
             fprintf(stderr, "zerotrain: error: waiting for %s: %s\n", cmd[0], strerror(errno));
             relay_close(&r);
@@ -427,6 +432,17 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
         return code ? code : 1;
     }
     return code;
+}
+
+/* launch_and_wait_for, then what the launch left in /dev/shm: Open MPI's shared-memory segments are
+ * removed by the ranks and their launcher when they end, so a rank killed outright (SIGKILL, the
+ * kernel's memory-limit kill) and a launcher this process ended leave theirs behind (found by
+ * scripts/soak). Only this launch's go, named by its job id. */
+static int launch_and_wait(const char **cmd, zt_attempt *seen) {
+    unsigned long jobid = 0;
+    int rc = launch_and_wait_for(cmd, seen, &jobid);
+    zt_remove_mpi_segments("/dev/shm", jobid);
+    return rc;
 }
 
 /* Back-off before a restart: none after an attempt that saved a checkpoint (a fault in a job that
