@@ -9,6 +9,8 @@
     into an error meanwhile; a corrupt `latest` with no older good checkpoint; the same start-up
     error twice (a missing data file), after one restart;
   - a corrupt `latest` with an older good checkpoint: resumes from the older one and finishes;
+  - growing back: a job started on the hosts that answer (2 of 4 ranks) saves, exits and starts again
+    on all 4 once the missing host answers (one "[grow]" restart line);
   - restarts used up: "no restarts left" and the last cause, after exactly N restarts;
   - a host whose launch never starts (an rsh agent that hangs): with restarts, the launch fails after
     ZEROTRAIN_STARTUP_TIMEOUT and run gives up after its restarts, instead of waiting forever;
@@ -257,6 +259,41 @@ try:
                 and open(held_path, "rb").read() == b"another run's states", "killed_ranks_swap_file_swept_held_one_kept",
                 f"rc {proc.returncode}, victim's {victim_files}, left {left}; {err[-600:]}")
     held.close()
+
+    # ---- growing back: a host that does not answer at the start (its rsh agent hangs while a flag file
+    # exists; "farhost" is this machine through a fake rsh agent) gets the job on 2 of 4 ranks; once it
+    # answers, the ranks save and exit, and the job starts again on all 4
+    grow_agent, down = os.path.join(tmp, "grow-agent"), os.path.join(tmp, "farhost-down")
+    with open(grow_agent, "w") as f:  # sleeps a duration nothing else sleeps: the leftover check finds it
+        f.write(f'#!/bin/sh\nwhile [ "$1" = -x ]; do shift; done\nshift\n[ -e {down} ] && exec sleep 613.75\n'
+                'exec sh -c "$*"\n')
+    os.chmod(grow_agent, 0o755)
+    open(down, "w").close()
+    grow_hosts = os.path.join(tmp, "grow_hosts")
+    with open(grow_hosts, "w") as f:
+        f.write("localhost slots=2\nfarhost slots=2\n")
+    # the two "hosts" share this machine's name, so Open MPI's shared-memory segments would clash: TCP only
+    grow_env = dict(ENV, OMPI_MCA_plm_rsh_agent=grow_agent, OMPI_MCA_plm_rsh_args="-x", OMPI_MCA_btl="self,tcp",
+                    ZEROTRAIN_PROBE_TIMEOUT="2", ZEROTRAIN_GROW_INTERVAL="1")
+    ck, s = sets("grow", ["--set", "train_iters=100000"])
+    proc = subprocess.Popen([ztlib.BIN, "run", "-n", "4", "--hostfile", grow_hosts, "--restarts", "3", tiny] + s,
+                            cwd=ztlib.ROOT, env=grow_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    ztlib.started.append(proc)
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)  # training on the answering host
+    os.unlink(down)
+    answered_at = int(latest_of(ck).split("_")[1])
+    # 4 ranks; or, without growing back, 300 more steps on 2 (a probe a second: scores of probes)
+    wait_for(lambda: len(ztlib.rank_pids(ck)) == 4 or int(latest_of(ck).split("_")[1]) > answered_at + 300, proc)
+    grown_from = latest_of(ck)
+    wait_for(lambda: latest_of(ck) != grown_from, proc)  # a step saved on 4 ranks (or the 300 steps on)
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc)
+    lines = restart_lines(err)
+    ztlib.check(proc.returncode == 99 and "host farhost does not answer: starting on 2 ranks" in err and len(lines) == 1
+                and "[grow]" in lines[0] and lines[0].endswith("on 4 ranks") and not ztlib.processes_with(ck)
+                and not ztlib.processes_with("613.75"), "shrunk_job_grows_back_when_the_host_answers",
+                f"rc {proc.returncode}, restarts {lines}; {err[-800:]}")
 
     # ---- a host that never starts (its rsh agent hangs)
     agent = os.path.join(tmp, "hang-agent")
