@@ -378,12 +378,15 @@ static int launch_and_wait_for(const char **cmd, zt_attempt *seen, grow_watch *g
     double end_grace = seen ? env_seconds("ZEROTRAIN_LAUNCHER_GRACE", 1, ZT_LAUNCHER_GRACE) : 0;
     double stop_launch_at = 0, next_look = 0; /* when a failed launch is ended; the next look at the ranks */
     double next_jobid_look = 0;
-    int forwarded = 0, status = 0, ranks_here_max = 0;
+    int jobid_looks = 0, forwarded = 0, status = 0, ranks_here_max = 0;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
         if (w == child) break;
-        if (!*jobid && zt_now() >= next_jobid_look) { /* the first rank's environment names it */
-            next_jobid_look = zt_now() + 0.2;
+        /* the first rank's environment names it; looked for a second apart for the first minutes only
+         * (a walk of /proc: none shows up under srun, or where this node runs no rank) */
+        if (!*jobid && jobid_looks < 300 && zt_now() >= next_jobid_look) {
+            next_jobid_look = zt_now() + 1;
+            jobid_looks++;
             *jobid = zt_tree_mpi_jobid(child);
         }
         if (w < 0 && errno != EINTR) {
