@@ -9,6 +9,8 @@
     into an error meanwhile; a corrupt `latest` with no older good checkpoint; the same start-up
     error twice (a missing data file), after one restart;
   - a corrupt `latest` with an older good checkpoint: resumes from the older one and finishes;
+  - growing back: a job started on the hosts that answer (2 of 4 ranks) saves, exits and starts again
+    on all 4 once the missing host answers (one "[grow]" restart line);
   - restarts used up: "no restarts left" and the last cause, after exactly N restarts;
   - a host whose launch never starts (an rsh agent that hangs): with restarts, the launch fails after
     ZEROTRAIN_STARTUP_TIMEOUT and run gives up after its restarts, instead of waiting forever;
@@ -18,6 +20,9 @@
   - regression (found by scripts/soak): ranks killed before their exit path left the watchdog's roll
     file in /dev/shm; run names each attempt's roll (ZEROTRAIN_ROLL_TAG) and removes it after the
     attempt (checked after a job whose attempts were killed);
+  - regression (found by scripts/soak): a rank killed with SIGKILL left its launch's Open MPI
+    segments (vader_segment.*) in /dev/shm; run removes its own launch's (by the job id) after each
+    attempt, and a planted segment of another job stays;
   - regression (found by scripts/soak): Ctrl-C to run while the launcher still waits for a host
     made mpirun end with 0, and run exited 0 beside its own error line, and left the launcher's rsh
     agent running (holding run's output open); now non-zero, and what the launcher orphaned is
@@ -81,6 +86,14 @@ def errors(err):
     return [l for l in err.splitlines() if l.startswith("zerotrain: error:")]
 
 
+def mpi_segments_of(rank_pid):
+    """The Open MPI shared-memory segments (vader_segment.NODE.UID.JOBID.RANK) of the launch rank_pid belongs to."""
+    env = open(f"/proc/{rank_pid}/environ", "rb").read().split(b"\0")
+    jobid = next(int(v.split(b"=", 1)[1]) for v in env if v.startswith(b"OMPI_MCA_ess_base_jobid="))
+    return [os.path.join("/dev/shm", n) for n in os.listdir("/dev/shm")
+            if n.startswith("vader_segment.") and n.split(".")[-2] == f"{jobid:x}"]
+
+
 try:
     # the reference: the same steps, never interrupted
     ref_ck, s = sets("reference")
@@ -92,6 +105,10 @@ try:
     proc, ck = start("kill9")
     wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)
     victim = ztlib.rank_pids(ck)[-1]
+    killed_job = mpi_segments_of(victim)
+    other_job = f"/dev/shm/vader_segment.zt-test-other.0.{os.getpid() % 0xffff:x}ffff.0"  # not an Open MPI job id
+    with open(other_job, "wb") as f:
+        f.write(b"another job's segment")
     os.kill(victim, signal.SIGKILL)
     out, err = finish(proc)
     lines = restart_lines(err)
@@ -99,6 +116,12 @@ try:
                 and latest_of(ck) == f"step_{ITERS:08d}" and ztlib.weights_of(ck, tmp) == reference
                 and not ztlib.processes_with(ck), "restart_after_rank_sigkill_bit_identical",
                 f"rc {proc.returncode}, restarts {lines}, latest {latest_of(ck)}; {err[-800:]}")
+    # regression (found by scripts/soak): the killed launch's Open MPI segments stayed in /dev/shm
+    left = [p for p in killed_job if os.path.exists(p)]
+    ztlib.check(len(killed_job) >= 2 and not left and os.path.exists(other_job),
+                "killed_launch_leaves_no_shm_segment_another_jobs_stays",
+                f"segments of the killed launch {killed_job}, left {left}, other job's kept {os.path.exists(other_job)}")
+    os.unlink(other_job)
 
     # ---- a rank preempted on its own: it saves, exits 99, and run starts it again
     proc, ck = start("preempt")
@@ -236,6 +259,41 @@ try:
                 and open(held_path, "rb").read() == b"another run's states", "killed_ranks_swap_file_swept_held_one_kept",
                 f"rc {proc.returncode}, victim's {victim_files}, left {left}; {err[-600:]}")
     held.close()
+
+    # ---- growing back: a host that does not answer at the start (its rsh agent hangs while a flag file
+    # exists; "farhost" is this machine through a fake rsh agent) gets the job on 2 of 4 ranks; once it
+    # answers, the ranks save and exit, and the job starts again on all 4
+    grow_agent, down = os.path.join(tmp, "grow-agent"), os.path.join(tmp, "farhost-down")
+    with open(grow_agent, "w") as f:  # sleeps a duration nothing else sleeps: the leftover check finds it
+        f.write(f'#!/bin/sh\nwhile [ "$1" = -x ]; do shift; done\nshift\n[ -e {down} ] && exec sleep 613.75\n'
+                'exec sh -c "$*"\n')
+    os.chmod(grow_agent, 0o755)
+    open(down, "w").close()
+    grow_hosts = os.path.join(tmp, "grow_hosts")
+    with open(grow_hosts, "w") as f:
+        f.write("localhost slots=2\nfarhost slots=2\n")
+    # the two "hosts" share this machine's name, so Open MPI's shared-memory segments would clash: TCP only
+    grow_env = dict(ENV, OMPI_MCA_plm_rsh_agent=grow_agent, OMPI_MCA_plm_rsh_args="-x", OMPI_MCA_btl="self,tcp",
+                    ZEROTRAIN_PROBE_TIMEOUT="2", ZEROTRAIN_GROW_INTERVAL="1")
+    ck, s = sets("grow", ["--set", "train_iters=100000"])
+    proc = subprocess.Popen([ztlib.BIN, "run", "-n", "4", "--hostfile", grow_hosts, "--restarts", "3", tiny] + s,
+                            cwd=ztlib.ROOT, env=grow_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    ztlib.started.append(proc)
+    wait_for(lambda: latest_of(ck) and len(ztlib.rank_pids(ck)) == 2, proc)  # training on the answering host
+    os.unlink(down)
+    answered_at = int(latest_of(ck).split("_")[1])
+    # 4 ranks; or, without growing back, 300 more steps on 2 (a probe a second: scores of probes)
+    wait_for(lambda: len(ztlib.rank_pids(ck)) == 4 or int(latest_of(ck).split("_")[1]) > answered_at + 300, proc)
+    grown_from = latest_of(ck)
+    wait_for(lambda: latest_of(ck) != grown_from, proc)  # a step saved on 4 ranks (or the 300 steps on)
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc)
+    lines = restart_lines(err)
+    ztlib.check(proc.returncode == 99 and "host farhost does not answer: starting on 2 ranks" in err and len(lines) == 1
+                and "[grow]" in lines[0] and lines[0].endswith("on 4 ranks") and not ztlib.processes_with(ck)
+                and not ztlib.processes_with("613.75"), "shrunk_job_grows_back_when_the_host_answers",
+                f"rc {proc.returncode}, restarts {lines}; {err[-800:]}")
 
     # ---- a host that never starts (its rsh agent hangs)
     agent = os.path.join(tmp, "hang-agent")

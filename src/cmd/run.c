@@ -21,7 +21,9 @@
  * banner within ZEROTRAIN_STARTUP_TIMEOUT seconds (a host that never starts its part) is stopped
  * and counts as a failure; so does a launcher that has not exited ZEROTRAIN_LAUNCHER_GRACE seconds
  * after it said the job failed, or after every rank on this node ended. A signal to this process
- * still stops the job without a restart; before the banner it stops the launch at once (exit 99). */
+ * still stops the job without a restart; before the banner it stops the launch at once (exit 99).
+ * An attempt on fewer hosts than the hostfile's (some did not answer) grows back by itself once they
+ * answer (grow_watch). After each launch its Open MPI shared-memory segments are removed (by its job id). */
 #define _GNU_SOURCE /* pipe2 */
 #include <dirent.h>
 #include <errno.h>
@@ -269,10 +271,61 @@ static void reap_strays(void) {
     while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
 }
 
+/* Growing back: an attempt of --restarts on fewer ranks than asked (hosts of the hostfile did not
+ * answer) probes the hostfile again, in a child, every ZEROTRAIN_GROW_INTERVAL seconds once its ranks
+ * train; when the hosts that answer hold more ranks, the ranks are asked to save and exit (SIGUSR1,
+ * as on Ctrl-C: exit 99) and the restart runs on all of them. Without it a job shrunk by a link
+ * down for a while stayed shrunk until its next failure. */
+#define ZT_GROW_INTERVAL 10 /* seconds between probes of the missing hosts (ZEROTRAIN_GROW_INTERVAL) */
+typedef struct grow_watch {
+    const zt_restart_job *job; /* the job as asked for (all hosts, all ranks) */
+    long ranks_now;            /* the attempt's ranks */
+    double interval, next_at;
+    pid_t prober;              /* the probe in flight (0: none) */
+    int asked;                 /* the ranks were asked to save and exit, to grow */
+} grow_watch;
+
+/* One look: starts a probe when one is due, or reads the one in flight; asks the launcher's ranks to
+ * save and exit when more ranks would answer. */
+static void grow_look(grow_watch *g, pid_t launcher) {
+    if (g->asked) return;
+    if (g->prober > 0) {
+        int status = 0;
+        if (waitpid(g->prober, &status, WNOHANG) != g->prober) return;
+        g->prober = 0;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+            g->asked = 1;
+            fprintf(stderr, "zerotrain run: the hosts that did not answer answer again: the ranks save and exit, "
+                            "and the job starts again on all of them\n");
+            kill(launcher, SIGUSR1);
+        }
+        return;
+    }
+    if (zt_now() < g->next_at) return;
+    g->next_at = zt_now() + g->interval;
+    fflush(stderr);
+    if ((g->prober = fork()) == 0) {
+        zt_restart_plan plan;
+        char lost[512];
+        int n_lost = zt_restart_hosts(g->job, &plan, lost, sizeof lost);
+        if (plan.hostfile[0]) unlink(plan.hostfile);
+        _exit(n_lost >= 0 && plan.ranks > g->ranks_now ? 0 : 1);
+    }
+}
+
+/* the probe in flight, ended (the attempt is over) */
+static void grow_stop(grow_watch *g) {
+    if (!g || g->prober <= 0) return;
+    zt_kill_tree(g->prober);
+    while (waitpid(g->prober, NULL, 0) < 0 && errno == EINTR) {}
+    g->prober = 0;
+}
+
 /* Runs cmd as a child in its own process group and waits for it, passing signals on as the
- * header says. With seen, the child's output goes through this process (relay). Returns this
- * process's exit status. */
-static int launch_and_wait(const char **cmd, zt_attempt *seen) {
+ * header says. With seen, the child's output goes through this process (relay). The launch's Open
+ * MPI job id goes to *jobid once a rank shows it. With grow, the attempt may end itself to grow back
+ * (grow_watch). Returns this process's exit status. */
+static int launch_and_wait_for(const char **cmd, zt_attempt *seen, grow_watch *grow, unsigned long *jobid) {
     relay r = {{-1, -1}, seen};
     int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
     if (seen && (pipe2(out_pipe, O_CLOEXEC) || pipe2(err_pipe, O_CLOEXEC))) {
@@ -324,10 +377,18 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     double startup_s = seen ? env_seconds("ZEROTRAIN_STARTUP_TIMEOUT", 1, ZT_STARTUP_TIMEOUT) : 0;
     double end_grace = seen ? env_seconds("ZEROTRAIN_LAUNCHER_GRACE", 1, ZT_LAUNCHER_GRACE) : 0;
     double stop_launch_at = 0, next_look = 0; /* when a failed launch is ended; the next look at the ranks */
-    int forwarded = 0, status = 0, ranks_here_max = 0;
+    double next_jobid_look = 0;
+    int jobid_looks = 0, forwarded = 0, status = 0, ranks_here_max = 0;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
         if (w == child) break;
+        /* the first rank's environment names it; looked for a second apart for the first minutes only
+         * (a walk of /proc: none shows up under srun, or where this node runs no rank) */
+        if (!*jobid && jobid_looks < 300 && zt_now() >= next_jobid_look) {
+            next_jobid_look = zt_now() + 1;
+            jobid_looks++;
+            *jobid = zt_tree_mpi_jobid(child);
+        }
         if (w < 0 && errno != EINTR) {
             fprintf(stderr, "zerotrain: error: waiting for %s: %s\n", cmd[0], strerror(errno));
             relay_close(&r);
@@ -353,6 +414,8 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
             if (ranks_here > ranks_here_max) ranks_here_max = ranks_here;
             if (ranks_here_max && !ranks_here) stop_launch_at = end_by(stop_launch_at, zt_now() + end_grace);
         }
+        if (grow && seen->started && !forwarded && !seen->launcher_ending && !seen->rank_signal && !seen->hang)
+            grow_look(grow, child);
         if (seen && seen->launcher_ending) stop_launch_at = end_by(stop_launch_at, zt_now() + end_grace);
         /* a rank died of a signal, or the watchdog aborts the job: the attempt is lost, and the
          * launcher's own teardown (SIGTERM to every other rank, which the ranks take as a request
@@ -429,6 +492,18 @@ static int launch_and_wait(const char **cmd, zt_attempt *seen) {
     return code;
 }
 
+/* launch_and_wait_for, then what the launch left in /dev/shm: Open MPI's shared-memory segments are
+ * removed by the ranks and their launcher when they end, so a rank killed outright (SIGKILL, the
+ * kernel's memory-limit kill) and a launcher this process ended leave theirs behind (found by
+ * scripts/soak). Only this launch's go, named by its job id. */
+static int launch_and_wait(const char **cmd, zt_attempt *seen, grow_watch *grow) {
+    unsigned long jobid = 0;
+    int rc = launch_and_wait_for(cmd, seen, grow, &jobid);
+    grow_stop(grow);
+    zt_remove_mpi_segments("/dev/shm", jobid);
+    return rc;
+}
+
 /* Back-off before a restart: none after an attempt that saved a checkpoint (a fault in a job that
  * was making progress: every second waited is lost training), else ZEROTRAIN_RESTART_BACKOFF seconds
  * (default 1) after the first fruitless attempt, doubled for each further one, at most
@@ -496,7 +571,12 @@ static int run_with_restarts(run_args *a, const char *self) {
         zt_attempt seen;
         memset(&seen, 0, sizeof seen);
         double started = zt_now();
-        rc = launch_and_wait(cmd, &seen);
+        /* fewer ranks than asked, on the hosts that answered, and a restart left to grow back with */
+        zt_restart_job all_hosts = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n};
+        grow_watch grow = {&all_hosts, now.n, env_seconds("ZEROTRAIN_GROW_INTERVAL", 1, ZT_GROW_INTERVAL), 0, 0, 0};
+        grow.next_at = zt_now() + grow.interval;
+        int may_grow = a->hostfile && now.n < a->n && attempt < a->restarts;
+        rc = launch_and_wait(cmd, &seen, may_grow ? &grow : NULL);
         free(cmd);
         for (int i = 0; i < n_swap_dirs; i++) zt_restart_sweep_swaps(swap_dirs[i], run_start); /* killed ranks' files */
         unlink(roll_path); /* the attempt is over: no rank of it reads the roll any more */
@@ -506,6 +586,10 @@ static int run_with_restarts(run_args *a, const char *self) {
         zt_restart_plan plan;
         double ended = zt_now();
         zt_restart_decide(&job, &seen, &plan);
+        if (grow.asked && rc == ZT_EXIT_PREEMPTED && !plan.give_up) { /* the ranks saved and exited to grow */
+            snprintf(plan.kind, sizeof plan.kind, "grow");
+            snprintf(plan.cause, sizeof plan.cause, "the hosts that did not answer answer again");
+        }
         snprintf(previous_error, sizeof previous_error, "%s", seen.first_error);
         if (hostfile[0]) unlink(hostfile); /* the previous attempt's answering hosts */
         snprintf(hostfile, sizeof hostfile, "%s", plan.hostfile);
@@ -571,7 +655,7 @@ int zt_cmd_run(int argc, char **argv) {
     for (int i = 0; cmd[i]; i++) printf(strchr(cmd[i], ' ') ? " '%s'" : " %s", cmd[i]); /* as a shell reads it */
     printf("\n");
     fflush(stdout);
-    int rc = a.restarts ? run_with_restarts(&a, self) : launch_and_wait(cmd, NULL);
+    int rc = a.restarts ? run_with_restarts(&a, self) : launch_and_wait(cmd, NULL, NULL);
     free(cmd);
     free(a.train_args);
     return rc;

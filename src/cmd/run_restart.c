@@ -299,6 +299,73 @@ void zt_restart_sweep_swaps(const char *dir, double since) {
     closedir(d);
 }
 
+unsigned long zt_tree_mpi_jobid(pid_t root) {
+    pid_t *pid;
+    int n = list_tree(root, &pid);
+    unsigned long jobid = 0;
+    for (int i = 0; i < n && !jobid; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid[i]);
+        zt_err err = {{0}};
+        size_t len = 0;
+        char *env = zt_read_file_max(path, 1 << 20, &len, &err); /* NUL-separated NAME=VALUE */
+        for (size_t at = 0; env && at < len; at += strlen(env + at) + 1)
+            if (!strncmp(env + at, "OMPI_MCA_ess_base_jobid=", 24)) jobid = strtoul(env + at + 24, NULL, 10);
+        free(env);
+    }
+    free(pid);
+    return jobid;
+}
+
+/* whether a process on this node maps `path` (read from /proc/PID/maps: a shared-memory segment in use) */
+static int mapped_by_anyone(const char *path) {
+    DIR *proc = opendir("/proc");
+    int mapped = 0;
+    for (struct dirent *d; proc && !mapped && (d = readdir(proc));) {
+        if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+        char maps[300], line[4608];
+        snprintf(maps, sizeof maps, "/proc/%s/maps", d->d_name);
+        FILE *f = fopen(maps, "r");
+        while (f && !mapped && fgets(line, sizeof line, f)) {
+            char *at = strchr(line, '/');
+            if (at) at[strcspn(at, "\n")] = 0;
+            mapped = at && !strcmp(at, path);
+        }
+        if (f) fclose(f);
+    }
+    if (proc) closedir(proc);
+    return mapped;
+}
+
+int zt_remove_mpi_segments(const char *dir, unsigned long jobid) {
+    DIR *d = opendir(dir);
+    if (!d || !jobid) {
+        if (d) closedir(d);
+        return 0;
+    }
+    char job_field[32];
+    snprintf(job_field, sizeof job_field, ".%lx.", jobid);
+    int removed = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        /* vader_segment.NODE.UID.JOBID.LOCALRANK, all but NODE in hex / decimal: the job id is the
+         * second field from the end, so a node name holding dots cannot fake it */
+        const char *name = de->d_name, *last = strrchr(name, '.');
+        if (strncmp(name, "vader_segment.", 14) || !last) continue;
+        const char *before = last - 1;
+        while (before > name && *before != '.') before--;
+        size_t field_len = (size_t)(last - before) + 1;
+        if (field_len != strlen(job_field) || strncmp(before, job_field, field_len)) continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        struct stat st;
+        if (lstat(path, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) continue;
+        if (mapped_by_anyone(path)) continue; /* a live process of that job id (a reused one) still uses it */
+        removed += unlink(path) == 0;
+    }
+    closedir(d);
+    return removed;
+}
+
 /* `zerotrain info PATH` passes: every checksum of the checkpoint verifies */
 static int checkpoint_good(const char *self, const char *path) {
     const char *argv[] = {self, "info", path, NULL};

@@ -76,6 +76,16 @@ void zt_kill_tree(pid_t root);
 /* How many processes of root's tree on this node have the command name `name` (/proc/PID/comm). */
 int zt_tree_count(pid_t root, const char *name);
 
+/* The Open MPI job id of a launch (OMPI_MCA_ess_base_jobid, which mpirun and its daemons put in
+ * the environment of every rank they start), read from the processes below root; 0: none found
+ * (no rank started yet, srun, or not Open MPI). */
+unsigned long zt_tree_mpi_jobid(pid_t root);
+/* Removes from dir the Open MPI shared-memory segments (vader_segment.NODE.UID.JOBID.RANK) of job
+ * `jobid` that this user owns and no process maps: those a rank killed outright (SIGKILL) left,
+ * which its launcher, ended too, did not remove. Another job's segments carry another job id (two
+ * live jobs with the same id would share names in Open MPI itself). Returns how many went. */
+int zt_remove_mpi_segments(const char *dir, unsigned long jobid);
+
 /* Runs argv with stdout and stderr captured into out (NUL-terminated, cut at cap); SIGKILL to the
  * whole tree after timeout_s. Returns the exit status, 128+signal, or -1 when it could not start
  * or timed out. */
