@@ -382,10 +382,12 @@ static int launch_and_wait_for(const char **cmd, zt_attempt *seen, grow_watch *g
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
         if (w == child) break;
-        /* the first rank's environment names it; looked for a second apart for the first minutes only
-         * (a walk of /proc: none shows up under srun, or where this node runs no rank) */
-        if (!*jobid && jobid_looks < 300 && zt_now() >= next_jobid_look) {
-            next_jobid_look = zt_now() + 1;
+        /* the first rank's environment names it: looked for every 0.1 s for the first 10 s (a rank
+         * of a small job may start, save and be killed within a second, and a launch whose id was
+         * not learned leaves its segments), then a second apart up to about 5 minutes (a walk of
+         * /proc: none shows up under srun, or where this node runs no rank) */
+        if (!*jobid && jobid_looks < 400 && zt_now() >= next_jobid_look) {
+            next_jobid_look = zt_now() + (jobid_looks < 100 ? 0.1 : 1);
             jobid_looks++;
             *jobid = zt_tree_mpi_jobid(child);
         }
@@ -495,13 +497,27 @@ static int launch_and_wait_for(const char **cmd, zt_attempt *seen, grow_watch *g
 /* launch_and_wait_for, then what the launch left in /dev/shm: Open MPI's shared-memory segments are
  * removed by the ranks and their launcher when they end, so a rank killed outright (SIGKILL, the
  * kernel's memory-limit kill) and a launcher this process ended leave theirs behind (found by
- * scripts/soak). Only this launch's go, named by its job id. */
-static int launch_and_wait(const char **cmd, zt_attempt *seen, grow_watch *grow) {
-    unsigned long jobid = 0;
-    int rc = launch_and_wait_for(cmd, seen, grow, &jobid);
+ * scripts/soak). Only this launch's go, named by its job id (into *jobid when given): a segment a
+ * rank still being torn down maps is kept, and --restarts sweeps it again after later attempts. */
+static int launch_and_wait(const char **cmd, zt_attempt *seen, grow_watch *grow, unsigned long *jobid) {
+    unsigned long id = 0;
+    int rc = launch_and_wait_for(cmd, seen, grow, &id);
     grow_stop(grow);
-    zt_remove_mpi_segments("/dev/shm", jobid);
+    zt_remove_mpi_segments("/dev/shm", id);
+    if (jobid) *jobid = id;
     return rc;
+}
+
+/* The job ids of this run's launches, swept again after each attempt and at the end: a killed
+ * launch's other ranks may still be exiting, their segments mapped, when its own sweep runs. */
+typedef struct launched_jobs {
+    unsigned long id[64];
+    int n;
+} launched_jobs;
+
+static void sweep_launched(launched_jobs *jobs, unsigned long latest) {
+    if (latest && jobs->n < (int)(sizeof jobs->id / sizeof jobs->id[0])) jobs->id[jobs->n++] = latest;
+    for (int i = 0; i < jobs->n; i++) zt_remove_mpi_segments("/dev/shm", jobs->id[i]);
 }
 
 /* Back-off before a restart: none after an attempt that saved a checkpoint (a fault in a job that
@@ -535,6 +551,7 @@ static int run_with_restarts(run_args *a, const char *self) {
     const char **cmd = NULL;
     char nbuf[32], resume_set[4200], hostfile[64] = "", previous_error[400] = "";
     int rc = 0, fruitless = 0, disk_full_in_a_row = 0;
+    launched_jobs jobs = {{0}, 0};
     double run_start = zt_unix_time(); /* compared with files' ctimes */
     char swap_dirs[2][4096];
     zt_restart_job config_job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n};
@@ -576,8 +593,10 @@ static int run_with_restarts(run_args *a, const char *self) {
         grow_watch grow = {&all_hosts, now.n, env_seconds("ZEROTRAIN_GROW_INTERVAL", 1, ZT_GROW_INTERVAL), 0, 0, 0};
         grow.next_at = zt_now() + grow.interval;
         int may_grow = a->hostfile && now.n < a->n && attempt < a->restarts;
-        rc = launch_and_wait(cmd, &seen, may_grow ? &grow : NULL);
+        unsigned long jobid = 0;
+        rc = launch_and_wait(cmd, &seen, may_grow ? &grow : NULL, &jobid);
         free(cmd);
+        sweep_launched(&jobs, jobid);
         for (int i = 0; i < n_swap_dirs; i++) zt_restart_sweep_swaps(swap_dirs[i], run_start); /* killed ranks' files */
         unlink(roll_path); /* the attempt is over: no rank of it reads the roll any more */
         if (rc == 0 || signals_seen) break; /* done, or stopped by the user: no restart */
@@ -626,6 +645,7 @@ static int run_with_restarts(run_args *a, const char *self) {
         }
     }
     if (hostfile[0]) unlink(hostfile);
+    sweep_launched(&jobs, 0);
     return rc;
 }
 
@@ -655,7 +675,7 @@ int zt_cmd_run(int argc, char **argv) {
     for (int i = 0; cmd[i]; i++) printf(strchr(cmd[i], ' ') ? " '%s'" : " %s", cmd[i]); /* as a shell reads it */
     printf("\n");
     fflush(stdout);
-    int rc = a.restarts ? run_with_restarts(&a, self) : launch_and_wait(cmd, NULL, NULL);
+    int rc = a.restarts ? run_with_restarts(&a, self) : launch_and_wait(cmd, NULL, NULL, NULL);
     free(cmd);
     free(a.train_args);
     return rc;
