@@ -529,7 +529,8 @@ static void join_lanes(twin_host *t, twin_flow *tf) {
     record_lanes(t, tf, zt_clock_now());
 }
 
-/* after join_lanes (or with no lanes): the flow, and the prev its host Adam lane waited on */
+/* after join_lanes (or with no lanes): the flow, and the prev its host Adam lane waited on (at most
+ * one: twin_update frees a flow's prev once that flow is joined, so the chain never grows with the steps) */
 static void flow_free(twin_flow *tf) {
     if (tf->prev) flow_free(tf->prev);
     if (tf->nchunks) {
@@ -561,6 +562,10 @@ void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st,
         wait_lanes(t, "wait for the delayed parameters", &last->h2d_done, last->nchunks);
         join_lanes(t, last);
         t->pending = NULL;
+        if (last->prev) { /* its host Adam lane, which waited on the flow before it, has ended */
+            flow_free(last->prev);
+            last->prev = NULL;
+        }
     }
     if (threads && (delayed || may_defer(t))) { /* the next step waits for the host part where it needs it,
                                                   or (delayed) uses its values of the last step */
