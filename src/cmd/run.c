@@ -551,10 +551,11 @@ static int run_with_restarts(run_args *a, const char *self) {
     const char **cmd = NULL;
     char nbuf[32], resume_set[4200], hostfile[64] = "", previous_error[400] = "";
     int rc = 0, fruitless = 0, disk_full_in_a_row = 0;
+    double disk_full_since = 0; /* when the first attempt of those in a row ended on a full disk */
     launched_jobs jobs = {{0}, 0};
     double run_start = zt_unix_time(); /* compared with files' ctimes */
     char swap_dirs[2][4096];
-    zt_restart_job config_job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n};
+    zt_restart_job config_job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n, 0};
     int n_swap_dirs = zt_restart_swap_dirs(&config_job, swap_dirs, 2);
     /* Open MPI ends a failed job's other ranks with SIGTERM and, odls_base_sigkill_timeout seconds
      * later (default 1, one rank after another), SIGKILL; the ranks take SIGTERM as a request to
@@ -562,7 +563,7 @@ static int run_with_restarts(run_args *a, const char *self) {
      * 4 s on 2 x 2 ranks). Their work is lost either way: SIGKILL at once, unless the user chose. */
     if (!getenv("OMPI_MCA_odls_base_sigkill_timeout")) setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 1);
     if (a->hostfile) { /* the first attempt too runs on the hosts that answer */
-        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n};
+        zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n, 0};
         zt_restart_plan plan;
         char lost[512];
         if (zt_restart_hosts(&job, &plan, lost, sizeof lost) > 0) {
@@ -589,7 +590,7 @@ static int run_with_restarts(run_args *a, const char *self) {
         memset(&seen, 0, sizeof seen);
         double started = zt_now();
         /* fewer ranks than asked, on the hosts that answered, and a restart left to grow back with */
-        zt_restart_job all_hosts = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n};
+        zt_restart_job all_hosts = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n, 0};
         grow_watch grow = {&all_hosts, now.n, env_seconds("ZEROTRAIN_GROW_INTERVAL", 1, ZT_GROW_INTERVAL), 0, 0, 0};
         grow.next_at = zt_now() + grow.interval;
         int may_grow = a->hostfile && now.n < a->n && attempt < a->restarts;
@@ -601,9 +602,10 @@ static int run_with_restarts(run_args *a, const char *self) {
         unlink(roll_path); /* the attempt is over: no rank of it reads the roll any more */
         if (rc == 0 || signals_seen) break; /* done, or stopped by the user: no restart */
         zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, rc, disk_full_in_a_row,
-                              previous_error, now.n};
+                              previous_error, now.n, 0};
         zt_restart_plan plan;
         double ended = zt_now();
+        job.disk_full_for = disk_full_in_a_row ? ended - disk_full_since : 0;
         zt_restart_decide(&job, &seen, &plan);
         if (grow.asked && rc == ZT_EXIT_PREEMPTED && !plan.give_up) { /* the ranks saved and exited to grow */
             snprintf(plan.kind, sizeof plan.kind, "grow");
@@ -613,6 +615,7 @@ static int run_with_restarts(run_args *a, const char *self) {
         if (hostfile[0]) unlink(hostfile); /* the previous attempt's answering hosts */
         snprintf(hostfile, sizeof hostfile, "%s", plan.hostfile);
         disk_full_in_a_row = !strcmp(plan.kind, "disk-full") && !seen.saves ? disk_full_in_a_row + 1 : 0;
+        if (disk_full_in_a_row == 1) disk_full_since = ended;
         fruitless = seen.saves ? 0 : fruitless + 1;
         double wait = backoff_seconds(fruitless);
         if (plan.give_up || attempt >= a->restarts) {

@@ -6,7 +6,11 @@
  *   - causes it cannot cure, each found from the job's state rather than only from its words: the
  *     config no longer passes `zerotrain config` (read again, it may have been edited); `latest`
  *     fails `zerotrain info` and no older step of the directory passes it (with one that passes, the
- *     job resumes from that one); a full disk that stays full over ZT_DISK_FULL_TRIES attempts.
+ *     job resumes from that one); a full disk that stays full over ZT_DISK_FULL_TRIES attempts in a
+ *     row spanning at least ZEROTRAIN_DISK_FULL_SECONDS (default ZT_DISK_FULL_SECONDS): attempts
+ *     alone are not enough, since a job that resumes and saves within seconds of its start tries
+ *     three times within a few seconds, while a disk filled by a neighbour's burst or a log
+ *     rotation frees again within a minute.
  * With a hostfile, when a host may be gone, each host is probed with a one-process mpirun (what the
  * job itself needs: its launcher reaches the host and the host's daemon reaches back), all at once,
  * and the next attempt runs on the hosts that answered, with fewer ranks when some did not: the
@@ -31,7 +35,8 @@
 
 #include "util/util.h"
 
-#define ZT_DISK_FULL_TRIES 3       /* attempts in a row that end on a full disk before giving up */
+#define ZT_DISK_FULL_TRIES 3       /* attempts in a row that end on a full disk before giving up ... */
+#define ZT_DISK_FULL_SECONDS 60.0  /* ... and for at least this long (ZEROTRAIN_DISK_FULL_SECONDS) */
 #define ZT_PROBE_TIMEOUT_DEFAULT 20 /* seconds a host gets to answer the probe (ZEROTRAIN_PROBE_TIMEOUT) */
 #define ZT_CHECK_TIMEOUT 600       /* seconds for `config` or `info` (info reads a whole checkpoint) */
 
@@ -516,10 +521,13 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
         snprintf(plan->cause, sizeof plan->cause, "a hang caught by the watchdog: %s", a->first_error);
     } else if (a->disk_full) {
         snprintf(plan->kind, sizeof plan->kind, "disk-full");
-        if (!a->saves && job->disk_full_in_a_row + 1 >= ZT_DISK_FULL_TRIES) {
+        double stays = ZT_DISK_FULL_SECONDS;
+        const char *env = getenv("ZEROTRAIN_DISK_FULL_SECONDS");
+        if (env && *env) stays = atof(env);
+        if (!a->saves && job->disk_full_in_a_row + 1 >= ZT_DISK_FULL_TRIES && job->disk_full_for >= stays) {
             plan->give_up = 1;
-            snprintf(plan->cause, sizeof plan->cause, "the disk stays full (%d attempts in a row): %s",
-                     ZT_DISK_FULL_TRIES, a->first_error);
+            snprintf(plan->cause, sizeof plan->cause, "the disk stays full (%d attempts in a row over %.0f s): %s",
+                     job->disk_full_in_a_row + 1, job->disk_full_for, a->first_error);
             return;
         }
         snprintf(plan->cause, sizeof plan->cause, "a full disk: %s", a->first_error);

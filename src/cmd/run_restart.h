@@ -51,6 +51,7 @@ typedef struct zt_restart_job {
     int disk_full_in_a_row;       /* earlier attempts in a row that ended on a full disk with no save */
     const char *previous_error;   /* the previous attempt's first error line ("" for the first) */
     long attempt_ranks;           /* the ranks the failed attempt ran on (fewer than ranks: hosts were lost) */
+    double disk_full_for;         /* seconds since the first of those full-disk attempts ended (0: none) */
 } zt_restart_job;
 
 void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restart_plan *plan);
