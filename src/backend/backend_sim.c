@@ -306,11 +306,15 @@ static void *lane_main(void *arg) {
         const zt_device_observer *obs = zt_device_observer_now();
         int timed = !g_dry && sim_clock_op_times_on();
         double w0 = obs || timed ? zt_now() : 0, c0 = timed ? sim_thread_cpu() : 0;
-        if (timed) sim_operand_cpu_take();
+        sim_op_sample sample = {.cost = it->cost, .operand_cost = it->operand_cost, .flops = it->flops,
+                                .widened = it->widened, .rounded = it->rounded};
+        if (timed) sim_operand_cpu_take(&sample.widen_cpu, &sample.round_cpu);
         if (!g_dry || it->must_run) it->run(it);
-        if (timed)
-            sim_clock_op_measured(l->index, it->name ? it->name : "wait", it->cost, it->operand_cost, it->flops,
-                                  zt_now() - w0, sim_thread_cpu() - c0, sim_operand_cpu_take());
+        if (timed) {
+            sample.wall = zt_now() - w0, sample.cpu = sim_thread_cpu() - c0;
+            sim_operand_cpu_take(&sample.widen_cpu, &sample.round_cpu);
+            sim_clock_op_measured(l->index, it->name ? it->name : "wait", &sample);
+        }
         if (timed) l->idle_from = zt_now();
         double end = sim_clock_lane_run(l->index, it->ready, it->dep, it->cost, it->flops);
         if (it->cost > 0 && it->name) zt_clock_event(l->index, zt_sim_lane_names[l->index], it->name, end - it->cost, end);

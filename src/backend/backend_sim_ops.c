@@ -43,17 +43,16 @@ static float *scratch(int slot, size_t n) {
     return t_scratch[slot].f;
 }
 
-/* ZEROTRAIN_SIM_OP_TIMES: the lane thread's CPU time in widening and rounding, for the op table */
-static __thread double t_operand_cpu;
+/* ZEROTRAIN_SIM_OP_TIMES: the lane thread's CPU time in widening and in rounding, for the op table */
+static __thread double t_widen_cpu, t_round_cpu;
 double sim_thread_cpu(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-double sim_operand_cpu_take(void) {
-    double s = t_operand_cpu;
-    t_operand_cpu = 0;
-    return s;
+void sim_operand_cpu_take(double *widen, double *round) {
+    *widen = t_widen_cpu, *round = t_round_cpu;
+    t_widen_cpu = t_round_cpu = 0;
 }
 
 static float *w16(wide *w, void *shadow, size_t n, int write) {
@@ -67,7 +66,7 @@ static float *w16(wide *w, void *shadow, size_t n, int write) {
     float *f = scratch(w->k, n);
     zt_cpu_to_f32(f, shadow, n, w->dt);
     w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write, 1, n, n};
-    t_operand_cpu += sim_thread_cpu() - c0;
+    t_widen_cpu += sim_thread_cpu() - c0;
     return f;
 }
 
@@ -94,7 +93,7 @@ static void w16_done(wide *w) {
                                 w->t[j].f + r * w->t[j].ld, w->t[j].cols, w->dt);
         if (w->t[j].f != t_scratch[j].f) free(w->t[j].f); /* a kept scratch stays for the next op */
     }
-    t_operand_cpu += sim_thread_cpu() - c0;
+    t_round_cpu += sim_thread_cpu() - c0;
 }
 
 /* How an op's run uses an operand, which sets what the sim spends on it besides the math: a 16-bit
@@ -111,7 +110,9 @@ static void operand(sim_item *it, int slot, int use, const void *p, size_t bytes
     if (!it->p[slot] || use == AS_IS) return;
     int aliased = 0;
     for (int j = 0; j < slot; j++) aliased |= it->p[j] == it->p[slot];
-    it->operand_cost += sim_cost_operands(aliased ? 0 : (double)bytes, use == OUT16 ? (double)bytes : 0);
+    double widened = aliased ? 0 : (double)bytes, rounded = use == OUT16 ? (double)bytes : 0;
+    it->operand_cost += sim_cost_operands(widened, rounded);
+    it->widened += widened, it->rounded += rounded;
 }
 
 #define E(n) ((size_t)(n) * zt_dtype_size(dt)) /* bytes of n compute-dtype elements (dt in scope) */
@@ -424,7 +425,10 @@ static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, co
     operand(it, 5, IN16, w, E((size_t)C * OC), op, "w");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
     if (dinp) gemm_cost(it, dt, N, C, OC);
-    gemm_cost(it, dt, C, OC, N);
+    /* dW in the orientation the math runs it: dW [OC, C] = dout^T inp when w is stored transposed
+     * (the LM head's wte: the long dimension along C's rows, which a CPU's BLAS runs at its own rate) */
+    if (wt) gemm_cost(it, dt, OC, C, N);
+    else gemm_cost(it, dt, C, OC, N);
     if (dbias) it->cost += sim_cost_bytes(E((size_t)N * OC));
     sim_enqueue(it);
 }

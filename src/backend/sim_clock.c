@@ -120,7 +120,8 @@ double sim_clock_lane_run(int lane, double ready, double dep, double cost, doubl
 typedef struct {
     int lane;
     const char *name;
-    double cost, operand_cost, flops, n, wall, cpu, idle;
+    double n;
+    sim_op_sample sum; /* cost and operand_cost are the key's (one item's); the rest summed */
 } op_row;
 #define OP_ROWS 1024
 static op_row *g_op_rows;
@@ -129,13 +130,17 @@ static const char *g_op_times_path;
 static void op_times_write(void) {
     FILE *f = fopen(g_op_times_path, "w");
     if (!f) return;
-    fprintf(f, "lane\tname\tcount\tprice_ms\toperand_ms\tflops\twall_ms\tcpu_ms\toperand_cpu_ms\n");
+    /* price_ms and operand_ms are one item's; the rest are sums over its count */
+    fprintf(f, "lane\tname\tcount\tprice_ms\toperand_ms\tflops\twidened_bytes\trounded_bytes\twall_ms\tcpu_ms\t"
+               "widen_cpu_ms\tround_cpu_ms\n");
     pthread_mutex_lock(&g_mu);
     for (int i = 0; i < OP_ROWS; i++) {
         op_row *r = &g_op_rows[i];
         if (!r->name) continue;
-        fprintf(f, "%s\t%s\t%.0f\t%.6f\t%.6f\t%.0f\t%.6f\t%.6f\t%.6f\n", zt_sim_lane_names[r->lane], r->name, r->n,
-                1e3 * r->cost, 1e3 * r->operand_cost, r->flops, 1e3 * r->wall, 1e3 * r->cpu, 1e3 * r->idle);
+        const sim_op_sample *s = &r->sum;
+        fprintf(f, "%s\t%s\t%.0f\t%.6f\t%.6f\t%.0f\t%.0f\t%.0f\t%.6f\t%.6f\t%.6f\t%.6f\n", zt_sim_lane_names[r->lane],
+                r->name, r->n, 1e3 * s->cost, 1e3 * s->operand_cost, s->flops, s->widened, s->rounded, 1e3 * s->wall,
+                1e3 * s->cpu, 1e3 * s->widen_cpu, 1e3 * s->round_cpu);
     }
     pthread_mutex_unlock(&g_mu);
     fclose(f);
@@ -155,15 +160,16 @@ int sim_clock_op_times_on(void) {
     return g_op_rows != NULL;
 }
 
-void sim_clock_op_measured(int lane, const char *name, double cost, double operand_cost, double flops, double wall,
-                           double cpu, double operand_cpu) {
-    unsigned long h = ((unsigned long)(uintptr_t)name * 31u + (unsigned long)lane) ^ (unsigned long)(cost * 1e9);
+void sim_clock_op_measured(int lane, const char *name, const sim_op_sample *s) {
+    unsigned long h = ((unsigned long)(uintptr_t)name * 31u + (unsigned long)lane) ^ (unsigned long)(s->cost * 1e9);
     pthread_mutex_lock(&g_mu);
     for (int probe = 0; probe < OP_ROWS; probe++) {
         op_row *r = &g_op_rows[(h + (unsigned long)probe) % OP_ROWS];
-        if (r->name && !(r->name == name && r->lane == lane && r->cost == cost)) continue;
-        if (!r->name) *r = (op_row){.lane = lane, .name = name, .cost = cost, .operand_cost = operand_cost, .flops = flops};
-        r->n++, r->wall += wall, r->cpu += cpu, r->idle += operand_cpu;
+        if (r->name && !(r->name == name && r->lane == lane && r->sum.cost == s->cost)) continue;
+        if (!r->name) *r = (op_row){.lane = lane, .name = name, .sum = {.cost = s->cost, .operand_cost = s->operand_cost}};
+        sim_op_sample *t = &r->sum;
+        r->n++, t->flops += s->flops, t->widened += s->widened, t->rounded += s->rounded;
+        t->wall += s->wall, t->cpu += s->cpu, t->widen_cpu += s->widen_cpu, t->round_cpu += s->round_cpu;
         break;
     }
     pthread_mutex_unlock(&g_mu);

@@ -72,13 +72,18 @@ void sim_clock_host_waited(double t);
 double sim_clock_lane_run(int lane, double ready, double dep, double cost, double flops);
 void sim_clock_count_pcie(zt_copy_kind kind, double bytes);
 /* ZEROTRAIN_SIM_OP_TIMES=FILE, with a profile and the items run (not dry): each lane item's real
- * wall and lane-thread CPU time (and the part of it spent widening and rounding 16-bit operands)
- * beside its price and the price's operand part, summed by lane, name and price (one price is one
- * shape), written to FILE at exit as tab-separated rows. Says where a real run's time goes that the
- * virtual clock does not charge. */
+ * wall and lane-thread CPU time (and the parts of it spent widening and rounding 16-bit operands)
+ * beside its price, the price's operand part and what it was priced for, summed by lane, name and
+ * price (one price is one shape), written to FILE at exit as tab-separated rows. Says where a real
+ * run's time goes that the virtual clock does not charge; `zerotrain calibrate` prices ops from it. */
+typedef struct sim_op_sample {
+    double cost, operand_cost;   /* its price and the price's operand part (seconds) */
+    double flops, widened, rounded; /* what it was priced for: FLOPs, 16-bit bytes widened and rounded back */
+    double wall, cpu;            /* what its run took: wall time, the lane thread's CPU time */
+    double widen_cpu, round_cpu; /* the parts of cpu spent widening and rounding */
+} sim_op_sample;
 int sim_clock_op_times_on(void);
-void sim_clock_op_measured(int lane, const char *name, double cost, double operand_cost, double flops, double wall,
-                           double cpu, double operand_cpu);
+void sim_clock_op_measured(int lane, const char *name, const sim_op_sample *s);
 void sim_clock_device_used(double bytes);
 
 /* costs (0 when untimed) */

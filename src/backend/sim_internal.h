@@ -23,15 +23,16 @@ struct sim_item {
     double ready, dep, cost, flops;
     double operand_cost;     /* an op's widening and rounding of its 16-bit operands, work a GPU does
                               * not do (sim_cost_operands; 0 on a GPU's profile): added to cost at submit */
+    double widened, rounded; /* the bytes of them widened and rounded back (ZEROTRAIN_SIM_OP_TIMES) */
     int must_run;            /* runs even when the ops are only costed (a wait between lanes) */
     const char *name;        /* for the trace of the device's lanes (util/clock.h: zt_clock_event) */
     sim_item *next;
 };
 
-/* ZEROTRAIN_SIM_OP_TIMES (sim_clock.h): the calling thread's CPU time, and the part of it a lane
+/* ZEROTRAIN_SIM_OP_TIMES (sim_clock.h): the calling thread's CPU time, and the parts of it a lane
  * spent widening and rounding operands since the last take */
 double sim_thread_cpu(void);
-double sim_operand_cpu_take(void);
+void sim_operand_cpu_take(double *widen, double *round);
 
 /* backend_sim.c: the device (memory space, lanes, copies) */
 

@@ -34,6 +34,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_adam.h"
+#include "cmd/calibrate_step.h"
 #include "cmd/commands.h"
 #include "util/util.h"
 
@@ -116,6 +117,11 @@ static void run_gemm_shape(void *ctx, int reps) {
     for (int r = 0; r < reps; r++) o->be->gemm(o->c, o->a, o->b, o->M, o->N, o->K, o->lda, o->ldb, o->ldc, 0, o->tb, 0.0f);
     o->be->synchronize();
 }
+static void run_dw_long(void *ctx, int reps) { /* matmul_backward's dW alone, w stored [L, s] as the LM head's wte */
+    sim_op *o = ctx;
+    for (int r = 0; r < reps; r++) o->be->matmul_backward(NULL, o->c, NULL, o->a, o->b, o->host, o->M, o->K, o->N, 1, o->N);
+    o->be->synchronize();
+}
 static void run_gemm_synced(void *ctx, int reps) { /* each GEMM waited for before the next is queued */
     sim_op *o = ctx;
     for (int r = 0; r < reps; r++) {
@@ -184,7 +190,7 @@ typedef struct measured {
     double dev_mem, dev_bw, xent_bw, operand_bw, round_bw, launch, kernel_min, sync, handoff, attn[2];
     int ngemm;
     double gemm_size[8], gemm_rate[2][8], gemm_peak[2];
-    double long_rate[2][2][8]; /* [long_out, long_k][dtype][size]: the long-GEMM curves (LONG_SIZES) */
+    double long_rate[3][2][8]; /* [long_out, long_k, long_rows][dtype][size]: the long-GEMM curves (LONG_SIZES) */
     double pcie_bw[2][2], pcie_lat; /* [kind][pinned] */
     double host_mem, host_bw, memcpy_bw, adam_per_core;
     int cores;
@@ -225,8 +231,8 @@ static const int LONG_SIZES[] = {32, 64, 128, 256};
 #define LONG_DIM 50304
 static void measure_long_gemms(const zt_backend *be, int dt_index, measured *m) {
     size_t es = zt_dtype_size(be->compute_dtype), most = (size_t)LONG_SIZES[NLONG - 1] * LONG_DIM * es;
-    sim_op o = {.be = be, .a = be->alloc(most), .b = be->alloc(most), .c = be->alloc(most)};
-    be->memset_zero(o.a, most), be->memset_zero(o.b, most), be->memset_zero(o.c, most);
+    sim_op o = {.be = be, .a = be->alloc(most), .b = be->alloc(most), .c = be->alloc(most), .host = be->alloc(most)};
+    be->memset_zero(o.a, most), be->memset_zero(o.b, most), be->memset_zero(o.c, most), be->memset_zero(o.host, most);
     for (int i = 0; i < NLONG; i++) {
         double s = LONG_SIZES[i], L = LONG_DIM, flops = 2.0 * s * s * L;
         /* long_out: C [s, L] = A [s, s] B^T, B stored [L, s] (the LM head's forward) */
@@ -237,8 +243,13 @@ static void measure_long_gemms(const zt_backend *be, int dt_index, measured *m) 
         o.M = (int)s, o.N = (int)s, o.K = LONG_DIM, o.lda = LONG_DIM, o.ldb = (int)s, o.ldc = (int)s, o.tb = 0;
         t = less_operands(m, per_rep(run_gemm_shape, &o, 0.15, ON_PROCESS_CPU), (s * s + 2 * s * L) * es, s * s * es);
         m->long_rate[1][dt_index][i] = flops / t;
+        /* long_rows: dW [L, s] += dout^T [L, s tokens] inp [s tokens, s] (the LM head's dW): matmul_backward
+         * with no dinp, which widens dW, dout, inp and w and rounds dW back */
+        o.M = (int)s, o.K = (int)s, o.N = LONG_DIM;
+        t = less_operands(m, per_rep(run_dw_long, &o, 0.15, ON_PROCESS_CPU), (s * s + 3 * s * L) * es, s * L * es);
+        m->long_rate[2][dt_index][i] = flops / t;
     }
-    be->free(o.a), be->free(o.b), be->free(o.c);
+    be->free(o.a), be->free(o.b), be->free(o.c), be->free(o.host);
 }
 
 static void measure_sim(const zt_backend *be16, const zt_backend *fp16, measured *m) {
@@ -424,35 +435,76 @@ static void curve(FILE *f, const measured *m, int k) {
     fprintf(f, "[");
     for (int i = 0; i < m->ngemm; i++)
         fprintf(f, "%s[%.0f, %.4f]", i ? ", " : "", m->gemm_size[i], fmin(m->gemm_rate[k][i] / m->gemm_peak[k], 1.0));
-    for (int c = 0; c < 2; c++) {
-        fprintf(f, "], %s: [", c ? "long_k" : "long_out");
+    static const char *const long_names[3] = {"long_out", "long_k", "long_rows"};
+    for (int c = 0; c < 3; c++) {
+        fprintf(f, "], %s: [", long_names[c]);
         for (int i = 0; i < NLONG; i++)
             fprintf(f, "%s[%d, %.4f]", i ? ", " : "", LONG_SIZES[i], fmin(m->long_rate[c][k][i] / m->gemm_peak[k], 1.0));
     }
     fprintf(f, "]");
 }
 
-static void write_profile(FILE *f, const measured *m, const char *dir) {
-    const char *how = "median of 5 timed batches, in CPU time (the disk: wall time)";
+/* the real step's rates (calibrate_step.h) in place of the loops': each kind's math rate scaled by
+ * what the step's ops of that kind took against their loop price (the loops' curves keep their shape
+ * by size), the operands' rates as the step met them. The step runs in bf16; fp16 (and fp32, which
+ * the sim runs in 16 bits) get the same factors, their ops being the same widened math. */
+static double step_ratio(const zt_step_prices *st, int kind) { return st->measured[kind] / st->priced[kind]; }
+static void apply_step(measured *m, const zt_step_prices *st) {
+    static const int long_kind[3] = {STEP_LM_FORWARD, STEP_LM_BACKWARD, STEP_LM_BACKWARD};
+    for (int k = 0; k < 2; k++) {
+        double peak = 0;
+        for (int i = 0; i < m->ngemm; i++) peak = fmax(peak, m->gemm_rate[k][i] /= step_ratio(st, STEP_GEMM_SQUARE));
+        for (int c = 0; c < 3; c++)
+            for (int i = 0; i < NLONG; i++) peak = fmax(peak, m->long_rate[c][k][i] /= step_ratio(st, long_kind[c]));
+        m->gemm_peak[k] = peak; /* so no curve point is cut at 1 */
+        m->attn[k] /= step_ratio(st, STEP_ATTENTION);
+    }
+    m->xent_bw /= step_ratio(st, STEP_XENT);
+    m->dev_bw /= step_ratio(st, STEP_ELEMENTWISE);
+    m->operand_bw = st->widened / st->widen_cpu;
+    m->round_bw = st->rounded / st->round_cpu;
+}
+
+/* how a rate was measured: by the loop alone (`loop`), or in the real step too (its factor) */
+static void how(FILE *f, const zt_step_prices *st, int kind, const char *loop) {
+    if (!st) fprintf(f, "%s", loop);
+    else
+        fprintf(f, "%s; then in the real step (below) its ops' lane CPU time was %.2fx that rate's price (%.1f of %.1f ms): "
+                   "this rate is the loop's over that",
+                loop, step_ratio(st, kind), 1e3 * st->measured[kind], 1e3 * st->priced[kind]);
+}
+
+static void write_profile(FILE *f, const measured *m, const char *dir, const measured *loops, const zt_step_prices *st) {
+    const char *median = "median of 5 timed batches, in CPU time (the disk: wall time)";
     fprintf(f, "# This machine (%s, %d cores) as the simulated GPU executes on it: measured by `zerotrain calibrate`\n"
-               "# at %s. Every figure is the %s; the device lanes are the simulated GPU's real threads,\n"
+               "# at %s. Every loop figure is the %s; the device lanes are the simulated GPU's real threads,\n"
                "# its copies real memcpys, so `predict --hw` with this file prices a step as `device: sim` runs it here.\n",
-            m->cpu, m->cores, m->when, how);
+            m->cpu, m->cores, m->when, median);
+    if (st)
+        fprintf(f, "# The real step: `train` of a fixed GPT-2 (%d layer, n_embd %d, T %d, micro-batch %d, stage 0, %d steps, bf16)\n"
+                   "# on the sim, priced by the loops' rates, each op's lane CPU time taken (ZEROTRAIN_SIM_OP_TIMES): a step's\n"
+                   "# ops meet their operands cold and run beside the other lanes, which loops of one op do not. The loops\n"
+                   "# give each rate's shape (the GEMM curves by size), the step its level, kind by kind.\n",
+                st->layers, st->n_embd, st->seq_len, st->micro_batch, st->steps);
     fprintf(f, "name: calibrated\ndevice:\n");
     fprintf(f, "  memory: %.0fMiB   # measured: the simulated GPU's mem_info total (ZEROTRAIN_SIM_MEM)\n", m->dev_mem / 1048576);
-    fprintf(f, "  memory_bandwidth_gbs: %.3f   # measured: residual, gelu and scale over 1M 16-bit elements on the compute lane, the bytes the sim charges them\n",
-            m->dev_bw * 1e-9);
-    fprintf(f, "  xent_gbs: %.3f   # measured: softmax_xent over 64 rows of 50304 logits, the bytes the sim charges it "
-               "(logits in, their gradient out), net of its operands\n",
-            m->xent_bw * 1e-9);
-    fprintf(f, "  operand_gbs: %.3f   # measured: embedding_forward of one token from a 16384 x 256 table, which the sim "
-               "widens whole before it runs: the table's bytes over the time (the element-wise, GEMM and attention "
-               "figures are net of their operands at this rate)\n",
-            m->operand_bw * 1e-9);
-    fprintf(f, "  round_gbs: %.3f   # measured: embedding_backward of one token into a 16384 x 256 gradient table, "
-               "which the sim widens and rounds back whole: the table's bytes over the time less its widening (the "
-               "figures above are net of their written operands' rounding at this rate)\n",
-            m->round_bw * 1e-9);
+    fprintf(f, "  memory_bandwidth_gbs: %.3f   # ", m->dev_bw * 1e-9);
+    how(f, st, STEP_ELEMENTWISE, "measured: residual, gelu and scale over 1M 16-bit elements on the compute lane, the bytes the sim charges them");
+    fprintf(f, "\n  xent_gbs: %.3f   # ", m->xent_bw * 1e-9);
+    how(f, st, STEP_XENT, "measured: softmax_xent over 64 rows of 50304 logits, the bytes the sim charges it (logits in, their gradient out), net of its operands");
+    if (st)
+        fprintf(f, "\n  operand_gbs: %.3f   # measured in the real step: every op's widened 16-bit operand bytes over the lane CPU "
+                   "time its widening took (%.1f MB in %.1f ms; the loop, on one table beyond L2: %.3f)\n"
+                   "  round_gbs: %.3f   # measured in the real step: every op's written operand bytes over the lane CPU time "
+                   "rounding them back took (%.1f MB in %.1f ms; the loop: %.3f)\n",
+                m->operand_bw * 1e-9, st->widened * 1e-6, st->widen_cpu * 1e3, loops->operand_bw * 1e-9, m->round_bw * 1e-9,
+                st->rounded * 1e-6, st->round_cpu * 1e3, loops->round_bw * 1e-9);
+    else
+        fprintf(f, "\n  operand_gbs: %.3f   # measured: embedding_forward of one token from a 16384 x 256 table, which the sim "
+                   "widens whole before it runs: the table's bytes over the time\n"
+                   "  round_gbs: %.3f   # measured: embedding_backward of one token into a 16384 x 256 gradient table, "
+                   "which the sim widens and rounds back whole: the table's bytes over the time less its widening\n",
+                m->operand_bw * 1e-9, m->round_bw * 1e-9);
     fprintf(f, "  launch_us: %.2f   # measured: host time to queue one item (a 1-element scale), no wait\n", m->launch * 1e6);
     fprintf(f, "  kernel_min_us: %.2f   # measured: 1-element items back to back on the compute lane (their rate, the queueing included)\n",
             m->kernel_min * 1e6);
@@ -461,9 +513,14 @@ static void write_profile(FILE *f, const measured *m, const char *dir) {
                "wakes: the cores handed over, no work done; a bare item's handoff in CPU time is %.2f)\n",
             m->sync * 1e6, m->handoff * 1e6);
     fprintf(f, "  gemm:\n    # measured: square GEMMs (be->gemm, 32..768) on the compute lane, widened 16-bit inputs and\n"
-               "    # OpenBLAS on this machine's cores; the peak is the fastest size, the curve each size's share of it;\n"
-               "    # long_out and long_k: GEMMs of [s, %d] x [%d, s]-like shapes (GPT-2's LM head: the long dimension\n"
-               "    # along C, or along the reduction) by s, their share of that peak\n", LONG_DIM, LONG_DIM);
+               "    # OpenBLAS on this machine's cores, net of their operands; the peak is the fastest rate, the curve each\n"
+               "    # size's share of it; long_out and long_k: GEMMs of [s, %d] x [%d, s]-like shapes (GPT-2's LM head: the\n"
+               "    # long dimension along C, or along the reduction) by s; long_rows: matmul_backward's dW of a [%d, s]\n"
+               "    # weight stored transposed (the LM head's dW) by s\n", LONG_DIM, LONG_DIM, LONG_DIM);
+    if (st)
+        fprintf(f, "    # then each curve scaled by the real step's lane CPU over price for its GEMMs: the square curve by the\n"
+                   "    # blocks' (%.2fx), long_out by the LM head forward's (%.2fx), long_k and long_rows by its backward's (%.2fx)\n",
+                step_ratio(st, STEP_GEMM_SQUARE), step_ratio(st, STEP_LM_FORWARD), step_ratio(st, STEP_LM_BACKWARD));
     fprintf(f, "    bf16: {peak_tflops: %.6f, efficiency: ", m->gemm_peak[0] * 1e-12);
     curve(f, m, 0);
     fprintf(f, "}\n    fp16: {peak_tflops: %.6f, efficiency: ", m->gemm_peak[1] * 1e-12);
@@ -471,8 +528,9 @@ static void write_profile(FILE *f, const measured *m, const char *dir) {
     fprintf(f, "}\n    # the sim computes in 16 bits only (gemm_f32 takes 16-bit inputs too): bf16's figures\n");
     fprintf(f, "    fp32: {peak_tflops: %.6f, efficiency: ", m->gemm_peak[0] * 1e-12);
     curve(f, m, 0);
-    fprintf(f, "}\n  # measured: attention_forward at B 4, T 128, C 256, NH 4, its causal FLOPs as the sim charges them\n");
-    fprintf(f, "  attention_tflops: {bf16: %.6f, fp16: %.6f, fp32: %.6f}\n", m->attn[0] * 1e-12, m->attn[1] * 1e-12,
+    fprintf(f, "}\n  # ");
+    how(f, st, STEP_ATTENTION, "measured: attention_forward at B 4, T 128, C 256, NH 4, its causal FLOPs as the sim charges them");
+    fprintf(f, "\n  attention_tflops: {bf16: %.6f, fp16: %.6f, fp32: %.6f}\n", m->attn[0] * 1e-12, m->attn[1] * 1e-12,
             m->attn[0] * 1e-12);
     fprintf(f, "pcie:\n  # measured: the sim's copy lanes, 32 MiB transfers from host_alloc (pinned) and blocking copies\n"
                "  # from malloc'd memory (pageable): memcpys on the lanes' threads\n");
@@ -543,12 +601,31 @@ int zt_cmd_calibrate(int argc, char **argv) {
     }
     measure_host(&m);
     measure_sim(bf16, fp16, &m);
+    /* the real step, priced by the loops' profile (a file under dir while it runs) */
+    measured loops = m;
+    zt_step_prices st;
+    char loop_profile[4096];
+    snprintf(loop_profile, sizeof loop_profile, "%s/zerotrain-calibrate.%d.loops.yaml", dir, (int)getpid());
+    FILE *lf = fopen(loop_profile, "w");
+    if (!lf) {
+        fprintf(stderr, "zerotrain: error: calibrate --dir %s: cannot write %s: %s\n", dir, loop_profile, strerror(errno));
+        return 1;
+    }
+    write_profile(lf, &loops, dir, NULL, NULL);
+    int step_rc = fclose(lf) ? zt_fail(&err, "calibrate: cannot write %s: %s", loop_profile, strerror(errno))
+                             : zt_calibrate_step(loop_profile, dir, m.kernel_min, &st, &err);
+    unlink(loop_profile);
+    if (step_rc) {
+        zt_print_error(&err);
+        return 1;
+    }
+    apply_step(&m, &st);
     FILE *f = out ? fopen(out, "w") : stdout;
     if (!f) {
         fprintf(stderr, "zerotrain: error: calibrate -o %s: %s\n", out, strerror(errno));
         return 1;
     }
-    write_profile(f, &m, dir);
+    write_profile(f, &m, dir, &loops, &st);
     if (out && fclose(f)) {
         fprintf(stderr, "zerotrain: error: calibrate -o %s: %s\n", out, strerror(errno));
         return 1;

@@ -41,14 +41,17 @@ static const hw_key keys[] = {
     {"device.gemm.fp32.efficiency", H_CURVE, G(ZT_F32) + offsetof(zt_hw_gemm, square), 1, 0, 0},
     {"device.gemm.fp32.long_out", H_CURVE_OPTIONAL, G(ZT_F32) + offsetof(zt_hw_gemm, long_out), 1, 0, 0},
     {"device.gemm.fp32.long_k", H_CURVE_OPTIONAL, G(ZT_F32) + offsetof(zt_hw_gemm, long_k), 1, 0, 0},
+    {"device.gemm.fp32.long_rows", H_CURVE_OPTIONAL, G(ZT_F32) + offsetof(zt_hw_gemm, long_rows), 1, 0, 0},
     {"device.gemm.bf16.peak_tflops", H_NUM, G(ZT_BF16) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
     {"device.gemm.bf16.efficiency", H_CURVE, G(ZT_BF16) + offsetof(zt_hw_gemm, square), 1, 0, 0},
     {"device.gemm.bf16.long_out", H_CURVE_OPTIONAL, G(ZT_BF16) + offsetof(zt_hw_gemm, long_out), 1, 0, 0},
     {"device.gemm.bf16.long_k", H_CURVE_OPTIONAL, G(ZT_BF16) + offsetof(zt_hw_gemm, long_k), 1, 0, 0},
+    {"device.gemm.bf16.long_rows", H_CURVE_OPTIONAL, G(ZT_BF16) + offsetof(zt_hw_gemm, long_rows), 1, 0, 0},
     {"device.gemm.fp16.peak_tflops", H_NUM, G(ZT_F16) + offsetof(zt_hw_gemm, peak_flops), 1e12, 1e-6, 1e5},
     {"device.gemm.fp16.efficiency", H_CURVE, G(ZT_F16) + offsetof(zt_hw_gemm, square), 1, 0, 0},
     {"device.gemm.fp16.long_out", H_CURVE_OPTIONAL, G(ZT_F16) + offsetof(zt_hw_gemm, long_out), 1, 0, 0},
     {"device.gemm.fp16.long_k", H_CURVE_OPTIONAL, G(ZT_F16) + offsetof(zt_hw_gemm, long_k), 1, 0, 0},
+    {"device.gemm.fp16.long_rows", H_CURVE_OPTIONAL, G(ZT_F16) + offsetof(zt_hw_gemm, long_rows), 1, 0, 0},
     {"device.attention_tflops.fp32", H_NUM, O(attn_flops) + ZT_F32 * sizeof(double), 1e12, 1e-6, 1e5},
     {"device.attention_tflops.bf16", H_NUM, O(attn_flops) + ZT_BF16 * sizeof(double), 1e12, 1e-6, 1e5},
     {"device.attention_tflops.fp16", H_NUM, O(attn_flops) + ZT_F16 * sizeof(double), 1e12, 1e-6, 1e5},
@@ -226,7 +229,8 @@ double zt_hw_gemm_efficiency(const zt_hw_profile *p, zt_dtype dt, double M, doub
     const zt_hw_gemm *g = &p->gemm[dt];
     double e = curve_at(&g->square, cbrt(fmax(M * N * K, 1.0)));
     if (K > M && K > N && g->long_k.n) e = fmin(e, curve_at(&g->long_k, sqrt(M * N)));
-    else if (M > K && M > N && g->long_out.n) e = fmin(e, curve_at(&g->long_out, sqrt(N * K)));
+    else if (M > K && M > N && (g->long_rows.n || g->long_out.n))
+        e = fmin(e, curve_at(g->long_rows.n ? &g->long_rows : &g->long_out, sqrt(N * K)));
     else if (N > K && N > M && g->long_out.n) e = fmin(e, curve_at(&g->long_out, sqrt(M * K)));
     return e;
 }

@@ -25,10 +25,12 @@ typedef struct zt_hw_curve {
  * the vocabulary against n_embd and the tokens) runs slower than the square of its size on a CPU's
  * BLAS; where the profile measured it, `long_out` (the long dimension is C's rows or columns) and
  * `long_k` (it is the reduction) are read by the geometric mean of the two short dimensions, and the
- * GEMM gets the lower of that and the square curve's figure (n 0: not measured, the square curve alone) */
+ * GEMM gets the lower of that and the square curve's figure (n 0: not measured, the square curve alone).
+ * `long_rows`, where measured, takes the GEMMs whose long dimension is C's rows (M: the LM head's dW,
+ * [V, C] = dout^T inp), which a CPU's BLAS runs at a rate of their own; without it long_out does. */
 typedef struct zt_hw_gemm {
     double peak_flops;
-    zt_hw_curve square, long_out, long_k;
+    zt_hw_curve square, long_out, long_k, long_rows;
 } zt_hw_gemm;
 
 typedef struct zt_hw_profile {
