@@ -21,8 +21,9 @@ optimizer offload at Twin-Flow ratios 1, 0.5 and 0.25, overlap_step on and off, 
 NVMe for the optimizer and the parameters, activation checkpointing and cpu_checkpointing, and tensor
 parallelism 2 (two processes, see ONE_CORE below). Each config is trained for real on the sim
 (wall clock; the step time is the median of the steps after the first two) and predicted with the
-calibrated profile. Then the same config with a needless synchronize after every block
-(ZEROTRAIN_INJECT_EXTRA_SYNC), measured and predicted: both should move, and alike.
+calibrated profile. Then two configs with a needless wait, measured and predicted: a synchronize after
+every block (ZEROTRAIN_INJECT_EXTRA_SYNC) and a wait that serializes the update's host lanes with the
+next forward under overlap_step (ZEROTRAIN_INJECT_SERIAL_LANES): both should move, and alike.
 Goal: mean error <= 10 %, worst <= 20 %, on an idle machine. On a shared machine (other processes
 on the cores) the measured times carry their load and the error says so; the summary prints the load,
 and sets the prediction against the run's CPU time per step too, which the load does not inflate
@@ -182,23 +183,32 @@ if errs:
     cerr = [abs(r[2] - r[4]) / r[4] for r in rows]
     print(f"against CPU time per step: mean |error| {100 * statistics.mean(cerr):.1f} %, worst {100 * max(cerr):.1f} %")
 
-# the needless synchronize: measured and predicted move alike. It costs the lane one handoff per
-# synchronize (the profile's sync_us, tens of microseconds), well under a millisecond a step, while
-# two runs of the same work here differ by more than that (stage 0 and stage 1 do the same work), so
-# the config is measured again with and without it, in turn (without, with, without, with), and each
-# side is the median of its runs: a change in the machine's load falls on both alike.
-sets = MATRIX[5][1]
-env = {"ZEROTRAIN_INJECT_EXTRA_SYNC": "1"}
-base_p, sync_p = predict(profile, sets)[0], predict(profile, sets, env=env)[0]
-runs = {False: [], True: []}
-for with_sync in (False, True, False, True):
-    got = measure(sets, env=env if with_sync else None)[0]
-    if got is not None:
-        runs[with_sync].append(got)
-if None not in (base_p, sync_p) and runs[False] and runs[True]:
-    base_m, sync_m = statistics.median(runs[False]), statistics.median(runs[True])
-    print(f"\nneedless synchronize after every block ({MATRIX[5][0]}; runs in turn, medians of "
-          f"{len(runs[False])} and {len(runs[True])}): measured {base_m:.1f} -> {sync_m:.1f} ms "
-          f"({sync_m - base_m:+.1f} ms; the runs without: {', '.join(f'{x:.1f}' for x in runs[False])}), "
-          f"predicted {base_p:.1f} -> {sync_p:.1f} ms ({sync_p - base_p:+.1f} ms); "
-          f"with the synchronize, error {100 * (sync_p - sync_m) / sync_m:+.1f} %")
+# Needless waits: measured and predicted should move alike. Each config is measured again with and
+# without the wait, in turn (without, with, without, with), each side the median of its runs, so a
+# change in the machine's load falls on both alike. Two waits: a synchronize after every block
+# (ZEROTRAIN_INJECT_EXTRA_SYNC; it costs the lane one handoff, the profile's sync_us, well under a
+# millisecond a step), and one that serializes lanes which overlap (ZEROTRAIN_INJECT_SERIAL_LANES:
+# each step's forward waits for the device to drain and for the last update's host lanes, which
+# overlap_step lets run into it).
+
+
+def needless(label, sets, env):
+    base_p, wait_p = predict(profile, sets)[0], predict(profile, sets, env=env)[0]
+    runs = {False: [], True: []}
+    for with_wait in (False, True, False, True):
+        got = measure(sets, env=env if with_wait else None)[0]
+        if got is not None:
+            runs[with_wait].append(got)
+    if None in (base_p, wait_p) or not runs[False] or not runs[True]:
+        print(f"\n{label}: failed")
+        return
+    base_m, wait_m = statistics.median(runs[False]), statistics.median(runs[True])
+    print(f"\n{label}: measured {base_m:.1f} -> {wait_m:.1f} ms ({wait_m - base_m:+.1f} ms; runs without "
+          f"{', '.join(f'{x:.1f}' for x in runs[False])}, with {', '.join(f'{x:.1f}' for x in runs[True])}), "
+          f"predicted {base_p:.1f} -> {wait_p:.1f} ms ({wait_p - base_p:+.1f} ms); "
+          f"with the wait, error {100 * (wait_p - wait_m) / wait_m:+.1f} %", flush=True)
+
+
+needless(f"needless synchronize after every block ({MATRIX[5][0]})", MATRIX[5][1], {"ZEROTRAIN_INJECT_EXTRA_SYNC": "1"})
+needless(f"needless wait serializing the update's host lanes with the next forward ({MATRIX[8][0]})", MATRIX[8][1],
+         {"ZEROTRAIN_INJECT_SERIAL_LANES": "1"})

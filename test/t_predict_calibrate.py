@@ -4,8 +4,10 @@ predicted step time beside the memory, and the Twin-Flow ratio sweep). No figure
 is checked: calibrate's numbers depend on the machine, so only what it writes and that the profile
 works are; estimate's step times are predictions, deterministic, and are checked against predict's.
   - calibrate writes a profile that predict accepts, whose every key says how it was measured,
-    with this machine's core count and the long-GEMM curves; a --dir that cannot be written to is
-    one line naming it;
+    with this machine's core count and the long-GEMM curves (long_rows too); the rates its real step
+    sets (element-wise, cross-entropy, operand widening and rounding) are positive, finite and say
+    so, and the step leaves no file under --dir; a --dir that cannot be written to is one line
+    naming it;
   - a GEMM with one long dimension is priced at the lower of the square curve's and the long
     curve's efficiency: a long_out curve below the square one slows the tiny config's prediction
     (its LM head), one at 1 changes nothing, and a bad one is refused with its position;
@@ -56,8 +58,20 @@ pp = ztlib.run(["predict", cfg, "--hw", prof, "--steps", "2"], timeout=600)
 ms = step_ms(pp.stdout)
 ztlib.check(pp.returncode == 0 and ms is not None and ms > 0 and "on calibrated" in pp.stdout,
             "calibrated_profile_predicts", (pp.stderr or pp.stdout)[-400:])
-ztlib.check(all(re.search(rf"(?m)^    {dt}: {{.*long_out: \[\[32, .*long_k: \[\[32, ", text) for dt in ("bf16", "fp16", "fp32")),
-            "calibrate_measures_long_gemms", text[-1500:])
+ztlib.check(all(re.search(rf"(?m)^    {dt}: {{.*long_out: \[\[32, .*long_k: \[\[32, .*long_rows: \[\[32, ", text)
+                for dt in ("bf16", "fp16", "fp32")), "calibrate_measures_long_gemms", text[-1500:])
+# the real step: its rates are there, positive and finite, each saying it was measured in the step, and
+# the step's files under --dir are gone
+step_keys = {}
+for key in ("memory_bandwidth_gbs", "xent_gbs", "operand_gbs", "round_gbs"):
+    m = re.search(rf"(?m)^  {key}: ([0-9.e+-]+)\s+#(.*)$", text)
+    step_keys[key] = (float(m.group(1)), "real step" in m.group(2)) if m else (None, False)
+ztlib.check(all(v is not None and 0 < v < float("inf") and said for v, said in step_keys.values())
+            and "# The real step: `train` of a fixed GPT-2" in text
+            and re.search(r"(?m)^    # blocks' \([0-9.]+x\), long_out by the LM head forward's \([0-9.]+x\)", text),
+            "calibrate_prices_from_a_real_step", f"{step_keys}\n{text[:3000]}")
+ztlib.check(not [f for f in os.listdir(work) if f.startswith("zerotrain-calibrate.")], "calibrate_step_leaves_no_files",
+            str(os.listdir(work)))
 
 # ---- the long-GEMM curves, priced (h100-sxm with a long_out curve added: deterministic)
 h100 = ztlib.read_text(os.path.join(ztlib.ROOT, "configs", "hw", "h100-sxm.yaml"))

@@ -44,6 +44,10 @@
  *                                    never saw the batches a rollback skips (test/t_guard.py)
  *   ZEROTRAIN_INJECT_EXTRA_SYNC=1    the model's forward synchronize()s after every block: a needless
  *                                    wait that the virtual clock must see (test/t_predict.py)
+ *   ZEROTRAIN_INJECT_SERIAL_LANES=1  a needless wait that serializes lanes which overlap: each step's
+ *                                    first micro-batch drains the device and waits for the last update's
+ *                                    host lanes (overlap_step's CPU Adam and H2D) before its forward
+ *                                    (test/t_predict.py, test/bench_predict.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -92,5 +96,8 @@ long zt_test_hook_skip_batches_after(long step);
 
 /* 1 when ZEROTRAIN_INJECT_EXTRA_SYNC is set (not "0"). */
 int zt_test_hook_extra_sync(void);
+
+/* 1 when ZEROTRAIN_INJECT_SERIAL_LANES is set (not "0"). */
+int zt_test_hook_serial_lanes(void);
 
 #endif
