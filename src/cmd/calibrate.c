@@ -469,7 +469,7 @@ static void apply_step(measured *m, const zt_step_prices *st) {
 static void how(FILE *f, const zt_step_prices *st, int kind, const char *loop) {
     if (!st) fprintf(f, "%s", loop);
     else
-        fprintf(f, "%s; then in the real step (below) its ops' lane CPU time was %.2fx that rate's price (%.1f of %.1f ms): "
+        fprintf(f, "%s; then in the real step (above) its ops' lane CPU time was %.2fx that rate's price (%.1f of %.1f ms): "
                    "this rate is the loop's over that",
                 loop, step_ratio(st, kind), 1e3 * st->measured[kind], 1e3 * st->priced[kind]);
 }
@@ -481,11 +481,12 @@ static void write_profile(FILE *f, const measured *m, const char *dir, const mea
                "# its copies real memcpys, so `predict --hw` with this file prices a step as `device: sim` runs it here.\n",
             m->cpu, m->cores, m->when, median);
     if (st)
-        fprintf(f, "# The real step: `train` of a fixed GPT-2 (%d layer, n_embd %d, T %d, micro-batch %d, stage 0, %d steps, bf16)\n"
-                   "# on the sim, priced by the loops' rates, each op's lane CPU time taken (ZEROTRAIN_SIM_OP_TIMES): a step's\n"
+        fprintf(f, "# The real step: `train` of a fixed GPT-2 (%d layer, n_embd %d, T %d, micro-batch %d, stage 0, bf16), %d runs\n"
+                   "# of %d steps, each CPU time the median of the runs'; the sim's op table of each run, in which every item is\n"
+                   "# priced by the loops' rates beside its lane CPU time (ZEROTRAIN_SIM_OP_TIMES): a step's\n"
                    "# ops meet their operands cold and run beside the other lanes, which loops of one op do not. The loops\n"
                    "# give each rate's shape (the GEMM curves by size), the step its level, kind by kind.\n",
-                st->layers, st->n_embd, st->seq_len, st->micro_batch, st->steps);
+                st->layers, st->n_embd, st->seq_len, st->micro_batch, st->runs, st->steps);
     fprintf(f, "name: calibrated\ndevice:\n");
     fprintf(f, "  memory: %.0fMiB   # measured: the simulated GPU's mem_info total (ZEROTRAIN_SIM_MEM)\n", m->dev_mem / 1048576);
     fprintf(f, "  memory_bandwidth_gbs: %.3f   # ", m->dev_bw * 1e-9);
