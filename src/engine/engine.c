@@ -8,6 +8,8 @@
  *            backward finishes them, into a grad shard; no full gradient vector exists
  *   stage 3: as 2, and parameters are sharded too: each segment is all-gathered just before use
  *            (the next one prefetched), and released after
+ * At stages 2-3 with the whole optimizer shard on the host (offload ratio 1) the grad shard is the
+ * host's (Twin-Flow's gradient buffer): each reduced bucket goes down as backward produces it.
  * A "segment" is the model's unit of use (embeddings, one block, final LayerNorm); reductions and
  * gathers go segment by segment, split into buckets of at most reduce_bucket_size elements.
  * The engine's parts own their state behind opaque pointers: the communication (zero_comm.c), the
@@ -143,6 +145,7 @@ static void grads_land_hook(void *owner, size_t off, const void *src, size_t n) 
 static double grads_sumsq_hook(void *owner, size_t off, size_t n) {
     return twin_grads_sumsq(((zt_engine *)owner)->twin, off, n);
 }
+static void grads_ready_hook(void *owner) { twin_grads_ready(((zt_engine *)owner)->twin); }
 
 /* Whether the gradients skip a device shard: stages 2-3 with the whole optimizer shard in host memory
  * (ratio 1 as configured), as ZeRO-Offload copies each reduced bucket into the host's gradient buffer.
@@ -274,7 +277,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     /* the communication part: its landing zone and gradient pools, and stage 3's gather buffers */
     zero_buffers zb = {e->params, e->params_on_host, e->grads_full, e->grad_shard, e, wait_updated,
                        e->param_nvme ? fetch_from_nvme : NULL, e->grads_on_host ? grads_land_hook : NULL,
-                       e->grads_on_host ? grads_sumsq_hook : NULL};
+                       e->grads_on_host ? grads_sumsq_hook : NULL, e->grads_on_host ? grads_ready_hook : NULL};
     e->zero = zero_open(&e->facts, &zb);
     if (!failed && stage == 3) failed = zero_open_gather(e->zero, err);
     /* ratio auto below is collective: what failed on some ranks only (a swap file that does not fit,

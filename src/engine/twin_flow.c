@@ -654,7 +654,7 @@ void twin_grads_begin_step(twin_host *t) { t->grads_stale = 1; }
 
 /* before the step's first write to host_grad: the last update's CPU Adam has read all of it (with
  * overlap_step it may still run; the forward has waited for its parameters, so this rarely waits) */
-static void grads_fresh(twin_host *t) {
+void twin_grads_ready(twin_host *t) {
     if (!t->grads_stale) return;
     if (t->pending)
         wait_lanes(t, "wait for the host adam to read the gradients", &t->pending->adam_done, t->pending->nchunks);
@@ -669,19 +669,18 @@ static void grads_fresh(twin_host *t) {
 }
 
 void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n) {
-    grads_fresh(t);
     zt_clock_host_work(ZT_WORK_COPY, (double)n, 3.0 * (double)(n * esz(t)), 0); /* read both, write one */
     if (!zt_clock_costs_only()) zt_cpu_accumulate_g(at(t, t->host_grad, off), src, n, t->f.be->compute_dtype);
 }
 
 double twin_grads_sumsq(twin_host *t, size_t off, size_t n) {
-    grads_fresh(t);
+    twin_grads_ready(t);
     zt_clock_host_work(ZT_WORK_COPY, (double)n, (double)(n * esz(t)), 0);
     return zt_clock_costs_only() ? 0.0 : zt_cpu_sumsq_g(at(t, t->host_grad, off), n, t->f.be->compute_dtype);
 }
 
 void twin_grads_poison(twin_host *t) {
-    grads_fresh(t);
+    twin_grads_ready(t);
     if (zt_clock_costs_only()) return;
     float first;
     zt_cpu_to_f32(&first, t->host_grad, 1, t->f.be->compute_dtype);

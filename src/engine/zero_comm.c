@@ -1,6 +1,8 @@
 /* zero_comm.c — the communication of ZeRO stages 0-3 (see engine.c for what each stage keeps):
  * gradient reduction in buckets that never span a segment (all-reduce for stage 0, reduce-scatter
  * into this rank's shard for 1-3), optionally left in flight while backward goes on (overlap_comm);
+ * at stages 2-3 with the whole optimizer shard on the host, each reduced piece goes down to the
+ * host's gradients on the gradient lane (grads_lane.c) instead of into a device shard;
  * stage 3's parameter gathering segment by segment, the next one prefetched, residents kept for
  * the step; the global gradient norm; and the all-gather of updated parameters (stages 1-2). The
  * model reaches all of it through the parameter source (zero_param_source). The part's state is its
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/grads_lane.h"
 #include "engine/zero_formula.h"
 #include "util/clock.h"
 
@@ -20,7 +23,7 @@ typedef enum {
     ZT_LAND_NOTHING, /* stage 0: the all-reduce wrote the result in place */
     ZT_LAND_ADD,     /* stages 2-3: added to the grad shard (one reduction per micro-step) */
     ZT_LAND_COPY,    /* stage 1: copied into the grad shard (one reduction per step) */
-    ZT_LAND_HOST,    /* stages 2-3, gradients on the host: down through the staging buffer, added there */
+    ZT_LAND_HOST,    /* stages 2-3, gradients on the host: queued on the gradient lane (grads_lane.c) */
 } zt_landing;
 
 /* one reduction in flight: when it completes, its piece of recv_tmp goes into the grad shard */
@@ -30,6 +33,7 @@ typedef struct zt_inflight {
     zt_landing landing;      /* what happens to its piece of recv_tmp */
     const void *send;        /* the gradient buffer it reads (so the buffer is not reused early) */
     void *recv;              /* where its piece lands on the device (recv_tmp, or a landing slot) */
+    long ticket;             /* one rank, gradients on the host (no collective): its piece on the lane */
 } zt_inflight;
 
 typedef struct zt_gather_buf {
@@ -49,7 +53,8 @@ struct zero_comm {
                            gradients on the host, landing_slots zones of landing elements each */
     size_t landing;     /* gradients on the host: the most elements of a bucket's piece (zero_formula.h) */
     int landing_slots;
-    void *host_staging; /* gradients on the host: one piece, on its way down (pinned with pin_memory) */
+    grads_lane *lane;   /* gradients on the host: each reduced piece goes down on it */
+    long *slot_ticket;  /* [landing_slots] the lane's ticket of the piece last queued from each zone */
     /* stages 2-3: gradient buffers handed to backward, per segment */
     void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */
     void *grad_pool[3]; /* [0] for the embedding segments (used at both ends), [1..2] rotate */
@@ -103,7 +108,9 @@ zero_comm *zero_open(const engine_facts *f, const zero_buffers *b) {
         z->landing = zt_zero_landing_elems(f->opt.reduce_bucket_size, largest, f->lay.shard);
         z->landing_slots = zt_zero_landing_slots(f->opt.overlap_comm);
         zone = z->landing * (size_t)z->landing_slots;
-        z->host_staging = facts_host_alloc(f, z->landing * E, f->off.pin_memory, ZT_MEM_COMM);
+        z->lane = grads_lane_open(f, z->landing, b->owner, b->grads_land);
+        z->slot_ticket = zt_xcalloc((size_t)z->landing_slots, sizeof *z->slot_ticket);
+        for (int k = 0; k < z->landing_slots; k++) z->slot_ticket[k] = -1;
     }
     if (f->opt.stage >= 1 && f->lay.world > 1) z->recv_tmp = facts_dev_alloc(f, zone * E, ZT_MEM_COMM);
     return z;
@@ -112,17 +119,18 @@ zero_comm *zero_open(const engine_facts *f, const zero_buffers *b) {
 int zero_buffers_ok(const zero_comm *z) {
     int stage = z->f.opt.stage;
     return !(stage >= 1 && z->f.lay.world > 1 && !z->recv_tmp) &&
-           !(stage >= 2 && (!z->grad_pool[0] || !z->grad_pool[1])) && !(z->b.grads_land && !z->host_staging);
+           !(stage >= 2 && (!z->grad_pool[0] || !z->grad_pool[1])) && !(z->b.grads_land && !z->lane);
 }
 
 static void zero_free_gather(zero_comm *z);
 
 void zero_close(zero_comm *z) {
     if (!z) return;
+    grads_lane_close(z->lane); /* lands what is queued: it reads the buffers below */
+    free(z->slot_ticket);
     void *bufs[] = {z->recv_tmp, z->grad_pool[0], z->grad_pool[1], z->grad_pool[2]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) z->f.be->free(bufs[i]);
-    facts_host_free(&z->f, z->host_staging, z->f.off.pin_memory);
     zero_free_gather(z);
     free(z->seg_grad);
     free(z->inflight);
@@ -155,27 +163,40 @@ static void timed_wait(zero_comm *z, zt_comm_req *req, double *bucket, const cha
 }
 
 /* gradients on the host: n reduced elements at dev_src (queued device work may still write them)
- * down into the staging buffer, and added to the host's gradients at shard offset off */
-static void land_on_host(zero_comm *z, size_t off, const void *dev_src, size_t n) {
-    double t0 = zt_clock_now();
-    z->f.be->copy(z->host_staging, dev_src, n * esz(z), ZT_D2H);
-    z->b.grads_land(z->b.owner, off, z->host_staging, n);
-    zt_trace_complete(*z->f.trace, ZT_LANE_D2H, "D2H grads (a bucket, added on the host)", t0, zt_clock_now());
+ * queued on the lane, which brings them down and adds them to the host's gradients at shard offset
+ * off while backward goes on; its ticket */
+static long land_on_host(zero_comm *z, size_t off, const void *dev_src, size_t n) {
+    z->b.grads_ready(z->b.owner);
+    z->f.be->synchronize(); /* the lane's D2H is not ordered after the work that wrote dev_src */
+    return grads_lane_push(z->lane, dev_src, off, n);
 }
 
 static void finish(zero_comm *z, zt_inflight *f) {
+    if (!f->req) { /* one rank: its piece was queued on the lane as it was reduced */
+        grads_lane_wait(z->lane, f->ticket, "wait for a gradient buffer to reach the host");
+        return;
+    }
     timed_wait(z, f->req, &z->f.timing->reduce_scatter, z->f.opt.stage == 0 ? "all-reduce wait" : "reduce-scatter wait");
     if (f->count && f->landing == ZT_LAND_ADD)
         z->f.be->accumulate(at(z, z->b.grad_shard, f->shard_off), f->recv, f->count);
     else if (f->count && f->landing == ZT_LAND_COPY)
         z->f.be->copy(at(z, z->b.grad_shard, f->shard_off), f->recv, f->count * esz(z), ZT_D2D);
-    else if (f->count && f->landing == ZT_LAND_HOST)
-        land_on_host(z, f->shard_off, f->recv, f->count);
+    else if (f->count && f->landing == ZT_LAND_HOST) /* the zone is the lane's until its ticket is done */
+        z->slot_ticket[(size_t)((char *)f->recv - (char *)z->recv_tmp) / (z->landing * esz(z))] =
+            land_on_host(z, f->shard_off, f->recv, f->count);
+}
+
+/* every reduction in flight completed (their pieces may still be on the gradient lane) */
+static void finish_inflight(zero_comm *z) {
+    for (int i = 0; i < z->n_inflight; i++) finish(z, &z->inflight[i]);
+    z->n_inflight = 0;
 }
 
 void zero_finish_all(zero_comm *z) {
-    for (int i = 0; i < z->n_inflight; i++) finish(z, &z->inflight[i]);
-    z->n_inflight = 0;
+    finish_inflight(z);
+    if (!z->lane) return;
+    grads_lane_drain(z->lane);
+    for (int k = 0; k < z->landing_slots; k++) z->slot_ticket[k] = -1;
 }
 
 /* completes the reductions that read buf, so it can be reused */
@@ -191,24 +212,31 @@ static void finish_reading(zero_comm *z, const void *buf, size_t bytes) {
     z->n_inflight = kept;
 }
 
-static void push_inflight(zero_comm *z, zt_inflight f) {
+static void append_inflight(zero_comm *z, zt_inflight f) {
     if (z->n_inflight == z->cap_inflight) {
         z->cap_inflight = z->cap_inflight ? 2 * z->cap_inflight : 64;
         z->inflight = zt_xrealloc(z->inflight, (size_t)z->cap_inflight * sizeof *z->inflight);
     }
     z->inflight[z->n_inflight++] = f;
-    if (!z->f.opt.overlap_comm) zero_finish_all(z);
 }
 
-/* gradients on the host: a landing slot no reduction in flight holds, finishing the oldest (the
- * landings of one element keep their order: they are in issue order either way) */
+static void push_inflight(zero_comm *z, zt_inflight f) {
+    append_inflight(z, f);
+    if (!z->f.opt.overlap_comm) finish_inflight(z);
+}
+
+/* gradients on the host: a landing zone no reduction in flight holds, finishing the oldest (the
+ * landings of one element keep their order: they are in issue order either way), once the lane has
+ * brought down what was queued from it */
 static void *free_landing_slot(zero_comm *z) {
     for (;;) {
         for (int k = 0; k < z->landing_slots; k++) {
             void *slot = at(z, z->recv_tmp, (size_t)k * z->landing);
             int held = 0;
             for (int i = 0; i < z->n_inflight && !held; i++) held = z->inflight[i].recv == slot;
-            if (!held) return slot;
+            if (held) continue;
+            grads_lane_wait(z->lane, z->slot_ticket[k], "wait for a landing zone to reach the host");
+            return slot;
         }
         finish(z, &z->inflight[0]);
         memmove(z->inflight, z->inflight + 1, (size_t)--z->n_inflight * sizeof *z->inflight);
@@ -230,8 +258,13 @@ static void reduce_range(zero_comm *z, const void *buf, size_t a, size_t b) {
             /* one rank (stages 2-3): the bucket is the whole sum already; it lands in the shard directly,
              * queued after backward's writes, with no landing zone and no collective (or goes down to
              * the host's gradients) */
-            if (z->b.grads_land) land_on_host(z, x - z->f.lay.lo, send, y - x);
-            else z->f.be->accumulate(at(z, z->b.grad_shard, x - z->f.lay.lo), send, y - x);
+            if (!z->b.grads_land) {
+                z->f.be->accumulate(at(z, z->b.grad_shard, x - z->f.lay.lo), send, y - x);
+                continue;
+            }
+            f.landing = ZT_LAND_HOST; /* its buffer is not reused before the lane has read it */
+            f.ticket = land_on_host(z, x - z->f.lay.lo, send, y - x);
+            append_inflight(z, f);
             continue;
         } else {
             range_counts(z, x, y, counts);
