@@ -62,7 +62,7 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
     double zone = ranks > 1 ? (double)P * shard : 0;
     double grads_off_device = (double)P * shard + zone -
                               (ranks > 1 ? (double)P * landing * zt_zero_landing_slots(cfg->overlap_comm) : 0);
-    double host_staging = (double)P * landing;
+    double host_staging = (double)GRADS_STAGING * P * landing;
     int grads_to_host = !cfg->offload_delayed_update;
     double param_shard = (double)P * shard, twin_host = (double)ZT_TWIN_HOST_BYTES * shard;
     double opt_staging = zt_nvme_optimizer_staging_bytes(cfg->offload_buffer_count, cfg->sub_group_size, shard);

@@ -173,7 +173,7 @@ static long land_on_host(zero_comm *z, size_t off, const void *dev_src, size_t n
 
 static void finish(zero_comm *z, zt_inflight *f) {
     if (!f->req) { /* one rank: its piece was queued on the lane as it was reduced */
-        grads_lane_wait(z->lane, f->ticket, "wait for a gradient buffer to reach the host");
+        grads_lane_wait(z->lane, f->ticket, 0, "wait for a gradient buffer to be read");
         return;
     }
     timed_wait(z, f->req, &z->f.timing->reduce_scatter, z->f.opt.stage == 0 ? "all-reduce wait" : "reduce-scatter wait");
@@ -235,7 +235,7 @@ static void *free_landing_slot(zero_comm *z) {
             int held = 0;
             for (int i = 0; i < z->n_inflight && !held; i++) held = z->inflight[i].recv == slot;
             if (held) continue;
-            grads_lane_wait(z->lane, z->slot_ticket[k], "wait for a landing zone to reach the host");
+            grads_lane_wait(z->lane, z->slot_ticket[k], 0, "wait for a landing zone to be read");
             return slot;
         }
         finish(z, &z->inflight[0]);

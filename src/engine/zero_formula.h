@@ -33,7 +33,9 @@ static inline size_t zt_zero_model_state_bytes(int stage, size_t P, size_t K, si
  * A bucket's piece of this rank's shard is at most LANDING elements: reduce_bucket_size (< 1: a whole
  * segment), at most the largest segment and the shard. With several ranks the device keeps
  * LANDING_SLOTS such landing zones for reductions in flight (two with overlap_comm, one without);
- * the host keeps one staging buffer of LANDING elements that each piece comes down into. */
+ * the host keeps GRADS_STAGING staging buffers of LANDING elements (one piece is added on the host
+ * while the next comes down into the other). */
+#define GRADS_STAGING 2
 static inline size_t zt_zero_landing_elems(double bucket, size_t largest_segment, size_t shard) {
     size_t n = largest_segment < shard ? largest_segment : shard;
     return bucket >= 1 && bucket < (double)n ? (size_t)bucket : n;
