@@ -1,6 +1,9 @@
 """t_estimate.py — `zerotrain estimate`'s offload rows and Twin-Flow ratio window (issues 13, 14)
 against numbers computed here by hand for configs/tiny.yaml on 2 ranks (bf16: P = 2, K = 12):
   - stage 3 + params cpu: the device drops the parameter shard PΨ/N, the host takes it;
+  - optimizer cpu (ratio 1) at stages 2-3: the gradients go to the host bucket by bucket, so the
+    device drops the gradient shard PΨ/N and its shard-sized landing zone for one of a bucket's piece,
+    and the host adds two staging buffers of a piece (zero_comm.c, grads_lane.c);
   - optimizer nvme: KΨ/N on NVMe, the host keeps min(buffer_count, groups) groups of
     min(sub_group_size, Ψ/N) (rounded up to 2048) x 12 B of staging plus gradients and 16-bit
     parameters, as engine_infinity.c allocates; with sub_group_size above and below the shard;
@@ -63,12 +66,17 @@ def staging(sub, bufc):  # what engine_infinity.c allocates: groups of G rounded
 
 
 opt_staging = staging(SUB, BUFC)
+# ratio 1 at stages 2-3: a bucket's piece is at most reduce_bucket_size (5e8), the largest segment
+# (the embedding) and the shard; one landing zone of it (overlap_comm off), two staging buffers
+piece = min(5 * 10**8, embed, shard)
+grads_off = P * shard + P * shard - P * piece
+grads_staged = 2 * P * piece
 # what infinity_params.c allocates: buffer_count buffers of the largest piece in 4 KiB blocks, one block more each side
 param_staging = PBUFC * (-(-P * min(embed, shard) // 4096) + 2) * 4096
 want = {
     (3, "device", "device"): (device3, 0, 0),
-    (3, "cpu", "device"): (device3 - K * shard, 16 * shard, 0),
-    (3, "cpu", "cpu"): (device3 - K * shard - P * shard, 16 * shard + P * shard, 0),
+    (3, "cpu", "device"): (device3 - K * shard - grads_off, 16 * shard + grads_staged, 0),
+    (3, "cpu", "cpu"): (device3 - K * shard - P * shard - grads_off, 16 * shard + P * shard + grads_staged, 0),
     (3, "nvme", "device"): (device3 - K * shard, opt_staging + 2 * P * shard, K * shard),
     (3, "nvme", "nvme"): (device3 - K * shard - P * shard, opt_staging + 2 * P * shard + param_staging,
                           K * shard + P * shard),
@@ -126,6 +134,8 @@ for m in ratio_rows:
     stage, r = int(m[1]), float(m[2])
     dev0, dev1 = rows[(stage, "device", "device")]["device"], rows[(stage, "cpu", "device")]["device"]
     host1 = rows[(stage, "cpu", "device")]["host"]
+    if stage >= 2:  # the ratio-1 row's gradients on the host: below 1 they stay on the device
+        dev1, host1 = dev1 + grads_off, host1 - grads_staged
     want_dev, want_host = dev0 - r * K * shard, r * 16 * shard
     check(near(float(m[4]) * MiB, want_dev) and near(float(m[5]) * MiB, want_host)
           and near(want_dev, dev0 - r * (dev0 - dev1), 0.02 * MiB) and near(want_host, r * host1, 0.02 * MiB),

@@ -228,6 +228,12 @@ int zt_node_local_rank(void);
  * in dtype (ZT_BF16 or ZT_F16; both tables share one device, its streams and its memory), or NULL
  * when built without CUDA or when no usable GPU is present (with the reason in *why). */
 const zt_backend *zt_backend_cpu(void);
+/* The CPU backend's sum of squares and dst += src on host values in dtype (F32, BF16, F16), as the
+ * simulated GPU computes them in its memory (widened, fp32 math, rounded to nearest even; the
+ * sumsq's fixed chunks and order): bit for bit the device's results, for gradients landed in host
+ * memory (the engine's stage 2-3 offload at ratio 1). */
+double zt_cpu_sumsq_g(const void *x, size_t n, zt_dtype dtype);
+void zt_cpu_accumulate_g(void *dst, const void *src, size_t n, zt_dtype dtype);
 const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why);
 /* The CUDA backend's cuBLASLt plan cache, both dtypes together: plans cached now, heuristic runs so
  * far (one per plan unless the cache evicted it) and evictions. All 0 without CUDA. */

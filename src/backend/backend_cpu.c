@@ -526,11 +526,12 @@ static void cpu_adamw(float *master, float *m, float *v, const void *grad_, void
 }
 
 /* Fixed 4096-element chunks, each summed by zt_vec_sumsq (16 interleaved double accumulators
- * combined in a fixed order); then the chunk sums in chunk order. The result depends only on x and n. */
+ * combined in a fixed order); then the chunk sums in chunk order. The result depends only on x and n.
+ * Values in a 16-bit dtype are widened a chunk at a time (exact): the simulated GPU's sumsq, which
+ * widens the whole vector first and calls cpu_sumsq, gets the same sum. */
 #define SUMSQ_CHUNK 4096
-static double cpu_sumsq(const void *x_, size_t n) {
-    const float *x = x_;
-    size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+double zt_cpu_sumsq_g(const void *x, size_t n, zt_dtype dtype) {
+    size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK, E = zt_dtype_size(dtype);
     double total = 0.0;
     enum { BATCH = 1024 }; /* chunk sums computed a batch at a time into a stack buffer */
     double part[BATCH];
@@ -539,11 +540,35 @@ static double cpu_sumsq(const void *x_, size_t n) {
 #pragma omp parallel for schedule(static) if (nb > 1)
         for (size_t c = 0; c < nb; c++) {
             size_t off = (c0 + c) * SUMSQ_CHUNK, len = n - off < SUMSQ_CHUNK ? n - off : SUMSQ_CHUNK;
-            part[c] = zt_vec_sumsq(x + off, len);
+            const char *chunk = (const char *)x + off * E;
+            float wide[SUMSQ_CHUNK];
+            if (dtype != ZT_F32) zt_cpu_to_f32(wide, chunk, len, dtype);
+            part[c] = zt_vec_sumsq(dtype == ZT_F32 ? (const float *)chunk : wide, len);
         }
         for (size_t c = 0; c < nb; c++) total += part[c];
     }
     return total;
+}
+
+static double cpu_sumsq(const void *x, size_t n) { return zt_cpu_sumsq_g(x, n, ZT_F32); }
+
+/* dst[i] += src[i] in dtype: widened, added in fp32, rounded to nearest even (fp32: cpu_accumulate's
+ * add), a 4096-element chunk at a time */
+void zt_cpu_accumulate_g(void *dst, const void *src, size_t n, zt_dtype dtype) {
+    if (dtype == ZT_F32) {
+        cpu_accumulate(dst, src, n);
+        return;
+    }
+    size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK, E = zt_dtype_size(dtype);
+#pragma omp parallel for schedule(static) if (nchunk > 1)
+    for (size_t c = 0; c < nchunk; c++) {
+        size_t off = c * SUMSQ_CHUNK, len = n - off < SUMSQ_CHUNK ? n - off : SUMSQ_CHUNK;
+        float a[SUMSQ_CHUNK], b[SUMSQ_CHUNK];
+        zt_cpu_to_f32(a, (const char *)dst + off * E, len, dtype);
+        zt_cpu_to_f32(b, (const char *)src + off * E, len, dtype);
+        for (size_t i = 0; i < len; i++) a[i] += b[i];
+        zt_cpu_from_f32((char *)dst + off * E, a, len, dtype);
+    }
 }
 
 /* ------------------------------------------------------------------ the table */

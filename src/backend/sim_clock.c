@@ -29,7 +29,7 @@ static void vhost_work(int kind, double amount, double bytes, int threads) {
     double s = 0;
     switch (kind) {
     case ZT_WORK_ADAM: s = zt_hw_host_adam_seconds(&g_prof, amount, threads, amount > 0 ? bytes / amount : 0); break;
-    case ZT_WORK_COPY: s = zt_hw_host_copy_seconds(&g_prof, bytes); break;
+    case ZT_WORK_COPY: s = zt_hw_host_copy_seconds(&g_prof, bytes, threads); break;
     default: return;
     }
     t_now += s;

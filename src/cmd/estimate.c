@@ -52,7 +52,18 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
     size_t seg0 = table->segment_lo[table->n_embed_segments], block = 0;
     for (int s = table->n_embed_segments; s < table->n_segments; s++)
         if (table->segment_lo[s + 1] - table->segment_lo[s] > block) block = table->segment_lo[s + 1] - table->segment_lo[s];
-    size_t embed3 = g3->embed, largest = g3->largest;
+    size_t embed3 = g3->embed, largest = g3->largest, any_segment = 0;
+    for (int s = 0; s < table->n_segments; s++)
+        if (table->segment_lo[s + 1] - table->segment_lo[s] > any_segment) any_segment = table->segment_lo[s + 1] - table->segment_lo[s];
+    /* stages 2-3 with the whole optimizer shard on the host (ratio 1, not delayed_update): no gradient
+     * shard on the device, bucket-sized landing zones instead of a shard-sized one, and the host's
+     * staging buffer (zero_comm.c; zero_formula.h) */
+    size_t landing = zt_zero_landing_elems(cfg->reduce_bucket_size, any_segment, shard);
+    double zone = ranks > 1 ? (double)P * shard : 0;
+    double grads_off_device = (double)P * shard + zone -
+                              (ranks > 1 ? (double)P * landing * zt_zero_landing_slots(cfg->overlap_comm) : 0);
+    double host_staging = (double)GRADS_STAGING * P * landing;
+    int grads_to_host = !cfg->offload_delayed_update;
     double param_shard = (double)P * shard, twin_host = (double)ZT_TWIN_HOST_BYTES * shard;
     double opt_staging = zt_nvme_optimizer_staging_bytes(cfg->offload_buffer_count, cfg->sub_group_size, shard);
     double param_staging =
@@ -72,15 +83,21 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         double device = states + buffers + acts;
         rows[n++] = (row){stage, "device", "device", states, device, 0, 0};
         if (stage == 0) continue; /* Twin-Flow splits a rank's shard: stages 1-3 */
-        /* ratio 1: fp32 master + m + v in host memory, with the transfer buffers */
-        rows[n++] = (row){stage, "cpu", "device", states, device - optim, (double)ZT_TWIN_HOST_BYTES * opt_n, 0};
+        /* ratio 1: fp32 master + m + v in host memory, with the transfer buffers; at stages 2-3 the
+         * gradients too, bucket by bucket */
+        double to_host = stage >= 2 && grads_to_host ? grads_off_device : 0, staged = to_host > 0 ? host_staging : 0;
+        rows[n++] = (row){stage, "cpu", "device", states, device - optim - to_host,
+                          (double)ZT_TWIN_HOST_BYTES * opt_n + staged, 0};
         /* --ratio r: the share r of the optimizer shard on the host, 1 - r left on the device */
-        for (int k = 0; k < n_ratios; k++)
-            rows[n++] = (row){stage, ratio_names[k], "device", states, device - ratios[k] * optim,
-                              ratios[k] * ZT_TWIN_HOST_BYTES * (double)opt_n, 0};
+        for (int k = 0; k < n_ratios; k++) {
+            int whole = ratios[k] >= 1;
+            rows[n++] = (row){stage, ratio_names[k], "device", states, device - ratios[k] * optim - (whole ? to_host : 0),
+                              ratios[k] * ZT_TWIN_HOST_BYTES * (double)opt_n + (whole ? staged : 0), 0};
+        }
         if (stage < 3) continue; /* parameter offload and NVMe: ZeRO-Infinity, stage 3 */
         /* the parameter shard moves to the host; the device keeps only the gather buffers */
-        rows[n++] = (row){3, "cpu", "cpu", states, device - optim - param_shard, twin_host + param_shard, 0};
+        rows[n++] = (row){3, "cpu", "cpu", states, device - optim - param_shard - to_host,
+                          twin_host + param_shard + staged, 0};
         /* optimizer states on NVMe, staged through host buffers; host gradients and 16-bit params */
         rows[n++] = (row){3, "nvme", "device", states, device - optim, opt_staging + 2 * param_shard, optim};
         /* and the parameter shard on NVMe too, read through buffer_count staging buffers; the host still
@@ -103,6 +120,9 @@ static void print_ratio_windows(const row *rows, int n, size_t K, size_t shard, 
         zt_twin_window w = zt_twin_ratio_window(rows[i].device, K, ZT_TWIN_HOST_BYTES, shard, device_mem, host_mem);
         if (w.fits)
             printf("  stage %d: [%.3f, %.3f]\n", rows[i].stage, w.r_min, w.r_max);
+        else if (w.short_on_device && rows[i + 1].device <= device_mem && rows[i + 1].host <= host_mem)
+            printf("  stage %d: ratio 1 only: below it the device is %.2f %s short; at 1 the gradients leave the device "
+                   "too (the \"cpu\" row)\n", rows[i].stage, in(u, w.short_bytes), u.name);
         else if (w.short_on_device)
             printf("  stage %d: none: the device is %.2f %s short even at ratio 1\n", rows[i].stage, in(u, w.short_bytes),
                    u.name);
@@ -324,8 +344,11 @@ int zt_cmd_estimate(int argc, char **argv) {
            "K = %zu; \"device total\" adds activations and the engine's gradient/gather buffers. Offload, ratio 1\n"
            "(optimizer \"cpu r=R\", from --ratio: the share R of KΨ/N on the host, 1 - R on the device):\n"
            "  optimizer cpu:  KΨ/N moves to the host (%d B per element there, with the transfer buffers)\n"
+           "                  At stages 2-3 the gradients go to the host bucket by bucket: the device keeps no\n"
+           "                  gradient shard PΨ/N and, on several ranks, bucket-sized landing zones (not PΨ/N);\n"
+           "                  the host a staging buffer of one bucket's piece (not with delayed_update)\n"
            "  params cpu:     the parameter shard PΨ/N too; the device keeps stage 3's gather buffers (embeddings\n"
-           "                  + 2 x the largest block), the gradient shard PΨ/N and the gradient buffers\n"
+           "                  + 2 x the largest block) and the gradient buffers\n"
            "  optimizer nvme: KΨ/N on NVMe; the host keeps min(offload_optimizer.buffer_count (%d), groups) groups of\n"
            "                  min(sub_group_size, Ψ/N) x 12 B, and gradients and 16-bit parameters, PΨ/N each\n"
            "  params nvme:    PΨ/N on NVMe too; the host keeps offload_param.buffer_count (%d) staging buffers of\n"

@@ -268,7 +268,10 @@ double zt_hw_host_adam_seconds(const zt_hw_profile *p, double n, int threads, do
     return fmax(compute, memory);
 }
 
-double zt_hw_host_copy_seconds(const zt_hw_profile *p, double bytes) { return bytes / fmin(p->memcpy_bw, p->host_bw); }
+double zt_hw_host_copy_seconds(const zt_hw_profile *p, double bytes, int threads) {
+    int t = threads < 1 || threads > p->host_cores ? p->host_cores : threads;
+    return bytes / fmin(p->memcpy_bw * t, p->host_bw);
+}
 
 double zt_hw_nvme_seconds(const zt_hw_profile *p, int write, double bytes) {
     return p->nvme_latency_s + bytes / (write ? p->nvme_write : p->nvme_read);

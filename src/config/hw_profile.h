@@ -88,8 +88,9 @@ double zt_hw_pcie_seconds(const zt_hw_profile *p, zt_copy_kind kind, int pinned,
 /* CPU AdamW over n elements on `threads` threads (0: every core; bandwidth- or compute-bound, whichever binds),
  * moving bytes_per_elem through host memory */
 double zt_hw_host_adam_seconds(const zt_hw_profile *p, double n, int threads, double bytes_per_elem);
-/* a single-threaded host memcpy or cast moving `bytes` (read + write) */
-double zt_hw_host_copy_seconds(const zt_hw_profile *p, double bytes);
+/* a host memcpy or cast moving `bytes` (read + write) on `threads` threads (0: every core): each
+ * thread at the memcpy rate, all of them at most at the host's memory bandwidth */
+double zt_hw_host_copy_seconds(const zt_hw_profile *p, double bytes, int threads);
 /* NVMe read or write of `bytes` */
 double zt_hw_nvme_seconds(const zt_hw_profile *p, int write, double bytes);
 

@@ -8,6 +8,8 @@
  *            backward finishes them, into a grad shard; no full gradient vector exists
  *   stage 3: as 2, and parameters are sharded too: each segment is all-gathered just before use
  *            (the next one prefetched), and released after
+ * At stages 2-3 with the whole optimizer shard on the host (offload ratio 1) the grad shard is the
+ * host's (Twin-Flow's gradient buffer): each reduced bucket goes down as backward produces it.
  * A "segment" is the model's unit of use (embeddings, one block, final LayerNorm); reductions and
  * gathers go segment by segment, split into buckets of at most reduce_bucket_size elements.
  * The engine's parts own their state behind opaque pointers: the communication (zero_comm.c), the
@@ -137,6 +139,23 @@ static void wait_updated(void *owner, size_t x, size_t y) {
     if (b > a) twin_wait_params(e->twin, a - e->lay.opt_lo, b - e->lay.opt_lo);
 }
 
+/* gradients on the host: what the communication part lands and sums, in Twin-Flow's host gradients */
+static void grads_land_hook(void *owner, size_t off, const void *src, size_t n) {
+    twin_grads_land(((zt_engine *)owner)->twin, off, src, n);
+}
+static double grads_sumsq_hook(void *owner, size_t off, size_t n) {
+    return twin_grads_sumsq(((zt_engine *)owner)->twin, off, n);
+}
+static void grads_ready_hook(void *owner) { twin_grads_ready(((zt_engine *)owner)->twin); }
+
+/* Whether the gradients skip a device shard: stages 2-3 with the whole optimizer shard in host memory
+ * (ratio 1 as configured), as ZeRO-Offload copies each reduced bucket into the host's gradient buffer.
+ * Not with the states on NVMe (their pipeline reads the host gradients group by group as they came
+ * down), nor with delayed_update (its CPU Adam reads the last step's gradients during this backward). */
+static int grads_go_to_host(const zt_engine_opts *opt, const zt_engine_offload *off) {
+    return opt->stage >= 2 && off->enabled && off->ratio >= 1.0 && !off->nvme_path && !off->delayed_update;
+}
+
 static void engine_params_store_hook(void *e, size_t off, const void *src, size_t n) {
     engine_params_store(e, off, src, n);
 }
@@ -251,12 +270,15 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     if (stage < 2) {
         e->grads_full = engine_dev_alloc(e, e->lay.padded_total * E, ZT_MEM_GRADS);
         e->grad_shard = e->grads_full ? at(e, e->grads_full, e->lay.opt_lo) : NULL;
+    } else if (grads_go_to_host(opt, &e->off)) {
+        e->grads_on_host = 1; /* Twin-Flow's host gradients (twin_alloc) are the shard */
     } else {
         e->grad_shard = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_GRADS);
     }
     /* the communication part: its landing zone and gradient pools, and stage 3's gather buffers */
     zero_buffers zb = {e->params, e->params_on_host, e->grads_full, e->grad_shard, e, wait_updated,
-                       e->param_nvme ? fetch_from_nvme : NULL};
+                       e->param_nvme ? fetch_from_nvme : NULL, e->grads_on_host ? grads_land_hook : NULL,
+                       e->grads_on_host ? grads_sumsq_hook : NULL, e->grads_on_host ? grads_ready_hook : NULL};
     e->zero = zero_open(&e->facts, &zb);
     if (!failed && stage == 3) failed = zero_open_gather(e->zero, err);
     /* ratio auto below is collective: what failed on some ranks only (a swap file that does not fit,
@@ -282,10 +304,11 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     e->adam_m = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     e->adam_v = engine_dev_alloc(e, max_sz(dev_n, 16) * sizeof(float), ZT_MEM_OPTIM);
     if (e->params_on_host && !fp32) e->dev_params_out = engine_dev_alloc(e, max_sz(dev_n, 16) * E, ZT_MEM_COMM);
-    twin_buffers tb = {e->params, e->params_on_host, e->param_nvme != NULL, e->grad_shard, e->master, e->adam_m,
-                       e->adam_v, e->dev_params_out, e, engine_params_store_hook, engine_params_store_from_device_hook};
+    twin_buffers tb = {e->params, e->params_on_host, e->param_nvme != NULL, e->grad_shard, e->grads_on_host, e->master,
+                       e->adam_m, e->adam_v, e->dev_params_out, e, engine_params_store_hook,
+                       engine_params_store_from_device_hook};
     if (twin_alloc(e->twin, &tb)) goto oom;
-    if ((!e->params && !e->param_nvme) || !e->grad_shard || !e->master || !e->adam_m || !e->adam_v ||
+    if ((!e->params && !e->param_nvme) || (!e->grad_shard && !e->grads_on_host) || !e->master || !e->adam_m || !e->adam_v ||
         (e->params_on_host && !fp32 && !e->dev_params_out) ||
         !zero_buffers_ok(e->zero))
         goto oom;
@@ -396,7 +419,8 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last) {
         memset(&e->timing, 0, sizeof e->timing);
         engine_trace_memory(e);
         size_t n = e->opt.stage < 2 ? e->lay.padded_total : e->lay.shard;
-        e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
+        if (e->grads_on_host) twin_grads_begin_step(e->twin); /* zeroed before the first bucket lands */
+        else e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
     zero_begin_micro(e->zero, first, last);
 }
@@ -459,7 +483,8 @@ zt_trace *zt_engine_trace(zt_engine *e) { return e->trace; }
 void zt_engine_inject_overflow(zt_engine *e) {
     twin_settle(e->twin);
     zero_finish_all(e->zero);
-    e->be->scale(e->grad_shard, INFINITY, 1);
+    if (e->grads_on_host) twin_grads_poison(e->twin);
+    else e->be->scale(e->grad_shard, INFINITY, 1);
 }
 
 void zt_engine_gather_params(zt_engine *e, float *out) {

@@ -25,7 +25,10 @@ struct zt_engine {
 
     void *params;       /* stages 0-2: full padded vector; stage 3: this rank's shard (compute dtype) */
     void *grads_full;   /* stages 0-1: full padded gradient vector */
-    void *grad_shard;   /* gradients of [opt_lo, opt_hi) (aliases grads_full for stages 0-1) */
+    void *grad_shard;   /* gradients of [opt_lo, opt_hi) (aliases grads_full for stages 0-1); NULL with
+                           grads_on_host */
+    int grads_on_host;  /* stages 2-3, the whole optimizer shard on the host: backward's buckets land in
+                           Twin-Flow's host gradients (zero_comm.c, twin_flow.c), no device shard */
     float *master;      /* fp32 master weights of [opt_lo, opt_hi) (aliases params on fp32 backends) */
     float *adam_m, *adam_v;
     long adam_t;        /* optimizer steps taken */

@@ -58,6 +58,7 @@ struct twin_host {
     int host_pinned;       /* transfer buffers came from be->host_alloc */
     inf_states *nvme;      /* offload_optimizer nvme: master, m and v in a swap file (engine_infinity.c) */
     twin_flow *pending;    /* the last update's host lanes, still running (overlap_step), or NULL */
+    int grads_stale;       /* grads_on_host: host_grad holds the last step's gradients until zeroed */
 };
 
 /* one update's host lanes */
@@ -383,14 +384,16 @@ static void *host_adam_lane(void *arg) {
 }
 
 /* D2H lane: brings every chunk's gradients down in order, as fast as the link allows (host_grad
- * holds them all, so it never waits for the CPU Adam) */
+ * holds them all, so it never waits for the CPU Adam); with grads_on_host backward brought them
+ * down already, and every chunk is there at once */
 static void *d2h_lane(void *arg) {
     twin_flow *tf = arg;
     twin_host *t = tf->t;
     size_t E = esz(t);
     zt_backend_bind_thread(t->f.be);
     zt_clock_after(tf->start_at);
-    for (size_t c = 0; c < tf->nchunks; c++) {
+    if (t->b.grads_on_host) twin_publish(tf, &tf->d2h_done, tf->nchunks);
+    for (size_t c = tf->d2h_done; c < tf->nchunks; c++) {
         size_t a, b;
         twin_chunk_range(tf, c, &a, &b);
         timed_transfer(tf, ZT_LANE_D2H, "D2H grads", at(t, t->host_grad, a), at(t, t->b.grad_shard, t->host_lo + a), (b - a) * E,
@@ -643,4 +646,44 @@ void twin_wait_params(twin_host *t, size_t a, size_t b) {
 
 void twin_wait_grads_read(twin_host *t) {
     if (t->pending) wait_lanes(t, "wait for the gradients to be read", &t->pending->d2h_done, t->pending->nchunks);
+}
+
+/* ---------------------------------------------------------------- gradients landed in host memory */
+
+void twin_grads_begin_step(twin_host *t) { t->grads_stale = 1; }
+
+/* before the step's first write to host_grad: the last update's CPU Adam has read all of it (with
+ * overlap_step it may still run; the forward has waited for its parameters, so this rarely waits) */
+void twin_grads_ready(twin_host *t) {
+    if (!t->grads_stale) return;
+    if (t->pending)
+        wait_lanes(t, "wait for the host adam to read the gradients", &t->pending->adam_done, t->pending->nchunks);
+    size_t bytes = t->host_n * esz(t), piece = (size_t)1 << 20, pieces = (bytes + piece - 1) / piece;
+    zt_clock_host_work(ZT_WORK_COPY, (double)t->host_n, (double)bytes, 0); /* on every core, as below */
+    if (!zt_clock_costs_only()) {
+#pragma omp parallel for schedule(static) if (pieces > 1)
+        for (size_t k = 0; k < pieces; k++)
+            memset((char *)t->host_grad + k * piece, 0, min_sz(piece, bytes - k * piece));
+    }
+    t->grads_stale = 0;
+}
+
+void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n) {
+    zt_clock_host_work(ZT_WORK_COPY, (double)n, 3.0 * (double)(n * esz(t)), 0); /* read both, write one */
+    if (!zt_clock_costs_only()) zt_cpu_accumulate_g(at(t, t->host_grad, off), src, n, t->f.be->compute_dtype);
+}
+
+double twin_grads_sumsq(twin_host *t, size_t off, size_t n) {
+    twin_grads_ready(t);
+    zt_clock_host_work(ZT_WORK_COPY, (double)n, (double)(n * esz(t)), 0);
+    return zt_clock_costs_only() ? 0.0 : zt_cpu_sumsq_g(at(t, t->host_grad, off), n, t->f.be->compute_dtype);
+}
+
+void twin_grads_poison(twin_host *t) {
+    twin_grads_ready(t);
+    if (zt_clock_costs_only()) return;
+    float first;
+    zt_cpu_to_f32(&first, t->host_grad, 1, t->f.be->compute_dtype);
+    first *= INFINITY; /* as the device's scale(grad_shard, INFINITY, 1) */
+    zt_cpu_from_f32(t->host_grad, &first, 1, t->f.be->compute_dtype);
 }

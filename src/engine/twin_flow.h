@@ -26,7 +26,8 @@ int twin_pinned(const twin_host *t);        /* transfer buffers are page-locked 
 typedef struct twin_buffers {
     void *params;        /* as zero_buffers.params */
     int params_on_host, params_on_nvme;
-    void *grad_shard;
+    void *grad_shard;    /* NULL with grads_on_host */
+    int grads_on_host;   /* stages 2-3 at ratio 1: backward's buckets land in host_grad (twin_grads_land) */
     float *master, *adam_m, *adam_v; /* the device part's states */
     void *dev_params_out; /* offload_param, 16-bit: the device Adam's updated params before they go down */
     void *owner;
@@ -71,6 +72,18 @@ void twin_before_step(twin_host *t);
 void twin_wait_params(twin_host *t, size_t a, size_t b);
 /* Waits until the D2H lane has read all gradients (before the next step overwrites them). */
 void twin_wait_grads_read(twin_host *t);
+
+/* Gradients in host memory (twin_buffers.grads_on_host): twin_grads_ready, before a step's first
+ * landing, zeroes host_grad once the last update's CPU Adam has read it; twin_grads_land (from the
+ * gradient lane's thread) adds n values from a host buffer at host-part offset off as the device's
+ * accumulate would (widened, fp32 add, rounded to nearest even); twin_grads_sumsq is the device's
+ * sumsq of [off, off + n); twin_grads_poison makes the first gradient non-finite (the overflow test
+ * hook). */
+void twin_grads_begin_step(twin_host *t);
+void twin_grads_ready(twin_host *t);
+void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n);
+double twin_grads_sumsq(twin_host *t, size_t off, size_t n);
+void twin_grads_poison(twin_host *t);
 
 /* twin_ratio.c: ratio auto (collective): *ratio in [0, 1] and which bound decided it; -1 with err set,
  * on every rank, when no ratio fits both the device and the host memory */

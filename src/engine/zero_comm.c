@@ -1,6 +1,8 @@
 /* zero_comm.c — the communication of ZeRO stages 0-3 (see engine.c for what each stage keeps):
  * gradient reduction in buckets that never span a segment (all-reduce for stage 0, reduce-scatter
  * into this rank's shard for 1-3), optionally left in flight while backward goes on (overlap_comm);
+ * at stages 2-3 with the whole optimizer shard on the host, each reduced piece goes down to the
+ * host's gradients on the gradient lane (grads_lane.c) instead of into a device shard;
  * stage 3's parameter gathering segment by segment, the next one prefetched, residents kept for
  * the step; the global gradient norm; and the all-gather of updated parameters (stages 1-2). The
  * model reaches all of it through the parameter source (zero_param_source). The part's state is its
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/grads_lane.h"
 #include "engine/zero_formula.h"
 #include "util/clock.h"
 
@@ -20,6 +23,7 @@ typedef enum {
     ZT_LAND_NOTHING, /* stage 0: the all-reduce wrote the result in place */
     ZT_LAND_ADD,     /* stages 2-3: added to the grad shard (one reduction per micro-step) */
     ZT_LAND_COPY,    /* stage 1: copied into the grad shard (one reduction per step) */
+    ZT_LAND_HOST,    /* stages 2-3, gradients on the host: queued on the gradient lane (grads_lane.c) */
 } zt_landing;
 
 /* one reduction in flight: when it completes, its piece of recv_tmp goes into the grad shard */
@@ -28,6 +32,8 @@ typedef struct zt_inflight {
     size_t shard_off, count; /* the piece of this rank's shard it delivers */
     zt_landing landing;      /* what happens to its piece of recv_tmp */
     const void *send;        /* the gradient buffer it reads (so the buffer is not reused early) */
+    void *recv;              /* where its piece lands on the device (recv_tmp, or a landing slot) */
+    long ticket;             /* one rank, gradients on the host (no collective): its piece on the lane */
 } zt_inflight;
 
 typedef struct zt_gather_buf {
@@ -43,7 +49,12 @@ typedef struct zt_gather_buf {
 struct zero_comm {
     engine_facts f;
     zero_buffers b;
-    void *recv_tmp;     /* reduce-scatter landing zone, one shard (several ranks only) */
+    void *recv_tmp;     /* reduce-scatter landing zone, one shard (several ranks only); with
+                           gradients on the host, landing_slots zones of landing elements each */
+    size_t landing;     /* gradients on the host: the most elements of a bucket's piece (zero_formula.h) */
+    int landing_slots;
+    grads_lane *lane;   /* gradients on the host: each reduced piece goes down on it */
+    long *slot_ticket;  /* [landing_slots] the lane's ticket of the piece last queued from each zone */
     /* stages 2-3: gradient buffers handed to backward, per segment */
     void **seg_grad;    /* [n_segments] buffer assigned in this micro-step or NULL */
     void *grad_pool[3]; /* [0] for the embedding segments (used at both ends), [1..2] rotate */
@@ -90,20 +101,33 @@ zero_comm *zero_open(const engine_facts *f, const zero_buffers *b) {
         z->grad_pool_seg[0] = z->grad_pool_seg[1] = z->grad_pool_seg[2] = -1;
         z->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *z->seg_grad);
     }
-    if (f->opt.stage >= 1 && f->lay.world > 1) z->recv_tmp = facts_dev_alloc(f, f->lay.shard * E, ZT_MEM_COMM);
+    size_t zone = f->lay.shard;
+    if (b->grads_land) { /* bucket by bucket to the host: zones for a bucket's piece, not the shard */
+        size_t largest = 0;
+        for (int s = 0; s < table->n_segments; s++) largest = max_sz(largest, seg_hi(z, s) - seg_lo(z, s));
+        z->landing = zt_zero_landing_elems(f->opt.reduce_bucket_size, largest, f->lay.shard);
+        z->landing_slots = zt_zero_landing_slots(f->opt.overlap_comm);
+        zone = z->landing * (size_t)z->landing_slots;
+        z->lane = grads_lane_open(f, z->landing, b->owner, b->grads_land);
+        z->slot_ticket = zt_xcalloc((size_t)z->landing_slots, sizeof *z->slot_ticket);
+        for (int k = 0; k < z->landing_slots; k++) z->slot_ticket[k] = -1;
+    }
+    if (f->opt.stage >= 1 && f->lay.world > 1) z->recv_tmp = facts_dev_alloc(f, zone * E, ZT_MEM_COMM);
     return z;
 }
 
 int zero_buffers_ok(const zero_comm *z) {
     int stage = z->f.opt.stage;
     return !(stage >= 1 && z->f.lay.world > 1 && !z->recv_tmp) &&
-           !(stage >= 2 && (!z->grad_pool[0] || !z->grad_pool[1]));
+           !(stage >= 2 && (!z->grad_pool[0] || !z->grad_pool[1])) && !(z->b.grads_land && !z->lane);
 }
 
 static void zero_free_gather(zero_comm *z);
 
 void zero_close(zero_comm *z) {
     if (!z) return;
+    grads_lane_close(z->lane); /* lands what is queued: it reads the buffers below */
+    free(z->slot_ticket);
     void *bufs[] = {z->recv_tmp, z->grad_pool[0], z->grad_pool[1], z->grad_pool[2]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) z->f.be->free(bufs[i]);
@@ -138,17 +162,41 @@ static void timed_wait(zero_comm *z, zt_comm_req *req, double *bucket, const cha
     zt_trace_complete(*z->f.trace, ZT_LANE_COMM, what, t0, t1);
 }
 
+/* gradients on the host: n reduced elements at dev_src (queued device work may still write them)
+ * queued on the lane, which brings them down and adds them to the host's gradients at shard offset
+ * off while backward goes on; its ticket */
+static long land_on_host(zero_comm *z, size_t off, const void *dev_src, size_t n) {
+    z->b.grads_ready(z->b.owner);
+    z->f.be->synchronize(); /* the lane's D2H is not ordered after the work that wrote dev_src */
+    return grads_lane_push(z->lane, dev_src, off, n);
+}
+
 static void finish(zero_comm *z, zt_inflight *f) {
+    if (!f->req) { /* one rank: its piece was queued on the lane as it was reduced */
+        grads_lane_wait(z->lane, f->ticket, 0, "wait for a gradient buffer to be read");
+        return;
+    }
     timed_wait(z, f->req, &z->f.timing->reduce_scatter, z->f.opt.stage == 0 ? "all-reduce wait" : "reduce-scatter wait");
     if (f->count && f->landing == ZT_LAND_ADD)
-        z->f.be->accumulate(at(z, z->b.grad_shard, f->shard_off), at(z, z->recv_tmp, f->shard_off), f->count);
+        z->f.be->accumulate(at(z, z->b.grad_shard, f->shard_off), f->recv, f->count);
     else if (f->count && f->landing == ZT_LAND_COPY)
-        z->f.be->copy(at(z, z->b.grad_shard, f->shard_off), at(z, z->recv_tmp, f->shard_off), f->count * esz(z), ZT_D2D);
+        z->f.be->copy(at(z, z->b.grad_shard, f->shard_off), f->recv, f->count * esz(z), ZT_D2D);
+    else if (f->count && f->landing == ZT_LAND_HOST) /* the zone is the lane's until its ticket is done */
+        z->slot_ticket[(size_t)((char *)f->recv - (char *)z->recv_tmp) / (z->landing * esz(z))] =
+            land_on_host(z, f->shard_off, f->recv, f->count);
+}
+
+/* every reduction in flight completed (their pieces may still be on the gradient lane) */
+static void finish_inflight(zero_comm *z) {
+    for (int i = 0; i < z->n_inflight; i++) finish(z, &z->inflight[i]);
+    z->n_inflight = 0;
 }
 
 void zero_finish_all(zero_comm *z) {
-    for (int i = 0; i < z->n_inflight; i++) finish(z, &z->inflight[i]);
-    z->n_inflight = 0;
+    finish_inflight(z);
+    if (!z->lane) return;
+    grads_lane_drain(z->lane);
+    for (int k = 0; k < z->landing_slots; k++) z->slot_ticket[k] = -1;
 }
 
 /* completes the reductions that read buf, so it can be reused */
@@ -164,13 +212,35 @@ static void finish_reading(zero_comm *z, const void *buf, size_t bytes) {
     z->n_inflight = kept;
 }
 
-static void push_inflight(zero_comm *z, zt_inflight f) {
+static void append_inflight(zero_comm *z, zt_inflight f) {
     if (z->n_inflight == z->cap_inflight) {
         z->cap_inflight = z->cap_inflight ? 2 * z->cap_inflight : 64;
         z->inflight = zt_xrealloc(z->inflight, (size_t)z->cap_inflight * sizeof *z->inflight);
     }
     z->inflight[z->n_inflight++] = f;
-    if (!z->f.opt.overlap_comm) zero_finish_all(z);
+}
+
+static void push_inflight(zero_comm *z, zt_inflight f) {
+    append_inflight(z, f);
+    if (!z->f.opt.overlap_comm) finish_inflight(z);
+}
+
+/* gradients on the host: a landing zone no reduction in flight holds, finishing the oldest (the
+ * landings of one element keep their order: they are in issue order either way), once the lane has
+ * brought down what was queued from it */
+static void *free_landing_slot(zero_comm *z) {
+    for (;;) {
+        for (int k = 0; k < z->landing_slots; k++) {
+            void *slot = at(z, z->recv_tmp, (size_t)k * z->landing);
+            int held = 0;
+            for (int i = 0; i < z->n_inflight && !held; i++) held = z->inflight[i].recv == slot;
+            if (held) continue;
+            grads_lane_wait(z->lane, z->slot_ticket[k], 0, "wait for a landing zone to be read");
+            return slot;
+        }
+        finish(z, &z->inflight[0]);
+        memmove(z->inflight, z->inflight + 1, (size_t)--z->n_inflight * sizeof *z->inflight);
+    }
 }
 
 /* Reduces the gradients of flat range [a, b) held in buf (buf[0] is element a), in buckets. */
@@ -186,17 +256,24 @@ static void reduce_range(zero_comm *z, const void *buf, size_t a, size_t b) {
             f.req = z->f.comm->allreduce_sum(z->f.comm, (void *)send, y - x, z->f.be->compute_dtype);
         } else if (z->f.lay.world == 1) {
             /* one rank (stages 2-3): the bucket is the whole sum already; it lands in the shard directly,
-             * queued after backward's writes, with no landing zone and no collective */
-            z->f.be->accumulate(at(z, z->b.grad_shard, x - z->f.lay.lo), send, y - x);
+             * queued after backward's writes, with no landing zone and no collective (or goes down to
+             * the host's gradients) */
+            if (!z->b.grads_land) {
+                z->f.be->accumulate(at(z, z->b.grad_shard, x - z->f.lay.lo), send, y - x);
+                continue;
+            }
+            f.landing = ZT_LAND_HOST; /* its buffer is not reused before the lane has read it */
+            f.ticket = land_on_host(z, x - z->f.lay.lo, send, y - x);
+            append_inflight(z, f);
             continue;
         } else {
             range_counts(z, x, y, counts);
             size_t mine_lo = max_sz(x, z->f.lay.lo);
             f.shard_off = mine_lo - z->f.lay.lo;
             f.count = counts[z->f.lay.rank];
-            f.landing = z->f.opt.stage == 1 ? ZT_LAND_COPY : ZT_LAND_ADD;
-            f.req = z->f.comm->reduce_scatter_sum(z->f.comm, send, at(z, z->recv_tmp, f.shard_off), counts,
-                                                z->f.be->compute_dtype);
+            f.landing = z->f.opt.stage == 1 ? ZT_LAND_COPY : z->b.grads_land ? ZT_LAND_HOST : ZT_LAND_ADD;
+            f.recv = z->b.grads_land ? free_landing_slot(z) : at(z, z->recv_tmp, f.shard_off);
+            f.req = z->f.comm->reduce_scatter_sum(z->f.comm, send, f.recv, counts, z->f.be->compute_dtype);
         }
         push_inflight(z, f);
     }
@@ -552,6 +629,13 @@ void zero_reset_residents(zero_comm *z) {
 
 /* ---------------------------------------------------------------- after backward, after the update */
 
+/* sum of squares of the reduced gradients at shard offsets [off, off + n): on the device, or where
+ * they landed in host memory (the same sum, bit for bit) */
+static double shard_sumsq(zero_comm *z, size_t off, size_t n) {
+    if (z->b.grads_sumsq) return z->b.grads_sumsq(z->b.owner, off, n);
+    return z->f.be->sumsq(at(z, z->b.grad_shard, off), n);
+}
+
 /* Sum of squares of grad_shard over [opt_lo, opt_hi) without the tensors every tensor-parallel rank
  * holds whole (their gradients are the same on every rank, and counted by tp rank 0 only): one sum per
  * run of split tensors. */
@@ -567,7 +651,7 @@ static double split_tensors_sumsq(zero_comm *z) {
             continue;
         }
         size_t a = run_lo > lo ? run_lo : lo, b = run_hi < hi ? run_hi : hi;
-        if (a < b) sum += z->f.be->sumsq(at(z, z->b.grad_shard, a - lo), b - a);
+        if (a < b) sum += shard_sumsq(z, a - lo, b - a);
         run_lo = run_hi = 0;
     }
     return sum;
@@ -580,7 +664,7 @@ static double split_tensors_sumsq(zero_comm *z) {
 double zero_grad_norm(zero_comm *z) {
     int tp = z->f.table->tp_size > 1;
     double sumsq = tp && z->f.table->tp_rank > 0 ? split_tensors_sumsq(z)
-                                               : z->f.be->sumsq(z->b.grad_shard, z->f.lay.opt_hi - z->f.lay.opt_lo);
+                                               : shard_sumsq(z, 0, z->f.lay.opt_hi - z->f.lay.opt_lo);
     if (z->f.opt.stage >= 1 && z->f.lay.world > 1) z->f.comm->allreduce_host_double(z->f.comm, &sumsq, 1);
     if (tp) z->f.opt.tp_comm->allreduce_host_double(z->f.opt.tp_comm, &sumsq, 1);
     return sqrt(sumsq);

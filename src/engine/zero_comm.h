@@ -15,16 +15,25 @@ typedef struct zero_buffers {
     void *params;     /* stages 0-2: the full padded vector; stage 3: this rank's shard; NULL on NVMe */
     int params_on_host; /* offload_param: the stage-3 shard is host memory or NVMe, not the device's */
     void *grads_full; /* stages 0-1: the full padded gradient vector */
-    void *grad_shard; /* the gradients of [opt_lo, opt_hi) */
+    void *grad_shard; /* the gradients of [opt_lo, opt_hi); NULL when they land in host memory (below) */
     void *owner;      /* passed to the two functions below */
     /* waits until the updated parameters of flat range [a, b) are in place (Twin-Flow's overlap_step) */
     void (*wait_updated)(void *owner, size_t a, size_t b);
     /* offload_param nvme (NULL otherwise): this rank's piece of segment seg in a host staging buffer,
      * valid until the next call */
     const void *(*fetch_from_nvme)(void *owner, int seg);
+    /* Stages 2-3 with the whole optimizer shard on the host (NULL otherwise): each reduced bucket's
+     * piece goes down on the gradient lane (grads_lane.c), which adds it to the host's gradients at
+     * shard offset off (Twin-Flow's, with the device's rounding; called on the lane's thread); the
+     * norm sums their squares there. grads_ready, on the caller's thread before a piece is queued,
+     * lets the host gradients be made ready for the step (zeroed at its first). */
+    void (*grads_land)(void *owner, size_t off, const void *host_src, size_t n);
+    double (*grads_sumsq)(void *owner, size_t off, size_t n);
+    void (*grads_ready)(void *owner);
 } zero_buffers;
 
-/* The landing zone and (stages 2-3) the segment gradient pools; zero_buffers_ok says whether they
+/* The landing zone (with grads_land: LANDING_SLOTS bucket-sized ones, zero_formula.h, and the
+ * gradient lane with its host staging buffer) and (stages 2-3) the segment gradient pools; zero_buffers_ok says whether they
  * were all allocated. */
 zero_comm *zero_open(const engine_facts *f, const zero_buffers *b);
 int zero_buffers_ok(const zero_comm *z);

@@ -28,6 +28,20 @@ static inline size_t zt_zero_model_state_bytes(int stage, size_t P, size_t K, si
     }
 }
 
+/* Stages 2-3 with the whole optimizer shard in host memory (offload_optimizer cpu, ratio 1): the
+ * gradients go to the host bucket by bucket (zero_comm.c), so no gradient shard stays on the device.
+ * A bucket's piece of this rank's shard is at most LANDING elements: reduce_bucket_size (< 1: a whole
+ * segment), at most the largest segment and the shard. With several ranks the device keeps
+ * LANDING_SLOTS such landing zones for reductions in flight (two with overlap_comm, one without);
+ * the host keeps GRADS_STAGING staging buffers of LANDING elements (one piece is added on the host
+ * while the next comes down into the other). */
+#define GRADS_STAGING 2
+static inline size_t zt_zero_landing_elems(double bucket, size_t largest_segment, size_t shard) {
+    size_t n = largest_segment < shard ? largest_segment : shard;
+    return bucket >= 1 && bucket < (double)n ? (size_t)bucket : n;
+}
+static inline int zt_zero_landing_slots(int overlap_comm) { return overlap_comm ? 2 : 1; }
+
 /* DeepSpeed's stage3_max_live_parameters 0 leaves no room to prefetch (its budget is the bound less
  * what is gathered): the least working set, not "no bound". The engine's bound: < 0 for that. */
 static inline double zt_zero3_live_bound(double deepspeed_value) { return deepspeed_value == 0 ? -1 : deepspeed_value; }
