@@ -125,8 +125,9 @@ int zt_checkpoint_set_aside(const zt_checkpoint_dir *cd, const long *steps, int 
  * one, nor d->keep_step, nor a step another run saved: see zt_checkpoint_dir). A non-finite value in
  * the state fails the save like a write error (nothing published, `latest` unmoved). Every rank
  * writes its own file (D must be on a file system
- * all ranks share). Every phase that can fail (temporary directory, rank files, index, rename,
- * latest) ends with the ranks agreeing on the outcome: returns 0 on every rank, or -1 on every rank
+ * all ranks share). The ranks agree on the outcome three times: after rank 0's temporary directory,
+ * after the rank files (with their digests), and after rank 0's index, rename and latest (each done
+ * only when the one before succeeded): returns 0 on every rank, or -1 on every rank
  * with the first failing rank's message in err, `latest` left on the previous checkpoint. Starts
  * with zt_checkpoint_dir_check. */
 int zt_checkpoint_save(zt_checkpoint_dir *d, zt_state_view *sv, zt_comm *comm, const zt_gpt2_shape *shape,

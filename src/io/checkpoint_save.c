@@ -560,17 +560,25 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, con
     sv->be->synchronize();
     uint32_t digest = 0, *sums = tp > 1 ? zt_xcalloc((size_t)3 * count, sizeof *sums) : NULL;
     rc = write_rank_file(tmp, sv, c, st->step, cd->run_id, &digest, sums, err);
-    if (zt_agree(c, rc, err)) { free(sums); goto fail; }
     /* every rank learns every shard's digest, each tp rank's shard and the tp ranks' hashes of their
-     * whole tensors (exact in doubles: 32-bit values, and sums of fewer than 2^21 of them) */
-    size_t n_sums = tp > 1 ? (size_t)3 * tp * count : 0, n = (size_t)c->world + (size_t)tp + n_sums;
+     * whole tensors (exact in doubles: 32-bit values, and sums of fewer than 2^21 of them), and how
+     * many ranks failed to write their file: one collective between the steps, not two (the failing
+     * rank's message travels only when there is one) */
+    size_t n_sums = tp > 1 ? (size_t)3 * tp * count : 0, n = (size_t)c->world + (size_t)tp + n_sums + 1;
     double *all = zt_xcalloc(n, sizeof *all), *shards = all + c->world, *hashes = shards + tp;
+    double *failed = hashes + n_sums;
     all[c->rank] = digest;
+    *failed = rc != 0;
     if (lay->rank == 0) shards[table->tp_rank] = (double)lay->shard;
     for (int v = 0; v < 3 && sums; v++)
         for (int i = 0; i < count; i++) hashes[((size_t)v * tp + table->tp_rank) * count + i] = sums[(size_t)v * count + i];
     free(sums);
     if (c->world > 1) c->allreduce_host_double(c, all, (int)n);
+    if (*failed > 0) { /* every rank saw the count: every rank takes this branch */
+        free(all);
+        zt_agree(c, rc, err);
+        goto fail;
+    }
     uint32_t *shard_crc = zt_xcalloc((size_t)c->world, sizeof *shard_crc);
     for (int r = 0; r < c->world; r++) shard_crc[r] = (uint32_t)all[r];
     size_t tp_shard[ZT_MAX_TP] = {0};
@@ -598,14 +606,18 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, con
         zt_param_table_free(&whole_built);
     }
     free(shard_crc);
+    /* phase 4: rank 0 renames the complete step directory into place; phase 5: `latest` names it.
+     * Phases 3-5 are rank 0's alone, each only after the one before succeeded, so the ranks agree
+     * once on the three: they return after `latest` names the step or with the phase that failed. */
+    if (!rc && c->rank == 0) {
+        rc = publish_dir(dir, tmp, final, err);
+        if (!rc) {
+            made = 0;
+            rc = write_latest(dir, name, err);
+        }
+    }
     if (zt_agree(c, rc, err)) goto fail;
-    /* phase 4: rank 0 renames the complete step directory into place */
-    if (c->rank == 0) rc = publish_dir(dir, tmp, final, err);
-    if (zt_agree(c, rc, err)) goto fail;
-    made = 0;
-    /* phase 5: `latest` names it; then the oldest are pruned (failures there only warn) */
-    if (c->rank == 0) rc = write_latest(dir, name, err);
-    if (zt_agree(c, rc, err)) goto fail;
+    /* then the oldest are pruned (failures there only warn) */
     if (c->rank == 0) prune(cd, name, keep_last);
     double dt = zt_now() - t0, bytes = 12.0 * (double)whole_total;
     zt_info("checkpoint: saved %s (%.2f GB in %.2f s, %.2f GB/s)", final, bytes / 1e9, dt, bytes / 1e9 / dt);
