@@ -481,8 +481,9 @@ static void write_profile(FILE *f, const measured *m, const char *dir, const mea
                "# its copies real memcpys, so `predict --hw` with this file prices a step as `device: sim` runs it here.\n",
             m->cpu, m->cores, m->when, median);
     if (st)
-        fprintf(f, "# The real step: `train` of a fixed GPT-2 (%d layer, n_embd %d, T %d, micro-batch %d, stage 0, bf16), %d runs\n"
-                   "# of %d steps, each CPU time the median of the runs'; the sim's op table of each run, in which every item is\n"
+        fprintf(f, "# The real step: `train` of a fixed GPT-2 (%d layer, n_embd %d, T %d, micro-batch %d, stage 0, bf16), %d pairs\n"
+                   "# of runs, each figure the long run's less the short one's (%d steps: start-up and the first step fall out),\n"
+                   "# each CPU time the median of the pairs'; the sim's op table of each run, in which every item is\n"
                    "# priced by the loops' rates beside its lane CPU time (ZEROTRAIN_SIM_OP_TIMES): a step's\n"
                    "# ops meet their operands cold and run beside the other lanes, which loops of one op do not. The loops\n"
                    "# give each rate's shape (the GEMM curves by size), the step its level, kind by kind.\n",

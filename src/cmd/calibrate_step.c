@@ -9,8 +9,10 @@
  * shape (the GEMM curves by size, which a step meets at a few sizes only) and the step gives its level.
  *
  * The model is fixed and is none of bench_predict's configs: one layer, n_embd 96, 2 heads, T 32,
- * micro-batch 2, 2 micro-batches a step, ZeRO stage 0, bf16, 4 steps, run 3 times (each figure the
- * median of the 3 runs'). Its LM head is a [64 x 96] x
+ * micro-batch 2, 2 micro-batches a step, ZeRO stage 0, bf16; each measurement is a run of 6 steps less
+ * a run of 2 (so the first step's page faults and first touches, and start-up, fall out: they made
+ * the step's ops look 30 % dearer than in the matrix's later steps), taken 3 times, each figure the
+ * median of the 3. Its LM head is a [64 x 96] x
  * [96 x 50304] GEMM, the shape that carries most of a small GPT-2's step on a CPU. The run is this
  * executable's `train` in a child process (the sim's lanes are threads of this one: a fork could not
  * run them), with ZEROTRAIN_SIM_PROFILE set so each item has a price, ZEROTRAIN_SIM_DRY=0 so it runs,
@@ -31,17 +33,21 @@
 const char *const zt_step_kind_names[STEP_NKINDS] = {"block GEMMs", "LM head forward", "LM head backward",
                                                      "attention", "cross-entropy", "element-wise"};
 
-enum { LAYERS = 1, EMBD = 96, HEADS = 2, SEQ = 32, MICRO = 2, ACCUM = 2, STEPS = 4, STEP_RUNS = 3, VOCAB = 50257 };
+enum { LAYERS = 1, EMBD = 96, HEADS = 2, SEQ = 32, MICRO = 2, ACCUM = 2, STEPS_SHORT = 2, STEPS_LONG = 6, STEP_RUNS = 3,
+       VOCAB = 50257 };
 #define SHARD_TOKENS 8192
 
-static int write_inputs(const char *shard, const char *config, zt_err *err) {
+static int write_shard(const char *shard, zt_err *err) {
     uint16_t *tok = zt_xmalloc(SHARD_TOKENS * sizeof *tok);
     zt_rng rng;
     zt_rng_seed(&rng, 1234);
     for (int i = 0; i < SHARD_TOKENS; i++) tok[i] = (uint16_t)(zt_rng_u64(&rng) % VOCAB);
     int rc = zt_shard_write(shard, tok, SHARD_TOKENS, err);
     free(tok);
-    if (rc) return -1;
+    return rc ? -1 : 0;
+}
+
+static int write_config(const char *shard, const char *config, int steps, zt_err *err) {
     FILE *f = fopen(config, "w");
     if (!f) return zt_fail(err, "calibrate: cannot write %s: %s", config, strerror(errno));
     fprintf(f, "# calibrate's real step (cmd/calibrate_step.c)\n"
@@ -51,7 +57,7 @@ static int write_inputs(const char *shard, const char *config, zt_err *err) {
                "optimizer: {type: AdamW, params: {lr: 1.0e-4}}\nzero_optimization: {stage: 0}\n"
                "device: sim\neval_interval: 0\nsample_interval: 0\nsample_tokens: 0\ncheckpoint: {dir: null}\n"
                "steps_per_print: %d\nseed: 1234\n",
-            LAYERS, HEADS, EMBD, VOCAB, SEQ, shard, SEQ, MICRO * ACCUM, MICRO, STEPS, STEPS);
+            LAYERS, HEADS, EMBD, VOCAB, SEQ, shard, SEQ, MICRO * ACCUM, MICRO, steps, steps);
     return fclose(f) ? zt_fail(err, "calibrate: cannot write %s: %s", config, strerror(errno)) : 0;
 }
 
@@ -134,6 +140,23 @@ static int read_ops(const char *path, double min_item_s, zt_step_prices *out, zt
 
 static double median3(double a, double b, double c) { return fmax(fmin(a, b), fmin(fmax(a, b), c)); }
 
+/* long less short, kind by kind: the steps the long run has beyond the short one */
+static void subtract(zt_step_prices *lng, const zt_step_prices *shrt) {
+    for (int k = 0; k < STEP_NKINDS; k++) lng->measured[k] -= shrt->measured[k], lng->priced[k] -= shrt->priced[k];
+    lng->widened -= shrt->widened, lng->widen_cpu -= shrt->widen_cpu;
+    lng->rounded -= shrt->rounded, lng->round_cpu -= shrt->round_cpu;
+}
+
+/* one run of `steps` into *out */
+static int step_run(const char *shard, const char *config, int steps, const char *profile, const char *ops,
+                    const char *log, double min_item_s, zt_step_prices *out, zt_err *err) {
+    int rc = write_config(shard, config, steps, err);
+    if (!rc) rc = run_step(config, profile, ops, log, err);
+    if (!rc) rc = read_ops(ops, min_item_s, out, err);
+    unlink(ops);
+    return rc;
+}
+
 int zt_calibrate_step(const char *profile, const char *dir, double min_item_s, zt_step_prices *out, zt_err *err) {
     char shard[4096], config[4096], ops[4096], log[4096];
     int pid = (int)getpid();
@@ -141,20 +164,26 @@ int zt_calibrate_step(const char *profile, const char *dir, double min_item_s, z
     snprintf(config, sizeof config, "%s/zerotrain-calibrate.%d.step.yaml", dir, pid);
     snprintf(ops, sizeof ops, "%s/zerotrain-calibrate.%d.ops.tsv", dir, pid);
     snprintf(log, sizeof log, "%s/zerotrain-calibrate.%d.log", dir, pid);
-    /* STEP_RUNS runs, each figure the median of theirs: one slow moment on a shared machine does not set it */
+    /* STEP_RUNS pairs, each figure the median of theirs: one slow moment on a shared machine does not set it */
     zt_step_prices run[STEP_RUNS];
     memset(run, 0, sizeof run);
-    int rc = write_inputs(shard, config, err);
+    int rc = write_shard(shard, err);
     for (int r = 0; r < STEP_RUNS && !rc; r++) {
-        rc = run_step(config, profile, ops, log, err);
-        if (!rc) rc = read_ops(ops, min_item_s, &run[r], err);
-        unlink(ops);
+        zt_step_prices shrt;
+        memset(&shrt, 0, sizeof shrt);
+        rc = step_run(shard, config, STEPS_SHORT, profile, ops, log, min_item_s, &shrt, err);
+        if (!rc) rc = step_run(shard, config, STEPS_LONG, profile, ops, log, min_item_s, &run[r], err);
+        if (!rc) subtract(&run[r], &shrt);
+        for (int k = 0; k < STEP_NKINDS && !rc; k++)
+            if (run[r].priced[k] <= 0 || run[r].measured[k] <= 0)
+                rc = zt_fail(err, "calibrate: the real step's %d steps took no more %s than its %d (a machine too busy "
+                                  "to measure)", STEPS_LONG, zt_step_kind_names[k], STEPS_SHORT);
     }
     unlink(shard), unlink(config), unlink(log);
     if (rc) return rc;
     *out = run[0]; /* the bytes and prices are the same in every run */
-    out->steps = STEPS, out->runs = STEP_RUNS, out->layers = LAYERS, out->n_embd = EMBD, out->seq_len = SEQ,
-    out->micro_batch = MICRO;
+    out->steps = STEPS_LONG - STEPS_SHORT, out->runs = STEP_RUNS, out->layers = LAYERS, out->n_embd = EMBD,
+    out->seq_len = SEQ, out->micro_batch = MICRO;
     for (int k = 0; k < STEP_NKINDS; k++) out->measured[k] = median3(run[0].measured[k], run[1].measured[k], run[2].measured[k]);
     out->widen_cpu = median3(run[0].widen_cpu, run[1].widen_cpu, run[2].widen_cpu);
     out->round_cpu = median3(run[0].round_cpu, run[1].round_cpu, run[2].round_cpu);
