@@ -57,16 +57,17 @@ void sim_operand_cpu_take(double *widen, double *round) {
 
 static float *w16(wide *w, void *shadow, size_t n, int write) {
     if (!shadow) return NULL;
-    double c0 = sim_thread_cpu();
     for (int j = 0; j < w->k; j++)
         if (w->t[j].shadow == shadow && w->t[j].n >= n) {
             w->t[j].write |= write;
             return w->t[j].f;
         }
+    int timed = sim_clock_op_times_on(); /* a thread-CPU clock read costs a system call: only for the op table */
+    double c0 = timed ? sim_thread_cpu() : 0;
     float *f = scratch(w->k, n);
     zt_cpu_to_f32(f, shadow, n, w->dt);
     w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write, 1, n, n};
-    t_widen_cpu += sim_thread_cpu() - c0;
+    if (timed) t_widen_cpu += sim_thread_cpu() - c0;
     return f;
 }
 
@@ -85,7 +86,8 @@ static float *w16_rows(wide *w, void *shadow, long rows, long cols, long ld, int
 }
 
 static void w16_done(wide *w) {
-    double c0 = sim_thread_cpu();
+    int timed = sim_clock_op_times_on();
+    double c0 = timed ? sim_thread_cpu() : 0;
     for (int j = 0; j < w->k; j++) {
         if (w->t[j].write)
             for (size_t r = 0; r < w->t[j].rows; r++)
@@ -93,7 +95,7 @@ static void w16_done(wide *w) {
                                 w->t[j].f + r * w->t[j].ld, w->t[j].cols, w->dt);
         if (w->t[j].f != t_scratch[j].f) free(w->t[j].f); /* a kept scratch stays for the next op */
     }
-    t_round_cpu += sim_thread_cpu() - c0;
+    if (timed) t_round_cpu += sim_thread_cpu() - c0;
 }
 
 /* How an op's run uses an operand, which sets what the sim spends on it besides the math: a 16-bit

@@ -146,17 +146,19 @@ static void op_times_write(void) {
     fclose(f);
 }
 
-int sim_clock_op_times_on(void) {
-    static int checked;
-    if (!checked) {
-        const char *p = getenv("ZEROTRAIN_SIM_OP_TIMES");
-        if (g_timed && p && *p) {
-            g_op_times_path = p;
-            g_op_rows = calloc(OP_ROWS, sizeof *g_op_rows);
-            atexit(op_times_write);
-        }
-        checked = 1;
+static void op_times_open(void) {
+    const char *p = getenv("ZEROTRAIN_SIM_OP_TIMES");
+    if (g_timed && p && *p) {
+        g_op_times_path = p;
+        g_op_rows = calloc(OP_ROWS, sizeof *g_op_rows);
+        atexit(op_times_write);
     }
+}
+
+/* the lanes' threads ask at their first items, at once: opened exactly once */
+int sim_clock_op_times_on(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, op_times_open);
     return g_op_rows != NULL;
 }
 
