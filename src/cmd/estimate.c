@@ -49,12 +49,13 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
     size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
     /* the gradient buffers of stages 2-3: the embeddings', and two of the largest other segment (a block,
      * or a tile of one with tiled linears) */
-    size_t seg0 = table->segment_lo[table->n_embed_segments], block = 0;
-    for (int s = table->n_embed_segments; s < table->n_segments; s++)
-        if (table->segment_lo[s + 1] - table->segment_lo[s] > block) block = table->segment_lo[s + 1] - table->segment_lo[s];
-    size_t embed3 = g3->embed, largest = g3->largest, any_segment = 0;
-    for (int s = 0; s < table->n_segments; s++)
-        if (table->segment_lo[s + 1] - table->segment_lo[s] > any_segment) any_segment = table->segment_lo[s + 1] - table->segment_lo[s];
+    size_t seg0 = table->segment_lo[table->n_embed_segments], block = 0, any_segment = 0; /* any_segment: embeddings too */
+    for (int s = 0; s < table->n_segments; s++) {
+        size_t len = table->segment_lo[s + 1] - table->segment_lo[s];
+        if (len > any_segment) any_segment = len;
+        if (s >= table->n_embed_segments && len > block) block = len;
+    }
+    size_t embed3 = g3->embed, largest = g3->largest;
     /* stages 2-3 with the whole optimizer shard on the host (ratio 1, not delayed_update): no gradient
      * shard on the device, bucket-sized landing zones instead of a shard-sized one, and the host's
      * staging buffer (zero_comm.c; zero_formula.h) */
