@@ -326,10 +326,11 @@ try:
                     except OSError:
                         pass
                     time.sleep(0.02)
-        threading.Thread(target=keep_full, daemon=True).start()
+        filling = threading.Thread(target=keep_full, daemon=True)
+        filling.start()
         while not os.path.exists(filler) or os.statvfs(fs.path).f_bavail:
             time.sleep(0.01)
-        return proc, ck, fs, lambda: (held.set(), time.sleep(0.1), os.unlink(filler)), lines
+        return proc, ck, fs, lambda: (held.set(), filling.join(), os.unlink(filler)), lines
 
     def disk_full_restarts(lines):
         return [l for l in list(lines) if l.startswith("zerotrain run: restart ") and "[disk-full]" in l]
