@@ -58,12 +58,19 @@ printf '%s\n' "${hide[@]}" >"$tmp/hidden"
 } | while read -r so path; do echo "$so $(readlink -f "$path")"; done >"$tmp/cudalibs"
 echo "hiding ${#hide[@]} files of $(grep -c . <<<"$(awk '/^## Debian packages/ { f = 1; next } /^$/ { f = 0 } f' "$pack/MANIFEST")") packages"
 
+# another PMIx's plugin where the system's PMIx keeps its own, as on the GPU machines (whose PMIx is
+# another version: "undefined symbol: pmix_output_info"): the packed PMIx must not load it
+zlib_plugin=/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/pmix_mca_pcompress_zlib.so
+printf 'extern int pmix_output_info(int);\nint foreign_plugin(void) { return pmix_output_info(0); }\n' >"$tmp/foreign.c"
+[ -f "$zlib_plugin" ] && gcc -shared -fPIC -o "$tmp/foreign_plugin.so" "$tmp/foreign.c" && echo "$zlib_plugin" >"$tmp/foreign_at"
+
 # everything below runs in the namespace; its output is the test's (PASS/FAIL lines)
 cat >"$tmp/inside.sh" <<'EOF'
 set -u
 tmp=$1; pack=$tmp/pack
 export LD_LIBRARY_PATH=$tmp/toollibs TMPDIR=$tmp/tmpdir OMP_NUM_THREADS=1
 while read -r f; do mount --bind /dev/null "$f" || { echo "FAIL gpu_check_hide: mount over $f"; exit 1; }; done <"$tmp/hidden"
+[ -f "$tmp/foreign_at" ] && mount --bind "$tmp/foreign_plugin.so" "$(cat "$tmp/foreign_at")"
 # CUDA's libraries and NCCL (of a CUDA build) as pip's wheels lay them out (site-packages/nvidia/*/lib,
 # on PYTHONPATH), and no longer where the binary was linked (its RUNPATH) nor in the loader's cache
 while read -r so real; do
@@ -96,6 +103,11 @@ else
 fi
 if grep -q 'from the system, not the pack' <<<"$report"; then fail gpu_check_nothing_from_system "$(grep 'from the system' <<<"$report")"
 else pass gpu_check_nothing_from_system; fi
+# PMIx's plugins come from the pack too: the system's (here the foreign one above) were loaded by
+# every singleton and its orted, which warned in every log
+pmix_warned=$(grep -l 'pmix_mca_base_component_repository_open' "$o1"/logs/*.log 2>/dev/null | head -3)
+if [ -n "$pmix_warned" ]; then fail gpu_check_pmix_plugins_from_pack "$(grep -h -m1 -A1 'pmix_mca_base_component_repository_open' $pmix_warned | head -2)"
+else pass gpu_check_pmix_plugins_from_pack; fi
 selftest=$(cat "$o1/parts/selftest.verdict" 2>/dev/null)
 expect gpu_check_selftest_no_gpu "$selftest" "^no GPU"
 selftest2=$(cat "$o1/parts/selftest2.verdict" 2>/dev/null)

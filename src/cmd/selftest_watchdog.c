@@ -76,23 +76,22 @@ int zt_selftest_nccl_hang_child(void) {
  * with `mpirun -np 1 env` of Open MPI 4.1); everything else with these prefixes configures Open MPI
  * or PMIx and stays. */
 static int is_job_identity(const char *var) {
-    static const char *const launcher_mca[] = {"OMPI_MCA_ess",  "OMPI_MCA_orte_",  "OMPI_MCA_pmix=",
-                                               "OMPI_MCA_initial_wdir=", "OMPI_MCA_mpi_oversubscribe=",
-                                               "OMPI_MCA_shmem_RUNTIME_QUERY_hint="};
-    if (!strncmp(var, "OMPI_MCA_", 9)) {
-        for (size_t i = 0; i < sizeof launcher_mca / sizeof *launcher_mca; i++)
-            if (!strncmp(var, launcher_mca[i], strlen(launcher_mca[i]))) return 1;
-        return 0;
-    }
-    if (!strncmp(var, "OMPI_", 5)) return strncmp(var, "OMPI_ALLOW_RUN_AS_ROOT", 22) != 0; /* OMPI_COMM_WORLD_*, ... */
-    if (!strncmp(var, "PMIX_", 5)) return strncmp(var, "PMIX_MCA_", 9) && strncmp(var, "PMIX_PREFIX=", 12);
-    return 0;
+    static const char *const launcher_set[] = {
+        "OMPI_MCA_ess", "OMPI_MCA_orte_", "OMPI_MCA_pmix=", "OMPI_MCA_initial_wdir=", "OMPI_MCA_mpi_oversubscribe=",
+        "OMPI_MCA_shmem_RUNTIME_QUERY_hint=", "PMIX_RANK=", "PMIX_NAMESPACE=", "PMIX_ID=", "PMIX_SERVER_",
+        "PMIX_SYSTEM_TMPDIR=", "PMIX_SECURITY_MODE=", "PMIX_GDS_MODULE=", "PMIX_PTL_MODULE=", "PMIX_BFROP_BUFFER_TYPE=",
+        "PMIX_DSTORE_", "PMIX_HOSTNAME=", "PMIX_VERSION="};
+    for (size_t i = 0; i < sizeof launcher_set / sizeof *launcher_set; i++)
+        if (!strncmp(var, launcher_set[i], strlen(launcher_set[i]))) return 1;
+    /* OMPI_COMM_WORLD_*, OMPI_UNIVERSE_SIZE, OMPI_COMMAND, ...: all but the MCA and run-as-root ones */
+    return !strncmp(var, "OMPI_", 5) && strncmp(var, "OMPI_MCA_", 9) && strncmp(var, "OMPI_ALLOW_RUN_AS_ROOT", 22);
 }
 
 /* The environment of a child that must be an MPI singleton of its own, not a rank of our job: ours
  * without the job's identity and our injections, plus `extra` (an injection, or NULL). Open MPI's
- * configuration stays (OMPI_MCA_*, OMPI_ALLOW_RUN_AS_ROOT*, PMIX_MCA_*, OPAL_PREFIX/PMIX_PREFIX of a
- * relocated install such as gpu-check's pack), and plm is `isolated`: a singleton of one process
+ * and PMIx's configuration stays (OMPI_MCA_*, OMPI_ALLOW_RUN_AS_ROOT*, PMIX_MCA_*, and where a
+ * relocated install such as gpu-check's pack lives: OPAL_PREFIX, PMIX_PREFIX, PMIX_PKGLIBDIR, ...),
+ * and plm is `isolated`: a singleton of one process
  * never starts a daemon on another machine, and Open MPI 4.1's default rsh launcher ends its orted
  * where no ssh is installed ("plm_rsh_agent: ssh : rsh" not found, seen on the first H200 run of
  * gpu-check, whose image configured its own way around it in a variable the child lost). */
