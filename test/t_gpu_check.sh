@@ -163,6 +163,10 @@ expect gpu_check_budget_cut_names_what "$(v smoke)" "^CUT \(budget: 2 case\(s\) 
 expect gpu_check_budget_least_time "$(v mfu)" "^PASS: GPT-2 L2 C64"
 expect gpu_check_budget_skipped "$(v 10b)" "^SKIPPED \(budget\): 75s of the 100s left, the part needs 120s at least"
 expect gpu_check_budget_last_part_gets_rest "$(v twinflow)" "^PASS: Twin-Flow 5.6B: best ratio"
+# twinflow in the time it had: ratio 1 first, then auto, 0 (the shrunk model fits) and 0.5, each with its setup
+expect gpu_check_twinflow_ratio1_first "$(grep -h '^Twin-Flow' "$reh"/logs/twinflow_1.log "$reh"/logs/twinflow_auto.log "$reh"/logs/twinflow_0.log "$reh"/logs/twinflow_0.5.log 2>/dev/null | paste -sd' ')" \
+    "ratio 1: [0-9.]+ ms/step, device idle [0-9.]+%, setup [0-9]+s .*ratio auto: .*ratio 0: .*ratio 0.5: "
+expect gpu_check_twinflow_ratio0_fits "$(cat "$reh/report.md")" "ratio 0: the model states fit this 80GiB device \(estimate\), timed"
 if [ -e "$reh/parts/selftest.verdict" ] || [ -e "$reh/parts/peer.verdict" ]; then fail gpu_check_budget_unselected_absent "$(ls "$reh/parts")"
 else pass gpu_check_budget_unselected_absent; fi
 expect gpu_check_budget_report_whole "$(cat "$reh/report.md")" "\| smoke \| 10 \(25\) \| CUT.*\| mfu \| 10 \(20\) \| PASS.*\| 10b \| 0 \(200\) \| SKIPPED.*\| twinflow \| 25 \(220\) \| PASS"
@@ -177,6 +181,11 @@ if grep -q "part twinflow" <<<"$log"; then fail gpu_check_budget_rest_skips_done
 if [ -f "$tmp/bundle/report.md" ] && tar -tzf "$tmp/bundle/gpu-check-out.tgz" | grep -q 'parts/twinflow.verdict'; then
     pass gpu_check_bundle
 else fail gpu_check_bundle "no report.md or tgz in $tmp/bundle"; fi
+# twinflow with its least time at 40 s a step: ratio 1 and auto do not fit together, so auto alone runs
+# and the verdict is CUT with what it measured (best / ratio 1 needs ratio 1), not a failure
+log=$(ZT_GPU_CHECK_VIRTUAL_CLOCK=40 "$pack/run" --device sim --out "$tmp/tf_cut" --budget 65 --parts twinflow 2>&1); rc=$?
+expect gpu_check_twinflow_cut_without_ratio1 "rc=$rc $(cat "$tmp/tf_cut/parts/twinflow.verdict" 2>/dev/null)" \
+    "^rc=0 CUT \(budget: ratio 1 not run: planned 150s and ratio auto 60s, the part had 60s\): ratio auto: [0-9.]+ ms, idle [0-9.]+%, setup [0-9]+s; best ÷ ratio 1 needs ratio 1$"
 log=$("$pack/run" --device sim --out "$reh" --parts rest 2>&1); rc=$?
 expect gpu_check_budget_nothing_left "rc=$rc $log" "^rc=0 .*nothing left"
 log=$("$pack/run" --device sim --out "$tmp/r0" --budget 3 --parts smoke,peer 2>&1); rc=$?
