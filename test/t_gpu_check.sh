@@ -161,7 +161,7 @@ v() { cat "$reh/parts/$1.verdict" 2>/dev/null; }
 if ((rc == 0)); then pass gpu_check_budget_run; else fail gpu_check_budget_run "exit $rc: $(tail -n 8 <<<"$log")"; fi
 expect gpu_check_budget_cut_names_what "$(v smoke)" "^CUT \(budget: 2 case\(s\) not run\): PASS: 1 cases, sim within"
 expect gpu_check_budget_least_time "$(v mfu)" "^PASS: GPT-2 L2 C64"
-expect gpu_check_budget_skipped "$(v 10b)" "^SKIPPED \(budget\): 75s of the 100s left, the part needs 120s at least"
+expect gpu_check_budget_skipped "$(v 10b)" "^SKIPPED \(budget\): 75s of the 100s left, the part needs 205s at least"
 expect gpu_check_budget_last_part_gets_rest "$(v twinflow)" "^PASS: Twin-Flow 5.6B: best ratio"
 # twinflow in the time it had: ratio 1 first, then auto, 0 (the shrunk model fits) and 0.5, each with its setup
 expect gpu_check_twinflow_ratio1_first "$(grep -h '^Twin-Flow' "$reh"/logs/twinflow_1.log "$reh"/logs/twinflow_auto.log "$reh"/logs/twinflow_0.log "$reh"/logs/twinflow_0.5.log 2>/dev/null | paste -sd' ')" \
@@ -169,7 +169,7 @@ expect gpu_check_twinflow_ratio1_first "$(grep -h '^Twin-Flow' "$reh"/logs/twinf
 expect gpu_check_twinflow_ratio0_fits "$(cat "$reh/report.md")" "ratio 0: the model states fit this 80GiB device \(estimate\), timed"
 if [ -e "$reh/parts/selftest.verdict" ] || [ -e "$reh/parts/peer.verdict" ]; then fail gpu_check_budget_unselected_absent "$(ls "$reh/parts")"
 else pass gpu_check_budget_unselected_absent; fi
-expect gpu_check_budget_report_whole "$(cat "$reh/report.md")" "\| smoke \| 10 \(25\) \| CUT.*\| mfu \| 10 \(20\) \| PASS.*\| 10b \| 0 \(200\) \| SKIPPED.*\| twinflow \| 25 \(220\) \| PASS"
+expect gpu_check_budget_report_whole "$(cat "$reh/report.md")" "\| smoke \| 10 \(15\) \| CUT.*\| mfu \| 10 \(16\) \| PASS.*\| 10b \| 0 \(205\) \| SKIPPED.*\| twinflow \| 25 \(210\) \| PASS"
 log=$(ZT_GPU_CHECK_VIRTUAL_CLOCK=5 "$pack/run" --device sim --out "$reh" --budget 1000 --parts rest --cases "$cases" \
     --steps 2 --bundle "$tmp/bundle" 2>&1); rc=$?
 if ((rc == 0)); then pass gpu_check_budget_rest_run; else fail gpu_check_budget_rest_run "exit $rc: $(tail -n 8 <<<"$log")"; fi
