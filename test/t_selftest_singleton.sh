@@ -18,7 +18,8 @@ trap 'rm -f "$noexec"' EXIT
 base=(env -i PATH=/usr/bin:/bin HOME="${HOME:-/root}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   OMPI_MCA_plm=isolated)
 out=$(unshare -m bash -c '
-  mount --bind "$1" /usr/bin/ssh || exit 3
+  # a machine without ssh needs nothing hidden
+  if [ -e /usr/bin/ssh ]; then mount --bind "$1" /usr/bin/ssh || exit 3; fi
   shift
   "$@" sh -c "ssh -V" >/dev/null 2>&1 && { echo "FAIL ssh still runs in the namespace"; exit 1; }
   echo "--- singleton"
