@@ -155,6 +155,20 @@ static int run_singleton_child(char *mode, const char *extra, char *text, size_t
     return rc;
 }
 
+/* The child's output on one line, for a check's name (the report keeps a FAIL line's first line
+ * only): Open MPI's banners of dashes dropped, line ends made spaces */
+static void one_line(char *text) {
+    char *w = text;
+    for (const char *r = text; *r; r++) {
+        if (*r == '-' && (r == text || r[-1] == '\n' || r[-1] == '-')) continue; /* a line of dashes */
+        *w++ = *r == '\n' ? ' ' : *r;
+    }
+    while (w > text && w[-1] == ' ') w--;
+    *w = 0;
+    size_t lead = strspn(text, " ");
+    memmove(text, text + lead, strlen(text + lead) + 1);
+}
+
 /* `selftest --singleton-child`: main has started MPI; a singleton is a world of one */
 int zt_selftest_singleton_child(void) {
     printf("singleton-child: MPI started, rank %d of %d\n", zt_mpi_world_rank(), zt_mpi_world_size());
@@ -173,8 +187,7 @@ int zt_selftest_singleton_probe(void) {
     int rc = run_singleton_child("--singleton-child", NULL, text, sizeof text, &status, &done, &took);
     int started = rc == 0 && done && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
                   strstr(text, "MPI started, rank 0 of 1");
-    char *nl = strchr(text, '\n');
-    if (started && nl) *nl = 0;
+    one_line(text);
     char name[1400];
     snprintf(name, sizeof name, "a singleton child of rank %d of %d starts MPI in %.1fs (%.1000s)", zt_mpi_world_rank(),
              zt_mpi_world_size(), took, !done ? "still running after 60 s" : text[0] ? text : "no output");
@@ -194,6 +207,7 @@ void zt_selftest_nccl_watchdog_hang(zt_selftest *st) {
     int by_alarm = done && WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM;
     char *nl = line ? strchr(line, '\n') : NULL;
     if (nl) *nl = 0;
+    if (!named) one_line(text);
     char name[1400];
     snprintf(name, sizeof name, "nccl watchdog: a collective hung on the GPU ends the process in %.1fs (%s; %.1000s)", took,
              !done      ? "still running after 60 s"
