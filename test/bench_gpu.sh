@@ -7,7 +7,8 @@
 #                        GEMM peak of the same dtype measured by ops-DTYPE (run that first);
 #   tf-RATIO             Twin-Flow step time of a 5.6B GPT-2 that needs offload on one GPU
 #                        (configs/gpu_twinflow.yaml) at offload ratio RATIO (a number or auto): the
-#                        median of the timed steps (the first is warm-up) and the device's idle share;
+#                        median of the timed steps (the first is warm-up), the device's idle share and
+#                        the seconds outside the steps (setup: start, allocation, pinning; and exit);
 #   tf-summary           the best ratio's speed-up over ratio 1, from the tf-* lines so far.
 # Usage: test/bench_gpu.sh [ITEM...]; with none, ZT_BENCH_GPU_PARTS (default "ops mfu twinflow")
 # picks whole parts as `make bench` runs them. ZT_BENCH_SETS adds `--set` arguments to every run
@@ -52,15 +53,19 @@ PY
 }
 
 twinflow() { # twinflow RATIO
-  local r=$1
+  local r=$1 t0=$SECONDS
   ./zerotrain train configs/gpu_twinflow.yaml --set zero_optimization.offload_optimizer.ratio="$r" "${extra[@]}" \
     --set metrics_file="$out/tf_$r.jsonl" >"$out/tf_$r.log" 2>&1 || {
       echo "Twin-Flow 5.6B, ratio $r: failed: $(grep -m1 'error' "$out/tf_$r.log" | cut -c1-400)" | tee -a "$out/twinflow.txt"
       return 1; }
-  local chosen idle
+  local chosen idle steps_s setup
   chosen=$(grep -o "ratio auto = [0-9.]*" "$out/tf_$r.log" | head -1)
   idle=$(median "$out/tf_$r.jsonl" device_idle_pct)
-  echo "Twin-Flow 5.6B, ratio $r: $(median "$out/tf_$r.jsonl" step_ms) ms/step, device idle $idle% ${chosen:+($chosen)}" |
+  # the run's seconds outside its steps: start, allocation and pinning the host buffers (most of a
+  # large run's time at ratio 1), and exit
+  steps_s=$(python3 -c "import json,sys; print(int(sum(json.loads(l).get('step_ms', 0) for l in open(sys.argv[1])) / 1000))" "$out/tf_$r.jsonl")
+  setup=$((SECONDS - t0 - steps_s))
+  echo "Twin-Flow 5.6B, ratio $r: $(median "$out/tf_$r.jsonl" step_ms) ms/step, device idle $idle%, setup ${setup}s${chosen:+ ($chosen)}" |
     tee -a "$out/twinflow.txt"
 }
 

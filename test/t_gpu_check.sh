@@ -58,12 +58,19 @@ printf '%s\n' "${hide[@]}" >"$tmp/hidden"
 } | while read -r so path; do echo "$so $(readlink -f "$path")"; done >"$tmp/cudalibs"
 echo "hiding ${#hide[@]} files of $(grep -c . <<<"$(awk '/^## Debian packages/ { f = 1; next } /^$/ { f = 0 } f' "$pack/MANIFEST")") packages"
 
+# another PMIx's plugin where the system's PMIx keeps its own, as on the GPU machines (whose PMIx is
+# another version: "undefined symbol: pmix_output_info"): the packed PMIx must not load it
+zlib_plugin=/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/pmix_mca_pcompress_zlib.so
+printf 'extern int pmix_output_info(int);\nint foreign_plugin(void) { return pmix_output_info(0); }\n' >"$tmp/foreign.c"
+[ -f "$zlib_plugin" ] && gcc -shared -fPIC -o "$tmp/foreign_plugin.so" "$tmp/foreign.c" && echo "$zlib_plugin" >"$tmp/foreign_at"
+
 # everything below runs in the namespace; its output is the test's (PASS/FAIL lines)
 cat >"$tmp/inside.sh" <<'EOF'
 set -u
 tmp=$1; pack=$tmp/pack
 export LD_LIBRARY_PATH=$tmp/toollibs TMPDIR=$tmp/tmpdir OMP_NUM_THREADS=1
 while read -r f; do mount --bind /dev/null "$f" || { echo "FAIL gpu_check_hide: mount over $f"; exit 1; }; done <"$tmp/hidden"
+[ -f "$tmp/foreign_at" ] && mount --bind "$tmp/foreign_plugin.so" "$(cat "$tmp/foreign_at")"
 # CUDA's libraries and NCCL (of a CUDA build) as pip's wheels lay them out (site-packages/nvidia/*/lib,
 # on PYTHONPATH), and no longer where the binary was linked (its RUNPATH) nor in the loader's cache
 while read -r so real; do
@@ -96,6 +103,11 @@ else
 fi
 if grep -q 'from the system, not the pack' <<<"$report"; then fail gpu_check_nothing_from_system "$(grep 'from the system' <<<"$report")"
 else pass gpu_check_nothing_from_system; fi
+# PMIx's plugins come from the pack too: the system's (here the foreign one above) were loaded by
+# every singleton and its orted, which warned in every log
+pmix_warned=$(grep -l 'pmix_mca_base_component_repository_open' "$o1"/logs/*.log 2>/dev/null | head -3)
+if [ -n "$pmix_warned" ]; then fail gpu_check_pmix_plugins_from_pack "$(grep -h -m1 -A1 'pmix_mca_base_component_repository_open' $pmix_warned | head -2)"
+else pass gpu_check_pmix_plugins_from_pack; fi
 selftest=$(cat "$o1/parts/selftest.verdict" 2>/dev/null)
 expect gpu_check_selftest_no_gpu "$selftest" "^no GPU"
 selftest2=$(cat "$o1/parts/selftest2.verdict" 2>/dev/null)
@@ -149,11 +161,15 @@ v() { cat "$reh/parts/$1.verdict" 2>/dev/null; }
 if ((rc == 0)); then pass gpu_check_budget_run; else fail gpu_check_budget_run "exit $rc: $(tail -n 8 <<<"$log")"; fi
 expect gpu_check_budget_cut_names_what "$(v smoke)" "^CUT \(budget: 2 case\(s\) not run\): PASS: 1 cases, sim within"
 expect gpu_check_budget_least_time "$(v mfu)" "^PASS: GPT-2 L2 C64"
-expect gpu_check_budget_skipped "$(v 10b)" "^SKIPPED \(budget\): 75s of the 100s left, the part needs 120s at least"
+expect gpu_check_budget_skipped "$(v 10b)" "^SKIPPED \(budget\): 75s of the 100s left, the part needs 205s at least"
 expect gpu_check_budget_last_part_gets_rest "$(v twinflow)" "^PASS: Twin-Flow 5.6B: best ratio"
+# twinflow in the time it had: ratio 1 first, then auto, 0 (the shrunk model fits) and 0.5, each with its setup
+expect gpu_check_twinflow_ratio1_first "$(grep -h '^Twin-Flow' "$reh"/logs/twinflow_1.log "$reh"/logs/twinflow_auto.log "$reh"/logs/twinflow_0.log "$reh"/logs/twinflow_0.5.log 2>/dev/null | paste -sd' ')" \
+    "ratio 1: [0-9.]+ ms/step, device idle [0-9.]+%, setup [0-9]+s .*ratio auto: .*ratio 0: .*ratio 0.5: "
+expect gpu_check_twinflow_ratio0_fits "$(cat "$reh/report.md")" "ratio 0: the model states fit this 80GiB device \(estimate\), timed"
 if [ -e "$reh/parts/selftest.verdict" ] || [ -e "$reh/parts/peer.verdict" ]; then fail gpu_check_budget_unselected_absent "$(ls "$reh/parts")"
 else pass gpu_check_budget_unselected_absent; fi
-expect gpu_check_budget_report_whole "$(cat "$reh/report.md")" "\| smoke \| 10 \(25\) \| CUT.*\| mfu \| 10 \(20\) \| PASS.*\| 10b \| 0 \(200\) \| SKIPPED.*\| twinflow \| 25 \(220\) \| PASS"
+expect gpu_check_budget_report_whole "$(cat "$reh/report.md")" "\| smoke \| 10 \(15\) \| CUT.*\| mfu \| 10 \(16\) \| PASS.*\| 10b \| 0 \(205\) \| SKIPPED.*\| twinflow \| 25 \(210\) \| PASS"
 log=$(ZT_GPU_CHECK_VIRTUAL_CLOCK=5 "$pack/run" --device sim --out "$reh" --budget 1000 --parts rest --cases "$cases" \
     --steps 2 --bundle "$tmp/bundle" 2>&1); rc=$?
 if ((rc == 0)); then pass gpu_check_budget_rest_run; else fail gpu_check_budget_rest_run "exit $rc: $(tail -n 8 <<<"$log")"; fi
@@ -165,6 +181,11 @@ if grep -q "part twinflow" <<<"$log"; then fail gpu_check_budget_rest_skips_done
 if [ -f "$tmp/bundle/report.md" ] && tar -tzf "$tmp/bundle/gpu-check-out.tgz" | grep -q 'parts/twinflow.verdict'; then
     pass gpu_check_bundle
 else fail gpu_check_bundle "no report.md or tgz in $tmp/bundle"; fi
+# twinflow with its least time at 40 s a step: ratio 1 and auto do not fit together, so auto alone runs
+# and the verdict is CUT with what it measured (best / ratio 1 needs ratio 1), not a failure
+log=$(ZT_GPU_CHECK_VIRTUAL_CLOCK=40 "$pack/run" --device sim --out "$tmp/tf_cut" --budget 65 --parts twinflow 2>&1); rc=$?
+expect gpu_check_twinflow_cut_without_ratio1 "rc=$rc $(cat "$tmp/tf_cut/parts/twinflow.verdict" 2>/dev/null)" \
+    "^rc=0 CUT \(budget: ratio 1 not run: planned 150s and ratio auto 60s, the part had 60s\): ratio auto: [0-9.]+ ms, idle [0-9.]+%, setup [0-9]+s; best ÷ ratio 1 needs ratio 1$"
 log=$("$pack/run" --device sim --out "$reh" --parts rest 2>&1); rc=$?
 expect gpu_check_budget_nothing_left "rc=$rc $log" "^rc=0 .*nothing left"
 log=$("$pack/run" --device sim --out "$tmp/r0" --budget 3 --parts smoke,peer 2>&1); rc=$?

@@ -489,6 +489,8 @@ int zt_cmd_selftest(int argc, char **argv) {
         else if (!strcmp(argv[i], "--bench-B") && i + 1 < argc) bench_b = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bench-T") && i + 1 < argc) bench_t = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nccl-hang-child")) return zt_selftest_nccl_hang_child(); /* internal */
+        else if (!strcmp(argv[i], "--singleton-child")) return zt_selftest_singleton_child();  /* internal */
+        else if (!strcmp(argv[i], "--singleton-probe")) return zt_selftest_singleton_probe();  /* internal */
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: zerotrain selftest [--device cuda|sim|cpu] [--seed N] [--allow-skip]\n"
                    "       zerotrain selftest --bench [--device cuda|cpu] [--fp16] [--bench-B 16] [--bench-T 1024]\n"

@@ -45,6 +45,10 @@ void zt_selftest_comm(zt_selftest *st);
 void zt_selftest_nccl_watchdog_healthy(zt_selftest *st);
 void zt_selftest_nccl_watchdog_hang(zt_selftest *st);
 int zt_selftest_nccl_hang_child(void);
+/* `selftest --singleton-probe`: a child spawned the way the hang check spawns it (an MPI singleton
+ * of its own, `selftest --singleton-child`) starts MPI as a world of one; exit status 0 when it did */
+int zt_selftest_singleton_probe(void);
+int zt_selftest_singleton_child(void);
 
 /* For the training part of the selftest: checks a device loss trajectory against the reference
  * one step by step; err = max_i |dev_i - ref_i| / |ref_i| (inf if a device loss is not finite).

@@ -8,7 +8,10 @@
  *     GPU while the host blocks in an unwatched synchronize. The child must print the watchdog's
  *     line naming "NCCL all-reduce #1", abort NCCL and exit non-zero long before the kernel would
  *     give up (120 s), through MPI_Abort once the abort has had ZT_WATCHDOG_ABORT_WAIT seconds, not
- *     through the watchdog's last-resort 30 s alarm (SIGALRM); the selftest lives on in the parent. */
+ *     through the watchdog's last-resort 30 s alarm (SIGALRM); the selftest lives on in the parent.
+ * It also owns how such a child is spawned: an MPI singleton of its own (Open MPI's configuration
+ * kept, the parent job's identity dropped, no remote launcher), which `selftest --singleton-probe`
+ * checks without a GPU (test/t_selftest_singleton.sh: on a machine without ssh). */
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -67,76 +70,146 @@ int zt_selftest_nccl_hang_child(void) {
     return 0;
 }
 
-/* whether a variable says where Open MPI and PMIx are installed (a relocated install, such as
- * gpu-check's pack, is found only through them) rather than which job this process belongs to */
-static int is_install_location(const char *var) {
-    return !strncmp(var, "OPAL_PREFIX=", 12) || !strncmp(var, "PMIX_PREFIX=", 12);
+/* whether a variable is one a launcher (mpirun's orted, or a singleton's own orted) sets to make a
+ * process one rank of its job: the rank, the job's size and ids, the daemon's and PMIx server's
+ * addresses, the session directories. A launched rank and a singleton differ in these alone (seen
+ * with `mpirun -np 1 env` of Open MPI 4.1); everything else with these prefixes configures Open MPI
+ * or PMIx and stays. */
+static int is_job_identity(const char *var) {
+    static const char *const launcher_set[] = {
+        "OMPI_MCA_ess", "OMPI_MCA_orte_", "OMPI_MCA_pmix=", "OMPI_MCA_initial_wdir=", "OMPI_MCA_mpi_oversubscribe=",
+        "OMPI_MCA_shmem_RUNTIME_QUERY_hint=", "PMIX_RANK=", "PMIX_NAMESPACE=", "PMIX_ID=", "PMIX_SERVER_",
+        "PMIX_SYSTEM_TMPDIR=", "PMIX_SECURITY_MODE=", "PMIX_GDS_MODULE=", "PMIX_PTL_MODULE=", "PMIX_BFROP_BUFFER_TYPE=",
+        "PMIX_DSTORE_", "PMIX_HOSTNAME=", "PMIX_VERSION="};
+    for (size_t i = 0; i < sizeof launcher_set / sizeof *launcher_set; i++)
+        if (!strncmp(var, launcher_set[i], strlen(launcher_set[i]))) return 1;
+    /* OMPI_COMM_WORLD_*, OMPI_UNIVERSE_SIZE, OMPI_COMMAND, ...: all but the MCA and run-as-root ones */
+    return !strncmp(var, "OMPI_", 5) && strncmp(var, "OMPI_MCA_", 9) && strncmp(var, "OMPI_ALLOW_RUN_AS_ROOT", 22);
 }
 
-/* the child's environment: ours without Open MPI's/PMIx's job variables (the child is a singleton,
- * not a rank of our job), plus the injection. The install locations stay: without OPAL_PREFIX a
- * singleton of the packed Open MPI looks for orted where Debian puts it, finds none and tries ssh
- * (seen on the first H100 run of gpu-check: "plm_rsh_agent: ssh : rsh" not found) */
-static char **child_env(void) {
+/* The environment of a child that must be an MPI singleton of its own, not a rank of our job: ours
+ * without the job's identity and our injections, plus `extra` (an injection, or NULL). Open MPI's
+ * and PMIx's configuration stays (OMPI_MCA_*, OMPI_ALLOW_RUN_AS_ROOT*, PMIX_MCA_*, and where a
+ * relocated install such as gpu-check's pack lives: OPAL_PREFIX, PMIX_PREFIX, PMIX_PKGLIBDIR, ...),
+ * and plm is `isolated`: a singleton of one process
+ * never starts a daemon on another machine, and Open MPI 4.1's default rsh launcher ends its orted
+ * where no ssh is installed ("plm_rsh_agent: ssh : rsh" not found, seen on the first H200 run of
+ * gpu-check, whose image configured its own way around it in a variable the child lost). */
+static char **singleton_env(const char *extra) {
     size_t n = 0;
     while (environ[n]) n++;
-    char **env = zt_xcalloc(n + 2, sizeof *env);
+    char **env = zt_xcalloc(n + 3, sizeof *env);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (is_install_location(environ[i]) ||
-            (strncmp(environ[i], "OMPI_", 5) && strncmp(environ[i], "PMIX_", 5) && strncmp(environ[i], "OPAL_", 5) &&
-             strncmp(environ[i], "ZEROTRAIN_INJECT_", 17)))
+        if (!is_job_identity(environ[i]) && strncmp(environ[i], "OMPI_MCA_plm=", 13) &&
+            strncmp(environ[i], "ZEROTRAIN_INJECT_", 17))
             env[k++] = environ[i];
-    env[k++] = "ZEROTRAIN_INJECT_NCCL_HANG=1";
+    env[k++] = "OMPI_MCA_plm=isolated";
+    if (extra) env[k++] = (char *)extra;
     env[k] = NULL;
     return env;
 }
 
-void zt_selftest_nccl_watchdog_hang(zt_selftest *st) {
-    char out_path[] = "/tmp/zerotrain-selftest-hang-XXXXXX";
+/* Runs `/proc/self/exe selftest MODE` as a singleton (singleton_env with `extra`) for at most
+ * CHILD_LIMIT_S seconds, killing it then; its stdout and stderr land in text. Returns
+ * posix_spawn's result; *done says whether it ended by itself (with *status), *took its seconds. */
+static int run_singleton_child(char *mode, const char *extra, char *text, size_t cap, int *status, int *done,
+                               double *took) {
+    text[0] = 0;
+    *done = 0;
+    *took = 0;
+    char out_path[] = "/tmp/zerotrain-selftest-child-XXXXXX";
     int fd = mkstemp(out_path);
     if (fd < 0) {
-        zt_selftest_check(st, "nccl watchdog hang child (cannot make a temporary file)", 1, 0);
-        return;
+        snprintf(text, cap, "cannot make a temporary file");
+        return -1;
     }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fd, 1);
     posix_spawn_file_actions_adddup2(&fa, fd, 2);
-    char *argv[] = {"/proc/self/exe", "selftest", "--nccl-hang-child", NULL};
-    char **env = child_env();
+    char *argv[] = {"/proc/self/exe", "selftest", mode, NULL};
+    char **env = singleton_env(extra);
     pid_t pid;
     double t0 = zt_now();
     int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, env);
     posix_spawn_file_actions_destroy(&fa);
     free(env);
     close(fd);
-    int status = 0, done = 0;
-    while (rc == 0 && !done && zt_now() - t0 < CHILD_LIMIT_S) {
-        done = waitpid(pid, &status, WNOHANG) == pid;
-        if (!done) usleep(50000);
+    while (rc == 0 && !*done && zt_now() - t0 < CHILD_LIMIT_S) {
+        *done = waitpid(pid, status, WNOHANG) == pid;
+        if (!*done) usleep(50000);
     }
-    double took = zt_now() - t0;
-    if (rc == 0 && !done) {
+    *took = zt_now() - t0;
+    if (rc == 0 && !*done) {
         kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
+        waitpid(pid, status, 0);
     }
-    char text[4096] = "";
     FILE *f = fopen(out_path, "r");
     if (f) {
-        size_t got = fread(text, 1, sizeof text - 1, f);
+        size_t got = fread(text, 1, cap - 1, f);
         text[got] = 0;
         fclose(f);
     }
     unlink(out_path);
+    return rc;
+}
+
+/* The child's output on one line, for a check's name (the report keeps a FAIL line's first line
+ * only): Open MPI's banners of dashes dropped, line ends made spaces */
+static void one_line(char *text) {
+    char *w = text;
+    for (const char *r = text; *r; r++) {
+        if (*r == '-' && (r == text || r[-1] == '\n' || r[-1] == '-')) continue; /* a line of dashes */
+        *w++ = *r == '\n' ? ' ' : *r;
+    }
+    while (w > text && w[-1] == ' ') w--;
+    *w = 0;
+    size_t lead = strspn(text, " ");
+    memmove(text, text + lead, strlen(text + lead) + 1);
+}
+
+/* `selftest --singleton-child`: main has started MPI; a singleton is a world of one */
+int zt_selftest_singleton_child(void) {
+    printf("singleton-child: MPI started, rank %d of %d\n", zt_mpi_world_rank(), zt_mpi_world_size());
+    return zt_mpi_world_size() == 1 ? 0 : 1;
+}
+
+/* `selftest --singleton-probe`: the spawn the hang check uses, without a GPU: from this process (a
+ * singleton or a launched rank, MPI started), a child in singleton_env starts MPI as a world of one */
+int zt_selftest_singleton_probe(void) {
+    zt_selftest st;
+    memset(&st, 0, sizeof st);
+    st.verbose = 1;
+    char text[4096];
+    int status = 0, done = 0;
+    double took = 0;
+    int rc = run_singleton_child("--singleton-child", NULL, text, sizeof text, &status, &done, &took);
+    int started = rc == 0 && done && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+                  strstr(text, "MPI started, rank 0 of 1");
+    one_line(text);
+    char name[1400];
+    snprintf(name, sizeof name, "a singleton child of rank %d of %d starts MPI in %.1fs (%.1000s)", zt_mpi_world_rank(),
+             zt_mpi_world_size(), took, !done ? "still running after 60 s" : text[0] ? text : "no output");
+    zt_selftest_check(&st, name, started ? 0 : 1, 0);
+    return st.failed ? 1 : 0;
+}
+
+void zt_selftest_nccl_watchdog_hang(zt_selftest *st) {
+    char text[4096];
+    int status = 0, done = 0;
+    double took = 0;
+    int rc = run_singleton_child("--nccl-hang-child", "ZEROTRAIN_INJECT_NCCL_HANG=1", text, sizeof text, &status,
+                                 &done, &took);
     const char *line = strstr(text, "zerotrain: error: rank 0");
     int named = line && strstr(line, "NCCL all-reduce #1 (4000 bytes) made no progress for");
     int nonzero = done && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     int by_alarm = done && WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM;
     char *nl = line ? strchr(line, '\n') : NULL;
     if (nl) *nl = 0;
+    if (!named) one_line(text);
     char name[1400];
-    snprintf(name, sizeof name, "nccl watchdog: a collective hung on the GPU ends the process in %.1fs (%s; %s)", took,
+    snprintf(name, sizeof name, "nccl watchdog: a collective hung on the GPU ends the process in %.1fs (%s; %.1000s)", took,
              !done      ? "still running after 60 s"
              : by_alarm ? "ended by the 30 s alarm: the NCCL abort was not bounded"
              : nonzero  ? "non-zero exit"
