@@ -120,32 +120,32 @@ def load():
         return f.read().split()[0]
 
 
+rows = []
+# ZT_BENCH_PREDICT_ONLY=TEXT: only the configs whose name contains TEXT, and no needless waits (a quick
+# look while working on the model; "tp 2" runs the tp row alone, with its calibration only)
+only = os.environ.get("ZT_BENCH_PREDICT_ONLY", "")
+matrix = [m for m in MATRIX if only in m[0]]
+
 profile = os.path.join(work, "calibrated.yaml")
-p = ztlib.run(["calibrate", "-o", profile, "--dir", nvme], timeout=300)
-print(p.stderr.strip())
-if p.returncode != 0:
-    sys.exit(f"calibrate failed: {p.stderr[-400:]}")
+if matrix or not only:
+    p = ztlib.run(["calibrate", "-o", profile, "--dir", nvme], timeout=300)
+    print(p.stderr.strip())
+    if p.returncode != 0:
+        sys.exit(f"calibrate failed: {p.stderr[-400:]}")
 print(f"profile: {profile} (load average {load()} at the start; {os.cpu_count()} cores)")
 
 # Tensor parallelism 2, made fair: the measured run is two processes on this machine's 2 cores, each
 # rank's threads held to one core (OMP_NUM_THREADS=1, as 2 ranks on 2 cores are launched); the profile
-# that predicts it is calibrated the same way (one thread: a rank's share of the machine) and says the
-# machine is one node of 2 GPUs, so predict --ranks 2 --tp 2 divides the host among them as the real
-# run does. The collectives are priced from the profile's network keys (the host memcpy rate and the
-# lane handoff), which is what a host-staged all-reduce between two processes here moves through.
+# that predicts it is `calibrate --tp 2` run the same way: its real step is a tp-2 step of two such
+# processes at once, so its rates are what a rank's ops cost beside the other rank, each on half the
+# vocabulary (a profile whose real step was one process alone over-priced this row by 41 %), and it
+# says the machine is one node of 2 GPUs, so predict --ranks 2 --tp 2 divides the host among them as
+# the real run does. The collectives are priced from the profile's network keys (the host memcpy rate
+# and the lane handoff), which is what a host-staged all-reduce between two processes here moves through.
 ONE_CORE = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 rank_profile = os.path.join(work, "calibrated-rank.yaml")
-p = ztlib.run(["calibrate", "-o", rank_profile, "--dir", nvme], env=ONE_CORE, timeout=300)
-if p.returncode == 0:
-    with open(rank_profile) as f:
-        text = f.read()
-    with open(rank_profile, "w") as f:
-        f.write(re.sub(r"(?m)^  gpus_per_node: 1\b", "  gpus_per_node: 2", text))
-
-rows = []
-# ZT_BENCH_PREDICT_ONLY=TEXT: only the configs whose name contains TEXT (a quick look while working on the model)
-only = os.environ.get("ZT_BENCH_PREDICT_ONLY", "")
-matrix = [m for m in MATRIX if only in m[0]]
+p = ztlib.run(["calibrate", "--tp", "2", "-o", rank_profile, "--dir", nvme], env=ONE_CORE, timeout=600)
+print(p.stderr.strip())
 tp_ok, tp_why = predict(rank_profile, TP[1], ranks_tp=(2, 2))
 if tp_ok is not None and only in TP[0]:
     matrix.append(TP)
@@ -209,6 +209,8 @@ def needless(label, sets, env):
           f"with the wait, error {100 * (wait_p - wait_m) / wait_m:+.1f} %", flush=True)
 
 
+if only:
+    sys.exit(0)
 needless(f"needless synchronize after every block ({MATRIX[5][0]})", MATRIX[5][1], {"ZEROTRAIN_INJECT_EXTRA_SYNC": "1"})
 needless(f"needless wait serializing the update's host lanes with the next forward ({MATRIX[8][0]})", MATRIX[8][1],
          {"ZEROTRAIN_INJECT_SERIAL_LANES": "1"})

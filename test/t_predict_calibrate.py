@@ -8,6 +8,10 @@ works are; estimate's step times are predictions, deterministic, and are checked
     sets (element-wise, cross-entropy, operand widening and rounding) are positive, finite and say
     so, and the step leaves no file under --dir; a --dir that cannot be written to is one line
     naming it;
+  - calibrate --tp 2 (a tensor-parallel rank's profile: its real step is a tp-2 step of two processes
+    at once, each rank's op table read) writes the same step-set rates, positive and finite, says its
+    step was tp 2 and that the machine is one node of 2 GPUs, leaves no file (no rank's op table
+    either), and predict --ranks 2 --tp 2 with it runs as one node of 2; --tp 3 is refused in one line;
   - a GEMM with one long dimension is priced at the lower of the square curve's and the long
     curve's efficiency: a long_out curve below the square one slows the tiny config's prediction
     (its LM head), one at 1 changes nothing, and a bad one is refused with its position;
@@ -60,18 +64,52 @@ ztlib.check(pp.returncode == 0 and ms is not None and ms > 0 and "on calibrated"
             "calibrated_profile_predicts", (pp.stderr or pp.stdout)[-400:])
 ztlib.check(all(re.search(rf"(?m)^    {dt}: {{.*long_out: \[\[32, .*long_k: \[\[32, .*long_rows: \[\[32, ", text)
                 for dt in ("bf16", "fp16", "fp32")), "calibrate_measures_long_gemms", text[-1500:])
+
+
+def step_set_rates(text):
+    """the rates calibrate's real step sets: {key: (value, says it was measured in the real step)}"""
+    out = {}
+    for key in ("memory_bandwidth_gbs", "xent_gbs", "operand_gbs", "round_gbs"):
+        m = re.search(rf"(?m)^  {key}: ([0-9.e+-]+)\s+#(.*)$", text)
+        out[key] = (float(m.group(1)), "real step" in m.group(2)) if m else (None, False)
+    for key in ("bf16", "fp16", "fp32"):
+        m = re.search(rf"(?m)^  attention_tflops: {{.*\b{key}: ([0-9.e+-]+)", text)
+        out["attention " + key] = (float(m.group(1)) if m else None, True)
+    return out
+
+
 # the real step: its rates are there, positive and finite, each saying it was measured in the step, and
 # the step's files under --dir are gone
-step_keys = {}
-for key in ("memory_bandwidth_gbs", "xent_gbs", "operand_gbs", "round_gbs"):
-    m = re.search(rf"(?m)^  {key}: ([0-9.e+-]+)\s+#(.*)$", text)
-    step_keys[key] = (float(m.group(1)), "real step" in m.group(2)) if m else (None, False)
+step_keys = step_set_rates(text)
 ztlib.check(all(v is not None and 0 < v < float("inf") and said for v, said in step_keys.values())
             and "# The real step: `train` of a fixed GPT-2" in text
             and re.search(r"(?m)^    # blocks' \([0-9.]+x\), long_out by the LM head forward's \([0-9.]+x\)", text),
             "calibrate_prices_from_a_real_step", f"{step_keys}\n{text[:3000]}")
 ztlib.check(not [f for f in os.listdir(work) if f.startswith("zerotrain-calibrate.")], "calibrate_step_leaves_no_files",
             str(os.listdir(work)))
+
+
+# ---- calibrate --tp 2: one rank of a tensor-parallel pair, its real step two processes at once
+rank_prof = os.path.join(work, "rank.yaml")
+p = ztlib.run(["calibrate", "--tp", "2", "-o", rank_prof, "--dir", work], timeout=900)
+rank_text = ztlib.read_text(rank_prof)
+rates = step_set_rates(rank_text)
+ztlib.check(p.returncode == 0 and all(v is not None and 0 < v < float("inf") and said for v, said in rates.values())
+            and "# The real step ran at tensor_parallel.tp_size 2 as 2 processes at once" in rank_text
+            and re.search(r"(?m)^  gpus_per_node: 2 .*# measured", rank_text),
+            "calibrate_tp_prices_from_a_two_process_step", f"{p.stderr[-400:]}\n{rates}\n{rank_text[:1500]}")
+ztlib.check(not [f for f in os.listdir(work) if f.startswith("zerotrain-calibrate.")], "calibrate_tp_leaves_no_files",
+            str(os.listdir(work)))
+TINY = ["--set", "model.n_layer=2", "--set", "model.n_embd=64", "--set", "model.n_head=2"]
+pp = ztlib.run(["predict", cfg, "--hw", rank_prof, "--steps", "2", "--ranks", "2", "--tp", "2"] + TINY, timeout=600)
+ms = step_ms(pp.stdout)
+ztlib.check(pp.returncode == 0 and ms is not None and ms > 0 and "on calibrated" in pp.stdout
+            and "tensor-parallel 2, 2 per node, 1 node" in pp.stdout,
+            "calibrate_tp_profile_predicts_tp_as_one_node", (pp.stderr or pp.stdout)[-600:])
+p = ztlib.run(["calibrate", "--tp", "3", "-o", os.path.join(work, "x.yaml"), "--dir", work])
+lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+ztlib.check(p.returncode == 2 and len(lines) == 1 and "calibrate --tp" in lines[0] and "'3'" in lines[0],
+            "calibrate_tp_bad_count_one_line", p.stderr[-300:])
 
 # ---- the long-GEMM curves, priced (h100-sxm with a long_out curve added: deterministic)
 h100 = ztlib.read_text(os.path.join(ztlib.ROOT, "configs", "hw", "h100-sxm.yaml"))
@@ -84,7 +122,6 @@ def with_long_out(curve):
     return path
 
 
-TINY = ["--set", "model.n_layer=2", "--set", "model.n_embd=64", "--set", "model.n_head=2"]
 base = step_ms(ztlib.run(["predict", cfg, "--hw", "h100-sxm", "--steps", "2"] + TINY, timeout=600).stdout)
 slow = step_ms(ztlib.run(["predict", cfg, "--hw", with_long_out("[[32, 0.001], [256, 0.001]]"), "--steps", "2"] + TINY,
                          timeout=600).stdout)

@@ -125,7 +125,7 @@ typedef struct {
 } op_row;
 #define OP_ROWS 1024
 static op_row *g_op_rows;
-static const char *g_op_times_path;
+static char g_op_times_path[4096];
 
 static void op_times_write(void) {
     FILE *f = fopen(g_op_times_path, "w");
@@ -149,7 +149,10 @@ static void op_times_write(void) {
 static void op_times_open(void) {
     const char *p = getenv("ZEROTRAIN_SIM_OP_TIMES");
     if (g_timed && p && *p) {
-        g_op_times_path = p;
+        /* one table a process: under a launcher, the node's rank R > 0 writes FILE.R (calibrate --tp reads them all) */
+        int rank = zt_node_local_rank();
+        if (rank > 0) snprintf(g_op_times_path, sizeof g_op_times_path, "%s.%d", p, rank);
+        else snprintf(g_op_times_path, sizeof g_op_times_path, "%s", p);
         g_op_rows = calloc(OP_ROWS, sizeof *g_op_rows);
         atexit(op_times_write);
     }

@@ -74,8 +74,9 @@ void sim_clock_count_pcie(zt_copy_kind kind, double bytes);
 /* ZEROTRAIN_SIM_OP_TIMES=FILE, with a profile and the items run (not dry): each lane item's real
  * wall and lane-thread CPU time (and the parts of it spent widening and rounding 16-bit operands)
  * beside its price, the price's operand part and what it was priced for, summed by lane, name and
- * price (one price is one shape), written to FILE at exit as tab-separated rows. Says where a real
- * run's time goes that the virtual clock does not charge; `zerotrain calibrate` prices ops from it. */
+ * price (one price is one shape), written to FILE at exit as tab-separated rows (a node's rank R > 0
+ * of several writes FILE.R). Says where a real run's time goes that the virtual clock does not
+ * charge; `zerotrain calibrate` prices ops from it. */
 typedef struct sim_op_sample {
     double cost, operand_cost;   /* its price and the price's operand part (seconds) */
     double flops, widened, rounded; /* what it was priced for: FLOPs, 16-bit bytes widened and rounded back */

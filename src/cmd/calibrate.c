@@ -1,4 +1,4 @@
-/* calibrate.c — `zerotrain calibrate [-o FILE] [--dir DIR]`: measures this machine as the simulated
+/* calibrate.c — `zerotrain calibrate [-o FILE] [--dir DIR] [--tp T]`: measures this machine as the simulated
  * GPU executes on it and writes a hardware profile (config/hw_profile.h, the shape of the files in configs/hw/)
  * whose every key says what was measured, how, and when. With it, `predict --hw FILE` prices a step
  * as the simulated GPU's real lanes would run it here, which is what `make bench`'s model check
@@ -21,7 +21,12 @@
  * takes on an idle machine, and it does not grow when other processes share the cores, where wall
  * time would carry their load into the profile (on a 2-core machine shared with a dozen runnable
  * threads, tight loops ran 1.6x and training steps 4x slower by the wall clock than by CPU time). Collectives are not measured (one process): the network keys are derived from the host
- * copy rate and say so. The whole calibration takes well under a minute. */
+ * copy rate and say so. The whole calibration takes well under a minute.
+ *
+ * --tp T: the profile of one rank of a tensor-parallel group of T on this machine, for `predict --ranks
+ * T --tp T`: the real step (calibrate_step.c) runs as T processes at once at tp_size T, so its rates
+ * are what a rank's ops cost beside the other ranks, and the profile says the machine is one node of
+ * T GPUs (predict shares the host among them as the ranks share it). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -488,6 +493,10 @@ static void write_profile(FILE *f, const measured *m, const char *dir, const mea
                    "# ops meet their operands cold and run beside the other lanes, which loops of one op do not. The loops\n"
                    "# give each rate's shape (the GEMM curves by size), the step its level, kind by kind.\n",
                 st->layers, st->n_embd, st->seq_len, st->micro_batch, st->runs, st->steps);
+    if (st && st->tp > 1)
+        fprintf(f, "# The real step ran at tensor_parallel.tp_size %d as %d processes at once (`calibrate --tp %d`), every rank's\n"
+                   "# ops summed: this profile prices one rank of a tp-%d group on this machine (predict --ranks %d --tp %d).\n",
+                st->tp, st->tp, st->tp, st->tp, st->tp, st->tp);
     fprintf(f, "name: calibrated\ndevice:\n");
     fprintf(f, "  memory: %.0fMiB   # measured: the simulated GPU's mem_info total (ZEROTRAIN_SIM_MEM)\n", m->dev_mem / 1048576);
     fprintf(f, "  memory_bandwidth_gbs: %.3f   # ", m->dev_bw * 1e-9);
@@ -553,7 +562,11 @@ static void write_profile(FILE *f, const measured *m, const char *dir, const mea
                "  # the one-thread memcpy rate above and the latency a synchronize's handoff\n");
     fprintf(f, "  intra_node: {bandwidth_gbs: %.3f, latency_us: %.2f}\n", m->memcpy_bw * 1e-9, m->handoff * 1e6 + 1);
     fprintf(f, "  inter_node: {bandwidth_gbs: %.3f, latency_us: %.2f}\n", m->memcpy_bw * 1e-9, m->handoff * 1e6 + 1);
-    fprintf(f, "  gpus_per_node: 1           # this machine is one simulated GPU (predict --ranks shares its host among a node's ranks)\n");
+    if (st && st->tp > 1)
+        fprintf(f, "  gpus_per_node: %d           # measured: the real step's %d ranks ran on this machine at once (predict --ranks shares "
+                   "its host among a node's ranks)\n", st->tp, st->tp);
+    else
+        fprintf(f, "  gpus_per_node: 1           # this machine is one simulated GPU (predict --ranks shares its host among a node's ranks)\n");
 }
 
 static void cpu_name(char *out, size_t cap) {
@@ -571,12 +584,22 @@ static void cpu_name(char *out, size_t cap) {
 
 int zt_cmd_calibrate(int argc, char **argv) {
     const char *out = NULL, *dir = ".";
+    int tp = 1;
     for (int i = 1; i < argc; i++) {
+        char *end = NULL;
         if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
-        else {
+        else if (!strcmp(argv[i], "--tp") && i + 1 < argc) {
+            tp = (int)strtol(argv[++i], &end, 10);
+            if (*end || tp < 1 || tp > 2) { /* the real step's model has 2 heads */
+                fprintf(stderr, "zerotrain: error: calibrate --tp: expected 1 or 2 ranks (the real step's model has 2 "
+                                "heads), got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "zerotrain: error: calibrate: unexpected argument '%s'\n"
-                            "usage: zerotrain calibrate [-o FILE] [--dir DIR]   (DIR: where NVMe swap would go; default .)\n",
+                            "usage: zerotrain calibrate [-o FILE] [--dir DIR] [--tp T]   (DIR: where NVMe swap would go; "
+                            "default .; T: a tensor-parallel rank's profile, its real step as T processes)\n",
                     argv[i]);
             return 2;
         }
@@ -615,7 +638,7 @@ int zt_cmd_calibrate(int argc, char **argv) {
     }
     write_profile(lf, &loops, dir, NULL, NULL);
     int step_rc = fclose(lf) ? zt_fail(&err, "calibrate: cannot write %s: %s", loop_profile, strerror(errno))
-                             : zt_calibrate_step(loop_profile, dir, m.kernel_min, &st, &err);
+                             : zt_calibrate_step(loop_profile, dir, m.kernel_min, tp, &st, &err);
     unlink(loop_profile);
     if (step_rc) {
         zt_print_error(&err);

@@ -16,7 +16,14 @@
  * [96 x 50304] GEMM, the shape that carries most of a small GPT-2's step on a CPU. The run is this
  * executable's `train` in a child process (the sim's lanes are threads of this one: a fork could not
  * run them), with ZEROTRAIN_SIM_PROFILE set so each item has a price, ZEROTRAIN_SIM_DRY=0 so it runs,
- * and ZEROTRAIN_SIM_OP_TIMES so each item's lane CPU time is written beside it. */
+ * and ZEROTRAIN_SIM_OP_TIMES so each item's lane CPU time is written beside it.
+ *
+ * With tp T > 1 (`calibrate --tp T`) the step is the same model at tensor_parallel.tp_size T, run as
+ * T processes at once (`zerotrain run -n T --tp T`), and every rank's op table is summed: what one
+ * rank's ops cost when the node's ranks run together, each on its share of the vocabulary, its heads
+ * and its cores. A profile for a tp rank priced from a one-process step over-priced the matrix's tp 2
+ * row by 41 %, every kind of op alike: a rank's smaller operands (half the vocabulary's logits and
+ * embedding) meet the caches differently from one process's whole ones. */
 #define _GNU_SOURCE
 #include "cmd/calibrate_step.h"
 
@@ -47,7 +54,7 @@ static int write_shard(const char *shard, zt_err *err) {
     return rc ? -1 : 0;
 }
 
-static int write_config(const char *shard, const char *config, int steps, zt_err *err) {
+static int write_config(const char *shard, const char *config, int steps, int tp, zt_err *err) {
     FILE *f = fopen(config, "w");
     if (!f) return zt_fail(err, "calibrate: cannot write %s: %s", config, strerror(errno));
     fprintf(f, "# calibrate's real step (cmd/calibrate_step.c)\n"
@@ -56,13 +63,14 @@ static int write_config(const char *shard, const char *config, int steps, zt_err
                "train_batch_size: %d\ntrain_micro_batch_size_per_gpu: %d\ntrain_iters: %d\n"
                "optimizer: {type: AdamW, params: {lr: 1.0e-4}}\nzero_optimization: {stage: 0}\n"
                "device: sim\neval_interval: 0\nsample_interval: 0\nsample_tokens: 0\ncheckpoint: {dir: null}\n"
-               "steps_per_print: %d\nseed: 1234\n",
-            LAYERS, HEADS, EMBD, VOCAB, SEQ, shard, SEQ, MICRO * ACCUM, MICRO, steps, steps);
+               "steps_per_print: %d\nseed: 1234\ntensor_parallel: {tp_size: %d}\n",
+            LAYERS, HEADS, EMBD, VOCAB, SEQ, shard, SEQ, MICRO * ACCUM, MICRO, steps, steps, tp);
     return fclose(f) ? zt_fail(err, "calibrate: cannot write %s: %s", config, strerror(errno)) : 0;
 }
 
-/* this executable's `train config`, its output into log, the environment as the brief above says */
-static int run_step(const char *config, const char *profile, const char *ops, const char *log, zt_err *err) {
+/* this executable's `train config` (tp > 1: `run -n tp --tp tp config`, tp ranks at once), its output into
+ * log, the environment as the brief above says */
+static int run_step(const char *config, int tp, const char *profile, const char *ops, const char *log, zt_err *err) {
     pid_t pid = fork();
     if (pid < 0) return zt_fail(err, "calibrate: fork: %s", strerror(errno));
     if (pid == 0) {
@@ -71,18 +79,26 @@ static int run_step(const char *config, const char *profile, const char *ops, co
         setenv("ZEROTRAIN_SIM_PROFILE", profile, 1);
         setenv("ZEROTRAIN_SIM_DRY", "0", 1);
         setenv("ZEROTRAIN_SIM_OP_TIMES", ops, 1);
-        char *argv[] = {"zerotrain", "train", (char *)config, NULL};
-        execv("/proc/self/exe", argv);
+        char ranks[16];
+        snprintf(ranks, sizeof ranks, "%d", tp);
+        char *one[] = {"zerotrain", "train", (char *)config, NULL};
+        char *several[] = {"zerotrain", "run", "-n", ranks, "--tp", ranks, (char *)config, NULL};
+        execv("/proc/self/exe", tp > 1 ? several : one);
         fprintf(stderr, "exec /proc/self/exe: %s\n", strerror(errno));
         _exit(127);
     }
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+    /* the last error line a rank printed (mpirun's own lines follow it), else the last line */
     char last[256] = "", line[256];
+    int error_seen = 0;
     FILE *f = fopen(log, "r");
-    while (f && fgets(line, sizeof line, f))
-        if (line[0] != '\n') memcpy(last, line, sizeof last);
+    while (f && fgets(line, sizeof line, f)) {
+        int is_error = strstr(line, "error:") != NULL;
+        if (line[0] != '\n' && (is_error || !error_seen)) memcpy(last, line, sizeof last);
+        error_seen |= is_error;
+    }
     if (f) fclose(f);
     last[strcspn(last, "\n")] = 0;
     return zt_fail(err, "calibrate: the real step (train %s) failed: %s", config, last[0] ? last : "no output");
@@ -105,6 +121,7 @@ static int kind_of(const char *name, double flops_per_item, double math_price, d
     return flops_per_item == 0 && math_price > min_item_s ? STEP_ELEMENTWISE : -1;
 }
 
+/* one rank's op table, added into *out */
 static int read_ops(const char *path, double min_item_s, zt_step_prices *out, zt_err *err) {
     FILE *f = fopen(path, "r");
     if (!f) return zt_fail(err, "calibrate: the real step wrote no op table %s: %s", path, strerror(errno));
@@ -138,6 +155,12 @@ static int read_ops(const char *path, double min_item_s, zt_step_prices *out, zt
     return 0;
 }
 
+/* rank r's op table: ops itself for rank 0, ops.r for the others (sim_clock.h) */
+static void rank_ops(char *path, size_t cap, const char *ops, int r) {
+    if (r) snprintf(path, cap, "%s.%d", ops, r);
+    else snprintf(path, cap, "%s", ops);
+}
+
 static double median3(double a, double b, double c) { return fmax(fmin(a, b), fmin(fmax(a, b), c)); }
 
 /* long less short, kind by kind: the steps the long run has beyond the short one */
@@ -147,17 +170,21 @@ static void subtract(zt_step_prices *lng, const zt_step_prices *shrt) {
     lng->rounded -= shrt->rounded, lng->round_cpu -= shrt->round_cpu;
 }
 
-/* one run of `steps` into *out */
-static int step_run(const char *shard, const char *config, int steps, const char *profile, const char *ops,
+/* one run of `steps` into *out: every rank's ops summed */
+static int step_run(const char *shard, const char *config, int steps, int tp, const char *profile, const char *ops,
                     const char *log, double min_item_s, zt_step_prices *out, zt_err *err) {
-    int rc = write_config(shard, config, steps, err);
-    if (!rc) rc = run_step(config, profile, ops, log, err);
-    if (!rc) rc = read_ops(ops, min_item_s, out, err);
-    unlink(ops);
+    int rc = write_config(shard, config, steps, tp, err);
+    if (!rc) rc = run_step(config, tp, profile, ops, log, err);
+    char path[4200];
+    for (int r = 0; r < tp; r++) {
+        rank_ops(path, sizeof path, ops, r);
+        if (!rc) rc = read_ops(path, min_item_s, out, err);
+        unlink(path);
+    }
     return rc;
 }
 
-int zt_calibrate_step(const char *profile, const char *dir, double min_item_s, zt_step_prices *out, zt_err *err) {
+int zt_calibrate_step(const char *profile, const char *dir, double min_item_s, int tp, zt_step_prices *out, zt_err *err) {
     char shard[4096], config[4096], ops[4096], log[4096];
     int pid = (int)getpid();
     snprintf(shard, sizeof shard, "%s/zerotrain-calibrate.%d.bin", dir, pid);
@@ -171,8 +198,8 @@ int zt_calibrate_step(const char *profile, const char *dir, double min_item_s, z
     for (int r = 0; r < STEP_RUNS && !rc; r++) {
         zt_step_prices shrt;
         memset(&shrt, 0, sizeof shrt);
-        rc = step_run(shard, config, STEPS_SHORT, profile, ops, log, min_item_s, &shrt, err);
-        if (!rc) rc = step_run(shard, config, STEPS_LONG, profile, ops, log, min_item_s, &run[r], err);
+        rc = step_run(shard, config, STEPS_SHORT, tp, profile, ops, log, min_item_s, &shrt, err);
+        if (!rc) rc = step_run(shard, config, STEPS_LONG, tp, profile, ops, log, min_item_s, &run[r], err);
         if (!rc) subtract(&run[r], &shrt);
         for (int k = 0; k < STEP_NKINDS && !rc; k++)
             if (run[r].priced[k] <= 0 || run[r].measured[k] <= 0)
@@ -183,7 +210,7 @@ int zt_calibrate_step(const char *profile, const char *dir, double min_item_s, z
     if (rc) return rc;
     *out = run[0]; /* the bytes and prices are the same in every run */
     out->steps = STEPS_LONG - STEPS_SHORT, out->runs = STEP_RUNS, out->layers = LAYERS, out->n_embd = EMBD,
-    out->seq_len = SEQ, out->micro_batch = MICRO;
+    out->seq_len = SEQ, out->micro_batch = MICRO, out->tp = tp;
     for (int k = 0; k < STEP_NKINDS; k++) out->measured[k] = median3(run[0].measured[k], run[1].measured[k], run[2].measured[k]);
     out->widen_cpu = median3(run[0].widen_cpu, run[1].widen_cpu, run[2].widen_cpu);
     out->round_cpu = median3(run[0].round_cpu, run[1].round_cpu, run[2].round_cpu);

@@ -21,7 +21,7 @@ enum {
 typedef struct zt_step_prices {
     double measured[STEP_NKINDS], priced[STEP_NKINDS]; /* the kind's math: lane CPU seconds, priced seconds */
     double widened, widen_cpu, rounded, round_cpu;     /* 16-bit operand bytes and the CPU seconds they took */
-    int steps, runs, layers, n_embd, seq_len, micro_batch; /* the runs (for the profile's comments) */
+    int steps, runs, layers, n_embd, seq_len, micro_batch, tp; /* the runs (for the profile's comments) */
 } zt_step_prices;
 
 extern const char *const zt_step_kind_names[STEP_NKINDS];
@@ -29,7 +29,8 @@ extern const char *const zt_step_kind_names[STEP_NKINDS];
 /* Runs the step (this executable, `train`, in a child process; its files under dir, removed after)
  * with `profile` (the loops' profile) as its prices, 3 times, each CPU figure the median of the 3
  * runs'; items priced under min_item_s (the profile's
- * kernel_min: the floor, not their work) are left out of the element-wise kind. */
-int zt_calibrate_step(const char *profile, const char *dir, double min_item_s, zt_step_prices *out, zt_err *err);
+ * kernel_min: the floor, not their work) are left out of the element-wise kind. tp > 1: the step at
+ * tensor_parallel.tp_size tp, as tp processes at once, every rank's ops summed. */
+int zt_calibrate_step(const char *profile, const char *dir, double min_item_s, int tp, zt_step_prices *out, zt_err *err);
 
 #endif

@@ -24,7 +24,7 @@ static void usage(FILE *f) {
             "  config CONFIG [--ranks N] [--set KEY=VALUE]...   check a config, print the effective config\n"
             "  estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB] [--hw PROFILE]   memory per rank per ZeRO stage\n"
             "  predict CONFIG --hw PROFILE [--ranks N [--tp T]] [--steps K] [--set KEY=VALUE]...   step time on a GPU machine (configs/hw/)\n"
-            "  calibrate [-o FILE] [--dir DIR]     this machine as the simulated GPU runs on it, as a profile\n"
+            "  calibrate [-o FILE] [--dir DIR] [--tp T]   this machine as the simulated GPU runs on it, as a profile\n"
             "  interval --mtbf SECONDS (--save-seconds C | LOG...)   the checkpoint interval (Young/Daly)\n"
             "  export CHECKPOINT -o DIR [--format safetensors|hdf5] [--dtype fp32|bf16|fp16] [--vocab DIR]\n"
             "  info CHECKPOINT                     step, world size, stage, sizes, config, integrity\n"
@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
         {"eval", zt_cmd_eval, 1, 1},       {"selftest", zt_cmd_selftest, 1, 1}, {"estimate", zt_cmd_estimate, 0, 0},
         {"run", zt_cmd_run, 0, 0},         {"export", zt_cmd_export, 1, 0},     {"info", zt_cmd_info, 1, 0},
         {"config", zt_cmd_config, 0, 0},   {"predict", zt_cmd_predict, 1, 1}, {"interval", zt_cmd_interval, 0, 0},
-        {"calibrate", zt_cmd_calibrate, 1, 1},
+        {"calibrate", zt_cmd_calibrate, 0, 1}, /* no MPI: a singleton's variables would stop its --tp step's mpirun */
     };
     for (size_t i = 0; argc >= 2 && i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].computes && !strcmp(argv[1], commands[i].name)) zt_blas_core_choose(argv);
