@@ -72,7 +72,7 @@ opt_staging = staging(SUB, BUFC)
 # (the embedding) and the shard; one landing zone of it (overlap_comm off), two staging buffers
 piece = min(5 * 10**8, embed, shard)
 grads_off = P * shard + P * shard - P * piece
-grads_staged = 2 * P * piece
+grads_staged = 2 * P * piece + 12 * -(-shard // 4096)  # staging buffers; per 4096-element chunk its sum and count
 # what infinity_params.c allocates: buffer_count buffers of the largest piece in 4 KiB blocks, one block more each side
 param_staging = PBUFC * (-(-P * min(embed, shard) // 4096) + 2) * 4096
 want = {

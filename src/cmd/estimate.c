@@ -66,7 +66,7 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
     int slots = zt_zero_landing_slots(cfg->overlap_comm);
     double grads_off_device = zt_zero_grads_device_bytes(0, P, shard, landing, slots, (int)ranks) -
                               zt_zero_grads_device_bytes(1, P, shard, landing, slots, (int)ranks);
-    double host_staging = (double)GRADS_STAGING * P * landing;
+    double host_staging = zt_zero_grads_host_bytes(P, landing, shard, ZT_SUMSQ_CHUNK);
     int grads_may_go = !cfg->offload_delayed_update && cfg->offload_gradients != ZT_GRADS_DEVICE;
     double param_shard = (double)P * shard, twin_host = (double)ZT_TWIN_HOST_BYTES * shard;
     double opt_staging = zt_nvme_optimizer_staging_bytes(cfg->offload_buffer_count, cfg->sub_group_size, shard);
@@ -359,7 +359,8 @@ int zt_cmd_estimate(int argc, char **argv) {
            "                  At stages 2-3 the gradient shard PΨ/N stays on the device where it fits (fastest);\n"
            "                  where not, the gradients go to the host bucket by bucket: the device keeps, on\n"
            "                  several ranks, bucket-sized landing zones (not PΨ/N); the host two staging buffers of\n"
-           "                  one bucket's piece (offload_optimizer.gradients; not with delayed_update)\n"
+           "                  one bucket's piece and 12 B per 4096 elements for the norm's chunk sums\n"
+           "                  (offload_optimizer.gradients; not with delayed_update)\n"
            "  params cpu:     the parameter shard PΨ/N too; the device keeps stage 3's gather buffers (embeddings\n"
            "                  + 2 x the largest block) and the gradient buffers\n"
            "  optimizer nvme: KΨ/N on NVMe; the host keeps min(offload_optimizer.buffer_count (%d), groups) groups of\n"

@@ -141,8 +141,8 @@ static void wait_updated(void *owner, size_t x, size_t y) {
 }
 
 /* gradients on the host: what the communication part lands and sums, in Twin-Flow's host gradients */
-static void grads_land_hook(void *owner, size_t off, const void *src, size_t n) {
-    twin_grads_land(((zt_engine *)owner)->twin, off, src, n);
+static void grads_land_hook(void *owner, size_t off, const void *src, size_t n, int flags) {
+    twin_grads_land(((zt_engine *)owner)->twin, off, src, n, flags);
 }
 static double grads_sumsq_hook(void *owner, size_t off, size_t n) {
     return twin_grads_sumsq(((zt_engine *)owner)->twin, off, n);
@@ -467,7 +467,7 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last) {
         memset(&e->timing, 0, sizeof e->timing);
         engine_trace_memory(e);
         size_t n = e->opt.stage < 2 ? e->lay.padded_total : e->lay.shard;
-        if (e->grads_on_host) twin_grads_begin_step(e->twin); /* zeroed before the first bucket lands */
+        if (e->grads_on_host) twin_grads_begin_step(e->twin); /* the first micro-step's buckets overwrite them */
         else e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
     zero_begin_micro(e->zero, first, last);

@@ -50,6 +50,12 @@ static inline double zt_zero_grads_device_bytes(int to_host, size_t P, size_t sh
     if (to_host) return world > 1 ? (double)P * (double)landing * slots : 0;
     return (double)P * (double)shard * (world > 1 ? 2 : 1);
 }
+/* The host bytes the host path adds besides the gradients themselves: GRADS_STAGING staging buffers of
+ * a bucket's piece, and per CHUNK elements of the shard (the sumsq chunk) the chunk's sum of squares
+ * (8 B) and its count of landed elements (4 B), which let the norm be summed as the gradients land. */
+static inline double zt_zero_grads_host_bytes(size_t P, size_t landing, size_t shard, size_t chunk) {
+    return (double)GRADS_STAGING * (double)P * (double)landing + 12.0 * (double)((shard + chunk - 1) / chunk);
+}
 
 /* DeepSpeed's stage3_max_live_parameters 0 leaves no room to prefetch (its budget is the bound less
  * what is gathered): the least working set, not "no bound". The engine's bound: < 0 for that. */
