@@ -9,7 +9,8 @@ device holds it beside what the step needs, and its info line says which path an
   - with ZEROTRAIN_SIM_MEM between the two paths' needs (read from that line) the gradients go to
     the host; both runs' losses and norms equal the device path's exactly.
 
-With gradients: host (the path forced):
+gradients: host is refused, naming the file and position, where the path does not exist (stage 1,
+ratio below 1). With gradients: host (the path forced):
 
   - the path is taken: the device's gradient account (the allocator's count) drops by the whole
     16-bit shard, and with several ranks the reduce-scatter landing zone shrinks from the shard to
@@ -86,6 +87,17 @@ if c:
     ztlib.check(c2 is not None and c2["host"] and not c2["within"] and abs(c2["budget"] - mem) < 2**14
                 and mib(s2, "grads") is not None and mib(s1, "grads") - mib(s2, "grads") > 1,
                 "auto_short_goes_to_host_line", s2[:1500])
+
+# gradients: host where the path does not exist is refused, with the file and position
+bad = os.path.join(work, "bad.yaml")
+with open(bad, "w") as f:
+    f.write("zero_optimization:\n  stage: 1\n  offload_optimizer: {device: cpu, gradients: host}\n")
+p = ztlib.run(["config", bad])
+ztlib.check(p.returncode != 0 and f"{bad}:3:" in p.stderr and "host needs zero_optimization.stage 2 or 3" in p.stderr
+            and "it is stage 1" in p.stderr, "host_refused_at_stage_1", p.stderr[-500:])
+p = ztlib.run(["config", cfg, "--set", "zero_optimization.stage=2", "--set",
+               "zero_optimization.offload_optimizer={device: cpu, ratio: 0.5, gradients: host}"])
+ztlib.check(p.returncode != 0 and "ratio < 1" in p.stderr, "host_refused_below_ratio_1", p.stderr[-500:])
 
 # one rank, stage 3, 4 micro-steps a step: the grads account drops by the shard (= stage 3's params)
 s0, s1 = run("stage3_1rank_accumulation", ["zero_optimization.stage=3", "gradient_accumulation_steps=4"])

@@ -8,8 +8,9 @@
  *            backward finishes them, into a grad shard; no full gradient vector exists
  *   stage 3: as 2, and parameters are sharded too: each segment is all-gathered just before use
  *            (the next one prefetched), and released after
- * At stages 2-3 with the whole optimizer shard on the host (offload ratio 1) the grad shard is the
- * host's (Twin-Flow's gradient buffer): each reduced bucket goes down as backward produces it.
+ * At stages 2-3 with the whole optimizer shard on the host (offload ratio 1) the grad shard may be the
+ * host's (Twin-Flow's gradient buffer), each reduced bucket going down as backward produces it: where
+ * the device cannot hold it, or as offload_optimizer.gradients says (gradients_to_host).
  * A "segment" is the model's unit of use (embeddings, one block, final LayerNorm); reductions and
  * gathers go segment by segment, split into buckets of at most reduce_bucket_size elements.
  * The engine's parts own their state behind opaque pointers: the communication (zero_comm.c), the

@@ -1,6 +1,7 @@
 /* grads_lane.h — private to src/engine/: the host thread that brings reduced gradient buckets down
- * to the host as backward goes on (stages 2-3 with the whole optimizer shard on the host, as
- * ZeRO-Offload copies each bucket into the host's gradient buffer). It owns its thread, its queue and
+ * to the host as backward goes on (stages 2-3 with the whole optimizer shard on the host, where the
+ * engine sends the gradients there: engine.c, gradients_to_host; as ZeRO-Offload copies each bucket
+ * into the host's gradient buffer). It owns its thread, its queue and
  * the host staging buffers the pieces come down into; the caller (zero_comm.c) says where in
  * the shard each piece goes, and how a piece is added there (the engine's hook into Twin-Flow). */
 #ifndef ZT_GRADS_LANE_H

@@ -1,8 +1,9 @@
 /* zero_comm.c — the communication of ZeRO stages 0-3 (see engine.c for what each stage keeps):
  * gradient reduction in buckets that never span a segment (all-reduce for stage 0, reduce-scatter
  * into this rank's shard for 1-3), optionally left in flight while backward goes on (overlap_comm);
- * at stages 2-3 with the whole optimizer shard on the host, each reduced piece goes down to the
- * host's gradients on the gradient lane (grads_lane.c) instead of into a device shard;
+ * at stages 2-3 with the whole optimizer shard on the host, where the engine sends the gradients
+ * there (engine.c: gradients_to_host), each reduced piece goes down to the host's gradients on the
+ * gradient lane (grads_lane.c) instead of into a device shard;
  * stage 3's parameter gathering segment by segment, the next one prefetched, residents kept for
  * the step; the global gradient norm; and the all-gather of updated parameters (stages 1-2). The
  * model reaches all of it through the parameter source (zero_param_source). The part's state is its
