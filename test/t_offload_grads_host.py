@@ -9,6 +9,8 @@ device holds it beside what the step needs, and its info line says which path an
   - with ZEROTRAIN_SIM_MEM between the two paths' needs (read from that line) the gradients go to
     the host; both runs' losses and norms equal the device path's exactly.
 
+`zerotrain predict` shows the same choice at full scale: the GPT-2 1.5B ZeRO-2 peer config keeps
+the shard on an H200 and an H100, the offload study's 13B ZeRO-3 goes to the host on an A100 40 GB.
 gradients: host is refused, naming the file and position, where the path does not exist (stage 1,
 ratio below 1). With gradients: host (the path forced):
 
@@ -87,6 +89,17 @@ if c:
     ztlib.check(c2 is not None and c2["host"] and not c2["within"] and abs(c2["budget"] - mem) < 2**14
                 and mib(s2, "grads") is not None and mib(s1, "grads") - mib(s2, "grads") > 1,
                 "auto_short_goes_to_host_line", s2[:1500])
+
+# predict (the engine on the timed simulated GPU, at full scale) takes the same choice and says it: the
+# ZeRO-2 peer config (GPT-2 1.5B, 9.35 GiB with the shard) keeps it on an H200 and an H100, the
+# offload study's 13B ZeRO-3 (53.27 GiB with it) sends it to the host on an A100 40 GB and fits
+for conf, hw, to_host in (("configs/gpu_peer_1p5b.yaml", "h200", False), ("configs/gpu_peer_1p5b.yaml", "h100-sxm", False),
+                          ("configs/offload_study_13b.yaml", "a100-40gb", True)):
+    p = ztlib.run(["predict", conf, "--hw", hw, "--steps", "2"])
+    c = choice(p.stdout)
+    ztlib.check(p.returncode == 0 and c is not None and c["host"] == to_host and c["within"] != to_host
+                and c["host_path"] <= c["budget"], f"predict_{hw}_{os.path.basename(conf)}_choice",
+                p.stdout[:600] + p.stderr[-600:])
 
 # gradients: host where the path does not exist is refused, with the file and position
 bad = os.path.join(work, "bad.yaml")
