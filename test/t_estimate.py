@@ -1,9 +1,11 @@
 """t_estimate.py — `zerotrain estimate`'s offload rows and Twin-Flow ratio window (issues 13, 14)
 against numbers computed here by hand for configs/tiny.yaml on 2 ranks (bf16: P = 2, K = 12):
   - stage 3 + params cpu: the device drops the parameter shard PΨ/N, the host takes it;
-  - optimizer cpu (ratio 1) at stages 2-3: the gradients go to the host bucket by bucket, so the
-    device drops the gradient shard PΨ/N and its shard-sized landing zone for one of a bucket's piece,
-    and the host adds two staging buffers of a piece (zero_comm.c, grads_lane.c);
+  - optimizer cpu (ratio 1) at stages 2-3: the gradient shard stays on the device where that row fits
+    --device-mem (offload_optimizer.gradients auto, as engine.c decides); where it does not, the
+    gradients go to the host bucket by bucket, so the device drops the gradient shard PΨ/N and its
+    shard-sized landing zone for one of a bucket's piece, and the host adds two staging buffers of a
+    piece (zero_comm.c, grads_lane.c); the line under the table says which path each row took;
   - optimizer nvme: KΨ/N on NVMe, the host keeps min(buffer_count, groups) groups of
     min(sub_group_size, Ψ/N) (rounded up to 2048) x 12 B of staging plus gradients and 16-bit
     parameters, as engine_infinity.c allocates; with sub_group_size above and below the shard;
@@ -70,13 +72,13 @@ opt_staging = staging(SUB, BUFC)
 # (the embedding) and the shard; one landing zone of it (overlap_comm off), two staging buffers
 piece = min(5 * 10**8, embed, shard)
 grads_off = P * shard + P * shard - P * piece
-grads_staged = 2 * P * piece
+grads_staged = 2 * P * piece + 12 * -(-shard // 4096)  # staging buffers; per 4096-element chunk its sum and count
 # what infinity_params.c allocates: buffer_count buffers of the largest piece in 4 KiB blocks, one block more each side
 param_staging = PBUFC * (-(-P * min(embed, shard) // 4096) + 2) * 4096
 want = {
     (3, "device", "device"): (device3, 0, 0),
-    (3, "cpu", "device"): (device3 - K * shard - grads_off, 16 * shard + grads_staged, 0),
-    (3, "cpu", "cpu"): (device3 - K * shard - P * shard - grads_off, 16 * shard + P * shard + grads_staged, 0),
+    (3, "cpu", "device"): (device3 - K * shard, 16 * shard, 0),  # 80 GiB: the gradient shard stays on the device
+    (3, "cpu", "cpu"): (device3 - K * shard - P * shard, 16 * shard + P * shard, 0),
     (3, "nvme", "device"): (device3 - K * shard, opt_staging + 2 * P * shard, K * shard),
     (3, "nvme", "nvme"): (device3 - K * shard - P * shard, opt_staging + 2 * P * shard + param_staging,
                           K * shard + P * shard),
@@ -87,6 +89,23 @@ for key, (dev, host, nvme) in want.items():
         and near(r["states"], 16 * shard)
     check(ok, "row_" + "_".join(map(str, key)),
           f"got {r}; want device {dev / MiB:.3f} host {host / MiB:.3f} nvme {nvme / MiB:.3f} MiB")
+
+GRADS_LINE = re.compile(r"^gradients at ratio 1 \(offload_optimizer.gradients auto, at [\d.]+ MiB of device memory\): "
+                        r"stage 2 (.*); stage 3 (.*), with the parameters on the host (.*)$", re.M)
+m = GRADS_LINE.search(p.stdout)
+check(m is not None and m.groups() == ("the shard on the device",) * 3, "gradients_line_fits", p.stdout[-1500:])
+# a device that holds the stage-3 cpu row without the gradient shard, not with it: that row sends the
+# gradients to the host; with the parameters on the host too the shard fits again and stays
+mem = device3 - K * shard - P * shard / 2
+p, rows, _ = estimate("--device-mem", f"{mem:.0f}")
+for key, (dev, host) in {(3, "cpu", "device"): (device3 - K * shard - grads_off, 16 * shard + grads_staged),
+                         (3, "cpu", "cpu"): (device3 - K * shard - P * shard, 16 * shard + P * shard)}.items():
+    r = rows.get(key)
+    check(r is not None and near(r["device"], dev) and near(r["host"], host) and r["fits"],
+          "short_row_" + "_".join(map(str, key)), f"got {r}; want device {dev / MiB:.3f} host {host / MiB:.3f} MiB")
+m = GRADS_LINE.search(p.stdout)
+check(m is not None and m[2] == "to the host bucket by bucket" and m[3] == "the shard on the device",
+      "gradients_line_short", p.stdout[-1500:])
 
 # sub_group_size at its default (1e9) is larger than the shard: the staging holds the whole shard
 p, rows, _ = estimate()
@@ -134,8 +153,6 @@ for m in ratio_rows:
     stage, r = int(m[1]), float(m[2])
     dev0, dev1 = rows[(stage, "device", "device")]["device"], rows[(stage, "cpu", "device")]["device"]
     host1 = rows[(stage, "cpu", "device")]["host"]
-    if stage >= 2:  # the ratio-1 row's gradients on the host: below 1 they stay on the device
-        dev1, host1 = dev1 + grads_off, host1 - grads_staged
     want_dev, want_host = dev0 - r * K * shard, r * 16 * shard
     check(near(float(m[4]) * MiB, want_dev) and near(float(m[5]) * MiB, want_host)
           and near(want_dev, dev0 - r * (dev0 - dev1), 0.02 * MiB) and near(want_host, r * host1, 0.02 * MiB),

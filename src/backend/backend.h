@@ -233,7 +233,10 @@ const zt_backend *zt_backend_cpu(void);
  * sumsq's fixed chunks and order): bit for bit the device's results, for gradients landed in host
  * memory (the engine's stage 2-3 offload at ratio 1). */
 double zt_cpu_sumsq_g(const void *x, size_t n, zt_dtype dtype);
+#define ZT_SUMSQ_CHUNK 4096 /* zt_cpu_sumsq_g's fixed chunk (the CPU backend's and the simulated GPU's sumsq) */
 void zt_cpu_accumulate_g(void *dst, const void *src, size_t n, zt_dtype dtype);
+/* the same into a dst taken as zero, neither zeroed nor read first (bit for bit the add into zeros) */
+void zt_cpu_accumulate_into_zero_g(void *dst, const void *src, size_t n, zt_dtype dtype);
 const zt_backend *zt_backend_cuda(zt_dtype dtype, const char **why);
 /* The CUDA backend's cuBLASLt plan cache, both dtypes together: plans cached now, heuristic runs so
  * far (one per plan unless the cache evicted it) and evictions. All 0 without CUDA. */

@@ -529,7 +529,7 @@ static void cpu_adamw(float *master, float *m, float *v, const void *grad_, void
  * combined in a fixed order); then the chunk sums in chunk order. The result depends only on x and n.
  * Values in a 16-bit dtype are widened a chunk at a time (exact): the simulated GPU's sumsq, which
  * widens the whole vector first and calls cpu_sumsq, gets the same sum. */
-#define SUMSQ_CHUNK 4096
+#define SUMSQ_CHUNK ZT_SUMSQ_CHUNK
 double zt_cpu_sumsq_g(const void *x, size_t n, zt_dtype dtype) {
     size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK, E = zt_dtype_size(dtype);
     double total = 0.0;
@@ -553,9 +553,11 @@ double zt_cpu_sumsq_g(const void *x, size_t n, zt_dtype dtype) {
 static double cpu_sumsq(const void *x, size_t n) { return zt_cpu_sumsq_g(x, n, ZT_F32); }
 
 /* dst[i] += src[i] in dtype: widened, added in fp32, rounded to nearest even (fp32: cpu_accumulate's
- * add), a 4096-element chunk at a time */
-void zt_cpu_accumulate_g(void *dst, const void *src, size_t n, zt_dtype dtype) {
-    if (dtype == ZT_F32) {
+ * add), a 4096-element chunk at a time. With dst_zero, dst is taken as +0 and not read: each element
+ * is +0 + src[i] by the same instructions, so the result is bit for bit the add into a zeroed dst
+ * (-0 comes out +0, a NaN is quieted as the add quiets it) without zeroing or reading dst. */
+static void accumulate_g(void *dst, const void *src, size_t n, zt_dtype dtype, int dst_zero) {
+    if (dtype == ZT_F32 && !dst_zero) {
         cpu_accumulate(dst, src, n);
         return;
     }
@@ -564,11 +566,17 @@ void zt_cpu_accumulate_g(void *dst, const void *src, size_t n, zt_dtype dtype) {
     for (size_t c = 0; c < nchunk; c++) {
         size_t off = c * SUMSQ_CHUNK, len = n - off < SUMSQ_CHUNK ? n - off : SUMSQ_CHUNK;
         float a[SUMSQ_CHUNK], b[SUMSQ_CHUNK];
-        zt_cpu_to_f32(a, (const char *)dst + off * E, len, dtype);
+        if (dst_zero) memset(a, 0, len * sizeof *a);
+        else zt_cpu_to_f32(a, (const char *)dst + off * E, len, dtype);
         zt_cpu_to_f32(b, (const char *)src + off * E, len, dtype);
         for (size_t i = 0; i < len; i++) a[i] += b[i];
         zt_cpu_from_f32((char *)dst + off * E, a, len, dtype);
     }
+}
+
+void zt_cpu_accumulate_g(void *dst, const void *src, size_t n, zt_dtype dtype) { accumulate_g(dst, src, n, dtype, 0); }
+void zt_cpu_accumulate_into_zero_g(void *dst, const void *src, size_t n, zt_dtype dtype) {
+    accumulate_g(dst, src, n, dtype, 1);
 }
 
 /* ------------------------------------------------------------------ the table */

@@ -45,7 +45,8 @@ static char ratio_names[MAX_RATIOS][16]; /* the optimizer column of the --ratio 
 /* Every stage with and without optimizer offload, and stage 3's ZeRO-Infinity settings; g3 is stage
  * 3's gather buffers as the run will size them (zt_engine_stage3_plan). */
 static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *table, const zt_stage3_plan *g3,
-                     long ranks, size_t P, size_t K, double acts, double host_acts, const double *ratios, int n_ratios) {
+                     long ranks, size_t P, size_t K, double acts, double host_acts, const double *ratios, int n_ratios,
+                     double device_mem, int grads_host[4]) {
     size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
     /* the gradient buffers of stages 2-3: the embeddings', and two of the largest other segment (a block,
      * or a tile of one with tiled linears) */
@@ -56,15 +57,17 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         if (s >= table->n_embed_segments && len > block) block = len;
     }
     size_t embed3 = g3->embed, largest = g3->largest;
-    /* stages 2-3 with the whole optimizer shard on the host (ratio 1, not delayed_update): no gradient
-     * shard on the device, bucket-sized landing zones instead of a shard-sized one, and the host's
-     * staging buffer (zero_comm.c; zero_formula.h) */
+    /* stages 2-3 with the whole optimizer shard on the host (ratio 1, not delayed_update) may send the
+     * gradients to the host bucket by bucket: no gradient shard on the device, bucket-sized landing zones
+     * instead of a shard-sized one, and the host's staging buffers (zero_comm.c; zero_formula.h). They
+     * do where offload_optimizer.gradients says host, or says auto and the device row with the shard
+     * does not fit --device-mem (engine.c: gradients_to_host counts the same bytes) */
     size_t landing = zt_zero_landing_elems(cfg->reduce_bucket_size, any_segment, shard);
-    double zone = ranks > 1 ? (double)P * shard : 0;
-    double grads_off_device = (double)P * shard + zone -
-                              (ranks > 1 ? (double)P * landing * zt_zero_landing_slots(cfg->overlap_comm) : 0);
-    double host_staging = (double)GRADS_STAGING * P * landing;
-    int grads_to_host = !cfg->offload_delayed_update;
+    int slots = zt_zero_landing_slots(cfg->overlap_comm);
+    double grads_off_device = zt_zero_grads_device_bytes(0, P, shard, landing, slots, (int)ranks) -
+                              zt_zero_grads_device_bytes(1, P, shard, landing, slots, (int)ranks);
+    double host_staging = zt_zero_grads_host_bytes(P, landing, shard, ZT_SUMSQ_CHUNK);
+    int grads_may_go = !cfg->offload_delayed_update && cfg->offload_gradients != ZT_GRADS_DEVICE;
     double param_shard = (double)P * shard, twin_host = (double)ZT_TWIN_HOST_BYTES * shard;
     double opt_staging = zt_nvme_optimizer_staging_bytes(cfg->offload_buffer_count, cfg->sub_group_size, shard);
     double param_staging =
@@ -86,7 +89,10 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         if (stage == 0) continue; /* Twin-Flow splits a rank's shard: stages 1-3 */
         /* ratio 1: fp32 master + m + v in host memory, with the transfer buffers; at stages 2-3 the
          * gradients too, bucket by bucket */
-        double to_host = stage >= 2 && grads_to_host ? grads_off_device : 0, staged = to_host > 0 ? host_staging : 0;
+        int go = stage >= 2 && grads_may_go &&
+                 (cfg->offload_gradients == ZT_GRADS_HOST || device - optim > device_mem); /* the auto of engine.c */
+        if (stage >= 2) grads_host[stage] = go;
+        double to_host = go ? grads_off_device : 0, staged = go ? host_staging : 0;
         rows[n++] = (row){stage, "cpu", "device", states, device - optim - to_host,
                           (double)ZT_TWIN_HOST_BYTES * opt_n + staged, 0};
         /* --ratio r: the share r of the optimizer shard on the host, 1 - r left on the device */
@@ -96,9 +102,12 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
                               ratios[k] * ZT_TWIN_HOST_BYTES * (double)opt_n + (whole ? staged : 0), 0};
         }
         if (stage < 3) continue; /* parameter offload and NVMe: ZeRO-Infinity, stage 3 */
-        /* the parameter shard moves to the host; the device keeps only the gather buffers */
-        rows[n++] = (row){3, "cpu", "cpu", states, device - optim - param_shard - to_host,
-                          twin_host + param_shard + staged, 0};
+        /* the parameter shard moves to the host; the device keeps only the gather buffers (and the
+         * gradient shard where it fits beside them: the engine decides with the parameters off the device) */
+        int go_p = grads_may_go && (cfg->offload_gradients == ZT_GRADS_HOST || device - optim - param_shard > device_mem);
+        grads_host[0] = go_p;
+        rows[n++] = (row){3, "cpu", "cpu", states, device - optim - param_shard - (go_p ? grads_off_device : 0),
+                          twin_host + param_shard + (go_p ? host_staging : 0), 0};
         /* optimizer states on NVMe, staged through host buffers; host gradients and 16-bit params */
         rows[n++] = (row){3, "nvme", "device", states, device - optim, opt_staging + 2 * param_shard, optim};
         /* and the parameter shard on NVMe too, read through buffer_count staging buffers; the host still
@@ -307,7 +316,9 @@ int zt_cmd_estimate(int argc, char **argv) {
     zt_stage3_plan g3 = zt_engine_stage3_plan(&table3, &o3);
     zt_param_table_free(&table3);
     row rows[16 + 3 * MAX_RATIOS];
-    int n = plan_rows(rows, &cfg, &table, &g3, dp, P, K, acts, (double)plan.act_host_bytes, ratios, n_ratios);
+    int grads_host[4] = {0}; /* [2], [3]: stage 2-3 ratio 1 sends the gradients to the host; [0]: stage 3, params cpu */
+    int n = plan_rows(rows, &cfg, &table, &g3, dp, P, K, acts, (double)plan.act_host_bytes, ratios, n_ratios, device_mem,
+                      grads_host);
     for (int i = 0; i < n; i++) biggest = rows[i].device > biggest ? rows[i].device : biggest;
     unit u = biggest >= 1073741824.0 ? (unit){"GiB", 1073741824.0} : (unit){"MiB", 1048576.0};
     printf("zerotrain estimate: %s — GPT-2 L%d H%d C%d V%d, %.2fM parameters, micro-batch %d x T %d, %s "
@@ -345,9 +356,11 @@ int zt_cmd_estimate(int argc, char **argv) {
            "K = %zu; \"device total\" adds activations and the engine's gradient/gather buffers. Offload, ratio 1\n"
            "(optimizer \"cpu r=R\", from --ratio: the share R of KΨ/N on the host, 1 - R on the device):\n"
            "  optimizer cpu:  KΨ/N moves to the host (%d B per element there, with the transfer buffers)\n"
-           "                  At stages 2-3 the gradients go to the host bucket by bucket: the device keeps no\n"
-           "                  gradient shard PΨ/N and, on several ranks, bucket-sized landing zones (not PΨ/N);\n"
-           "                  the host a staging buffer of one bucket's piece (not with delayed_update)\n"
+           "                  At stages 2-3 the gradient shard PΨ/N stays on the device where it fits (fastest);\n"
+           "                  where not, the gradients go to the host bucket by bucket: the device keeps, on\n"
+           "                  several ranks, bucket-sized landing zones (not PΨ/N); the host two staging buffers of\n"
+           "                  one bucket's piece and 12 B per 4096 elements for the norm's chunk sums\n"
+           "                  (offload_optimizer.gradients; not with delayed_update)\n"
            "  params cpu:     the parameter shard PΨ/N too; the device keeps stage 3's gather buffers (embeddings\n"
            "                  + 2 x the largest block) and the gradient buffers\n"
            "  optimizer nvme: KΨ/N on NVMe; the host keeps min(offload_optimizer.buffer_count (%d), groups) groups of\n"
@@ -355,6 +368,13 @@ int zt_cmd_estimate(int argc, char **argv) {
            "  params nvme:    PΨ/N on NVMe too; the host keeps offload_param.buffer_count (%d) staging buffers of\n"
            "                  the largest segment's piece x P (one gathered, the next read ahead) instead of the parameters\n",
            P, K, ZT_TWIN_HOST_BYTES, cfg.offload_buffer_count, cfg.offload_param_buffer_count);
+    if (!cfg.offload_delayed_update) {
+        static const char *const where[] = {"the shard on the device", "to the host bucket by bucket"};
+        printf("gradients at ratio 1 (offload_optimizer.gradients %s, at %.1f %s of device memory): stage 2 %s; "
+               "stage 3 %s, with the parameters on the host %s\n",
+               cfg.offload_gradients == ZT_GRADS_AUTO ? "auto" : cfg.offload_gradients == ZT_GRADS_HOST ? "host" : "device",
+               in(u, device_mem), u.name, where[grads_host[2]], where[grads_host[3]], where[grads_host[0]]);
+    }
     zt_param_table_free(&table);
     zt_config_free(&cfg);
     rc = hw ? print_step_time(path, hw, &prof, sets, n_sets, ranks, twin_ok ? &twin : NULL) : 0;

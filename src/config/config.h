@@ -14,6 +14,8 @@
 enum { ZT_SCHED_CONSTANT = 0, ZT_SCHED_WARMUP_LR, ZT_SCHED_WARMUP_DECAY_LR, ZT_SCHED_WARMUP_COSINE_LR };
 enum { ZT_DEVICE_AUTO = 0, ZT_DEVICE_CPU, ZT_DEVICE_CUDA, ZT_DEVICE_SIM };
 enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU, ZT_OFFLOAD_NVME };
+/* offload_optimizer.gradients: where stages 2-3 at ratio 1 keep the reduced gradient shard */
+enum { ZT_GRADS_AUTO = 0, ZT_GRADS_DEVICE, ZT_GRADS_HOST };
 /* data_types.grad_accum_dtype; DEFAULT = not given (the backend's compute dtype) */
 enum { ZT_ACCUM_DEFAULT = 0, ZT_ACCUM_FP32, ZT_ACCUM_BF16, ZT_ACCUM_FP16 };
 enum { ZT_RESUME_AUTO = 0, ZT_RESUME_NEVER, ZT_RESUME_PATH };
@@ -88,6 +90,7 @@ typedef struct zt_config {
     int offload_overlap_step;  /* ours: the host part's update finishes during the next step */
     int offload_delayed_update; /* ours: the host part's update of step t lands after step t+1's backward */
     int offload_delayed_warmup; /* ours: steps updated without delay first */
+    int offload_gradients;      /* ours: ZT_GRADS_*: the gradient shard on the device or the host (ratio 1) */
     int offload_param_device;  /* ZT_OFFLOAD_* */
     char *offload_param_nvme_path;
     int offload_param_buffer_count, offload_param_pin_memory;

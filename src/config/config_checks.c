@@ -32,6 +32,21 @@ static int delayed_update_checks(zt_loader *L) {
     return 0;
 }
 
+/* offload_optimizer.gradients host: the path exists only where the whole optimizer shard is updated in
+ * host memory from a gradient shard of its own (engine.c: gradients_path) */
+static int gradients_checks(zt_loader *L) {
+    const zt_config *c = L->cfg;
+    if (c->offload_gradients != ZT_GRADS_HOST) return 0;
+    const char *k = "zero_optimization.offload_optimizer.gradients";
+    if (c->zero_stage < 2 || c->offload_device != ZT_OFFLOAD_CPU || c->offload_ratio != 1.0 || c->offload_delayed_update)
+        return zt_fail_rec(L, k, "host needs zero_optimization.stage 2 or 3 with offload_optimizer.device cpu at ratio 1 "
+                                 "(set, not auto) and without delayed_update (it is stage %d, device %s, ratio %s%s)",
+                           c->zero_stage, c->offload_device == ZT_OFFLOAD_CPU ? "cpu" : c->offload_device == ZT_OFFLOAD_NVME ? "nvme" : "none",
+                           c->offload_ratio < 0 ? "auto" : c->offload_ratio == 1.0 ? "1" : "< 1",
+                           c->offload_delayed_update ? ", delayed_update on" : "");
+    return 0;
+}
+
 int zt_config_cross_checks(zt_loader *L) {
     zt_config *c = L->cfg;
     if (zt_config_deepspeed_finish(L)) return -1;
@@ -106,6 +121,7 @@ int zt_config_cross_checks(zt_loader *L) {
         return zt_fail_rec(L, k ? k : "fp16.enabled", "bf16 and fp16 cannot both be enabled");
     }
     if (delayed_update_checks(L)) return -1;
+    if (gradients_checks(L)) return -1;
     if (!L->adam_w_mode && c->weight_decay > 0 && !strcmp(c->optimizer_type, "Adam")) {
         const char *k = latest(L, "optimizer.params.adam_w_mode", "optimizer.params.weight_decay");
         return zt_fail_rec(L, k ? k : "optimizer.params.adam_w_mode",

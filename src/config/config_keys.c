@@ -33,6 +33,8 @@ const zt_enumval zt_sched_types[] = {{"WarmupLR", ZT_SCHED_WARMUP_LR},
 static const zt_enumval opt_types[] = {{"AdamW", 0}, {"Adam", 1}, {NULL, 0}};
 static const zt_enumval offload_devs[] = {{"none", ZT_OFFLOAD_NONE}, {"cpu", ZT_OFFLOAD_CPU},
                                           {"nvme", ZT_OFFLOAD_NVME}, {NULL, 0}};
+static const zt_enumval grads_places[] = {{"auto", ZT_GRADS_AUTO}, {"device", ZT_GRADS_DEVICE}, {"host", ZT_GRADS_HOST},
+                                          {NULL, 0}};
 static const zt_enumval accum_dtypes[] = {{"fp32", ZT_ACCUM_FP32}, {"bf16", ZT_ACCUM_BF16}, {"fp16", ZT_ACCUM_FP16},
                                           {NULL, 0}};
 static const zt_enumval resume_modes[] = {{"auto", ZT_RESUME_AUTO}, {"never", ZT_RESUME_NEVER}, {NULL, 0}};
@@ -210,6 +212,9 @@ const zt_keydef zt_config_keys[] = {
                 "its parameters of step t-1 (ZeRO-Offload's DPU; changes results)"),
     KEY("zero_optimization.offload_optimizer.delayed_update_warmup", K_INT, offload_delayed_warmup, .def = 40, .lo = 0,
         .hi = INF, .flags = E, .help = "ours: steps updated without delay before delayed_update starts"),
+    KEY("zero_optimization.offload_optimizer.gradients", K_ENUM, offload_gradients, .def = ZT_GRADS_AUTO, .flags = E,
+        .ev = grads_places, .help = "ours: stages 2-3 at ratio 1: the gradient shard on the device (fast), or to the "
+                                    "host bucket by bucket (less device memory); auto: the device when it fits"),
     KEY("zero_optimization.offload_optimizer.device_memory", K_BYTES, offload_device_memory, .def = 0, .flags = E,
         .help = "device memory budget for ratio auto; 0 = what is free"),
     KEY("zero_optimization.offload_optimizer.host_memory", K_BYTES, offload_host_memory, .def = 0, .flags = E,

@@ -8,8 +8,9 @@
  *            backward finishes them, into a grad shard; no full gradient vector exists
  *   stage 3: as 2, and parameters are sharded too: each segment is all-gathered just before use
  *            (the next one prefetched), and released after
- * At stages 2-3 with the whole optimizer shard on the host (offload ratio 1) the grad shard is the
- * host's (Twin-Flow's gradient buffer): each reduced bucket goes down as backward produces it.
+ * At stages 2-3 with the whole optimizer shard on the host (offload ratio 1) the grad shard may be the
+ * host's (Twin-Flow's gradient buffer), each reduced bucket going down as backward produces it: where
+ * the device cannot hold it, or as offload_optimizer.gradients says (gradients_to_host).
  * A "segment" is the model's unit of use (embeddings, one block, final LayerNorm); reductions and
  * gathers go segment by segment, split into buckets of at most reduce_bucket_size elements.
  * The engine's parts own their state behind opaque pointers: the communication (zero_comm.c), the
@@ -33,6 +34,7 @@
 #include <string.h>
 
 #include "backend/cpu_adam.h"
+#include "config/config.h" /* ZT_GRADS_* */
 #include "comm/fail_together.h"
 #include "util/clock.h"
 #include "util/test_hooks.h"
@@ -140,20 +142,67 @@ static void wait_updated(void *owner, size_t x, size_t y) {
 }
 
 /* gradients on the host: what the communication part lands and sums, in Twin-Flow's host gradients */
-static void grads_land_hook(void *owner, size_t off, const void *src, size_t n) {
-    twin_grads_land(((zt_engine *)owner)->twin, off, src, n);
+static void grads_land_hook(void *owner, size_t off, const void *src, size_t n, int flags) {
+    twin_grads_land(((zt_engine *)owner)->twin, off, src, n, flags);
 }
 static double grads_sumsq_hook(void *owner, size_t off, size_t n) {
     return twin_grads_sumsq(((zt_engine *)owner)->twin, off, n);
 }
 static void grads_ready_hook(void *owner) { twin_grads_ready(((zt_engine *)owner)->twin); }
 
-/* Whether the gradients skip a device shard: stages 2-3 with the whole optimizer shard in host memory
- * (ratio 1 as configured), as ZeRO-Offload copies each reduced bucket into the host's gradient buffer.
- * Not with the states on NVMe (their pipeline reads the host gradients group by group as they came
- * down), nor with delayed_update (its CPU Adam reads the last step's gradients during this backward). */
-static int grads_go_to_host(const zt_engine_opts *opt, const zt_engine_offload *off) {
-    return opt->stage >= 2 && off->enabled && off->ratio >= 1.0 && !off->nvme_path && !off->delayed_update;
+/* Whether the gradients skip a device shard (offload_optimizer.gradients). The host path exists at
+ * stages 2-3 with the whole optimizer shard in host memory (ratio 1 as configured), as ZeRO-Offload
+ * copies each reduced bucket into the host's gradient buffer; not with the states on NVMe (their
+ * pipeline reads the host gradients group by group as they came down), nor with delayed_update (its
+ * CPU Adam reads the last step's gradients during this backward). It saves the device a gradient
+ * shard but costs the step: backward waits on the host lane's D2H and adds, and the norm is summed on
+ * the host. So auto keeps the shard on the device whenever the device holds it beside everything the
+ * step still needs, counted as `estimate` counts it (the parameters allocated so far, the segment
+ * pools, the landing zone, stage 3's gather buffers, the activations and scratch), against
+ * offload_optimizer.device_memory when set, else the device's total memory (on the simulated GPU
+ * under a profile, the profile's). Called after the parameters, before any gradient buffer. */
+static int gradients_to_host(zt_engine *e) {
+    const zt_engine_opts *opt = &e->opt;
+    const zt_engine_offload *off = &e->off;
+    if (!(opt->stage >= 2 && off->enabled && off->ratio >= 1.0 && !off->nvme_path && !off->delayed_update)) return 0;
+    if (off->gradients != ZT_GRADS_AUTO) {
+        zt_info("gradients: %s (offload_optimizer.gradients)", off->gradients == ZT_GRADS_HOST
+                    ? "to the host bucket by bucket, no device gradient shard" : "the gradient shard on the device");
+        return off->gradients == ZT_GRADS_HOST;
+    }
+    size_t free_b = 0, total_b = 0;
+    e->be->mem_info(&free_b, &total_b);
+    double budget = off->device_memory > 0 ? off->device_memory : (double)total_b;
+    if (e->be->memory_is_host || budget <= 0) {
+        zt_info("gradients: the gradient shard stays in device memory (auto: the %s backend's device memory is host "
+                "memory)", e->be->name);
+        return 0;
+    }
+    const zt_param_table *t = e->table;
+    size_t E = esz(e), seg0 = t->segment_lo[t->n_embed_segments], block = 0, any = 0;
+    for (int s = 0; s < t->n_segments; s++) {
+        size_t len = t->segment_lo[s + 1] - t->segment_lo[s];
+        any = max_sz(any, len);
+        if (s >= t->n_embed_segments) block = max_sz(block, len);
+    }
+    double rest = (double)mem_sum(e->mem.device) + (double)E * (double)(seg0 + 2 * block) + off->device_acts;
+    if (opt->stage == 3) {
+        zt_stage3_plan g = zt_engine_stage3_plan(t, opt);
+        rest += zt_zero3_gather_bytes(E, g.embed, g.largest, g.depth);
+    }
+    size_t landing = zt_zero_landing_elems(opt->reduce_bucket_size, any, e->lay.shard);
+    int slots = zt_zero_landing_slots(opt->overlap_comm), world = e->lay.world;
+    double on_device = rest + zt_zero_grads_device_bytes(0, E, e->lay.shard, landing, slots, world);
+    double on_host = rest + zt_zero_grads_device_bytes(1, E, e->lay.shard, landing, slots, world);
+    int to_host = on_device > budget;
+    char a[32], b[32], c[32];
+    zt_format_bytes(on_device, a, sizeof a), zt_format_bytes(budget, b, sizeof b), zt_format_bytes(on_host, c, sizeof c);
+    zt_info("gradients: %s (auto: with the gradient shard the device needs %s, %s the %s %s; sent to the host "
+            "bucket by bucket, %s)", to_host ? "to the host bucket by bucket, no device gradient shard"
+                                             : "the gradient shard on the device",
+            a, to_host ? "more than" : "within", b, off->device_memory > 0 ? "of offload_optimizer.device_memory"
+                                                                        : "of the device's memory", c);
+    return to_host;
 }
 
 static void engine_params_store_hook(void *e, size_t off, const void *src, size_t n) {
@@ -270,7 +319,7 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     if (stage < 2) {
         e->grads_full = engine_dev_alloc(e, e->lay.padded_total * E, ZT_MEM_GRADS);
         e->grad_shard = e->grads_full ? at(e, e->grads_full, e->lay.opt_lo) : NULL;
-    } else if (grads_go_to_host(opt, &e->off)) {
+    } else if (gradients_to_host(e)) {
         e->grads_on_host = 1; /* Twin-Flow's host gradients (twin_alloc) are the shard */
     } else {
         e->grad_shard = engine_dev_alloc(e, e->lay.shard * E, ZT_MEM_GRADS);
@@ -419,7 +468,7 @@ void zt_engine_begin_micro(zt_engine *e, int first, int last) {
         memset(&e->timing, 0, sizeof e->timing);
         engine_trace_memory(e);
         size_t n = e->opt.stage < 2 ? e->lay.padded_total : e->lay.shard;
-        if (e->grads_on_host) twin_grads_begin_step(e->twin); /* zeroed before the first bucket lands */
+        if (e->grads_on_host) twin_grads_begin_step(e->twin); /* the first micro-step's buckets overwrite them */
         else e->be->memset_zero(e->opt.stage < 2 ? e->grads_full : e->grad_shard, n * esz(e));
     }
     zero_begin_micro(e->zero, first, last);

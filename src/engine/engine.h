@@ -60,6 +60,10 @@ typedef struct zt_engine_offload {
     long delayed_warmup;  /* steps (optimizer steps counted from 1) updated without delay first */
     double device_reserve; /* bytes the caller allocates on the device after the engine (activations,
                               backend scratch): ratio auto leaves them free */
+    double device_acts;    /* of those, the model's activations and scratch as `estimate` counts them: what
+                              gradients auto counts beside the engine's buffers */
+    int gradients;         /* stages 2-3 at ratio 1: ZT_GRADS_AUTO, _DEVICE or _HOST (config/config.h): keep
+                              the reduced gradient shard on the device, or land it on the host bucket by bucket */
     /* ZeRO-Infinity (engine_infinity.c): the host part's optimizer states on NVMe */
     const char *nvme_path;     /* offload_optimizer.device nvme: directory of the swap file; NULL = host memory */
     double sub_group_size;     /* elements per swapped group of optimizer states */

@@ -21,6 +21,12 @@ typedef struct engine_facts {
     zt_trace *const *trace;      /* the engine's trace: NULL until zt_engine_open_trace */
 } engine_facts;
 
+/* Gradients landed in host memory (stages 2-3 at ratio 1): what a landed piece is in its step, from
+ * the micro-step that reduced it (zero_comm.c) to where it is added (twin_flow.c: twin_grads_land).
+ * FIRST: the step's first micro-step, whose pieces cover the shard once: written as an add into zeros;
+ * LAST: the last micro-step: the piece's values are final, and its chunks' squares can be summed. */
+enum { GRADS_LAND_FIRST = 1, GRADS_LAND_LAST = 2 };
+
 static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 static inline size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 

@@ -17,6 +17,7 @@
 typedef struct grads_piece {
     const void *src;
     size_t off, n;
+    int flags;
     double queued_at, read_at, landed_at;
 } grads_piece;
 
@@ -78,7 +79,7 @@ static void *add_main(void *arg) {
         pthread_mutex_unlock(&g->mu);
         zt_clock_after(p.read_at);
         double t0 = zt_clock_now();
-        g->land(g->owner, p.off, g->staging[i % GRADS_STAGING], p.n);
+        g->land(g->owner, p.off, g->staging[i % GRADS_STAGING], p.n, p.flags);
         double t1 = zt_clock_now();
         zt_trace_complete(*g->f.trace, ZT_LANE_HOST_ADAM, "grads added on the host", t0, t1);
         pthread_mutex_lock(&g->mu);
@@ -128,7 +129,7 @@ void grads_lane_close(grads_lane *g) {
     free(g);
 }
 
-long grads_lane_push(grads_lane *g, const void *src, size_t off, size_t n) {
+long grads_lane_push(grads_lane *g, const void *src, size_t off, size_t n, int flags) {
     if (n > g->max_elems) {
         fprintf(stderr, "zerotrain: error: a gradient piece of %zu elements exceeds the lane's staging buffer (%zu)\n", n,
                 g->max_elems);
@@ -140,7 +141,7 @@ long grads_lane_push(grads_lane *g, const void *src, size_t off, size_t n) {
         g->pieces = zt_xrealloc(g->pieces, (size_t)g->cap * sizeof *g->pieces);
     }
     long ticket = g->queued++;
-    g->pieces[ticket] = (grads_piece){src, off, n, zt_clock_now(), 0, 0};
+    g->pieces[ticket] = (grads_piece){src, off, n, flags, zt_clock_now(), 0, 0};
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     return ticket;

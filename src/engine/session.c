@@ -172,7 +172,8 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
     int pin = !s->be->memory_is_host;
     zt_engine_offload off = {.enabled = cfg->offload_device != ZT_OFFLOAD_NONE, .ratio = cfg->offload_ratio,
                              .pin_memory = cfg->offload_pin_memory || pin, .device_memory = cfg->offload_device_memory,
-                             .device_reserve = reserve, .overlap_step = cfg->offload_overlap_step,
+                             .device_reserve = reserve, .device_acts = (double)(plan.act_bytes + plan.scratch_bytes),
+                             .gradients = cfg->offload_gradients, .overlap_step = cfg->offload_overlap_step,
                              .delayed_update = cfg->offload_delayed_update, .delayed_warmup = cfg->offload_delayed_warmup,
                              .host_memory = cfg->offload_host_memory, .host_reserve = host_reserve};
     if (cfg->offload_device == ZT_OFFLOAD_NVME) {

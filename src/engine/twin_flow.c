@@ -35,6 +35,8 @@
  * shared facts at twin_open and the device part's buffers at twin_alloc (twin_flow.h). */
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +60,14 @@ struct twin_host {
     int host_pinned;       /* transfer buffers came from be->host_alloc */
     inf_states *nvme;      /* offload_optimizer nvme: master, m and v in a swap file (engine_infinity.c) */
     twin_flow *pending;    /* the last update's host lanes, still running (overlap_step), or NULL */
-    int grads_stale;       /* grads_on_host: host_grad holds the last step's gradients until zeroed */
+    /* grads_on_host (twin_grads_*): host_grad holds the last step's gradients until the step's first
+     * landing overwrites them; the last micro-step's landings sum each ZT_SUMSQ_CHUNK chunk's squares
+     * as the chunk becomes final, so the norm adds sq_part in chunk order instead of reading host_grad */
+    int grads_stale;       /* the last update's CPU Adam may still read host_grad */
+    size_t first_landed, last_landed; /* elements landed this step by its first / last micro-step */
+    size_t sq_chunks;      /* ZT_SUMSQ_CHUNK chunks of host_grad */
+    double *sq_part;       /* [sq_chunks] a final chunk's sum of squares (zt_cpu_sumsq_g's per-chunk sum) */
+    uint32_t *sq_landed;   /* [sq_chunks] its elements landed by the last micro-step so far */
 };
 
 /* one update's host lanes */
@@ -151,6 +160,12 @@ int twin_alloc(twin_host *t, const twin_buffers *b) {
         if (!t->host_master || !t->host_m || !t->host_v) return -1;
     }
     t->host_grad = host_buf(t, n * E, 1, ZT_MEM_GRADS);
+    if (t->b.grads_on_host) { /* zero_formula.h: zt_zero_grads_host_bytes counts these for estimate */
+        t->sq_chunks = (n + ZT_SUMSQ_CHUNK - 1) / ZT_SUMSQ_CHUNK;
+        t->sq_part = host_buf(t, t->sq_chunks * sizeof *t->sq_part, 0, ZT_MEM_GRADS);
+        t->sq_landed = host_buf(t, t->sq_chunks * sizeof *t->sq_landed, 0, ZT_MEM_GRADS);
+        if (!t->sq_part || !t->sq_landed) return -1;
+    }
     if (twin_has_out_buffer(&t->f)) t->host_params16 = host_buf(t, n * E, 1, ZT_MEM_COMM);
     if (!t->host_grad || (twin_has_out_buffer(&t->f) && !t->host_params16)) return -1;
     return 0;
@@ -174,6 +189,8 @@ void twin_close(twin_host *t) {
     host_buf_free(t, t->host_v, 0);
     host_buf_free(t, t->host_grad, 1);
     host_buf_free(t, t->host_params16, 1);
+    host_buf_free(t, t->sq_part, 0);
+    host_buf_free(t, t->sq_landed, 0);
     inf_states_close(t->nvme);
     free(t);
 }
@@ -650,31 +667,74 @@ void twin_wait_grads_read(twin_host *t) {
 
 /* ---------------------------------------------------------------- gradients landed in host memory */
 
-void twin_grads_begin_step(twin_host *t) { t->grads_stale = 1; }
+void twin_grads_begin_step(twin_host *t) {
+    t->grads_stale = 1;
+    t->first_landed = t->last_landed = 0;
+    if (!zt_clock_costs_only()) memset(t->sq_landed, 0, t->sq_chunks * sizeof *t->sq_landed);
+}
 
 /* before the step's first write to host_grad: the last update's CPU Adam has read all of it (with
- * overlap_step it may still run; the forward has waited for its parameters, so this rarely waits) */
+ * overlap_step it may still run; the forward has waited for its parameters, so this rarely waits).
+ * No zeroing: the first micro-step's pieces cover the host part once and are written as adds into
+ * zeros (twin_grads_land). */
 void twin_grads_ready(twin_host *t) {
     if (!t->grads_stale) return;
     if (t->pending)
         wait_lanes(t, "wait for the host adam to read the gradients", &t->pending->adam_done, t->pending->nchunks);
-    size_t bytes = t->host_n * esz(t), piece = (size_t)1 << 20, pieces = (bytes + piece - 1) / piece;
-    zt_clock_host_work(ZT_WORK_COPY, (double)t->host_n, (double)bytes, 0); /* on every core, as below */
-    if (!zt_clock_costs_only()) {
-#pragma omp parallel for schedule(static) if (pieces > 1)
-        for (size_t k = 0; k < pieces; k++)
-            memset((char *)t->host_grad + k * piece, 0, min_sz(piece, bytes - k * piece));
-    }
     t->grads_stale = 0;
 }
 
-void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n) {
-    zt_clock_host_work(ZT_WORK_COPY, (double)n, 3.0 * (double)(n * esz(t)), 0); /* read both, write one */
-    if (!zt_clock_costs_only()) zt_cpu_accumulate_g(at(t, t->host_grad, off), src, n, t->f.be->compute_dtype);
+/* The squares of the chunks of [off, off + n) that this landing made final (every element of a chunk
+ * landed by the last micro-step), each summed alone as zt_cpu_sumsq_g sums it: for one chunk its
+ * total is 0.0 + the chunk's sum, which is that sum exactly (a sum of squares is +0 or more, or NaN). */
+static void sum_final_chunks(twin_host *t, size_t off, size_t n) {
+    size_t C = ZT_SUMSQ_CHUNK, c0 = off / C, c1 = (off + n - 1) / C;
+    zt_dtype dt = t->f.be->compute_dtype;
+#pragma omp parallel for schedule(static) if (c1 > c0)
+    for (size_t c = c0; c <= c1; c++) { /* each chunk is one iteration's: no two write the same one */
+        size_t lo = max_sz(off, c * C), hi = min_sz(off + n, (c + 1) * C), len = min_sz(C, t->host_n - c * C);
+        t->sq_landed[c] += (uint32_t)(hi - lo);
+        if (t->sq_landed[c] == len) t->sq_part[c] = zt_cpu_sumsq_g(at(t, t->host_grad, c * C), len, dt);
+    }
 }
 
+/* Lands n values at off as the device's accumulate would (widened, fp32 add, rounded to nearest even).
+ * The first micro-step's land into what is taken as zeros (zt_cpu_accumulate_into_zero_g: the same
+ * add, bit for bit, without the zeroing pass or reading the old values); the last one's sum their
+ * chunks' squares as they become final, on this (the gradient lane's) thread during backward. */
+void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n, int flags) {
+    int first = flags & GRADS_LAND_FIRST, last = flags & GRADS_LAND_LAST;
+    double E = (double)esz(t);
+    /* read src (and dst unless first), write dst; then read the final values again for their squares */
+    zt_clock_host_work(ZT_WORK_COPY, (double)n, (first ? 2.0 : 3.0) * n * E + (last ? n * E : 0), 0);
+    t->first_landed += first ? n : 0;
+    t->last_landed += last ? n : 0;
+    if (zt_clock_costs_only() || n == 0) return;
+    if (first) zt_cpu_accumulate_into_zero_g(at(t, t->host_grad, off), src, n, t->f.be->compute_dtype);
+    else zt_cpu_accumulate_g(at(t, t->host_grad, off), src, n, t->f.be->compute_dtype);
+    if (last) sum_final_chunks(t, off, n);
+}
+
+/* The device's sumsq of [off, off + n). The whole host part, once the last micro-step has landed all
+ * of it: the chunk sums added in chunk order, as zt_cpu_sumsq_g adds them (the same total, bit for
+ * bit); a part of it (tensor parallelism's split tensors) is summed from host_grad. */
 double twin_grads_sumsq(twin_host *t, size_t off, size_t n) {
     twin_grads_ready(t);
+    if (t->first_landed != t->host_n) { /* every landing of a training step's first micro-step covers it */
+        if (t->first_landed) {
+            fprintf(stderr, "zerotrain: error: internal: the step's first micro-step landed %zu of the %zu host "
+                            "gradients\n", t->first_landed, t->host_n);
+            abort();
+        }
+        if (!zt_clock_costs_only()) memset(t->host_grad, 0, t->host_n * esz(t)); /* nothing landed: no gradients */
+        t->first_landed = t->host_n;
+    }
+    if (off == 0 && n == t->host_n && t->last_landed == n) {
+        zt_clock_host_work(ZT_WORK_COPY, (double)t->sq_chunks, (double)t->sq_chunks * sizeof(double), 1);
+        double total = 0.0;
+        for (size_t c = 0; c < t->sq_chunks && !zt_clock_costs_only(); c++) total += t->sq_part[c];
+        return total;
+    }
     zt_clock_host_work(ZT_WORK_COPY, (double)n, (double)(n * esz(t)), 0);
     return zt_clock_costs_only() ? 0.0 : zt_cpu_sumsq_g(at(t, t->host_grad, off), n, t->f.be->compute_dtype);
 }
@@ -686,4 +746,6 @@ void twin_grads_poison(twin_host *t) {
     zt_cpu_to_f32(&first, t->host_grad, 1, t->f.be->compute_dtype);
     first *= INFINITY; /* as the device's scale(grad_shard, INFINITY, 1) */
     zt_cpu_from_f32(t->host_grad, &first, 1, t->f.be->compute_dtype);
+    size_t len = min_sz(ZT_SUMSQ_CHUNK, t->host_n); /* its chunk's sum, if already taken */
+    if (t->host_n) t->sq_part[0] = zt_cpu_sumsq_g(t->host_grad, len, t->f.be->compute_dtype);
 }

@@ -73,15 +73,16 @@ void twin_wait_params(twin_host *t, size_t a, size_t b);
 /* Waits until the D2H lane has read all gradients (before the next step overwrites them). */
 void twin_wait_grads_read(twin_host *t);
 
-/* Gradients in host memory (twin_buffers.grads_on_host): twin_grads_ready, before a step's first
- * landing, zeroes host_grad once the last update's CPU Adam has read it; twin_grads_land (from the
- * gradient lane's thread) adds n values from a host buffer at host-part offset off as the device's
- * accumulate would (widened, fp32 add, rounded to nearest even); twin_grads_sumsq is the device's
- * sumsq of [off, off + n); twin_grads_poison makes the first gradient non-finite (the overflow test
- * hook). */
+/* Gradients in host memory (twin_buffers.grads_on_host): twin_grads_begin_step at a step's first
+ * micro-step; twin_grads_ready, before its first landing, waits until the last update's CPU Adam has
+ * read host_grad; twin_grads_land (from the gradient lane's thread) adds n values from a host buffer at
+ * host-part offset off as the device's accumulate would (widened, fp32 add, rounded to nearest even;
+ * flags GRADS_LAND_*, engine_facts.h: the first micro-step's into zeros, the last one's chunk squares
+ * summed as they become final); twin_grads_sumsq is the device's sumsq of [off, off + n), bit for bit;
+ * twin_grads_poison makes the first gradient non-finite (the overflow test hook). */
 void twin_grads_begin_step(twin_host *t);
 void twin_grads_ready(twin_host *t);
-void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n);
+void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n, int flags);
 double twin_grads_sumsq(twin_host *t, size_t off, size_t n);
 void twin_grads_poison(twin_host *t);
 

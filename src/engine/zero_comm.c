@@ -1,8 +1,9 @@
 /* zero_comm.c — the communication of ZeRO stages 0-3 (see engine.c for what each stage keeps):
  * gradient reduction in buckets that never span a segment (all-reduce for stage 0, reduce-scatter
  * into this rank's shard for 1-3), optionally left in flight while backward goes on (overlap_comm);
- * at stages 2-3 with the whole optimizer shard on the host, each reduced piece goes down to the
- * host's gradients on the gradient lane (grads_lane.c) instead of into a device shard;
+ * at stages 2-3 with the whole optimizer shard on the host, where the engine sends the gradients
+ * there (engine.c: gradients_to_host), each reduced piece goes down to the host's gradients on the
+ * gradient lane (grads_lane.c) instead of into a device shard;
  * stage 3's parameter gathering segment by segment, the next one prefetched, residents kept for
  * the step; the global gradient norm; and the all-gather of updated parameters (stages 1-2). The
  * model reaches all of it through the parameter source (zero_param_source). The part's state is its
@@ -34,6 +35,7 @@ typedef struct zt_inflight {
     const void *send;        /* the gradient buffer it reads (so the buffer is not reused early) */
     void *recv;              /* where its piece lands on the device (recv_tmp, or a landing slot) */
     long ticket;             /* one rank, gradients on the host (no collective): its piece on the lane */
+    int land_flags;          /* gradients on the host: GRADS_LAND_* of the micro-step that issued it */
 } zt_inflight;
 
 typedef struct zt_gather_buf {
@@ -74,6 +76,7 @@ struct zero_comm {
     size_t gathered_elems; /* elements gathered so far (the clock of stage3_max_reuse_distance) */
     zt_inflight *inflight; int n_inflight, cap_inflight;
     int reduce_now;     /* this micro-step's gradients are reduced (last micro-step, or stage >= 2) */
+    int land_flags;     /* gradients on the host: GRADS_LAND_FIRST / _LAST for this micro-step's pieces */
     double comm_seconds; /* time spent waiting on collectives this step */
 };
 
@@ -165,10 +168,10 @@ static void timed_wait(zero_comm *z, zt_comm_req *req, double *bucket, const cha
 /* gradients on the host: n reduced elements at dev_src (queued device work may still write them)
  * queued on the lane, which brings them down and adds them to the host's gradients at shard offset
  * off while backward goes on; its ticket */
-static long land_on_host(zero_comm *z, size_t off, const void *dev_src, size_t n) {
+static long land_on_host(zero_comm *z, size_t off, const void *dev_src, size_t n, int flags) {
     z->b.grads_ready(z->b.owner);
     z->f.be->synchronize(); /* the lane's D2H is not ordered after the work that wrote dev_src */
-    return grads_lane_push(z->lane, dev_src, off, n);
+    return grads_lane_push(z->lane, dev_src, off, n, flags);
 }
 
 static void finish(zero_comm *z, zt_inflight *f) {
@@ -183,7 +186,7 @@ static void finish(zero_comm *z, zt_inflight *f) {
         z->f.be->copy(at(z, z->b.grad_shard, f->shard_off), f->recv, f->count * esz(z), ZT_D2D);
     else if (f->count && f->landing == ZT_LAND_HOST) /* the zone is the lane's until its ticket is done */
         z->slot_ticket[(size_t)((char *)f->recv - (char *)z->recv_tmp) / (z->landing * esz(z))] =
-            land_on_host(z, f->shard_off, f->recv, f->count);
+            land_on_host(z, f->shard_off, f->recv, f->count, f->land_flags);
 }
 
 /* every reduction in flight completed (their pieces may still be on the gradient lane) */
@@ -252,6 +255,7 @@ static void reduce_range(zero_comm *z, const void *buf, size_t a, size_t b) {
         const void *send = at(z, buf, x - a);
         zt_inflight f = {0};
         f.send = send;
+        f.land_flags = z->land_flags;
         if (z->f.opt.stage == 0) {
             f.req = z->f.comm->allreduce_sum(z->f.comm, (void *)send, y - x, z->f.be->compute_dtype);
         } else if (z->f.lay.world == 1) {
@@ -263,7 +267,7 @@ static void reduce_range(zero_comm *z, const void *buf, size_t a, size_t b) {
                 continue;
             }
             f.landing = ZT_LAND_HOST; /* its buffer is not reused before the lane has read it */
-            f.ticket = land_on_host(z, x - z->f.lay.lo, send, y - x);
+            f.ticket = land_on_host(z, x - z->f.lay.lo, send, y - x, f.land_flags);
             append_inflight(z, f);
             continue;
         } else {
@@ -474,6 +478,7 @@ enum { USE_NONE, USE_RECORDING, USE_READY, USE_OFF };
 void zero_begin_micro(zero_comm *z, int first, int last) {
     if (first) z->comm_seconds = 0;
     z->reduce_now = z->f.opt.stage >= 2 || last;
+    z->land_flags = (first ? GRADS_LAND_FIRST : 0) | (last ? GRADS_LAND_LAST : 0);
     if (z->f.opt.stage != 3 || z->prefetch_depth < 2) return;
     if (z->use_state == USE_RECORDING) z->use_state = USE_READY;
     if (z->use_state == USE_NONE) z->use_state = USE_RECORDING, z->use_n = 0;

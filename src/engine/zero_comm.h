@@ -27,7 +27,7 @@ typedef struct zero_buffers {
      * shard offset off (Twin-Flow's, with the device's rounding; called on the lane's thread); the
      * norm sums their squares there. grads_ready, on the caller's thread before a piece is queued,
      * lets the host gradients be made ready for the step (zeroed at its first). */
-    void (*grads_land)(void *owner, size_t off, const void *host_src, size_t n);
+    void (*grads_land)(void *owner, size_t off, const void *host_src, size_t n, int flags); /* GRADS_LAND_* */
     double (*grads_sumsq)(void *owner, size_t off, size_t n);
     void (*grads_ready)(void *owner);
 } zero_buffers;

@@ -41,6 +41,21 @@ static inline size_t zt_zero_landing_elems(double bucket, size_t largest_segment
     return bucket >= 1 && bucket < (double)n ? (size_t)bucket : n;
 }
 static inline int zt_zero_landing_slots(int overlap_comm) { return overlap_comm ? 2 : 1; }
+/* The device bytes the reduced gradients take at stages 2-3 besides the segment pools, on either path
+ * (offload_optimizer.gradients; engine.c chooses, estimate shows the choice): kept on the device, a
+ * shard of P-byte elements and, on several ranks, a shard-sized landing zone; sent to the host, the
+ * landing zones above only (none on one rank: a bucket goes down from its gradient buffer). */
+static inline double zt_zero_grads_device_bytes(int to_host, size_t P, size_t shard, size_t landing, int slots,
+                                                int world) {
+    if (to_host) return world > 1 ? (double)P * (double)landing * slots : 0;
+    return (double)P * (double)shard * (world > 1 ? 2 : 1);
+}
+/* The host bytes the host path adds besides the gradients themselves: GRADS_STAGING staging buffers of
+ * a bucket's piece, and per CHUNK elements of the shard (the sumsq chunk) the chunk's sum of squares
+ * (8 B) and its count of landed elements (4 B), which let the norm be summed as the gradients land. */
+static inline double zt_zero_grads_host_bytes(size_t P, size_t landing, size_t shard, size_t chunk) {
+    return (double)GRADS_STAGING * (double)P * (double)landing + 12.0 * (double)((shard + chunk - 1) / chunk);
+}
 
 /* DeepSpeed's stage3_max_live_parameters 0 leaves no room to prefetch (its budget is the bound less
  * what is gathered): the least working set, not "no bound". The engine's bound: < 0 for that. */
