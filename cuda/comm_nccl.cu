@@ -364,6 +364,7 @@ static void nccl_destroy(zt_comm *c) {
     comm_stream_release();
     m->mpi->destroy(m->mpi);
     free(m);
+    free(c->rank_bytes);
     free(c);
 }
 
@@ -436,6 +437,7 @@ static zt_comm *nccl_over(zt_comm *mpi, const char *name, zt_err *err) {
     c->name = name;
     c->rank = mpi->rank;
     c->world = mpi->world;
+    zt_comm_keep_rank_bytes(c);
     c->impl = m;
     c->order = m->stream; /* shared: one order with every other NCCL comm of this process */
     c->allreduce_sum = nccl_allreduce_sum;

@@ -19,8 +19,13 @@ comm_sent_bytes / comm_recv_bytes) against the ZeRO paper's volumes, for 2 and 4
     (Megatron's 2 in forward, 2 in backward) plus 2 for the vocabulary-parallel embedding (forward) and
     LM head (backward), and 2 more per block when activation checkpointing recomputes the forward; the
     vocabulary-parallel cross-entropy all-gathers 3 floats per token from each rank. Exactly, on every
-    rank, for tp 2 and 4 and tp 2 x dp 2."""
+    rank, for tp 2 and 4 and tp 2 x dp 2;
+  - without tensor parallelism rank 0 writes every rank's figures from its own counts of them, with no
+    gather a step: the same, to the byte, as the ranks' own counts gathered (ZEROTRAIN_INJECT_GATHER_COMM_BYTES),
+    on 3 ranks (uneven pieces: the ranks' figures differ) with an evaluation's traffic between steps."""
+import os
 import re
+import tempfile
 
 import ztlib
 
@@ -91,6 +96,24 @@ for n in (2, 4):
         ztlib.check(abs(per_rank - want) < 1e-6, name,
                     f"{per_rank:.1f} elements per rank per step, want 3Ψ - embeddings - final LayerNorm - {kept} "
                     f"block(s) = {want}")
+# ---- every rank's figures without a gather: rank 0's own counts of them equal the ranks' own, gathered
+for stage in (0, 2, 3):
+    rows = {}
+    for gather in (False, True):
+        fd, metrics = tempfile.mkstemp(suffix=".jsonl")
+        os.close(fd)
+        p = ztlib.run(["train", tiny, "--set", f"metrics_file={metrics}", "--set", f"zero_optimization.stage={stage}",
+                       "--set", "train_iters=4", "--set", "train_batch_size=12", "--set", "eval_interval=2",
+                       "--set", "eval_batches=4"], ranks=3, env={"ZEROTRAIN_INJECT_GATHER_COMM_BYTES": "1"} if gather else None)
+        ztlib.check(p.returncode == 0, f"comm_bytes_counted_stage{stage}_runs{'_gathered' if gather else ''}", p.stderr[-300:])
+        rows[gather] = [{k: r.get(k) for k in ("step", "comm_sent_bytes", "comm_recv_bytes")} for r in ztlib.read_metrics(metrics)]
+        os.unlink(metrics)
+    counted, gathered = rows[False], rows[True]
+    ztlib.check(len(counted) == 4 and counted == gathered, f"comm_bytes_counted_equal_gathered_stage{stage}",
+                f"counted {counted[-1:]} vs gathered {gathered[-1:]}")
+    if stage == 3:  # the ranks' pieces are uneven: each rank's own figure, not one rank's for all
+        sent = counted[-1]["comm_sent_bytes"] if counted else {}
+        ztlib.check(any(len(set(v)) > 1 for v in sent.values()), "comm_bytes_counted_per_rank_stage3", f"{sent}")
 # ---- tensor parallelism: the model's traffic over the tensor-parallel group against Megatron's formula
 B, T, GB = 2, 32, 8  # tiny's micro-batch, sequence and global batch
 

@@ -210,6 +210,16 @@ static int load_micro_batch(trainer *t, const step_plan *p, long step, int a) {
     return zt_fail_together(t->comm, rc, &err);
 }
 
+/* Whether rank 0 knows every rank's traffic in a step without asking (the metrics line): the engine's
+ * comm keeps every rank's counts (comm.h's rank_bytes) and holds the world's ranks in world order, as
+ * it does without tensor parallelism (session.c: the data-parallel group is then the world). With
+ * tensor parallelism rank 0 sees only its own data-parallel group, and every rank's counts are
+ * gathered each step. The same on every rank: the gather is collective. */
+static int rank_bytes_known(trainer *t) {
+    const zt_comm *c = zt_engine_comm(t->s.engine);
+    return t->s.tp_size == 1 && c->rank_bytes && c->world == t->comm->world && !zt_test_hook_gather_comm_bytes();
+}
+
 /* One optimizer step: A micro-steps of forward and backward (the engine reduces gradients as they
  * become final), then the engine's step (norm, clipping, AdamW, gathers). 1 when a batch could not
  * be read (on every rank: the run ends). */
@@ -221,6 +231,13 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     int sync = cfg->wall_clock_breakdown || cfg->trace_file;
     double t0 = zt_clock_now(), loss_sum = 0;
     zt_comm_bytes bytes0 = zt_engine_comm(eng)->bytes, tp_bytes0 = t->s.model.tp ? t->s.model.tp->bytes : bytes0;
+    const zt_comm *ec = zt_engine_comm(eng);
+    int every_rank = t->metrics && rank_bytes_known(t); /* rank 0 takes every rank's step traffic from its own counts */
+    if (every_rank && !t->rank_bytes_before) {
+        t->rank_bytes_before = zt_xcalloc((size_t)ec->world, sizeof *t->rank_bytes_before);
+        t->rank_bytes_step = zt_xcalloc((size_t)ec->world, sizeof *t->rank_bytes_step);
+    }
+    if (every_rank) memcpy(t->rank_bytes_before, ec->rank_bytes, (size_t)ec->world * sizeof *ec->rank_bytes);
     memset(rec, 0, sizeof *rec);
     double link0[2];
     zt_engine_link_bytes(eng, link0);
@@ -282,6 +299,8 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     rec->samples_done = t->samples_at_start + (step + 1 - t->start_step) * p->global_batch;
     rec->bytes = zt_comm_bytes_since(&zt_engine_comm(eng)->bytes, &bytes0);
     if (t->s.model.tp) rec->tp_bytes = zt_comm_bytes_since(&t->s.model.tp->bytes, &tp_bytes0);
+    for (int r = 0; every_rank && r < ec->world; r++) /* at the point each rank took its own rec->bytes */
+        t->rank_bytes_step[r] = zt_comm_bytes_since(&ec->rank_bytes[r], &t->rank_bytes_before[r]);
     zt_engine_nvme now;
     zt_engine_nvme_stats(eng, &now);
     rec->nvme = (zt_engine_nvme){now.bytes_read - t->nvme_counted.bytes_read,
@@ -322,13 +341,15 @@ static void print_step(trainer *t, const step_plan *p, const step_record *rec, d
     if (cfg->memory_breakdown) zt_mem_report_step(t->s.engine, rec->step, t->s.model.act_bytes);
 }
 
-/* One JSON line in metrics_file (rank 0; every rank's bytes gathered for it) and the monitors.
+/* One JSON line in metrics_file (rank 0; every rank's bytes from its own counts of them, or gathered
+ * for it where it has none: rank_bytes_known) and the monitors.
  * Returns 0, or -1 with the writer's error (a full disk) in err; the caller stops the run. */
 static int record_step(trainer *t, const step_plan *p, const step_record *rec, zt_err *err) {
     const zt_config *cfg = &t->cfg;
     const zt_mem_account *mem = zt_engine_memory(t->s.engine);
     double comm_ms = zt_engine_comm_seconds(t->s.engine) * 1e3;
-    zt_comm_bytes *bytes_per_rank = cfg->metrics_file ? zt_comm_bytes_gather(t->comm, &rec->bytes) : NULL;
+    zt_comm_bytes *gathered = cfg->metrics_file && !rank_bytes_known(t) ? zt_comm_bytes_gather(t->comm, &rec->bytes) : NULL;
+    const zt_comm_bytes *bytes_per_rank = gathered ? gathered : t->rank_bytes_step;
     zt_comm_bytes *tp_bytes_per_rank =
         cfg->metrics_file && t->s.tp_size > 1 ? zt_comm_bytes_gather(t->comm, &rec->tp_bytes) : NULL;
     if (t->metrics) {
@@ -374,12 +395,12 @@ static int record_step(trainer *t, const step_plan *p, const step_record *rec, z
         if (!isnan(rec->val_loss)) fprintf(t->metrics, ", \"val_loss\": %.9g", rec->val_loss);
         fprintf(t->metrics, "}\n");
         if (fflush(t->metrics) || ferror(t->metrics)) {
-            free(bytes_per_rank);
+            free(gathered);
             free(tp_bytes_per_rank);
             return zt_fail(err, "%s: cannot write metrics_file: %s", cfg->metrics_file, strerror(errno ? errno : EIO));
         }
     }
-    free(bytes_per_rank);
+    free(gathered);
     free(tp_bytes_per_rank);
     if (t->monitor) {
         int bd = cfg->wall_clock_breakdown;
@@ -661,6 +682,8 @@ int zt_train_observed(int argc, char **argv, const zt_train_observer *obs) {
     zt_session_close(&t.s);
     free(t.recent_loss);
     free(t.unconfirmed);
+    free(t.rank_bytes_before);
+    free(t.rank_bytes_step);
     free(t.inputs);
     free(t.targets);
     if (t.metrics) fclose(t.metrics);

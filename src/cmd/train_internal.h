@@ -39,6 +39,10 @@ typedef struct trainer {
     long *unconfirmed;
     int n_unconfirmed;
     const zt_train_observer *observer; /* predict's (NULL for train) */
+    /* The metrics line's per-rank traffic without a gather (rank 0, no tensor parallelism:
+     * train.c's rank_bytes_known): the engine comm's counts of every rank as the step began, and
+     * what each rank moved in the step ([world] each; NULL until the first step needs them) */
+    zt_comm_bytes *rank_bytes_before, *rank_bytes_step;
 } trainer;
 
 /* What one optimizer step produced: the step line, the metrics file and the monitors read it. */

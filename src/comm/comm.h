@@ -35,6 +35,11 @@ typedef struct zt_comm {
     int rank, world; /* in this comm: a group comm's rank and size, not MPI_COMM_WORLD's */
     void *impl;
     zt_comm_bytes bytes; /* counted by the table's collectives (comm_volume.c) */
+    /* Every rank's counts [world], as each rank counts its own (bit for bit: the same additions in the
+     * same order, since every rank of a collective knows every rank's pieces), so one rank can report
+     * every rank's traffic without asking them; kept by the tables whose ranks are real processes
+     * (zt_comm_keep_rank_bytes), NULL in the costed comm, where one process stands for every rank */
+    zt_comm_bytes *rank_bytes;
     /* The device queue this comm's collectives run on, in the order they are issued (NCCL: the comm
      * stream); NULL where each one runs in the calling thread's program order, done before its call
      * returns or before the next collective of any comm starts (MPI, host-staged, one rank). Two comms
@@ -63,11 +68,15 @@ typedef struct zt_comm {
     void (*destroy)(struct zt_comm *c);
 } zt_comm;
 
-/* Adds a collective's nominal volume to c->bytes (counts in elements of esz bytes). */
+/* Adds a collective's nominal volume to c->bytes, and every rank's to c->rank_bytes where kept
+ * (counts in elements of esz bytes). */
 void zt_comm_count_allreduce(zt_comm *c, int kind, size_t bytes);
 void zt_comm_count_reduce_scatter(zt_comm *c, const size_t *counts, size_t esz);
 void zt_comm_count_allgather(zt_comm *c, const size_t *counts, size_t esz);
 void zt_comm_count_broadcast(zt_comm *c, size_t bytes, int root);
+/* A table keeps c->rank_bytes from its creation on (before any collective: the counts start at zero
+ * as c->bytes does); the table's destroy frees it. */
+void zt_comm_keep_rank_bytes(zt_comm *c);
 /* Total bytes this rank sent (received) over the kinds that carry model states (all but scalar). */
 double zt_comm_bytes_sent(const zt_comm_bytes *b);
 double zt_comm_bytes_recv(const zt_comm_bytes *b);
@@ -76,7 +85,7 @@ zt_comm_bytes zt_comm_bytes_since(const zt_comm_bytes *now, const zt_comm_bytes 
 /* Every rank's b, gathered over c (collective; counted as scalar traffic): [world] entries. */
 zt_comm_bytes *zt_comm_bytes_gather(zt_comm *c, const zt_comm_bytes *b);
 /* Appends `, "PREFIX_sent_bytes": {"allreduce": [rank 0, rank 1, ...], ...}, "PREFIX_recv_bytes": {...}`
- * to a metrics line, from the [world] entries of zt_comm_bytes_gather. */
+ * to a metrics line, from [world] entries (zt_comm_bytes_gather, or a comm's rank_bytes). */
 void zt_comm_bytes_json(FILE *f, const char *prefix, const zt_comm_bytes *per_rank, int world);
 /* The wall_clock_breakdown line: MB sent/received per kind, via zt_info. */
 void zt_comm_bytes_print(const zt_comm_bytes *b);

@@ -130,6 +130,7 @@ static void mpi_destroy(zt_comm *c) {
     mpi_impl *m = c->impl;
     MPI_Comm_free(&m->comm);
     free(m);
+    free(c->rank_bytes);
     free(c);
 }
 
@@ -159,6 +160,7 @@ static zt_comm *open_mpi_comm(int split, int color, int key, zt_err *err) {
     m->comm = comm;
     MPI_Comm_rank(comm, &c->rank);
     MPI_Comm_size(comm, &c->world);
+    zt_comm_keep_rank_bytes(c);
     c->name = split ? "mpi group" : "mpi";
     c->impl = m;
     c->allreduce_sum = mpi_allreduce_sum;

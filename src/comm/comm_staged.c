@@ -81,6 +81,7 @@ static void staged_destroy(zt_comm *c) {
     if (m->out) m->be->host_free(m->out);
     if (m->mpi) m->mpi->destroy(m->mpi);
     free(m);
+    free(c->rank_bytes);
     free(c);
 }
 
@@ -92,6 +93,7 @@ static zt_comm *new_comm(const char *name, const zt_backend *be, int rank, int w
     c->impl = m;
     c->rank = rank;
     c->world = world;
+    zt_comm_keep_rank_bytes(c);
     c->wait = nop_wait;
     c->destroy = staged_destroy;
     return c;

@@ -1,5 +1,6 @@
 /* comm_volume.c — the nominal communication volume of each collective, added to the comm's byte
- * counters (formulas in comm.h). Shared by the MPI and NCCL tables, so both report alike. */
+ * counters (formulas in comm.h): this rank's, and every rank's where the comm keeps them (the metrics
+ * line's per-rank figures without a gather). Shared by every table, so all report alike. */
 #include "comm/comm.h"
 
 #include <stdlib.h>
@@ -7,12 +8,30 @@
 const char *const zt_coll_names[ZT_COLL_NKIND] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
                                                   "scalar"};
 
+void zt_comm_keep_rank_bytes(zt_comm *c) { c->rank_bytes = zt_xcalloc((size_t)c->world, sizeof *c->rank_bytes); }
+
+/* The ranks whose counts a collective adds to: every rank where c keeps rank_bytes, else its own. */
+static int first_counted(const zt_comm *c) { return c->rank_bytes ? 0 : c->rank; }
+static int end_counted(const zt_comm *c) { return c->rank_bytes ? c->world : c->rank + 1; }
+
+/* Rank r's part of one collective: into c->bytes when r is this rank, into rank_bytes[r] where kept.
+ * Both get the same value by the same addition, so rank_bytes[r] on any rank equals rank r's bytes. */
+static void add_volume(zt_comm *c, int kind, int r, double sent, double recv) {
+    if (r == c->rank) {
+        c->bytes.sent[kind] += sent;
+        c->bytes.recv[kind] += recv;
+    }
+    if (c->rank_bytes) {
+        c->rank_bytes[r].sent[kind] += sent;
+        c->rank_bytes[r].recv[kind] += recv;
+    }
+}
+
 void zt_comm_count_allreduce(zt_comm *c, int kind, size_t bytes) {
     int n = c->world;
     if (n < 2) return;
     double v = 2.0 * (n - 1) / n * (double)bytes;
-    c->bytes.sent[kind] += v;
-    c->bytes.recv[kind] += v;
+    for (int r = first_counted(c); r < end_counted(c); r++) add_volume(c, kind, r, v, v);
 }
 
 static double sum_counts(const zt_comm *c, const size_t *counts) {
@@ -23,22 +42,26 @@ static double sum_counts(const zt_comm *c, const size_t *counts) {
 
 void zt_comm_count_reduce_scatter(zt_comm *c, const size_t *counts, size_t esz) {
     if (c->world < 2) return;
-    double mine = (double)counts[c->rank];
-    c->bytes.sent[ZT_COLL_REDUCE_SCATTER] += (sum_counts(c, counts) - mine) * (double)esz;
-    c->bytes.recv[ZT_COLL_REDUCE_SCATTER] += (c->world - 1) * mine * (double)esz;
+    double total = sum_counts(c, counts);
+    for (int r = first_counted(c); r < end_counted(c); r++) {
+        double piece = (double)counts[r];
+        add_volume(c, ZT_COLL_REDUCE_SCATTER, r, (total - piece) * (double)esz, (c->world - 1) * piece * (double)esz);
+    }
 }
 
 void zt_comm_count_allgather(zt_comm *c, const size_t *counts, size_t esz) {
     if (c->world < 2) return;
-    double mine = (double)counts[c->rank];
-    c->bytes.sent[ZT_COLL_ALLGATHER] += (c->world - 1) * mine * (double)esz;
-    c->bytes.recv[ZT_COLL_ALLGATHER] += (sum_counts(c, counts) - mine) * (double)esz;
+    double total = sum_counts(c, counts);
+    for (int r = first_counted(c); r < end_counted(c); r++) {
+        double piece = (double)counts[r];
+        add_volume(c, ZT_COLL_ALLGATHER, r, (c->world - 1) * piece * (double)esz, (total - piece) * (double)esz);
+    }
 }
 
 void zt_comm_count_broadcast(zt_comm *c, size_t bytes, int root) {
     if (c->world < 2) return;
-    if (c->rank == root) c->bytes.sent[ZT_COLL_BROADCAST] += (double)bytes;
-    else c->bytes.recv[ZT_COLL_BROADCAST] += (double)bytes;
+    for (int r = first_counted(c); r < end_counted(c); r++)
+        add_volume(c, ZT_COLL_BROADCAST, r, r == root ? (double)bytes : 0.0, r == root ? 0.0 : (double)bytes);
 }
 
 double zt_comm_bytes_sent(const zt_comm_bytes *b) {

@@ -37,6 +37,8 @@ int zt_test_hook_extra_sync(void) { return hook_on("ZEROTRAIN_INJECT_EXTRA_SYNC"
 
 int zt_test_hook_serial_lanes(void) { return hook_on("ZEROTRAIN_INJECT_SERIAL_LANES"); }
 
+int zt_test_hook_gather_comm_bytes(void) { return hook_on("ZEROTRAIN_INJECT_GATHER_COMM_BYTES"); }
+
 int zt_test_hook_stop_in_finalize(int rank) { return hook_is("ZEROTRAIN_INJECT_STOP_IN_FINALIZE", rank); }
 
 int zt_test_hook_stop_after_init(int rank) { return hook_is("ZEROTRAIN_INJECT_STOP_AFTER_INIT", rank); }

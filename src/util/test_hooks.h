@@ -48,6 +48,9 @@
  *                                    first micro-batch drains the device and waits for the last update's
  *                                    host lanes (overlap_step's CPU Adam and H2D) before its forward
  *                                    (test/t_predict.py, test/bench_predict.py)
+ *   ZEROTRAIN_INJECT_GATHER_COMM_BYTES=1  the metrics line's per-rank traffic is gathered from the ranks
+ *                                    every step, as under tensor parallelism, also without it: what rank 0
+ *                                    counts of every rank itself must equal it (test/t_comm_bytes.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -99,5 +102,8 @@ int zt_test_hook_extra_sync(void);
 
 /* 1 when ZEROTRAIN_INJECT_SERIAL_LANES is set (not "0"). */
 int zt_test_hook_serial_lanes(void);
+
+/* 1 when ZEROTRAIN_INJECT_GATHER_COMM_BYTES is set (not "0"). */
+int zt_test_hook_gather_comm_bytes(void);
 
 #endif
