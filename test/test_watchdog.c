@@ -13,7 +13,11 @@
  *     collective, abort runs, non-zero exit;
  *   - stuck, and the comm's abort never returns (ncclCommAbort behind a collective hung on the GPU):
  *     the job is still taken down by MPI_Abort once ZT_WATCHDOG_ABORT_WAIT has passed, not by the
- *     30 s alarm that is the last resort (the test waits up to 40 s to tell the two apart). */
+ *     30 s alarm that is the last resort (the test waits up to 40 s to tell the two apart);
+ *   - stopped and continued: a process stuck 2 s into a 4 s comm_timeout is stopped for 1 s (too short
+ *     for the watchdog's late-tick rule) and continued, as a launcher does to kill a stopped rank: it
+ *     counts its wait from its return (SIGCONT) and reports no sooner than a whole comm_timeout after
+ *     it, not at once for a wait the stop made long. */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,7 +30,7 @@
 #include "comm/watchdog.h"
 #include "util/util.h"
 
-enum { ALL_DONE, PROGRESSING, STUCK, ASYNC_ERROR, DEVICE_FAULT, STUCK_ABORT_HANGS };
+enum { ALL_DONE, PROGRESSING, STUCK, ASYNC_ERROR, DEVICE_FAULT, STUCK_ABORT_HANGS, STOPPED_AND_CONTINUED };
 static int mode, probes;
 static double t_start;
 
@@ -54,11 +58,17 @@ static void test_abort(void *ctx) {
 /* the child: returns its exit status when the watchdog did not end it */
 static int child(int m) {
     mode = m;
+    zt_watchdog_hold_continue(); /* as main.c does for a rank */
     MPI_Init(NULL, NULL);
     t_start = zt_now();
-    zt_watchdog_start(1.0, 0, 1);
+    zt_watchdog_start(m == STOPPED_AND_CONTINUED ? 4.0 : 1.0, 0, 1);
     zt_watchdog_probe p = {test_probe, test_abort, "comm", 1};
     zt_watchdog_watch(&p);
+    if (m == STOPPED_AND_CONTINUED) {
+        printf("watching\n");
+        fflush(stdout);
+        for (;;) pause(); /* the watchdog ends the process */
+    }
     sleep(3);
     long asked = 0;
     int last = zt_watchdog_last_probe(&asked);
@@ -94,6 +104,50 @@ static int run_child(int m, double limit, char *out, size_t cap, double *took) {
     close(fd);
     unlink(path);
     return done ? status : -1;
+}
+
+/* STOPPED_AND_CONTINUED: 1 when the case decided (*from_continue: seconds from SIGCONT to the child's end),
+ * 0 when the stop came too late to tell (the child had already reported: a loaded machine) */
+static int run_stopped_child(char *out, size_t cap, double *from_continue, int *status) {
+    char path[] = "/tmp/zt-test-watchdog-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return 0;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 1), dup2(fd, 2);
+        _exit(child(STOPPED_AND_CONTINUED));
+    }
+    int decided = 0, done = 0;
+    double seen = 0, t0 = zt_now();
+    while (!done && zt_now() - t0 < 60) { /* its watchdog is running once it says so */
+        ssize_t n = pread(fd, out, cap - 1, 0);
+        out[n > 0 ? n : 0] = 0;
+        if (strstr(out, "watching")) break;
+        done = waitpid(pid, status, WNOHANG) == pid;
+        usleep(20000);
+    }
+    seen = zt_now();
+    usleep(2000000); /* 2 s into its 4 s comm_timeout */
+    kill(pid, SIGSTOP);
+    usleep(1000000);
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+    double stopped_at = zt_now() - seen;
+    decided = !done && !strstr(out, "zerotrain: error") && stopped_at < 3.5;
+    double cont = zt_now();
+    kill(pid, SIGCONT);
+    while (!done && zt_now() - cont < 30) {
+        done = waitpid(pid, status, WNOHANG) == pid;
+        if (!done) usleep(20000);
+    }
+    *from_continue = zt_now() - cont;
+    if (!done) kill(pid, SIGKILL), waitpid(pid, status, 0), *status = -1;
+    n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(path);
+    return decided;
 }
 
 int main(void) {
@@ -138,5 +192,19 @@ int main(void) {
           st < 0 ? "still running" : by_alarm ? "ended by the 30 s alarm" : "status", took, out);
     printf("test_watchdog: with a comm abort that never returns, the process ended %.1fs after the op was enqueued "
            "(comm_timeout 1s, abort wait %ds)\n", took, ZT_WATCHDOG_ABORT_WAIT);
+
+    /* a stop that came late (the child had reported) proves nothing: tried again, three times at most */
+    int status = 0, decided = 0;
+    double from_continue = 0;
+    for (int attempt = 0; attempt < 3 && !decided; attempt++)
+        decided = run_stopped_child(out, sizeof out, &from_continue, &status);
+    line = strstr(out, "zerotrain: error: rank 0 (host ");
+    CHECK(decided && status > 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && line &&
+              strstr(line, "TEST all-reduce #7 (4096 bytes) made no progress for ") && from_continue >= 4.0,
+          "device_probe_stopped_rank_counts_from_its_return",
+          "%s; ended %.1fs after SIGCONT (comm_timeout 4s; status %d): %s",
+          decided ? "decided" : "the stop came too late three times", from_continue, status, out);
+    printf("test_watchdog: stopped 2 s into a 4 s comm_timeout for 1 s, the process reported %.1fs after it was "
+           "continued\n", from_continue);
     return zt_check_exit();
 }

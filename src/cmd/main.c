@@ -11,6 +11,7 @@
 #include "backend/blas_core.h"
 #include "comm/comm.h"
 #include "cmd/commands.h"
+#include "comm/watchdog.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -58,8 +59,11 @@ int main(int argc, char **argv) {
         {"config", zt_cmd_config, 0, 0},   {"predict", zt_cmd_predict, 1, 1}, {"interval", zt_cmd_interval, 0, 0},
         {"calibrate", zt_cmd_calibrate, 0, 1}, /* no MPI: a singleton's variables would stop its --tp step's mpirun */
     };
-    for (size_t i = 0; argc >= 2 && i < sizeof commands / sizeof commands[0]; i++)
-        if (commands[i].computes && !strcmp(argv[1], commands[i].name)) zt_blas_core_choose(argv);
+    for (size_t i = 0; argc >= 2 && i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name)) continue;
+        if (commands[i].needs_mpi) zt_watchdog_hold_continue(); /* a rank: before any thread starts */
+        if (commands[i].computes) zt_blas_core_choose(argv);
+    }
     /* HDF5's exit-time cleanup retries closing any file whose close failed (a full disk) and
      * crashes on it; every file is closed explicitly, so the cleanup has nothing else to do */
     H5dont_atexit();

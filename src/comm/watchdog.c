@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -181,8 +182,31 @@ static void report_wait(const char *what, size_t bytes, int ranks, long seq, dou
     report_and_abort(op_subject(subject, sizeof subject, what, seq, bytes), how);
 }
 
+/* SIGCONT: this process was stopped (SIGSTOP, Slurm's suspend, a debugger) and goes on. Its time
+ * away is not its peers' fault, however short: a peer that waited on it past comm_timeout may end
+ * the job within a second of the stop, and the launcher continues it to kill it (found by CI: the
+ * stopped rank then blamed the others). The handler counts; the watchdog thread is the only thread
+ * that takes the signal (zt_watchdog_hold_continue), so the count is current before the thread runs
+ * another instruction of its own after the stop. */
+static atomic_long continued;
+static void on_continue(int sig) {
+    (void)sig;
+    atomic_fetch_add(&continued, 1);
+}
+
+void zt_watchdog_hold_continue(void) {
+    sigset_t cont;
+    sigemptyset(&cont);
+    sigaddset(&cont, SIGCONT);
+    sigprocmask(SIG_BLOCK, &cont, NULL);
+}
+
+/* whether this process was continued after tick's count `seen`: a tick that read its times before
+ * the stop must not report a wait that the stop made long */
+static int continued_since(long seen) { return atomic_load(&continued) != seen; }
+
 /* each watched device comm: its oldest pending operation against the timeout, and its errors */
-static void check_device(double now, double resumed, double timeout) {
+static void check_device(double now, double resumed, double timeout, long seen) {
     pthread_mutex_lock(&wd.probe_mu);
     int tick = 0; /* the tick's answer: 1 when any comm has an operation pending */
     for (int i = 0; i < wd.watching; i++) {
@@ -202,7 +226,7 @@ static void check_device(double now, double resumed, double timeout) {
             snprintf(how, sizeof how, "failed on the GPU: %s", op.error);
             report_and_abort(op.what ? op_subject(subject, sizeof subject, op.what, op.seq, op.bytes) : "NCCL comm", how);
         }
-        if (st > 0 && waited > timeout) {
+        if (st > 0 && waited > timeout && !continued_since(seen)) {
             snprintf(how, sizeof how, "made no progress for %.0fs (on the GPU, with %d rank%s%s; comm_timeout %gs)",
                      waited, ranks, ranks == 1 ? "" : "s", group_words(group, sizeof group, p->ranks), timeout);
             report_and_abort(op_subject(subject, sizeof subject, op.what, op.seq, op.bytes), how);
@@ -214,24 +238,31 @@ static void check_device(double now, double resumed, double timeout) {
 
 static void *watch(void *arg) {
     (void)arg;
+    sigset_t cont;
+    sigemptyset(&cont);
+    sigaddset(&cont, SIGCONT);
+    pthread_sigmask(SIG_UNBLOCK, &cont, NULL);
     double last = zt_now(), resumed = 0, resumed_unix = 0;
+    long seen = atomic_load(&continued);
     while (!atomic_load(&wd.stop)) {
         double timeout = atomic_load(&wd.timeout);
         /* checks a few times per timeout, at least once a second: a hang is reported at most
          * timeout + min(timeout/4, 1s) after its wait began */
         double poll = timeout > 0 && timeout < 4 ? timeout / 4 : 1.0;
         sleep_seconds(poll);
+        long count = atomic_load(&continued);
         double now = zt_now();
-        /* a tick far later than asked means this whole process was stopped (SIGSTOP, a frozen VM):
-         * the time it was away is not its peers' fault, so waits count from its return */
-        if (now - last > 2 * poll + 1.0) {
+        /* continued, or a tick far later than asked (a frozen VM sends no SIGCONT): this whole process
+         * was stopped, and the time it was away is not its peers' fault, so waits count from its return */
+        if (count != seen || now - last > 2 * poll + 1.0) {
+            seen = count;
             resumed = now;
             resumed_unix = zt_unix_time();
         }
         last = now;
         if (timeout <= 0) continue;
         stamp_roll();
-        check_device(now, resumed, timeout);
+        check_device(now, resumed, timeout, seen);
         long seq = atomic_load(&wd.seq);
         const char *what = atomic_load(&wd.what);
         double since = atomic_load(&wd.since);
@@ -245,7 +276,7 @@ static void *watch(void *arg) {
          * network). Silences count from this process's own return when it was away itself. */
         char stopped[400];
         int n_stopped = name_stopped(stopped, sizeof stopped, stale_after(poll), resumed_unix);
-        if (waited > timeout || (n_stopped > 0 && waited > poll))
+        if ((waited > timeout || (n_stopped > 0 && waited > poll)) && !continued_since(seen))
             report_wait(what, bytes, ranks, seq, waited, stopped);
     }
     return NULL;
@@ -254,6 +285,12 @@ static void *watch(void *arg) {
 static void start_thread(void) {
     if (wd.running || atomic_load(&wd.timeout) <= 0) return;
     atomic_store(&wd.stop, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_continue;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCONT, &sa, NULL);
     if (pthread_create(&wd.thread, NULL, watch, NULL) == 0) wd.running = 1;
     else zt_warn("comm_timeout: cannot start the watchdog thread; hung collectives will not be detected");
 }

@@ -45,6 +45,11 @@
  * world are the job's (MPI_COMM_WORLD's, or a dup of it), never a group comm's: they name this rank
  * in every line and index its record in the roll. */
 void zt_watchdog_start(double timeout_s, int rank, int world);
+/* Blocks SIGCONT in the calling thread: called first thing in a rank's main, before any thread starts,
+ * so that every thread but the watchdog's (which unblocks it) inherits the block. A rank that was
+ * stopped and continued (SIGSTOP, Slurm's suspend) then knows it at the watchdog's next tick, and
+ * counts its waits from its return: it blames no peer for the time it was away, however short. */
+void zt_watchdog_hold_continue(void);
 /* Stops the thread (at exit; safe without start), and closes the roll. */
 void zt_watchdog_stop(void);
 /* The roll: after zt_watchdog_start, every rank names the same file /dev/shm/.zerotrain-roll-TAG (a
