@@ -50,19 +50,14 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
     size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
     /* the gradient buffers of stages 2-3: the embeddings', and two of the largest other segment (a block,
      * or a tile of one with tiled linears) */
-    size_t seg0 = table->segment_lo[table->n_embed_segments], block = 0, any_segment = 0; /* any_segment: embeddings too */
-    for (int s = 0; s < table->n_segments; s++) {
-        size_t len = table->segment_lo[s + 1] - table->segment_lo[s];
-        if (len > any_segment) any_segment = len;
-        if (s >= table->n_embed_segments && len > block) block = len;
-    }
+    zt_segment_sizes sizes = zt_param_table_segment_sizes(table); /* as zero_comm.c allocates them */
     size_t embed3 = g3->embed, largest = g3->largest;
     /* stages 2-3 with the whole optimizer shard on the host (ratio 1, not delayed_update) may send the
      * gradients to the host bucket by bucket: no gradient shard on the device, bucket-sized landing zones
      * instead of a shard-sized one, and the host's staging buffers (zero_comm.c; zero_formula.h). They
      * do where offload_optimizer.gradients says host, or says auto and the device row with the shard
      * does not fit --device-mem (engine.c: gradients_to_host counts the same bytes) */
-    size_t landing = zt_zero_landing_elems(cfg->reduce_bucket_size, any_segment, shard);
+    size_t landing = zt_zero_landing_elems(cfg->reduce_bucket_size, sizes.any, shard);
     int slots = zt_zero_landing_slots(cfg->overlap_comm);
     double grads_off_device = zt_zero_grads_device_bytes(0, P, shard, landing, slots, (int)ranks) -
                               zt_zero_grads_device_bytes(1, P, shard, landing, slots, (int)ranks);
@@ -80,7 +75,7 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         /* buffers besides model states: stage 2/3 gradient segment buffers, stage >= 1 the
          * reduce-scatter landing zone, stage 3 the gather buffers */
         double buffers = 0;
-        if (stage >= 2) buffers += (double)P * (seg0 + 2 * block);
+        if (stage >= 2) buffers += (double)P * (sizes.embed + 2 * sizes.block);
         if (stage >= 1 && ranks > 1) buffers += (double)P * shard;
         if (stage == 3)
             buffers += zt_zero3_gather_bytes(P, embed3, largest, g3->depth);

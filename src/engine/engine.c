@@ -179,18 +179,14 @@ static int gradients_to_host(zt_engine *e) {
         return 0;
     }
     const zt_param_table *t = e->table;
-    size_t E = esz(e), seg0 = t->segment_lo[t->n_embed_segments], block = 0, any = 0;
-    for (int s = 0; s < t->n_segments; s++) {
-        size_t len = t->segment_lo[s + 1] - t->segment_lo[s];
-        any = max_sz(any, len);
-        if (s >= t->n_embed_segments) block = max_sz(block, len);
-    }
-    double rest = (double)mem_sum(e->mem.device) + (double)E * (double)(seg0 + 2 * block) + off->device_acts;
+    size_t E = esz(e);
+    zt_segment_sizes sizes = zt_param_table_segment_sizes(t); /* zero_comm.c's gradient pools */
+    double rest = (double)mem_sum(e->mem.device) + (double)E * (double)(sizes.embed + 2 * sizes.block) + off->device_acts;
     if (opt->stage == 3) {
         zt_stage3_plan g = zt_engine_stage3_plan(t, opt);
         rest += zt_zero3_gather_bytes(E, g.embed, g.largest, g.depth);
     }
-    size_t landing = zt_zero_landing_elems(opt->reduce_bucket_size, any, e->lay.shard);
+    size_t landing = zt_zero_landing_elems(opt->reduce_bucket_size, sizes.any, e->lay.shard);
     int slots = zt_zero_landing_slots(opt->overlap_comm), world = e->lay.world;
     double on_device = rest + zt_zero_grads_device_bytes(0, E, e->lay.shard, landing, slots, world);
     double on_host = rest + zt_zero_grads_device_bytes(1, E, e->lay.shard, landing, slots, world);

@@ -95,20 +95,17 @@ zero_comm *zero_open(const engine_facts *f, const zero_buffers *b) {
     const zt_param_table *table = f->table;
     size_t E = esz(z);
     if (f->opt.stage >= 2) {
-        int emb = table->n_embed_segments;
-        size_t seg0 = seg_lo(z, emb) - seg_lo(z, 0), other = 0;
-        for (int s = emb; s < table->n_segments; s++) other = max_sz(other, seg_hi(z, s) - seg_lo(z, s));
-        z->grad_pool[0] = facts_dev_alloc(f, seg0 * E, ZT_MEM_GRADS);
-        z->grad_pool[1] = facts_dev_alloc(f, other * E, ZT_MEM_GRADS);
-        z->grad_pool[2] = facts_dev_alloc(f, other * E, ZT_MEM_GRADS);
+        zt_segment_sizes sizes = zt_param_table_segment_sizes(table);
+        z->grad_pool[0] = facts_dev_alloc(f, sizes.embed * E, ZT_MEM_GRADS);
+        z->grad_pool[1] = facts_dev_alloc(f, sizes.block * E, ZT_MEM_GRADS);
+        z->grad_pool[2] = facts_dev_alloc(f, sizes.block * E, ZT_MEM_GRADS);
         z->grad_pool_seg[0] = z->grad_pool_seg[1] = z->grad_pool_seg[2] = -1;
         z->seg_grad = zt_xcalloc((size_t)table->n_segments, sizeof *z->seg_grad);
     }
     size_t zone = f->lay.shard;
     if (b->grads_land) { /* bucket by bucket to the host: zones for a bucket's piece, not the shard */
-        size_t largest = 0;
-        for (int s = 0; s < table->n_segments; s++) largest = max_sz(largest, seg_hi(z, s) - seg_lo(z, s));
-        z->landing = zt_zero_landing_elems(f->opt.reduce_bucket_size, largest, f->lay.shard);
+        z->landing = zt_zero_landing_elems(f->opt.reduce_bucket_size, zt_param_table_segment_sizes(table).any,
+                                           f->lay.shard);
         z->landing_slots = zt_zero_landing_slots(f->opt.overlap_comm);
         zone = z->landing * (size_t)z->landing_slots;
         z->lane = grads_lane_open(f, z->landing, b->owner, b->grads_land);

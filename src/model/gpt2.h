@@ -103,6 +103,21 @@ void zt_param_table_split_embedding(zt_param_table *table, int rows);
  * before zt_param_table_split_embedding. The model then gathers, uses and releases one tile after
  * another (stage 3's working set is a tile, not a block). */
 void zt_param_table_tile_linears(zt_param_table *table, int tiles);
+/* What stages 2-3 size their gradient buffers by (zero_comm.c allocates them; `estimate` and the
+ * engine's choice of gradient path count the same): the embedding segments together, the largest
+ * other segment (a block, or a tile of one), and the largest segment of all (a bucket's landing zone). */
+typedef struct zt_segment_sizes {
+    size_t embed, block, any;
+} zt_segment_sizes;
+static inline zt_segment_sizes zt_param_table_segment_sizes(const zt_param_table *t) {
+    zt_segment_sizes z = {t->segment_lo[t->n_embed_segments] - t->segment_lo[0], 0, 0};
+    for (int s = 0; s < t->n_segments; s++) {
+        size_t len = t->segment_lo[s + 1] - t->segment_lo[s];
+        if (len > z.any) z.any = len;
+        if (s >= t->n_embed_segments && len > z.block) z.block = len;
+    }
+    return z;
+}
 static inline int zt_segment_of_block(const zt_param_table *t, int layer) {
     return t->n_embed_segments + layer * t->block_segments;
 }
