@@ -21,7 +21,11 @@ optimizer offload at Twin-Flow ratios 1, 0.5 and 0.25, overlap_step on and off, 
 NVMe for the optimizer and the parameters, activation checkpointing and cpu_checkpointing, and tensor
 parallelism 2 (two processes, see ONE_CORE below). Each config is trained for real on the sim
 (wall clock; the step time is the median of the steps after the first two) and predicted with the
-calibrated profile. Then two configs with a needless wait, measured and predicted: a synchronize after
+calibrated profile. Each config gets a calibration of its own, run just before it is measured
+(ZT_BENCH_PREDICT_RECALIBRATE=0: one for all, at the start): this machine's speed drifts by tens of
+percent over minutes (a shared host: two runs of the same binary five minutes apart erred 16.7 % and
+28.7 % on average, of opposite sign), and a profile taken minutes before a measurement carries the
+drift into the error. The row shows the profile's bf16 GEMM peak, so the drift is seen. Then two configs with a needless wait, measured and predicted: a synchronize after
 every block (ZEROTRAIN_INJECT_EXTRA_SYNC) and a wait that serializes the update's host lanes with the
 next forward under overlap_step (ZEROTRAIN_INJECT_SERIAL_LANES): both should move, and alike.
 Goal: mean error <= 10 %, worst <= 20 %, on an idle machine. On a shared machine (other processes
@@ -79,6 +83,9 @@ def args_of(cmd, sets):
     return out
 
 
+ONE_CORE = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
 def cpu_seconds():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -115,6 +122,17 @@ def predict(hw, sets, env=None, ranks_tp=None):
     return (float(m.group(1)), "") if p.returncode == 0 and m else (None, (p.stderr or p.stdout)[-300:])
 
 
+def calibrate(out, tp=1):
+    """writes a profile of this machine as it is now to OUT; (its bf16 GEMM peak in GFLOP/s, "") or (None, why)"""
+    args = ["calibrate", "-o", out, "--dir", nvme] + (["--tp", str(tp)] if tp > 1 else [])
+    p = ztlib.run(args, env=ONE_CORE if tp > 1 else None, timeout=600)
+    if p.returncode != 0:
+        return None, p.stderr[-400:]
+    with open(out) as f:
+        m = re.search(r"bf16: \{peak_tflops: ([0-9.]+)", f.read())
+    return (1e3 * float(m.group(1)) if m else float("nan")), p.stderr.strip()
+
+
 def load():
     with open("/proc/loadavg") as f:
         return f.read().split()[0]
@@ -126,13 +144,15 @@ rows = []
 only = os.environ.get("ZT_BENCH_PREDICT_ONLY", "")
 matrix = [m for m in MATRIX if only in m[0]]
 
+RECALIBRATE = os.environ.get("ZT_BENCH_PREDICT_RECALIBRATE", "1") != "0"
 profile = os.path.join(work, "calibrated.yaml")
 if matrix or not only:
-    p = ztlib.run(["calibrate", "-o", profile, "--dir", nvme], timeout=300)
-    print(p.stderr.strip())
-    if p.returncode != 0:
-        sys.exit(f"calibrate failed: {p.stderr[-400:]}")
-print(f"profile: {profile} (load average {load()} at the start; {os.cpu_count()} cores)")
+    peak, said = calibrate(profile)
+    print(said)
+    if peak is None:
+        sys.exit(f"calibrate failed: {said}")
+print(f"profile: {profile} (load average {load()} at the start; {os.cpu_count()} cores; "
+      f"{'each row calibrated just before it' if RECALIBRATE else 'one calibration for all rows'})")
 
 # Tensor parallelism 2, made fair: the measured run is two processes on this machine's 2 cores, each
 # rank's threads held to one core (OMP_NUM_THREADS=1, as 2 ranks on 2 cores are launched); the profile
@@ -142,25 +162,34 @@ print(f"profile: {profile} (load average {load()} at the start; {os.cpu_count()}
 # says the machine is one node of 2 GPUs, so predict --ranks 2 --tp 2 divides the host among them as
 # the real run does. The collectives are priced from the profile's network keys (the host memcpy rate
 # and the lane handoff), which is what a host-staged all-reduce between two processes here moves through.
-ONE_CORE = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 rank_profile = os.path.join(work, "calibrated-rank.yaml")
-p = ztlib.run(["calibrate", "--tp", "2", "-o", rank_profile, "--dir", nvme], env=ONE_CORE, timeout=600)
-print(p.stderr.strip())
+tp_peak, said = calibrate(rank_profile, tp=2)
+print(said)
 tp_ok, tp_why = predict(rank_profile, TP[1], ranks_tp=(2, 2))
 if tp_ok is not None and only in TP[0]:
     matrix.append(TP)
-print(f"\n{'config':44s} {'measured':>10s} {'predicted':>10s} {'error':>8s}   {'CPU/step':>10s} {'error':>8s}")
-for name, sets in matrix:
+print(f"\n{'config':44s} {'measured':>10s} {'predicted':>10s} {'error':>8s}   {'CPU/step':>10s} {'error':>8s}"
+      f"   {'bf16 peak':>10s}")
+peaks = []
+for i, (name, sets) in enumerate(matrix):
     tp = name == TP[0]
+    row_profile, peak = (rank_profile, tp_peak) if tp else (profile, peak)
+    if RECALIBRATE and i > 0:  # the first row's is the one just taken
+        row_profile = os.path.join(work, f"calibrated-{i}.yaml")
+        peak, said = calibrate(row_profile, tp=2 if tp else 1)
+        if peak is None:
+            print(f"{name:44s} calibrate failed: {said}")
+            continue
     got, cpu, why = measure(sets, env=ONE_CORE if tp else None, ranks=2 if tp else 0, tp=2 if tp else 1)
-    want, why2 = predict(rank_profile if tp else profile, sets, ranks_tp=(2, 2) if tp else None)
+    want, why2 = predict(row_profile, sets, ranks_tp=(2, 2) if tp else None)
     if got is None or want is None:
         print(f"{name:44s} failed: {why or why2}")
         continue
     err = (want - got) / got
     rows.append((name, got, want, err, cpu))
-    print(f"{name:44s} {got:8.1f} ms {want:8.1f} ms {100 * err:+7.1f} %   {cpu:8.1f} ms {100 * (want - cpu) / cpu:+7.1f} %",
-          flush=True)
+    peaks.append(peak)
+    print(f"{name:44s} {got:8.1f} ms {want:8.1f} ms {100 * err:+7.1f} %   {cpu:8.1f} ms {100 * (want - cpu) / cpu:+7.1f} %"
+          f"   {peak:6.1f} GF/s", flush=True)
 if tp_ok is None:
     print(f"{TP[0]:44s} not predicted: {tp_why}")
 
@@ -182,6 +211,9 @@ if errs:
     # count twice), so there the prediction should come out below it.
     cerr = [abs(r[2] - r[4]) / r[4] for r in rows]
     print(f"against CPU time per step: mean |error| {100 * statistics.mean(cerr):.1f} %, worst {100 * max(cerr):.1f} %")
+    if len(peaks) > 1:
+        print(f"the calibrations' bf16 GEMM peak over the rows: {min(peaks):.1f} .. {max(peaks):.1f} GF/s "
+              f"(the machine's drift while the matrix ran)")
 
 # Needless waits: measured and predicted should move alike. Each config is measured again with and
 # without the wait, in turn (without, with, without, with), each side the median of its runs, so a
@@ -193,7 +225,12 @@ if errs:
 
 
 def needless(label, sets, env):
-    base_p, wait_p = predict(profile, sets)[0], predict(profile, sets, env=env)[0]
+    prof = profile
+    if RECALIBRATE:
+        prof = os.path.join(work, "calibrated-needless.yaml")
+        if calibrate(prof)[0] is None:
+            prof = profile
+    base_p, wait_p = predict(prof, sets)[0], predict(prof, sets, env=env)[0]
     runs = {False: [], True: []}
     for with_wait in (False, True, False, True):
         got = measure(sets, env=env if with_wait else None)[0]

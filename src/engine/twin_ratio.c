@@ -182,10 +182,12 @@ static void copy_pass(const engine_facts *e, calib *c, zt_copy_kind kind) {
 }
 
 /* One pass kind, repeated on a thread of its own until told to stop; the first pass warms up, the
- * others are timed. The copy lanes start one pass per pass of the host Adam, as the step moves each
+ * others are timed, each on its own (at most CALIB_TIMED). The copy lanes start one pass per pass of the host Adam, as the step moves each
  * element down and up once per update (copying without pause would load the memory more than the
  * step does). */
 enum { LANE_HOST_ADAM, LANE_D2H, LANE_H2D, NLANES };
+#define CALIB_TIMED 64
+#define CALIB_AGREE 0.25 /* the 3 fastest passes of each lane agree within 25 %: settled (zt_settled_time) */
 typedef struct calib_pace {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -198,8 +200,8 @@ typedef struct calib_lane {
     const zt_adam_step *st;
     int kind;
     calib_pace *pace;
-    atomic_int timed; /* timed passes so far */
-    double seconds;   /* their total time */
+    atomic_int timed;           /* timed passes so far: seconds[0 .. timed) written */
+    double seconds[CALIB_TIMED]; /* each one's time */
     pthread_t th;
 } calib_lane;
 
@@ -226,9 +228,10 @@ static void *lane_main(void *arg) {
         if (l->kind == LANE_HOST_ADAM) host_pass(l->e, l->c, l->st);
         else copy_pass(l->e, l->c, l->kind == LANE_D2H ? ZT_D2H : ZT_H2D);
         double t = zt_clock_now() - t0;
-        if (pass > 0 && !atomic_load(stop)) { /* a pass that ended alone does not count */
-            l->seconds += t;
-            atomic_fetch_add(&l->timed, 1);
+        int k = atomic_load(&l->timed);
+        if (pass > 0 && !atomic_load(stop) && k < CALIB_TIMED) { /* a pass that ended alone does not count */
+            l->seconds[k] = t;
+            atomic_store(&l->timed, k + 1);
         }
     }
     return NULL;
@@ -236,10 +239,14 @@ static void *lane_main(void *arg) {
 
 /* Rates as the step sees them: the host Adam, both copies and the device Adam run at the same time,
  * each on the thread the step runs it on (the host side on threads of their own, the device Adam on
- * this one), so they share the cores, the memory bandwidth and the copy engines as in the step; each
- * rate is the mean over at least 3 passes after a warm-up. rates: host Adam el/s, device Adam el/s,
- * D2H B/s, H2D B/s; all 0 when the scratch could not be allocated. */
-static void calibrate(const engine_facts *e, size_t n, double rates[4]) {
+ * this one), so they share the cores, the memory bandwidth and the copy engines as in the step. Each
+ * rate is its lane's settled pass time (zt_settled_time: the middle of its 3 fastest once they agree),
+ * so a pass that something else slowed does not count: on the H200's fresh VM one run's CPU Adam
+ * measured 2026 M el/s and the next 130 (the mean of 3 passes, as it was), and the ratio followed.
+ * The passes go on until every lane settles, for 10 s at most once each has 3, 20 s at most in all.
+ * rates: host Adam el/s, device Adam el/s, D2H B/s, H2D B/s; all 0 when the scratch could not be
+ * allocated. *passes: the fewest timed passes of a lane; *settled: whether every lane settled. */
+static void calibrate(const engine_facts *e, size_t n, double rates[4], int *passes, int *settled) {
     calib c;
     memset(rates, 0, 4 * sizeof *rates);
     if (calib_alloc(e, &c, n)) {
@@ -259,16 +266,26 @@ static void calibrate(const engine_facts *e, size_t n, double rates[4]) {
         if (pthread_create(&lanes[k].th, NULL, lane_main, &lanes[k])) break;
         started++;
     }
-    double dev_seconds = 0, t_start = zt_clock_now();
-    int dev_timed = 0;
+    double dev_seconds[CALIB_TIMED], t_start = zt_clock_now();
+    int dev_timed = 0, least = 0, all_settled = 0;
     for (int pass = 0; started == NLANES; pass++) {
         double t0 = zt_clock_now();
         device_pass(e, &c, &st);
-        if (pass > 0) dev_seconds += zt_clock_now() - t0, dev_timed++;
-        int least = dev_timed;
-        for (int k = 0; k < NLANES; k++) least = least < atomic_load(&lanes[k].timed) ? least : atomic_load(&lanes[k].timed);
-        if (least >= 3 || (least >= 1 && zt_clock_now() - t_start > 10.0)) break;
+        if (pass > 0 && dev_timed < CALIB_TIMED) dev_seconds[dev_timed++] = zt_clock_now() - t0;
+        least = dev_timed;
+        all_settled = dev_timed >= 3;
+        if (all_settled) zt_settled_time(dev_seconds, dev_timed, CALIB_AGREE, &all_settled);
+        for (int k = 0; k < NLANES; k++) {
+            int timed = atomic_load(&lanes[k].timed), lane_settled = 0;
+            least = least < timed ? least : timed;
+            if (timed >= 3) zt_settled_time(lanes[k].seconds, timed, CALIB_AGREE, &lane_settled);
+            all_settled = all_settled && lane_settled;
+        }
+        double spent = zt_clock_now() - t_start;
+        if (all_settled || least >= CALIB_TIMED || (least >= 3 && spent > 10.0) || (least >= 1 && spent > 20.0)) break;
     }
+    *passes = least;
+    *settled = all_settled;
     pthread_mutex_lock(&pace.mu);
     atomic_store(&pace.stop, 1);
     pthread_cond_broadcast(&pace.cv);
@@ -279,9 +296,11 @@ static void calibrate(const engine_facts *e, size_t n, double rates[4]) {
     if (started == NLANES) {
         size_t E = facts_esz(e);
         double per[NLANES];
-        for (int k = 0; k < NLANES; k++) per[k] = lanes[k].seconds / atomic_load(&lanes[k].timed) + 1e-12;
+        int lane_settled;
+        for (int k = 0; k < NLANES; k++)
+            per[k] = zt_settled_time(lanes[k].seconds, atomic_load(&lanes[k].timed), CALIB_AGREE, &lane_settled) + 1e-12;
         rates[0] = n / per[LANE_HOST_ADAM];
-        rates[1] = n / (dev_seconds / dev_timed + 1e-12);
+        rates[1] = n / (zt_settled_time(dev_seconds, dev_timed, CALIB_AGREE, &lane_settled) + 1e-12);
         rates[2] = (double)(n * E) / per[LANE_D2H];
         rates[3] = (double)(n * E) / per[LANE_H2D];
     }
@@ -311,7 +330,8 @@ int twin_choose_ratio(const engine_facts *e, double *ratio, int *bound, zt_err *
      * timed at its memory-bound speed; at 2^20 it ran from cache 5x faster than in real steps */
     size_t n = max_sz(min_sz(N, (size_t)1 << 24), 4096);
     double rates[4];
-    calibrate(e, n, rates);
+    int passes = 0, settled = 0;
+    calibrate(e, n, rates, &passes, &settled);
     e->comm->allreduce_host_double(e->comm, rates, 4);
     for (int i = 0; i < 4; i++) rates[i] /= e->lay.world;
     int calibrated = rates[0] > 0 && rates[1] > 0 && rates[2] > 0 && rates[3] > 0;
@@ -398,13 +418,14 @@ int twin_choose_ratio(const engine_facts *e, double *ratio, int *bound, zt_err *
         zt_warn("twin-flow: ratio auto: calibration failed (out of memory?); offloading as much as the memories "
                 "allow");
     zt_info("twin-flow: ratio auto = %.3f (decided by %s): CPU Adam %.0f M el/s (%s, %d thread(s)), device Adam "
-            "%.0f M el/s, D2H %.2f GB/s, H2D %.2f GB/s, measured together on %zu elements; host pipeline %.0f M el/s "
+            "%.0f M el/s, D2H %.2f GB/s, H2D %.2f GB/s, measured together on %zu elements (%s, %d+ passes each); "
+            "host pipeline %.0f M el/s "
             "-> balanced ratio H/(H+D) = %.3f; device: %s -> ratio >= %.3f; host: %s, %.0f B per offloaded element "
             "-> ratio <= %.3f",
             r, bound_names[*bound], rates[0] * 1e-6,
             fp32 ? "fp32 gradients and parameters" : "16-bit gradients widened, 16-bit parameters written",
             e->off.host_threads > 0 ? e->off.host_threads : omp_get_max_threads(), D * 1e-6, rates[2] * 1e-9,
-            rates[3] * 1e-9, n, H * 1e-6, calibrated ? r_speed : 1.0, why_dev, fmax(r_min, 0.0), why_host, B,
+            rates[3] * 1e-9, n, settled ? "settled" : "not settled: the median", passes, H * 1e-6, calibrated ? r_speed : 1.0, why_dev, fmax(r_min, 0.0), why_host, B,
             fmin(r_max, 1.0));
     *ratio = r;
     return 0;

@@ -477,3 +477,16 @@ const char *zt_format_bytes(double bytes, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.0f bytes", bytes);
     return buf;
 }
+
+double zt_settled_time(const double *t, int n, double tolerance, int *settled) {
+    double *s = zt_xmalloc((size_t)n * sizeof *s);
+    for (int i = 0; i < n; i++) { /* insertion sort: a few dozen samples at most */
+        int j = i;
+        for (; j > 0 && s[j - 1] > t[i]; j--) s[j] = s[j - 1];
+        s[j] = t[i];
+    }
+    *settled = n >= 3 && s[2] <= s[0] * (1.0 + tolerance);
+    double v = *settled ? s[1] : n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return v;
+}

@@ -98,6 +98,12 @@ char *zt_read_file(const char *path, size_t *len, zt_err *err);
  * not hang the command; process substitution (<(...)) reads as before. */
 char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err);
 
+/* The time a repeated measurement settles at (ratio auto's calibration passes): the middle of its 3
+ * fastest of n samples once those agree within `tolerance` (slowest / fastest - 1), so a disturbance
+ * in the other samples (a VM growing its memory, another job on the cores) moves nothing; *settled is
+ * 1 then. With fewer than 3 samples, or when the fastest 3 disagree, the median of all and 0. n >= 1. */
+double zt_settled_time(const double *t, int n, double tolerance, int *settled);
+
 /* Deterministic RNG (xorshift64* seeded by splitmix64) for init, data order and sampling. */
 typedef struct zt_rng { uint64_t state; } zt_rng;
 void zt_rng_seed(zt_rng *rng, uint64_t seed);
