@@ -25,9 +25,11 @@ calibrated profile. Each config gets a calibration of its own, run just before i
 (ZT_BENCH_PREDICT_RECALIBRATE=0: one for all, at the start): this machine's speed drifts by tens of
 percent over minutes (a shared host: two runs of the same binary five minutes apart erred 16.7 % and
 28.7 % on average, of opposite sign), and a profile taken minutes before a measurement carries the
-drift into the error. The row shows the profile's bf16 GEMM peak, so the drift is seen. Then two configs with a needless wait, measured and predicted: a synchronize after
-every block (ZEROTRAIN_INJECT_EXTRA_SYNC) and a wait that serializes the update's host lanes with the
-next forward under overlap_step (ZEROTRAIN_INJECT_SERIAL_LANES): both should move, and alike.
+drift into the error. The row shows the profile's bf16 GEMM peak, so the drift is seen. Then three
+configs with a needless wait, measured and predicted: a synchronize after every block
+(ZEROTRAIN_INJECT_EXTRA_SYNC), one after every op (ZEROTRAIN_INJECT_LAUNCH_BLOCKING, 8 layers) and a
+wait that serializes the update's host lanes with the next forward under overlap_step
+(ZEROTRAIN_INJECT_SERIAL_LANES): each should move, and alike.
 Goal: mean error <= 10 %, worst <= 20 %, on an idle machine. On a shared machine (other processes
 on the cores) the measured times carry their load and the error says so; the summary prints the load,
 and sets the prediction against the run's CPU time per step too, which the load does not inflate
@@ -142,7 +144,9 @@ rows = []
 # ZT_BENCH_PREDICT_ONLY=TEXT: only the configs whose name contains TEXT, and no needless waits (a quick
 # look while working on the model; "tp 2" runs the tp row alone, with its calibration only)
 only = os.environ.get("ZT_BENCH_PREDICT_ONLY", "")
-matrix = [m for m in MATRIX if only in m[0]]
+# ZT_BENCH_PREDICT_NEEDLESS_ONLY=1: the needless waits alone, no matrix
+needless_only = os.environ.get("ZT_BENCH_PREDICT_NEEDLESS_ONLY", "0") != "0"
+matrix = [] if needless_only else [m for m in MATRIX if only in m[0]]
 
 RECALIBRATE = os.environ.get("ZT_BENCH_PREDICT_RECALIBRATE", "1") != "0"
 profile = os.path.join(work, "calibrated.yaml")
@@ -163,9 +167,11 @@ print(f"profile: {profile} (load average {load()} at the start; {os.cpu_count()}
 # the real run does. The collectives are priced from the profile's network keys (the host memcpy rate
 # and the lane handoff), which is what a host-staged all-reduce between two processes here moves through.
 rank_profile = os.path.join(work, "calibrated-rank.yaml")
-tp_peak, said = calibrate(rank_profile, tp=2)
-print(said)
-tp_ok, tp_why = predict(rank_profile, TP[1], ranks_tp=(2, 2))
+tp_ok, tp_why = None, "left out (ZT_BENCH_PREDICT_NEEDLESS_ONLY)"
+if not needless_only:
+    tp_peak, said = calibrate(rank_profile, tp=2)
+    print(said)
+    tp_ok, tp_why = predict(rank_profile, TP[1], ranks_tp=(2, 2))
 if tp_ok is not None and only in TP[0]:
     matrix.append(TP)
 print(f"\n{'config':44s} {'measured':>10s} {'predicted':>10s} {'error':>8s}   {'CPU/step':>10s} {'error':>8s}"
@@ -187,10 +193,11 @@ for i, (name, sets) in enumerate(matrix):
         continue
     err = (want - got) / got
     rows.append((name, got, want, err, cpu))
-    peaks.append(peak)
+    if not tp:  # a tp rank's profile is another kind of measurement
+        peaks.append(peak)
     print(f"{name:44s} {got:8.1f} ms {want:8.1f} ms {100 * err:+7.1f} %   {cpu:8.1f} ms {100 * (want - cpu) / cpu:+7.1f} %"
           f"   {peak:6.1f} GF/s", flush=True)
-if tp_ok is None:
+if tp_ok is None and not needless_only:
     print(f"{TP[0]:44s} not predicted: {tp_why}")
 
 errs = [abs(r[3]) for r in rows]
@@ -212,14 +219,15 @@ if errs:
     cerr = [abs(r[2] - r[4]) / r[4] for r in rows]
     print(f"against CPU time per step: mean |error| {100 * statistics.mean(cerr):.1f} %, worst {100 * max(cerr):.1f} %")
     if len(peaks) > 1:
-        print(f"the calibrations' bf16 GEMM peak over the rows: {min(peaks):.1f} .. {max(peaks):.1f} GF/s "
+        print(f"the one-process calibrations' bf16 GEMM peak over the rows: {min(peaks):.1f} .. {max(peaks):.1f} GF/s "
               f"(the machine's drift while the matrix ran)")
 
 # Needless waits: measured and predicted should move alike. Each config is measured again with and
 # without the wait, in turn (without, with, without, with), each side the median of its runs, so a
-# change in the machine's load falls on both alike. Two waits: a synchronize after every block
+# change in the machine's load falls on both alike. Three waits: a synchronize after every block
 # (ZEROTRAIN_INJECT_EXTRA_SYNC; it costs the lane one handoff, the profile's sync_us, well under a
-# millisecond a step), and one that serializes lanes which overlap (ZEROTRAIN_INJECT_SERIAL_LANES:
+# millisecond a step); one after every op on the compute lane (ZEROTRAIN_INJECT_LAUNCH_BLOCKING, as
+# CUDA_LAUNCH_BLOCKING=1 does on a GPU: a handoff per op, on 8 layers tens of milliseconds a step); and one that serializes lanes which overlap (ZEROTRAIN_INJECT_SERIAL_LANES:
 # each step's forward waits for the device to drain and for the last update's host lanes, which
 # overlap_step lets run into it).
 
@@ -249,5 +257,7 @@ def needless(label, sets, env):
 if only:
     sys.exit(0)
 needless(f"needless synchronize after every block ({MATRIX[5][0]})", MATRIX[5][1], {"ZEROTRAIN_INJECT_EXTRA_SYNC": "1"})
+needless("needless synchronize after every op, CUDA_LAUNCH_BLOCKING's way (stage 2, 8 layers)",
+         ["zero_optimization.stage=2", "model.n_layer=8"], {"ZEROTRAIN_INJECT_LAUNCH_BLOCKING": "1"})
 needless(f"needless wait serializing the update's host lanes with the next forward ({MATRIX[8][0]})", MATRIX[8][1],
          {"ZEROTRAIN_INJECT_SERIAL_LANES": "1"})

@@ -10,8 +10,8 @@ Nothing here reads a wall clock: every time checked is a prediction, determinist
     and each step's device peak (the sim allocator's count) equal to the real run's;
   - the prediction is deterministic, and the same whether the ops are performed or only costed (with
     the optimizer on NVMe too);
-  - a needless synchronize after every block (ZEROTRAIN_INJECT_EXTRA_SYNC) moves the predicted time, and
-    so does a wait serializing overlap_step's host lanes with the next forward (ZEROTRAIN_INJECT_SERIAL_LANES);
+  - a needless synchronize after every block (ZEROTRAIN_INJECT_EXTRA_SYNC) moves the predicted time, one
+    after every op (ZEROTRAIN_INJECT_LAUNCH_BLOCKING) moves it more, and so does a wait serializing overlap_step's host lanes with the next forward (ZEROTRAIN_INJECT_SERIAL_LANES);
   - consistency on an H100 profile for a model that fits: Twin-Flow ratio 1 slower than 0.5, 0.5
     slower than 0; the same config slower on an A100 than on an H100, and on an H100 than an H200;
   - capacity binds: a profile with too little device memory fails as the device would;
@@ -163,6 +163,10 @@ _, base = predict("h100-sxm", WIDER)
 _, extra = predict("h100-sxm", WIDER, env={"ZEROTRAIN_INJECT_EXTRA_SYNC": "1"})
 ztlib.check(base is not None and extra is not None and extra - base >= 0.04, "extra_synchronize_moves_prediction",
             f"{base} ms -> {extra} ms")
+# every op waited for (CUDA_LAUNCH_BLOCKING's way): a handoff per op, more than one per block
+_, blocking = predict("h100-sxm", WIDER, env={"ZEROTRAIN_INJECT_LAUNCH_BLOCKING": "1"})
+ztlib.check(None not in (base, extra, blocking) and blocking - base > extra - base and blocking - base >= 0.5,
+            "launch_blocking_moves_prediction", f"{base} ms -> {blocking} ms (a sync after every block: {extra} ms)")
 
 # ---- a needless wait that serializes the update's host lanes with the next forward (overlap_step) moves it
 OVERLAP = WIDER + ["zero_optimization.offload_optimizer={device: cpu, ratio: 1, overlap_step: true}"]

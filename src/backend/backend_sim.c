@@ -66,6 +66,7 @@
 #include "backend/sim_clock.h"
 #include "backend/sim_internal.h"
 #include "util/clock.h"
+#include "util/test_hooks.h"
 #include "util/util.h"
 
 /* ------------------------------------------------------------------ failures */
@@ -380,7 +381,12 @@ sim_item *sim_item_new(sim_fn run) {
     it->run = run;
     return it;
 }
-void sim_enqueue(sim_item *it) { submit(&g_lane[LANE_COMPUTE], it); }
+void sim_enqueue(sim_item *it) {
+    static int launch_blocking = -1; /* a test hook, read once (a race reads the same value twice) */
+    if (launch_blocking < 0) launch_blocking = zt_test_hook_launch_blocking();
+    unsigned long long ticket = submit(&g_lane[LANE_COMPUTE], it);
+    if (launch_blocking) sim_clock_host_waited(wait_ticket(&g_lane[LANE_COMPUTE], ticket));
+}
 void sim_stream_run_and_wait(sim_item *it) { run_and_wait(&g_lane[LANE_COMPUTE], it); }
 
 /* ------------------------------------------------------------------ memory entries */

@@ -36,6 +36,7 @@ int zt_test_hook_skip_sync(void) { return hook_on("ZEROTRAIN_INJECT_SKIP_SYNC");
 int zt_test_hook_extra_sync(void) { return hook_on("ZEROTRAIN_INJECT_EXTRA_SYNC"); }
 
 int zt_test_hook_serial_lanes(void) { return hook_on("ZEROTRAIN_INJECT_SERIAL_LANES"); }
+int zt_test_hook_launch_blocking(void) { return hook_on("ZEROTRAIN_INJECT_LAUNCH_BLOCKING"); }
 
 int zt_test_hook_gather_comm_bytes(void) { return hook_on("ZEROTRAIN_INJECT_GATHER_COMM_BYTES"); }
 

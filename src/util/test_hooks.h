@@ -48,6 +48,10 @@
  *                                    first micro-batch drains the device and waits for the last update's
  *                                    host lanes (overlap_step's CPU Adam and H2D) before its forward
  *                                    (test/t_predict.py, test/bench_predict.py)
+ *   ZEROTRAIN_INJECT_LAUNCH_BLOCKING=1  the simulated GPU waits for every op queued on its compute lane
+ *                                    before the host goes on, as CUDA_LAUNCH_BLOCKING=1 does on a GPU: a
+ *                                    needless synchronize per op, which costs a handoff each
+ *                                    (test/bench_predict.py, test/t_predict.py)
  *   ZEROTRAIN_INJECT_GATHER_COMM_BYTES=1  the metrics line's per-rank traffic is gathered from the ranks
  *                                    every step, as under tensor parallelism, also without it: what rank 0
  *                                    counts of every rank itself must equal it (test/t_comm_bytes.py)
@@ -99,6 +103,9 @@ long zt_test_hook_skip_batches_after(long step);
 
 /* 1 when ZEROTRAIN_INJECT_EXTRA_SYNC is set (not "0"). */
 int zt_test_hook_extra_sync(void);
+
+/* 1 when ZEROTRAIN_INJECT_LAUNCH_BLOCKING is set (not "0"). */
+int zt_test_hook_launch_blocking(void);
 
 /* 1 when ZEROTRAIN_INJECT_SERIAL_LANES is set (not "0"). */
 int zt_test_hook_serial_lanes(void);
