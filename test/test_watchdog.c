@@ -80,18 +80,33 @@ static int child(int m) {
     return probes > 0 && asked == probes && last == (m == ALL_DONE ? 0 : 1) ? 0 : 3;
 }
 
-/* runs child(m) with its output in `out`; returns the wait status, -1 when it outlives `limit` s */
-static int run_child(int m, double limit, char *out, size_t cap, double *took) {
+/* forks child(m) with its stdout and stderr in a new unlinked file, whose descriptor goes to *fd */
+static pid_t start_child(int m, int *fd) {
     char path[] = "/tmp/zt-test-watchdog-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) return -1;
+    *fd = mkstemp(path);
+    if (*fd < 0) return -1;
+    unlink(path);
     fflush(stdout);
-    double t0 = zt_now();
     pid_t pid = fork();
     if (pid == 0) {
-        dup2(fd, 1), dup2(fd, 2);
+        dup2(*fd, 1), dup2(*fd, 2);
         _exit(child(m));
     }
+    return pid;
+}
+
+/* what the child has written so far, into out */
+static void read_output(int fd, char *out, size_t cap) {
+    ssize_t n = pread(fd, out, cap - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+}
+
+/* runs child(m) with its output in `out`; returns the wait status, -1 when it outlives `limit` s */
+static int run_child(int m, double limit, char *out, size_t cap, double *took) {
+    int fd;
+    double t0 = zt_now();
+    pid_t pid = start_child(m, &fd);
+    if (pid < 0) return -1;
     int status = 0, done = 0;
     while (!done && zt_now() - t0 < limit) {
         done = waitpid(pid, &status, WNOHANG) == pid;
@@ -99,54 +114,44 @@ static int run_child(int m, double limit, char *out, size_t cap, double *took) {
     }
     *took = zt_now() - t0;
     if (!done) kill(pid, SIGKILL), waitpid(pid, &status, 0);
-    ssize_t n = pread(fd, out, cap - 1, 0);
-    out[n > 0 ? n : 0] = 0;
+    read_output(fd, out, cap);
     close(fd);
-    unlink(path);
     return done ? status : -1;
 }
 
 /* STOPPED_AND_CONTINUED: 1 when the case decided (*from_continue: seconds from SIGCONT to the child's end),
  * 0 when the stop came too late to tell (the child had already reported: a loaded machine) */
 static int run_stopped_child(char *out, size_t cap, double *from_continue, int *status) {
-    char path[] = "/tmp/zt-test-watchdog-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) return 0;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd, 1), dup2(fd, 2);
-        _exit(child(STOPPED_AND_CONTINUED));
-    }
-    int decided = 0, done = 0;
-    double seen = 0, t0 = zt_now();
+    int fd;
+    pid_t pid = start_child(STOPPED_AND_CONTINUED, &fd);
+    if (pid < 0) return 0;
+    int done = 0;
+    double t0 = zt_now();
     while (!done && zt_now() - t0 < 60) { /* its watchdog is running once it says so */
-        ssize_t n = pread(fd, out, cap - 1, 0);
-        out[n > 0 ? n : 0] = 0;
+        read_output(fd, out, cap);
         if (strstr(out, "watching")) break;
         done = waitpid(pid, status, WNOHANG) == pid;
         usleep(20000);
     }
-    seen = zt_now();
-    usleep(2000000); /* 2 s into its 4 s comm_timeout */
-    kill(pid, SIGSTOP);
-    usleep(1000000);
-    ssize_t n = pread(fd, out, cap - 1, 0);
-    out[n > 0 ? n : 0] = 0;
-    double stopped_at = zt_now() - seen;
-    decided = !done && !strstr(out, "zerotrain: error") && stopped_at < 3.5;
-    double cont = zt_now();
-    kill(pid, SIGCONT);
-    while (!done && zt_now() - cont < 30) {
-        done = waitpid(pid, status, WNOHANG) == pid;
-        if (!done) usleep(20000);
+    int decided = 0;
+    if (!done) {
+        double seen = zt_now();
+        usleep(2000000); /* 2 s into its 4 s comm_timeout */
+        kill(pid, SIGSTOP);
+        usleep(1000000);
+        read_output(fd, out, cap);
+        decided = !strstr(out, "zerotrain: error") && zt_now() - seen < 3.5;
+        double cont = zt_now();
+        kill(pid, SIGCONT);
+        while (!done && zt_now() - cont < 30) {
+            done = waitpid(pid, status, WNOHANG) == pid;
+            if (!done) usleep(20000);
+        }
+        *from_continue = zt_now() - cont;
+        if (!done) kill(pid, SIGKILL), waitpid(pid, status, 0), *status = -1;
     }
-    *from_continue = zt_now() - cont;
-    if (!done) kill(pid, SIGKILL), waitpid(pid, status, 0), *status = -1;
-    n = pread(fd, out, cap - 1, 0);
-    out[n > 0 ? n : 0] = 0;
+    read_output(fd, out, cap);
     close(fd);
-    unlink(path);
     return decided;
 }
 

@@ -182,12 +182,17 @@ static void copy_pass(const engine_facts *e, calib *c, zt_copy_kind kind) {
 }
 
 /* One pass kind, repeated on a thread of its own until told to stop; the first pass warms up, the
- * others are timed, each on its own (at most CALIB_TIMED). The copy lanes start one pass per pass of the host Adam, as the step moves each
- * element down and up once per update (copying without pause would load the memory more than the
- * step does). */
+ * others are timed, each on its own (at most CALIB_TIMED). The copy lanes start one pass per pass of
+ * the host Adam, as the step moves each element down and up once per update (copying without pause
+ * would load the memory more than the step does). */
 enum { LANE_HOST_ADAM, LANE_D2H, LANE_H2D, NLANES };
 #define CALIB_TIMED 64
 #define CALIB_AGREE 0.25 /* the 3 fastest passes of each lane agree within 25 %: settled (zt_settled_time) */
+/* a lane's pass time as calibrate counts it; *settled as zt_settled_time says (0 with no pass yet) */
+static double lane_time(const double *seconds, int timed, int *settled) {
+    *settled = 0;
+    return timed > 0 ? zt_settled_time(seconds, timed, CALIB_AGREE, settled) : 0;
+}
 typedef struct calib_pace {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -273,12 +278,11 @@ static void calibrate(const engine_facts *e, size_t n, double rates[4], int *pas
         device_pass(e, &c, &st);
         if (pass > 0 && dev_timed < CALIB_TIMED) dev_seconds[dev_timed++] = zt_clock_now() - t0;
         least = dev_timed;
-        all_settled = dev_timed >= 3;
-        if (all_settled) zt_settled_time(dev_seconds, dev_timed, CALIB_AGREE, &all_settled);
+        lane_time(dev_seconds, dev_timed, &all_settled);
         for (int k = 0; k < NLANES; k++) {
-            int timed = atomic_load(&lanes[k].timed), lane_settled = 0;
+            int timed = atomic_load(&lanes[k].timed), lane_settled;
             least = least < timed ? least : timed;
-            if (timed >= 3) zt_settled_time(lanes[k].seconds, timed, CALIB_AGREE, &lane_settled);
+            lane_time(lanes[k].seconds, timed, &lane_settled);
             all_settled = all_settled && lane_settled;
         }
         double spent = zt_clock_now() - t_start;
@@ -296,11 +300,10 @@ static void calibrate(const engine_facts *e, size_t n, double rates[4], int *pas
     if (started == NLANES) {
         size_t E = facts_esz(e);
         double per[NLANES];
-        int lane_settled;
-        for (int k = 0; k < NLANES; k++)
-            per[k] = zt_settled_time(lanes[k].seconds, atomic_load(&lanes[k].timed), CALIB_AGREE, &lane_settled) + 1e-12;
+        int ignored;
+        for (int k = 0; k < NLANES; k++) per[k] = lane_time(lanes[k].seconds, atomic_load(&lanes[k].timed), &ignored) + 1e-12;
         rates[0] = n / per[LANE_HOST_ADAM];
-        rates[1] = n / (zt_settled_time(dev_seconds, dev_timed, CALIB_AGREE, &lane_settled) + 1e-12);
+        rates[1] = n / (lane_time(dev_seconds, dev_timed, &ignored) + 1e-12);
         rates[2] = (double)(n * E) / per[LANE_D2H];
         rates[3] = (double)(n * E) / per[LANE_H2D];
     }
@@ -419,14 +422,13 @@ int twin_choose_ratio(const engine_facts *e, double *ratio, int *bound, zt_err *
                 "allow");
     zt_info("twin-flow: ratio auto = %.3f (decided by %s): CPU Adam %.0f M el/s (%s, %d thread(s)), device Adam "
             "%.0f M el/s, D2H %.2f GB/s, H2D %.2f GB/s, measured together on %zu elements (%s, %d+ passes each); "
-            "host pipeline %.0f M el/s "
-            "-> balanced ratio H/(H+D) = %.3f; device: %s -> ratio >= %.3f; host: %s, %.0f B per offloaded element "
+            "host pipeline %.0f M el/s -> balanced ratio H/(H+D) = %.3f; device: %s -> ratio >= %.3f; host: %s, %.0f B per offloaded element "
             "-> ratio <= %.3f",
             r, bound_names[*bound], rates[0] * 1e-6,
             fp32 ? "fp32 gradients and parameters" : "16-bit gradients widened, 16-bit parameters written",
             e->off.host_threads > 0 ? e->off.host_threads : omp_get_max_threads(), D * 1e-6, rates[2] * 1e-9,
-            rates[3] * 1e-9, n, settled ? "settled" : "not settled: the median", passes, H * 1e-6, calibrated ? r_speed : 1.0, why_dev, fmax(r_min, 0.0), why_host, B,
-            fmin(r_max, 1.0));
+            rates[3] * 1e-9, n, settled ? "settled" : "not settled: the median", passes, H * 1e-6,
+            calibrated ? r_speed : 1.0, why_dev, fmax(r_min, 0.0), why_host, B, fmin(r_max, 1.0));
     *ratio = r;
     return 0;
 }
