@@ -29,6 +29,7 @@
     killed (run is a child subreaper).
 Every case waits on the job's state (a checkpoint written, a rank running), not on a clock."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -274,8 +275,10 @@ try:
     with open(grow_hosts, "w") as f:
         f.write("localhost slots=2\nfarhost slots=2\n")
     # the two "hosts" share this machine's name, so Open MPI's shared-memory segments would clash: TCP only
+    # a probe timeout of 60 s: once localhost has answered, farhost's silence is taken as gone after 4 times
+    # that answer (at least 2 s), not after the timeout (the soak's link-down restarts waited it out)
     grow_env = dict(ENV, OMPI_MCA_plm_rsh_agent=grow_agent, OMPI_MCA_plm_rsh_args="-x", OMPI_MCA_btl="self,tcp",
-                    ZEROTRAIN_PROBE_TIMEOUT="2", ZEROTRAIN_GROW_INTERVAL="1")
+                    ZEROTRAIN_PROBE_TIMEOUT="60", ZEROTRAIN_GROW_INTERVAL="1")
     ck, s = sets("grow", ["--set", "train_iters=100000"])
     proc = subprocess.Popen([ztlib.BIN, "run", "-n", "4", "--hostfile", grow_hosts, "--restarts", "3", tiny] + s,
                             cwd=ztlib.ROOT, env=grow_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -291,7 +294,10 @@ try:
     proc.send_signal(signal.SIGINT)
     out, err = finish(proc)
     lines = restart_lines(err)
-    ztlib.check(proc.returncode == 99 and "host farhost does not answer: starting on 2 ranks" in err and len(lines) == 1
+    probe = re.search(r"host farhost does not answer \(probe ([0-9.]+) s\): starting on 2 ranks", err)
+    ztlib.check(probe is not None and float(probe.group(1)) < 30, "probe_takes_a_silent_host_as_gone_relative_to_the_answers",
+                f"start line: {probe.group(0) if probe else None} (probe timeout 60 s); {err[-400:]}")
+    ztlib.check(proc.returncode == 99 and probe is not None and len(lines) == 1
                 and "[grow]" in lines[0] and lines[0].endswith("on 4 ranks") and not ztlib.processes_with(ck)
                 and not ztlib.processes_with("613.75"), "shrunk_job_grows_back_when_the_host_answers",
                 f"rc {proc.returncode}, restarts {lines}; {err[-800:]}")

@@ -37,7 +37,9 @@
 
 #define ZT_DISK_FULL_TRIES 3       /* attempts in a row that end on a full disk before giving up ... */
 #define ZT_DISK_FULL_SECONDS 60.0  /* ... and for at least this long (ZEROTRAIN_DISK_FULL_SECONDS) */
-#define ZT_PROBE_TIMEOUT_DEFAULT 20 /* seconds a host gets to answer the probe (ZEROTRAIN_PROBE_TIMEOUT) */
+#define ZT_PROBE_TIMEOUT_DEFAULT 20 /* seconds a host gets to answer the probe (ZEROTRAIN_PROBE_TIMEOUT) ... */
+#define ZT_PROBE_FACTOR 4.0         /* ... or, once a host has answered, this many times the slowest answer ... */
+#define ZT_PROBE_FLOOR 2.0          /* ... and at least this many seconds */
 #define ZT_CHECK_TIMEOUT 600       /* seconds for `config` or `info` (info reads a whole checkpoint) */
 
 static int contains(const char *s, const char *word) { return strstr(s, word) != NULL; }
@@ -462,20 +464,47 @@ int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *los
     int fd = mkstemp(tmpl);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) return 0;
-    /* every host at once: a child each (a host that does not answer costs the timeout once, not
-     * once per host before it) */
+    /* every host at once: a child each (a host that does not answer costs the wait once, not once
+     * per host before it). The wait: the timeout while no host has answered; once one has, a host
+     * still silent after ZT_PROBE_FACTOR times the slowest answer (at least ZT_PROBE_FLOOR s) is
+     * taken as gone. A link down cost the soak's restarts the whole timeout (10 s there) where the
+     * answering hosts took 0.1 s; a loaded machine slows the answering hosts' probes too, and a
+     * slow host taken as gone comes back with the next grow probe (run.c). */
     pid_t *prober = zt_xcalloc((size_t)n, sizeof *prober);
+    int *answered = zt_xcalloc((size_t)n, sizeof *answered); /* 1 yes, -1 no, 0 not yet */
     for (int i = 0; i < n; i++)
         if ((prober[i] = fork()) == 0) _exit(host_answers(hosts[i].name) ? 0 : 1);
-    for (int i = 0; i < n; i++) {
-        int status = 0, answers;
-        if (prober[i] > 0) {
-            while (waitpid(prober[i], &status, 0) < 0 && errno == EINTR) {}
-            answers = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        } else {
-            answers = host_answers(hosts[i].name); /* no child: probed here */
+    double start = zt_now(), slowest = -1;
+    for (int pending = n;;) {
+        for (int i = 0; i < n; i++) {
+            if (answered[i]) continue;
+            int status = 0;
+            if (prober[i] <= 0) {
+                answered[i] = host_answers(hosts[i].name) ? 1 : -1; /* no child: probed here */
+            } else {
+                pid_t got = waitpid(prober[i], &status, WNOHANG);
+                if (got == 0 || (got < 0 && errno == EINTR)) continue;
+                answered[i] = got == prober[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 1 : -1;
+            }
+            if (answered[i] > 0 && zt_now() - start > slowest) slowest = zt_now() - start;
+            pending--;
         }
-        if (answers) {
+        if (!pending) break;
+        double waited = zt_now() - start;
+        if (slowest >= 0 && waited > ZT_PROBE_FLOOR && waited > ZT_PROBE_FACTOR * slowest) {
+            for (int i = 0; i < n; i++) /* silent: gone, and its probe with it */
+                if (!answered[i] && prober[i] > 0) {
+                    zt_kill_tree(prober[i]);
+                    while (waitpid(prober[i], NULL, 0) < 0 && errno == EINTR) {}
+                    answered[i] = -1;
+                }
+            break;
+        }
+        struct timespec nap = {0, 20 * 1000000L};
+        nanosleep(&nap, NULL);
+    }
+    for (int i = 0; i < n; i++) {
+        if (answered[i] > 0) {
             fprintf(f, "%s slots=%ld\n", hosts[i].name, hosts[i].slots);
             slots += hosts[i].slots;
         } else {
@@ -484,6 +513,7 @@ int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *los
             n_lost++;
         }
     }
+    free(answered);
     free(prober);
     fclose(f);
     if (!slots) {
