@@ -12,8 +12,9 @@
  *     three times within a few seconds, while a disk filled by a neighbour's burst or a log
  *     rotation frees again within a minute.
  * With a hostfile, when a host may be gone, each host is probed with a one-process mpirun (what the
- * job itself needs: its launcher reaches the host and the host's daemon reaches back), all at once,
- * and the next attempt runs on the hosts that answered, with fewer ranks when some did not: the
+ * job itself needs: its launcher reaches the host and the host's daemon reaches back), all at once
+ * (a host still silent after ZT_PROBE_FACTOR times the slowest answer is taken as gone), and the
+ * next attempt runs on the hosts that answered, with fewer ranks when some did not: the
  * checkpoint is resharded on resume. */
 #define _GNU_SOURCE /* pipe2 */
 #include "cmd/run_restart.h"
