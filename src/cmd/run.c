@@ -566,10 +566,9 @@ static int run_with_restarts(run_args *a, const char *self) {
         zt_restart_job job = {self, a->train_args, a->n_train_args, a->n, a->tp, a->hostfile, 0, 0, "", a->n, 0};
         zt_restart_plan plan;
         char lost[512];
-        double probe_start = zt_now();
         if (zt_restart_hosts(&job, &plan, lost, sizeof lost) > 0) {
             fprintf(stderr, "zerotrain run: host%s %s do%s not answer (probe %.1f s): starting on %ld rank%s\n",
-                    strchr(lost, ',') ? "s" : "", lost, strchr(lost, ',') ? "" : "es", zt_now() - probe_start,
+                    strchr(lost, ',') ? "s" : "", lost, strchr(lost, ',') ? "" : "es", plan.probe_seconds,
                     plan.ranks, plan.ranks == 1 ? "" : "s");
             now.n = plan.ranks;
         }

@@ -31,6 +31,7 @@
 #include <sys/wait.h>
 #include <dirent.h>
 #include <limits.h>
+#include <math.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -487,7 +488,7 @@ int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *los
                 if (got == 0 || (got < 0 && errno == EINTR)) continue;
                 answered[i] = got == prober[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 1 : -1;
             }
-            if (answered[i] > 0 && zt_now() - start > slowest) slowest = zt_now() - start;
+            if (answered[i] > 0) slowest = fmax(slowest, zt_now() - start);
             pending--;
         }
         if (!pending) break;
@@ -514,6 +515,7 @@ int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *los
             n_lost++;
         }
     }
+    plan->probe_seconds = zt_now() - start;
     free(answered);
     free(prober);
     fclose(f);
@@ -593,11 +595,10 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
                          !strcmp(plan->kind, "disk-full") || (a->hang && a->hang_on_stopped);
     int hosts_in_question = a->lost_contact || a->start_timeout || job->attempt_ranks < job->ranks || !hosts_answered;
     if (job->hostfile && hosts_in_question) {
-        double probe_start = zt_now();
         char lost[512];
         zt_restart_plan hosts;
         int n_lost = zt_restart_hosts(job, &hosts, lost, sizeof lost);
-        plan->probe_seconds = zt_now() - probe_start;
+        plan->probe_seconds = hosts.probe_seconds;
         plan->ranks = hosts.ranks;
         memcpy(plan->hostfile, hosts.hostfile, sizeof plan->hostfile);
         if (n_lost < 0) {

@@ -57,7 +57,8 @@ typedef struct zt_restart_job {
 void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restart_plan *plan);
 
 /* Probes each host of job->hostfile with a one-process mpirun; the answering ones go to a new
- * hostfile (plan->hostfile; plan->ranks: the ranks they hold, at most job->ranks, whole tp groups).
+ * hostfile (plan->hostfile; plan->ranks: the ranks they hold, at most job->ranks, whole tp groups;
+ * plan->probe_seconds: how long the probe took).
  * Returns the number of hosts that did not answer (named in lost), or -1 when none answered. */
 int zt_restart_hosts(const zt_restart_job *job, zt_restart_plan *plan, char *lost, size_t cap);
 
