@@ -17,7 +17,13 @@
  *   - stopped and continued: a process stuck 2 s into a 4 s comm_timeout is stopped for 1 s (too short
  *     for the watchdog's late-tick rule) and continued, as a launcher does to kill a stopped rank: it
  *     counts its wait from its return (SIGCONT) and reports no sooner than a whole comm_timeout after
- *     it, not at once for a wait the stop made long. */
+ *     it, not at once for a wait the stop made long;
+ *   - a peer in the roll whose stamps stopped but whose process runs (its watchdog stopped, the process
+ *     alive and sleeping: what a rank starved on a loaded machine looks like, found by the fault soak)
+ *     is not taken for a stopped one: the waiting rank (comm_timeout 6 s, stamps stale after 3 s)
+ *     reports only once comm_timeout has passed, and says the peer is not stopped;
+ *   - the same peer stopped (SIGSTOP) is: the waiting rank (comm_timeout 30 s) reports at once,
+ *     naming it `stopped answering`. */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,9 +36,12 @@
 #include "comm/watchdog.h"
 #include "util/util.h"
 
-enum { ALL_DONE, PROGRESSING, STUCK, ASYNC_ERROR, DEVICE_FAULT, STUCK_ABORT_HANGS, STOPPED_AND_CONTINUED };
+enum { ALL_DONE, PROGRESSING, STUCK, ASYNC_ERROR, DEVICE_FAULT, STUCK_ABORT_HANGS, STOPPED_AND_CONTINUED,
+       ROLL_WAITER, ROLL_PEER };
 static int mode, probes;
 static double t_start;
+static char roll_tag[64];      /* ROLL_WAITER and ROLL_PEER share this roll */
+static double waiter_timeout;  /* ROLL_WAITER's comm_timeout */
 
 static int test_probe(void *ctx, zt_watchdog_op *op) {
     probes++;
@@ -58,6 +67,22 @@ static void test_abort(void *ctx) {
 /* the child: returns its exit status when the watchdog did not end it */
 static int child(int m) {
     mode = m;
+    if (m == ROLL_PEER) { /* rank 1 of 2: stamps the roll, then stops its watchdog and sleeps on */
+        zt_watchdog_start(waiter_timeout, 1, 2);
+        zt_watchdog_roll(roll_tag);
+        zt_watchdog_stop();
+        printf("silent\n");
+        fflush(stdout);
+        for (;;) pause();
+    }
+    if (m == ROLL_WAITER) { /* rank 0 of 2: waits in a collective for rank 1 */
+        zt_watchdog_hold_continue();
+        MPI_Init(NULL, NULL);
+        zt_watchdog_start(waiter_timeout, 0, 2);
+        zt_watchdog_roll(roll_tag);
+        zt_watchdog_enter("TEST all-gather", 64, 2);
+        for (;;) pause(); /* the watchdog ends the process */
+    }
     zt_watchdog_hold_continue(); /* as main.c does for a rank */
     MPI_Init(NULL, NULL);
     t_start = zt_now();
@@ -155,6 +180,35 @@ static int run_stopped_child(char *out, size_t cap, double *from_continue, int *
     return decided;
 }
 
+/* ROLL_PEER started and silent (its record in the roll no longer stamped), then SIGSTOPped when `stop`;
+ * then ROLL_WAITER with comm_timeout `timeout` run to its end (at most `limit` s): its status, output in
+ * `out`; -1 when it outlived the limit or the peer never went silent */
+static int run_waiter_beside_silent_peer(double timeout, int stop, double limit, char *out, size_t cap,
+                                         double *took) {
+    snprintf(roll_tag, sizeof roll_tag, "test-watchdog-%d", (int)getpid());
+    waiter_timeout = timeout;
+    int fd, st = -1;
+    pid_t peer = start_child(ROLL_PEER, &fd);
+    if (peer < 0) return -1;
+    double t0 = zt_now();
+    char said[256] = "";
+    while (!strstr(said, "silent") && zt_now() - t0 < 60) {
+        usleep(20000);
+        read_output(fd, said, sizeof said);
+    }
+    if (strstr(said, "silent")) {
+        if (stop) kill(peer, SIGSTOP);
+        st = run_child(ROLL_WAITER, limit, out, cap, took);
+    }
+    kill(peer, SIGKILL);
+    waitpid(peer, NULL, 0);
+    close(fd);
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/.zerotrain-roll-%s", roll_tag);
+    unlink(path);
+    return st;
+}
+
 int main(void) {
     static char out[8192];
     double took;
@@ -211,5 +265,32 @@ int main(void) {
           decided ? "decided" : "the stop came too late three times", from_continue, status, out);
     printf("test_watchdog: stopped 2 s into a 4 s comm_timeout for 1 s, the process reported %.1fs after it was "
            "continued\n", from_continue);
+
+    /* a peer whose stamps stopped but which runs: reported after comm_timeout, as not stopped */
+    st = run_waiter_beside_silent_peer(6.0, 0, 40, out, sizeof out, &took);
+    line = strstr(out, "zerotrain: error: rank 0 (host ");
+    const char *made = line ? strstr(line, "made no progress for ") : NULL;
+    int waited = made ? atoi(made + strlen("made no progress for ")) : -1;
+    CHECK(st > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && made && waited >= 6 &&
+              strstr(line, "TEST all-gather #1 (64 bytes) made no progress for ") &&
+              strstr(line, "(waiting on the other 1 rank; rank 1 (host ") &&
+              strstr(line, ") has not answered for ") &&
+              strstr(line, "s but is not stopped (state S, last seen outside any collective); comm_timeout 6s)") &&
+              !strstr(line, "stopped answering"),
+          "roll_running_peer_with_late_stamps_waits_out_comm_timeout", "status %d after %.1fs: %s", st, took, out);
+    printf("test_watchdog: beside a peer that runs but stamps no more, the wait was reported after %ds "
+           "(comm_timeout 6s, stamps stale after 3s)\n", waited);
+
+    /* the same peer stopped: reported at once, well before its 30 s comm_timeout */
+    st = run_waiter_beside_silent_peer(30.0, 1, 40, out, sizeof out, &took);
+    line = strstr(out, "zerotrain: error: rank 0 (host ");
+    CHECK(st > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && line && took < 25 &&
+              strstr(line, "TEST all-gather #1 (64 bytes) made no progress for ") &&
+              strstr(line, "(waiting on the other 1 rank; rank 1 (host ") &&
+              strstr(line, ") stopped answering ") && strstr(line, "s ago (last seen outside any collective); "
+                                                                  "comm_timeout 30s)"),
+          "roll_stopped_peer_reported_before_comm_timeout", "status %d after %.1fs: %s", st, took, out);
+    printf("test_watchdog: beside a stopped peer, the wait was reported %.1fs after it began (comm_timeout 30s)\n",
+           took);
     return zt_check_exit();
 }

@@ -47,6 +47,8 @@ static struct {
 typedef struct {
     double beat;    /* zt_unix_time() of the last stamp; 0: never stamped (no record) */
     int in_wait;    /* in one now */
+    int pid;        /* the rank's process, and when it started (clock ticks after boot, /proc/PID/stat): */
+    unsigned long long started; /* a peer reads its state, and a reused pid is not taken for it */
     char what[36];  /* the collective, when in_wait */
     char host[72];
 } roll_rec;
@@ -54,6 +56,8 @@ static struct {
     int fd; /* -1: no roll */
     char path[256];
     char host[72]; /* this rank's, taken once */
+    int pid;
+    unsigned long long started;
     double opened; /* zt_unix_time() of zt_watchdog_roll: a record's silence counts from then at the earliest
                     * (a record left by an earlier attempt's rank says nothing about this one's) */
 } roll = {.fd = -1};
@@ -67,12 +71,51 @@ static void stamp_roll(void) {
     r.in_wait = what != NULL;
     if (what) snprintf(r.what, sizeof r.what, "%s", what);
     memcpy(r.host, roll.host, sizeof r.host);
+    r.pid = roll.pid;
+    r.started = roll.started;
     if (pwrite(roll.fd, &r, sizeof r, (off_t)wd.rank * (off_t)sizeof r) != (ssize_t)sizeof r) {}
 }
 
-/* "; rank K (host H) stopped answering Ns ago (last seen ...)" for each peer whose stamp is
- * older than `stale` seconds, counted from `floor` (a unix time) at the earliest; "" when every
- * readable peer is stamping. Returns how many it named. */
+/* The scheduling state of process `pid` (/proc/PID/stat: 'R' running, 'S' sleeping, 'D' in the
+ * kernel, 'T' stopped, 'Z' exited...), and when it started; 0 when it cannot be read. */
+static char proc_state(int pid, unsigned long long *started) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses; it ends at the last ')' */
+    char state = 0;
+    /* after the name: state (field 3) ... starttime (field 22) */
+    if (!p || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+                     &state, started) != 2)
+        return 0;
+    return state;
+}
+
+/* Whether a peer whose stamps are late is a stopped process, and its state in *state. Stamps late on a
+ * process that runs (R, S, D) only say it is slow: starved of the CPU on a loaded machine (found by the
+ * fault soak: two ranks of one host 3 s late beside a CI run, taken for stopped), in the kernel, or in
+ * a frozen cgroup (shown as D): such a wait is left to comm_timeout. Stopped (T, t: SIGSTOP, a
+ * debugger) or exited (Z, X) counts. A record whose process cannot be read here (gone and reaped, its
+ * pid reused, or in another pid namespace that shares /dev/shm) is judged by its stamps alone. */
+static int peer_stopped(const roll_rec *rec, char *state) {
+    unsigned long long started = 0;
+    *state = rec->pid > 0 ? proc_state(rec->pid, &started) : 0;
+    if (!*state || started != rec->started) {
+        *state = 0;
+        return 1;
+    }
+    return strchr("TtZX", *state) != NULL;
+}
+
+/* For each peer whose stamp is older than `stale` seconds, counted from `floor` (a unix time) at the
+ * earliest: "; rank K (host H) stopped answering Ns ago (last seen ...)" when it is stopped (above),
+ * "; rank K (host H) has not answered for Ns but is not stopped (state S, last seen ...)" when it
+ * runs; "" when every readable peer is stamping. Returns how many stopped ones it named. */
 static int name_stopped(char *out, size_t cap, double stale, double floor) {
     out[0] = 0;
     if (roll.fd < 0) return 0;
@@ -86,12 +129,17 @@ static int name_stopped(char *out, size_t cap, double stale, double floor) {
             rec.beat <= 0 || now - (rec.beat > floor ? rec.beat : floor) <= stale)
             continue;
         rec.host[sizeof rec.host - 1] = rec.what[sizeof rec.what - 1] = 0;
-        int k = snprintf(out + n, cap - n, "; rank %d (host %s) stopped answering %.0fs ago (last seen %s%s)", r,
-                         rec.host, now - rec.beat, rec.in_wait ? "waiting in " : "outside any collective",
+        char state, running[48] = "";
+        int stopped = peer_stopped(&rec, &state);
+        if (!stopped) snprintf(running, sizeof running, "state %c, ", state);
+        int k = snprintf(out + n, cap - n, stopped ? "; rank %d (host %s) stopped answering %.0fs ago (%slast seen %s%s)"
+                                                   : "; rank %d (host %s) has not answered for %.0fs but is not stopped "
+                                                     "(%slast seen %s%s)",
+                         r, rec.host, now - rec.beat, running, rec.in_wait ? "waiting in " : "outside any collective",
                          rec.in_wait ? rec.what : "");
         if (k < 0 || (size_t)k >= cap - n) break;
         n += (size_t)k;
-        named++;
+        named += stopped;
     }
     return named;
 }
@@ -173,7 +221,7 @@ static double stale_after(double poll) { return 2 * poll + 1.0; }
 
 /* `stopped`: name_stopped's words for the peers that stopped stamping ("" when none did) */
 static void report_wait(const char *what, size_t bytes, int ranks, long seq, double waited, const char *stopped) {
-    char how[640], subject[160], group[40];
+    char how[768], subject[160], group[40];
     int others = (ranks > 0 ? ranks : wd.world) - 1;
     snprintf(how, sizeof how, "made no progress for %.0fs (waiting on the other %d rank%s%s%s; comm_timeout %gs)",
              waited, others, others == 1 ? "" : "s", group_words(group, sizeof group, ranks), stopped,
@@ -270,11 +318,12 @@ static void *watch(void *arg) {
         int ranks = atomic_load(&wd.ranks);
         if (!what || seq != atomic_load(&wd.seq)) continue; /* none, or it changed while we read */
         double waited = now - (since > resumed ? since : resumed);
-        /* any rank of the job whose stamps stopped (one stopped outside this wait's group holds up
-         * the job as well): such a wait cannot end, so it is reported without waiting out the
-         * timeout, which is left for what the roll cannot see (a peer on another host, a silent
-         * network). Silences count from this process's own return when it was away itself. */
-        char stopped[400];
+        /* any rank of the job that stopped (its stamps stopped and the kernel shows it stopped; one
+         * stopped outside this wait's group holds up the job as well): such a wait cannot end, so it
+         * is reported without waiting out the timeout, which is left for what the roll cannot see (a
+         * peer on another host, a silent network) and for a peer that is only slow. Silences count
+         * from this process's own return when it was away itself. */
+        char stopped[512];
         int n_stopped = name_stopped(stopped, sizeof stopped, stale_after(poll), resumed_unix);
         if ((waited > timeout || (n_stopped > 0 && waited > poll)) && !continued_since(seen))
             report_wait(what, bytes, ranks, seq, waited, stopped);
@@ -353,6 +402,8 @@ void zt_watchdog_roll(const char *tag) {
     if (roll.fd >= 0 || wd.world < 2) return;
     snprintf(roll.path, sizeof roll.path, "/dev/shm/.zerotrain-roll-%s", tag);
     gethostname(roll.host, sizeof roll.host - 1);
+    roll.pid = (int)getpid();
+    if (!proc_state(roll.pid, &roll.started)) roll.pid = 0; /* no /proc: peers judge this rank by its stamps */
     roll.opened = zt_unix_time();
     roll.fd = open(roll.path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (roll.fd < 0) return; /* hang lines then name no stopped rank */

@@ -10,9 +10,11 @@
  * R is this rank in the job (MPI_COMM_WORLD) also when the wait is on a group comm (a subset of the
  * ranks, comm.h: zt_comm_mpi_group); the line then says "waiting on the other K ranks of its group
  * of N".
- * A peer that shares this rank's roll (below: its host's ranks) and whose stamps stopped is a stopped
- * process: a wait on the job then cannot end, and it is reported as soon as the stamps are
- * 2 ticks + 1 s late, without waiting out comm_timeout (SIGSTOP: ~3 s, not comm_timeout + 1).
+ * A peer that shares this rank's roll (below: its host's ranks) whose stamps are 2 ticks + 1 s late
+ * and whose process the kernel shows stopped (SIGSTOP, a debugger) or exited, or cannot show, is a
+ * stopped process: a wait on the job then cannot end, and it is reported at once, without waiting
+ * out comm_timeout (SIGSTOP: ~3 s, not comm_timeout + 1). Late stamps on a process that runs or
+ * sleeps only say it is slow (starved on a loaded machine), and that wait is left to comm_timeout.
  * The hung rank itself cannot print; every rank waiting on it does. The timeout covers one wait,
  * not a step: a long checkpoint save by rank 0 while others wait in a collective counts, so the
  * default is generous (ZT_COMM_TIMEOUT_DEFAULT).
@@ -53,9 +55,11 @@ void zt_watchdog_hold_continue(void);
 /* Stops the thread (at exit; safe without start), and closes the roll. */
 void zt_watchdog_stop(void);
 /* The roll: after zt_watchdog_start, every rank names the same file /dev/shm/.zerotrain-roll-TAG (a
- * host's ranks share it). Each watchdog tick stamps this rank's record there; a hang line then also
- * names each peer whose stamps stopped, a stopped or frozen process (its watchdog thread stops with
- * it): `; rank K (host H) stopped answering Ns ago (last seen waiting in all-reduce)`. Rank 0 removes
+ * host's ranks share it). Each watchdog tick stamps this rank's record there (with its pid); a hang
+ * line then also names each peer whose stamps stopped: `; rank K (host H) stopped answering Ns ago
+ * (last seen waiting in all-reduce)` for a stopped process (above; its watchdog thread stops with
+ * it), `; rank K (host H) has not answered for Ns but is not stopped (state S, last seen ...)` for
+ * one the kernel shows running or sleeping. Rank 0 removes
  * the file at the end, every rank on its exit paths (util.h: zt_scratch_register). */
 void zt_watchdog_roll(const char *tag);
 /* A blocking wait on collective `what` (a string literal) of `bytes` over a comm of `ranks` ranks
