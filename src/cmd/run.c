@@ -484,6 +484,7 @@ static int launch_and_wait_for(const char **cmd, zt_attempt *seen, grow_watch *g
     for (double until = zt_now() + 2; seen && zt_now() < until && relay_some(&r, 100);) {}
     relay_close(&r);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (seen && WIFSIGNALED(status)) seen->launcher_signal = WTERMSIG(status);
     if (forwarded && code == ZT_EXIT_PREEMPTED) return ZT_EXIT_PREEMPTED;
     if (forwarded) {
         fprintf(stderr, "zerotrain: error: the ranks ended with status %d after the signal, not %d: no checkpoint "

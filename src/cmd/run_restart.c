@@ -568,10 +568,17 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
         snprintf(plan->kind, sizeof plan->kind, "killed");
         snprintf(plan->cause, sizeof plan->cause, "a rank was killed by signal %d (%s)", a->rank_signal,
                  strsignal(a->rank_signal));
-    } else if (job->code > 128 && job->code - 128 < NSIG) { /* mpirun also ends with codes above 128 of its own */
+    } else if (job->code > 128 && job->code - 128 < NSIG) {
+        /* mpirun exits with 128 + N when a rank ended on signal N, also when its line saying so was
+         * another (found by CI under load: "1 process returned a non-zero exit code", exit 137 after
+         * a rank's SIGKILL; this said "the launcher ended on signal 9") */
         snprintf(plan->kind, sizeof plan->kind, "killed");
-        snprintf(plan->cause, sizeof plan->cause, "the launcher ended on signal %d (%s)", job->code - 128,
-                 strsignal(job->code - 128));
+        if (a->launcher_signal)
+            snprintf(plan->cause, sizeof plan->cause, "the launcher ended on signal %d (%s)", a->launcher_signal,
+                     strsignal(a->launcher_signal));
+        else
+            snprintf(plan->cause, sizeof plan->cause, "a rank was killed by signal %d (%s), as the launcher's exit "
+                     "status %d says", job->code - 128, strsignal(job->code - 128), job->code);
     } else if (!a->lost_contact && !a->steps && a->first_error[0] && !strcmp(a->first_error, job->previous_error)) {
         /* an error that no other cause explains, before any step, twice the same: start-up fails
          * the same way each time (a missing data file, an unreadable tokenizer) */

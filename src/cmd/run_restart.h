@@ -19,6 +19,7 @@ typedef struct zt_attempt {
     int disk_full;        /* an error line named a full file system or quota */
     int lost_contact;     /* the launcher lost a host's daemon */
     int launcher_ending;  /* the launcher said it is ending the failed job (it should exit soon) */
+    int launcher_signal;  /* the launcher itself ended on this signal (0: it exited, or run stopped it) */
     char first_error[400]; /* the first "zerotrain: error:" line, without the prefix */
     double failed_at;     /* zt_now() at the first sign of the failure in the output (0: none) */
     char partial[2][1024]; /* the unfinished line of stdout [0] and stderr [1] */
