@@ -75,16 +75,14 @@ static int child(int m) {
         fflush(stdout);
         for (;;) pause();
     }
+    zt_watchdog_hold_continue(); /* as main.c does for a rank */
+    MPI_Init(NULL, NULL);
     if (m == ROLL_WAITER) { /* rank 0 of 2: waits in a collective for rank 1 */
-        zt_watchdog_hold_continue();
-        MPI_Init(NULL, NULL);
         zt_watchdog_start(waiter_timeout, 0, 2);
         zt_watchdog_roll(roll_tag);
         zt_watchdog_enter("TEST all-gather", 64, 2);
         for (;;) pause(); /* the watchdog ends the process */
     }
-    zt_watchdog_hold_continue(); /* as main.c does for a rank */
-    MPI_Init(NULL, NULL);
     t_start = zt_now();
     zt_watchdog_start(m == STOPPED_AND_CONTINUED ? 4.0 : 1.0, 0, 1);
     zt_watchdog_probe p = {test_probe, test_abort, "comm", 1};

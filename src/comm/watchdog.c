@@ -116,7 +116,7 @@ static int peer_stopped(const roll_rec *rec, char *state) {
  * earliest: "; rank K (host H) stopped answering Ns ago (last seen ...)" when it is stopped (above),
  * "; rank K (host H) has not answered for Ns but is not stopped (state S, last seen ...)" when it
  * runs; "" when every readable peer is stamping. Returns how many stopped ones it named. */
-static int name_stopped(char *out, size_t cap, double stale, double floor) {
+static int name_late_peers(char *out, size_t cap, double stale, double floor) {
     out[0] = 0;
     if (roll.fd < 0) return 0;
     double now = zt_unix_time();
@@ -219,7 +219,7 @@ static const char *group_words(char *buf, size_t cap, int ranks) {
  * a woken thread late, never seconds late) mean its process is not running. */
 static double stale_after(double poll) { return 2 * poll + 1.0; }
 
-/* `stopped`: name_stopped's words for the peers that stopped stamping ("" when none did) */
+/* `stopped`: name_late_peers's words for the peers whose stamps are late ("" when none are) */
 static void report_wait(const char *what, size_t bytes, int ranks, long seq, double waited, const char *stopped) {
     char how[768], subject[160], group[40];
     int others = (ranks > 0 ? ranks : wd.world) - 1;
@@ -324,7 +324,7 @@ static void *watch(void *arg) {
          * peer on another host, a silent network) and for a peer that is only slow. Silences count
          * from this process's own return when it was away itself. */
         char stopped[512];
-        int n_stopped = name_stopped(stopped, sizeof stopped, stale_after(poll), resumed_unix);
+        int n_stopped = name_late_peers(stopped, sizeof stopped, stale_after(poll), resumed_unix);
         if ((waited > timeout || (n_stopped > 0 && waited > poll)) && !continued_since(seen))
             report_wait(what, bytes, ranks, seq, waited, stopped);
     }
