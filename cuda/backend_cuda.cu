@@ -222,6 +222,21 @@ static void cu_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind k
     ZT_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+/* mark k records event k % ZT_CU_MARKS on the compute stream. A wait on a mark whose event was recorded
+ * again since (ZT_CU_MARKS marks later) waits for that later point: later than needed, never too early.
+ * The events block the waiting thread instead of spinning on a core the CPU Adam could use. */
+static unsigned long long cu_mark(void) {
+    unsigned long long k = ++g_zt.marks_made;
+    ZT_CUDA_CHECK(cudaEventRecord(g_zt.marks[k % ZT_CU_MARKS], g_zt.stream));
+    return k;
+}
+
+static void cu_wait_mark(unsigned long long mark) {
+    if (mark == 0) return;
+    cu_bind_thread();
+    ZT_CUDA_CHECK(cudaEventSynchronize(g_zt.marks[mark % ZT_CU_MARKS]));
+}
+
 /* the compute stream and copy_ahead's side stream (backend.h): wait_ahead orders device work only, so
  * the host may reuse a copy_ahead's host buffer only after this */
 static void cu_synchronize(void) {
@@ -271,6 +286,13 @@ static const char *count_error_text(cudaError_t e) {
     return g_why;
 }
 
+static cudaError_t create_mark_events(void) {
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < ZT_CU_MARKS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&g_zt.marks[i], cudaEventDisableTiming | cudaEventBlockingSync);
+    return e;
+}
+
 /* returns NULL on success or the reason */
 static const char *init_device(void) {
     int count = 0;
@@ -303,7 +325,8 @@ static const char *init_device(void) {
         (e = cudaStreamCreateWithFlags(&g_zt.h2d, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&g_zt.ahead, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&g_zt.ahead_from, cudaEventDisableTiming)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&g_zt.ahead_done, cudaEventDisableTiming)) != cudaSuccess) {
+        (e = cudaEventCreateWithFlags(&g_zt.ahead_done, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = create_mark_events()) != cudaSuccess) {
         snprintf(g_why, sizeof g_why, "cannot create a CUDA stream or event on GPU %d (%s): %s", dev, prop.name,
                  cudaGetErrorString(e));
         return g_why;
@@ -350,6 +373,8 @@ static void fill_table(zt_backend *b, void (*fill_ops)(zt_backend *)) {
     b->copy_ahead = cu_copy_ahead;
     b->wait_ahead = cu_wait_ahead;
     b->transfer = cu_transfer;
+    b->mark = cu_mark;
+    b->wait_mark = cu_wait_mark;
     b->synchronize = cu_synchronize;
     b->bind_thread = cu_bind_thread;
     b->mem_info = cu_mem_info;

@@ -68,6 +68,7 @@ void zt_cu_copy_end(cudaStream_t s, cudaEvent_t ev0, zt_copy_kind kind, size_t b
 void zt_cu_report_timed(void);
 
 /* ---------------------------------------------------------------- global state */
+#define ZT_CU_MARKS 256 /* mark()'s events: a wait on a mark older than this waits for a later point (safe) */
 struct zt_cuda_state {
     int device;
     int sm_count;
@@ -75,6 +76,8 @@ struct zt_cuda_state {
     cudaStream_t d2h, h2d;    /* transfer(): one stream per direction, non-blocking */
     cudaStream_t ahead;       /* copy_ahead(): after the compute stream's work so far, then on its own */
     cudaEvent_t ahead_from, ahead_done; /* compute -> ahead, ahead -> compute */
+    cudaEvent_t marks[ZT_CU_MARKS];     /* mark(): a ring of events on the compute stream (backend_cuda.cu) */
+    unsigned long long marks_made;      /* marks handed out so far */
     cublasLtHandle_t lt;
     cublasHandle_t blas;      /* created lazily, only for the GEMM fallback path */
     void *lt_workspace;

@@ -11,7 +11,9 @@
   ZeRO-Infinity: config (b) at stage 3 with offload_param cpu / nvme and offload_optimizer nvme
       against no offload, and the swap files' throughput during the steps against the disk
       bandwidth bench_swap measured in this run; with parameters on NVMe, how long the gathers still
-      waited for their reads and how many pieces were read ahead.
+      waited for their reads and how many pieces were read ahead;
+  super_offload: config (b) with the optimizer on the host, the speculative step against the
+      validated one, alternated.
 Medians over the timed steps (the first step, warm-up, is dropped)."""
 import os
 import re
@@ -139,6 +141,28 @@ for ov in ("false", "true"):
               f"the host part {r['device_idle_ms']:.0f} ms per step")
     else:
         print(f"  overlap_step {ov}: failed")
+
+# super_offload on config (b), 1 rank, optimizer on the host (ratio 1): the speculative step against the
+# validated one, alternated 3 times each (medians of the medians), with clipping as configured (bench_small
+# clips early steps: those roll back) and never (every speculation kept). On the CPU backend the
+# "device" is the same cores, so the speculative lane competes with backward's GEMMs for them: this shows
+# what the exactness costs here, not the GPU's overlap (zerotrain predict, README's Super-offload)
+print("super_offload on config (b), ratio 1, 1 rank x 2 threads: speculative vs validated step, alternated")
+for clip in ("1.0", "0"):
+    runs = {"true": [], "false": []}
+    for _ in range(3):
+        for so in ("true", "false"):
+            r = bench(shapes["b"][0], ["zero_optimization.offload_optimizer={device: cpu, ratio: 1}", "train_iters=6",
+                                       f"zero_optimization.offload_optimizer.super_offload={so}",
+                                       f"gradient_clipping={clip}"], omp=2)
+            if r:
+                runs[so].append(r["step_ms"])
+    if runs["true"] and runs["false"]:
+        t, f = statistics.median(runs["true"]), statistics.median(runs["false"])
+        print(f"  gradient_clipping {clip}: speculative {t:.0f} ms/step, validated {f:.0f} ms/step = {t / f:.2f}x "
+              f"(runs {[round(x) for x in runs['true']]} / {[round(x) for x in runs['false']]})")
+    else:
+        print(f"  gradient_clipping {clip}: failed")
 
 # ZeRO-Infinity on config (b), stage 3, 1 rank: what parameter offload and the NVMe tier cost per step
 # on the CPU backend (where "device" and host are the same memory, so this is the bookkeeping and

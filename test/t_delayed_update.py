@@ -21,7 +21,6 @@ What the delayed math says, checked exactly (==):
   * the sim's trace shows the host Adam of step t running during step t+1's forward and backward, and
     its parameters going up only after step t+1's backward;
   * bad combinations are refused with one line naming the file and line (or the ranks and ratio)."""
-import json
 import os
 import tempfile
 
@@ -168,14 +167,10 @@ with tempfile.TemporaryDirectory() as tmp:
 with tempfile.TemporaryDirectory() as tmp:
     trace = os.path.join(tmp, "run.json")
     p, rows = ztlib.train(cfg, ["train_iters=4", f"trace={trace}"] + sim + offload(1, warmup=0))
-    try:
-        with open(os.path.join(tmp, "run.rank0.json")) as f:
-            events = json.load(f)
-    except (OSError, ValueError):
-        events = []
-    span = lambda name: [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == name and e.get("ph") == "X"]
-    overlap = lambda xs, ys: sum(1 for x in xs for y in ys if min(x[1], y[1]) > max(x[0], y[0]))
-    host, h2d, compute = span("host adam"), span("H2D params"), span("forward") + span("backward")
+    spans = ztlib.trace_spans(os.path.join(tmp, "run.rank0.json"))
+    overlap = ztlib.overlaps
+    host, h2d = spans.get("host adam", []), spans.get("H2D params", [])
+    compute = spans.get("forward", []) + spans.get("backward", [])
     ztlib.check(p.returncode == 0 and overlap(host, compute) >= 1, "sim_trace_host_adam_during_next_step",
                 f"{len(host)} host adam, {len(compute)} forward/backward events; {p.stderr[-600:]}")
     ztlib.check(h2d and overlap(h2d, compute) == 0, "sim_trace_parameters_go_up_after_the_next_backward",

@@ -75,10 +75,13 @@ grads_off = P * shard + P * shard - P * piece
 grads_staged = 2 * P * piece + 12 * -(-shard // 4096)  # staging buffers; per 4096-element chunk its sum and count
 # what infinity_params.c allocates: buffer_count buffers of the largest piece in 4 KiB blocks, one block more each side
 param_staging = PBUFC * (-(-P * min(embed, shard) // 4096) + 2) * 4096
+# super_offload (on by default): beside a host part of n elements its speculation window, 12 B each, all
+# of it where host memory holds it (here: the default 512 GiB)
+SPEC = 12
 want = {
     (3, "device", "device"): (device3, 0, 0),
-    (3, "cpu", "device"): (device3 - K * shard, 16 * shard, 0),  # 80 GiB: the gradient shard stays on the device
-    (3, "cpu", "cpu"): (device3 - K * shard - P * shard, 16 * shard + P * shard, 0),
+    (3, "cpu", "device"): (device3 - K * shard, (16 + SPEC) * shard, 0),  # 80 GiB: the gradient shard stays on the device
+    (3, "cpu", "cpu"): (device3 - K * shard - P * shard, (16 + SPEC) * shard + P * shard, 0),
     (3, "nvme", "device"): (device3 - K * shard, opt_staging + 2 * P * shard, K * shard),
     (3, "nvme", "nvme"): (device3 - K * shard - P * shard, opt_staging + 2 * P * shard + param_staging,
                           K * shard + P * shard),
@@ -90,6 +93,16 @@ for key, (dev, host, nvme) in want.items():
     check(ok, "row_" + "_".join(map(str, key)),
           f"got {r}; want device {dev / MiB:.3f} host {host / MiB:.3f} nvme {nvme / MiB:.3f} MiB")
 
+# without super_offload no window; with less host memory the window shrinks to what is left (less the
+# engine's 1 GiB), so it never makes a row not fit
+_, rows_off, _ = estimate("--set", "zero_optimization.offload_optimizer.super_offload=false")
+r = rows_off.get((3, "cpu", "device"))
+check(r is not None and near(r["host"], 16 * shard), "no_window_without_super_offload", str(r))
+room = 16 * shard + 4 * shard  # a third of the window fits beside the host part
+_, rows_small, _ = estimate("--host-mem", f"{N * (room + 2**30):.0f}")
+r = rows_small.get((3, "cpu", "device"))
+check(r is not None and near(r["host"], room, 0.02 * MiB) and r["fits"], "window_shrinks_to_host_memory", str(r))
+
 GRADS_LINE = re.compile(r"^gradients at ratio 1 \(offload_optimizer.gradients auto, at [\d.]+ MiB of device memory\): "
                         r"stage 2 (.*); stage 3 (.*), with the parameters on the host (.*)$", re.M)
 m = GRADS_LINE.search(p.stdout)
@@ -98,8 +111,8 @@ check(m is not None and m.groups() == ("the shard on the device",) * 3, "gradien
 # gradients to the host; with the parameters on the host too the shard fits again and stays
 mem = device3 - K * shard - P * shard / 2
 p, rows, _ = estimate("--device-mem", f"{mem:.0f}")
-for key, (dev, host) in {(3, "cpu", "device"): (device3 - K * shard - grads_off, 16 * shard + grads_staged),
-                         (3, "cpu", "cpu"): (device3 - K * shard - P * shard, 16 * shard + P * shard)}.items():
+for key, (dev, host) in {(3, "cpu", "device"): (device3 - K * shard - grads_off, (16 + SPEC) * shard + grads_staged),
+                         (3, "cpu", "cpu"): (device3 - K * shard - P * shard, (16 + SPEC) * shard + P * shard)}.items():
     r = rows.get(key)
     check(r is not None and near(r["device"], dev) and near(r["host"], host) and r["fits"],
           "short_row_" + "_".join(map(str, key)), f"got {r}; want device {dev / MiB:.3f} host {host / MiB:.3f} MiB")
@@ -153,7 +166,7 @@ for m in ratio_rows:
     stage, r = int(m[1]), float(m[2])
     dev0, dev1 = rows[(stage, "device", "device")]["device"], rows[(stage, "cpu", "device")]["device"]
     host1 = rows[(stage, "cpu", "device")]["host"]
-    want_dev, want_host = dev0 - r * K * shard, r * 16 * shard
+    want_dev, want_host = dev0 - r * K * shard, r * (16 + SPEC) * shard
     check(near(float(m[4]) * MiB, want_dev) and near(float(m[5]) * MiB, want_host)
           and near(want_dev, dev0 - r * (dev0 - dev1), 0.02 * MiB) and near(want_host, r * host1, 0.02 * MiB),
           f"estimate_ratio_{r}_stage{stage}_row", f"{m[0]}; want device {want_dev / MiB:.2f} host {want_host / MiB:.2f}")

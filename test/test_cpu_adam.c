@@ -5,7 +5,8 @@
  * fused bf16/fp16 copy-out against opmath.h's round-to-nearest-even conversions; also Adam without
  * bias correction (m and v used as they are) against its formula (the fp16 one
  * checked here against F16C, and exhaustively on all binary16 values); and 16-bit gradients read on
- * the fly against widening them first. */
+ * the fly against widening them first; the out-of-place update (zt_cpu_adamw_g_to, Twin-Flow's
+ * speculation) against the in-place one, its inputs left untouched. */
 #pragma GCC optimize("fp-contract=off") /* the reference formula with the same roundings as cpu_adam.c */
 
 #include <immintrin.h>
@@ -24,8 +25,16 @@ static float urand(void) { /* [-1, 1) */
 
 typedef struct state { float *p, *m, *v, *g; uint16_t *out; } state;
 
+/* zeroed, 64-byte aligned (as the engine's host buffers are: the out-of-place path streams its stores
+ * there), one element to spare (a shifted view is misaligned) */
+static void *zeroed(size_t n, size_t esize) {
+    size_t bytes = ((n + 1) * esize + 63) / 64 * 64;
+    void *p = aligned_alloc(64, bytes);
+    memset(p, 0, bytes);
+    return p;
+}
 static state make(size_t n) {
-    state s = {calloc(n + 1, 4), calloc(n + 1, 4), calloc(n + 1, 4), calloc(n + 1, 4), calloc(n + 1, 2)};
+    state s = {zeroed(n, 4), zeroed(n, 4), zeroed(n, 4), zeroed(n, 4), zeroed(n, 2)};
     for (size_t i = 0; i < n; i++) {
         s.p[i] = urand();
         s.g[i] = 0.1f * urand();
@@ -187,6 +196,40 @@ static void test_grad16(size_t n, zt_dtype gd) {
     drop(ref);
 }
 
+/* Out of place: the state written to other arrays is the in-place update's bit for bit on every path,
+ * the copy-out too, and the arrays it read are unchanged (the speculative update's rollback is to
+ * drop what it wrote, twin_flow.c). */
+static void test_out_of_place(size_t n, zt_dtype gd, int shift) {
+    char name[200];
+    state ref = make(n);
+    uint16_t *g16 = calloc(n + 1, 2);
+    for (size_t i = 0; i < n; i++) g16[i] = zt_f32_to_bf16_bits(30.0f * ref.g[i]);
+    const void *g = gd == ZT_F32 ? (const void *)ref.g : g16;
+    for (int isa = 0; isa <= zt_cpu_adam_best_isa(); isa++) {
+        state a = clone(ref, n), b = clone(ref, n), o = make(n);
+        for (int t = 1; t <= 2; t++) { /* two steps: the second starts from a state with m, v set */
+            zt_adam_step s = step_at(t, 0.1f, 1);
+            zt_cpu_adamw_g(a.p, a.m, a.v, g, gd, n, &s, a.out, ZT_BF16, 2, isa);
+            state before = clone(b, n);
+            /* shift: the destinations one element off the alignment (ordinary stores, not streamed) */
+            zt_cpu_adamw_g_to(b.p, b.m, b.v, o.p + shift, o.m + shift, o.v + shift, g, gd, n, &s, o.out, ZT_BF16, 2, isa);
+            if (shift) memmove(o.p, o.p + 1, n * 4), memmove(o.m, o.m + 1, n * 4), memmove(o.v, o.v + 1, n * 4);
+            snprintf(name, sizeof name, "adam %s n=%zu %s gradients step %d out of place%s leaves its inputs as they were",
+                     zt_cpu_adam_isa_name(isa), n, gd == ZT_F32 ? "fp32" : "bf16", t, shift ? " (misaligned)" : "");
+            CHECK(same(b.p, before.p, n) && same(b.m, before.m, n) && same(b.v, before.v, n), name, "an input changed");
+            drop(before);
+            memcpy(b.p, o.p, n * 4), memcpy(b.m, o.m, n * 4), memcpy(b.v, o.v, n * 4); /* the accepted step */
+        }
+        snprintf(name, sizeof name, "adam %s n=%zu %s gradients out of place%s equals in place", zt_cpu_adam_isa_name(isa),
+                 n, gd == ZT_F32 ? "fp32" : "bf16", shift ? " (misaligned)" : "");
+        CHECK(same(a.p, b.p, n) && same(a.m, b.m, n) && same(a.v, b.v, n) && (n == 0 || !memcmp(a.out, o.out, n * 2)),
+              name, "p, m, v or the copy-out differ");
+        drop(a), drop(b), drop(o);
+    }
+    free(g16);
+    drop(ref);
+}
+
 int main(void) {
     printf("# cpu adam: best path on this CPU: %s\n", zt_cpu_adam_isa_name(zt_cpu_adam_best_isa()));
     size_t sizes[] = {0, 1, 7, 15, 17, 31, 4095, 4097, 3 * 4096 + 13};
@@ -202,5 +245,9 @@ int main(void) {
     test_grad16(4097 + 5, ZT_BF16);
     test_grad16(4097 + 5, ZT_F16);
     test_grad16(23, ZT_F16);
+    test_out_of_place(4097 + 5, ZT_F32, 0);
+    test_out_of_place(3 * 4096 + 13, ZT_BF16, 0);
+    test_out_of_place(3 * 4096 + 13, ZT_BF16, 1);
+    test_out_of_place(9, ZT_BF16, 0);
     return zt_check_exit();
 }

@@ -490,17 +490,59 @@ static void ordering(void) {
     free(back);
 }
 
+/* n twos on the host (h, and back to read results into), on the device in fp32 (d32) and, in the
+ * compute dtype, scaled to 2^11 by ten queued ops (a), and a second device buffer (b) */
+typedef struct {
+    float *h, *back, *d32;
+    void *a, *b;
+} twos;
+static twos twos_on_device(size_t n) {
+    twos t = {malloc(n * 4), malloc(n * 4), sim->alloc(n * 4), sim->alloc(n * 2), sim->alloc(n * 2)};
+    for (size_t i = 0; i < n; i++) t.h[i] = 2.0f;
+    sim->copy(t.d32, t.h, n * 4, ZT_H2D);
+    sim->to_compute(t.a, t.d32, n);
+    for (int k = 0; k < 10; k++) sim->scale(t.a, 2.0f, n); /* a = 2^11 once the stream gets there */
+    return t;
+}
+static void twos_free(twos t) {
+    sim->free(t.a);
+    sim->free(t.b);
+    sim->free(t.d32);
+    free(t.h);
+    free(t.back);
+}
+
+/* a mark is a point on the stream: wait_mark returns once the work queued before it has run (and not
+ * the work after), so a transfer on another lane then reads its results; the twin-flow D2H lane waits
+ * this way for one bucket's gradients while backward goes on (jitter widens every window) */
+static void marks(void) {
+    size_t n = 1 << 14;
+    twos t = twos_on_device(n);
+    float *back = t.back, *d32 = t.d32;
+    void *a = t.a, *b = t.b;
+    sim->to_compute(b, d32, n);
+    unsigned long long m = sim->mark();
+    for (int k = 0; k < 40; k++) sim->scale(b, 1.0f, n); /* later work: the wait does not include it */
+    sim->wait_mark(m);
+    uint16_t *staged = sim->host_alloc(n * 2);
+    sim->transfer(staged, a, n * 2, ZT_D2H); /* its own lane: ordered only by the wait */
+    zt_cpu_to_f32(back, staged, n, dt);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += back[i] != 2048.0f;
+    CHECK(bad == 0, dt == ZT_BF16 ? "wait_mark_orders_a_transfer_bf16" : "wait_mark_orders_a_transfer_fp16",
+          "%zu of %zu wrong, back[0] = %g", bad, n, back[0]);
+    sim->synchronize();
+    sim->host_free(staged);
+    twos_free(t);
+}
+
 /* copy_ahead runs after the compute work queued before it, on its own lane; the compute work queued
  * after wait_ahead runs after it (jitter widens every window) */
 static void ahead(void) {
     size_t n = 1 << 14;
-    float *h = malloc(n * 4), *back = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) h[i] = 2.0f;
-    float *d32 = sim->alloc(n * 4);
-    void *a = sim->alloc(n * 2), *b = sim->alloc(n * 2);
-    sim->copy(d32, h, n * 4, ZT_H2D);
-    sim->to_compute(a, d32, n);
-    for (int k = 0; k < 10; k++) sim->scale(a, 2.0f, n); /* a = 2^11 once the stream gets there */
+    twos t = twos_on_device(n);
+    float *back = t.back, *d32 = t.d32;
+    void *a = t.a, *b = t.b;
     float *staged = sim->host_alloc(n * 2);
     sim->copy_ahead(staged, a, n * 2, ZT_D2H);   /* after the scales */
     sim->copy_ahead(b, staged, n * 2, ZT_H2D);   /* after that, on the same lane */
@@ -527,11 +569,7 @@ static void ahead(void) {
           "%zu elements not yet landed after synchronize()", late);
     sim->host_free(landed);
     sim->host_free(staged);
-    sim->free(a);
-    sim->free(b);
-    sim->free(d32);
-    free(h);
-    free(back);
+    twos_free(t);
 }
 
 /* Items reported after the fact (backend.h: zt_device_defer, the CUDA backend's event timing): none
@@ -579,6 +617,7 @@ int main(void) {
         tiled_ops();
         tiled_forward_rounding();
         ordering();
+        marks();
         ahead();
     }
     memory();

@@ -123,6 +123,25 @@ def wait_slurm_job(state_of, terminal, timeout, poll=0.25):
     return "TIMEOUT_IN_TEST(" + state_of() + ")"
 
 
+def trace_spans(path):
+    """{name: [(start, end), ...]} of a trace file's complete events (µs); {} when it is missing or torn"""
+    try:
+        with open(path) as f:
+            events = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    spans = {}
+    for e in events:
+        if e.get("ph") == "X":
+            spans.setdefault(e["name"], []).append((e["ts"], e["ts"] + e["dur"]))
+    return spans
+
+
+def overlaps(xs, ys):
+    """how many pairs of spans, one from each list, overlap in time"""
+    return sum(1 for x in xs for y in ys if min(x[1], y[1]) > max(x[0], y[0]))
+
+
 def losses(rows):
     return [r["loss"] for r in rows]
 

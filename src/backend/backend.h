@@ -57,6 +57,15 @@ typedef struct zt_backend {
      * until it returns. Returns once the copy is complete, like copy(); safe from any thread that
      * called bind_thread. */
     void (*transfer)(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
+    /* A point in the compute stream's queue (mark: the work queued on it so far, from the thread that
+     * queues compute work) and a wait for it from any thread that called bind_thread (wait_mark):
+     * returns once the stream has run the work queued before the mark, so a transfer() after it
+     * reads what that work wrote, while the stream goes on with what was queued since (synchronize()
+     * would wait for that too). Twin-Flow's D2H lane brings each bucket's final gradients down this
+     * way while backward goes on. Where queued work is done when queued (the CPU backend) every mark
+     * has passed. */
+    unsigned long long (*mark)(void);
+    void (*wait_mark)(unsigned long long mark);
     /* returns once all work queued so far has run: the compute stream's and every copy_ahead's (not
      * transfer(), which returns complete) */
     void (*synchronize)(void);

@@ -58,6 +58,9 @@ static void cpu_copy(void *dst, const void *src, size_t bytes, zt_copy_kind kind
 }
 
 static void cpu_nothing(void) {}
+/* queued work is done when queued: every mark has passed */
+static unsigned long long cpu_mark(void) { return 0; }
+static void cpu_wait_mark(unsigned long long mark) { (void)mark; }
 static void cpu_synchronize(void) {}
 static void cpu_mem_info(size_t *free_bytes, size_t *total_bytes) { *free_bytes = *total_bytes = 0; }
 static void cpu_bind_thread(void) {} /* every host thread may use host memory and the BLAS */
@@ -594,6 +597,8 @@ static const zt_backend cpu_backend = {
     .copy_async = cpu_copy,
     .copy_ahead = cpu_copy, /* host memory: done when it returns, nothing to wait for */
     .wait_ahead = cpu_nothing,
+    .mark = cpu_mark,
+    .wait_mark = cpu_wait_mark,
     .transfer = cpu_copy,
     .synchronize = cpu_synchronize,
     .bind_thread = cpu_bind_thread,

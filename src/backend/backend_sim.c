@@ -559,6 +559,20 @@ void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind) {
     run_and_wait(&g_lane[kind == ZT_H2D ? LANE_H2D : kind == ZT_D2H ? LANE_D2H : LANE_COMPUTE], it);
     free(it);
 }
+/* a mark is the compute lane's ticket of its last item queued; waiting for it is waiting for that
+ * ticket, as a host thread does on a CUDA event (the thread's clock moves to the item's end) */
+unsigned long long sim_mark(void) {
+    check_bound("mark");
+    sim_lane *l = &g_lane[LANE_COMPUTE];
+    pthread_mutex_lock(&l->lock);
+    unsigned long long ticket = l->queued;
+    pthread_mutex_unlock(&l->lock);
+    return ticket;
+}
+void sim_wait_mark(unsigned long long mark) {
+    check_bound("wait_mark");
+    sim_clock_host_waited(wait_ticket(&g_lane[LANE_COMPUTE], mark));
+}
 /* the stream and copy_ahead's lane, as backend.h says (wait_ahead orders device work only) */
 void sim_synchronize(void) {
     check_bound("synchronize");

@@ -686,7 +686,8 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
         .alloc = sim_alloc, .free = sim_free, .host_alloc = sim_host_alloc, .host_free = sim_host_free,                \
         .memset_zero = sim_memset_zero, .copy = sim_copy, .copy_async = sim_copy_async,                                 \
         .copy_ahead = sim_copy_ahead, .wait_ahead = sim_wait_ahead,                                                    \
-        .transfer = sim_transfer, .synchronize = sim_synchronize, .bind_thread = sim_bind_thread,                      \
+        .transfer = sim_transfer, .mark = sim_mark, .wait_mark = sim_wait_mark,                                        \
+        .synchronize = sim_synchronize, .bind_thread = sim_bind_thread,                                                \
         .mem_info = sim_mem_info, .to_compute = to_compute_##SFX, .to_f32 = to_f32_##SFX,                              \
         .embedding_forward = embedding_forward_##SFX, .embedding_backward = embedding_backward_##SFX,                  \
         .layernorm_forward = layernorm_forward_##SFX, .layernorm_backward = layernorm_backward_##SFX,                  \

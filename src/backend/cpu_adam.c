@@ -72,12 +72,54 @@ static inline const void *grad_plus(const void *g, zt_dtype gd, size_t i) {
 
 /* ---------------------------------------------------------------- scalar */
 
-static void adam_scalar(float *p, float *m, float *v, const void *g, zt_dtype gd, size_t n, const zt_adam_step *s,
-                        void *out16, zt_dtype dt) {
+/* the state in (p, m, v) and out (po, mo, vo): the same arrays in place, or others (out of place) */
+typedef struct adam_io {
+    const float *p, *m, *v;
+    float *po, *mo, *vo;
+} adam_io;
+
+static adam_io io_plus(adam_io io, size_t a) {
+    return (adam_io){io.p + a, io.m + a, io.v + a, io.po + a, io.mo + a, io.vo + a};
+}
+
+/* Out of place, the new state goes where nothing is read: stores that bypass the cache save the read
+ * of each destination line a normal store makes first (28 B an element instead of 40). They need the
+ * vector's alignment: the elements before the first aligned one go first on the scalar path (the same
+ * results), so a tensor piece that starts anywhere streams the rest, where the three destinations are
+ * equally misaligned (arrays of one alignment, as the engine's host buffers are). Returns the number
+ * of those elements, or SIZE_MAX: in place, or not streamable. */
+static size_t stream_head(adam_io io, uintptr_t align) {
+    if (io.po == io.p) return SIZE_MAX;
+    uintptr_t off = (uintptr_t)io.po & (align - 1);
+    if ((((uintptr_t)io.mo ^ (uintptr_t)io.po) | ((uintptr_t)io.vo ^ (uintptr_t)io.po)) & (align - 1) || off % 4)
+        return SIZE_MAX;
+    return off ? (align - off) / 4 : 0;
+}
+
+
+static void adam_scalar(adam_io io, const void *g, zt_dtype gd, size_t n, const zt_adam_step *s, void *out16,
+                        zt_dtype dt) {
     for (size_t i = 0; i < n; i++) {
-        zt_adamw_element(&p[i], &m[i], &v[i], grad_at(g, gd, i), s);
-        if (out16) store16_scalar(out16, dt, i, p[i]);
+        float p = io.p[i], m = io.m[i], v = io.v[i];
+        zt_adamw_element(&p, &m, &v, grad_at(g, gd, i), s);
+        io.po[i] = p, io.mo[i] = m, io.vo[i] = v;
+        if (out16) store16_scalar(out16, dt, i, p);
     }
+}
+
+/* out of place: the elements before the first aligned destination on the scalar path, the call's
+ * arguments moved past them; returns whether the rest may stream its stores (stream_head) */
+static int stream_from_aligned(adam_io *io, const void **g, zt_dtype gd, size_t *n, const zt_adam_step *s, void **out16,
+                               zt_dtype dt, uintptr_t align) {
+    size_t head = stream_head(*io, align);
+    if (head == SIZE_MAX) return 0;
+    head = head < *n ? head : *n;
+    if (head) {
+        adam_scalar(*io, *g, gd, head, s, *out16, dt);
+        *io = io_plus(*io, head), *g = grad_plus(*g, gd, head), *n -= head;
+        if (*out16) *out16 = (uint16_t *)*out16 + head;
+    }
+    return 1;
 }
 
 /* ---------------------------------------------------------------- AVX2 (+FMA, F16C) */
@@ -90,26 +132,28 @@ __attribute__((target("avx2,fma,f16c"))) static inline __m256 load_grad8(const v
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-__attribute__((target("avx2,fma,f16c"))) static void adam_avx2(float *p, float *m, float *v, const void *g, zt_dtype gd,
-                                                               size_t n, const zt_adam_step *s, void *out16,
-                                                               zt_dtype dt) {
+__attribute__((target("avx2,fma,f16c"))) static void adam_avx2(adam_io io, const void *g, zt_dtype gd, size_t n,
+                                                               const zt_adam_step *s, void *out16, zt_dtype dt) {
     adam_consts c = consts_of(s);
     const __m256 gs = _mm256_set1_ps(c.gs), b1 = _mm256_set1_ps(c.b1), omb1 = _mm256_set1_ps(c.omb1),
                  b2 = _mm256_set1_ps(c.b2), omb2 = _mm256_set1_ps(c.omb2), bc1 = _mm256_set1_ps(c.bc1),
                  bc2 = _mm256_set1_ps(c.bc2), lr = _mm256_set1_ps(c.lr), eps = _mm256_set1_ps(c.eps),
                  wd = _mm256_set1_ps(c.wd);
+    int stream = stream_from_aligned(&io, &g, gd, &n, s, &out16, dt, 32);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 gi = _mm256_mul_ps(load_grad8(g, gd, i), gs);
-        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, gi));
-        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(io.m + i)), _mm256_mul_ps(omb1, gi));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(io.v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
         __m256 mhat = _mm256_div_ps(mi, bc1), vhat = _mm256_div_ps(vi, bc2);
-        _mm256_storeu_ps(m + i, mi);
-        _mm256_storeu_ps(v + i, vi);
-        __m256 pi = _mm256_loadu_ps(p + i);
+        __m256 pi = _mm256_loadu_ps(io.p + i);
         __m256 upd = _mm256_add_ps(_mm256_div_ps(mhat, _mm256_add_ps(_mm256_sqrt_ps(vhat), eps)), _mm256_mul_ps(wd, pi));
         pi = _mm256_sub_ps(pi, _mm256_mul_ps(lr, upd));
-        _mm256_storeu_ps(p + i, pi);
+        if (stream) {
+            _mm256_stream_ps(io.mo + i, mi), _mm256_stream_ps(io.vo + i, vi), _mm256_stream_ps(io.po + i, pi);
+        } else {
+            _mm256_storeu_ps(io.mo + i, mi), _mm256_storeu_ps(io.vo + i, vi), _mm256_storeu_ps(io.po + i, pi);
+        }
         if (!out16) continue;
         __m128i h;
         if (dt == ZT_F16) {
@@ -127,7 +171,8 @@ __attribute__((target("avx2,fma,f16c"))) static void adam_avx2(float *p, float *
         }
         _mm_storeu_si128((__m128i *)((uint16_t *)out16 + i), h);
     }
-    adam_scalar(p + i, m + i, v + i, grad_plus(g, gd, i), gd, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
+    if (stream) _mm_sfence(); /* the streamed stores are weakly ordered: visible before the caller goes on */
+    adam_scalar(io_plus(io, i), grad_plus(g, gd, i), gd, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
 }
 
 /* ---------------------------------------------------------------- AVX-512F */
@@ -139,25 +184,28 @@ __attribute__((target("avx512f"))) static inline __m512 load_grad16(const void *
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-__attribute__((target("avx512f"))) static void adam_avx512(float *p, float *m, float *v, const void *g, zt_dtype gd,
-                                                            size_t n, const zt_adam_step *s, void *out16, zt_dtype dt) {
+__attribute__((target("avx512f"))) static void adam_avx512(adam_io io, const void *g, zt_dtype gd, size_t n,
+                                                            const zt_adam_step *s, void *out16, zt_dtype dt) {
     adam_consts c = consts_of(s);
     const __m512 gs = _mm512_set1_ps(c.gs), b1 = _mm512_set1_ps(c.b1), omb1 = _mm512_set1_ps(c.omb1),
                  b2 = _mm512_set1_ps(c.b2), omb2 = _mm512_set1_ps(c.omb2), bc1 = _mm512_set1_ps(c.bc1),
                  bc2 = _mm512_set1_ps(c.bc2), lr = _mm512_set1_ps(c.lr), eps = _mm512_set1_ps(c.eps),
                  wd = _mm512_set1_ps(c.wd);
+    int stream = stream_from_aligned(&io, &g, gd, &n, s, &out16, dt, 64);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 gi = _mm512_mul_ps(load_grad16(g, gd, i), gs);
-        __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(omb1, gi));
-        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
+        __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(io.m + i)), _mm512_mul_ps(omb1, gi));
+        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(io.v + i)), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
         __m512 mhat = _mm512_div_ps(mi, bc1), vhat = _mm512_div_ps(vi, bc2);
-        _mm512_storeu_ps(m + i, mi);
-        _mm512_storeu_ps(v + i, vi);
-        __m512 pi = _mm512_loadu_ps(p + i);
+        __m512 pi = _mm512_loadu_ps(io.p + i);
         __m512 upd = _mm512_add_ps(_mm512_div_ps(mhat, _mm512_add_ps(_mm512_sqrt_ps(vhat), eps)), _mm512_mul_ps(wd, pi));
         pi = _mm512_sub_ps(pi, _mm512_mul_ps(lr, upd));
-        _mm512_storeu_ps(p + i, pi);
+        if (stream) {
+            _mm512_stream_ps(io.mo + i, mi), _mm512_stream_ps(io.vo + i, vi), _mm512_stream_ps(io.po + i, pi);
+        } else {
+            _mm512_storeu_ps(io.mo + i, mi), _mm512_storeu_ps(io.vo + i, vi), _mm512_storeu_ps(io.po + i, pi);
+        }
         if (!out16) continue;
         __m256i h;
         if (dt == ZT_F16) {
@@ -173,7 +221,8 @@ __attribute__((target("avx512f"))) static void adam_avx512(float *p, float *m, f
         }
         _mm256_storeu_si256((__m256i *)((uint16_t *)out16 + i), h);
     }
-    adam_scalar(p + i, m + i, v + i, grad_plus(g, gd, i), gd, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
+    if (stream) _mm_sfence();
+    adam_scalar(io_plus(io, i), grad_plus(g, gd, i), gd, n - i, s, out16 ? (uint16_t *)out16 + i : NULL, dt);
 }
 
 /* ---------------------------------------------------------------- dispatch */
@@ -190,22 +239,21 @@ const char *zt_cpu_adam_isa_name(int isa) {
     return isa == ZT_ADAM_ISA_AVX512 ? "avx512" : isa == ZT_ADAM_ISA_AVX2 ? "avx2" : "scalar";
 }
 
-typedef void (*adam_fn)(float *, float *, float *, const void *, zt_dtype, size_t, const zt_adam_step *, void *,
-                        zt_dtype);
+typedef void (*adam_fn)(adam_io, const void *, zt_dtype, size_t, const zt_adam_step *, void *, zt_dtype);
 
 static __thread int t_report_threads; /* zt_cpu_adam_report_threads, per calling thread */
 
 void zt_cpu_adam_report_threads(int on) { t_report_threads = on; }
 
 /* tile t of n elements */
-static inline void adam_tile(adam_fn fn, float *p, float *m, float *v, const void *g, zt_dtype g_dtype, size_t n,
-                             size_t t, const zt_adam_step *s, void *out16, zt_dtype out_dtype) {
+static inline void adam_tile(adam_fn fn, adam_io io, const void *g, zt_dtype g_dtype, size_t n, size_t t,
+                             const zt_adam_step *s, void *out16, zt_dtype out_dtype) {
     size_t a = t * TILE, k = n - a < TILE ? n - a : TILE;
-    fn(p + a, m + a, v + a, grad_plus(g, g_dtype, a), g_dtype, k, s, out16 ? (uint16_t *)out16 + a : NULL, out_dtype);
+    fn(io_plus(io, a), grad_plus(g, g_dtype, a), g_dtype, k, s, out16 ? (uint16_t *)out16 + a : NULL, out_dtype);
 }
 
-void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s,
-                    void *out16, zt_dtype out_dtype, int nthreads, int isa) {
+static void adamw_io(adam_io io, const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s, void *out16,
+                     zt_dtype out_dtype, int nthreads, int isa) {
     int best = zt_cpu_adam_best_isa();
     if (isa < 0 || isa > best) isa = best;
     adam_fn fn = isa == ZT_ADAM_ISA_AVX512 ? adam_avx512 : isa == ZT_ADAM_ISA_AVX2 ? adam_avx2 : adam_scalar;
@@ -219,13 +267,24 @@ void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtyp
         {
             double t0 = zt_now();
 #pragma omp for schedule(static) nowait
-            for (size_t t = 0; t < tiles; t++) adam_tile(fn, p, m, v, g, g_dtype, n, t, s, out16, out_dtype);
+            for (size_t t = 0; t < tiles; t++) adam_tile(fn, io, g, g_dtype, n, t, s, out16, out_dtype);
             obs->host_adam(obs->ctx, omp_get_thread_num(), t0, zt_now());
         }
         return;
     }
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (size_t t = 0; t < tiles; t++) adam_tile(fn, p, m, v, g, g_dtype, n, t, s, out16, out_dtype);
+    for (size_t t = 0; t < tiles; t++) adam_tile(fn, io, g, g_dtype, n, t, s, out16, out_dtype);
+}
+
+void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s,
+                    void *out16, zt_dtype out_dtype, int nthreads, int isa) {
+    adamw_io((adam_io){p, m, v, p, m, v}, g, g_dtype, n, s, out16, out_dtype, nthreads, isa);
+}
+
+void zt_cpu_adamw_g_to(const float *p, const float *m, const float *v, float *p_out, float *m_out, float *v_out,
+                       const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s, void *out16,
+                       zt_dtype out_dtype, int nthreads, int isa) {
+    adamw_io((adam_io){p, m, v, p_out, m_out, v_out}, g, g_dtype, n, s, out16, out_dtype, nthreads, isa);
 }
 
 void zt_cpu_adamw_isa(float *p, float *m, float *v, const float *g, size_t n, const zt_adam_step *s, void *out16,

@@ -1,7 +1,8 @@
 /* cpu_adam.h — the host AdamW: one streaming pass over fp32 params, grads and moments with
  * AVX-512 or AVX2+FMA code picked at run time (scalar fallback = opmath.h's zt_adamw_element),
  * OpenMP across cores, and an optional fused 16-bit copy-out of the updated params for the H2D
- * transfer. Every path gives the scalar formula's results bit for bit (see cpu_adam.c). */
+ * transfer; in place, or out of place (zt_cpu_adamw_g_to). Every path gives the scalar formula's results
+ * bit for bit (see cpu_adam.c). */
 #ifndef ZT_CPU_ADAM_H
 #define ZT_CPU_ADAM_H
 
@@ -35,6 +36,14 @@ void zt_cpu_adam_report_threads(int on);
  * (exact), and a given path: the results equal converting g first and calling zt_cpu_adamw. */
 void zt_cpu_adamw_g(float *p, float *m, float *v, const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s,
                     void *out16, zt_dtype out_dtype, int nthreads, int isa);
+
+/* The same out of place: reads the state from (p, m, v) and writes the updated state to (p_out, m_out,
+ * v_out), leaving the inputs as they were (the arrays may also be the same: then it is zt_cpu_adamw_g).
+ * The same traffic as in place (28 B/element): Twin-Flow's speculative update keeps the state it
+ * started from this way, so a rolled-back step needs no copy to undo it (twin_flow.c). */
+void zt_cpu_adamw_g_to(const float *p, const float *m, const float *v, float *p_out, float *m_out, float *v_out,
+                       const void *g, zt_dtype g_dtype, size_t n, const zt_adam_step *s, void *out16,
+                       zt_dtype out_dtype, int nthreads, int isa);
 
 /* dst[i] = src[i] as fp32, src in dtype (F32, BF16, F16); for 16-bit gradients on the host */
 void zt_cpu_to_f32(float *dst, const void *src, size_t n, zt_dtype dtype);

@@ -49,7 +49,7 @@ static double vqueue(int queue, double bytes) {
     pthread_mutex_unlock(&g_mu);
     return end;
 }
-static zt_clock_ops g_ops = {vnow, vafter, vhost_work, vqueue, 0, 0};
+static zt_clock_ops g_ops = {vnow, vafter, vhost_work, vqueue, 0, 0, 0};
 static int g_node_ranks = 1;
 
 void zt_sim_set_node_ranks(int ranks) { g_node_ranks = ranks > 1 ? ranks : 1; }
@@ -66,6 +66,7 @@ int zt_sim_clock_start(zt_err *err) {
     const char *dry = getenv("ZEROTRAIN_SIM_DRY");
     g_ops.costs_only = dry && *dry && strcmp(dry, "0") != 0;
     g_ops.host_bytes = g_prof.host_memory; /* host buffers are address space then: the profile's memory binds */
+    g_ops.host_cores = g_prof.host_cores;
     zt_clock_install(&g_ops);
     return 0;
 }

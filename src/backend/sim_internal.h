@@ -57,6 +57,8 @@ void sim_copy_ahead(void *dst, const void *src, size_t bytes, zt_copy_kind kind)
 void sim_wait_ahead(void);
 void sim_transfer(void *dst, const void *src, size_t bytes, zt_copy_kind kind);
 void sim_synchronize(void);
+unsigned long long sim_mark(void);
+void sim_wait_mark(unsigned long long mark);
 void sim_bind_thread(void);
 void sim_mem_info(size_t *free_bytes, size_t *total_bytes);
 

@@ -11,6 +11,7 @@
  * config's own setting gets its predicted step time on that machine beside the table (predict.c's
  * dry run: about a second at any size). Only with --hw: a default profile would print a step time for
  * a GPU the reader may not have, where the memory columns already say which device they assume. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,11 +43,24 @@ typedef struct row {
 #define MAX_RATIOS 8
 static char ratio_names[MAX_RATIOS][16]; /* the optimizer column of the --ratio rows */
 
+/* super_offload's speculation window beside a host part of n elements that already takes `host` of
+ * the rank's host memory: 12 B an element for the speculated master, m and v, as many as
+ * speculation_window gives or, by default, as the rank's host memory holds beside the rest less the
+ * engine's 1 GiB for its other host buffers (twin_speculation_elems counts it the same way) */
+static double spec_window_bytes(const zt_config *cfg, double n, double host, double host_per_rank) {
+    if (!cfg->offload_super || cfg->offload_delayed_update) return 0;
+    double want = 12.0 * n;
+    if (cfg->offload_speculation_window > 0) return want < cfg->offload_speculation_window ? want : 12.0 * floor(cfg->offload_speculation_window / 12.0);
+    double room = host_per_rank - 1073741824.0 - host;
+    room = room > 0 ? 12.0 * floor(room / 12.0) : 0;
+    return want < room ? want : room;
+}
+
 /* Every stage with and without optimizer offload, and stage 3's ZeRO-Infinity settings; g3 is stage
  * 3's gather buffers as the run will size them (zt_engine_stage3_plan). */
 static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *table, const zt_stage3_plan *g3,
                      long ranks, size_t P, size_t K, double acts, double host_acts, const double *ratios, int n_ratios,
-                     double device_mem, int grads_host[4]) {
+                     double device_mem, double host_per_rank, int grads_host[4]) {
     size_t shard = zt_zero_shard(table->total, (int)ranks, ZT_SHARD_ALIGN);
     /* the gradient buffers of stages 2-3: the embeddings', and two of the largest other segment (a block,
      * or a tile of one with tiled linears) */
@@ -88,21 +102,24 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
                  (cfg->offload_gradients == ZT_GRADS_HOST || device - optim > device_mem); /* the auto of engine.c */
         if (stage >= 2) grads_host[stage] = go;
         double to_host = go ? grads_off_device : 0, staged = go ? host_staging : 0;
+        double host = (double)ZT_TWIN_HOST_BYTES * opt_n + staged + host_acts;
         rows[n++] = (row){stage, "cpu", "device", states, device - optim - to_host,
-                          (double)ZT_TWIN_HOST_BYTES * opt_n + staged, 0};
+                          host + spec_window_bytes(cfg, (double)opt_n, host, host_per_rank), 0};
         /* --ratio r: the share r of the optimizer shard on the host, 1 - r left on the device */
         for (int k = 0; k < n_ratios; k++) {
             int whole = ratios[k] >= 1;
+            double host_k = ratios[k] * ZT_TWIN_HOST_BYTES * (double)opt_n + (whole ? staged : 0) + host_acts;
             rows[n++] = (row){stage, ratio_names[k], "device", states, device - ratios[k] * optim - (whole ? to_host : 0),
-                              ratios[k] * ZT_TWIN_HOST_BYTES * (double)opt_n + (whole ? staged : 0), 0};
+                              host_k + spec_window_bytes(cfg, ratios[k] * (double)opt_n, host_k, host_per_rank), 0};
         }
         if (stage < 3) continue; /* parameter offload and NVMe: ZeRO-Infinity, stage 3 */
         /* the parameter shard moves to the host; the device keeps only the gather buffers (and the
          * gradient shard where it fits beside them: the engine decides with the parameters off the device) */
         int go_p = grads_may_go && (cfg->offload_gradients == ZT_GRADS_HOST || device - optim - param_shard > device_mem);
         grads_host[0] = go_p;
+        double host_p = twin_host + param_shard + (go_p ? host_staging : 0) + host_acts;
         rows[n++] = (row){3, "cpu", "cpu", states, device - optim - param_shard - (go_p ? grads_off_device : 0),
-                          twin_host + param_shard + (go_p ? host_staging : 0), 0};
+                          host_p + spec_window_bytes(cfg, (double)shard, host_p, host_per_rank), 0};
         /* optimizer states on NVMe, staged through host buffers; host gradients and 16-bit params */
         rows[n++] = (row){3, "nvme", "device", states, device - optim, opt_staging + 2 * param_shard, optim};
         /* and the parameter shard on NVMe too, read through buffer_count staging buffers; the host still
@@ -110,7 +127,8 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
         rows[n++] = (row){3, "nvme", "nvme", states, device - optim - param_shard,
                           opt_staging + 2 * param_shard + param_staging, optim + param_shard};
     }
-    for (int i = 0; i < n; i++) rows[i].host += host_acts; /* cpu_checkpointing's kept block inputs */
+    for (int i = 0; i < n; i++) /* cpu_checkpointing's kept block inputs (the host-optimizer rows have them) */
+        if (!strcmp(rows[i].optimizer, "device") || !strcmp(rows[i].optimizer, "nvme")) rows[i].host += host_acts;
     return n;
 }
 
@@ -313,7 +331,7 @@ int zt_cmd_estimate(int argc, char **argv) {
     row rows[16 + 3 * MAX_RATIOS];
     int grads_host[4] = {0}; /* [2], [3]: stage 2-3 ratio 1 sends the gradients to the host; [0]: stage 3, params cpu */
     int n = plan_rows(rows, &cfg, &table, &g3, dp, P, K, acts, (double)plan.act_host_bytes, ratios, n_ratios, device_mem,
-                      grads_host);
+                      host_per_rank, grads_host);
     for (int i = 0; i < n; i++) biggest = rows[i].device > biggest ? rows[i].device : biggest;
     unit u = biggest >= 1073741824.0 ? (unit){"GiB", 1073741824.0} : (unit){"MiB", 1048576.0};
     printf("zerotrain estimate: %s — GPT-2 L%d H%d C%d V%d, %.2fM parameters, micro-batch %d x T %d, %s "
@@ -356,6 +374,10 @@ int zt_cmd_estimate(int argc, char **argv) {
            "                  several ranks, bucket-sized landing zones (not PΨ/N); the host two staging buffers of\n"
            "                  one bucket's piece and 12 B per 4096 elements for the norm's chunk sums\n"
            "                  (offload_optimizer.gradients; not with delayed_update)\n"
+           "                  With super_offload (the default), + 12 B per host-part element for the speculated\n"
+           "                  states, as many as host memory holds beside the rest (less 1 GiB) or\n"
+           "                  offload_optimizer.speculation_window gives; the window shrinks to fit, so it never\n"
+           "                  makes a row not fit\n"
            "  params cpu:     the parameter shard PΨ/N too; the device keeps stage 3's gather buffers (embeddings\n"
            "                  + 2 x the largest block) and the gradient buffers\n"
            "  optimizer nvme: KΨ/N on NVMe; the host keeps min(offload_optimizer.buffer_count (%d), groups) groups of\n"

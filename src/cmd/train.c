@@ -246,6 +246,9 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
     rec->lr = zt_lr_at(cfg, step);
     if (zt_test_hook_lr_spike_at(rec->step)) rec->lr *= 1e4f; /* a diverging update, found at the next step */
     rec->val_loss = NAN;
+    /* the update as it will be unless the norm is clipped: with super_offload the host part's CPU Adam
+     * starts during backward (rolled back at the step if not) */
+    zt_engine_plan_step(eng, rec->lr, t->scaler.scale);
     for (int a = 0; a < p->A; a++) {
         zt_engine_begin_micro(eng, a == 0, a == p->A - 1);
         if (load_micro_batch(t, p, step, a)) return 1;
@@ -279,7 +282,8 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
         rec->norm = NAN;
         rec->skipped = 1;
     } else {
-        rec->norm = zt_engine_step_scaled(eng, rec->lr, cfg->gradient_clipping, rec->scale_used, &rec->skipped);
+        float max_norm = zt_test_hook_clip_at(rec->step) ? 1e-6f : cfg->gradient_clipping; /* a clipped step on demand */
+        rec->norm = zt_engine_step_scaled(eng, rec->lr, max_norm, rec->scale_used, &rec->skipped);
         zt_loss_scaler_update(&t->scaler, cfg->fp16_enabled && rec->skipped);
         if (cfg->fp16_enabled && rec->skipped)
             zt_info("step %ld: gradient overflow at loss scale %g, update skipped; loss scale now %g", rec->step,
@@ -287,6 +291,8 @@ static int train_step(trainer *t, const step_plan *p, long step, step_record *re
         rec->guard = guard_after_step(t, rec); /* the norm is global: the same on every rank */
     }
     rec->optimizer = zt_clock_now() - to;
+    rec->update_mode = zt_engine_timing_of(eng)->update_mode;
+    rec->rolled_back = zt_engine_timing_of(eng)->rolled_back;
     t->s.be->synchronize();
     double t_end = zt_clock_now();
     rec->seconds = t_end - t0;
@@ -324,9 +330,15 @@ static void print_step(trainer *t, const step_plan *p, const step_record *rec, d
     char eta_s[32], val_s[48] = "";
     format_eta(eta, eta_s, sizeof eta_s);
     if (!isnan(rec->val_loss)) snprintf(val_s, sizeof val_s, " | val %.4f", rec->val_loss);
-    zt_info("step %5ld/%ld (%3.0f%%) | loss %.4f%s | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s | eta %s",
+    char mode_s[96] = ""; /* super_offload: how the host part's update ran */
+    zt_engine_speculation sp = zt_engine_speculation_counts(t->s.engine);
+    if (rec->update_mode == ZT_UPDATE_VALIDATED) snprintf(mode_s, sizeof mode_s, " | update validated first");
+    if (rec->update_mode == ZT_UPDATE_SPECULATED)
+        snprintf(mode_s, sizeof mode_s, " | update speculated%s (%ld of %ld rolled back)",
+                 rec->rolled_back ? ", rolled back" : "", sp.rollbacks, sp.speculated_steps);
+    zt_info("step %5ld/%ld (%3.0f%%) | loss %.4f%s | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s | eta %s%s",
             rec->step, steps, 100.0 * rec->step / steps, rec->loss, val_s, rec->lr, rec->norm, rec->seconds * 1e3,
-            p->tokens / rec->seconds, p->flops / rec->seconds * 1e-9, eta_s);
+            p->tokens / rec->seconds, p->flops / rec->seconds * 1e-9, eta_s, mode_s);
     if (cfg->wall_clock_breakdown) {
         zt_engine_print_timing(t->s.engine);
         zt_comm_bytes_print(&rec->bytes);
@@ -378,6 +390,14 @@ static int record_step(trainer *t, const step_plan *p, const step_record *rec, z
         if (cfg->fp16_enabled) fprintf(t->metrics, ", \"loss_scale\": %g", rec->scale_used);
         if (cfg->fp16_enabled || rec->skipped) fprintf(t->metrics, ", \"skipped\": %d", rec->skipped);
         if (rec->guard) fprintf(t->metrics, ", \"diverged\": \"%s\"", guard_names[rec->guard]);
+        if (rec->update_mode != ZT_UPDATE_PLAIN) { /* super_offload: the speculative step's mode and counts */
+            zt_engine_speculation sp = zt_engine_speculation_counts(t->s.engine);
+            fprintf(t->metrics, ", \"update\": \"%s\", \"rolled_back\": %s, \"speculated_steps\": %ld, "
+                                "\"rollbacks\": %ld, \"speculated_elems\": %.0f, \"accepted_elems\": %.0f",
+                    rec->update_mode == ZT_UPDATE_SPECULATED ? "speculated" : "validated",
+                    rec->rolled_back ? "true" : "false", sp.speculated_steps, sp.rollbacks, sp.kept_elems,
+                    sp.accepted_elems);
+        }
         if (cfg->wall_clock_breakdown)
             fprintf(t->metrics, ", \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"optimizer_ms\": %.3f",
                     rec->forward * 1e3, rec->backward * 1e3, rec->optimizer * 1e3);

@@ -62,6 +62,8 @@ typedef struct step_record {
     zt_engine_nvme nvme;     /* this rank's swap-file traffic in the step (ZeRO-Infinity) */
     double link_bytes[2];    /* with a trace: bytes the device copied in the step, host to device and back */
     double device_peak;      /* with a trace: the allocator's most device bytes in use during the step */
+    int update_mode;         /* ZT_UPDATE_*: how the host part's update ran (super_offload) */
+    int rolled_back;         /* it speculated, and the speculation was rolled back */
 } step_record;
 
 /* Shapes of every step, fixed for the run. */

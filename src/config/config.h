@@ -89,6 +89,9 @@ typedef struct zt_config {
     int offload_buffer_count, offload_pipeline_read, offload_pipeline_write, offload_fast_init;
     int offload_overlap_step;  /* ours: the host part's update finishes during the next step */
     int offload_delayed_update; /* ours: the host part's update of step t lands after step t+1's backward */
+    int offload_super;          /* offload_optimizer.super_offload: the speculative step (twin_flow.c) */
+    float offload_cpuadam_cores_perc; /* share of the host's cores for the CPU Adam */
+    double offload_speculation_window; /* ours: bytes for super_offload's spare states; 0 = auto */
     int offload_delayed_warmup; /* ours: steps updated without delay first */
     int offload_gradients;      /* ours: ZT_GRADS_*: the gradient shard on the device or the host (ratio 1) */
     int offload_param_device;  /* ZT_OFFLOAD_* */

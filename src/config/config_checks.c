@@ -19,6 +19,10 @@ static int delayed_update_checks(zt_loader *L) {
     const zt_config *c = L->cfg;
     const char *k = "zero_optimization.offload_optimizer.delayed_update";
     if (!c->offload_delayed_update) return 0;
+    if (c->offload_super && zt_loader_rec_index(L, "zero_optimization.offload_optimizer.super_offload") >= 0)
+        return zt_fail_rec(L, latest(L, k, "zero_optimization.offload_optimizer.super_offload"),
+                           "super_offload and delayed_update cannot both be on: the speculative step gives the "
+                           "exact results, delayed_update changes them (set one of them false)");
     if (c->offload_device != ZT_OFFLOAD_CPU)
         return zt_fail_rec(L, k, "needs zero_optimization.offload_optimizer.device cpu: only the host part's update "
                                  "is delayed, and not yet through the NVMe swap file");

@@ -207,6 +207,15 @@ const zt_keydef zt_config_keys[] = {
         .help = "page-locked host buffers (always on a GPU)"),
     KEY("zero_optimization.offload_optimizer.overlap_step", K_BOOL, offload_overlap_step, .def = 1, .flags = E,
         .help = "ours: the host part's update finishes during the next step's forward (exact)"),
+    KEY("zero_optimization.offload_optimizer.super_offload", K_BOOL, offload_super, .def = 1, .flags = E,
+        .help = "DeepSpeed's SuperOffload: the host part's CPU Adam starts during backward as each bucket's "
+                "gradients come down, validated after (rolled back when clipped or overflowed); exact"),
+    KEY("zero_optimization.offload_optimizer.cpuadam_cores_perc", K_FLOAT, offload_cpuadam_cores_perc, .def = 1,
+        .lo = 0, .hi = 1, .lo_excl = 1, .flags = E,
+        .help = "share of the host's cores the CPU Adam uses (DeepSpeed's default is 0.8; ours all of them)"),
+    KEY("zero_optimization.offload_optimizer.speculation_window", K_BYTES, offload_speculation_window, .def = 0,
+        .flags = E, .help = "ours: host memory for super_offload's speculated states, 12 B an element; 0 = "
+                            "what host memory holds beside the rest"),
     KEY("zero_optimization.offload_optimizer.delayed_update", K_BOOL, offload_delayed_update, .def = 0, .flags = E,
         .help = "ours: the host part's CPU Adam of step t runs during step t+1, whose forward and backward use "
                 "its parameters of step t-1 (ZeRO-Offload's DPU; changes results)"),

@@ -150,6 +150,14 @@ static double grads_sumsq_hook(void *owner, size_t off, size_t n) {
 }
 static void grads_ready_hook(void *owner) { twin_grads_ready(((zt_engine *)owner)->twin); }
 
+/* the step's final gradients of flat range [a, b): this rank's optimizer range's part goes to Twin-Flow
+ * (its host part's come down and may be updated speculatively) */
+static void grads_final_hook(void *owner, size_t a, size_t b) {
+    zt_engine *e = owner;
+    size_t x = max_sz(a, e->lay.opt_lo), y = min_sz(b, e->lay.opt_hi);
+    if (y > x) twin_grads_final(e->twin, x - e->lay.opt_lo, y - x);
+}
+
 /* Whether the gradients skip a device shard (offload_optimizer.gradients). The host path exists at
  * stages 2-3 with the whole optimizer shard in host memory (ratio 1 as configured), as ZeRO-Offload
  * copies each reduced bucket into the host's gradient buffer; not with the states on NVMe (their
@@ -323,7 +331,8 @@ int zt_engine_create_offload(zt_engine *e, const zt_backend *be, zt_comm *comm, 
     /* the communication part: its landing zone and gradient pools, and stage 3's gather buffers */
     zero_buffers zb = {e->params, e->params_on_host, e->grads_full, e->grad_shard, e, wait_updated,
                        e->param_nvme ? fetch_from_nvme : NULL, e->grads_on_host ? grads_land_hook : NULL,
-                       e->grads_on_host ? grads_sumsq_hook : NULL, e->grads_on_host ? grads_ready_hook : NULL};
+                       e->grads_on_host ? grads_sumsq_hook : NULL, e->grads_on_host ? grads_ready_hook : NULL,
+                       e->off.enabled && e->off.super_offload ? grads_final_hook : NULL};
     e->zero = zero_open(&e->facts, &zb);
     if (!failed && stage == 3) failed = zero_open_gather(e->zero, err);
     /* ratio auto below is collective: what failed on some ranks only (a swap file that does not fit,
@@ -477,6 +486,35 @@ double zt_engine_step(zt_engine *e, float lr, float max_norm) {
     return zt_engine_step_scaled(e, lr, max_norm, 1.0, &skipped);
 }
 
+/* The AdamW step for optimizer step t (1-based) with clip coefficient clip: the same bits whether it
+ * is planned before backward (the speculative step) or taken at the step */
+static zt_adam_step adam_step_of(const zt_engine *e, long t, float lr, float clip, double loss_scale) {
+    int bc = !e->opt.no_bias_correction; /* off: dividing by 1 uses m and v as they are */
+    return (zt_adam_step){lr, e->opt.beta1, e->opt.beta2, e->opt.eps, 0.0f,
+                          bc ? 1.0f - powf(e->opt.beta1, (float)t) : 1.0f,
+                          bc ? 1.0f - powf(e->opt.beta2, (float)t) : 1.0f, (float)(clip / loss_scale)};
+}
+
+_Static_assert((int)ZT_UPDATE_PLAIN == (int)TWIN_MODE_PLAIN && (int)ZT_UPDATE_VALIDATED == (int)TWIN_MODE_VALIDATED &&
+                   (int)ZT_UPDATE_SPECULATED == (int)TWIN_MODE_SPECULATED, "the timing's update modes are Twin-Flow's");
+
+void zt_engine_plan_step(zt_engine *e, float lr, double loss_scale) {
+    zt_adam_step st = adam_step_of(e, e->adam_t + 1, lr, 1.0f, loss_scale);
+    twin_plan(e->twin, &st, e->adam_t + 1);
+}
+
+zt_engine_speculation zt_engine_speculation_counts(const zt_engine *e) {
+    const twin_update_report *r = twin_last_update(e->twin);
+    return (zt_engine_speculation){r->speculated_steps, r->rollbacks, r->kept_elems, r->accepted_elems};
+}
+
+/* the last update's mode into the step's timing */
+static void record_update_mode(zt_engine *e) {
+    const twin_update_report *r = twin_last_update(e->twin);
+    e->timing.update_mode = r->mode;
+    e->timing.rolled_back = r->rolled_back;
+}
+
 double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss_scale, int *skipped) {
     if (e->opt.stage == 3) zero_end_micros(e->zero);
     zero_finish_all(e->zero);
@@ -489,7 +527,9 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     double norm = norm_first ? zero_grad_norm(e->zero) / loss_scale : 0.0;
     if (!isfinite(norm)) {
         *skipped = 1;
-        twin_settle(e->twin); /* a delayed update drains: nothing is left released but not in place */
+        twin_settle(e->twin); /* a delayed update drains: nothing is left released but not in place; a
+                                 speculation is forgotten */
+        record_update_mode(e);
         zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm (overflow, step skipped)", tn0, zt_clock_now());
         return norm;
     }
@@ -502,11 +542,9 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
     zt_trace_complete(e->trace, ZT_LANE_MAIN, "grad norm", tn0, tn1);
 
     e->adam_t++;
-    int bc = !e->opt.no_bias_correction; /* off: dividing by 1 uses m and v as they are */
-    zt_adam_step st = {lr, e->opt.beta1, e->opt.beta2, e->opt.eps, 0.0f,
-                       bc ? 1.0f - powf(e->opt.beta1, (float)e->adam_t) : 1.0f,
-                       bc ? 1.0f - powf(e->opt.beta2, (float)e->adam_t) : 1.0f, (float)(clip / loss_scale)};
-    twin_update(e->twin, tf, tn0, &st, e->adam_t);
+    zt_adam_step st = adam_step_of(e, e->adam_t, lr, clip, loss_scale);
+    twin_update(e->twin, tf, tn0, &st, e->adam_t); /* a speculation is validated here: the same st, or rolled back */
+    record_update_mode(e);
     if ((e->opt.stage == 1 || e->opt.stage == 2) && e->lay.world > 1) zero_allgather_params(e->zero);
     if (e->opt.stage == 3) zero_reset_residents(e->zero);
     if (e->param_nvme) inf_params_after_update(e->param_nvme); /* the file holds the new values: the next reads may start */
@@ -518,7 +556,8 @@ double zt_engine_step_scaled(zt_engine *e, float lr, float max_norm, double loss
 void zt_engine_skip_step(zt_engine *e) {
     if (e->opt.stage == 3) zero_end_micros(e->zero);
     zero_finish_all(e->zero);
-    twin_settle(e->twin);
+    twin_settle(e->twin); /* a speculation is forgotten */
+    record_update_mode(e);
 }
 
 void zt_engine_set_skip_nonfinite(zt_engine *e, int on) { e->skip_nonfinite = on; }
@@ -526,8 +565,8 @@ void zt_engine_set_skip_nonfinite(zt_engine *e, int on) { e->skip_nonfinite = on
 zt_trace *zt_engine_trace(zt_engine *e) { return e->trace; }
 
 void zt_engine_inject_overflow(zt_engine *e) {
-    twin_settle(e->twin);
-    zero_finish_all(e->zero);
+    zero_finish_all(e->zero); /* nothing lands in host memory after it */
+    twin_settle(e->twin);     /* a speculation started on the gradients before the inf is forgotten */
     if (e->grads_on_host) twin_grads_poison(e->twin);
     else e->be->scale(e->grad_shard, INFINITY, 1);
 }
@@ -677,7 +716,7 @@ float *zt_engine_state_span(zt_engine *e, zt_opt_state which, size_t off, size_t
     }
     *n_out = n - off;
     *host_memory = !e->off.nvme_path; /* on NVMe: no span, write through zt_engine_state_write */
-    return twin_state_span(e->twin, which, off - split);
+    return twin_state_span(e->twin, which, off - split, n_out);
 }
 
 /* the view's functions: the engine's own, reached through the view's untyped owner */

@@ -57,6 +57,14 @@ typedef struct zt_engine_offload {
                              step uses waits for it) */
     int delayed_update;   /* the host part's update of step t lands after step t+1's backward, which uses its
                              parameters of step t-1 (ZeRO-Offload's DPU, twin_flow.c); changes results */
+    int super_offload;    /* the speculative step (twin_flow.c): the host part's CPU Adam runs during backward
+                             as its gradients come down, validated after it (rolled back when clipped); exact */
+    double speculation_window; /* bytes of host memory for it (12 B an element); 0 = what host memory holds */
+    double cpuadam_share; /* share of the host cores the CPU Adam takes (cpuadam_cores_perc); 0 or 1: all
+                             (host_threads, when set, wins) */
+    double step_flops;    /* this rank's forward and backward (and recompute) FLOPs a step, and its model's */
+    int step_gemm[3];     /* largest GEMM, M x K x N: ratio auto times the device on it to count the overlap
+                             of the speculative step (0: not known, not counted) */
     long delayed_warmup;  /* steps (optimizer steps counted from 1) updated without delay first */
     double device_reserve; /* bytes the caller allocates on the device after the engine (activations,
                               backend scratch): ratio auto leaves them free */
@@ -99,7 +107,10 @@ typedef struct zt_engine_timing {
     double host_idle, device_idle; /* within that wall time: CPU Adam lane idle, device side idle;
                                       with overlap_step, device_idle is the time this step waited for
                                       the host part (in the update, or for its parameters later) */
+    int update_mode;        /* ZT_UPDATE_*: how the host part's update ran (the speculative step) */
+    int rolled_back;        /* speculated, and the speculation was forgotten (clipped, or the step skipped) */
 } zt_engine_timing;
+enum { ZT_UPDATE_PLAIN, ZT_UPDATE_VALIDATED, ZT_UPDATE_SPECULATED }; /* twin_flow.h's TWIN_MODE_* */
 
 /* The engine is opaque outside src/engine/ (engine_internal.h has it). */
 typedef struct zt_engine zt_engine;
@@ -179,6 +190,19 @@ void zt_engine_trace_step(zt_engine *e, long step, double t0, double t1, const d
 /* The parameter source the model runs on. */
 zt_param_source zt_engine_param_source(zt_engine *e);
 
+/* Before an optimizer step's first micro-step: the learning rate and loss scale its update will use,
+ * so that with offload_optimizer.super_offload the host part's update may start during backward,
+ * assuming the norm needs no clipping (validated at the step, rolled back when it does). Optional:
+ * a step not planned validates first. */
+void zt_engine_plan_step(zt_engine *e, float lr, double loss_scale);
+/* The speculative step's counts since the engine opened (the last step's own mode is in its timing):
+ * steps that speculated and of them those rolled back; this rank's host-part elements updated
+ * speculatively before a verdict and of them those accepted (counted once each update's lanes end). */
+typedef struct zt_engine_speculation {
+    long speculated_steps, rollbacks;
+    double kept_elems, accepted_elems;
+} zt_engine_speculation;
+zt_engine_speculation zt_engine_speculation_counts(const zt_engine *e);
 /* Call before each micro-step's forward: first = first micro-step of an optimizer step (zeroes
  * gradients), last = last one (stages 0-1 reduce then). */
 void zt_engine_begin_micro(zt_engine *e, int first, int last);

@@ -175,6 +175,14 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
                              .device_reserve = reserve, .device_acts = (double)(plan.act_bytes + plan.scratch_bytes),
                              .gradients = cfg->offload_gradients, .overlap_step = cfg->offload_overlap_step,
                              .delayed_update = cfg->offload_delayed_update, .delayed_warmup = cfg->offload_delayed_warmup,
+                             .super_offload = cfg->offload_super, .speculation_window = cfg->offload_speculation_window,
+                             .cpuadam_share = cfg->offload_cpuadam_cores_perc,
+                             /* the step's compute, which the speculative step overlaps the CPU Adam with
+                              * (ratio auto counts it): 6 FLOPs a parameter a token, 8 with recompute */
+                             .step_flops = zt_gpt2_flops_per_token(&s->shape, T) * (double)B * T *
+                                           cfg->gradient_accumulation_steps * (zt_act_ckpt_of(cfg).enabled ? 8.0 / 6.0 : 1.0) /
+                                           s->tp_size,
+                             .step_gemm = {B * T, s->shape.n_embd, 4 * s->shape.n_embd / s->tp_size},
                              .host_memory = cfg->offload_host_memory, .host_reserve = host_reserve};
     if (cfg->offload_device == ZT_OFFLOAD_NVME) {
         off.nvme_path = cfg->offload_nvme_path;

@@ -1,15 +1,57 @@
 /* twin_flow.c — Twin-Flow, the optimizer split between host and device (engine.h has the split):
- * the host part's buffers, ratio auto (calibrated at start, twin_ratio.c), and the split update.
+ * the host part's buffers, ratio auto (calibrated at start, twin_ratio.c), and the split update (its
+ * host threads are twin_lanes.c's).
  *
- * The step: the host part runs on three threads, the device part on the caller's, all at once:
+ * The step: the host part runs on threads of its own, the device part on the caller's, all at once:
  *   D2H lane         the host part's gradients down, chunk by chunk (into host_grad), never waiting
  *   host Adam lane   SIMD CPU Adam of chunk c once its gradients are down
- *   H2D lane         chunk c's updated parameters up as soon as the CPU Adam has finished it
+ *   H2D lane         chunk c's updated parameters up as soon as the CPU Adam has finished it, the
+ *                    lowest chunk first (the order the next forward needs them in)
  *   caller           device Adam of [opt_lo, split)
  * so the H2D of chunk c overlaps the CPU Adam of chunk c+1 and the D2H of chunk c+2 (ZeRO-Offload's
  * pipeline), and the whole host pipeline overlaps the device Adam. On the CPU backend the "device"
  * is host memory and be->copy a memcpy, but the code path is the same. The copy lanes call the
- * backend, so they bind to its device first (backend.h: bind_thread); the host Adam lane does not.
+ * backend, so they bind to its device first (backend.h: bind_thread); the host Adam lanes do not.
+ * Each lane marks what it has done chunk by chunk (struct twin_flow's state: CH_DOWN, CH_DONE,
+ * CH_UP), with the time it did it on the run's clock (util/clock.h: a lane that waited for a chunk
+ * goes on from that time), and a lane waits for exactly the chunks it needs.
+ *
+ * The speculative step (offload_optimizer.super_offload; SuperOffload's "speculation, then
+ * validation"): the update cannot be computed before the step's global gradient norm is known (the
+ * clip coefficient scales every gradient) nor before the fp16 overflow check, but the host part is
+ * the tail of the optimizer range, whose gradients backward finishes first. So:
+ *   - during backward, as each bucket's gradients are final (the last micro-step's reduction: the
+ *     engine calls twin_grads_final), the D2H lane brings them down at once (it waits for that point
+ *     of the compute stream only: backend.h's mark), and a fourth lane, the speculative lane, runs
+ *     the CPU Adam of the window's chunks (the tail chunks) as their gradients come down, assuming
+ *     clip coefficient 1 and no overflow: the step as planned before its backward (twin_plan). Of
+ *     those down it takes the lowest, the one backward finished last and the next forward needs
+ *     first (earliest deadline first): the CPU Adam is slower than backward, and what it has left at
+ *     the verdict is then what the next forward needs last;
+ *   - it updates out of place (cpu_adam.h: zt_cpu_adamw_g_to): the new master, m and v of chunk c go
+ *     to the chunk's other place (its home in host_master/m/v, or its slot in the spare arrays; bit
+ *     in_spare[c] says which one holds the state), with the same 28 B an element of traffic as in
+ *     place, and the old state stays where it was;
+ *   - when the step's update is known (twin_update) it is validated: the same Adam step bit for bit
+ *     (the clip coefficient came out 1: the norm was within gradient_clipping; the learning rate and
+ *     loss scale as planned) accepts the speculation: the chunks' places flip and they are done;
+ *     anything else rolls it back, which is to forget it (the old state was never touched), and every
+ *     chunk is updated in place with the real step, as without speculation. A skipped step (fp16
+ *     overflow, the divergence guard) forgets it the same way. So a step gives the non-speculative
+ *     step's bytes whatever happened;
+ *   - the host Adam lane then updates the rest in place, lowest chunk first, so the next forward's
+ *     first chunks go up first and its forward of a layer waits only for that layer's chunks (the
+ *     accepted ones go up in between: twin_wait_params waits for exactly the chunks it needs);
+ *   - a chunk the speculative lane began no earlier than the verdict (on the run's clock) does not
+ *     count as speculated: it is updated again after it. On the wall clock it began before the
+ *     verdict came; on a virtual clock (predict) this keeps the schedule what the costs say, whatever
+ *     order the threads happened to run in, and the speculative lane's clock is its own;
+ *   - when the last step's speculation would have been rolled back (its norm was clipped), the next
+ *     one validates first (today's order: nothing is updated before the verdict; the gradients still
+ *     come down during backward), and speculation starts again after a step that would have been
+ *     accepted (early in training clipping can trigger at every step, where it would only add work).
+ * The window (the spare arrays, 12 B an element) is offload_optimizer.speculation_window bytes, or
+ * what host memory holds beside everything else (0, the default), at most the host part.
  *
  * offload_optimizer.delayed_update (ZeRO-Offload's "one-step delayed parameter update", DPU): after
  * delayed_update_warmup steps (the paper starts it after a few dozen, once the gradients change
@@ -29,10 +71,12 @@
  * Which elements lag must not depend on the layout: with several ranks at ZeRO stages 1-3 each rank's
  * host part is the tail of its own shard, so twin_open refuses a ratio other than 1 there (config
  * checks refuse it with tensor parallelism); offload_param and NVMe are refused (config_checks.c).
+ * A delayed update never speculates (it changes results; the speculative step must not).
  *
  * The host part's state (struct twin_host: the split, the host buffers, the swap file of its states
- * with offload_optimizer nvme, the lanes still running) is this file's; the engine hands it the
- * shared facts at twin_open and the device part's buffers at twin_alloc (twin_flow.h). */
+ * with offload_optimizer nvme, the lanes still running) is Twin-Flow's, in twin_internal.h for this
+ * file and twin_lanes.c (an update's threads, struct twin_flow) only; the engine hands it the shared
+ * facts at twin_open and the device part's buffers at twin_alloc (twin_flow.h). */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -40,68 +84,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/twin_flow.h"
-#include "engine/infinity.h"
+#include "engine/twin_internal.h"
 #include "util/test_hooks.h"
 #include "util/clock.h"
-
-/* Optimizer offsets [host_lo, host_lo + host_n) (from opt_lo: the tail of this rank's range) are
- * updated on the host, [0, host_lo) on the device. Arrays of the host part (host_*, chunks) are
- * indexed from host_lo. */
-struct twin_host {
-    engine_facts f;
-    twin_buffers b;        /* the engine's (twin_alloc) */
-    size_t host_n, host_lo;
-    double offload_ratio;  /* the ratio in effect (auto: the chosen one) */
-    float *host_master, *host_m, *host_v; /* [host_n] host memory; NULL with the states on NVMe */
-    void *host_grad;       /* [host_n] gradients, compute dtype (D2H landing) */
-    void *host_params16;   /* [host_n] updated params in compute dtype (H2D source), where twin_has_out_buffer */
-    size_t host_chunk;     /* pipeline chunk, elements */
-    int host_pinned;       /* transfer buffers came from be->host_alloc */
-    inf_states *nvme;      /* offload_optimizer nvme: master, m and v in a swap file (engine_infinity.c) */
-    twin_flow *pending;    /* the last update's host lanes, still running (overlap_step), or NULL */
-    /* grads_on_host (twin_grads_*): host_grad holds the last step's gradients until the step's first
-     * landing overwrites them; the last micro-step's landings sum each ZT_SUMSQ_CHUNK chunk's squares
-     * as the chunk becomes final, so the norm adds sq_part in chunk order instead of reading host_grad */
-    int grads_stale;       /* the last update's CPU Adam may still read host_grad */
-    size_t first_landed, last_landed; /* elements landed this step by its first / last micro-step */
-    size_t sq_chunks;      /* ZT_SUMSQ_CHUNK chunks of host_grad */
-    double *sq_part;       /* [sq_chunks] a final chunk's sum of squares (zt_cpu_sumsq_g's per-chunk sum) */
-    uint32_t *sq_landed;   /* [sq_chunks] its elements landed by the last micro-step so far */
-};
-
-/* one update's host lanes */
-struct twin_flow {
-    twin_host *t;
-    zt_adam_step st;
-    long step;                  /* the step being updated (the NVMe swap names it in errors) */
-    size_t nchunks;             /* 0: nothing on the host, no threads */
-    pthread_t lanes[3];
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int go;                     /* st is set: the CPU Adam may start */
-    int delayed;                /* delayed_update: the H2D lane waits until the next step releases it */
-    struct twin_flow *prev;     /* the last step's delayed flow, whose H2D lane reads the buffer this
-                                   one's CPU Adam writes, chunk by chunk; freed with this one */
-    int h2d_held;               /* the H2D lane may not start yet */
-    double release_at;          /* when it was released */
-    size_t d2h_done, adam_done, h2d_done; /* chunks */
-    /* when each chunk was published on the run's clock (util/clock.h), per counter: a thread that
-     * waited for chunk c of a counter continues from that time (the virtual clock's handoff) */
-    double *d2h_at, *adam_at, *h2d_at; /* [nchunks] */
-    double start_at, go_at;     /* the lanes were started; st was set */
-    double end_at[3];           /* each lane's time when it finished */
-    double adam_busy, d2h_busy, h2d_busy;
-    double t_start;             /* when the update started (for the optimizer's wall time) */
-};
-
-static size_t esz(const twin_host *t) { return facts_esz(&t->f); }
-static void *at(const twin_host *t, const void *base, size_t elems) { return facts_at(&t->f, base, elems); }
-
-/* where the compute-dtype parameters of optimizer offset off live */
-static void *params_at_opt(const twin_host *t, size_t off) {
-    return t->f.opt.stage == 3 ? at(t, t->b.params, off) : at(t, t->b.params, t->f.lay.opt_lo + off);
-}
 
 size_t twin_split(const twin_host *t) { return t->host_lo; }
 size_t twin_host_elems(const twin_host *t) { return t->host_n; }
@@ -135,26 +120,48 @@ int twin_has_out_buffer(const engine_facts *f) {
     return f->off.param_device == ZT_PARAM_ON_DEVICE && (f->be->compute_dtype != ZT_F32 || f->off.nvme_path);
 }
 
-static void *twin_host_out(twin_host *t, size_t off) {
-    if (t->b.params_on_host && !t->b.params_on_nvme) return params_at_opt(t, t->host_lo + off);
-    return t->host_params16 ? at(t, t->host_params16, off) : NULL;
+
+/* the fp32 master is the H2D source (the fp32 backends' in-memory master): pinned with the transfer buffers */
+static int master_is_transfer(const twin_host *t) { return t->f.be->compute_dtype == ZT_F32 && !t->b.params_on_host; }
+
+
+
+static int in_spare_place(const twin_host *t, size_t c) { return c >= t->window_first && t->in_spare[c]; }
+
+/* the state of `which` at host-part offset off in host memory, and the elements after it in the same
+ * array (up to the first chunk whose state is in the other place) */
+static float *state_host_at(const twin_host *t, zt_opt_state which, size_t off, size_t *avail) {
+    size_t c = off / t->host_chunk;
+    float *p, *m, *v;
+    chunk_state(t, c, 0, &p, &m, &v);
+    float *base = which == ZT_STATE_MASTER ? p : which == ZT_STATE_ADAM_M ? m : v;
+    int spare = in_spare_place(t, c);
+    size_t k = !spare && c < t->window_first ? t->window_first : c + 1; /* below the window: all at home */
+    while (k < t->nchunks && in_spare_place(t, k) == spare) k++;
+    *avail = min_sz(t->host_n, k * t->host_chunk) - off;
+    return base + (off - c * t->host_chunk);
 }
 
 /* Transfer buffers (gradients down, parameters up) are pinned when pin_memory asks; m and v are
  * only touched by the CPU, and so is the 16-bit backends' master (the fp32 backends' master is
- * the H2D source itself). With NVMe, master, m and v are in the swap file (engine_infinity.c). */
+ * the H2D source itself). With NVMe, master, m and v are in the swap file (engine_infinity.c).
+ * The speculative step's spare places (the window's master, m and v) are allocated last, from what
+ * host memory still holds (twin_ratio.c: twin_speculation_elems). */
 int twin_alloc(twin_host *t, const twin_buffers *b) {
     t->b = *b;
     if (!t->host_n) return 0; /* no host part: the device Adam only */
-    int fp32 = t->f.be->compute_dtype == ZT_F32, nvme = t->f.off.nvme_path != NULL;
+    int nvme = t->f.off.nvme_path != NULL;
     size_t n = t->host_n, E = esz(t);
     t->host_pinned = t->f.off.pin_memory;
     /* chunks of n/8 (so the CPU Adam starts after an eighth of the D2H), at least 64 Ki elements
      * (long enough to amortise a copy's start-up) and at most 1 Mi (4 MiB of fp32 in flight) */
     size_t chunk = (n / 8 + ZT_TWIN_ALIGN - 1) / ZT_TWIN_ALIGN * ZT_TWIN_ALIGN;
     t->host_chunk = max_sz(min_sz(max_sz(chunk, (size_t)1 << 16), (size_t)1 << 20), 1);
+    t->nchunks = (n + t->host_chunk - 1) / t->host_chunk;
+    t->window_first = t->nchunks;
+    t->in_spare = zt_xcalloc(t->nchunks, 1);
     if (!nvme) {
-        t->host_master = host_buf(t, n * sizeof(float), fp32 && !t->b.params_on_host, ZT_MEM_OPTIM);
+        t->host_master = host_buf(t, n * sizeof(float), master_is_transfer(t), ZT_MEM_OPTIM);
         t->host_m = host_buf(t, n * sizeof(float), 0, ZT_MEM_OPTIM);
         t->host_v = host_buf(t, n * sizeof(float), 0, ZT_MEM_OPTIM);
         if (!t->host_master || !t->host_m || !t->host_v) return -1;
@@ -168,6 +175,35 @@ int twin_alloc(twin_host *t, const twin_buffers *b) {
     }
     if (twin_has_out_buffer(&t->f)) t->host_params16 = host_buf(t, n * E, 1, ZT_MEM_COMM);
     if (!t->host_grad || (twin_has_out_buffer(&t->f) && !t->host_params16)) return -1;
+    if (t->super) { /* the window's spare places: the tail chunks, as many as fit */
+        size_t want = t->window_elems, k = min_sz(t->nchunks, want / t->host_chunk);
+        if (want >= n) k = t->nchunks; /* the whole host part (its last chunk may be short) */
+        size_t elems = k == t->nchunks ? n - (t->nchunks - k) * t->host_chunk : k * t->host_chunk;
+        if (k) {
+            size_t counted = t->f.mem->host[ZT_MEM_OPTIM], pinned = *t->f.host_pinned_bytes;
+            t->spare_master = host_buf(t, elems * sizeof(float), master_is_transfer(t), ZT_MEM_OPTIM);
+            t->spare_m = host_buf(t, elems * sizeof(float), 0, ZT_MEM_OPTIM);
+            t->spare_v = host_buf(t, elems * sizeof(float), 0, ZT_MEM_OPTIM);
+            if (!t->spare_master || !t->spare_m || !t->spare_v) { /* optional: given back, and none */
+                host_buf_free(t, t->spare_master, master_is_transfer(t));
+                host_buf_free(t, t->spare_m, 0);
+                host_buf_free(t, t->spare_v, 0);
+                t->f.mem->host[ZT_MEM_OPTIM] = counted, *t->f.host_pinned_bytes = pinned;
+                t->spare_master = t->spare_m = t->spare_v = NULL;
+                k = 0, elems = 0;
+            }
+        }
+        t->window_first = t->nchunks - k;
+        if (!k) t->super_off = "no host memory is left for a speculation window";
+        char w[32];
+        zt_format_bytes(12.0 * (double)elems, w, sizeof w);
+        if (t->f.lay.rank == 0)
+            zt_info("super-offload: the update speculates during backward on up to %zu of rank 0's %zu host-part "
+                    "elements (the last %zu of %zu chunks: %s of host memory, 12 B an element for their new master, "
+                    "m and v beside the old ones until the step is validated; "
+                    "offload_optimizer.speculation_window)%s", elems, n, k, t->nchunks, w,
+                    k ? "" : ": it validates first, as super_offload false does");
+    }
     return 0;
 }
 
@@ -183,35 +219,39 @@ int twin_open_nvme(twin_host *t, zt_err *err) {
 
 void twin_close(twin_host *t) {
     if (!t) return;
-    int fp32 = t->f.be->compute_dtype == ZT_F32;
-    host_buf_free(t, t->host_master, fp32 && !t->b.params_on_host);
+    int tr = t->host_n && master_is_transfer(t);
+    host_buf_free(t, t->host_master, tr);
     host_buf_free(t, t->host_m, 0);
     host_buf_free(t, t->host_v, 0);
+    host_buf_free(t, t->spare_master, tr);
+    host_buf_free(t, t->spare_m, 0);
+    host_buf_free(t, t->spare_v, 0);
     host_buf_free(t, t->host_grad, 1);
     host_buf_free(t, t->host_params16, 1);
     host_buf_free(t, t->sq_part, 0);
     host_buf_free(t, t->sq_landed, 0);
     inf_states_close(t->nvme);
+    free(t->in_spare);
+    pthread_mutex_destroy(&t->land_mu);
     free(t);
-}
-
-/* the host part's state of `which`, in host memory (NULL on NVMe) */
-static float *state_host(twin_host *t, zt_opt_state which) {
-    return which == ZT_STATE_MASTER ? t->host_master : which == ZT_STATE_ADAM_M ? t->host_m : t->host_v;
 }
 
 void twin_state_rw(twin_host *t, long step, zt_opt_state which, size_t off, size_t n, float *buf, int write) {
     if (t->nvme) {
         inf_states_rw(t->nvme, step, which, off, n, buf, write);
-    } else if (write) {
-        memcpy(state_host(t, which) + off, buf, n * sizeof(float));
-    } else {
-        memcpy(buf, state_host(t, which) + off, n * sizeof(float));
+        return;
+    }
+    for (size_t done = 0, k; done < n; done += k) {
+        float *p = state_host_at(t, which, off + done, &k);
+        k = min_sz(k, n - done);
+        if (write) memcpy(p, buf + done, k * sizeof(float));
+        else memcpy(buf + done, p, k * sizeof(float));
     }
 }
 
-float *twin_state_span(twin_host *t, zt_opt_state which, size_t off) {
-    return t->nvme ? NULL : state_host(t, which) + off;
+float *twin_state_span(twin_host *t, zt_opt_state which, size_t off, size_t *n_out) {
+    if (t->nvme) return NULL;
+    return state_host_at(t, which, off, n_out);
 }
 
 void twin_nvme_stats(const twin_host *t, zt_engine_nvme *out) { inf_states_stats(t->nvme, out); }
@@ -221,7 +261,7 @@ size_t twin_init_piece(const twin_host *t) { return t->nvme ? inf_states_group(t
 int twin_init_master(twin_host *t, size_t off, size_t n, const float *init, zt_err *err) {
     (void)err;
     if (!t->f.off.nvme_path) {
-        if (!zt_clock_costs_only()) memcpy(t->host_master + off, init, n * sizeof(float));
+        if (!zt_clock_costs_only()) twin_state_rw(t, 0, ZT_STATE_MASTER, off, n, (float *)init, 1);
         return 0;
     }
     inf_states_rw(t->nvme, 0, ZT_STATE_MASTER, off, n, (float *)init, 1); /* the start */
@@ -236,13 +276,19 @@ int twin_init_master(twin_host *t, size_t off, size_t n, const float *init, zt_e
 twin_host *twin_open(const engine_facts *f, zt_err *err) {
     twin_host *t = zt_xcalloc(1, sizeof *t);
     t->f = *f;
+    pthread_mutex_init(&t->land_mu, NULL);
     size_t n = t->f.lay.opt_hi - t->f.lay.opt_lo;
     t->host_lo = n; /* everything on the device unless offloaded */
     if (!t->f.off.enabled) return t;
+    double share = t->f.off.cpuadam_share; /* cpuadam_cores_perc: the CPU Adam's threads, of the cores it is timed on */
+    if (!t->f.off.host_threads && share > 0 && share < 1) {
+        int cores = zt_clock_host_cores();
+        t->f.off.host_threads = (int)fmax(1.0, floor(share * cores + 0.5));
+    }
     int bound = TWIN_BOUND_SPEED;
     t->offload_ratio = t->f.off.ratio;
     if (t->f.off.ratio < 0 && twin_choose_ratio(&t->f, &t->offload_ratio, &bound, err)) {
-        free(t);
+        twin_close(t);
         return NULL;
     }
     t->host_n = split_elements(n, t->offload_ratio);
@@ -254,202 +300,29 @@ twin_host *twin_open(const engine_facts *f, zt_err *err) {
         zt_fail(err, "offload_optimizer.delayed_update on %d ranks at ZeRO stage %d needs ratio 1 (the ratio in "
                         "effect is %.3f): each rank's host part is the tail of its own shard, so which parameters lag "
                         "would depend on the rank count", t->f.lay.world, t->f.opt.stage, t->offload_ratio);
-        free(t);
+        twin_close(t);
         return NULL;
+    }
+    /* the speculative step, where it applies (the header); off, the step validates first as it always did */
+    if (t->f.off.super_offload && t->host_n) {
+        t->super_off = t->f.off.delayed_update ? "delayed_update is on (it changes results; the speculative step must not)"
+                       : t->f.off.nvme_path    ? "the optimizer states are on NVMe (the window's second place would be "
+                                                 "in the swap file: not yet)"
+                                               : NULL;
+        t->super = !t->super_off;
+        t->speculate_next = 1; /* until a step says otherwise */
+    }
+    /* the window's elements (collective: every rank asks, with a host part or not) */
+    if (t->f.off.super_offload) {
+        size_t w = twin_speculation_elems(&t->f, t->host_n);
+        t->window_elems = t->super ? w : 0;
+        if (t->super_off && t->f.lay.rank == 0) zt_info("super-offload: off: %s; the update validates first", t->super_off);
     }
     return t;
 }
 
 /* ---------------------------------------------------------------- the split update */
 
-static float decay_of(const twin_host *t, const zt_param_info *p) {
-    return (p->decay || t->f.opt.decay_all_params) ? t->f.opt.weight_decay : 0.0f;
-}
-
-
-static void twin_chunk_range(const twin_flow *tf, size_t c, size_t *a, size_t *b) {
-    *a = c * tf->t->host_chunk;
-    *b = min_sz(tf->t->host_n, *a + tf->t->host_chunk);
-}
-
-static double *published_at(twin_flow *tf, const size_t *counter) {
-    return counter == &tf->d2h_done ? tf->d2h_at : counter == &tf->adam_done ? tf->adam_at : tf->h2d_at;
-}
-
-/* a lane has finished `chunks` chunks: tell the lanes waiting on it, and when (util/clock.h) */
-static void twin_publish(twin_flow *tf, size_t *counter, size_t chunks) {
-    double now = zt_clock_now(), *at = published_at(tf, counter);
-    pthread_mutex_lock(&tf->mu);
-    for (size_t c = *counter; c < chunks; c++) at[c] = now;
-    *counter = chunks;
-    pthread_cond_broadcast(&tf->cv);
-    pthread_mutex_unlock(&tf->mu);
-}
-
-static void twin_wait_count(twin_flow *tf, const size_t *counter, size_t target) {
-    while (*counter < target) pthread_cond_wait(&tf->cv, &tf->mu);
-    if (target) zt_clock_after(published_at(tf, counter)[target - 1]);
-}
-
-static void twin_wait_go(twin_flow *tf) {
-    while (!tf->go) pthread_cond_wait(&tf->cv, &tf->mu);
-    zt_clock_after(tf->go_at);
-}
-
-/* one chunk's transfer on the backend's stream for that direction, timed and traced on its lane */
-static void timed_transfer(twin_flow *tf, int lane, const char *what, void *dst, const void *src, size_t bytes,
-                           zt_copy_kind kind, double *busy) {
-    double t0 = zt_clock_now();
-    tf->t->f.be->transfer(dst, src, bytes, kind);
-    double t1 = zt_clock_now();
-    *busy += t1 - t0;
-    zt_trace_complete(*tf->t->f.trace, lane, what, t0, t1);
-}
-
-static void twin_adam_span(const twin_host *t, const zt_adam_step *st, size_t off, size_t n, float *p, float *m, float *v,
-                    const void *g, void *out) {
-    const zt_param_table *tab = t->f.table;
-    int fp32 = t->f.be->compute_dtype == ZT_F32;
-    for (int i = 0; i < tab->count; i++) {
-        const zt_param_info *q = &tab->params[i];
-        size_t first = t->f.lay.opt_lo + t->host_lo + off; /* the span's first element in the flat vector */
-        size_t x = max_sz(q->offset, first), y = min_sz(q->offset + q->numel, first + n);
-        if (y <= x) continue;
-        size_t d = x - first; /* into the span */
-        zt_adam_step sti = *st;
-        sti.weight_decay = decay_of(t, q);
-        void *o = out ? (char *)out + d * esz(t) : NULL;
-        /* read and write master, m, v; read the gradient, write the parameter (on a virtual clock) */
-        zt_clock_host_work(ZT_WORK_ADAM, (double)(y - x), (double)(y - x) * (24.0 + 2.0 * (double)esz(t)),
-                           t->f.off.host_threads);
-        if (zt_clock_costs_only()) continue;
-        zt_cpu_adamw_g(p + d, m + d, v + d, (const char *)g + d * esz(t), t->f.be->compute_dtype, y - x, &sti,
-                       fp32 ? NULL : o, t->f.be->compute_dtype, t->f.off.host_threads, ZT_ADAM_ISA_BEST);
-        if (fp32 && o) memcpy(o, p + d, (y - x) * sizeof(float)); /* fp32 "casting" is a copy */
-    }
-}
-
-/* ---- the host Adam lane with the states on NVMe: the swap's pipeline (engine_infinity.c) asks
- * this lane to update each group as it comes in */
-
-static long nvme_wait_go(void *ctx) {
-    twin_flow *tf = ctx;
-    pthread_mutex_lock(&tf->mu);
-    twin_wait_go(tf);
-    pthread_mutex_unlock(&tf->mu);
-    return tf->step;
-}
-
-/* the chunks of host-part elements [lo, hi), each once its gradients are down */
-static void nvme_update(void *ctx, size_t lo, size_t hi, float *master, float *m, float *v) {
-    twin_flow *tf = ctx;
-    twin_host *t = tf->t;
-    for (size_t c = lo / t->host_chunk; c * t->host_chunk < hi; c++) {
-        pthread_mutex_lock(&tf->mu);
-        twin_wait_count(tf, &tf->d2h_done, c + 1);
-        pthread_mutex_unlock(&tf->mu);
-        size_t ca, cb;
-        twin_chunk_range(tf, c, &ca, &cb);
-        size_t a = max_sz(ca, lo), b = min_sz(cb, hi);
-        twin_adam_span(t, &tf->st, a, b - a, master + (a - lo), m + (a - lo), v + (a - lo), at(t, t->host_grad, a),
-                       twin_host_out(t, a));
-    }
-}
-
-/* chunks wholly inside the groups done so far may go up */
-static void nvme_group_done(void *ctx, size_t hi, int last, double t0, double t1) {
-    twin_flow *tf = ctx;
-    tf->adam_busy += t1 - t0;
-    twin_publish(tf, &tf->adam_done, last ? tf->nchunks : hi / tf->t->host_chunk);
-}
-
-/* host-adam lane: CPU Adam of each chunk once its gradients are down; on 16-bit backends it reads
- * the 16-bit gradients as they came down and writes the rounded params (to the H2D buffer, or the
- * offloaded shard): no widening pass, no fp32 copy of the gradients */
-static void *host_adam_lane(void *arg) {
-    twin_flow *tf = arg;
-    twin_host *t = tf->t;
-    zt_clock_after(tf->start_at);
-    zt_cpu_adam_report_threads(1); /* with a trace, each CPU Adam thread's busy time is on its own lane */
-    if (t->f.off.nvme_path) {
-        inf_states_update(t->nvme, &(inf_update_hooks){tf, nvme_wait_go, nvme_update, nvme_group_done});
-        tf->end_at[0] = zt_clock_now();
-        return NULL;
-    }
-    for (size_t c = 0; c < tf->nchunks; c++) {
-        pthread_mutex_lock(&tf->mu);
-        twin_wait_go(tf);
-        twin_wait_count(tf, &tf->d2h_done, c + 1);
-        pthread_mutex_unlock(&tf->mu);
-        if (tf->prev) { /* the last step's delayed parameters of this chunk have gone up */
-            pthread_mutex_lock(&tf->prev->mu);
-            twin_wait_count(tf->prev, &tf->prev->h2d_done, c + 1);
-            pthread_mutex_unlock(&tf->prev->mu);
-        }
-        double t0 = zt_clock_now();
-        size_t a, b;
-        twin_chunk_range(tf, c, &a, &b);
-        twin_adam_span(t, &tf->st, a, b - a, t->host_master + a, t->host_m + a, t->host_v + a, at(t, t->host_grad, a),
-                       twin_host_out(t, a));
-        double t1 = zt_clock_now();
-        tf->adam_busy += t1 - t0;
-        facts_trace_host_adam(&t->f, "host adam", t0, t1, b - a);
-        twin_publish(tf, &tf->adam_done, c + 1);
-    }
-    tf->end_at[0] = zt_clock_now();
-    return NULL;
-}
-
-/* D2H lane: brings every chunk's gradients down in order, as fast as the link allows (host_grad
- * holds them all, so it never waits for the CPU Adam); with grads_on_host backward brought them
- * down already, and every chunk is there at once */
-static void *d2h_lane(void *arg) {
-    twin_flow *tf = arg;
-    twin_host *t = tf->t;
-    size_t E = esz(t);
-    zt_backend_bind_thread(t->f.be);
-    zt_clock_after(tf->start_at);
-    if (t->b.grads_on_host) twin_publish(tf, &tf->d2h_done, tf->nchunks);
-    for (size_t c = tf->d2h_done; c < tf->nchunks; c++) {
-        size_t a, b;
-        twin_chunk_range(tf, c, &a, &b);
-        timed_transfer(tf, ZT_LANE_D2H, "D2H grads", at(t, t->host_grad, a), at(t, t->b.grad_shard, t->host_lo + a), (b - a) * E,
-                       ZT_D2H, &tf->d2h_busy);
-        twin_publish(tf, &tf->d2h_done, c + 1);
-    }
-    tf->end_at[1] = zt_clock_now();
-    return NULL;
-}
-
-/* H2D lane: sends each chunk's updated parameters up as soon as the CPU Adam has finished it; on
- * its own stream, so it runs alongside the D2H of later chunks and the device Adam */
-static void *h2d_lane(void *arg) {
-    twin_flow *tf = arg;
-    twin_host *t = tf->t;
-    size_t E = esz(t);
-    tf->end_at[2] = tf->start_at;
-    if (t->b.params_on_host) return NULL; /* the CPU Adam wrote them where they live */
-    zt_backend_bind_thread(t->f.be);
-    zt_clock_after(tf->start_at);
-    pthread_mutex_lock(&tf->mu);
-    twin_wait_go(tf); /* twin_go says whether this update is delayed */
-    while (tf->h2d_held) pthread_cond_wait(&tf->cv, &tf->mu);
-    if (tf->delayed) zt_clock_after(tf->release_at);
-    pthread_mutex_unlock(&tf->mu);
-    for (size_t c = 0; c < tf->nchunks; c++) {
-        pthread_mutex_lock(&tf->mu);
-        twin_wait_count(tf, &tf->adam_done, c + 1);
-        pthread_mutex_unlock(&tf->mu);
-        size_t a, b;
-        twin_chunk_range(tf, c, &a, &b);
-        const void *src = t->host_params16 ? at(t, t->host_params16, a) : (const void *)(t->host_master + a);
-        timed_transfer(tf, ZT_LANE_H2D, "H2D params", params_at_opt(t, t->host_lo + a), src, (b - a) * E, ZT_H2D,
-                       &tf->h2d_busy);
-        twin_publish(tf, &tf->h2d_done, c + 1);
-    }
-    tf->end_at[2] = zt_clock_now();
-    return NULL;
-}
 
 /* device Adam of [opt_lo, opt_lo + host_lo), one call per tensor piece */
 static void device_adam(twin_host *t, zt_adam_step st) {
@@ -471,52 +344,54 @@ static void device_adam(twin_host *t, zt_adam_step st) {
     be->synchronize();
 }
 
-/* The host lanes start as soon as the gradients are final (the D2H needs no clip coefficient), the
- * CPU Adam once twin_go has set the step; the device part runs on this thread meanwhile. */
-twin_flow *twin_start(twin_host *t) {
-    twin_flow *tf = zt_xcalloc(1, sizeof *tf); /* freed by twin_update or, later, twin_settle */
-    tf->t = t;
-    tf->nchunks = t->host_n ? (t->host_n + t->host_chunk - 1) / t->host_chunk : 0;
-    if (!tf->nchunks) return tf;
-    pthread_t *th = tf->lanes;
-    /* transfer() is not ordered after queued device work: the gradients must be complete first */
-    if (!zt_test_hook_skip_sync()) t->f.be->synchronize();
-    pthread_mutex_init(&tf->mu, NULL);
-    pthread_cond_init(&tf->cv, NULL);
-    tf->d2h_at = zt_xcalloc(tf->nchunks, sizeof(double));
-    tf->adam_at = zt_xcalloc(tf->nchunks, sizeof(double));
-    tf->h2d_at = zt_xcalloc(tf->nchunks, sizeof(double));
-    tf->start_at = zt_clock_now();
-    if (pthread_create(&th[0], NULL, host_adam_lane, tf) || pthread_create(&th[1], NULL, d2h_lane, tf) ||
-        pthread_create(&th[2], NULL, h2d_lane, tf)) {
-        fprintf(stderr, "zerotrain: error: cannot start the Twin-Flow host threads\n");
-        abort();
-    }
+/* This step's lanes, started early: the first final gradients of the host part (header). The last
+ * update's lanes are done first (they read the buffers this one writes); the step speculates when it
+ * was planned, the policy says so (the last planned step's verdict) and there is a window. */
+static twin_flow *current_flow(twin_host *t);
+
+void twin_grads_final(twin_host *t, size_t off, size_t n) {
+    if (!t || !t->super) return;
+    size_t a = max_sz(off, t->host_lo), b = min_sz(off + n, t->host_lo + t->host_n);
+    if (b <= a) return; /* the device part's: its update waits for the step */
+    twin_flow *tf = current_flow(t);
+    if (t->b.grads_on_host) return; /* its landings mark the chunks down (twin_grads_land) */
+    twin_queue_range(tf, (d2h_item){a - t->host_lo, b - a, t->f.be->mark(), zt_clock_now(), 0});
+}
+
+static void settle_pending(twin_host *t);
+
+static twin_flow *current_flow(twin_host *t) {
+    if (t->current) return t->current;
+    settle_pending(t);
+    int hook = zt_test_hook_speculate(); /* -1: the policy; 0: never; 1: every planned step */
+    int spec = t->super && t->planned && t->window_first < t->nchunks && (hook < 0 ? t->speculate_next : hook);
+    twin_flow *tf = twin_flow_start(t, spec);
+    pthread_mutex_lock(&t->land_mu);
+    t->current = tf;
+    pthread_mutex_unlock(&t->land_mu);
     return tf;
 }
 
-static void twin_go(twin_flow *tf, const zt_adam_step *st, long step, int delayed) {
-    if (!tf->nchunks) return;
-    pthread_mutex_lock(&tf->mu);
-    tf->st = *st;
-    tf->step = step;
-    tf->delayed = tf->h2d_held = delayed;
-    tf->go_at = zt_clock_now();
-    tf->go = 1;
-    pthread_cond_broadcast(&tf->cv);
-    pthread_mutex_unlock(&tf->mu);
+void twin_plan(twin_host *t, const zt_adam_step *st, long step) {
+    if (!t) return;
+    t->planned = 1;
+    t->plan_step = step;
+    t->plan_st = *st;
 }
 
-/* delayed_update: the held H2D lane of a delayed update may send the parameters up */
-static void twin_release(twin_flow *tf) {
-    pthread_mutex_lock(&tf->mu);
-    if (tf->h2d_held) tf->release_at = zt_clock_now();
-    tf->h2d_held = 0;
-    pthread_cond_broadcast(&tf->cv);
-    pthread_mutex_unlock(&tf->mu);
+/* The host lanes start as soon as the gradients are final (the D2H needs no clip coefficient), the
+ * CPU Adam once twin_go has set the step; the device part runs on this thread meanwhile. With
+ * super_offload they started during backward (twin_grads_final), and this brings the rest down. */
+twin_flow *twin_start(twin_host *t) {
+    twin_flow *tf = t->current ? t->current : (t->current = twin_flow_start(t, 0)); /* no landing is left: no lock */
+    if (!tf->nchunks) return tf;
+    /* transfer() is not ordered after queued device work: the gradients must be complete first */
+    if (!zt_test_hook_skip_sync()) t->f.be->synchronize();
+    twin_queue_range(tf, (d2h_item){0, 0, 0, zt_clock_now(), 1});
+    return tf;
 }
 
-static void wait_lanes(twin_host *t, const char *what, const size_t *counter, size_t target);
+static void wait_chunks(twin_host *t, twin_flow *tf, const char *what, size_t c0, size_t c1, unsigned bit);
 
 /* whether the update of step `step` is delayed (delayed_update, past the warm-up) */
 static int delays(const twin_host *t, const twin_flow *tf, long step) {
@@ -531,47 +406,43 @@ static int may_defer(const twin_host *t) {
     return t->f.opt.stage == 0 || t->f.opt.stage == 3 || t->f.lay.world == 1;
 }
 
-/* the lanes' figures into the step's timing, once they are done */
-static void record_lanes(twin_host *t, twin_flow *tf, double t1) {
-    zt_engine_timing *tm = t->f.timing;
-    tm->host_adam = tf->adam_busy;
-    tm->d2h = tf->d2h_busy;
-    tm->h2d = tf->h2d_busy;
-    tm->host_idle = (t1 - tf->t_start) - tf->adam_busy;
-}
+static int same_step(const zt_adam_step *a, const zt_adam_step *b) { return !memcmp(a, b, sizeof *a); }
 
-/* the lanes have ended: their figures are the step's (the flow itself may still be a later one's prev) */
-static void join_lanes(twin_host *t, twin_flow *tf) {
-    for (int i = 0; i < 3; i++) {
-        pthread_join(tf->lanes[i], NULL);
-        zt_clock_after(tf->end_at[i]); /* a join waits for the last of them */
-    }
-    record_lanes(t, tf, zt_clock_now());
-}
-
-/* after join_lanes (or with no lanes): the flow, and the prev its host Adam lane waited on (at most
- * one: twin_update frees a flow's prev once that flow is joined, so the chain never grows with the steps) */
-static void flow_free(twin_flow *tf) {
-    if (tf->prev) flow_free(tf->prev);
-    if (tf->nchunks) {
-        pthread_mutex_destroy(&tf->mu);
-        pthread_cond_destroy(&tf->cv);
-        free(tf->d2h_at);
-        free(tf->adam_at);
-        free(tf->h2d_at);
-    }
-    free(tf);
+/* the verdict on the update (the header), the policy's next choice and the step's report */
+static int judge(twin_host *t, twin_flow *tf, const zt_adam_step *st, long step) {
+    int planned = t->planned && t->plan_step == step;
+    int accept = planned && same_step(&t->plan_st, st);
+    t->planned = 0;
+    if (planned && t->super) t->speculate_next = accept; /* a step that would roll back: the next validates first */
+    int verdict = !tf->speculate ? VERDICT_NONE : accept ? VERDICT_ACCEPT : VERDICT_REDO;
+    twin_update_report *r = &t->report;
+    r->mode = !t->super || !tf->nchunks ? TWIN_MODE_PLAIN : tf->speculate ? TWIN_MODE_SPECULATED : TWIN_MODE_VALIDATED;
+    r->rolled_back = verdict == VERDICT_REDO;
+    r->rollbacks += r->rolled_back;
+    r->speculated_steps += tf->speculate;
+    r->would_roll_back = planned && !accept;
+    return verdict;
 }
 
 void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st, long step) {
     int threads = tf->nchunks > 0, delayed = delays(t, tf, step);
     tf->t_start = t0;
+    int verdict = judge(t, tf, st, step);
+    pthread_mutex_lock(&t->land_mu);
+    t->current = NULL; /* the flow is this update's from here on: pending or joined below */
+    pthread_mutex_unlock(&t->land_mu);
     /* a delayed update of the last step (released by twin_before_step) is sending its parameters up
      * from the buffer this step's CPU Adam writes: the CPU Adam of each chunk waits for that chunk's
      * H2D (host_adam_lane), and the last flow lives on as this one's prev until this one is joined */
     twin_flow *last = t->pending;
     tf->prev = last;
-    twin_go(tf, st, step, delayed);
+    if (tf->speculate && zt_test_hook_speculate() == 1) { /* the test hook: the whole window first */
+        pthread_mutex_lock(&tf->mu);
+        while (!tf->spec_stopped) pthread_cond_wait(&tf->cv, &tf->mu);
+        pthread_mutex_unlock(&tf->mu);
+        zt_clock_after(tf->end_at[LANE_SPEC]); /* on every clock the verdict comes after the window */
+    }
+    twin_flow_go(tf, st, step, delayed, verdict);
     double td0 = zt_clock_now();
     device_adam(t, *st);
     double td1 = zt_clock_now();
@@ -579,11 +450,11 @@ void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st,
     zt_engine_timing *tm = t->f.timing;
     tm->device_adam = td1 - td0;
     if (last) { /* its parameters are in place before this update ends */
-        wait_lanes(t, "wait for the delayed parameters", &last->h2d_done, last->nchunks);
-        join_lanes(t, last);
+        wait_chunks(t, last, "wait for the delayed parameters", 0, last->nchunks, CH_UP);
+        twin_join_lanes(t, last);
         t->pending = NULL;
         if (last->prev) { /* its host Adam lane, which waited on the flow before it, has ended */
-            flow_free(last->prev);
+            twin_flow_free(last->prev);
             last->prev = NULL;
         }
     }
@@ -593,29 +464,31 @@ void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st,
         tm->optimizer = td1 - t0;
         return;
     }
-    if (threads) join_lanes(t, tf);
+    if (threads) twin_join_lanes(t, tf);
     /* parameters on NVMe: the host part's updated values go to the swap file */
     if (threads && t->b.params_on_nvme) t->b.params_store(t->b.owner, t->host_lo, t->host_params16, t->host_n);
     double t1 = zt_clock_now();
     tm->optimizer = t1 - t0;
     tm->device_idle = t1 - td1;
     if (threads && t1 > td1 + 1e-6) zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "device idle (host part)", td1, t1);
-    flow_free(tf);
+    twin_flow_free(tf);
 }
 
-/* chunks whose updated parameters are in place: sent up, or written straight into the offloaded
- * shard by the CPU Adam */
-static const size_t *ready_counter(const twin_host *t, const twin_flow *tf) {
-    return t->b.params_on_host ? &tf->adam_done : &tf->h2d_done;
-}
+const twin_update_report *twin_last_update(const twin_host *t) { return &t->report; }
 
-/* waits (timed and traced as device idle) until a lane's counter of finished chunks reaches target */
-static void wait_lanes(twin_host *t, const char *what, const size_t *counter, size_t target) {
-    twin_flow *tf = t->pending;
+/* what makes chunk c's parameters in place: sent up, or written straight into the offloaded shard
+ * by the CPU Adam */
+static unsigned ready_bit(const twin_host *t) { return t->b.params_on_host ? CH_DONE : CH_UP; }
+
+/* waits (timed and traced as device idle) until chunks [c0, c1) of tf have `bit` */
+static void wait_chunks(twin_host *t, twin_flow *tf, const char *what, size_t c0, size_t c1, unsigned bit) {
     pthread_mutex_lock(&tf->mu);
     double t0 = zt_clock_now();
-    int waited = *counter < target;
-    twin_wait_count(tf, counter, target);
+    int waited = 0;
+    for (size_t c = c0; c < c1; c++) {
+        waited |= !(tf->state[c] & bit);
+        twin_wait_chunk(tf, c, bit);
+    }
     pthread_mutex_unlock(&tf->mu);
     double t1 = zt_clock_now();
     if (!waited && t1 <= t0) return; /* neither the process nor its clock waited */
@@ -626,25 +499,51 @@ static void wait_lanes(twin_host *t, const char *what, const size_t *counter, si
 void twin_before_step(twin_host *t) {
     twin_flow *tf = t ? t->pending : NULL;
     if (!tf || !tf->delayed) {
-        twin_settle(t);
+        settle_pending(t);
         return;
     }
     /* its CPU Adam ran during this step's forward and backward; its parameters go up during this update */
-    wait_lanes(t, "wait for the delayed host adam", &tf->adam_done, tf->nchunks);
-    twin_release(tf);
+    wait_chunks(t, tf, "wait for the delayed host adam", 0, tf->nchunks, CH_DONE);
+    twin_flow_release(tf);
+}
+
+/* the last update's lanes done, its parameters in place (a delayed one drains here) */
+static void settle_pending(twin_host *t) {
+    if (!t) return;
+    twin_flow *tf = t->pending;
+    if (!tf) return;
+    twin_flow_release(tf); /* a delayed update drains here */
+    wait_chunks(t, tf, "wait for the host part (all)", 0, tf->nchunks, ready_bit(t));
+    double t0 = zt_clock_now();
+    twin_join_lanes(t, tf);
+    zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_clock_now());
+    t->pending = NULL;
+    twin_flow_free(tf);
+}
+
+/* this step's lanes started during backward, before any update: forgotten (a skipped step, or a
+ * caller that needs everything still) */
+static void discard_current(twin_host *t) {
+    twin_flow *tf = t->current;
+    if (!tf) return;
+    pthread_mutex_lock(&t->land_mu); /* a landing in progress finishes with it first */
+    t->current = NULL;
+    pthread_mutex_unlock(&t->land_mu);
+    t->planned = 0;
+    if (tf->nchunks) {
+        twin_flow_go(tf, &tf->spec_st, tf->step, 0, VERDICT_DISCARD);
+        for (int i = 0; i < NLANES; i++)
+            if (tf->started[i]) pthread_join(tf->lanes[i], NULL), tf->started[i] = 0;
+    }
+    t->report.mode = tf->speculate ? TWIN_MODE_SPECULATED : t->super ? TWIN_MODE_VALIDATED : TWIN_MODE_PLAIN;
+    t->report.rolled_back = tf->speculate;
+    twin_flow_free(tf);
 }
 
 void twin_settle(twin_host *t) {
     if (!t) return;
-    twin_flow *tf = t->pending;
-    if (!tf) return;
-    twin_release(tf); /* a delayed update drains here */
-    wait_lanes(t, "wait for the host part (all)", ready_counter(t, tf), tf->nchunks);
-    double t0 = zt_clock_now();
-    join_lanes(t, tf);
-    zt_trace_complete(*t->f.trace, ZT_LANE_MAIN, "host lanes joined", t0, zt_clock_now());
-    t->pending = NULL;
-    flow_free(tf);
+    discard_current(t);
+    settle_pending(t);
 }
 
 /* the last chunk holding optimizer offsets [a, b), or (size_t)-1 when none does */
@@ -656,13 +555,19 @@ static size_t last_chunk(const twin_host *t, size_t a, size_t b) {
 
 void twin_wait_params(twin_host *t, size_t a, size_t b) {
     size_t c = last_chunk(t, a, b);
-    if (!t->pending || t->pending->delayed || c == (size_t)-1) return; /* delayed: the last step's values are used */
-    wait_lanes(t, "wait for the host part's parameters", ready_counter(t, t->pending), c + 1);
-    if (c + 1 == t->pending->nchunks) twin_settle(t); /* the last chunk: the lanes are finishing */
+    twin_flow *tf = t->pending;
+    if (!tf || tf->delayed || c == (size_t)-1) return; /* delayed: the last step's values are used */
+    size_t first = max_sz(a, t->host_lo) - t->host_lo;
+    wait_chunks(t, tf, "wait for the host part's parameters", first / t->host_chunk, c + 1, ready_bit(t));
+    pthread_mutex_lock(&tf->mu);
+    /* all there by this thread's clock, not just by the lanes' threads (on a virtual clock they run ahead) */
+    int all = tf->count[ready_bit(t)] == tf->nchunks && tf->last_at[ready_bit(t)] <= zt_clock_now();
+    pthread_mutex_unlock(&tf->mu);
+    if (all) settle_pending(t); /* everything is in place: the lanes are finishing */
 }
 
 void twin_wait_grads_read(twin_host *t) {
-    if (t->pending) wait_lanes(t, "wait for the gradients to be read", &t->pending->d2h_done, t->pending->nchunks);
+    if (t->pending) wait_chunks(t, t->pending, "wait for the gradients to be read", 0, t->pending->nchunks, CH_DOWN);
 }
 
 /* ---------------------------------------------------------------- gradients landed in host memory */
@@ -680,7 +585,7 @@ void twin_grads_begin_step(twin_host *t) {
 void twin_grads_ready(twin_host *t) {
     if (!t->grads_stale) return;
     if (t->pending)
-        wait_lanes(t, "wait for the host adam to read the gradients", &t->pending->adam_done, t->pending->nchunks);
+        wait_chunks(t, t->pending, "wait for the host adam to read the gradients", 0, t->pending->nchunks, CH_DONE);
     t->grads_stale = 0;
 }
 
@@ -709,10 +614,20 @@ void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n, int fl
     zt_clock_host_work(ZT_WORK_COPY, (double)n, (first ? 2.0 : 3.0) * n * E + (last ? n * E : 0), 0);
     t->first_landed += first ? n : 0;
     t->last_landed += last ? n : 0;
-    if (zt_clock_costs_only() || n == 0) return;
-    if (first) zt_cpu_accumulate_into_zero_g(at(t, t->host_grad, off), src, n, t->f.be->compute_dtype);
-    else zt_cpu_accumulate_g(at(t, t->host_grad, off), src, n, t->f.be->compute_dtype);
-    if (last) sum_final_chunks(t, off, n);
+    if (!zt_clock_costs_only() && n) {
+        if (first) zt_cpu_accumulate_into_zero_g(at(t, t->host_grad, off), src, n, t->f.be->compute_dtype);
+        else zt_cpu_accumulate_g(at(t, t->host_grad, off), src, n, t->f.be->compute_dtype);
+        if (last) sum_final_chunks(t, off, n);
+    }
+    if (!last || !n || !t->super) return;
+    /* final: the step's lanes (started for it by twin_grads_final) may take these chunks */
+    pthread_mutex_lock(&t->land_mu);
+    for (size_t a = off, b; t->current && a < off + n; a = b) {
+        size_t c = a / t->host_chunk;
+        b = min_sz(off + n, (c + 1) * t->host_chunk);
+        twin_range_down(t->current, c, a, b);
+    }
+    pthread_mutex_unlock(&t->land_mu);
 }
 
 /* The device's sumsq of [off, off + n). The whole host part, once the last micro-step has landed all

@@ -49,20 +49,43 @@ int twin_has_out_buffer(const engine_facts *f);
 
 /* The host part's state of `which`, elements [off, off + n) from the split, through an fp32 host
  * buffer (from host memory or NVMe, as of step `step`); the span in host memory that holds element
- * off and the rest of the host part, or NULL on NVMe. */
+ * off and the *n_out elements after it there (the speculation window's chunks may be in their spare
+ * places), or NULL on NVMe. */
 void twin_state_rw(twin_host *t, long step, zt_opt_state which, size_t off, size_t n, float *buf, int write);
-float *twin_state_span(twin_host *t, zt_opt_state which, size_t off);
+float *twin_state_span(twin_host *t, zt_opt_state which, size_t off, size_t *n_out);
 void twin_nvme_stats(const twin_host *t, zt_engine_nvme *out);
 
-/* Starts the D2H lane (and the others, which wait) as soon as the gradients are final. */
+/* The speculative step (offload_optimizer.super_offload, twin_flow.c's header): the update of step
+ * `step` as it will be if the norm needs no clipping (clip coefficient 1), planned before its
+ * backward; without a plan the step validates first. */
+void twin_plan(twin_host *t, const zt_adam_step *st, long step);
+/* Optimizer offsets [off, off + n) hold the step's final gradients (the last micro-step's reduction
+ * queued on the device, or handed to the gradient lane with grads_on_host): the host part's go down
+ * now, and may be updated speculatively. */
+void twin_grads_final(twin_host *t, size_t off, size_t n);
+/* Starts the D2H lane (and the others, which wait) as soon as the gradients are final, or, where
+ * they started during backward, brings down what is left. */
 twin_flow *twin_start(twin_host *t);
 /* The update of step `step`: CPU Adam on the host part and device Adam on the rest at once; fills
  * the step's timing. With offload_optimizer.overlap_step the host lanes may still be running when it
  * returns: the next step's uses of the host part's parameters wait for exactly what they need. */
 void twin_update(twin_host *t, twin_flow *tf, double t0, const zt_adam_step *st, long step);
+/* What the last update did (mode TWIN_MODE_*), and the speculation's counts since the start. */
+enum { TWIN_MODE_PLAIN, TWIN_MODE_VALIDATED, TWIN_MODE_SPECULATED };
+typedef struct twin_update_report {
+    int mode;            /* PLAIN: no speculative step (off, or no host part); VALIDATED: validated first;
+                            SPECULATED: the host part was updated during backward, then validated */
+    int rolled_back;     /* SPECULATED, and the speculation was forgotten (clipped, or the step skipped) */
+    int would_roll_back; /* the step's norm was clipped (or its update not as planned): the next validates first */
+    long rollbacks, speculated_steps;
+    double kept_elems, accepted_elems; /* since the start: elements updated speculatively before the verdict, and
+                                          of them those the verdict accepted (counted as each update's lanes end) */
+} twin_update_report;
+const twin_update_report *twin_last_update(const twin_host *t);
 /* Waits until the host lanes of the last update are done (nothing pending after it; a delayed update
- * is drained: its parameters go up now). Everything that reads or writes optimizer state or the host
- * part's buffers calls it first. NULL does nothing. */
+ * is drained: its parameters go up now), and forgets the lanes this step started during its backward
+ * (no update has used them yet). Everything that reads or writes optimizer state or the host part's
+ * buffers calls it first. NULL does nothing. */
 void twin_settle(twin_host *t);
 /* Before a step's update: settles the last update's host lanes, or with a delayed update
  * (delayed_update) waits for its CPU Adam and lets its parameters go up during this update. */
@@ -85,6 +108,11 @@ void twin_grads_ready(twin_host *t);
 void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n, int flags);
 double twin_grads_sumsq(twin_host *t, size_t off, size_t n);
 void twin_grads_poison(twin_host *t);
+
+/* twin_ratio.c: the speculation window in host-part elements: offload_optimizer.speculation_window /
+ * 12 B, or with 0 (auto) what host memory still holds for this rank beside everything else (as ratio
+ * auto counts it), at most n */
+size_t twin_speculation_elems(const engine_facts *e, size_t n);
 
 /* twin_ratio.c: ratio auto (collective): *ratio in [0, 1] and which bound decided it; -1 with err set,
  * on every rank, when no ratio fits both the device and the host memory */

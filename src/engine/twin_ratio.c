@@ -58,6 +58,27 @@ static double mem_available(void) {
     return kib >= 0 ? kib * 1024.0 : -1;
 }
 
+/* The speculation window (twin_flow.h). Auto: this rank's share of the free host memory (as ratio auto
+ * counts it below, or of host_memory when that is set), less host_reserve, less the host part's own
+ * bytes (not allocated yet: twin_open calls this), 12 B an element. Collective where it asks the
+ * ranks how many share the machine: every rank with offload on calls it. */
+size_t twin_speculation_elems(const engine_facts *e, size_t n) {
+    if (e->off.speculation_window > 0) return min_sz(n, (size_t)(e->off.speculation_window / 12.0));
+    int node_ranks = zt_comm_ranks_on_node(e->comm) * e->table->tp_size;
+    double fixed, per = host_part_bytes(e, &fixed), free_b;
+    if (e->off.host_memory > 0) {
+        free_b = e->off.host_memory - (double)mem_sum(e->mem->host);
+    } else {
+        double avail = mem_available();
+        if (avail < 0) return 0; /* no /proc/meminfo: no window unless it is given */
+        /* the engine's host buffers so far are counted where a clock stands for the machine; the
+         * MemAvailable of this one does not see buffers not yet written */
+        free_b = avail / node_ranks - e->off.host_reserve - (zt_clock_host_available() >= 0 ? 0.0 : (double)mem_sum(e->mem->host));
+    }
+    free_b -= fixed + per * (double)n;
+    return free_b <= 0 ? 0 : min_sz(n, (size_t)(free_b / 12.0));
+}
+
 /* ---------------------------------------------------------------- calibration */
 
 /* Scratch of n elements laid out like the step's: host buffers aligned and written by this thread (as
@@ -310,12 +331,46 @@ static void calibrate(const engine_facts *e, size_t n, double rates[4], int *pas
     calib_free(e, &c);
 }
 
+/* The device's rate on the model's largest GEMM (FLOP/s; 0 when it is not known or the scratch does not
+ * fit): the speculative step overlaps the host part's CPU Adam with the step's forward and backward,
+ * whose time is its FLOPs at about this rate. The settled time of up to 8 passes after a warm-up. */
+static double gemm_rate(const engine_facts *e) {
+    const zt_backend *be = e->be;
+    size_t M = (size_t)e->off.step_gemm[0], K = (size_t)e->off.step_gemm[1], N = (size_t)e->off.step_gemm[2];
+    size_t E = facts_esz(e);
+    if (!M || !K || !N) return 0;
+    void *a = be->alloc(M * K * E), *w = be->alloc(K * N * E), *out = be->alloc(M * N * E);
+    double seconds[8], rate = 0;
+    int timed = 0;
+    if (a && w && out) {
+        for (int pass = 0; pass <= 8; pass++) {
+            double t0 = zt_clock_now();
+            be->matmul_forward(out, a, w, NULL, (int)M, (int)K, (int)N, 0, (int)N);
+            be->synchronize();
+            if (pass > 0) seconds[timed++] = zt_clock_now() - t0;
+        }
+        int settled;
+        double t = zt_settled_time(seconds, timed, CALIB_AGREE, &settled);
+        rate = t > 0 ? 2.0 * (double)M * (double)K * (double)N / t : 0;
+    }
+    void *bufs[] = {a, w, out};
+    for (int i = 0; i < 3; i++)
+        if (bufs[i]) be->free(bufs[i]);
+    return rate;
+}
+
 /* ---------------------------------------------------------------- the window and the choice */
 
 /* Chooses the ratio (same on every rank; collective). The step time model
  *   host lane   t_h(r) = r N / H,  H = min(CPU Adam, D2H bw / E, H2D bw / E)   (pipelined chunks)
  *   device lane t_d(r) = (1 - r) N / D
- * has its smallest maximum where t_h = t_d: r* = H / (H + D). The memories bound r from both sides:
+ * has its smallest maximum where t_h = t_d: r* = H / (H + D). With super_offload the host part's CPU
+ * Adam also runs while the device computes the step, F (the step's FLOPs at the device's rate on the
+ * model's largest GEMM, measured here): during backward on the chunks whose gradients are final, and
+ * into the next forward, which needs the host part (the tail of the range) last. The host then has
+ * F + t_d(r) for its t_h(r), and the balance is r N / H = F + (1 - r) N / D:
+ *   r* = (F + N / D) / (N / H + N / D),
+ * which offloads more of the optimizer at no cost in speed. The memories bound r from both sides:
  *   device: the device part's optimizer bytes (1 - r) N K_dev (K_dev = 8: m, v; + 4 for the master
  *           on 16-bit backends) fit in device_memory less the engine's other device buffers when it
  *           is set, else in the device's free memory less device_reserve:         r >= r_min;
@@ -340,6 +395,13 @@ int twin_choose_ratio(const engine_facts *e, double *ratio, int *bound, zt_err *
     int calibrated = rates[0] > 0 && rates[1] > 0 && rates[2] > 0 && rates[3] > 0;
     double H = calibrated ? fmin(rates[0], fmin(rates[2] / E, rates[3] / E)) : 0, D = rates[1];
     double r_speed = calibrated ? H / (H + D) : 1.0;
+    /* the speculative step's overlap (above): the step's compute F, from the slowest rank's GEMM rate */
+    double gemm[1] = {e->off.super_offload && !e->off.delayed_update && !e->off.nvme_path ? gemm_rate(e) : 0};
+    int counted = e->comm->agree_max(e->comm, gemm[0] > 0 ? 0 : 1) == 0; /* every rank measured one */
+    gemm[0] = counted ? 1.0 / gemm[0] : 0;
+    e->comm->allreduce_host_double(e->comm, gemm, 1); /* the sum of 1/rate: their mean, below */
+    double F = counted ? e->off.step_flops * gemm[0] / e->lay.world : 0;
+    if (calibrated && counted && N) r_speed = fmin(1.0, (F + (double)N / D) / ((double)N / H + (double)N / D));
 
     /* device bound */
     double K = fp32 ? 8 : 12, dev_budget = e->off.device_memory, dev_avail = 0;
@@ -420,15 +482,23 @@ int twin_choose_ratio(const engine_facts *e, double *ratio, int *bound, zt_err *
     if (!calibrated)
         zt_warn("twin-flow: ratio auto: calibration failed (out of memory?); offloading as much as the memories "
                 "allow");
+    char balance[200];
+    if (counted && calibrated)
+        snprintf(balance, sizeof balance, "with super_offload's overlap of the step's compute (F = %.1f ms: %.3g "
+                 "TFLOP at the device's %.1f TFLOP/s on the model's %dx%dx%d GEMM), (F+N/D)/(N/H+N/D) = %.3f", F * 1e3,
+                 e->off.step_flops * 1e-12, F > 0 ? e->off.step_flops / F * 1e-12 : 0.0, e->off.step_gemm[0],
+                 e->off.step_gemm[1], e->off.step_gemm[2], r_speed);
+    else
+        snprintf(balance, sizeof balance, "H/(H+D) = %.3f", calibrated ? r_speed : 1.0);
     zt_info("twin-flow: ratio auto = %.3f (decided by %s): CPU Adam %.0f M el/s (%s, %d thread(s)), device Adam "
             "%.0f M el/s, D2H %.2f GB/s, H2D %.2f GB/s, measured together on %zu elements (%s, %d+ passes each); "
-            "host pipeline %.0f M el/s -> balanced ratio H/(H+D) = %.3f; device: %s -> ratio >= %.3f; host: %s, %.0f B per offloaded element "
+            "host pipeline %.0f M el/s -> balanced ratio %s; device: %s -> ratio >= %.3f; host: %s, %.0f B per offloaded element "
             "-> ratio <= %.3f",
             r, bound_names[*bound], rates[0] * 1e-6,
             fp32 ? "fp32 gradients and parameters" : "16-bit gradients widened, 16-bit parameters written",
-            e->off.host_threads > 0 ? e->off.host_threads : omp_get_max_threads(), D * 1e-6, rates[2] * 1e-9,
+            e->off.host_threads > 0 ? e->off.host_threads : zt_clock_host_cores(), D * 1e-6, rates[2] * 1e-9,
             rates[3] * 1e-9, n, settled ? "settled" : "not settled: the median", passes, H * 1e-6,
-            calibrated ? r_speed : 1.0, why_dev, fmax(r_min, 0.0), why_host, B, fmin(r_max, 1.0));
+            balance, why_dev, fmax(r_min, 0.0), why_host, B, fmin(r_max, 1.0));
     *ratio = r;
     return 0;
 }

@@ -35,7 +35,8 @@ typedef struct zt_inflight {
     const void *send;        /* the gradient buffer it reads (so the buffer is not reused early) */
     void *recv;              /* where its piece lands on the device (recv_tmp, or a landing slot) */
     long ticket;             /* one rank, gradients on the host (no collective): its piece on the lane */
-    int land_flags;          /* gradients on the host: GRADS_LAND_* of the micro-step that issued it */
+    int land_flags;          /* GRADS_LAND_* of the micro-step that issued it */
+    size_t flat_lo, flat_hi; /* the bucket, in the flat vector */
 } zt_inflight;
 
 typedef struct zt_gather_buf {
@@ -162,12 +163,19 @@ static void timed_wait(zero_comm *z, zt_comm_req *req, double *bucket, const cha
     zt_trace_complete(*z->f.trace, ZT_LANE_COMM, what, t0, t1);
 }
 
+/* the last micro-step's reduction of flat range [a, b) is queued (or handed to the gradient lane):
+ * those gradients are final, for whoever asked (zero_buffers.grads_final) */
+static void final_range(zero_comm *z, int flags, size_t a, size_t b) {
+    if (z->b.grads_final && (flags & GRADS_LAND_LAST) && b > a) z->b.grads_final(z->b.owner, a, b);
+}
+
 /* gradients on the host: n reduced elements at dev_src (queued device work may still write them)
  * queued on the lane, which brings them down and adds them to the host's gradients at shard offset
  * off while backward goes on; its ticket */
 static long land_on_host(zero_comm *z, size_t off, const void *dev_src, size_t n, int flags) {
     z->b.grads_ready(z->b.owner);
     z->f.be->synchronize(); /* the lane's D2H is not ordered after the work that wrote dev_src */
+    final_range(z, flags, z->f.lay.lo + off, z->f.lay.lo + off + n); /* before it can land */
     return grads_lane_push(z->lane, dev_src, off, n, flags);
 }
 
@@ -184,6 +192,9 @@ static void finish(zero_comm *z, zt_inflight *f) {
     else if (f->count && f->landing == ZT_LAND_HOST) /* the zone is the lane's until its ticket is done */
         z->slot_ticket[(size_t)((char *)f->recv - (char *)z->recv_tmp) / (z->landing * esz(z))] =
             land_on_host(z, f->shard_off, f->recv, f->count, f->land_flags);
+    if (f->landing == ZT_LAND_NOTHING) final_range(z, f->land_flags, f->flat_lo, f->flat_hi); /* in place */
+    else if (f->landing != ZT_LAND_HOST && f->count)
+        final_range(z, f->land_flags, z->f.lay.lo + f->shard_off, z->f.lay.lo + f->shard_off + f->count);
 }
 
 /* every reduction in flight completed (their pieces may still be on the gradient lane) */
@@ -253,6 +264,7 @@ static void reduce_range(zero_comm *z, const void *buf, size_t a, size_t b) {
         zt_inflight f = {0};
         f.send = send;
         f.land_flags = z->land_flags;
+        f.flat_lo = x, f.flat_hi = y;
         if (z->f.opt.stage == 0) {
             f.req = z->f.comm->allreduce_sum(z->f.comm, (void *)send, y - x, z->f.be->compute_dtype);
         } else if (z->f.lay.world == 1) {
@@ -261,6 +273,7 @@ static void reduce_range(zero_comm *z, const void *buf, size_t a, size_t b) {
              * the host's gradients) */
             if (!z->b.grads_land) {
                 z->f.be->accumulate(at(z, z->b.grad_shard, x - z->f.lay.lo), send, y - x);
+                final_range(z, f.land_flags, x, y);
                 continue;
             }
             f.landing = ZT_LAND_HOST; /* its buffer is not reused before the lane has read it */
@@ -609,7 +622,10 @@ static void *src_grads(void *ctx, int seg) {
 
 static void src_grads_done(void *ctx, int seg) {
     zero_comm *z = ctx;
-    if (z->f.lay.world == 1 && z->f.opt.stage < 2) return; /* nothing to reduce */
+    if (z->f.lay.world == 1 && z->f.opt.stage < 2) { /* nothing to reduce: backward wrote them in place */
+        final_range(z, z->land_flags, seg_lo(z, seg), seg_hi(z, seg));
+        return;
+    }
     if (!z->reduce_now) return;
     const void *buf = z->f.opt.stage < 2 ? at(z, z->b.grads_full, seg_lo(z, seg)) : z->seg_grad[seg];
     reduce_range(z, buf, seg_lo(z, seg), seg_hi(z, seg));

@@ -30,6 +30,10 @@ typedef struct zero_buffers {
     void (*grads_land)(void *owner, size_t off, const void *host_src, size_t n, int flags); /* GRADS_LAND_* */
     double (*grads_sumsq)(void *owner, size_t off, size_t n);
     void (*grads_ready)(void *owner);
+    /* the step's final gradients of flat range [a, b) (the last micro-step's reduction of a bucket):
+     * queued on the device (or handed to the gradient lane) by the calling thread; NULL: not asked
+     * (Twin-Flow's speculative step brings them down and updates them during backward) */
+    void (*grads_final)(void *owner, size_t a, size_t b);
 } zero_buffers;
 
 /* The landing zone (with grads_land: LANDING_SLOTS bucket-sized ones, zero_formula.h, and the

@@ -1,6 +1,7 @@
 /* clock.c — the run's clock (clock.h): the wall clock, or the virtual one a timed device installs. */
 #include "util/clock.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ void zt_clock_host_work(int kind, double amount, double bytes, int threads) {
 }
 double zt_clock_queue(int queue, double bytes) { return g_ops ? g_ops->queue(queue, bytes) : 0; }
 int zt_clock_costs_only(void) { return g_ops && g_ops->costs_only; }
+int zt_clock_host_cores(void) { return g_ops && g_ops->host_cores > 0 ? g_ops->host_cores : omp_get_max_threads(); }
 
 /* the address-space-only buffers handed out, so that zt_clock_bulk_free knows which to unmap */
 static struct {

@@ -35,6 +35,7 @@ typedef struct zt_clock_ops {
     double (*queue)(int queue, double bytes);
     int costs_only; /* the work is costed, not performed: see zt_clock_costs_only */
     double host_bytes; /* costs_only: the host memory bulk buffers may take in all (0: no limit) */
+    int host_cores;    /* the cores the clock's machine gives this process (0: this machine's) */
 } zt_clock_ops;
 
 /* Installs ops as the process's clock (NULL: back to the wall clock). Done once at start, before
@@ -49,6 +50,10 @@ double zt_clock_now(void);
 void zt_clock_after(double t);
 /* the calling thread did host work of `kind` on `threads` threads; nothing on the wall clock */
 void zt_clock_host_work(int kind, double amount, double bytes, int threads);
+
+/* The host cores the run's work is timed on: a virtual clock's machine's share for this process, else
+ * what OpenMP runs here (omp_get_max_threads). Host-work thread counts are shares of it. */
+int zt_clock_host_cores(void);
 
 /* 1 when the clock only costs work (predict's dry run, ZEROTRAIN_SIM_DRY): no value computed
  * matters, so the host math a caller declares with zt_clock_host_work is skipped by that caller, and

@@ -2,6 +2,7 @@
 #include "util/test_hooks.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* the hook variable is set to something other than "0" */
 static int hook_on(const char *name) {
@@ -15,16 +16,32 @@ static int hook_is(const char *name, long n) {
     return v && *v && strtol(v, NULL, 10) == n;
 }
 
-int zt_test_hook_overflow_at(long step) {
-    const char *spec = getenv("ZEROTRAIN_INJECT_OVERFLOW");
+/* the hook variable is a list of numbers ("3,7") that holds n */
+static int hook_lists(const char *name, long n) {
+    const char *spec = getenv(name);
     for (const char *p = spec; p && *p;) {
         char *end;
         long s = strtol(p, &end, 10);
         if (end == p) break;
-        if (s == step) return 1;
+        if (s == n) return 1;
         p = *end == ',' ? end + 1 : end;
     }
     return 0;
+}
+
+int zt_test_hook_overflow_at(long step) { return hook_lists("ZEROTRAIN_INJECT_OVERFLOW", step); }
+
+int zt_test_hook_clip_at(long step) { return hook_lists("ZEROTRAIN_INJECT_CLIP", step); }
+
+int zt_test_hook_speculate(void) {
+    const char *v = getenv("ZEROTRAIN_INJECT_SPECULATE");
+    return !v || !*v ? -1 : !strcmp(v, "always") ? 1 : !strcmp(v, "never") ? 0 : -1;
+}
+
+int zt_test_hook_skip_rollback(void) {
+    static int on = -1; /* read once: asked for every chunk of a step */
+    if (on < 0) on = hook_on("ZEROTRAIN_INJECT_SKIP_ROLLBACK");
+    return on;
 }
 
 int zt_test_hook_no_prealloc(void) { return hook_on("ZEROTRAIN_INJECT_NO_PREALLOC"); }

@@ -55,12 +55,32 @@
  *   ZEROTRAIN_INJECT_GATHER_COMM_BYTES=1  the metrics line's per-rank traffic is gathered from the ranks
  *                                    every step, as under tensor parallelism, also without it: what rank 0
  *                                    counts of every rank itself must equal it (test/t_comm_bytes.py)
+ *   ZEROTRAIN_INJECT_CLIP="3,5"      gradient_clipping is 1e-6 at those 1-based steps: a norm that is
+ *                                    clipped on chosen steps only, so the speculative step rolls back
+ *                                    there and is accepted elsewhere (test/t_super_offload.py)
+ *   ZEROTRAIN_INJECT_SPECULATE=always|never  the speculative step speculates on every planned step, or
+ *                                    never, whatever the last steps' norms say (the policy's choice
+ *                                    otherwise); always also holds the verdict until the speculation has
+ *                                    done its whole window: a rollback of everything at every clipped step
+ *                                    (test/t_super_offload.py)
+ *   ZEROTRAIN_INJECT_SKIP_ROLLBACK=1 a speculation the step rejects is kept as if accepted, as a rollback
+ *                                    that skipped its restore would: the bug the exactness tests must
+ *                                    turn into other losses (test/t_super_offload.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
 
 /* 1 when ZEROTRAIN_INJECT_OVERFLOW lists `step` (1-based). */
 int zt_test_hook_overflow_at(long step);
+
+/* 1 when ZEROTRAIN_INJECT_CLIP lists `step` (1-based). */
+int zt_test_hook_clip_at(long step);
+
+/* ZEROTRAIN_INJECT_SPECULATE: 1 "always", 0 "never", -1 unset (the policy decides). */
+int zt_test_hook_speculate(void);
+
+/* 1 when ZEROTRAIN_INJECT_SKIP_ROLLBACK is set (not "0"); read once. */
+int zt_test_hook_skip_rollback(void);
 
 /* 1 when ZEROTRAIN_INJECT_NO_PREALLOC is set (not "0"). */
 int zt_test_hook_no_prealloc(void);
