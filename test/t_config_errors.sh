@@ -71,6 +71,12 @@ case_ set_bad_flow $'seed: 1\n' \
 case_ set_cross_check_blames_last $'model: {n_head: 12}\n' \
   "zerotrain: error: --set model.n_embd: expected a multiple of model.n_head (12), got 100" \
   --set model.n_embd=100
+# a decay that ends before its warm-up (issue 48, 8): blamed where the later of the two was set
+case_ decay_ends_before_warmup $'scheduler:\n  type: WarmupCosineLR\n  params: {warmup_num_steps: 100, total_num_steps: 50}\n' \
+  "zerotrain: error: @:3:52: scheduler.params.total_num_steps: total_num_steps 50 is below warmup_num_steps 100: WarmupCosineLR would end its decay before the warm-up ends and keep the floor rate for the rest of the run"
+case_ decay_warmup_raised_by_set $'scheduler:\n  type: WarmupDecayLR\n  params: {total_num_steps: 50}\n' \
+  "zerotrain: error: --set scheduler.params.warmup_num_steps: total_num_steps 50 is below warmup_num_steps 60: WarmupDecayLR would end its decay before the warm-up ends and keep the floor rate for the rest of the run" \
+  --set scheduler.params.warmup_num_steps=60
 
 # config_and_train NAME FILE-TEXT EXPECTED [--set K=V]...: `zerotrain config` and `zerotrain train` both
 # refuse with the same one error line (EXPECTED is a glob, @ stands for the file), non-zero, no step
@@ -156,4 +162,12 @@ else
   want="zerotrain: error: --set optimizer.params.lr: expected a number >= 0, got -1"
   if (( rc != 0 && rc != 124 )) && grep -qxF "$want" <<<"$err"; then pass zerotrain_train_set_error
   else fail zerotrain_train_set_error "rc $rc; stderr [$(head -3 <<<"$err")]"; fi
+
+  # a command line train cannot read exits 2 with its usage, as every command's does (issue 48, 8)
+  for case in "none:" "two_configs:$f extra" "unknown_option:--frobnicate"; do
+    name=${case%%:*} args=${case#*:}
+    err=$(OMPI_MCA_btl=self timeout 60 "$bin" train $args 2>&1 >/dev/null); rc=$?
+    if (( rc == 2 )) && grep -q "usage: zerotrain train CONFIG" <<<"$err"; then pass "zerotrain_train_usage_$name"
+    else fail "zerotrain_train_usage_$name" "rc $rc; stderr [$(head -3 <<<"$err")]"; fi
+  done
 fi

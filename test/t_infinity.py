@@ -102,10 +102,15 @@ for ranks in (1, 2, 4):
                         f"{name}_ranks{ranks}_swap_bytes_every_step",
                         f"per-step (read, written) {per_step}, swap file {swapped} bytes")
         if name == "param_nvme" and ok:  # forward and backward read the pieces they gather (less reuse)
-            r = rows[-1]
-            ztlib.check(0 < r.get("nvme_read_bytes", 0) <= 2 * r.get("nvme_params_mib", 0) * 1048576 + 4096 * 64 and
-                        r.get("nvme_written_bytes", 0) >= r.get("nvme_params_mib", 0) * 1048576 - 4096,
-                        f"param_nvme_ranks{ranks}_reads_and_writes_the_shard", f"{r}")
+            # over steps 2-4 together: a read ahead across a step's end counts in whichever step it lands
+            # (the machine's load decides), so one step's figure may hold a piece of the next one's
+            r, later = rows[-1], rows[1:]
+            shard = r.get("nvme_params_mib", 0) * 1048576
+            read = sum(x.get("nvme_read_bytes", 0) for x in later)
+            ztlib.check(0 < read <= len(later) * (2 * shard + 4096 * 64) and
+                        r.get("nvme_written_bytes", 0) >= shard - 4096,
+                        f"param_nvme_ranks{ranks}_reads_and_writes_the_shard",
+                        f"{read} bytes read in steps 2-{len(rows)}, shard {shard:.0f}; {r}")
         if name.startswith("param_nvme") and ok:
             # the gathers' pieces are read ahead of their gathers (from the second step on the order is
             # known): every step from the third finds some of its pieces read ahead; one buffer reads none

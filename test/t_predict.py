@@ -68,6 +68,19 @@ ztlib.check(p.returncode != 0 and "no b200.yaml" in p.stderr and "h100-sxm" in p
             p.stderr[-400:])
 
 
+# ---- sizing a run needs no data: a costed-only prediction opens none (and says so); a performed one
+# and training still refuse a missing shard (issue 48, 5)
+gone = ["data.train=" + os.path.join(work, "none_*.bin"), "data.val=" + os.path.join(work, "none_val.bin")]
+p, ms = predict("h100-sxm", gone)
+ztlib.check(p.returncode == 0 and ms is not None and "data: not read (ops costed, not performed" in p.stdout,
+            "costed_prediction_needs_no_data", (p.stdout + p.stderr)[-600:])
+p, _ = predict("h100-sxm", gone, ["--perform", "--steps", "1"])
+ztlib.check(p.returncode != 0 and "no token shard matches" in p.stderr, "performed_prediction_needs_the_data",
+            p.stderr[-400:])
+p = ztlib.run(["train", cfg, "--set", gone[0], "--set", "train_iters=1"])
+ztlib.check(p.returncode != 0 and "no token shard matches" in p.stderr, "train_needs_the_data", p.stderr[-400:])
+
+
 # ---- the virtual schedule is the real one
 def lanes(path):
     """{tid: [event names in time order]} of a trace's engine lanes (tid <= 5; the GPU's own lanes

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import resource
+import signal
 import struct
 import subprocess
 import tempfile
@@ -111,4 +112,19 @@ for ranks in (1, 2):
     line = [l for l in p.stderr.splitlines() if l.startswith("zerotrain: error:")]
     ztlib.check(p.returncode != 0 and len(line) == 1 and "out of cpu memory for model states" in line[0]
                 and "needs about 3.02 GiB" in line[0], f"model_states_out_of_memory_ranks{ranks}", p.stderr[-800:])
+# a run stopped by a signal with no checkpoint.dir says nothing was saved (a requeue starts over), and
+# still exits 99 (issue 48, 8: it said "requeue to resume")
+proc = subprocess.Popen([ztlib.BIN, "train", "configs/tiny.yaml", "--set", "train_iters=100000", "--set",
+                         "steps_per_print=1"], cwd=ztlib.ROOT, env=ztlib.ENV, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True)
+seen = []
+for out_line in proc.stdout:  # waits on the run's own state: its first step line
+    seen.append(out_line)
+    if out_line.startswith("step "):
+        proc.send_signal(signal.SIGINT)
+        break
+rest = proc.communicate(timeout=120)[0]
+ztlib.check(proc.returncode == 99 and "nothing saved (no checkpoint.dir), so a requeued run starts over" in rest
+            and "requeue to resume" not in rest, "signal_without_checkpoint_dir_says_nothing_saved",
+            f"rc {proc.returncode}: {(''.join(seen) + rest)[-600:]}")
 ztlib.finish()

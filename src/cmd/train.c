@@ -205,6 +205,11 @@ static int load_micro_batch(trainer *t, const step_plan *p, long step, int a) {
                     (uint64_t)t->s.dp_rank * p->B * p->A + (uint64_t)a * p->B;
     zt_err err = {{0}};
     int rc = 0;
+    if (t->no_data) { /* costed only: the ops read no value, so token 0 stands for every token */
+        memset(t->inputs, 0, (size_t)p->B * p->T * sizeof *t->inputs);
+        memset(t->targets, 0, (size_t)p->B * p->T * sizeof *t->targets);
+        return 0;
+    }
     for (int b = 0; b < p->B && !rc; b++)
         rc = zt_dataset_sample(&t->train, base + b, t->inputs + b * p->T, t->targets + b * p->T, &err);
     return zt_fail_together(t->comm, rc, &err);
@@ -520,8 +525,12 @@ static int run(trainer *t) {
             }
         }
         if (stop) {
-            zt_info("zerotrain: stopped by signal after step %ld%s; exiting with status %d (requeue to resume)",
-                    rec.step, cfg->checkpoint_dir ? ", checkpoint saved" : "", ZT_EXIT_PREEMPTED);
+            if (cfg->checkpoint_dir)
+                zt_info("zerotrain: stopped by signal after step %ld, checkpoint saved; exiting with status %d "
+                        "(requeue to resume)", rec.step, ZT_EXIT_PREEMPTED);
+            else /* the status still says "preempted" to a batch script; the line says what a requeue gets */
+                zt_info("zerotrain: stopped by signal after step %ld; nothing saved (no checkpoint.dir), so a requeued "
+                        "run starts over; exiting with status %d", rec.step, ZT_EXIT_PREEMPTED);
             return ZT_EXIT_PREEMPTED;
         }
     }
@@ -536,10 +545,14 @@ static int setup(trainer *t, int argc, char **argv, zt_err *err) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) sets[n_sets++] = argv[++i];
         else if (strncmp(argv[i], "--set=", 6) == 0) sets[n_sets++] = argv[i] + 6;
-        else if (argv[i][0] == '-' || path) { free(sets); usage(); return zt_fail(err, "train: unexpected argument '%s'", argv[i]); }
-        else path = argv[i];
+        else if (argv[i][0] == '-' || path) {
+            free(sets);
+            usage();
+            t->usage_error = 1;
+            return zt_fail(err, "train: unexpected argument '%s'", argv[i]);
+        } else path = argv[i];
     }
-    if (!path) { free(sets); usage(); return zt_fail(err, "train: missing CONFIG"); }
+    if (!path) { free(sets); usage(); t->usage_error = 1; return zt_fail(err, "train: missing CONFIG"); }
     zt_config_free(&t->cfg); /* zt_config_load fills the defaults itself */
     int rc = zt_config_load(&t->cfg, path, sets, n_sets, err);
     free(sets);
@@ -548,6 +561,13 @@ static int setup(trainer *t, int argc, char **argv, zt_err *err) {
     const zt_backend *be = zt_pick_backend(&t->cfg, err); /* the checks `zerotrain config` also runs */
     if (!be || zt_config_check_sizes(&t->cfg, t->comm->world, be, err)) return -1;
     zt_config *cfg = &t->cfg;
+    /* predict's costed-only run (the simulated device with ZEROTRAIN_SIM_DRY) reads no token: sizing a
+     * run needs no data, so none is opened (one line says so); a run that performs its ops needs it */
+    const char *dry = getenv("ZEROTRAIN_SIM_DRY");
+    if (cfg->device == ZT_DEVICE_SIM && dry && strcmp(dry, "0") != 0) {
+        t->no_data = 1;
+        return 0;
+    }
     if (!cfg->train_glob) return zt_fail(err, "%s: data.train is required for training", path);
     if (zt_dataset_open(&t->train, cfg->train_glob, cfg->seq_len, cfg->vocab_size, cfg->seed, err)) return -1;
     if (cfg->val_glob) {
@@ -569,11 +589,16 @@ static void print_banner(trainer *t) {
     if (s->tp_size > 1)
         zt_info("tensor parallel: %d ranks a group (%.2fM parameters a rank), %d data-parallel group%s", s->tp_size,
                 s->table.total / 1e6, s->dp_world, s->dp_world > 1 ? "s" : "");
-    zt_info("data: %s (%zu tokens, %d file%s)%s%s; global batch %ld sequences = micro %d x accumulation %d x ranks %d",
-            cfg->train_glob, t->train.n_tokens, t->train.n_files, t->train.n_files > 1 ? "s" : "",
-            t->has_val ? "; val " : "", t->has_val ? cfg->val_glob : "",
-            (long)cfg->train_micro_batch_size_per_gpu * cfg->gradient_accumulation_steps * s->dp_world,
-            cfg->train_micro_batch_size_per_gpu, cfg->gradient_accumulation_steps, s->dp_world);
+    long global = (long)cfg->train_micro_batch_size_per_gpu * cfg->gradient_accumulation_steps * s->dp_world;
+    if (t->no_data)
+        zt_info("data: not read (ops costed, not performed: %s is not opened, nor evaluated); global batch %ld "
+                "sequences = micro %d x accumulation %d x ranks %d", cfg->train_glob ? cfg->train_glob : "no data.train",
+                global, cfg->train_micro_batch_size_per_gpu, cfg->gradient_accumulation_steps, s->dp_world);
+    else
+        zt_info("data: %s (%zu tokens, %d file%s)%s%s; global batch %ld sequences = micro %d x accumulation %d x ranks %d",
+                cfg->train_glob, t->train.n_tokens, t->train.n_files, t->train.n_files > 1 ? "s" : "",
+                t->has_val ? "; val " : "", t->has_val ? cfg->val_glob : "", global, cfg->train_micro_batch_size_per_gpu,
+                cfg->gradient_accumulation_steps, s->dp_world);
     const zt_gpt2 *m = &s->model;
     zt_info("activations: %.1f MiB kept (%s); %.1f MiB without checkpointing, %.1f MiB checkpointing every block",
             m->act_bytes / 1048576.0,
@@ -719,5 +744,5 @@ done_fail:
     zt_monitor_close(t.monitor);
     if (t.has_ckdir) zt_checkpoint_dir_close(&t.ckdir);
     t.comm->destroy(t.comm);
-    return 1;
+    return t.usage_error ? 2 : 1; /* a command line it cannot read exits 2, as every command's does */
 }

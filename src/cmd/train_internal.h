@@ -19,6 +19,8 @@ typedef struct trainer {
     int has_ckdir;
     zt_dataset train, val;
     int has_val;
+    int usage_error;       /* setup refused the command line itself: exit 2 */
+    int no_data;           /* predict's costed-only run: no token is read, the data is not opened */
     FILE *metrics;
     zt_monitor *monitor;   /* tensorboard / csv_monitor (rank 0; NULL when off) */
     int *inputs, *targets; /* host micro-batch [B*T] */

@@ -76,6 +76,13 @@ int zt_config_cross_checks(zt_loader *L) {
             }
         }
         if (c->warmup_max_lr < 0) c->warmup_max_lr = c->lr;
+        /* a decay that ends before its warm-up does: the rate would sit at the floor from then on */
+        int decays = c->scheduler == ZT_SCHED_WARMUP_DECAY_LR || c->scheduler == ZT_SCHED_WARMUP_COSINE_LR;
+        if (decays && c->total_num_steps > 0 && c->total_num_steps < c->warmup_num_steps)
+            return zt_fail_rec(L, latest(L, "scheduler.params.total_num_steps", "scheduler.params.warmup_num_steps"),
+                               "total_num_steps %ld is below warmup_num_steps %ld: %s would end its decay before the "
+                               "warm-up ends and keep the floor rate for the rest of the run", c->total_num_steps,
+                               c->warmup_num_steps, zt_enum_name(zt_sched_types, c->scheduler));
     }
 
     if (L->act_seen && !L->act_enabled_given) c->ckpt_enabled = 1;
