@@ -103,11 +103,14 @@ for ranks in (1, 2, 4):
                         f"per-step (read, written) {per_step}, swap file {swapped} bytes")
         if name == "param_nvme" and ok:  # forward and backward read the pieces they gather (less reuse)
             # over steps 2-4 together: a read ahead across a step's end counts in whichever step it lands
-            # (the machine's load decides), so one step's figure may hold a piece of the next one's
+            # (the machine's load decides: 2.16x the shard in one step, 0.97x in the next), and the last
+            # step may read ahead for a step that never comes (seen under load: 2.06x a step over steps
+            # 2-4, the same before super_offload), so the bound is 2.5x a step: it still fails a gather
+            # that reads its pieces again where forward and backward should read each once
             r, later = rows[-1], rows[1:]
             shard = r.get("nvme_params_mib", 0) * 1048576
             read = sum(x.get("nvme_read_bytes", 0) for x in later)
-            ztlib.check(0 < read <= len(later) * (2 * shard + 4096 * 64) and
+            ztlib.check(0 < read <= len(later) * (2.5 * shard + 4096 * 64) and
                         r.get("nvme_written_bytes", 0) >= shard - 4096,
                         f"param_nvme_ranks{ranks}_reads_and_writes_the_shard",
                         f"{read} bytes read in steps 2-{len(rows)}, shard {shard:.0f}; {r}")
