@@ -420,7 +420,6 @@ static int judge(twin_host *t, twin_flow *tf, const zt_adam_step *st, long step)
     r->rolled_back = verdict == VERDICT_REDO;
     r->rollbacks += r->rolled_back;
     r->speculated_steps += tf->speculate;
-    r->would_roll_back = planned && !accept;
     return verdict;
 }
 

@@ -76,7 +76,6 @@ typedef struct twin_update_report {
     int mode;            /* PLAIN: no speculative step (off, or no host part); VALIDATED: validated first;
                             SPECULATED: the host part was updated during backward, then validated */
     int rolled_back;     /* SPECULATED, and the speculation was forgotten (clipped, or the step skipped) */
-    int would_roll_back; /* the step's norm was clipped (or its update not as planned): the next validates first */
     long rollbacks, speculated_steps;
     double kept_elems, accepted_elems; /* since the start: elements updated speculatively before the verdict, and
                                           of them those the verdict accepted (counted as each update's lanes end) */
