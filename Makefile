@@ -4,6 +4,8 @@
 #   make test       build and run the whole test suite (ends with "N passed, N failed")
 #   make bench      run the benchmarks (timing lives here, never in tests)
 #   make demo       tokenize the bundled corpus, train the demo model, print a sample
+#   make sanitize   build the commands with AddressSanitizer + UBSan (build/sanitize/zerotrain) and run
+#                   every subcommand over its test inputs (test/t_sanitize.sh; part of make test)
 #   make gpu-check  pack ./zerotrain and its runtime into build/gpu-check for a bare GPU machine,
 #                   whose build/gpu-check/run checks the whole GPU path there (README: GPU check)
 #   make MARCH=native   tune the C code for the build machine (the default, x86-64-v2, runs on
@@ -15,7 +17,8 @@
 CC      := mpicc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA    ?= $(if $(NVCC),1,0)
-BUILD   := build
+BUILD   ?= build
+BIN     ?= zerotrain
 
 OPT     ?= -O3
 MARCH   ?= x86-64-v2
@@ -65,12 +68,12 @@ TEST_BINS := $(TEST_SRCS:test/%.c=$(BUILD)/test/%)
 BENCH_SRCS := $(wildcard test/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all test bench demo gpu-check soak clean
+.PHONY: all test bench demo gpu-check soak clean sanitize
 .DEFAULT_GOAL := all
-all: zerotrain $(TEST_BINS) $(BENCH_BINS)
+all: $(BIN) $(TEST_BINS) $(BENCH_BINS)
 
 # -rdynamic: the CUDA library finds the rest of zerotrain (errors, the watchdog) in the binary
-zerotrain: $(CMD_OBJS) $(LIB_OBJS) $(ZT_BACKEND_OBJS) | $(CUDA_LIB)
+$(BIN): $(CMD_OBJS) $(LIB_OBJS) $(ZT_BACKEND_OBJS) | $(CUDA_LIB)
 	$(CC) $(ZT_CFLAGS) -rdynamic -o $@ $(CMD_OBJS) $(LIB_OBJS) $(ZT_BACKEND_OBJS) $(LDLIBS) -ldl
 
 # -Bsymbolic: the library's own calls of its entry points stay inside it (the binary defines the
@@ -113,6 +116,11 @@ soak: all
 
 demo: all
 	@scripts/demo.sh
+
+# the commands under AddressSanitizer and UBSan (test/t_sanitize.sh: its own build in build/sanitize,
+# the CPU backend only, then every subcommand over its test inputs); `make test` runs it too
+sanitize: all
+	@test/run.sh sanitize
 
 gpu-check: zerotrain
 	@scripts/gpu-check pack build/gpu-check

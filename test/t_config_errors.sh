@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/.."
 drv=build/test/test_config
-bin=./zerotrain
+bin=${ZEROTRAIN_BIN:-./zerotrain}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zt_t_config.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -77,6 +77,8 @@ case_ decay_ends_before_warmup $'scheduler:\n  type: WarmupCosineLR\n  params: {
 case_ decay_warmup_raised_by_set $'scheduler:\n  type: WarmupDecayLR\n  params: {total_num_steps: 50}\n' \
   "zerotrain: error: --set scheduler.params.warmup_num_steps: total_num_steps 50 is below warmup_num_steps 60: WarmupDecayLR would end its decay before the warm-up ends and keep the floor rate for the rest of the run" \
   --set scheduler.params.warmup_num_steps=60
+case_ empty_checkpoint_dir $'checkpoint:\n  dir: ""\n' \
+  "zerotrain: error: @:2:8: checkpoint.dir: expected a string, got an empty one (null means none)"
 
 # config_and_train NAME FILE-TEXT EXPECTED [--set K=V]...: `zerotrain config` and `zerotrain train` both
 # refuse with the same one error line (EXPECTED is a glob, @ stands for the file), non-zero, no step

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # the tokenized tiny Shakespeare the training case reads (made once, as the Python tests make it)
 /usr/bin/python3 -c 'import sys; sys.path.insert(0, "test"); import ztlib; ztlib.ensure_shakespeare()' ||
   echo "FAIL test_data: cannot make build/testdata"
-bin=./zerotrain
+bin=${ZEROTRAIN_BIN:-./zerotrain}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zt_t_overrides.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 pass() { echo "PASS $1"; }

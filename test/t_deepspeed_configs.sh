@@ -7,7 +7,7 @@
 # an error with a suggestion.
 set -u
 cd "$(dirname "$0")/.."
-bin=./zerotrain
+bin=${ZEROTRAIN_BIN:-./zerotrain}
 dir=test/configs/deepspeed
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zt_t_dsconf.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

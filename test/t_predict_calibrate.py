@@ -41,6 +41,9 @@ def step_ms(text, pattern=r"step time\s+([0-9.]+) ms"):
 prof = os.path.join(work, "here.yaml")
 p = ztlib.run(["calibrate", "-o", prof, "--dir", work], timeout=600)
 text = ztlib.read_text(prof)
+ztlib.check(p.stderr.startswith("calibrate: measuring this machine for about a minute (the disk under " + work)
+            and "the profile goes to " + prof in p.stderr.splitlines()[0], "calibrate_says_what_it_will_do",
+            p.stderr[:400])
 ztlib.check(p.returncode == 0 and "calibrate: measured in" in p.stderr and "name: calibrated" in text,
             "calibrate_writes_a_profile", p.stderr[-400:])
 # every key says how it was measured: on its own line, or in a comment above it in its section

@@ -114,4 +114,80 @@ for case, edit, want in (("overlap", wpe_inside_wte, "which overlap tensor trans
         ztlib.check(r.returncode != 0 and r.stderr.count("zerotrain: error:") == 1 and want in r.stderr
                     and "model.safetensors" in r.stderr and "step " not in r.stdout,
                     f"safetensors_{case}_refused_by_{cmd}", r.stdout[-300:] + r.stderr[-600:])
+
+# issue 48 item 1: a config.json whose numbers its weights contradict is one line naming the tensor (or the
+# blocks) and both sides, exit 1, before anything is sized from it (these used to abort in an allocation)
+def edited_config(name, key, value):
+    d = os.path.join(tmp, name)
+    shutil.copytree(model, d)
+    c = _json.load(open(os.path.join(d, "config.json")))
+    c[key] = value
+    _json.dump(c, open(os.path.join(d, "config.json"), "w"))
+    return d
+
+
+for key, value, want in (("n_layer", 2147483647, "n_layer is 2147483647, the weights hold 2 blocks"),
+                         ("vocab_size", 2147483600, "tensor transformer.wte.weight is [50257, 32] there"),
+                         ("n_embd", 2147483646, "tensor transformer.wte.weight is [50257, 32] there"),
+                         ("n_positions", 1000000000, "tensor transformer.wpe.weight is [64, 32] there"),
+                         ("n_layer", 3, "n_layer is 3, the weights hold 2 blocks")):
+    d = edited_config(f"cfg_{key}_{value}", key, value)
+    if key == "n_embd":  # n_embd must stay a multiple of n_head to reach the weights' check
+        c = _json.load(open(os.path.join(d, "config.json")))
+        c["n_head"] = 2
+        _json.dump(c, open(os.path.join(d, "config.json"), "w"))
+    for cmd, r in (("sample", ztlib.run(["sample", d, "--max-tokens", "2"], timeout=60)),
+                   ("eval", ztlib.run(["eval", d, "--data", shard, "--seq-len", "16", "--batches", "1"], timeout=60))):
+        ztlib.check(r.returncode == 1 and r.stderr.count("zerotrain: error:") == 1 and want in r.stderr
+                    and "does not match" in r.stderr and "model.safetensors" in r.stderr,
+                    f"config_{key}_{value}_refused_by_{cmd}", r.stderr[-600:])
+
+# a model shape whose sizes would overflow, from a YAML config: refused before any allocation
+r = ztlib.run(["estimate", "configs/tiny.yaml", "--ranks", "1", "--set", "model.n_layer=2147483647"], timeout=60)
+ztlib.check(r.returncode != 0 and r.stderr.count("zerotrain: error:") == 1 and "beyond what zerotrain sizes" in r.stderr,
+            "huge_yaml_shape_refused", r.stdout[-300:] + r.stderr[-600:])
+
+# issue 48 item 2: a NaN in the weights is refused at load, naming the file, the tensor and the element;
+# a model whose logits overflow (finite weights) never gives eval/sample an exit status 0
+
+
+def poke(name, tensor, index, value):
+    d = os.path.join(tmp, name)
+    shutil.copytree(model, d)
+    path = os.path.join(d, "model.safetensors")
+    raw = bytearray(open(path, "rb").read())
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = _json.loads(raw[8:8 + n])
+    at = 8 + n + h[tensor]["data_offsets"][0] + 4 * index
+    raw[at:at + 4] = struct.pack("<f", value)
+    open(path, "wb").write(bytes(raw))
+    return d
+
+
+d = poke("nan_ln_f", "transformer.ln_f.weight", 5, float("nan"))
+runs = {"sample": ztlib.run(["sample", d, "--max-tokens", "2"], timeout=60),
+        "eval": ztlib.run(["eval", d, "--data", shard, "--seq-len", "16", "--batches", "1"], timeout=60),
+        "train": ztlib.run(["train", "configs/tiny.yaml", "--set", f"model.init_from={d}", "--set", "data.train=" + shard,
+                            "--set", "data.val=null", "--set", "data.seq_len=16", "--set", "train_iters=2"], timeout=120)}
+for cmd, r in runs.items():
+    ztlib.check(r.returncode == 1 and r.stderr.count("zerotrain: error:") == 1 and "step " not in r.stdout
+                and "tensor transformer.ln_f.weight holds nan at element 5" in r.stderr,
+                f"nan_weight_refused_by_{cmd}", r.stdout[-300:] + r.stderr[-600:])
+# a tensor name a file supplies is printed escaped: a terminal's control sequences never pass through
+
+
+def evil_name(h, data):
+    h["evil\x1b[2J\x07"] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
+    return data + b"\0" * 4
+
+
+r = ztlib.run(["sample", edited_model("st_evil_name", evil_name), "--max-tokens", "2"], timeout=60)
+ztlib.check(r.returncode == 1 and "unexpected tensor evil\\x1B[2J\\x07" in r.stderr and "\x1b" not in r.stderr
+            and "\x07" not in r.stderr, "tensor_names_printed_escaped", repr(r.stderr[-400:]))
+d = poke("huge_ln_f", "transformer.ln_f.weight", 5, 3e38)
+for cmd, r, want in (("sample", ztlib.run(["sample", d, "--max-tokens", "2"], timeout=60), "logits are not finite"),
+                     ("eval", ztlib.run(["eval", d, "--data", shard, "--seq-len", "16", "--batches", "1"], timeout=60),
+                      "val_loss is")):
+    ztlib.check(r.returncode == 1 and r.stderr.count("zerotrain: error:") == 1 and want in r.stderr
+                and "val_loss: " not in r.stdout, f"overflowing_model_fails_{cmd}", r.stdout[-300:] + r.stderr[-600:])
 ztlib.finish()

@@ -54,7 +54,7 @@ static inline __attribute__((always_inline)) float exp_core(float x) {
     p = fmaf(p, r, 0.5f);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
-    int32_t sb = (ni + 127) << 23;
+    uint32_t sb = (uint32_t)(ni + 127) << 23; /* unsigned: a NaN's bits make ni anything (y is NaN anyway) */
     float scale;
     memcpy(&scale, &sb, sizeof scale);
     float y = p * scale;

@@ -604,6 +604,10 @@ int zt_cmd_calibrate(int argc, char **argv) {
             return 2;
         }
     }
+    /* with no arguments too, say what is about to take a minute of every core, and where its result goes */
+    fprintf(stderr, "calibrate: measuring this machine for about a minute (the disk under %s, host memory and cores, "
+                    "the simulated GPU's lanes, a real training step%s); the profile goes to %s\n",
+            dir, tp > 1 ? " as tensor-parallel ranks" : "", out ? out : "stdout (-o FILE to write a file)");
     /* the sim on the wall clock: a profile in the environment would price the items instead of timing them */
     unsetenv("ZEROTRAIN_SIM_PROFILE");
     unsetenv("ZEROTRAIN_SIM_JITTER");

@@ -116,7 +116,7 @@ int zt_cmd_export(int argc, char **argv) {
         zt_err why_not = {{0}};
         rc = zt_checkpoint_export_hf(r, out, st_dtype, vocab ? vocab : zt_default_vocab_dir(), &why_not, &err);
         if (!rc && why_not.msg[0])
-            fprintf(stderr, "zerotrain: warning: %s: tokenizer not written (the weights are): %s\n", out, why_not.msg);
+            zt_warn("%s: tokenizer not written (the weights are): %s", out, why_not.msg);
     }
     if (rc) {
         /* what the writers made is gone already (they work in temporary files); the directory goes too

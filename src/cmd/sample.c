@@ -78,7 +78,7 @@ int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_
     int *ctx = zt_xcalloc((size_t)n_prompt + (size_t)o->max_tokens, sizeof *ctx);
     memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
     int n = n_prompt;
-    int *window = zt_xcalloc((size_t)T, sizeof *window);
+    int *window = zt_xcalloc((size_t)T, sizeof *window), rc = 0;
     float *logits = zt_xmalloc((size_t)V * sizeof *logits);
     zt_rng rng;
     zt_rng_seed(&rng, o->seed);
@@ -88,6 +88,13 @@ int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_
         memcpy(window, ctx + start, (size_t)len * sizeof *window);
         zt_gpt2_forward(&gen, &s->src, window, NULL, 0.0f);
         zt_gpt2_logits_row(&gen, len - 1, logits); /* collective under tensor parallelism */
+        int bad = 0; /* a non-finite logit would pick token 0 forever (argmax of NaNs): every rank sees the same row */
+        while (bad < V && isfinite(logits[bad])) bad++;
+        if (bad < V) {
+            rc = zt_fail(err, "the model's logits are not finite (%g for token %d at generated token %d): its weights "
+                              "or activations overflow", (double)logits[bad], bad, k + 1);
+            break;
+        }
         int id = pick(logits, V, o, &rng);
         ctx[n++] = id;
         zt_ids_push(out, id);
@@ -97,7 +104,7 @@ int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_
     free(window);
     free(ctx);
     zt_gpt2_destroy(&gen);
-    return 0;
+    return rc;
 }
 
 void zt_sample_print(zt_session *s, int n_tokens, uint64_t seed) {
@@ -155,7 +162,7 @@ static int model_from_dir(zt_comm *comm, const char *dir, zt_config *cfg, float 
         if (!from_checkpoint) return -1;
     } else if (!hf) {
         return zt_fail(err, "%s: not a model (expected a zerotrain checkpoint, or model.safetensors and config.json)", dir);
-    } else if (zt_hf_read_config(dir, &shape, err)) {
+    } else if (zt_hf_read_model_shape(dir, &shape, err)) {
         return -1;
     }
     zt_config_defaults(cfg);
@@ -260,6 +267,11 @@ int zt_cmd_eval(int argc, char **argv) {
         if (zt_fail_together(comm, rc, &err)) { rc = 1; break; }
         sum += zt_gpt2_forward(&s.model, &s.src, in, tg, dloss);
         if (grads_path) zt_gpt2_backward(&s.model, &s.src);
+    }
+    if (!rc && !isfinite(sum)) { /* never a loss of nan with status 0: a script would take it for a number */
+        fprintf(stderr, "zerotrain: error: eval: val_loss is %g on %s (the model's weights or activations overflow)\n",
+                sum / nb, data);
+        rc = 1;
     }
     if (!rc) zt_info("val_loss: %.6f", sum / nb);
     if (!rc && grads_path && comm->rank == 0) {

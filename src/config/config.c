@@ -486,6 +486,8 @@ static int apply_key(loader *L, const zt_keydef *d, const char *path, const yaml
         }
         const char *t = NULL;
         if (get_text(L, path, v, "a string", &t)) return -1;
+        if (!*t) /* "" would read as unset (checkpoint.dir "" = no checkpoints, silently): say null when meaning none */
+            return fail_at(L, v, path, "expected a string, got an empty one (null means none)");
         set_str((char **)f, t);
         return 0;
     }

@@ -36,7 +36,7 @@ zt_act_ckpt zt_act_ckpt_of(const zt_config *cfg) {
 
 zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
     zt_gpt2_shape s = {cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->n_positions, 0};
-    s.padded_vocab = (cfg->vocab_size + 127) / 128 * 128;
+    s.padded_vocab = (int)(((int64_t)cfg->vocab_size + 127) / 128 * 128); /* past INT_MAX: the table refuses the shape */
     return s;
 }
 

@@ -101,7 +101,7 @@ static int check_config(const zt_json *root, const char *path, zt_gpt2_shape *s,
         return config_unsupported(path, v, "scale_attn_weights", "which zerotrain does not implement", err);
     if ((v = zt_json_get(root, "tie_word_embeddings")) && v->type == ZT_JSON_BOOL && !v->boolean)
         return config_unsupported(path, v, "tie_word_embeddings", "not supported (zerotrain ties the LM head to wte)", err);
-    s->padded_vocab = (s->vocab_size + 127) / 128 * 128;
+    s->padded_vocab = (int)(((int64_t)s->vocab_size + 127) / 128 * 128);
     return 0;
 }
 
@@ -242,6 +242,68 @@ static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
+/* a tensor by its name with or without the "transformer." prefix */
+static src_tensor *find_either(weights *w, const char *bare) {
+    char full[96];
+    snprintf(full, sizeof full, "transformer.%s", bare);
+    src_tensor *t = find(w, full);
+    return t ? t : find(w, bare);
+}
+
+/* Checks the numbers config.json gives (S) against the tensors W's headers hold, before anything is
+ * sized from them: a config.json is a small text file anyone edits, the weights are what the model is.
+ * wte is [vocab_size, n_embd] (or the tied lm_head), wpe [n_positions, n_embd], and the blocks are
+ * h.0 ... h.(n_layer - 1). One line naming the tensor (or the blocks) and both sides. */
+static int check_config_against(weights *w, const zt_gpt2_shape *s, const char *config_path, zt_err *err) {
+    const struct { const char *name, *alt; int64_t d0; const char *k0; } want[2] = {
+        {"wte.weight", "lm_head.weight", s->vocab_size, "vocab_size"}, {"wpe.weight", NULL, s->n_positions, "n_positions"}};
+    char a[96], b[96];
+    for (int i = 0; i < 2; i++) {
+        src_tensor *t = find_either(w, want[i].name);
+        if (!t && want[i].alt) t = find(w, want[i].alt);
+        if (!t) return zt_fail(err, "%s: no tensor transformer.%s (a GPT-2's weights hold it)", w->where, want[i].name);
+        int64_t need[2] = {want[i].d0, s->n_embd};
+        if (t->t->ndim != 2 || t->t->shape[0] != need[0] || t->t->shape[1] != need[1]) {
+            shape_str(a, sizeof a, t->t->shape, t->t->ndim);
+            shape_str(b, sizeof b, need, 2);
+            return zt_fail(err, "%s does not match %s: tensor %s is %s there, the config's %s and n_embd make it %s",
+                           config_path, t->file->path, t->name, a, want[i].k0, b);
+        }
+    }
+    long blocks = 0; /* 1 + the highest N of the tensors named h.N.* */
+    for (int i = 0; i < w->count; i++) {
+        const char *n = w->tensors[i].name;
+        if (!strncmp(n, "transformer.", 12)) n += 12;
+        if (strncmp(n, "h.", 2) || n[2] < '0' || n[2] > '9') continue;
+        char *end;
+        long l = strtol(n + 2, &end, 10);
+        if (*end == '.' && l < INT_MAX && l + 1 > blocks) blocks = l + 1;
+    }
+    if (blocks != s->n_layer)
+        return zt_fail(err, "%s does not match %s: n_layer is %d, the weights hold %ld blocks (transformer.h.0 to "
+                            "transformer.h.%ld)", config_path, w->where, s->n_layer, blocks, blocks - 1);
+    return 0;
+}
+
+int zt_hf_read_model_shape(const char *dir, zt_gpt2_shape *shape, zt_err *err) {
+    if (zt_hf_read_config(dir, shape, err)) return -1;
+    weights w;
+    if (weights_open(&w, dir, err)) return -1;
+    char *config_path = zt_path_join(dir, "config.json");
+    int rc = check_config_against(&w, shape, config_path, err);
+    free(config_path);
+    weights_close(&w);
+    return rc;
+}
+
+/* The first non-finite value of X[0, n), or n: weights with a NaN or inf would train, sample and
+ * evaluate to NaN, so a load names the element instead. */
+static size_t first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
 static void param_shape_str(char *buf, size_t n, const zt_param_info *p) {
     int64_t s[2] = {p->shape[0], p->shape[1]};
     shape_str(buf, n, s, p->ndim);
@@ -295,6 +357,10 @@ static int load_params(weights *w, const zt_param_table *table, float *flat, zt_
             return zt_fail(err, "%s: tensor %s has dtype %s, zerotrain reads F32, BF16 and F16", s->file->path, s->name,
                            s->t->dtype_name);
         if (zt_st_read_f32(s->file, s->t, flat + p->offset, err)) return -1;
+        size_t bad = first_nonfinite(flat + p->offset, p->numel);
+        if (bad < p->numel)
+            return zt_fail(err, "%s: tensor %s holds %g at element %zu (weights must be finite)", s->file->path, s->name,
+                           (double)flat[p->offset + bad], bad);
     }
     for (int i = 0; i < w->count; i++)
         if (!w->tensors[i].used && !is_ignored_buffer(w->tensors[i].name))
@@ -332,7 +398,14 @@ int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param
     if (theirs.n_positions != shape->n_positions)
         return zt_fail(err, "%s/config.json: n_positions %d differs from model.n_positions %d (wpe shapes must match)",
                        dir, theirs.n_positions, shape->n_positions);
-    return zt_hf_load(path, table, out, err);
+    weights w;
+    if (weights_open(&w, path, err)) return -1;
+    char *config_path = zt_path_join(dir, "config.json");
+    int rc = check_config_against(&w, &theirs, config_path, err);
+    if (!rc) rc = load_params(&w, table, out, err);
+    free(config_path);
+    weights_close(&w);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- writing */

@@ -23,6 +23,10 @@
  * zerotrain does not implement (scale_attn_by_inverse_layer_idx, scale_attn_weights false) off;
  * anything else is an error naming the file and key. padded_vocab = vocab_size rounded up to 128. */
 int zt_hf_read_config(const char *dir, zt_gpt2_shape *shape, zt_err *err);
+/* zt_hf_read_config, then its numbers checked against the headers of the weights beside it (wte,
+ * wpe, the blocks h.0 ... h.(n_layer - 1)): what a command sizes a model from, so that nothing is
+ * allocated from a config.json its weights contradict (one line naming the tensor and both shapes). */
+int zt_hf_read_model_shape(const char *dir, zt_gpt2_shape *shape, zt_err *err);
 
 /* Loads every tensor of TABLE into FLAT (table.total fp32 values) from PATH: a directory (its
  * model.safetensors, else its model.safetensors.index.json and the shards it names), a .safetensors
@@ -30,7 +34,8 @@ int zt_hf_read_config(const char *dir, zt_gpt2_shape *shape, zt_err *err);
  * lacks a tensor the index puts in it, is an error naming the shard. Names match with or without
  * the "transformer." prefix; attn.bias / attn.masked_bias buffers are ignored; lm_head.weight,
  * when present, must have wte's shape (the head is tied to wte, its data is not read). Any other tensor in the file is an error
- * (it means the config and the weights disagree). F32, BF16 and F16 are converted to fp32.
+ * (it means the config and the weights disagree). F32, BF16 and F16 are converted to fp32; a
+ * non-finite value is an error naming the file, the tensor and the element.
  * Errors name the file and the tensor. */
 int zt_hf_load(const char *path, const zt_param_table *table, float *flat, zt_err *err);
 

@@ -311,7 +311,14 @@ int zt_st_write(const char *dir, const char *name, const zt_st_entry *entries, i
         for (size_t k = 0; ok == 1 && k < e->numel; k += ST_CHUNK) {
             size_t n = e->numel - k < ST_CHUNK ? e->numel - k : ST_CHUNK;
             for (size_t j = 0; j < n; j++) chunk[j] = f16 ? zt_f32_to_f16_bits(buf[k + j]) : zt_f32_to_bf16_bits(buf[k + j]);
-            if (fwrite(chunk, 2, n, t.f) != n) ok = 0;
+            for (size_t j = 0; j < n && ok == 1; j++) /* a weight past the 16-bit range would load as inf */
+                if ((chunk[j] & 0x7fffu) >= (f16 ? 0x7c00u : 0x7f80u)) {
+                    zt_fail(err, "%s: tensor %s element %zu is %g, which %s cannot hold (its largest is %s): save as %s",
+                            t.final, e->name, k + j, (double)buf[k + j], dtype, f16 ? "65504" : "3.39e38",
+                            f16 ? "bf16 or fp32" : "fp32");
+                    ok = -1;
+                }
+            if (ok == 1 && fwrite(chunk, 2, n, t.f) != n) ok = 0;
         }
     }
     free(buf);

@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "util/util.h"
 
+#define ZT_MAX_PARAMS (1LL << 44) /* parameters a model may have: 17.6 T, far past any run, far below overflow */
 #define ZT_MAX_TP 64 /* tensor-parallel ranks at most (a node's GPUs, with room) */
 
 typedef struct zt_gpt2_shape {

@@ -7,7 +7,9 @@
 #include "model/gpt2.h"
 #include "model/gpt2_internal.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +84,16 @@ int zt_gpt2_param_table_tp(zt_param_table *t, const zt_gpt2_shape *s, int tp_ran
     if (L < 1 || C < 1 || s->n_head < 1 || C % s->n_head || s->vocab_size < 1 || s->n_positions < 1)
         return zt_fail(err, "invalid model shape (n_layer %d, n_head %d, n_embd %d, vocab_size %d, n_positions %d)",
                        L, s->n_head, C, s->vocab_size, s->n_positions);
+    /* every size below is computed in 64 bits from ints a file or a config supplies: the widest
+     * tensor (4 C), the table's entries (P_PER_BLOCK L), the padded vocabulary and the element count
+     * must each fit what the table and the flat vector index with (an absurd shape is refused here,
+     * before anything is allocated from it, not wrapped into a huge allocation) */
+    double elems = ((double)s->vocab_size + s->n_positions + 2) * C + (double)L * (12.0 * C * C + 13.0 * C);
+    if ((int64_t)C * 4 > INT_MAX || (int64_t)L * P_PER_BLOCK + 4 > INT_MAX || (int64_t)s->vocab_size + 127 > INT_MAX ||
+        elems > (double)ZT_MAX_PARAMS)
+        return zt_fail(err, "model shape n_layer %d, n_embd %d, vocab_size %d, n_positions %d is beyond what zerotrain "
+                            "sizes (at most %lld parameters, n_embd at most %d)", L, C, s->vocab_size, s->n_positions,
+                       (long long)ZT_MAX_PARAMS, INT_MAX / 4);
     if (tp_size < 1 || s->n_head % tp_size || s->vocab_size < tp_size || tp_rank < 0 || tp_rank >= tp_size)
         return zt_fail(err, "tensor_parallel.tp_size %d must divide model.n_head %d (heads are split across tensor-"
                             "parallel ranks)", tp_size, s->n_head);
