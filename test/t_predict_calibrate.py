@@ -140,7 +140,7 @@ lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
 ztlib.check(p.returncode == 1 and len(lines) == 1 and "calibrate --dir" in lines[0] and "no/such" in lines[0],
             "calibrate_bad_dir_one_line", p.stderr[-300:])
 p = ztlib.run(["calibrate", "--frobnicate"])
-ztlib.check(p.returncode == 2 and "unexpected argument '--frobnicate'" in p.stderr, "calibrate_bad_argument",
+ztlib.check(p.returncode == 2 and "unknown option '--frobnicate'" in p.stderr, "calibrate_bad_argument",
             p.stderr[-300:])
 
 # ---- estimate --hw

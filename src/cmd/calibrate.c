@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "cmd/help.h"
 #include "backend/cpu_adam.h"
 #include "cmd/calibrate_step.h"
 #include "cmd/commands.h"
@@ -597,11 +598,7 @@ int zt_cmd_calibrate(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "zerotrain: error: calibrate: unexpected argument '%s'\n"
-                            "usage: zerotrain calibrate [-o FILE] [--dir DIR] [--tp T]   (DIR: where NVMe swap would go; "
-                            "default .; T: a tensor-parallel rank's profile, its real step as T processes)\n",
-                    argv[i]);
-            return 2;
+            return zt_help_bad_argument("calibrate", argv[i], NULL);
         }
     }
     /* with no arguments too, say what is about to take a minute of every core, and where its result goes */

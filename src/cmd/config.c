@@ -9,14 +9,11 @@
 #include <unistd.h>
 
 #include "cmd/commands.h"
+#include "cmd/help.h"
 #include "config/config.h"
 #include "engine/config_sizes.h"
 #include "engine/session.h"
 
-static void usage(void) {
-    fprintf(stderr, "usage: zerotrain config CONFIG [--ranks N] [--set KEY=VALUE]...\n"
-                    "       zerotrain config --keys   (every key: name, type, default, help)\n");
-}
 
 int zt_cmd_config(int argc, char **argv) {
     const char *path = NULL;
@@ -36,16 +33,13 @@ int zt_cmd_config(int argc, char **argv) {
         else if (!strcmp(a, "--ranks") && v && (ranks = strtol(v, &end, 10)) >= 1 && ranks <= ZT_MAX_RANKS && !*end) i++;
         else if (a[0] != '-' && !path) path = a;
         else {
-            fprintf(stderr, "zerotrain: error: config: bad argument '%s'\n", a);
-            usage();
             free(sets);
-            return 2;
+            return zt_help_bad_argument("config", a, v);
         }
     }
     if (!path) {
-        usage();
         free(sets);
-        return 2;
+        return zt_help_missing("config", "CONFIG");
     }
     zt_config cfg;
     zt_err err = {{0}};

@@ -17,6 +17,7 @@
 
 #include "model/gpt2.h"
 #include "cmd/commands.h"
+#include "cmd/help.h"
 #include "comm/comm.h"
 #include "config/hw_profile.h"
 #include "config/config.h"
@@ -28,10 +29,6 @@
 typedef struct unit { const char *name; double bytes; } unit;
 static double in(unit u, double b) { return b / u.bytes; }
 
-static void usage(void) {
-    fprintf(stderr, "usage: zerotrain estimate CONFIG --ranks N [--tp N] [--device-mem 80GiB] [--host-mem 512GiB] "
-                    "[--nvme-size SIZE] [--ranks-per-node K] [--dtype bf16|fp32] [--ratio R[,R...]] [--hw PROFILE] [--set KEY=VALUE]...\n");
-}
 
 /* one setting: where the optimizer states and the parameters live, and what each place holds per rank */
 typedef struct row {
@@ -262,19 +259,13 @@ int zt_cmd_estimate(int argc, char **argv) {
         else if (a[0] != '-' && !path) path = a;
         else bad = 1;
         if (bad) {
-            if (v && a[0] == '-' && strcmp(a, "--set"))
-                fprintf(stderr, "zerotrain: error: estimate: bad value '%s' for %s\n", v, a);
-            else
-                fprintf(stderr, "zerotrain: error: estimate: bad argument '%s'\n", a);
-            usage();
             free(sets);
-            return 2;
+            return zt_help_bad_argument("estimate", a, v);
         }
     }
     if (!path || ranks < 1) {
-        usage();
         free(sets);
-        return 2;
+        return zt_help_missing("estimate", !path ? "CONFIG" : "--ranks N");
     }
     zt_config cfg;
     zt_err err = {{0}};

@@ -12,6 +12,7 @@
 
 #include "io/checkpoint.h"
 #include "cmd/commands.h"
+#include "cmd/help.h"
 #include "io/hf.h"
 #include "cmd/sample.h"
 
@@ -76,12 +77,6 @@ static int export_hdf5(zt_checkpoint_reader *r, const char *out, int f16, zt_err
     return rc;
 }
 
-static void export_usage(void) {
-    fprintf(stderr, "usage: zerotrain export CHECKPOINT -o DIR [--format safetensors|hdf5] [--dtype fp32|bf16|fp16] [--vocab DIR]\n"
-                    "  CHECKPOINT is a checkpoint directory (its latest step) or a step directory;\n"
-                    "  --vocab: the GPT-2 vocabulary written beside the weights (default: $ZEROTRAIN_VOCAB or data/gpt2)\n");
-}
-
 int zt_cmd_export(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL, *format = "safetensors", *dtype = "fp32", *vocab = NULL;
     zt_err err = {{0}};
@@ -92,9 +87,9 @@ int zt_cmd_export(int argc, char **argv) {
         else if (!strcmp(a, "--dtype") && i + 1 < argc) dtype = argv[++i];
         else if (!strcmp(a, "--vocab") && i + 1 < argc) vocab = argv[++i];
         else if (a[0] != '-' && !ckpt) ckpt = a;
-        else { export_usage(); zt_fail(&err, "export: unexpected argument '%s'", a); zt_print_error(&err); return 2; }
+        else return zt_help_bad_argument("export", a, i + 1 < argc ? argv[i + 1] : NULL);
     }
-    if (!ckpt || !out) { export_usage(); zt_fail(&err, "export: %s", !ckpt ? "missing CHECKPOINT" : "missing -o DIR"); zt_print_error(&err); return 2; }
+    if (!ckpt || !out) return zt_help_missing("export", !ckpt ? "CHECKPOINT" : "-o DIR");
     const char *st_dtype = !strcmp(dtype, "fp32") ? "F32" : !strcmp(dtype, "bf16") ? "BF16" : !strcmp(dtype, "fp16") ? "F16" : NULL;
     int hdf5 = !strcmp(format, "hdf5");
     if (!st_dtype) zt_fail(&err, "export: --dtype must be fp32, bf16 or fp16, got '%s'", dtype);
@@ -134,10 +129,8 @@ int zt_cmd_export(int argc, char **argv) {
 
 int zt_cmd_info(int argc, char **argv) {
     zt_err err = {{0}};
-    if (argc != 2 || argv[1][0] == '-') {
-        fprintf(stderr, "usage: zerotrain info CHECKPOINT   (a checkpoint directory or a step directory)\n");
-        return 2;
-    }
+    if (argc < 2) return zt_help_missing("info", "CHECKPOINT");
+    if (argc > 2 || argv[1][0] == '-') return zt_help_bad_argument("info", argv[argc > 2 && argv[1][0] != '-' ? 2 : 1], NULL);
     zt_checkpoint_reader *r = open_checkpoint(argv[1], &err);
     if (!r) { zt_print_error(&err); return 1; }
     const zt_checkpoint_meta *m = zt_checkpoint_reader_meta(r);

@@ -19,11 +19,7 @@
 #include <string.h>
 
 #include "cmd/commands.h"
-
-static void usage(void) {
-    fprintf(stderr, "usage: zerotrain interval --mtbf SECONDS (--save-seconds C | LOG...) [--step-seconds T] "
-                    "[--restart-seconds R]\n");
-}
+#include "cmd/help.h"
 
 /* a positive number of seconds, nothing else */
 static int parse_seconds(const char *text, double *out) {
@@ -80,9 +76,7 @@ int zt_cmd_interval(int argc, char **argv) {
             }
             i++;
         } else if (a[0] == '-') {
-            fprintf(stderr, "zerotrain: error: interval: unknown option '%.80s'\n", a);
-            usage();
-            return 2;
+            return zt_help_bad_argument("interval", a, NULL);
         } else {
             if (read_log(a, &save_sum, &saves, &step_ms_sum, &steps)) {
                 fprintf(stderr, "zerotrain: error: interval: %.200s: cannot read the log\n", a);

@@ -1,5 +1,6 @@
 /* main.c — the zerotrain binary: initialises MPI (a single process works without mpirun),
- * dispatches the subcommand, and makes the exit status the job's. A command that computes first
+ * answers help (cmd/help.c) before anything else, dispatches the subcommand, and makes the exit
+ * status the job's. A command that computes first
  * gets the best OpenBLAS kernels this CPU runs (blas_core.h: that may re-execute the program, so
  * it happens before MPI_Init and before anything else). A command that trains holds the stop
  * signals from its first instruction until its handler is in place (hold_stop_signals). */
@@ -11,26 +12,8 @@
 #include "backend/blas_core.h"
 #include "comm/comm.h"
 #include "cmd/commands.h"
+#include "cmd/help.h"
 #include "comm/watchdog.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: zerotrain COMMAND [ARGS]\n"
-            "  train CONFIG [--set KEY=VALUE]...   train a GPT-2 (under mpirun/srun, or alone)\n"
-            "  tokenize [--vocab DIR] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N]\n"
-            "  sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S]\n"
-            "         [--device auto|cpu|cuda|sim]\n"
-            "  eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE] [--device D]\n"
-            "  run -n N [--hostfile FILE] [--restarts N] CONFIG [--set KEY=VALUE]...   start mpirun/srun for train\n"
-            "  config CONFIG [--ranks N] [--set KEY=VALUE]...   check a config, print the effective config\n"
-            "  estimate CONFIG --ranks N [--device-mem 80GiB] [--host-mem 512GiB] [--hw PROFILE]   memory per rank per ZeRO stage\n"
-            "  predict CONFIG --hw PROFILE [--ranks N [--tp T]] [--steps K] [--set KEY=VALUE]...   step time on a GPU machine (configs/hw/)\n"
-            "  calibrate [-o FILE] [--dir DIR] [--tp T]   this machine as the simulated GPU runs on it, as a profile\n"
-            "  interval --mtbf SECONDS (--save-seconds C | LOG...)   the checkpoint interval (Young/Daly)\n"
-            "  export CHECKPOINT -o DIR [--format safetensors|hdf5] [--dtype fp32|bf16|fp16] [--vocab DIR]\n"
-            "  info CHECKPOINT                     step, world size, stage, sizes, config, integrity\n"
-            "  selftest [--device cuda]            GPU ops against the CPU backend\n");
-}
 
 /* computes: runs model math on the CPU (OpenBLAS), so it gets zt_blas_core_choose() */
 typedef struct { const char *name; int (*run)(int, char **); int needs_mpi, computes; } command;
@@ -50,6 +33,8 @@ static void hold_stop_signals(void) {
 }
 
 int main(int argc, char **argv) {
+    int help_rc; /* help and the version need no MPI, no BLAS choice, no GPU (cmd/help.c) */
+    if (zt_help_answer(argc, argv, &help_rc)) return help_rc;
     if (argc >= 2 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "predict"))) hold_stop_signals();
     /* `run` does not compute: the ranks it starts choose their kernels each on its own machine */
     static const command commands[] = {
@@ -70,9 +55,9 @@ int main(int argc, char **argv) {
     /* a log line is written when it is printed, also into a file (a batch job's output, gpu-check's
      * logs): a run stopped from outside (a time limit, SIGKILL) still shows how far it got */
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        fprintf(stderr, "zerotrain: error: no command (zerotrain help lists them)\n");
+        return 2;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name)) continue;
@@ -88,7 +73,6 @@ int main(int argc, char **argv) {
         zt_mpi_finalize();
         return rc;
     }
-    fprintf(stderr, "zerotrain: error: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "zerotrain: error: unknown command '%s' (zerotrain help lists them)\n", argv[1]);
     return 2;
 }

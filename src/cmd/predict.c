@@ -19,6 +19,7 @@
 
 #include "backend/sim_clock.h"
 #include "cmd/commands.h"
+#include "cmd/help.h"
 #include "cmd/predict_ranks.h"
 #include "comm/comm.h"
 #include "config/config.h"
@@ -26,11 +27,6 @@
 
 #define MAX_STEPS 64
 
-static void usage(void) {
-    fprintf(stderr, "usage: zerotrain predict CONFIG --hw PROFILE [--ranks N [--tp T]] [--steps K] [--perform] [--trace FILE] "
-                    "[--set KEY=VALUE]...\n"
-                    "  PROFILE: a name under configs/hw/ (h100-sxm, h100-pcie, h200, a100-40gb, v100-32gb, dgx-h100) or a file\n");
-}
 
 typedef struct seen_step {
     zt_step_seen s;
@@ -187,16 +183,17 @@ int zt_cmd_predict(int argc, char **argv) {
         else if (!strcmp(a, "--set") && i + 1 < argc) sets[nsets++] = argv[++i];
         else if (a[0] != '-' && !config) config = a;
         else {
-            fprintf(stderr, "zerotrain: error: predict: unexpected argument '%s'\n", a);
-            usage();
             free(sets);
-            return 2;
+            return zt_help_bad_argument("predict", a, i + 1 < argc ? argv[i + 1] : NULL);
         }
     }
     if (!config || !hw || steps < 1 || steps > MAX_STEPS) {
-        usage();
         free(sets);
-        return 2;
+        if (config && hw) {
+            fprintf(stderr, "zerotrain: error: predict: --steps must be 1 to %d\n", MAX_STEPS);
+            return 2;
+        }
+        return zt_help_missing("predict", !config ? "CONFIG" : "--hw PROFILE");
     }
     if (zt_mpi_world_size() != 1) {
         fprintf(stderr, "zerotrain: error: predict: runs as one process (it stands for the --ranks N ranks itself), "

@@ -1,5 +1,6 @@
 /* sample.c — see sample.h */
 #include "cmd/sample.h"
+#include "cmd/help.h"
 
 #include <limits.h>
 #include <math.h>
@@ -223,16 +224,9 @@ int zt_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--device") && v) bad = (device = zt_config_device_named(v)) < 0, i++;
         else if (a[0] != '-' && !model) model = a;
         else bad = 1;
-        if (bad) {
-            fprintf(stderr, "zerotrain: error: eval: bad argument '%s'\n"
-                            "usage: zerotrain eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE] [--device auto|cpu|cuda|sim]\n", a);
-            return 2;
-        }
+        if (bad) return zt_help_bad_argument("eval", a, v);
     }
-    if (!model || !data) {
-        fprintf(stderr, "usage: zerotrain eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE] [--device auto|cpu|cuda|sim]\n");
-        return 2;
-    }
+    if (!model || !data) return zt_help_missing("eval", !model ? "MODEL" : "--data FILE");
     zt_config cfg;
     float *weights = NULL;
     zt_comm *comm = zt_comm_mpi(NULL, &err);
@@ -379,16 +373,9 @@ int zt_cmd_sample(int argc, char **argv) {
         else if (!strcmp(a, "--device") && v) bad = (device = zt_config_device_named(v)) < 0, i++;
         else if (a[0] != '-' && !model) model = a;
         else bad = 1;
-        if (bad || (!v && a[0] == '-')) {
-            fprintf(stderr, "zerotrain: error: sample: bad argument '%s'\n"
-                            "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids] [--device auto|cpu|cuda|sim]\n", a);
-            return 2;
-        }
+        if (bad || (!v && a[0] == '-')) return zt_help_bad_argument("sample", a, v == a ? NULL : v);
     }
-    if (!model) {
-        fprintf(stderr, "usage: zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S] [--vocab DIR] [--print-ids] [--device auto|cpu|cuda|sim]\n");
-        return 2;
-    }
+    if (!model) return zt_help_missing("sample", "MODEL");
     zt_err err = {{0}};
     zt_comm *comm = zt_comm_mpi(NULL, &err);
     zt_log_set_rank(comm->rank);

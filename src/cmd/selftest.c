@@ -15,6 +15,7 @@
 #include "comm/comm_nccl.h"
 #include "comm/watchdog.h"
 #include "cmd/commands.h"
+#include "cmd/help.h"
 #include "config/config.h"
 #include "engine/session.h"
 #include "cmd/selftest.h"
@@ -491,22 +492,7 @@ int zt_cmd_selftest(int argc, char **argv) {
         else if (!strcmp(argv[i], "--nccl-hang-child")) return zt_selftest_nccl_hang_child(); /* internal */
         else if (!strcmp(argv[i], "--singleton-child")) return zt_selftest_singleton_child();  /* internal */
         else if (!strcmp(argv[i], "--singleton-probe")) return zt_selftest_singleton_probe();  /* internal */
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: zerotrain selftest [--device cuda|sim|cpu] [--seed N] [--allow-skip]\n"
-                   "       zerotrain selftest --bench [--device cuda|cpu] [--fp16] [--bench-B 16] [--bench-T 1024]\n"
-                   "  compares every backend op with the CPU reference backend on random inputs and trains\n"
-                   "  20 tiny steps against the CPU (on a GPU: bf16, then fp16), then (under mpirun with\n"
-                   "  2+ ranks) the NCCL collectives with the MPI ones;\n"
-                   "  --device cpu checks the CPU backend against itself (exercises the harness);\n"
-                   "  --device sim runs it all on the simulated GPU (bf16, then fp16; host-staged comm);\n"
-                   "  --allow-skip exits 0 when no GPU is usable;\n"
-                   "  --bench times every op at GPT-2 124M shapes instead (ms, TFLOP/s or GB/s), in bf16\n"
-                   "  or with --fp16 in fp16.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "zerotrain: error: selftest: unknown argument '%s' (try --help)\n", argv[i]);
-            return 2;
-        }
+        else return zt_help_bad_argument("selftest", argv[i], i + 1 < argc ? argv[i + 1] : NULL); /* help: main.c */
     }
     if (bench_b < 1 || bench_t < 2) {
         fprintf(stderr, "zerotrain: error: selftest: --bench-B must be >= 1 and --bench-T >= 2\n");

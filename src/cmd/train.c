@@ -15,6 +15,7 @@
 #include "io/checkpoint.h"
 #include "engine/mem_report.h"
 #include "cmd/commands.h"
+#include "cmd/help.h"
 #include "config/config.h"
 #include "io/data.h"
 #include "engine/loss_scale.h"
@@ -57,9 +58,8 @@ static void install_stop_handlers(void) {
     sigprocmask(SIG_UNBLOCK, &sa.sa_mask, NULL); /* held since main (hold_stop_signals): one that came runs now */
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: zerotrain train CONFIG [--set KEY=VALUE]...\n");
-}
+/* the usage lines under train's argument error (printed before it: the error line is the caller's) */
+static void usage(void) { zt_help_usage(stderr, "train"); }
 
 /* mean validation loss over eval_batches in-order batches, spread round-robin over data-parallel ranks
  * (every rank runs the same number of forwards so stage-3 gathers stay matched; a tensor-parallel group
@@ -549,7 +549,9 @@ static int setup(trainer *t, int argc, char **argv, zt_err *err) {
             free(sets);
             usage();
             t->usage_error = 1;
-            return zt_fail(err, "train: unexpected argument '%s'", argv[i]);
+            char why[512];
+            zt_help_bad_argument_text("train", argv[i], i + 1 < argc ? argv[i + 1] : NULL, why, sizeof why);
+            return zt_fail(err, "%s", why);
         } else path = argv[i];
     }
     if (!path) { free(sets); usage(); t->usage_error = 1; return zt_fail(err, "train: missing CONFIG"); }
