@@ -18,8 +18,8 @@ before must stay loadable (`zerotrain info` verifies every checksum) and stay `l
     those batches; with no good checkpoint it stops;
   - checkpoint.resume: never (or a path outside checkpoint.dir) in a directory holding checkpoints
     is refused at start naming the newest step, and nothing there changes; checkpoint.overwrite:
-    true starts over there; keep_last removes only this run's steps and those of the run it resumed
-    from, never another run's;
+    true starts over there; keep_last removes only the steps of this run's lineage (it and the runs
+    it resumed from; t_keep_last follows longer chains), never another run's;
   - a format-version-1 checkpoint is refused at resume unless checkpoint.allow_unverified is set."""
 import os
 import shutil
@@ -183,7 +183,7 @@ try:
     ztlib.check(r.rc == 0 and latest(ck) == "step_00000004" and "resumed" not in r.stdout + r.stderr, "overwrite_starts_over",
                 r.why())
 
-    # ---- keep_last prunes this run's and its predecessor's steps only: X saves 5, 10; A starts over
+    # ---- keep_last prunes the steps of this run's lineage only: X saves 5, 10; A starts over
     # (overwrite, keep_last 0) with 2, 4; B resumes A and saves 6, 8 with keep_last 1 (6, the newest
     # good checkpoint, stays beside 8, which no step has confirmed)
     ck = os.path.join(tmp, "lineage")

@@ -298,6 +298,29 @@ static void set_i64_attr(const char *file, const char *group, const char *name, 
     H5Fclose(f);
 }
 
+/* a save records its run id then the lineage it descends from, at most ZT_CKPT_LINEAGE_MAX ids:
+ * a chain longer than that drops its oldest runs, and the reader reads back what was saved */
+static void test_lineage_bounded(void) {
+    model m;
+    zt_err err = {{0}};
+    if (make_model(&m, tiny_shape(2, 64), 1)) return;
+    zt_checkpoint_dir d;
+    int rc = zt_checkpoint_dir_open(&d, path("lineage"), comm, &err);
+    for (int i = 0; !rc && i < ZT_CKPT_LINEAGE_MAX; i++) snprintf(d.lineage[i], sizeof d.lineage[i], "%016x", i + 1);
+    d.n_lineage = ZT_CKPT_LINEAGE_MAX;
+    zt_train_state st = state_for(5);
+    fill(&m, 1);
+    if (!rc) rc = zt_checkpoint_save(&d, zt_engine_state_view(&m.e), comm, &m.shape, &st, "", 0, &err);
+    zt_checkpoint_reader *r = rc ? NULL : zt_checkpoint_open(path("lineage/step_00000005"), &err);
+    const zt_checkpoint_meta *meta = r ? zt_checkpoint_reader_meta(r) : NULL;
+    CHECK(meta && meta->n_lineage == ZT_CKPT_LINEAGE_MAX && !strcmp(meta->lineage[0], d.run_id) &&
+              !strcmp(meta->lineage[1], "0000000000000001") && !strcmp(meta->lineage[ZT_CKPT_LINEAGE_MAX - 1], "000000000000003f"),
+          "lineage_saved_bounded", "rc %d %s, %d ids", rc, err.msg, meta ? meta->n_lineage : -1);
+    zt_checkpoint_close(r);
+    zt_checkpoint_dir_close(&d);
+    free_model(&m);
+}
+
 static void test_damage(void) {
     zt_gpt2_shape shape = tiny_shape(2, 64);
     model m;
@@ -482,6 +505,7 @@ int main(int argc, char **argv) {
         test_escape();
         test_roundtrip();
         test_damage();
+        test_lineage_bounded();
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
         if (zt_checks_failed == 0 && system(cmd)) printf("cannot remove %s\n", root);

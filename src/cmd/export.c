@@ -141,6 +141,10 @@ int zt_cmd_info(int argc, char **argv) {
     for (int k = 0; k < m->world_size; k++) bytes += zt_checkpoint_file_bytes(r, k);
     printf("checkpoint: %s\n", argv[1]);
     printf("  format: %s version %d%s%s\n", ZT_CKPT_FORMAT, m->format_version, m->run_id[0] ? ", run id " : "", m->run_id);
+    if (m->n_lineage > 1) /* what keep_last counts (checkpoint.h): the runs this checkpoint descends from */
+        printf("  lineage: %d runs (resumed from a checkpoint of run %s)\n", m->n_lineage, m->lineage[1]);
+    else if (m->run_id[0])
+        printf("  lineage: this run alone (a fresh start, or saved before lineages were recorded)\n");
     printf("  step %ld, tokens seen %ld, optimizer steps %ld, data samples %ld\n", m->step, m->tokens_seen, m->adam_t,
            st.data_samples);
     printf("  saved by %d rank%s at ZeRO stage %d (shard %zu elements)\n", m->world_size, m->world_size > 1 ? "s" : "",

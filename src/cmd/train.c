@@ -142,10 +142,10 @@ static int maybe_resume(trainer *t, zt_err *err) {
     if (zt_checkpoint_load(step_dir, zt_engine_state_view(t->s.engine), &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
     t->start_step = st.step;
     if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = t->good_step = st.step;
-    if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues, not the one resumed */
+    if (t->has_ckdir) { /* keep_last may prune the steps of the runs this one continues, not the one resumed */
         t->ckdir.keep_step = t->good_step;
-        snprintf(t->ckdir.lineage_run_id, sizeof t->ckdir.lineage_run_id, "%s", meta.run_id);
-        t->ckdir.has_lineage = 1;
+        memcpy(t->ckdir.lineage, meta.lineage, sizeof meta.lineage);
+        t->ckdir.n_lineage = meta.n_lineage;
     }
     t->samples_at_start = st.data_samples;
     if (cfg->fp16_enabled && st.loss_scale > 0) {

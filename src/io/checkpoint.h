@@ -19,7 +19,8 @@
  *                                    zero_stage, total, shard, adam_t, config, n_layer ... n_positions,
  *                                    run_id, shard_crc32c [world_size] (each rank file's digest: ties
  *                                    the shards to this index), metadata_crc32c (covers all of the
- *                                    metadata and group state; see checkpoint_common.h);
+ *                                    metadata and group state; see checkpoint_common.h), lineage
+ *                                    (below);
  *                                    group state (trainer state); dataset param_table (compound);
  *                                    virtual datasets master, adam_m, adam_v [total] over the rank files
  *                                    and group params/ with one virtual dataset per tensor (HF shape)
@@ -28,6 +29,8 @@
  *                                    tokenizer), written after the checkpoint is complete; not part of it
  *   DIR/.tmp_step_*.RUNID            a save in progress (or a crashed one): ignored, removed by the next
  *                                    run that opens DIR, or by the same run when that save fails
+ *   DIR/.tmp_pruned_step_*.RUNID     a step directory keep_last is removing (renamed first, so a run
+ *                                    killed meanwhile leaves no torn step directory): the same
  * Tensor parallelism (tp > 1 ranks a group, format_version 3): world rank w = d * tp + t (data-parallel rank
  * d, tensor-parallel rank t) writes rank_w.h5 with its engine's range [lo, hi) of rank t's LOCAL vector
  * (zt_gpt2_param_table_tp's layout, cut by that rank's data-parallel shard) and attributes tp_rank, tp_size.
@@ -39,6 +42,11 @@
  * the reader reads. world_size counts every rank. Whole tensors that every tp rank holds (split WHOLE)
  * are checked bit-identical across the tp group at save (a divergence fails the save, naming the tensor).
  * A checkpoint saved at any tp size loads at any tp size, world size and stage.
+ * lineage: the run ids, space-separated, of the run that saved the step and of the runs whose checkpoints
+ * it descends from (each resumed from the one after it), newest first, at most ZT_CKPT_LINEAGE_MAX: what
+ * keep_last may prune (zt_checkpoint_dir). Not in metadata_crc32c, so that readers older than it still
+ * read the index; a reader checks that it starts with run_id and holds run ids only (else it warns and
+ * takes run_id alone, as for an index saved before lineages, which only prunes less).
  * Version 1 (no run id, shard digests or metadata checksum) loads into training only with
  * allow_unverified (checkpoint.allow_unverified), with a warning; info and export read it with the warning.
  * A step directory is renamed into place only after every rank's file and the index are fsync'ed, and
@@ -57,6 +65,10 @@
 #define ZT_CKPT_FORMAT "zerotrain-checkpoint"
 #define ZT_CKPT_VERSION 2    /* without tensor parallelism */
 #define ZT_CKPT_VERSION_TP 3 /* saved with tensor parallelism: older readers refuse it rather than misread it */
+/* run ids a lineage keeps: a requeue chain longer than this forgets its oldest runs, so the index
+ * stays small however long the chain; their steps were pruned long before unless keep_last is
+ * about as large (prune says so when it leaves such steps) */
+#define ZT_CKPT_LINEAGE_MAX 64
 
 /* Trainer state saved with the model states (group "state" of index.h5; every field an attribute).
  * The optimizer step count is not here: it is the engine's (the state view's steps), saved and restored with it. */
@@ -81,6 +93,10 @@ typedef struct zt_checkpoint_meta {
     char run_id[24];               /* of the run that saved it ("" in version 1) */
     int tensor_parallel;           /* its tensor-parallel size (1: none; world_size counts every rank) */
     size_t tp_shard[ZT_MAX_TP];    /* each tensor-parallel rank's data-parallel shard (tp_shard[0] = shard) */
+    /* the lineage attribute: lineage[0] is run_id, then the runs it descends from, newest first
+     * (a checkpoint saved without one: run_id alone) */
+    char lineage[ZT_CKPT_LINEAGE_MAX][24];
+    int n_lineage;
 } zt_checkpoint_meta;
 void zt_checkpoint_meta_free(zt_checkpoint_meta *m);
 
@@ -91,12 +107,15 @@ typedef struct zt_checkpoint_dir {
     int lock_fd;       /* rank 0: the open .lock file whose flock the run holds; -1 elsewhere */
     int dir_fd;        /* rank 0: the directory, flock'ed first where the file system can; -1 otherwise */
     time_t started;    /* when the run took the directory (its holder record's start time) */
-    /* what keep_last may remove besides this run's own steps (checkpoint_save.c, prune) */
-    char lineage_run_id[24]; /* the run id of the checkpoint this run resumed from */
-    int has_lineage;
+    /* keep_last (checkpoint_save.c, prune) counts and removes the steps of this run's lineage: its own
+     * and those saved by a run in `lineage`, the lineage of the checkpoint it resumed from (train.c),
+     * which its saves record after its own run id. Steps of other runs are never removed, nor counted. */
+    char lineage[ZT_CKPT_LINEAGE_MAX][24];
+    int n_lineage;           /* 0: a fresh start */
     int prune_any;           /* checkpoint.overwrite: every step directory (the user said so) */
     long keep_step;          /* never pruned: the newest good checkpoint (one the step after it passed the
                                 divergence guard; train.c); 0 = none */
+    int told_kept_others;    /* rank 0: prune has said once that other runs' steps stay */
 } zt_checkpoint_dir;
 
 /* Collective. Creates PATH when missing, takes its lock on rank 0 for as long as the run lives
@@ -121,8 +140,9 @@ int zt_checkpoint_set_aside(const zt_checkpoint_dir *cd, const long *steps, int 
 /* Collective over COMM, every rank of the job (the engine's comm is its data-parallel group; with
  * tensor parallelism, world rank w must be data-parallel rank w / tp, tensor-parallel rank w % tp).
  * Saves the model states of SV (the engine's state view, zt_engine_state_view) and ST as D/step_%08ld (st->step), updates D/latest,
- * then removes the oldest complete step directories beyond keep_last (0 = keep all; never the new
- * one, nor d->keep_step, nor a step another run saved: see zt_checkpoint_dir). A non-finite value in
+ * then prunes: of the complete step directories of this run's lineage (zt_checkpoint_dir) the newest
+ * keep_last stay (0 = keep all), and the new one and d->keep_step stay whatever their age; another
+ * run's steps stay too (said once, as an info line, when more than keep_last remain). A non-finite value in
  * the state fails the save like a write error (nothing published, `latest` unmoved). Every rank
  * writes its own file (D must be on a file system
  * all ranks share). The ranks agree on the outcome three times: after rank 0's temporary directory,

@@ -150,6 +150,42 @@ static int read_state(zt_checkpoint_reader *r, zt_err *err) {
     return 0;
 }
 
+/* a run id as zt_checkpoint_dir_open makes them: 16 lowercase hex digits */
+static int is_run_id(const char *s, size_t n) {
+    if (n != 16) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* m->lineage from the index's lineage attribute (checkpoint.h); without one (saved before lineages,
+ * version 1), or one that is not this run id followed by run ids: run_id alone. The attribute is
+ * not checksummed: a damaged one warns and only makes keep_last prune less, never more. */
+static void read_lineage(zt_checkpoint_reader *r) {
+    zt_checkpoint_meta *m = &r->meta;
+    char *text = NULL;
+    int rc = r->meta.format_version >= 2 ? ck_get_str(r->index, "lineage", &text) : -1;
+    int n = 0, ok = rc == 0;
+    for (const char *p = text; ok && *p;) {
+        size_t len = strcspn(p, " ");
+        ok = n < ZT_CKPT_LINEAGE_MAX && is_run_id(p, len) &&
+             (n > 0 || (!strncmp(p, m->run_id, len) && m->run_id[len] == 0)) && /* lineage[0] is run_id */
+             (p[len] == 0 || p[len + 1] != 0);                                 /* one blank between ids */
+        if (ok) snprintf(m->lineage[n++], sizeof m->lineage[0], "%.*s", (int)len, p);
+        p += len + (p[len] == ' ');
+    }
+    if (rc != -1 && (!ok || n == 0)) /* there, but unreadable or not a lineage */
+        zt_warn("checkpoint: %s: attribute lineage is not run id %s followed by at most %d run ids: its lineage is "
+                "taken as that run alone (keep_last leaves the steps of the runs before it)", r->index_path, m->run_id,
+                ZT_CKPT_LINEAGE_MAX - 1);
+    if (!ok || n == 0) {
+        snprintf(m->lineage[0], sizeof m->lineage[0], "%s", m->run_id);
+        n = 1;
+    }
+    m->n_lineage = n;
+    free(text);
+}
+
 static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
     const char *path = r->index_path;
     hid_t f = r->index;
@@ -217,6 +253,7 @@ static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
         zt_warn("checkpoint: %s is format version 1: its trainer state and the ties between its shards and index are "
                 "not checksummed (re-save to get version %d)", path, ZT_CKPT_VERSION);
     }
+    read_lineage(r);
     zt_err terr;
     if (zt_gpt2_param_table(&r->table, &s, &terr) ||
         ck_partition_make(&r->part, &s, m->world_size, m->tensor_parallel, m->tp_shard, &terr))

@@ -345,6 +345,15 @@ static int write_param_table(hid_t f, const zt_param_table *t) {
     return rc;
 }
 
+/* the lineage attribute (checkpoint.h): m's run ids, space-separated */
+static int put_lineage(hid_t f, const zt_checkpoint_meta *m) {
+    zt_sb text = {0};
+    for (int i = 0; i < m->n_lineage; i++) zt_sb_printf(&text, "%s%s", i ? " " : "", m->lineage[i]);
+    int rc = ck_put_str(f, "lineage", text.p ? text.p : "");
+    free(text.p);
+    return rc;
+}
+
 /* the index's contents, written into the in-memory HDF5 file f */
 static int fill_index(hid_t f, const zt_param_table *whole, const ck_partition *part, const zt_checkpoint_meta *m,
                       const zt_train_state *st, const uint32_t *shard_crc) {
@@ -368,6 +377,7 @@ static int fill_index(hid_t f, const zt_param_table *whole, const ck_partition *
         ck_put_i64(g, "hysteresis_left", st->hysteresis_left))
         rc = -1;
     ck_h5_close(&g);
+    if (!rc) rc = put_lineage(f, m);
     if (!rc) rc = write_param_table(f, whole);
     for (int v = 0; v < 3 && !rc; v++) rc = write_flat_vds(f, ck_vec_names[v], whole, part);
     g = rc ? -1 : H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -453,40 +463,82 @@ static int publish_dir(const char *dir, const char *tmp, const char *final, zt_e
     return ck_fsync_path(dir, err);
 }
 
-/* Whether pruning may remove step directory P: one this run saved, or one of the run it resumed
- * from (the run id in its index.h5), or any with checkpoint.overwrite. Another run's steps, and a
- * step whose index cannot be read, are never removed. */
-static int prunable(const zt_checkpoint_dir *cd, const char *p) {
-    if (cd->prune_any) return 1;
+/* The run id in step directory P's index.h5 (malloc'ed; "" for format version 1, which has
+ * none), or NULL when the index cannot be read. */
+static char *saved_run_id(const char *p) {
     char idx[CK_PATHCAP];
-    if (ck_path_join(idx, sizeof idx, p, "index.h5", NULL)) return 0;
+    if (ck_path_join(idx, sizeof idx, p, "index.h5", NULL)) return NULL;
     hid_t fapl = ck_file_access();
     hid_t f = H5Fopen(idx, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
-    if (f < 0) return 0;
+    if (f < 0) return NULL;
     char *run_id = NULL;
-    int rc = ck_get_str(f, "run_id", &run_id);
-    if (rc == -1) run_id = zt_xstrdup(""); /* format version 1: no run id */
+    if (ck_get_str(f, "run_id", &run_id) == -1) run_id = zt_xstrdup(""); /* format version 1: no run id */
     H5Fclose(f);
-    int mine = run_id && (!strcmp(run_id, cd->run_id) || (cd->has_lineage && !strcmp(run_id, cd->lineage_run_id)));
-    free(run_id);
-    return mine;
+    return run_id;
 }
 
-/* keep_last: removes the oldest complete step directories while more than keep_last remain, except
- * KEEP (the one just saved), cd->keep_step (the newest good checkpoint: train.c)
- * and the steps that are not this run's to remove (prunable). */
-static void prune(const zt_checkpoint_dir *cd, const char *keep, int keep_last) {
+/* Whether keep_last counts and may remove step directory P: one this run saved, or one a run of its
+ * lineage saved (zt_checkpoint_dir), or any with checkpoint.overwrite. Another run's steps, and a
+ * step whose index cannot be read, are neither removed nor counted. */
+static int in_lineage(const zt_checkpoint_dir *cd, const char *p) {
+    if (cd->prune_any) return 1;
+    char *run_id = saved_run_id(p);
+    int ours = run_id && !strcmp(run_id, cd->run_id);
+    for (int i = 0; run_id && !ours && i < cd->n_lineage; i++) ours = !strcmp(run_id, cd->lineage[i]);
+    free(run_id);
+    return ours;
+}
+
+/* The lineage this save records: this run, then the runs it descends from (a version-1 ancestor
+ * has no run id to record), the oldest dropped beyond ZT_CKPT_LINEAGE_MAX. */
+static void lineage_of_save(const zt_checkpoint_dir *cd, zt_checkpoint_meta *m) {
+    snprintf(m->lineage[0], sizeof m->lineage[0], "%s", cd->run_id);
+    m->n_lineage = 1;
+    for (int i = 0; i < cd->n_lineage && m->n_lineage < ZT_CKPT_LINEAGE_MAX; i++)
+        if (cd->lineage[i][0]) memcpy(m->lineage[m->n_lineage++], cd->lineage[i], sizeof m->lineage[0]);
+}
+
+/* keep_last: of the complete step directories of this run's lineage (in_lineage), the newest
+ * keep_last stay; of the older ones, all go except KEEP (the one just saved) and cd->keep_step (the
+ * newest good checkpoint: train.c), which stay whatever their age. Other runs' step directories stay
+ * and do not count; when they make more than keep_last stay, an info line says so, once a run. */
+static void prune(zt_checkpoint_dir *cd, const char *keep, int keep_last) {
     if (keep_last <= 0) return;
     ck_step_entry *s;
-    int n = ck_list_steps(cd->path, &s), left = n;
-    for (int i = 0; i < n && left > keep_last; i++) {
-        if (!strcmp(s[i].name, keep) || (cd->keep_step > 0 && s[i].step == cd->keep_step)) continue;
-        char p[CK_PATHCAP];
-        if (ck_path_join(p, sizeof p, cd->path, s[i].name, NULL) || !prunable(cd, p)) continue;
-        if (ck_rmtree(p)) zt_warn("checkpoint: cannot remove old %s: %s", p, strerror(errno));
-        left--;
+    int n = ck_list_steps(cd->path, &s), mine = 0, others = 0, first_other = -1;
+    char *ours = zt_xcalloc((size_t)n + 1, 1), p[CK_PATHCAP];
+    for (int i = 0; i < n; i++) {
+        ours[i] = !ck_path_join(p, sizeof p, cd->path, s[i].name, NULL) && in_lineage(cd, p);
+        mine += ours[i];
+        if (!ours[i] && others++ == 0) first_other = i;
     }
+    int stay = mine;
+    for (int i = 0, older = mine - keep_last; i < n && older > 0; i++) {
+        if (!ours[i]) continue;
+        older--;
+        if (!strcmp(s[i].name, keep) || (cd->keep_step > 0 && s[i].step == cd->keep_step)) continue;
+        /* renamed out of the listing first: a run killed while removing it (a kill -9 right after
+         * `latest` moved) leaves a .tmp_ entry, which the next run removes, not a torn step directory */
+        char gone[CK_PATHCAP];
+        if (ck_path_join(p, sizeof p, cd->path, s[i].name, NULL) ||
+            (size_t)snprintf(gone, sizeof gone, "%s/.tmp_pruned_%s.%s", cd->path, s[i].name, cd->run_id) >= sizeof gone)
+            continue;
+        if (rename(p, gone)) {
+            zt_warn("checkpoint: cannot remove old %s: %s", p, strerror(errno));
+            continue;
+        }
+        stay--;
+        if (ck_rmtree(gone)) zt_warn("checkpoint: cannot remove old %s (was %s): %s", gone, p, strerror(errno));
+    }
+    if (others > 0 && stay + others > keep_last && !cd->told_kept_others) {
+        cd->told_kept_others = 1;
+        zt_info("checkpoint: keep_last %d leaves %d step director%s outside this run's lineage in %s (oldest %s; saved "
+                "by runs it does not descend from, or unreadable): neither counted nor removed (remove them by hand, "
+                "or start over there with checkpoint.overwrite)", keep_last, others, others > 1 ? "ies" : "y", cd->path,
+                s[first_other].name);
+    }
+    free(ours);
     free(s);
 }
 
@@ -598,9 +650,10 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, con
         whole_total = whole->total;
         zt_checkpoint_meta m = {tp > 1 ? ZT_CKPT_VERSION_TP : ZT_CKPT_VERSION, st->step, st->tokens_seen,
                                 sv->steps, c->world, lay->stage, whole->total, tp_shard[0], *shape,
-                                (char *)(config_text ? config_text : ""), "", tp, {0}};
+                                (char *)(config_text ? config_text : ""), "", tp, {0}, {{0}}, 0};
         memcpy(m.tp_shard, tp_shard, sizeof tp_shard);
         snprintf(m.run_id, sizeof m.run_id, "%s", cd->run_id);
+        lineage_of_save(cd, &m);
         if (!rc) rc = write_index(idx, whole, &part, &m, st, shard_crc, err);
         ck_partition_free(&part);
         zt_param_table_free(&whole_built);
