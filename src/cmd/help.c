@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/util.h"
+
 typedef struct option_help {
     const char *flag;    /* "--seq-len", or "-o, --output" */
     const char *arg;     /* "T", or NULL for a switch */
@@ -264,48 +266,33 @@ int zt_help_answer(int argc, char **argv, int *rc) {
     return 0;
 }
 
-/* edit distance of two short strings (options are under 32 characters) */
-static int distance(const char *a, const char *b) {
-    int la = (int)strlen(a), lb = (int)strlen(b), row[33];
-    if (la > 32 || lb > 32) return 99;
-    for (int j = 0; j <= lb; j++) row[j] = j;
-    for (int i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = i;
-        for (int j = 1; j <= lb; j++) {
-            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[lb];
-}
-
-/* the option of C nearest to ARG (fewer than 4 edits), in BEST; 1 when ARG is one of C's options */
-static int nearest_option(const command_help *c, const char *arg, char *best, size_t cap) {
-    int best_d = 4;
-    best[0] = '\0';
+/* SUGGESTION: " (did you mean '--y'?)" for the option of C nearest to ARG (util's zt_suggest), or "";
+ * 1 when ARG is one of C's options */
+static int nearest_option(const command_help *c, const char *arg, char *suggestion, size_t cap) {
+    static char flags[16][4][32];
+    const char *cands[64];
+    int n = 0, known = 0;
     for (int i = 0; c && i < 16 && c->options[i].flag; i++) {
-        char flags[64];
-        snprintf(flags, sizeof flags, "%s", c->options[i].flag);
-        for (char *tok = strtok(flags, ", "); tok; tok = strtok(NULL, ", ")) {
-            int d = distance(arg, tok);
-            if (d < best_d) best_d = d, snprintf(best, cap, "%s", tok);
+        char list[64];
+        snprintf(list, sizeof list, "%s", c->options[i].flag);
+        int k = 0;
+        for (char *save = NULL, *tok = strtok_r(list, ", ", &save); tok && k < 4; tok = strtok_r(NULL, ", ", &save)) {
+            snprintf(flags[i][k], sizeof flags[i][k], "%s", tok);
+            known |= !strcmp(tok, arg);
+            cands[n++] = flags[i][k++];
         }
     }
-    return best_d == 0;
+    zt_suggest(arg, cands, n, suggestion, cap);
+    return known;
 }
 
 void zt_help_bad_argument_text(const char *cmd, const char *arg, const char *value, char *buf, size_t cap) {
-    char best[40];
-    int known = nearest_option(find(cmd), arg, best, sizeof best);
+    char suggestion[96];
+    int known = nearest_option(find(cmd), arg, suggestion, sizeof suggestion);
     if (arg[0] != '-' || !arg[1]) snprintf(buf, cap, "%s: unexpected argument '%.200s'", cmd, arg);
     else if (known && value) snprintf(buf, cap, "%s: bad value '%.200s' for %s", cmd, value, arg);
     else if (known) snprintf(buf, cap, "%s: %s needs a value", cmd, arg);
-    else snprintf(buf, cap, "%s: unknown option '%.200s'%s%s%s", cmd, arg, best[0] ? " (did you mean '" : "", best,
-                  best[0] ? "'?)" : "");
+    else snprintf(buf, cap, "%s: unknown option '%.200s'%s", cmd, arg, suggestion);
 }
 
 int zt_help_missing(const char *cmd, const char *what) {
