@@ -2,7 +2,8 @@
 each command of main.c's table answers `help CMD`, `CMD --help` and `CMD -h` with the same text,
 status 0, before MPI starts (a broken MPI component would stop MPI_Init); every option the command's
 parser compares against appears in its help; an unknown option gets the one wording with the nearest
-option; docs/cli.md is `zerotrain help --format md` as it stands (a new option cannot land undocumented)."""
+option; docs/cli.md is `zerotrain help --format md` as it stands (a new option cannot land undocumented),
+and docs/configuration.md's key table is `zerotrain config --keys --format md` (nor can a new key)."""
 import os
 import re
 
@@ -63,4 +64,9 @@ ztlib.check(p.returncode == 0 and re.match(r"zerotrain \d+\.\d+\.\d+\n$", p.stdo
 md = ztlib.run(["help", "--format", "md"], env=no_mpi).stdout
 ztlib.check(md and md == ztlib.read_text(os.path.join(ztlib.ROOT, "docs", "cli.md")), "docs_cli_md_is_current",
             "regenerate: ./zerotrain help --format md > docs/cli.md")
+keys = ztlib.run(["config", "--keys", "--format", "md"], env=no_mpi).stdout
+conf = ztlib.read_text(os.path.join(ztlib.ROOT, "docs", "configuration.md"))
+m = re.search(r"<!-- keys:begin[^\n]*-->\n(.*?)<!-- keys:end -->", conf, re.S)
+ztlib.check(keys.startswith("| key |") and m and m.group(1) == keys, "docs_configuration_keys_are_current",
+            "regenerate the block between the keys markers with: ./zerotrain config --keys --format md")
 ztlib.finish()

@@ -23,8 +23,9 @@ int zt_cmd_config(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
-        if (!strcmp(a, "--keys")) {
-            zt_config_print_keys(stdout);
+        if (!strcmp(a, "--keys")) { /* --keys --format md: docs/configuration.md's table */
+            int md = v && !strcmp(v, "--format") && i + 2 < argc && !strcmp(argv[i + 2], "md");
+            zt_config_print_keys(stdout, md);
             free(sets);
             return 0;
         }

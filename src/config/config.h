@@ -185,8 +185,9 @@ int zt_config_check_batch(zt_config *cfg, int world_size, zt_err *err);
 /* data_types.grad_accum_dtype against the backend that will run: only the dtype the backend
  * accumulates gradients in (its compute dtype: "fp32", "bf16", "fp16") is accepted. */
 int zt_config_check_grad_accum(const zt_config *cfg, const char *backend, const char *compute_dtype, zt_err *err);
-/* The key reference (every key: dotted name, type, default, help), from config_keys.c's table. */
-void zt_config_print_keys(FILE *f);
+/* The key reference (every key: dotted name, type, default, help; MARKDOWN: a table that also says
+ * what each accepts, docs/configuration.md's), from config_keys.c's table. */
+void zt_config_print_keys(FILE *f, int markdown);
 /* ZT_DEVICE_* for a `device` value ("auto", "cpu", "cuda", "sim"), -1 for anything else; for the
  * commands that take --device */
 int zt_config_device_named(const char *name);

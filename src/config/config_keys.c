@@ -4,6 +4,7 @@
  * the loader (config.c) uses for files and --set alike, with its near-miss suggestions. A new key is
  * one row here (plus its field in config.h and, if it needs one, a cross-key check in
  * config_checks.c). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,13 +100,13 @@ const zt_keydef zt_config_keys[] = {
 
     SEC("scheduler", .tag = T_SCHED),
     KEY("scheduler.type", K_ENUM, scheduler, .def = ZT_SCHED_CONSTANT, .flags = E, .tag = T_SCHED_TYPE,
-        .ev = zt_sched_types, .ds_names = ds_schedulers, .what = "scheduler",
+        .ev = zt_sched_types, .ds_names = ds_schedulers, .what = "scheduler", .def_shown = "none (constant lr)",
         .help = "WarmupLR, WarmupDecayLR or WarmupCosineLR; no section = constant lr"),
     SEC("scheduler.params"),
     KEY("scheduler.params.warmup_min_lr", K_FLOAT, warmup_min_lr, .def = 0, .lo = 0, .hi = INF,
         .flags = E | F_AUTO, .tag = T_SCHED_PARAM, .help = "WarmupLR, WarmupDecayLR: rate at step 0"),
     KEY("scheduler.params.warmup_max_lr", K_FLOAT, warmup_max_lr, .def = -1, .lo = 0, .hi = INF,
-        .flags = E | F_AUTO, .tag = T_SCHED_PARAM, .help = "rate after warmup (default optimizer lr)"),
+        .flags = E | F_AUTO, .tag = T_SCHED_PARAM, .help = "rate after warmup", .def_shown = "optimizer.params.lr"),
     KEY("scheduler.params.warmup_num_steps", K_LONG, warmup_num_steps, .def = 1000, .lo = 0, .hi = INF,
         .flags = E | F_AUTO, .tag = T_SCHED_PARAM, .help = "warmup length in optimizer steps"),
     KEY("scheduler.params.warmup_type", K_ENUM, warmup_type_log, .def = 1, .flags = E | F_AUTO,
@@ -663,16 +664,56 @@ static const char *kind_name(const zt_keydef *d) {
     }
 }
 
-void zt_config_print_keys(FILE *f) {
+/* what a key accepts beyond its type: "[lo, hi]", ">= lo", the names of an enum */
+static void key_range(const zt_keydef *d, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (d->kind == K_ENUM || d->kind == K_ENUMSTR) {
+        if (d->ev) zt_enum_list(d->ev, buf, cap);
+    } else if ((d->kind == K_INT || d->kind == K_LONG || d->kind == K_U64 || d->kind == K_FLOAT || d->kind == K_DOUBLE) &&
+               (d->lo != 0 || d->hi != 0)) {
+        if (isinf(d->hi)) snprintf(buf, cap, "%s %g", d->lo_excl ? ">" : ">=", d->lo);
+        else snprintf(buf, cap, "%s%g, %g]", d->lo_excl ? "(" : "[", d->lo, d->hi);
+    } else if (d->kind == K_DSKEY || d->kind == K_OFF_SECTION || (d->flags & (F_ONLY_FALSE | F_ONLY_TRUE))) {
+        snprintf(buf, cap, "%s", d->hint ? d->hint : "");
+    }
+}
+
+/* S as a Markdown table cell: '|' escaped */
+static void md_cell(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+/* a key's default as shown: the marker's meaning where it has one, "-" where there is none */
+static char *shown_default(const zt_keydef *d, const zt_config *def) {
+    if (d->def_shown) return zt_xstrdup(d->def_shown);
+    zt_sb b = {0};
+    if (d->off != ZT_NOF) zt_key_put_value(&b, d, def);
+    return b.p ? b.p : zt_xstrdup("-");
+}
+
+void zt_config_print_keys(FILE *f, int markdown) {
     zt_config def;
     zt_config_defaults(&def);
+    if (markdown) fprintf(f, "| key | type | default | accepts | meaning |\n|---|---|---|---|---|\n");
     for (const zt_keydef *d = zt_config_keys; d->kind != K_END; d++) {
         if (d->kind == K_SECTION) continue;
-        zt_sb b = {0};
-        if (d->off != ZT_NOF) zt_key_put_value(&b, d, &def);
-        fprintf(f, "%-58s %-22s %-12s %s%s\n", d->path, kind_name(d), b.p ? b.p : "-", d->help ? d->help : "",
-                d->flags & F_AUTO ? " [\"auto\" accepted]" : "");
-        free(b.p);
+        char *shown = shown_default(d, &def), range[256];
+        key_range(d, range, sizeof range);
+        const char *help = d->help ? d->help : "", *aut = d->flags & F_AUTO ? " [\"auto\" accepted]" : "";
+        if (markdown) {
+            const char *cells[5] = {d->path, kind_name(d), shown, range, help};
+            for (int k = 0; k < 5; k++) {
+                fputs(k == 0 || k == 2 ? "| `" : "| ", f);
+                md_cell(f, cells[k]);
+                fputs(k == 0 || k == 2 ? "` " : " ", f);
+            }
+            fprintf(f, "%s|\n", aut);
+        } else
+            fprintf(f, "%-58s %-22s %-12s %s%s\n", d->path, kind_name(d), shown, help, aut);
+        free(shown);
     }
     zt_config_free(&def);
 }

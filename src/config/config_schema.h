@@ -77,6 +77,8 @@ typedef struct zt_keydef {
     const char *what;             /* K_ENUM* with ds_names: "optimizer", "scheduler" */
     const char *hint;             /* K_DSKEY, K_OFF_SECTION, F_ONLY_*: appended to the refusal */
     const char *help;             /* one line: what the key does here */
+    const char *def_shown;        /* the default as `config --keys` shows it, where the stored one is a
+                                     marker for "derived" (warmup_max_lr -1: the optimizer's lr) */
 } zt_keydef;
 
 #define ZT_NOF ((size_t)-1)
