@@ -17,7 +17,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: zerotrain COMMAND [ARGS]\n"
             "  train CONFIG [--set KEY=VALUE]...   train a GPT-2 (under mpirun/srun, or alone)\n"
-            "  tokenize [--vocab DIR] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N]\n"
+            "  tokenize [--vocab DIR] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]\n"
             "  sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S]\n"
             "         [--device auto|cpu|cuda|sim]\n"
             "  eval MODEL --data FILE [--batch-size B] [--seq-len T] [--batches N] [--grads FILE] [--device D]\n"

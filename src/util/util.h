@@ -98,6 +98,18 @@ char *zt_read_file(const char *path, size_t *len, zt_err *err);
  * not hang the command; process substitution (<(...)) reads as before. */
 char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err);
 
+/* An input read block by block with zt_read_file_max's rules (a pipe, FIFO or device waits at
+ * most ZEROTRAIN_PIPE_TIMEOUT seconds for data, one line naming it when none comes). */
+typedef struct zt_reader {
+    int fd, streamed; /* streamed: 'f' FIFO or pipe, 'c' device, 's' socket, 0 a file */
+    double wait_s;
+    const char *path;
+} zt_reader;
+int zt_reader_open(zt_reader *r, const char *path, zt_err *err);
+/* Up to N bytes into BUF: the count read (0 only at the end), or -1 with "PATH: ..." in ERR. */
+long zt_reader_read(zt_reader *r, void *buf, size_t n, zt_err *err);
+void zt_reader_close(zt_reader *r);
+
 /* The time a repeated measurement settles at (ratio auto's calibration passes): the middle of its 3
  * fastest of n samples once those agree within `tolerance` (slowest / fastest - 1), so a disturbance
  * in the other samples (a VM growing its memory, another job on the cores) moves nothing; *settled is
