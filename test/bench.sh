@@ -28,6 +28,9 @@ echo "== the predictor against measurement: calibrate, then a matrix of configs 
 echo "== data shards: memory per rank against the corpus size"
 /usr/bin/python3 test/bench_data.py
 
+echo "== tokenize: peak memory and tokens/s on a 1 GB text with -j 1 and -j $threads, beside tiktoken's batch encoder"
+/usr/bin/python3 test/bench_tokenize.py | tee "$out/bench_tokenize.txt"
+
 echo "== multi-node: 2 hosts (network namespaces), links shaped to 10 and 1 Gbit/s"
 OMP_NUM_THREADS=1 /usr/bin/python3 test/bench_multinode.py
 
@@ -43,3 +46,4 @@ echo "   time of its other ops (bench_ops), the small config's step on the kerne
 grep -E '^cpu kernels|^FMA peak|^SGEMM peak|^GEMMs of the step|^the step.s other ops|^(gelu|softmax_xent|sumsq|attention|layernorm)' \
   "$out/bench_ops.txt"
 grep -E '^\(b\) ' "$out/bench_train.txt"
+grep -E '^tokenize: -j' "$out/bench_tokenize.txt"

@@ -37,6 +37,8 @@ for name, fn in commands:
                 "".join(p.stderr[-300:] for p in outs) + text[:300])
     body = bodies.get(fn, "")
     flags = set(re.findall(r'str(?:n?)cmp\((?:a|arg|argv\[i\]), "(-[-a-zA-Z]+)"', body))
+    for table in re.findall(r"opts\[\] = \{([^}]*)\}", body):  # a parser that walks a list of its options
+        flags |= set(re.findall(r'"(-[-a-zA-Z]+)"', table))
     flags -= {f for f in flags if re.search(r'"%s"\).*internal' % re.escape(f), body)}  # test-only switches
     flags -= {"--set="}
     options = set(re.findall(r"^  (-[-a-zA-Z]+(?:, -[-a-zA-Z]+)*)", text, re.M))

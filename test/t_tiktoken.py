@@ -5,7 +5,6 @@ which for GPT-2 is its id; tiktoken's own gpt2 loader checks that these files ar
 uses, by the sha256 sums in data/gpt2/README.md). Compared: the ids of tiny Shakespeare, of a
 mixed text (many scripts, emoji, whitespace runs, contractions, digits) and of random strings
 drawn from those; and tiktoken's decode of zerotrain's ids gives back the text."""
-import json
 import os
 import random
 import tempfile
@@ -14,23 +13,12 @@ import ztlib
 
 ztlib.use_pypi_env("tiktoken")
 
-import tiktoken  # noqa: E402
-
 check = ztlib.check
 VOCAB = os.path.join(ztlib.ROOT, "data", "gpt2")
 tmp = tempfile.mkdtemp(prefix="zt_tiktoken_")
 
 
-bytes_to_unicode = ztlib.bytes_to_unicode
-
-
-byte_of = {c: b for b, c in bytes_to_unicode().items()}
-with open(os.path.join(VOCAB, "encoder.json"), encoding="utf-8") as f:
-    encoder = json.load(f)
-ranks = {bytes(byte_of[c] for c in tok): i for tok, i in encoder.items() if tok != "<|endoftext|>"}
-enc = tiktoken.Encoding(name="gpt2_from_data_gpt2",
-                        pat_str=r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
-                        mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+enc = ztlib.tiktoken_gpt2()
 
 
 def zt_tokenize(name, text):

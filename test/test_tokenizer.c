@@ -217,6 +217,66 @@ static void test_random_roundtrip(const zt_tokenizer *tok) {
     free(s);
 }
 
+/* Strings of the fragments where the pattern's pieces meet in every way: all kinds of White_Space
+ * (and the two look-alikes that are not), letters, digits and the rest in and out of ASCII,
+ * apostrophes and contractions, invalid and cut-short UTF-8. */
+static size_t random_text(zt_rng *rng, char *buf, size_t cap) {
+    static const char *frags[] = {" ", "  ", "\n", "\n\n", "\r\n", "\t", "\x0b", "\xc2\x85", "\xc2\xa0", "\xe2\x80\x80",
+                                  "\xe3\x80\x80", "\xe1\x9a\x80", "\xe1\xa0\x8e", "\x1c", "a", "Word", "\xc3\xa9", "\xe4\xb8\xad",
+                                  "\xd0\x96", "1", "42", "\xd9\xa1", ",", "\xe3\x80\x82", "'", "'s", "'ll", "'re", "'S", "''",
+                                  "\xff", "\x80", "\xe4\xb8", "\xc0\x80", "\xed\xa0\x80", "\xf0\x9f\x98\x80", "\xcc\x81",
+                                  "\xe2\x80\x8d", "", "-", "x1"};
+    size_t len = 0, target = zt_rng_u64(rng) % (cap / 5);
+    while (len < target) {
+        const char *f = frags[zt_rng_u64(rng) % (sizeof frags / sizeof frags[0])];
+        size_t fl = f[0] ? strlen(f) : 1; /* "" is a NUL byte */
+        memcpy(buf + len, f, fl);
+        len += fl;
+    }
+    return len;
+}
+
+/* Every cut zt_tokenizer_last_cut claims: the two parts encoded alone give the ids of the whole
+ * (the cut decided from the text up to 4 bytes past it, as the streaming tokenize reads it). */
+static void test_cuts(const zt_tokenizer *tok) {
+    zt_rng rng;
+    zt_rng_seed(&rng, 48);
+    zt_encoder *enc = zt_encoder_new(tok);
+    zt_ids whole = {0}, parts = {0};
+    zt_err err;
+    char buf[400], desc[256] = "";
+    size_t n_cuts = 0, n_bad = 0, n_positions = 0;
+    for (int t = 0; t < 400; t++) {
+        size_t len = random_text(&rng, buf, sizeof buf);
+        whole.n = 0;
+        zt_encoder_encode(enc, buf, len, &whole, &err);
+        for (size_t a = 1; a + 4 <= len; a++, n_positions++) {
+            if (zt_tokenizer_last_cut(tok, buf, a, a + 4) != a) continue;
+            n_cuts++;
+            parts.n = 0;
+            zt_encoder_encode(enc, buf, a, &parts, &err);
+            zt_encoder_encode(enc, buf + a, len - a, &parts, &err);
+            if (parts.n == whole.n && memcmp(parts.data, whole.data, whole.n * sizeof *whole.data) == 0) continue;
+            if (!n_bad++) {
+                char esc[200];
+                snprintf(desc, sizeof desc, "string %d cut at %zu of %zu changes its ids: %s", t, a, len, zt_escape(buf, len, esc, sizeof esc));
+            }
+        }
+    }
+    CHECK(n_bad == 0 && n_cuts > n_positions / 5, "cut_points_keep_the_ids", "%zu of %zu claimed cuts (%zu positions) wrong; %s",
+          n_bad, n_cuts, n_positions, desc);
+    /* what must never be cut: inside a run of one class, after a space, an apostrophe and a letter */
+    const char *never[] = {"aaaaaaaa", "1234 5678", "x \n\n\n\ny", "it's....", "\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad\xe4\xb8\xad"};
+    size_t at[] = {4, 5, 4, 3, 6};
+    int ok = 1;
+    for (int i = 0; i < 5; i++) ok &= zt_tokenizer_last_cut(tok, never[i], at[i], at[i] + 1 + 3) != at[i];
+    CHECK(ok && zt_tokenizer_last_cut(tok, "ab cd....", 0, 9) == 5 && zt_tokenizer_last_cut(tok, "aaaaaaaa", 0, 8) == 0,
+          "cut_points_where_expected", "a cut inside a piece, or none before ' cd'");
+    zt_ids_free(&whole);
+    zt_ids_free(&parts);
+    zt_encoder_free(enc);
+}
+
 static void test_corpus(const zt_tokenizer *tok) {
     size_t len;
     zt_err err;
@@ -290,6 +350,18 @@ static void test_bad_vocab(const char *tmp) {
     t = zt_tokenizer_load(dir, &err);
     CHECK(!t && contains(err.msg, want) && contains(err.msg, "not in encoder.json"), "vocab_bpe_unknown_token", "%s",
           t ? "loaded" : err.msg);
+    /* a vocabulary file that never ends (/dev/zero) stops at the cap, one line naming it */
+    unlink(path);
+    CHECK(symlink("/dev/zero", path) == 0, "vocab_bpe_dev_zero_link", "cannot link %s", path);
+    t = zt_tokenizer_load(dir, &err);
+    CHECK(!t && contains(err.msg, path) && contains(err.msg, "larger than 67108864 bytes") && !strchr(err.msg, '\n'),
+          "vocab_bpe_dev_zero_capped", "%s", t ? "loaded" : err.msg);
+    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    unlink(path);
+    CHECK(symlink("/dev/zero", path) == 0, "encoder_json_dev_zero_link", "cannot link %s", path);
+    t = zt_tokenizer_load(dir, &err);
+    CHECK(!t && contains(err.msg, path) && contains(err.msg, "larger than 67108864 bytes") && !strchr(err.msg, '\n'),
+          "encoder_json_dev_zero_capped", "%s", t ? "loaded" : err.msg);
 }
 
 static void test_shards(const char *tmp) {
@@ -359,7 +431,7 @@ static void test_shards(const char *tmp) {
 /* Runs `./zerotrain tokenize ARGS...` (the command as a user runs it; tests link the library, not
  * the commands) and returns its exit status, -1 when it did not exit normally. */
 static int run_tokenize(const char **args, int n) {
-    char *argv[18];
+    char *argv[24];
     argv[0] = "./zerotrain";
     for (int i = 0; i < n; i++) argv[i + 1] = (char *)args[i];
     argv[n + 1] = NULL;
@@ -372,6 +444,93 @@ static int run_tokenize(const char **args, int n) {
     int status;
     if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The tokens of PREFIX_val.bin (when there) and PREFIX_train_000000.bin, ... in order into OUT;
+ * *shards gets the train shard count and sizes[] their token counts (the val count first). */
+static size_t read_shard_set(const char *prefix, zt_ids *out, size_t *sizes, int *shards) {
+    char path[700];
+    zt_err err;
+    out->n = 0;
+    *shards = 0;
+    for (int s = -1;; s++) {
+        if (s < 0) snprintf(path, sizeof path, "%s_val.bin", prefix);
+        else snprintf(path, sizeof path, "%s_train_%06d.bin", prefix, s);
+        size_t n = 0;
+        uint16_t *v = access(path, F_OK) == 0 ? zt_shard_load(path, &n, &err) : NULL;
+        if (s < 0) sizes[0] = n;
+        if (!v && s >= 0) break;
+        for (size_t i = 0; i < n; i++) zt_ids_push(out, v[i]);
+        if (s >= 0 && s < 63) sizes[1 + s] = n;
+        if (s >= 0) ++*shards;
+        free(v);
+    }
+    return out->n;
+}
+
+/* Streaming: tiny blocks (cuts everywhere) and 1 or 3 threads give the ids of the whole documents,
+ * split into val and shards exactly as the counts say; a failure in a later input removes the
+ * shards already committed. */
+static void test_tokenize_streaming(const zt_tokenizer *tok, const char *tmp) {
+    char d1[600], d2[600], d3[600], prefix[600], path[700];
+    snprintf(d1, sizeof d1, "%s/s1.txt", tmp);
+    snprintf(d2, sizeof d2, "%s/s2.txt", tmp);
+    snprintf(d3, sizeof d3, "%s/s3.txt", tmp);
+    zt_rng rng;
+    zt_rng_seed(&rng, 4848);
+    char *text = zt_xmalloc(16384);
+    size_t n1 = 0;
+    while (n1 < 12000) n1 += random_text(&rng, text + n1, 400);
+    memset(text + n1, ' ', 300); /* a run of one class longer than a block: no cut in it */
+    n1 += 300;
+    write_file(d1, text, n1);
+    size_t clen;
+    zt_err err;
+    char *corpus = zt_read_file(CORPUS, &clen, &err);
+    size_t n2 = corpus && clen > 3000 ? 3000 : 0;
+    write_file(d2, corpus ? corpus : "", n2);
+    write_file(d3, "", 0); /* an empty document still gets its <|endoftext|> */
+    zt_ids want = {0}, got = {0};
+    zt_tokenizer_encode(tok, text, n1, &want, &err);
+    zt_ids_push(&want, ZT_TOKEN_EOT);
+    zt_tokenizer_encode(tok, corpus, n2, &want, &err);
+    zt_ids_push(&want, ZT_TOKEN_EOT);
+    free(corpus);
+    free(text);
+    struct { const char *block, *threads, *fraction; } runs[] = {
+        {"1", "1", "0.1"}, {"1", "3", "0.1"}, {"5", "3", "0.1"}, {"64", "2", "0"}, {"4096", "3", "0.25"}, {NULL, "1", "0.1"}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        if (runs[r].block) setenv("ZEROTRAIN_TOKENIZE_BLOCK", runs[r].block, 1);
+        else unsetenv("ZEROTRAIN_TOKENIZE_BLOCK");
+        snprintf(prefix, sizeof prefix, "%s/stream%zu", tmp, r);
+        const char *a[] = {"tokenize", "--vocab", VOCAB, d1, d2, d3, "-o", prefix, "--shard-tokens", "1000", "-j", runs[r].threads,
+                           "--val-fraction", runs[r].fraction};
+        int rc = run_tokenize(a, 14);
+        size_t sizes[64] = {0};
+        int shards = 0;
+        read_shard_set(prefix, &got, sizes, &shards);
+        size_t n_val = (size_t)(atof(runs[r].fraction) * (double)want.n), n_train = want.n - n_val;
+        int ok = rc == 0 && got.n == want.n && memcmp(got.data, want.data, want.n * sizeof *want.data) == 0;
+        ok &= sizes[0] == n_val && shards == (int)((n_train + 999) / 1000);
+        for (int s = 0; s < shards && s < 63; s++) ok &= sizes[1 + s] == (s + 1 < shards ? 1000 : n_train - 1000 * (size_t)s);
+        char name[96];
+        snprintf(name, sizeof name, "tokenize_stream_block_%s_j%s_val_%s", runs[r].block ? runs[r].block : "default",
+                 runs[r].threads, runs[r].fraction);
+        CHECK(ok && !dir_has_tmp(tmp), name, "rc %d, %zu tokens (want %zu), val %zu (want %zu), %d shards%s", rc, got.n, want.n,
+              sizes[0], n_val, shards, dir_has_tmp(tmp) ? ", a .tmp. file left" : "");
+    }
+    /* the second input is missing: the train shards the first one filled are removed again */
+    setenv("ZEROTRAIN_TOKENIZE_BLOCK", "64", 1);
+    snprintf(prefix, sizeof prefix, "%s/streamfail", tmp);
+    const char *a[] = {"tokenize", "--vocab", VOCAB, d1, "/nonexistent/doc.txt", "-o", prefix, "--shard-tokens", "100",
+                       "--val-fraction", "0"};
+    int rc = run_tokenize(a, 11);
+    snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
+    CHECK(rc == 1 && access(path, F_OK) != 0 && !dir_has_tmp(tmp), "tokenize_stream_failure_removes_shards",
+          "rc %d, %s %s", rc, path, access(path, F_OK) == 0 ? "left behind" : "");
+    unsetenv("ZEROTRAIN_TOKENIZE_BLOCK");
+    zt_ids_free(&want);
+    zt_ids_free(&got);
 }
 
 static void test_tokenize_cmd(const zt_tokenizer *tok, const char *tmp) {
@@ -460,10 +619,12 @@ int main(int argc, char **argv) {
     }
     test_cases(tok);
     test_random_roundtrip(tok);
+    test_cuts(tok);
     test_corpus(tok);
     test_bad_vocab(tmp);
     test_shards(tmp);
     test_tokenize_cmd(tok, tmp);
+    test_tokenize_streaming(tok, tmp);
     zt_tokenizer_free(tok);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -205,6 +205,20 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
+def tiktoken_gpt2():
+    """tiktoken's GPT-2 encoding built offline from data/gpt2 (encoder.json gives each token's bytes
+    and its rank, which for GPT-2 is its id); call after use_pypi_env("tiktoken")."""
+    import json
+    import tiktoken
+    byte_of = {c: b for b, c in bytes_to_unicode().items()}
+    with open(os.path.join(ROOT, "data", "gpt2", "encoder.json"), encoding="utf-8") as f:
+        encoder = json.load(f)
+    ranks = {bytes(byte_of[c] for c in tok): i for tok, i in encoder.items() if tok != "<|endoftext|>"}
+    return tiktoken.Encoding(name="gpt2_from_data_gpt2",
+                             pat_str=r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+                             mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+
 class Tmpfs:
     """A tmpfs mounted (as root) on a new directory under parent for a `with` block; unmounted and
     removed at its end, also when the test fails."""

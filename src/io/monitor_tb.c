@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -135,22 +136,26 @@ static int write_all(int fd, const bytes *out) {
  * is cut back to its last whole record, so the directory reads cleanly: TensorBoard would stop at
  * the torn record, and our own reader refuses it. -1 with err when the file cannot be cut. */
 static int cut_torn_records(const char *path, zt_err *err) {
-    size_t len;
-    zt_err ignored;
-    unsigned char *p = (unsigned char *)zt_read_file(path, &len, &ignored);
-    if (!p) return 0; /* unreadable: not ours to judge */
-    size_t at = 0;
-    while (len - at >= 12) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0; /* unreadable: not ours to judge */
+    /* record by record (an event file of a long run is large): only one record's bytes are held */
+    struct stat st;
+    size_t len = fstat(fileno(f), &st) == 0 && st.st_size > 0 ? (size_t)st.st_size : 0, at = 0, cap = 0;
+    unsigned char head[12], *data = NULL;
+    while (len - at >= 12 && fread(head, 1, 12, f) == 12) {
         uint64_t n = 0;
         uint32_t crc_len = 0, crc_data = 0;
-        for (int i = 0; i < 8; i++) n |= (uint64_t)p[at + i] << (8 * i);
-        for (int i = 0; i < 4; i++) crc_len |= (uint32_t)p[at + 8 + i] << (8 * i);
-        if (crc_len != zt_crc32c_masked(p + at, 8) || n > len - at - 12 || len - at - 12 - n < 4) break;
-        for (int i = 0; i < 4; i++) crc_data |= (uint32_t)p[at + 12 + n + i] << (8 * i);
-        if (crc_data != zt_crc32c_masked(p + at + 12, n)) break;
+        for (int i = 0; i < 8; i++) n |= (uint64_t)head[i] << (8 * i);
+        for (int i = 0; i < 4; i++) crc_len |= (uint32_t)head[8 + i] << (8 * i);
+        if (crc_len != zt_crc32c_masked(head, 8) || n > len - at - 12 || len - at - 12 - n < 4) break;
+        if (n + 4 > cap) data = zt_xrealloc(data, cap = (size_t)n + 4);
+        if (fread(data, 1, (size_t)n + 4, f) != n + 4) break;
+        for (int i = 0; i < 4; i++) crc_data |= (uint32_t)data[n + i] << (8 * i);
+        if (crc_data != zt_crc32c_masked(data, n)) break;
         at += 12 + n + 4;
     }
-    free(p);
+    free(data);
+    fclose(f);
     if (at == len) return 0;
     if (truncate(path, (off_t)at)) return zt_fail(err, "%s: cannot cut its torn last record: %s", path, strerror(errno));
     zt_warn("tensorboard: %s ended inside a record (an earlier run stopped while writing); cut back to its last whole "

@@ -65,45 +65,91 @@ static void sync_parent_dir(const char *path) {
     free(dir);
 }
 
-int zt_shard_write(const char *path, const uint16_t *tokens, size_t n, zt_err *err) {
-    if (n > (size_t)INT32_MAX) return zt_fail(err, "%s: %zu tokens is more than one shard can hold (%d)", path, n, INT32_MAX);
+int zt_shard_writer_open(zt_shard_writer *w, const char *path, zt_err *err) {
     size_t pl = strlen(path) + 32;
-    char *tmp = zt_xmalloc(pl);
-    snprintf(tmp, pl, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        zt_fail(err, "%s: cannot write (creating %s: %s)", path, tmp, strerror(errno));
-        free(tmp);
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    w->tmp = zt_xmalloc(pl);
+    snprintf(w->tmp, pl, "%s.tmp.%ld", path, (long)getpid());
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        zt_fail(err, "%s: cannot write (creating %s: %s)", path, w->tmp, strerror(errno));
+        free(w->tmp);
+        w->tmp = NULL;
         return -1;
     }
-    uint8_t header[ZT_SHARD_HEADER_BYTES] = {0};
+    w->path = zt_xstrdup(path);
+    uint8_t header[ZT_SHARD_HEADER_BYTES] = {0}; /* the count goes in at commit */
     put_le32(header, ZT_SHARD_MAGIC);
     put_le32(header + 4, ZT_SHARD_VERSION);
-    put_le32(header + 8, (uint32_t)n);
-    int ok = write_all(fd, header, sizeof header) == 0;
-    if (ok && host_is_le()) {
-        ok = write_all(fd, tokens, n * sizeof *tokens) == 0;
-    } else if (ok) {
+    if (write_all(w->fd, header, sizeof header) != 0) {
+        zt_fail(err, "%s: cannot write (%s)", path, strerror(errno));
+        zt_shard_writer_abort(w);
+        return -1;
+    }
+    return 0;
+}
+
+int zt_shard_writer_append(zt_shard_writer *w, const uint16_t *tokens, size_t n, zt_err *err) {
+    if (n > (size_t)INT32_MAX - w->n) {
+        zt_fail(err, "%s: %zu tokens is more than one shard can hold (%d)", w->path, w->n + n, INT32_MAX);
+        zt_shard_writer_abort(w);
+        return -1;
+    }
+    int ok = 1;
+    if (host_is_le()) {
+        ok = write_all(w->fd, tokens, n * sizeof *tokens) == 0;
+    } else {
         uint8_t buf[1 << 16];
         for (size_t i = 0; ok && i < n;) {
             size_t k = 0;
             for (; i < n && k < sizeof buf; i++, k += 2) { buf[k] = (uint8_t)tokens[i]; buf[k + 1] = (uint8_t)(tokens[i] >> 8); }
-            ok = write_all(fd, buf, k) == 0;
+            ok = write_all(w->fd, buf, k) == 0;
         }
     }
-    if (ok) ok = fsync(fd) == 0;
-    int saved = errno;
-    if (close(fd) != 0 && ok) { ok = 0; saved = errno; }
-    if (ok && rename(tmp, path) != 0) { ok = 0; saved = errno; }
     if (!ok) {
-        unlink(tmp);
-        zt_fail(err, "%s: cannot write (%s)", path, strerror(saved));
-        free(tmp);
+        zt_fail(err, "%s: cannot write (%s)", w->path, strerror(errno));
+        zt_shard_writer_abort(w);
         return -1;
     }
-    sync_parent_dir(path);
-    free(tmp);
+    w->n += n;
     return 0;
+}
+
+int zt_shard_writer_commit(zt_shard_writer *w, zt_err *err) {
+    uint8_t count[4];
+    put_le32(count, (uint32_t)w->n);
+    int ok = pwrite(w->fd, count, 4, 8) == 4 && fsync(w->fd) == 0;
+    int saved = errno;
+    if (close(w->fd) != 0 && ok) { ok = 0; saved = errno; }
+    w->fd = -1;
+    if (ok && rename(w->tmp, w->path) != 0) { ok = 0; saved = errno; }
+    if (!ok) {
+        zt_fail(err, "%s: cannot write (%s)", w->path, strerror(saved));
+        zt_shard_writer_abort(w);
+        return -1;
+    }
+    sync_parent_dir(w->path);
+    free(w->tmp);
+    free(w->path);
+    w->tmp = w->path = NULL;
+    return 0;
+}
+
+void zt_shard_writer_abort(zt_shard_writer *w) {
+    if (w->fd >= 0) close(w->fd);
+    if (w->tmp) unlink(w->tmp);
+    free(w->tmp);
+    free(w->path);
+    w->fd = -1;
+    w->tmp = w->path = NULL;
+}
+
+int zt_shard_write(const char *path, const uint16_t *tokens, size_t n, zt_err *err) {
+    zt_shard_writer w;
+    if (n > (size_t)INT32_MAX) return zt_fail(err, "%s: %zu tokens is more than one shard can hold (%d)", path, n, INT32_MAX);
+    if (zt_shard_writer_open(&w, path, err) || zt_shard_writer_append(&w, tokens, n, err)) return -1;
+    return zt_shard_writer_commit(&w, err);
 }
 
 /* Opens and validates; returns the fd positioned after the header, or -1. */

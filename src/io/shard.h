@@ -18,6 +18,19 @@
  * most INT32_MAX. Returns 0 or -1 with ERR naming PATH. */
 int zt_shard_write(const char *path, const uint16_t *tokens, size_t n, zt_err *err);
 
+/* The same written as the tokens come: open, append any number of times, then commit (which
+ * writes the count into the header, fsyncs and renames) or abort (which removes the temp file).
+ * A failed append or commit has already aborted. At most INT32_MAX tokens in all. */
+typedef struct zt_shard_writer {
+    char *path, *tmp;
+    int fd;
+    size_t n; /* tokens appended so far */
+} zt_shard_writer;
+int zt_shard_writer_open(zt_shard_writer *w, const char *path, zt_err *err);
+int zt_shard_writer_append(zt_shard_writer *w, const uint16_t *tokens, size_t n, zt_err *err);
+int zt_shard_writer_commit(zt_shard_writer *w, zt_err *err);
+void zt_shard_writer_abort(zt_shard_writer *w);
+
 /* Validates PATH's header and size; *n_tokens gets the token count. Errors name the file:
  * "cannot open", "empty file", "not a token shard (magic X, expected 20240520)",
  * "unsupported shard version X", "truncated: header says N tokens (B bytes) but file has M bytes". */

@@ -20,6 +20,9 @@ static const char GPT2_PATTERN[] =
 #define VMAP_BITS 17  /* 131072 slots for 50256 tokens */
 #define CACHE_MAX_PIECE 48
 #define LINEAR_MAX_PIECE 48 /* longer pieces merge with a heap: O(n log n) instead of O(n^2) */
+/* the most encoder.json or vocab.bpe may hold (GPT-2's are 1.0 MB and 0.5 MB): a file that is
+ * /dev/zero or a runaway download fails with one line instead of filling the memory */
+#define VOCAB_FILE_MAX_BYTES (64u << 20)
 
 typedef struct pair_slot {
     uint64_t key; /* (left << 32) | right; UINT64_MAX = empty */
@@ -33,6 +36,7 @@ struct zt_tokenizer {
     uint32_t *vmap; /* bytes -> id + 1 (0 = empty), open addressing; excludes ZT_TOKEN_EOT */
     pair_slot *pairs;
     pcre2_code *re;
+    pcre2_code *letter_digit; /* (\p{L})|\p{N}: a character's class for zt_tokenizer_last_cut */
     int jit;
 };
 
@@ -161,7 +165,7 @@ static int token_bytes(const char *key, const int u2b[324], uint8_t *out, size_t
 
 static int load_encoder(zt_tokenizer *t, const char *path, const int u2b[324], zt_err *err) {
     zt_json root;
-    if (zt_json_read_file(path, &root, err)) return -1;
+    if (zt_json_read_file_max(path, VOCAB_FILE_MAX_BYTES, &root, err)) return -1;
     uint32_t *klen = zt_xcalloc(ZT_GPT2_VOCAB_SIZE, sizeof *klen);
     uint32_t *kpos = zt_xcalloc(ZT_GPT2_VOCAB_SIZE, sizeof *kpos);
     size_t all_cap = 16;
@@ -267,7 +271,7 @@ static int merge_token_id(const zt_tokenizer *t, const uint8_t *s, size_t n, con
 static int load_merges(zt_tokenizer *t, const char *path, const int u2b[324], zt_err *err) {
     size_t len;
     zt_err rerr;
-    char *text = zt_read_file(path, &len, &rerr);
+    char *text = zt_read_file_max(path, VOCAB_FILE_MAX_BYTES, &len, &rerr);
     if (!text) return zt_fail(err, "%s", rerr.msg);
     if (len == 0) { free(text); return zt_fail(err, "%s: empty file (expected GPT-2 BPE merges)", path); }
     t->pairs = zt_xmalloc(((size_t)1 << PAIR_BITS) * sizeof *t->pairs);
@@ -331,6 +335,7 @@ void zt_tokenizer_free(zt_tokenizer *t) {
     free(t->vmap);
     free(t->pairs);
     if (t->re) pcre2_code_free(t->re);
+    if (t->letter_digit) pcre2_code_free(t->letter_digit);
     free(t);
 }
 
@@ -355,6 +360,9 @@ zt_tokenizer *zt_tokenizer_load(const char *vocab_dir, zt_err *err) {
         goto fail;
     }
     t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
+    t->letter_digit = pcre2_compile((PCRE2_SPTR) "(\\p{L})|\\p{N}", PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED,
+                                    &ecode, &eoff, NULL);
+    if (!t->letter_digit) abort(); /* a constant pattern */
     free(path);
     return t;
 fail:
@@ -399,6 +407,8 @@ typedef struct enc_ws {
     size_t cap, heap_cap;
 } enc_ws;
 
+/* The cache holds at most 65536 pieces (slots, piece bytes and ids together about 3.5 MiB) and
+ * starts over when full, so an encoder's memory is bounded whatever it encodes. */
 static void ws_init(enc_ws *w, size_t text_len) {
     memset(w, 0, sizeof *w);
     size_t slots = 1024;
@@ -567,14 +577,43 @@ static void encode_piece(const zt_tokenizer *t, enc_ws *w, const uint8_t *p, siz
     }
 }
 
+struct zt_encoder {
+    const zt_tokenizer *tok;
+    enc_ws ws;
+    pcre2_match_data *md;
+};
+
+static zt_encoder *encoder_new(const zt_tokenizer *t, size_t text_len) {
+    zt_encoder *e = zt_xmalloc(sizeof *e);
+    e->tok = t;
+    ws_init(&e->ws, text_len);
+    e->md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    if (!e->md) abort();
+    return e;
+}
+
+zt_encoder *zt_encoder_new(const zt_tokenizer *t) { return encoder_new(t, SIZE_MAX); }
+
+void zt_encoder_free(zt_encoder *e) {
+    if (!e) return;
+    pcre2_match_data_free(e->md);
+    ws_free(&e->ws);
+    free(e);
+}
+
 int zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t len, zt_ids *out, zt_err *err) {
-    const uint8_t *s = (const uint8_t *)text;
     if (len == 0) return 0;
-    enc_ws w;
-    ws_init(&w, len);
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
-    if (!md) abort();
-    int rc = 0;
+    zt_encoder *e = encoder_new(t, len);
+    int rc = zt_encoder_encode(e, text, len, out, err);
+    zt_encoder_free(e);
+    return rc;
+}
+
+int zt_encoder_encode(zt_encoder *e, const char *text, size_t len, zt_ids *out, zt_err *err) {
+    const zt_tokenizer *t = e->tok;
+    const uint8_t *s = (const uint8_t *)text;
+    enc_ws *w = &e->ws;
+    pcre2_match_data *md = e->md;
     size_t pos = 0;
     while (pos < len) {
         size_t end = valid_run_end(s, pos, len);
@@ -583,28 +622,67 @@ int zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t len, zt_
         while (off < slen) {
             int r = t->jit ? pcre2_jit_match(t->re, sub, slen, off, PCRE2_NO_UTF_CHECK, md, NULL) : -1;
             if (!t->jit || r == PCRE2_ERROR_JIT_STACKLIMIT) r = pcre2_match(t->re, sub, slen, off, PCRE2_NO_UTF_CHECK, md, NULL);
-            size_t e;
+            size_t end_piece;
             if (r > 0) {
-                e = pcre2_get_ovector_pointer(md)[1];
+                end_piece = pcre2_get_ovector_pointer(md)[1];
             } else if (r == PCRE2_ERROR_NOMATCH) {
-                e = off; /* cannot happen (the pattern covers every character); one character then */
+                end_piece = off; /* cannot happen (the pattern covers every character); one character then */
             } else {
                 PCRE2_UCHAR buf[256];
                 pcre2_get_error_message(r, buf, sizeof buf);
-                rc = zt_fail(err, "tokenizer: regex match failed at byte %zu: %s", pos + off, (const char *)buf);
-                goto done;
+                return zt_fail(err, "tokenizer: regex match failed at byte %zu: %s", pos + off, (const char *)buf);
             }
-            if (e <= off) e = off + utf8_valid_len(sub + off, slen - off, NULL);
-            encode_piece(t, &w, sub + off, e - off, out);
-            off = e;
+            if (end_piece <= off) end_piece = off + utf8_valid_len(sub + off, slen - off, NULL);
+            encode_piece(t, w, sub + off, end_piece - off, out);
+            off = end_piece;
         }
         pos = end;
         if (pos < len) zt_ids_push(out, t->byte_id[s[pos++]]); /* an invalid byte: its own piece */
     }
-done:
-    pcre2_match_data_free(md);
-    ws_free(&w);
-    return rc;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- cuts for encoding block by block */
+
+/* A character's class as GPT2_PATTERN sees it: \s (White_Space), \p{L}, \p{N}, or the rest. */
+enum { CH_SPACE, CH_LETTER, CH_DIGIT, CH_OTHER };
+
+static int is_white_space(uint32_t c) { /* the WS list above */
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+static int char_class(const zt_tokenizer *t, const uint8_t *p, size_t n, uint32_t cp, pcre2_match_data **md) {
+    if (is_white_space(cp)) return CH_SPACE;
+    if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z' ? CH_LETTER : cp >= '0' && cp <= '9' ? CH_DIGIT : CH_OTHER;
+    if (!*md && !(*md = pcre2_match_data_create_from_pattern(t->letter_digit, NULL))) abort();
+    int r = pcre2_match(t->letter_digit, p, n, 0, PCRE2_NO_UTF_CHECK, *md, NULL);
+    return r == 2 ? CH_LETTER : r == 1 ? CH_DIGIT : CH_OTHER; /* 2: group 1, \p{L}, matched */
+}
+
+/* Why these cuts are exact (see tokenizer.h): every piece of GPT2_PATTERN is either all White_Space
+ * or an optional U+0020 and then characters of one class (letters, digits, or the rest), except
+ * the contractions, an apostrophe and letters. So a non-space character followed by a space
+ * character, or by a character of another class (but not an apostrophe followed by a letter), are
+ * always in different pieces; the pattern has no lookbehind and its one lookahead, (?!\S), ends
+ * only whitespace pieces, so the pieces on either side of such a cut are the same whether the text
+ * goes on or stops there. An invalid byte on either side ends a run of valid UTF-8 there anyway. */
+size_t zt_tokenizer_last_cut(const zt_tokenizer *t, const char *text, size_t from, size_t len) {
+    const uint8_t *s = (const uint8_t *)text;
+    pcre2_match_data *md = NULL;
+    size_t cut = 0;
+    for (size_t a = len >= 4 ? len - 4 : 0; a >= from && a > 0; a--) {
+        if ((s[a] & 0xC0) == 0x80) continue; /* inside a character */
+        size_t j = a - 1;                    /* where the character before a starts */
+        while (j > 0 && a - j < 4 && (s[j] & 0xC0) == 0x80) j--;
+        uint32_t prev_cp = 0, next_cp = 0;
+        size_t prev_len = utf8_valid_len(s + j, len - j, &prev_cp), next_len = utf8_valid_len(s + a, len - a, &next_cp);
+        if (prev_len != a - j || next_len == 0) { cut = a; break; } /* an invalid byte on one side */
+        int pc = char_class(t, s + j, prev_len, prev_cp, &md), nc = char_class(t, s + a, next_len, next_cp, &md);
+        if (pc != CH_SPACE && (nc == CH_SPACE || (nc != pc && !(prev_cp == '\'' && nc == CH_LETTER)))) { cut = a; break; }
+    }
+    if (md) pcre2_match_data_free(md);
+    return cut;
 }
 
 /* ---------------------------------------------------------------- decoding */

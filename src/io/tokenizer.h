@@ -21,7 +21,11 @@
  * each invalid byte is a piece of its own and becomes its single-byte token. Every byte string
  * therefore encodes without error, and decode(encode(x)) == x for every x.
  *
- * Threads: a loaded zt_tokenizer is read-only; encode/decode may run concurrently on it. */
+ * Block by block: zt_tokenizer_last_cut finds where a text may be cut so that its parts, encoded
+ * alone, give exactly the ids of the whole (`zerotrain tokenize` streams its inputs that way).
+ *
+ * Threads: a loaded zt_tokenizer is read-only; encode/decode may run concurrently on it (a
+ * zt_encoder is one thread's at a time). */
 #ifndef ZT_TOKENIZER_H
 #define ZT_TOKENIZER_H
 
@@ -45,7 +49,8 @@ void zt_ids_push(zt_ids *ids, int id);
 void zt_ids_free(zt_ids *ids);
 
 /* Loads VOCAB_DIR/encoder.json and VOCAB_DIR/vocab.bpe. Missing or malformed files fail with a
- * message naming the file and the line:column (encoder.json, read by json.h) or line (vocab.bpe). */
+ * message naming the file and the line:column (encoder.json, read by json.h) or line (vocab.bpe);
+ * either file over 64 MiB (GPT-2's are 1.0 and 0.5 MB; /dev/zero) fails unread past the cap. */
 zt_tokenizer *zt_tokenizer_load(const char *vocab_dir, zt_err *err);
 void zt_tokenizer_free(zt_tokenizer *tok);
 
@@ -55,6 +60,22 @@ int zt_tokenizer_vocab_size(void);
 /* Appends the ids of TEXT[0..LEN) to OUT (which is not cleared). TEXT is read by length, may hold
  * NUL and invalid UTF-8 bytes. Returns 0, or -1 with ERR set (only on an internal regex failure). */
 int zt_tokenizer_encode(const zt_tokenizer *tok, const char *text, size_t len, zt_ids *out, zt_err *err);
+
+/* An encoder for one thread: zt_tokenizer_encode's work space (its piece cache, bounded at about
+ * 3.5 MiB) kept from call to call, so a text encoded block by block costs what it costs whole. */
+typedef struct zt_encoder zt_encoder;
+zt_encoder *zt_encoder_new(const zt_tokenizer *tok);
+/* zt_tokenizer_encode with ENC's work space. */
+int zt_encoder_encode(zt_encoder *enc, const char *text, size_t len, zt_ids *out, zt_err *err);
+void zt_encoder_free(zt_encoder *enc);
+
+/* Where a text may be cut so that encoding the two parts on their own gives exactly the ids of
+ * the whole: the largest a in [max(FROM, 1), LEN - 4] where the character before a is not White_Space
+ * and the one at a is White_Space, or of another class (\p{L}, \p{N}, the rest; an apostrophe
+ * and a letter never: "'s"), or either side is an invalid byte. Looks at TEXT[a-4, a+4) only, so a
+ * cut found in a prefix of a longer text holds for the longer text. 0 when there is none (a run
+ * of one class, such as a long word or a long run of spaces, has no cut inside it). */
+size_t zt_tokenizer_last_cut(const zt_tokenizer *tok, const char *text, size_t from, size_t len);
 
 /* Decodes N ids into OUT (at most CAP bytes written, no NUL added) and returns the full byte
  * length of the decoded text (like snprintf: a result > CAP means OUT was cut short). ZT_TOKEN_EOT

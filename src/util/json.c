@@ -306,10 +306,12 @@ int zt_json_parse(const char *text, size_t len, const char *name, zt_json *out, 
     return rc;
 }
 
-int zt_json_read_file(const char *path, zt_json *out, zt_err *err) {
+int zt_json_read_file(const char *path, zt_json *out, zt_err *err) { return zt_json_read_file_max(path, ZT_READ_FILE_MAX, out, err); }
+
+int zt_json_read_file_max(const char *path, size_t max, zt_json *out, zt_err *err) {
     size_t len;
     memset(out, 0, sizeof *out);
-    char *text = zt_read_file(path, &len, err);
+    char *text = zt_read_file_max(path, max, &len, err);
     if (!text) return -1;
     int rc = zt_json_parse(text, len, path, out, err);
     free(text);

@@ -33,8 +33,10 @@ typedef struct zt_json {
  * ERR with "NAME:LINE:COL: what" (NAME is the file, or whatever names the text) and leaves *OUT
  * empty (zt_json_free on it is harmless). */
 int zt_json_parse(const char *text, size_t len, const char *name, zt_json *out, zt_err *err);
-/* Reads and parses the file PATH; errors name PATH. */
+/* Reads and parses the file PATH (at most ZT_READ_FILE_MAX bytes); errors name PATH. */
 int zt_json_read_file(const char *path, zt_json *out, zt_err *err);
+/* The same, refusing a file of more than MAX bytes (zt_read_file_max: one line naming PATH). */
+int zt_json_read_file_max(const char *path, size_t max, zt_json *out, zt_err *err);
 void zt_json_free(zt_json *v);
 
 /* The member KEY of object OBJ, or NULL (also when OBJ is not an object). */

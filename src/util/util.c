@@ -303,7 +303,7 @@ void zt_suggest(const char *word, const char *const *cands, int n, char *out, si
     else out[0] = '\0';
 }
 
-char *zt_read_file(const char *path, size_t *len, zt_err *err) { return zt_read_file_max(path, SIZE_MAX, len, err); }
+char *zt_read_file(const char *path, size_t *len, zt_err *err) { return zt_read_file_max(path, ZT_READ_FILE_MAX, len, err); }
 
 /* seconds a pipe or device may go without data while read (ZEROTRAIN_PIPE_TIMEOUT, default 30) */
 static double pipe_timeout(void) {
@@ -312,60 +312,65 @@ static double pipe_timeout(void) {
     return s > 0 ? s : 30.0;
 }
 
-char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err) {
+int zt_reader_open(zt_reader *r, const char *path, zt_err *err) {
     /* O_NONBLOCK: opening a FIFO nobody has opened for writing would otherwise wait forever */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+    r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    r->path = path;
+    if (r->fd < 0) return zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    int streamed = fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode));
-    double wait_s = pipe_timeout();
+    r->streamed = 0;
+    if (fstat(r->fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode)))
+        r->streamed = S_ISFIFO(st.st_mode) ? 'f' : S_ISCHR(st.st_mode) ? 'c' : 's';
+    r->wait_s = pipe_timeout();
+    return 0;
+}
+
+long zt_reader_read(zt_reader *r, void *buf, size_t n, zt_err *err) {
+    for (;;) {
+        if (r->streamed) { /* a pipe or device: wait for data (or the writer's end) a bounded time */
+            struct pollfd pf = {.fd = r->fd, .events = POLLIN};
+            int ready = poll(&pf, 1, (int)(r->wait_s * 1000));
+            if (ready < 0 && errno == EINTR) continue;
+            if (ready == 0)
+                return zt_fail(err, "%s: no data within %g s (a %s nobody writes to; ZEROTRAIN_PIPE_TIMEOUT sets the wait)", r->path,
+                               r->wait_s, r->streamed == 'f' ? "named pipe" : r->streamed == 'c' ? "device" : "socket");
+        }
+        ssize_t got = read(r->fd, buf, n > (1u << 30) ? (1u << 30) : n);
+        if (got >= 0) return (long)got;
+        if (errno == EINTR || errno == EAGAIN) continue; /* EAGAIN: poll again */
+        return zt_fail(err, "%s: read error: %s", r->path, strerror(errno));
+    }
+}
+
+void zt_reader_close(zt_reader *r) {
+    if (r->fd >= 0) close(r->fd);
+    r->fd = -1;
+}
+
+char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err) {
+    zt_reader r;
+    if (zt_reader_open(&r, path, err)) return NULL;
     size_t cap = 1 << 16, n = 0;
     char *buf = zt_xmalloc(cap);
-    const char *why = NULL;
     for (;;) {
         if (n > max) { /* a device or pipe has no size to look at first: stop one byte past max */
             free(buf);
-            close(fd);
+            zt_reader_close(&r);
             zt_fail(err, "%s: larger than %zu bytes, the most this file may hold", path, max);
             return NULL;
         }
         if (n + 1 >= cap) {
             cap *= 2;
             char *grown = realloc(buf, cap);
-            if (!grown) { free(buf); close(fd); zt_fail(err, "%s: out of memory reading", path); return NULL; }
+            if (!grown) { free(buf); zt_reader_close(&r); zt_fail(err, "%s: out of memory reading", path); return NULL; }
             buf = grown;
         }
-        if (streamed) { /* a pipe or device: wait for data (or the writer's end) a bounded time */
-            struct pollfd pf = {.fd = fd, .events = POLLIN};
-            int ready = poll(&pf, 1, (int)(wait_s * 1000));
-            if (ready < 0 && errno == EINTR) continue;
-            if (ready == 0) {
-                free(buf);
-                close(fd);
-                zt_fail(err, "%s: no data within %g s (a %s nobody writes to; ZEROTRAIN_PIPE_TIMEOUT sets the wait)", path,
-                        wait_s, S_ISFIFO(st.st_mode) ? "named pipe" : S_ISCHR(st.st_mode) ? "device" : "socket");
-                return NULL;
-            }
-        }
-        ssize_t got = read(fd, buf + n, cap - 1 - n);
-        if (got > 0) {
-            n += (size_t)got;
-            continue;
-        }
+        long got = zt_reader_read(&r, buf + n, cap - 1 - n, err);
+        if (got < 0) { free(buf); zt_reader_close(&r); return NULL; }
         if (got == 0) break;
-        if (errno == EINTR || errno == EAGAIN) continue; /* EAGAIN: poll again */
-        why = strerror(errno);
-        break;
+        n += (size_t)got;
     }
-    close(fd);
-    if (why) {
-        free(buf);
-        zt_fail(err, "%s: read error: %s", path, why);
-        return NULL;
-    }
+    zt_reader_close(&r);
     buf[n] = '\0';
     if (len) *len = n;
     return buf;

@@ -90,13 +90,28 @@ void zt_suggest(const char *word, const char *const *cands, int n, char *out, si
  * the bytes removed (may be NULL). 0, or -1 with "PATH: ..." in err. */
 int zt_cut_torn_line(const char *path, long *cut, zt_err *err);
 
-/* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). */
+/* Reads a whole file into a NUL-terminated buffer; *len gets the byte count (without the NUL). A
+ * file over ZT_READ_FILE_MAX is refused as zt_read_file_max refuses one (every file read has a cap:
+ * /dev/zero given as a small file must not be read until memory runs out). */
+#define ZT_READ_FILE_MAX ((size_t)256 << 20)
 char *zt_read_file(const char *path, size_t *len, zt_err *err);
 /* The same, refusing a file (or device, or pipe) of more than max bytes without reading it all. A
  * pipe, FIFO or character device is read with a bound: no data (nor its writer's end) within
  * ZEROTRAIN_PIPE_TIMEOUT seconds (default 30) fails with one line, so a FIFO nobody writes to does
  * not hang the command; process substitution (<(...)) reads as before. */
 char *zt_read_file_max(const char *path, size_t max, size_t *len, zt_err *err);
+
+/* An input read block by block with zt_read_file_max's rules (a pipe, FIFO or device waits at
+ * most ZEROTRAIN_PIPE_TIMEOUT seconds for data, one line naming it when none comes). */
+typedef struct zt_reader {
+    int fd, streamed; /* streamed: 'f' FIFO or pipe, 'c' device, 's' socket, 0 a file */
+    double wait_s;
+    const char *path;
+} zt_reader;
+int zt_reader_open(zt_reader *r, const char *path, zt_err *err);
+/* Up to N bytes into BUF: the count read (0 only at the end), or -1 with "PATH: ..." in ERR. */
+long zt_reader_read(zt_reader *r, void *buf, size_t n, zt_err *err);
+void zt_reader_close(zt_reader *r);
 
 /* The time a repeated measurement settles at (ratio auto's calibration passes): the middle of its 3
  * fastest of n samples once those agree within `tolerance` (slowest / fastest - 1), so a disturbance
