@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t_layout.sh — scripts/check-layout: the tree keeps README's Layout (no file over 800 lines, no
+# t_layout.sh — scripts/check-layout: the tree keeps docs/architecture.md's Layout (no file over 800 lines, no
 # include from a lower floor to a higher one, no include circle of more than two files), and the
 # checker itself fails, naming FILE:LINE, on a small tree with one of each planted.
 set -u

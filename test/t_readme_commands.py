@@ -1,5 +1,5 @@
-"""t_readme_commands.py — the README's command lines run as written: every indented command of the
-Usage and Tensor parallelism sections (`./zerotrain ...`, `python3 -c ...`), read from README.md
+"""t_readme_commands.py — the guides' command lines run as written: every indented command of the
+Usage (docs/getting-started.md), Checkpoints (docs/checkpoints.md) and Tensor parallelism sections (`./zerotrain ...`, `python3 -c ...`), read from README.md
 itself, with its own config and every default it has (the demo config samples at the end, evals,
 logs metrics), shortened only by `--set train_iters=3` on `train` and `run`. The test configs turn
 features off for speed (tiny.yaml: sample_tokens 0), so a feature only the defaults use — the
@@ -20,15 +20,18 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ztlib  # noqa: E402
 
-SECTIONS = ("## Usage", "## Tensor parallelism")
+# (file, section): the guides' sections whose commands this runs (they were the README's Usage and
+# Tensor parallelism sections before the README became a front page, issue 49)
+SECTIONS = (("docs/getting-started.md", "## Usage"), ("docs/checkpoints.md", "## Checkpoints, Hugging Face models, sample and eval"),
+            ("docs/tensor-parallelism.md", "## Tensor parallelism"))
 
 
 def readme_commands():
     """(section, command) for each indented command line of SECTIONS, continuation lines joined and
     trailing comments dropped"""
-    text = open(os.path.join(ztlib.ROOT, "README.md")).read()
     out = []
-    for title in SECTIONS:
+    for path, title in SECTIONS:
+        text = open(os.path.join(ztlib.ROOT, path)).read()
         start = text.index("\n" + title + "\n")
         end = text.find("\n## ", start + 1)
         body = text[start:end if end > 0 else len(text)].split("\n")
