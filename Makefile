@@ -7,7 +7,7 @@
 #   make sanitize   build the commands with AddressSanitizer + UBSan (build/sanitize/zerotrain) and run
 #                   every subcommand over its test inputs (test/t_sanitize.sh; part of make test)
 #   make gpu-check  pack ./zerotrain and its runtime into build/gpu-check for a bare GPU machine,
-#                   whose build/gpu-check/run checks the whole GPU path there (README: GPU check)
+#                   whose build/gpu-check/run checks the whole GPU path there (docs/gpus.md: GPU check)
 #   make MARCH=native   tune the C code for the build machine (the default, x86-64-v2, runs on
 #                   any x86-64 CPU of the last 15 years: a binary built on a cluster's login node
 #                   runs on its compute nodes; OpenBLAS's kernels (re-chosen by src/backend/

@@ -43,7 +43,7 @@ def project(measured, out):
     compute per rank T_c = step - comm wait (overlap on); bytes a node sends off-host per step grow as
     a ring's 2(N-1)/N of the data (so B_N = B_2 * 2(N-1)/N); the same fraction h of link time stays
     hidden; latency terms left out (buckets of MBs are bandwidth-bound). step_N = T_c + (1-h) B_N / rate."""
-    out(f"projection (overlap_comm on): step ms for N nodes x 2 ranks; model in the README")
+    out(f"projection (overlap_comm on): step ms for N nodes x 2 ranks; model in docs/predict.md")
     out(f"{'link':>7} {'stage':>5} " + " ".join(f"{'N=' + str(n):>8}" for n in NODES))
     for rate_name, rate in RATES:
         for stage in STAGES:

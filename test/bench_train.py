@@ -146,7 +146,7 @@ for ov in ("false", "true"):
 # validated one, alternated 3 times each (medians of the medians), with clipping as configured (bench_small
 # clips early steps: those roll back) and never (every speculation kept). On the CPU backend the
 # "device" is the same cores, so the speculative lane competes with backward's GEMMs for them: this shows
-# what the exactness costs here, not the GPU's overlap (zerotrain predict, README's Super-offload)
+# what the exactness costs here, not the GPU's overlap (zerotrain predict, docs/zero-and-offload.md's Super-offload)
 print("super_offload on config (b), ratio 1, 1 rank x 2 threads: speculative vs validated step, alternated")
 for clip in ("1.0", "0"):
     runs = {"true": [], "false": []}

@@ -16,7 +16,7 @@ Nothing here reads a wall clock: every time checked is a prediction, determinist
     slower than 0; the same config slower on an A100 than on an H100, and on an H100 than an H200;
   - capacity binds: a profile with too little device memory fails as the device would;
   - the H100 profile reproduces its calibration point: GPT-2 124M B16 T1024 bf16 within 5 % of the
-    438k tokens/s measured on the lent H100 (README);
+    438k tokens/s measured on the lent H100 (docs/results/2026-11-27-gpu-leases.md);
   - full scale without the memory: the 5.6B Twin-Flow sweep (83 GiB of model states) predicts within
     10 % of the H100's measured step times, ratio 0 does not fit, auto fits and is the fastest, its
     optimizer on NVMe predicts slower than on the host, all under 4 GiB resident; DeepSpeed's 10B ZeRO-Offload config does not fit the profile's host memory."""
@@ -218,7 +218,7 @@ tps = float(m.group(1)) if m else 0
 ztlib.check(abs(tps / 438e3 - 1) <= 0.05, "h100_gpt2_124m_within_5pct_of_measured", f"{tps:.0f} tokens/s")
 print(f"# GPT-2 124M on h100-sxm: {tps:.0f} tokens/s predicted, 438k measured")
 
-# ---- full scale without the memory: the 5.6B-parameter Twin-Flow sweep of the README's H100 row
+# ---- full scale without the memory: the 5.6B-parameter Twin-Flow sweep of the H100 row of docs/results/2026-11-27-gpu-leases.md
 # (83 GiB of model states on an 80 GiB GPU: ratio 0 does not fit) predicts on this machine, each run
 # in a few seconds and well under the 4 GiB resident the issue allows, within 10 % of the measured
 # step times (the profile's host bandwidth was set from ratio 1's figure, the others are not fitted)

@@ -266,8 +266,8 @@ RANK_PEAK = ('import os, resource, subprocess, sys; rc = subprocess.call(sys.arg
              'resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)).encode()); sys.exit(rc)')  # one write: one line
 
 
-# the run whose per-rank memory the README quotes (make bench's test/bench_data.py, and
-# test/t_data_shards.py, which holds the README to it): 2 ranks, seq_len 1024, a few steps
+# the run whose per-rank memory docs/configuration.md quotes (make bench's test/bench_data.py, and
+# test/t_data_shards.py, which holds docs/configuration.md to it): 2 ranks, seq_len 1024, a few steps
 DATA_BENCH_SETS = ["model={n_layer: 2, n_head: 2, n_embd: 64, n_positions: 1024, vocab_size: 256}", "data.seq_len=1024",
                    "data.val=", "train_iters=3", "train_batch_size=4", "train_micro_batch_size_per_gpu=2"]
 

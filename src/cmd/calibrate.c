@@ -231,7 +231,7 @@ static void measure_gemms(const zt_backend *be, int dt_index, measured *m) {
  * head's shapes (forward and dW: the vocabulary along C, `long_out`; dinp: along the reduction,
  * `long_k`). On OpenBLAS they run at a fraction of the square curve's figure for their size (the tiny
  * matrix's LM head, 64 x 50304 x 64, at 0.37 of peak where the square curve says 0.95: the GEMM the
- * real run spent most of its underpriced time in, ZEROTRAIN_SIM_OP_TIMES's table in README) */
+ * real run spent most of its underpriced time in, ZEROTRAIN_SIM_OP_TIMES's table in docs/predict.md) */
 static const int LONG_SIZES[] = {32, 64, 128, 256};
 #define NLONG ((int)(sizeof LONG_SIZES / sizeof LONG_SIZES[0]))
 #define LONG_DIM 50304

@@ -446,7 +446,7 @@ static int due(long step, long interval) { return interval > 0 && step % interva
 enum { EVENT_STOP = 1, EVENT_WRITE_FAILED = 2, EVENT_GUARD = 8 /* + GUARD_* */ };
 
 /* A writer failed (WHY, agreed by every rank; a full disk): the one policy for every writer
- * (metrics_file, trace, csv_monitor, tensorboard, checkpoints; README "Faults"): a last checkpoint
+ * (metrics_file, trace, csv_monitor, tensorboard, checkpoints; docs/faults.md): a last checkpoint
  * attempt, then one error line saying what failed and where the run can resume, and exit 1. */
 static int stop_on_write_error(trainer *t, const step_record *rec, zt_err *why) {
     char latest[4200] = "";

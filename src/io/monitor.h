@@ -31,7 +31,7 @@ typedef struct zt_monitor zt_monitor;
 zt_monitor *zt_monitor_open(const zt_config *cfg, long resume_samples, zt_err *err);
 /* Writes one step to every open monitor and flushes. Returns 0, or -1 with "FILE: cannot write ...:
  * REASON" in err when a write fails (a full disk): the training loop then stops the run, as for
- * every writer (README "Faults"). NULL does nothing. */
+ * every writer (docs/faults.md). NULL does nothing. */
 int zt_monitor_step(zt_monitor *m, const zt_step_metrics *s, zt_err *err);
 void zt_monitor_close(zt_monitor *m);
 

@@ -54,7 +54,7 @@ void zt_trace_counters(zt_trace *t, const char *name, double ts, int n, const ch
 void zt_trace_counter(zt_trace *t, const char *name, double ts, const char *k1, double v1, const char *k2, double v2);
 /* -1 with "PATH: cannot write the trace: REASON" in err once a write has failed (a full disk): the
  * trace writes nothing more, and the training loop stops the run (the one policy for a full disk,
- * README "Faults"); 0 otherwise and on a NULL trace. */
+ * docs/faults.md); 0 otherwise and on a NULL trace. */
 int zt_trace_check(zt_trace *t, zt_err *err);
 /* Ends the JSON array and closes the file; returns -1 (with err) if any write failed. */
 int zt_trace_close(zt_trace *t, zt_err *err);
