@@ -601,6 +601,10 @@ int zt_cmd_calibrate(int argc, char **argv) {
             return zt_help_bad_argument("calibrate", argv[i], NULL);
         }
     }
+    if (access(dir, W_OK | X_OK)) { /* before the announcement: a wrong --dir is one line, at once */
+        fprintf(stderr, "zerotrain: error: calibrate --dir %s: cannot write there: %s\n", dir, strerror(errno));
+        return 1;
+    }
     /* with no arguments too, say what is about to take a minute of every core, and where its result goes */
     fprintf(stderr, "calibrate: measuring this machine for about a minute (the disk under %s, host memory and cores, "
                     "the simulated GPU's lanes, a real training step%s); the profile goes to %s\n",

@@ -53,7 +53,7 @@ static const command_help commands[] = {
      {"zerotrain tokenize [--vocab DIR] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]"},
      "Several inputs are separate documents, joined by <|endoftext|> (id 50256). The input streams in 1 MiB "
      "blocks (bounded memory at any size); the first F of the tokens go to PREFIX_val.bin.",
-     {{"--vocab", "DIR", "GPT-2 vocabulary folder with encoder.json and vocab.bpe (default data/gpt2)"},
+     {{"--vocab", "DIR", "GPT-2 vocabulary folder with encoder.json and vocab.bpe (default: $ZEROTRAIN_VOCAB, data/gpt2, or beside the binary)"},
       {"-o, --output", "PREFIX", "writes PREFIX_val.bin and PREFIX_train_000000.bin, ... (required)"},
       {"--val-fraction", "F", "fraction of the tokens, taken from the head, for validation (default 0.1; 0 = none)"},
       {"--shard-tokens", "N", "at most N tokens per train shard (default 100000000)"},

@@ -36,6 +36,7 @@
 
 #include "cmd/commands.h"
 #include "cmd/help.h"
+#include "cmd/sample.h"
 #include "io/shard.h"
 #include "io/tokenizer.h"
 #include "util/util.h"
@@ -398,7 +399,7 @@ static int tokenize_stream(const zt_tokenizer *tok, const char **inputs, int n_i
 }
 
 int zt_cmd_tokenize(int argc, char **argv) {
-    const char *vocab = "data/gpt2", *prefix = NULL;
+    const char *vocab = zt_default_vocab_dir(), *prefix = NULL; /* the lookup sample and export use */
     double val_fraction = 0.1;
     long long shard_tokens = 100000000;
     int threads = usable_cores();

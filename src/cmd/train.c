@@ -178,6 +178,10 @@ static int maybe_resume(trainer *t, zt_err *err) {
 }
 
 static void format_eta(double seconds, char *buf, size_t cap) {
+    if (isnan(seconds)) { /* no timed step yet (the first is warm-up): "-", never a made-up "0s" */
+        snprintf(buf, cap, "-");
+        return;
+    }
     long s = (long)(seconds + 0.5);
     if (s >= 3600) snprintf(buf, cap, "%ldh%02ldm", s / 3600, (s / 60) % 60);
     else if (s >= 60) snprintf(buf, cap, "%ldm%02lds", s / 60, s % 60);
@@ -341,9 +345,18 @@ static void print_step(trainer *t, const step_plan *p, const step_record *rec, d
     if (rec->update_mode == ZT_UPDATE_SPECULATED)
         snprintf(mode_s, sizeof mode_s, " | update speculated%s (%ld of %ld rolled back)",
                  rec->rolled_back ? ", rolled back" : "", sp.rollbacks, sp.speculated_steps);
-    zt_info("step %5ld/%ld (%3.0f%%) | loss %.4f%s | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s | eta %s%s",
-            rec->step, steps, 100.0 * rec->step / steps, rec->loss, val_s, rec->lr, rec->norm, rec->seconds * 1e3,
-            p->tokens / rec->seconds, p->flops / rec->seconds * 1e-9, eta_s, mode_s);
+    /* costed, not performed (predict): no loss or norm was computed, so none is shown */
+    char loss_s[24] = "-", norm_s[24] = "-", flops_s[32];
+    if (!zt_clock_costs_only()) {
+        snprintf(loss_s, sizeof loss_s, "%.4f", rec->loss);
+        snprintf(norm_s, sizeof norm_s, "%.3f", rec->norm);
+    }
+    double flops = p->flops / rec->seconds; /* a GPU's rate reads in TFLOP/s, a CPU's in GFLOP/s */
+    if (flops >= 1e13) snprintf(flops_s, sizeof flops_s, "%6.1f TFLOP/s", flops * 1e-12);
+    else snprintf(flops_s, sizeof flops_s, "%6.1f GFLOP/s", flops * 1e-9);
+    zt_info("step %5ld/%ld (%3.0f%%) | loss %s%s | lr %.2e | norm %s | %7.1f ms | %8.0f tok/s | %s | eta %s%s",
+            rec->step, steps, 100.0 * rec->step / steps, loss_s, val_s, rec->lr, norm_s, rec->seconds * 1e3,
+            p->tokens / rec->seconds, flops_s, eta_s, mode_s);
     if (cfg->wall_clock_breakdown) {
         zt_engine_print_timing(t->s.engine);
         zt_comm_bytes_print(&rec->bytes);
@@ -482,7 +495,7 @@ static int run(trainer *t) {
         if (val_failed) return 1;
         if (step == t->start_step) timed_start = zt_clock_now();
         long timed = rec.step - (t->start_step + 1);
-        print_step(t, &p, &rec, timed > 0 ? (zt_clock_now() - timed_start) / timed * (steps - rec.step) : 0);
+        print_step(t, &p, &rec, timed > 0 ? (zt_clock_now() - timed_start) / timed * (steps - rec.step) : NAN);
         zt_err werr = {{0}};
         int wrc = record_step(t, &p, &rec, &werr);
         if (t->observer) {

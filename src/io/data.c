@@ -18,7 +18,9 @@ int zt_dataset_open(zt_dataset *d, const char *pattern, int T, int vocab_size, u
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     if (rc != 0) {
-        if (rc == GLOB_NOMATCH) return zt_fail(err, "%s: no token shard matches", pattern);
+        if (rc == GLOB_NOMATCH)
+            return zt_fail(err, "%s: no token shard matches (make shards from text with `zerotrain tokenize TEXT -o PREFIX`)",
+                           pattern);
         return zt_fail(err, "%s: glob failed", pattern);
     }
     d->paths = zt_xcalloc(g.gl_pathc, sizeof *d->paths);
