@@ -131,7 +131,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     const char *path = cfg->resume_mode == ZT_RESUME_PATH ? cfg->resume_path : cfg->checkpoint_dir;
     if (cfg->resume_mode == ZT_RESUME_NEVER || !path) return 0;
     char step_dir[4096];
-    int found = zt_checkpoint_resolve_shared(t->comm, path, step_dir, sizeof step_dir, err);
+    int found = zt_checkpoint_resolve_verified_shared(t->comm, path, step_dir, sizeof step_dir, err);
     if (found < 0) return -1;
     if (found == 0) {
         if (cfg->resume_mode == ZT_RESUME_PATH) return zt_fail(err, "%s: resume: no checkpoint there", path);
