@@ -34,6 +34,10 @@
 #define ZT_EXIT_PREEMPTED 99
 
 static volatile sig_atomic_t stop_requested = 0; /* set by the signal handler only */
+/* Set while the resume loads its checkpoint: a load stalled on its file system would never reach the
+ * step that acts on a stop signal, and there is nothing to save yet (the checkpoint stays as it is),
+ * so a stop signal then ends the rank at once, with the preempted status a requeue resumes from. */
+static volatile sig_atomic_t loading_checkpoint = 0;
 static void on_stop_signal(int sig) {
     if (sig == SIGINT && stop_requested) { /* a second Ctrl-C at a rank run by hand: stop at once */
         signal(SIGINT, SIG_DFL);
@@ -41,6 +45,13 @@ static void on_stop_signal(int sig) {
     }
     stop_requested = sig;
     zt_scratch_remove_all(); /* the swap files: open descriptors keep serving the save this asks for */
+    if (loading_checkpoint) {
+        static const char line[] = "zerotrain: stopped by signal while loading the checkpoint to resume from "
+                                   "(nothing to save; it stays as it is)\n";
+        ssize_t w = write(2, line, sizeof line - 1);
+        (void)w;
+        _exit(ZT_EXIT_PREEMPTED);
+    }
 }
 
 static void install_stop_handlers(void) {
@@ -139,7 +150,15 @@ static int maybe_resume(trainer *t, zt_err *err) {
     }
     zt_train_state st;
     zt_checkpoint_meta meta;
-    if (zt_checkpoint_load(step_dir, zt_engine_state_view(t->s.engine), &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
+    loading_checkpoint = 1;
+    if (zt_test_hook_load_stall()) { /* a load that never ends: what a stop signal must still end */
+        zt_info("resume: loading %s (stalled by ZEROTRAIN_INJECT_LOAD_STALL)", step_dir);
+        for (;;) pause();
+    }
+    int loaded = zt_checkpoint_load(step_dir, zt_engine_state_view(t->s.engine), &t->s.shape, t->comm, &st, &meta,
+                                    cfg->ckpt_allow_unverified, err);
+    loading_checkpoint = 0;
+    if (loaded) return -1;
     t->start_step = st.step;
     if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = t->good_step = st.step;
     if (t->has_ckdir) { /* keep_last may prune the steps of the run this one continues, not the one resumed */

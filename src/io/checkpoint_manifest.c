@@ -91,13 +91,13 @@ int ck_file_verify(const char *path, const ck_file_record *rec, zt_err *err) {
     struct stat st;
     if (stat(path, &st)) return zt_fail(err, "%s: cannot stat: %s", path, strerror(errno));
     if ((uint64_t)st.st_size != rec->bytes)
-        return zt_fail(err, "%s: damaged: %lld bytes, the step's manifest records %" PRIu64 " (truncated or extended)", path,
-                       (long long)st.st_size, rec->bytes);
+        return zt_fail(err, "%s: damaged: %lld bytes, the step's manifest records %" PRIu64 " (truncated, extended, or not "
+                       "the file this step saved)", path, (long long)st.st_size, rec->bytes);
     ck_file_record got = *rec;
     if (ck_file_digest(path, &got, err)) return -1;
     if (got.crc != rec->crc)
-        return zt_fail(err, "%s: damaged: CRC32C %08x, the step's manifest records %08x%s", path, got.crc, rec->crc,
-                       rec->n_ext ? " (of the bytes outside its data)" : "");
+        return zt_fail(err, "%s: damaged: checksum mismatch (CRC32C %08x%s, the step's manifest records %08x): not the "
+                       "file this step saved", path, got.crc, rec->n_ext ? " of the bytes outside its data" : "", rec->crc);
     return 0;
 }
 

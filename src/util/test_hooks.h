@@ -69,6 +69,8 @@
  *   ZEROTRAIN_INJECT_SAVE_NAN=R      data-parallel rank R's saved master copy has a NaN as its first element,
  *                                    put in after the save's finite-state check and checksummed, as a
  *                                    broken writer would: what every load must refuse (test/t_checkpoint_fuzz.py)
+ *   ZEROTRAIN_INJECT_LOAD_STALL=1    a resume's checkpoint load never ends (as one stuck on its file system):
+ *                                    a stop signal must still end the rank (test/t_checkpoint_fuzz.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -99,6 +101,9 @@ int zt_test_hook_stop_after_init(int rank);
 
 /* 1 when ZEROTRAIN_INJECT_STOP_IN_FINALIZE is `rank`. */
 int zt_test_hook_stop_in_finalize(int rank);
+
+/* 1 when ZEROTRAIN_INJECT_LOAD_STALL is set (not "0"). */
+int zt_test_hook_load_stall(void);
 
 /* 1 when ZEROTRAIN_INJECT_SAVE_NAN is `rank`. */
 int zt_test_hook_save_nan(int rank);
