@@ -1,7 +1,9 @@
 /* checkpoint_read.c — reading a checkpoint: opening and validating index.h5 (format, version,
  * metadata checksum, parameter table against the saved shape, every rank file present), and
  * checksum-verified reads of any element range through the index's virtual datasets. Used by
- * load (checkpoint_load.c), `export`, `info` and `sample`.
+ * load (checkpoint_load.c), `export`, `info` and `sample`. No file reaches HDF5 before the step's
+ * manifest (checkpoint_manifest.c) has verified it: index.h5 at open, each rank file when first read.
+ * The pass that checks a chunk's CRC also refuses a non-finite value (a save never writes one).
  *
  * A reader that needs elements [a, b) reads the whole chunks covering them (at most one extra chunk
  * at each end of each shard it touches) and verifies exactly those: resharded loads and
@@ -243,8 +245,9 @@ static int verify_index_bytes(zt_checkpoint_reader *r, zt_err *err) {
     if (has < 0) return -1;
     if (!ck_is_file(r->index_path)) return zt_fail(err, "%s: missing (not a checkpoint step directory)", r->index_path);
     if (has == 0) {
-        zt_warn("checkpoint: %s has no %s (saved by an older zerotrain): its files are not verified before HDF5 reads "
-                "them, so a damaged one may fail late or stall (re-save to get one)", r->dir, CK_MANIFEST);
+        if (zt_log_rank() == 0) /* one line for the job, not one a rank */
+            zt_warn("checkpoint: %s has no %s (saved by an older zerotrain): its files are not verified before HDF5 "
+                    "reads them, so a damaged one may fail late or stall (re-save to get one)", r->dir, CK_MANIFEST);
         return 0;
     }
     return ck_file_verify(r->index_path, &index, err);
