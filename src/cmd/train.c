@@ -153,6 +153,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     loading_checkpoint = 1;
     if (zt_test_hook_load_stall()) { /* a load that never ends: what a stop signal must still end */
         zt_info("resume: loading %s (stalled by ZEROTRAIN_INJECT_LOAD_STALL)", step_dir);
+        if (stop_requested) _exit(ZT_EXIT_PREEMPTED); /* one that came just before: this load would never end */
         for (;;) pause();
     }
     int loaded = zt_checkpoint_load(step_dir, zt_engine_state_view(t->s.engine), &t->s.shape, t->comm, &st, &meta,
