@@ -202,14 +202,17 @@ try:
     shutil.copytree(os.path.join(x, "step_00000001"), os.path.join(mixed, "step_00000001"))
     shutil.copy(os.path.join(y, "step_00000001", "rank_00001.h5"), os.path.join(mixed, "step_00000001"))
     r = info(mixed)
-    ztlib.check(r.rc != 0 and "rank_00001.h5: belongs to another save" in r.stdout + r.stderr and "integrity: OK" not in r.stdout,
+    # (the step's manifest refuses the other run's file before HDF5 opens it; test_checkpoint.c checks
+    # the index's shard digests behind it)
+    ztlib.check(r.rc != 0 and "rank_00001.h5: damaged: checksum mismatch" in r.stdout + r.stderr and
+                "not the file this step saved" in r.stderr and "integrity: OK" not in r.stdout,
                 "info_refuses_mixed_step", r.stdout[-500:] + r.stderr[-500:])
     r = train(mixed, ["train_iters=2"])
-    failed_together(r, "belongs to another save", "resume_refuses_mixed_step")
+    failed_together(r, "rank_00001.h5: damaged: checksum mismatch", "resume_refuses_mixed_step")
 
     # ---- 7. messages
     good = os.path.join(x, "step_00000001")
-    # 7a. HDF5 metadata checksum failure inside index.h5 (its attribute heap): "damaged", with HDF5's reason
+    # 7a. a changed byte inside index.h5 (its attribute heap): "damaged", from the step's manifest, before HDF5
     dmg = os.path.join(tmp, "damaged")
     shutil.copytree(good, os.path.join(dmg, "step_00000001"))
     idx = os.path.join(dmg, "step_00000001", "index.h5")
@@ -219,10 +222,12 @@ try:
     open(idx, "wb").write(data)
     r = train(dmg, ["train_iters=2"])
     failed_together(r, "damaged", "damaged_index_metadata_says_damaged")
-    ztlib.check(r.errors and "checksum" in r.errors[0], "damaged_index_metadata_gives_hdf5_reason", str(r.errors))
-    # 7b. trainer state edited with h5py
+    ztlib.check(r.errors and "checksum mismatch" in r.errors[0] and "manifest" in r.errors[0],
+                "damaged_index_metadata_named_by_manifest", str(r.errors))
+    # 7b. trainer state edited with h5py, the manifest removed too (else it refuses the edit first)
     edited = os.path.join(tmp, "edited")
     shutil.copytree(good, os.path.join(edited, "step_00000001"))
+    os.unlink(os.path.join(edited, "step_00000001", "manifest"))
     with h5py.File(os.path.join(edited, "step_00000001", "index.h5"), "r+") as f:
         f["state"].attrs["data_samples"] = 999
     r = train(edited, ["train_iters=2"])
@@ -281,9 +286,9 @@ try:
         ck = os.path.join(fs.path, "ck")
         r = train(ck, ["train_iters=1", SAVE16])
         ztlib.check(r.rc == 0, "first_save_with_export_inodes", r.why())
-        # a save takes 4 (its directory, 2 rank files, index.h5) and 1 more while latest is replaced:
-        # then the export makes its directory with that last one and cannot create a file in it
-        fs.remount(f"nr_inodes={fs.used()[1] + 5}")
+        # a save takes 5 (its directory, 2 rank files, index.h5, manifest) and 1 more while latest is
+        # replaced: then the export makes its directory with that last one and cannot create a file in it
+        fs.remount(f"nr_inodes={fs.used()[1] + 6}")
         r = train(ck, ["train_iters=3", "checkpoint.save_interval=1", SAVE16])
         failed_together(r, ".hf.tmp/model.safetensors.tmp", "export_uncreatable_fails_on_every_rank")
         ztlib.check(r.errors and "cannot create: No space left on device" in r.errors[0], "export_uncreatable_says_why",

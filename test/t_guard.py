@@ -196,6 +196,7 @@ try:
     # ---- a format-version-1 checkpoint (nothing checksums its metadata) loads only when allowed
     v1 = os.path.join(tmp, "v1", "step_00000020")
     shutil.copytree(os.path.join(tmp, "never", "step_00000020"), v1)
+    os.unlink(os.path.join(v1, "manifest"))  # as a version-1 zerotrain saved it: no manifest
     with h5py.File(os.path.join(v1, "index.h5"), "r+") as h:
         h.attrs["format_version"] = np.int64(1)
     r = train(os.path.join(tmp, "v1_ck"), [f"checkpoint.resume={v1}", "train_iters=22"])

@@ -115,6 +115,7 @@ try:
     # ---- a damaged lineage: a warning naming the index; the run goes on with that run alone
     with h5py.File(os.path.join(ck, "step_00000021", "index.h5"), "r+") as h:
         h.attrs["lineage"] = "not a lineage"
+    os.unlink(os.path.join(ck, "step_00000021", "manifest"))  # as an older zerotrain saved it: the manifest would refuse the edit
     r = job(ck, 24)
     warned = [l for l in r.stderr.splitlines() if "step_00000021/index.h5: attribute lineage" in l]
     ztlib.check(r.returncode == 0 and len(warned) == 1 and "zerotrain: warning:" in warned[0]
@@ -125,9 +126,11 @@ try:
     # run before it (21) is not this lineage's: it stays, and is named with the copied one
     with h5py.File(os.path.join(ck, "step_00000024", "index.h5"), "r+") as h:
         del h.attrs["lineage"]
+    os.unlink(os.path.join(ck, "step_00000024", "manifest"))
     r = job(ck, 27)
     told = [l for l in (r.stdout + r.stderr).splitlines() if OTHER_RUNS in l]
-    ztlib.check(r.returncode == 0 and "warning" not in r.stderr
+    warnings = [l for l in r.stderr.splitlines() if "warning" in l and "has no manifest" not in l]
+    ztlib.check(r.returncode == 0 and not warnings
                 and steps(ck) == ["step_00000001", "step_00000021", "step_00000024", "step_00000027"]
                 and len(told) == 1 and "2 step directories" in told[0], "index_without_lineage_is_its_run_alone",
                 f"{steps(ck)} {told}; {r.stderr[-400:]}")

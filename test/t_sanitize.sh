@@ -29,7 +29,7 @@ rm -rf "$reports" && mkdir -p "$reports"
 export ZEROTRAIN_BIN=$PWD/$san/zerotrain ZEROTRAIN_SANITIZE_REPORTS=$reports
 export ASAN_OPTIONS="detect_leaks=0:exitcode=86:log_path=$reports/asan:abort_on_error=0"
 export UBSAN_OPTIONS="halt_on_error=1:exitcode=86:print_stacktrace=1"
-for t in ${SANITIZE_TESTS:-t_config_errors.sh t_sample.py t_checkpoint_faults.py t_tokenizer_ref.py t_estimate.py t_interval.py}; do
+for t in ${SANITIZE_TESTS:-t_config_errors.sh t_sample.py t_checkpoint_faults.py t_checkpoint_fuzz.py t_tokenizer_ref.py t_estimate.py t_interval.py t_cli_help.py}; do
   t0=$SECONDS
   if [[ $t == *.sh ]]; then out=$(bash "test/$t" 2>&1); else out=$(/usr/bin/python3 "test/$t" 2>&1); fi
   rc=$?

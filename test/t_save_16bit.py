@@ -96,7 +96,7 @@ try:
         sd = os.path.join(ck, s)
         have = set(os.listdir(os.path.join(sd, "hf"))) if os.path.isdir(os.path.join(sd, "hf")) else set()
         check(have == want_files, f"export_beside_{s}", f"hf/ holds {sorted(have)}")
-        check(sorted(os.listdir(sd)) == ["hf", "index.h5", "rank_00000.h5", "rank_00001.h5"], f"nothing_else_in_{s}",
+        check(sorted(os.listdir(sd)) == ["hf", "index.h5", "manifest", "rank_00000.h5", "rank_00001.h5"], f"nothing_else_in_{s}",
               str(sorted(os.listdir(sd))))
         cfg = json.load(open(os.path.join(sd, "hf", "config.json"))) if have else {}
         check(cfg.get("torch_dtype") == "bfloat16", f"config_torch_dtype_bf16_{s}", str(cfg.get("torch_dtype")))

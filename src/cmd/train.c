@@ -35,6 +35,10 @@
 #define ZT_EXIT_PREEMPTED 99
 
 static volatile sig_atomic_t stop_requested = 0; /* set by the signal handler only */
+/* Set while the resume loads its checkpoint: a load stalled on its file system would never reach the
+ * step that acts on a stop signal, and there is nothing to save yet (the checkpoint stays as it is),
+ * so a stop signal then ends the rank at once, with the preempted status a requeue resumes from. */
+static volatile sig_atomic_t loading_checkpoint = 0;
 static void on_stop_signal(int sig) {
     if (sig == SIGINT && stop_requested) { /* a second Ctrl-C at a rank run by hand: stop at once */
         signal(SIGINT, SIG_DFL);
@@ -42,6 +46,13 @@ static void on_stop_signal(int sig) {
     }
     stop_requested = sig;
     zt_scratch_remove_all(); /* the swap files: open descriptors keep serving the save this asks for */
+    if (loading_checkpoint) {
+        static const char line[] = "zerotrain: stopped by signal while loading the checkpoint to resume from "
+                                   "(nothing to save; it stays as it is)\n";
+        ssize_t w = write(2, line, sizeof line - 1);
+        (void)w;
+        _exit(ZT_EXIT_PREEMPTED);
+    }
 }
 
 static void install_stop_handlers(void) {
@@ -131,7 +142,7 @@ static int maybe_resume(trainer *t, zt_err *err) {
     const char *path = cfg->resume_mode == ZT_RESUME_PATH ? cfg->resume_path : cfg->checkpoint_dir;
     if (cfg->resume_mode == ZT_RESUME_NEVER || !path) return 0;
     char step_dir[4096];
-    int found = zt_checkpoint_resolve_shared(t->comm, path, step_dir, sizeof step_dir, err);
+    int found = zt_checkpoint_resolve_verified_shared(t->comm, path, step_dir, sizeof step_dir, err);
     if (found < 0) return -1;
     if (found == 0) {
         if (cfg->resume_mode == ZT_RESUME_PATH) return zt_fail(err, "%s: resume: no checkpoint there", path);
@@ -139,7 +150,16 @@ static int maybe_resume(trainer *t, zt_err *err) {
     }
     zt_train_state st;
     zt_checkpoint_meta meta;
-    if (zt_checkpoint_load(step_dir, zt_engine_state_view(t->s.engine), &t->s.shape, t->comm, &st, &meta, cfg->ckpt_allow_unverified, err)) return -1;
+    loading_checkpoint = 1;
+    if (zt_test_hook_load_stall()) { /* a load that never ends: what a stop signal must still end */
+        zt_info("resume: loading %s (stalled by ZEROTRAIN_INJECT_LOAD_STALL)", step_dir);
+        if (stop_requested) _exit(ZT_EXIT_PREEMPTED); /* one that came just before: this load would never end */
+        for (;;) pause();
+    }
+    int loaded = zt_checkpoint_load(step_dir, zt_engine_state_view(t->s.engine), &t->s.shape, t->comm, &st, &meta,
+                                    cfg->ckpt_allow_unverified, err);
+    loading_checkpoint = 0;
+    if (loaded) return -1;
     t->start_step = st.step;
     if (cfg->checkpoint_dir && step_is_in(step_dir, cfg->checkpoint_dir)) t->last_saved_step = t->good_step = st.step;
     if (t->has_ckdir) { /* keep_last may prune the steps of the runs this one continues, not the one resumed */

@@ -5,7 +5,7 @@
  * Modules: checkpoint_dir.c (the directory lock, run id, resolving `latest`), checkpoint_save.c,
  * checkpoint_read.c (reader and verification), checkpoint_load.c (into the engine),
  * checkpoint_export.c (the master weights as a Hugging Face directory: export, and the 16-bit
- * save beside a checkpoint), checkpoint_common.c (CRC32C, digests, HDF5 and file helpers, the partition of
+ * save beside a checkpoint), checkpoint_manifest.c (the step's manifest), checkpoint_common.c (CRC32C, digests, HDF5 and file helpers, the partition of
  * the saved vectors over data- and tensor-parallel ranks).
  *
  * Layout of a checkpoint directory DIR (format_version 2; 3 with tensor parallelism, below):
@@ -24,6 +24,9 @@
  *                                    group state (trainer state); dataset param_table (compound);
  *                                    virtual datasets master, adam_m, adam_v [total] over the rank files
  *                                    and group params/ with one virtual dataset per tensor (HF shape)
+ *   DIR/step_00000020/manifest       every file's size and CRC32C (index.h5 whole, each rank file outside
+ *                                    its raw data), its own CRC32C last: checked before HDF5 opens any
+ *                                    (checkpoint_manifest.c; absent in steps saved before it: a warning)
  *   DIR/step_00000020/hf/            with stage3_gather_16bit_weights_on_model_save: the 16-bit Hugging
  *                                    Face GPT-2 directory of this step (config.json, model.safetensors,
  *                                    tokenizer), written after the checkpoint is complete; not part of it
@@ -162,6 +165,11 @@ int zt_checkpoint_save(zt_checkpoint_dir *d, zt_state_view *sv, zt_comm *comm, c
  * ranks that see different file system caches still agree). */
 int zt_checkpoint_resolve(const char *path, char *step_dir, size_t cap, zt_err *err);
 int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir, size_t cap, zt_err *err);
+/* zt_checkpoint_resolve_shared for resume: where PATH is a checkpoint directory and the step it names
+ * fails its manifest (a damaged file: checkpoint_manifest.c), the newest older step directory whose
+ * files verify, with one warning naming the damaged one; -1 when none does. A step directory named
+ * directly is taken as it is (its load reports the damage). */
+int zt_checkpoint_resolve_verified_shared(zt_comm *comm, const char *path, char *step_dir, size_t cap, zt_err *err);
 
 /* Collective over COMM (every rank of the job). Loads STEP_DIR into SV (the engine's state view), whatever world size,
  * stage and tensor-parallel size saved it: each rank reads only the ranges it now holds (master/m/v of
@@ -181,8 +189,9 @@ int zt_checkpoint_load(const char *step_dir, zt_state_view *sv, const zt_gpt2_sh
 typedef struct zt_checkpoint_reader zt_checkpoint_reader;
 typedef enum { ZT_CKPT_MASTER = 0, ZT_CKPT_ADAM_M = 1, ZT_CKPT_ADAM_V = 2 } zt_ckpt_vector;
 
-/* Opens STEP_DIR/index.h5 and validates it (format, version, parameter table against the saved
- * model shape, every rank file present). NULL on failure. */
+/* Opens STEP_DIR/index.h5 and validates it (its manifest record first, then format, version,
+ * parameter table against the saved model shape, every rank file present). Each rank file is checked
+ * against the manifest before HDF5 opens it, and every value read must be finite. NULL on failure. */
 zt_checkpoint_reader *zt_checkpoint_open(const char *step_dir, zt_err *err);
 void zt_checkpoint_close(zt_checkpoint_reader *r);
 const zt_checkpoint_meta *zt_checkpoint_reader_meta(const zt_checkpoint_reader *r);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,17 @@ size_t ck_chunk_elems(size_t n) {
     size_t c = (size_t)1 << 20;
     while ((n + c - 1) / c > CK_MAX_CHUNKS) c *= 2;
     return c;
+}
+
+void ck_name_element(const zt_param_table *t, int which, size_t flat, char *buf, size_t cap) {
+    for (int i = 0; i < t->count; i++) {
+        const zt_param_info *p = &t->params[i];
+        if (flat >= p->offset && flat < p->offset + p->numel) {
+            snprintf(buf, cap, "%s of %s (element %zu)", ck_vec_names[which], p->name, flat - p->offset);
+            return;
+        }
+    }
+    snprintf(buf, cap, "%s element %zu", ck_vec_names[which], flat);
 }
 
 uint32_t ck_shard_digest(size_t lo, size_t hi, long step, const char *run_id, const size_t chunk[3],

@@ -33,6 +33,8 @@ size_t ck_chunk_elems(size_t n);  /* checksum chunk for an n-element dataset */
 /* digest of a shard: its identity and the chunk CRCs of its three datasets (host-independent bytes) */
 uint32_t ck_shard_digest(size_t lo, size_t hi, long step, const char *run_id, const size_t chunk[3],
                          uint32_t *const crc[3], const size_t nch[3]);
+/* "VECTOR of TENSOR (element I)": where flat element `flat` of vector `which` belongs in table t */
+void ck_name_element(const zt_param_table *t, int which, size_t flat, char *buf, size_t cap);
 /* digest of an index's metadata (format version 2) */
 uint32_t ck_meta_digest(const zt_checkpoint_meta *m, const zt_train_state *st, const uint32_t *shard_crc);
 

@@ -22,6 +22,7 @@
  * ENOSYS, reported as such). */
 #define _GNU_SOURCE
 #include "io/checkpoint_common.h"
+#include "io/checkpoint_manifest.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -288,6 +289,46 @@ int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir
     if (comm->rank == 0) found = zt_checkpoint_resolve(path, step_dir, cap, err);
     if (zt_agree(comm, found < 0 ? -1 : 0, err)) return -1;
     found = comm->agree_max(comm, found); /* rank 0's 0 or 1; the others contribute 0 */
+    if (found) zt_share_text(comm, 0, step_dir, cap);
+    return found;
+}
+
+/* rank 0 of zt_checkpoint_resolve_verified_shared: STEP_DIR (resolved from checkpoint directory DIR)
+ * when its files verify, else the newest older step directory of DIR whose files do (one warning) */
+static int newest_verified(const char *dir, char *step_dir, size_t cap, zt_err *err) {
+    zt_err why;
+    if (ck_manifest_check(step_dir, &why) >= 0) return 1;
+    const char *base = strrchr(step_dir, '/');
+    long bad = ck_step_of_name(base ? base + 1 : step_dir);
+    ck_step_entry *s;
+    int n = ck_list_steps(dir, &s), skipped = 0, found = -1;
+    for (int i = n - 1; i >= 0 && found < 0; i--) {
+        char cand[CK_PATHCAP];
+        zt_err also;
+        if ((bad >= 0 && s[i].step >= bad) || ck_path_join(cand, sizeof cand, dir, s[i].name, NULL)) continue;
+        if (ck_manifest_check(cand, &also) >= 0) found = i;
+        else skipped++;
+    }
+    int rc = 1;
+    if (found < 0) {
+        rc = zt_fail(err, "%s (and no older step directory of %s verifies)", why.msg, dir);
+    } else {
+        zt_warn("checkpoint: %s does not verify (%s); resuming from %s, the newest step that does%s", step_dir, why.msg,
+                s[found].name, skipped ? " (older damaged steps skipped too)" : "");
+        if ((size_t)snprintf(step_dir, cap, "%s/%s", dir, s[found].name) >= cap) rc = zt_fail(err, "%s: path too long", dir);
+    }
+    free(s);
+    return rc;
+}
+
+int zt_checkpoint_resolve_verified_shared(zt_comm *comm, const char *path, char *step_dir, size_t cap, zt_err *err) {
+    int found = 0;
+    if (comm->rank == 0) {
+        found = zt_checkpoint_resolve(path, step_dir, cap, err);
+        if (found > 0 && strcmp(step_dir, path)) found = newest_verified(path, step_dir, cap, err);
+    }
+    if (zt_agree(comm, found < 0 ? -1 : 0, err)) return -1;
+    found = comm->agree_max(comm, found);
     if (found) zt_share_text(comm, 0, step_dir, cap);
     return found;
 }

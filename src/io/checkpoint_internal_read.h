@@ -4,6 +4,7 @@
 #define ZT_CHECKPOINT_INTERNAL_READ_H
 
 #include "io/checkpoint_common.h"
+#include "io/checkpoint_manifest.h"
 
 typedef struct ck_src_info {
     int loaded;
@@ -24,6 +25,8 @@ struct zt_checkpoint_reader {
     float *rows, *part_rows;    /* tensor parallelism: whole rows assembled from the tp ranks' rows */
     ck_src_info *src;           /* [meta.world_size] */
     uint32_t *shard_crc;        /* [meta.world_size] the index's shard digests (version 2) */
+    ck_file_record *files;      /* [n_files] the manifest's records of the rank files (NULL: saved before manifests) */
+    int n_files;
     const zt_backend *stage_be; /* allocator of stage (NULL: malloc) */
     float *stage;
     size_t stage_cap;           /* elements */

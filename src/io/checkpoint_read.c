@@ -1,7 +1,9 @@
 /* checkpoint_read.c — reading a checkpoint: opening and validating index.h5 (format, version,
  * metadata checksum, parameter table against the saved shape, every rank file present), and
  * checksum-verified reads of any element range through the index's virtual datasets. Used by
- * load (checkpoint_load.c), `export`, `info` and `sample`.
+ * load (checkpoint_load.c), `export`, `info` and `sample`. No file reaches HDF5 before the step's
+ * manifest (checkpoint_manifest.c) has verified it: index.h5 at open, each rank file when first read.
+ * The pass that checks a chunk's CRC also refuses a non-finite value (a save never writes one).
  *
  * A reader that needs elements [a, b) reads the whole chunks covering them (at most one extra chunk
  * at each end of each shard it touches) and verifies exactly those: resharded loads and
@@ -37,6 +39,7 @@ void zt_checkpoint_close(zt_checkpoint_reader *r) {
         for (int v = 0; v < 3; v++) free(r->src[s].crc[v]);
     free(r->src);
     free(r->shard_crc);
+    free(r->files);
     if (r->stage) { if (r->stage_be) r->stage_be->host_free(r->stage); else free(r->stage); }
     free(r->rows);
     free(r->part_rows);
@@ -90,7 +93,11 @@ static int check_saved_table(zt_checkpoint_reader *r, zt_err *err) {
         const zt_param_info *p = &t->params[i];
         rows[i].name[sizeof rows[i].name - 1] = 0;
         char shown[256];
-        if (strcmp(rows[i].name, p->name) || rows[i].offset != p->offset || rows[i].numel != p->numel)
+        /* every column but segment: the saving engine's cut into gradient segments (tiling, embedding
+         * rows), which loads do not use and nothing here can recompute; the manifest covers its bytes */
+        if (strcmp(rows[i].name, p->name) || rows[i].offset != p->offset || rows[i].numel != p->numel ||
+            rows[i].ndim != p->ndim || rows[i].shape[0] != p->shape[0] || (p->ndim == 2 && rows[i].shape[1] != p->shape[1]) ||
+            rows[i].decay != p->decay)
             rc = zt_fail(err, "%s: param_table row %d (%s) does not match the saved model shape", path, i,
                          zt_escape_str(rows[i].name, shown, sizeof shown));
     }
@@ -267,6 +274,22 @@ static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
     return check_saved_table(r, err);
 }
 
+/* Before HDF5 parses a byte of the index: the manifest's record of it (and of the rank files, kept for
+ * src_load). A step saved before manifests is read with the older checks only, with a warning. */
+static int verify_index_bytes(zt_checkpoint_reader *r, zt_err *err) {
+    ck_file_record index;
+    int has = ck_manifest_read(r->dir, &index, &r->files, &r->n_files, err);
+    if (has < 0) return -1;
+    if (!ck_is_file(r->index_path)) return zt_fail(err, "%s: missing (not a checkpoint step directory)", r->index_path);
+    if (has == 0) {
+        if (zt_log_rank() == 0) /* one line for the job, not one a rank */
+            zt_warn("checkpoint: %s has no %s (saved by an older zerotrain): its files are not verified before HDF5 "
+                    "reads them, so a damaged one may fail late or stall (re-save to get one)", r->dir, CK_MANIFEST);
+        return 0;
+    }
+    return ck_file_verify(r->index_path, &index, err);
+}
+
 zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *stage_be, int allow_unverified,
                                      zt_err *err) {
     zt_checkpoint_reader *r = zt_xcalloc(1, sizeof *r);
@@ -280,8 +303,13 @@ zt_checkpoint_reader *ck_reader_open(const char *step_dir, const zt_backend *sta
         goto fail;
     }
     if (ck_path_join(r->index_path, sizeof r->index_path, step_dir, "index.h5", err)) goto fail;
+    if (verify_index_bytes(r, err)) goto fail;
     r->index = ck_open_h5(r->index_path, err, "%s: missing (not a checkpoint step directory)");
     if (r->index < 0 || read_meta(r, err)) goto fail;
+    if (r->files && r->n_files != r->meta.world_size) {
+        zt_fail(err, "%s/%s: records %d rank files, the index %d", step_dir, CK_MANIFEST, r->n_files, r->meta.world_size);
+        goto fail;
+    }
     r->src = zt_xcalloc((size_t)r->meta.world_size, sizeof *r->src);
     for (int s = 0; s < r->meta.world_size; s++) {
         char p[CK_PATHCAP];
@@ -332,6 +360,8 @@ static int src_load(zt_checkpoint_reader *r, int s, zt_err *err) {
     char p[CK_PATHCAP], why[CK_WHYCAP];
     rank_path(r, s, p, sizeof p);
     ck_partition_range(&r->part, s, &si->lo, &si->hi);
+    if (!ck_is_file(p)) return zt_fail(err, "missing shard %s", p);
+    if (r->files && ck_file_verify(p, &r->files[s], err)) return -1; /* before HDF5 parses it */
     hid_t f = ck_open_h5(p, err, "missing shard %s");
     if (f < 0) return -1;
     long long lo = -1, hi = -1, step = -1, tp_rank = 0, tp_size = 1;
@@ -414,6 +444,17 @@ static int verify(zt_checkpoint_reader *r, int s, int v, size_t c, const float *
         break;
     }
     free(got);
+    /* the same pass over data still in cache: a save refuses non-finite state, so one here was
+     * checksummed that way by a broken or foreign writer (a NaN never loads silently) */
+    size_t bad = rc ? n : zt_first_nonfinite(data, n);
+    if (bad < n) {
+        char p[CK_PATHCAP], where[160];
+        rank_path(r, s, p, sizeof p);
+        size_t flat = si->lo + c * C + bad;
+        ck_name_element(&r->part.tables[s % r->part.tp], v, flat, where, sizeof where);
+        rc = zt_fail(err, "%s: element %zu of the shard, %s, is %g: a checkpoint holds finite state only", p,
+                     flat - si->lo, where, data[bad]);
+    }
     return rc;
 }
 

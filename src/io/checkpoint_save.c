@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "comm/fail_together.h"
+#include "io/checkpoint_manifest.h"
 #include "util/test_hooks.h"
 
 /* ================================================================ rank files */
@@ -33,28 +34,6 @@ static int write_slab(hid_t d, size_t off, size_t n, const float *buf) {
     H5Sclose(ms);
     H5Sclose(fs);
     return rc < 0 ? -1 : 0;
-}
-
-/* The first non-finite element of x[0, n), or n. A checkpoint holds finite state only: a NaN or inf
- * reaching a save (a diverged run with the guard off, corrupted swap contents) fails the save, so
- * `latest` stays on the last good checkpoint. */
-static size_t first_nonfinite(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
-    return n;
-}
-
-/* "VECTOR of TENSOR (element I)": where flat element `flat` of a saved vector belongs */
-static void name_element(const zt_state_view *sv, int which, size_t flat, char *buf, size_t cap) {
-    const zt_param_table *t = sv->table;
-    for (int i = 0; i < t->count; i++) {
-        const zt_param_info *p = &t->params[i];
-        if (flat >= p->offset && flat < p->offset + p->numel) {
-            snprintf(buf, cap, "%s of %s (element %zu)", ck_vec_names[which], p->name, flat - p->offset);
-            return;
-        }
-    }
-    snprintf(buf, cap, "%s element %zu", ck_vec_names[which], flat);
 }
 
 /* The guard of tensor parallelism: a tensor every tp rank holds whole (split ZT_TP_WHOLE) must be the
@@ -94,9 +73,9 @@ static void inject_divergence(const zt_param_table *t, size_t flat, float *x, si
 
 /* Writes dataset NAME: this rank's partition of optimizer vector `which` with its per-chunk CRC32C
  * attributes. Fills crc (ck_max(nch, 1) values) and *chunk; adds to sums (NULL: none) the hashes of
- * hash_whole. */
+ * hash_whole; records where its raw data lies in the file in rec (the manifest's data extents). */
 static int write_vector(hid_t f, const char *path, int which, zt_state_view *sv, float *stage, uint32_t *crc, size_t *chunk,
-                        uint32_t *sums, zt_err *err) {
+                        uint32_t *sums, ck_file_record *rec, zt_err *err) {
     const char *name = ck_vec_names[which];
     size_t n = sv->lay.hi - sv->lay.lo, C = ck_chunk_elems(n), nch = (n + C - 1) / C;
     *chunk = C;
@@ -111,15 +90,18 @@ static int write_vector(hid_t f, const char *path, int which, zt_state_view *sv,
     for (size_t x = 0; !rc && x < n; x += group) {
         size_t k = ck_min(group, n - x);
         sv->state_read(sv->owner, which, sv->lay.lo - sv->lay.opt_lo + x, k, stage);
-        size_t bad = first_nonfinite(stage, k);
+        /* a checkpoint holds finite state only: a NaN or inf reaching a save (a diverged run with the
+         * guard off, corrupted swap contents) fails it, so `latest` stays on the last good checkpoint */
+        size_t bad = zt_first_nonfinite(stage, k);
         if (bad < k) {
             char where[160];
-            name_element(sv, which, sv->lay.lo + x + bad, where, sizeof where);
+            ck_name_element(sv->table, which, sv->lay.lo + x + bad, where, sizeof where);
             rc = nonfinite = zt_fail(err, "%s: not saved: %s is %g, and a checkpoint holds finite state only "
                                           "(latest stays on the last good checkpoint)", path, where, stage[bad]);
             break;
         }
         if (sums && which == ZT_CKPT_MASTER) inject_divergence(sv->table, sv->lay.lo + x, stage, k);
+        if (which == ZT_CKPT_MASTER && x == 0 && k && zt_test_hook_save_nan(sv->lay.rank)) stage[0] = NAN;
         ck_crc_chunks(stage, k, C, crc + x / C);
         if (sums) hash_whole(sv->table, sv->lay.lo + x, stage, k, sums);
         rc = write_slab(d, x, k, stage);
@@ -127,6 +109,11 @@ static int write_vector(hid_t f, const char *path, int which, zt_state_view *sv,
     if (!rc && ck_put_u32s(d, "crc32c", crc, nch)) rc = -1;
     if (!rc && ck_put_u64(d, "checksum_chunk", C)) rc = -1;
     if (!rc && ck_put_str(d, "checksum", "crc32c of each checksum_chunk elements (little-endian bytes)")) rc = -1;
+    haddr_t at = !rc && n ? H5Dget_offset(d) : HADDR_UNDEF;
+    if (at != HADDR_UNDEF) { /* contiguous, allocated: its bytes are the chunk CRCs' to check */
+        rec->ext_off[rec->n_ext] = (uint64_t)at;
+        rec->ext_len[rec->n_ext++] = (uint64_t)n * sizeof(float);
+    }
     char why[CK_WHYCAP];
     if (rc && !nonfinite) zt_fail(err, "%s: cannot write dataset %s (%zu elements): %s", path, name, n, ck_h5_why(why));
     if (d >= 0) H5Dclose(d);
@@ -135,10 +122,10 @@ static int write_vector(hid_t f, const char *path, int which, zt_state_view *sv,
     return rc;
 }
 
-/* Writes TMPDIR/rank_NNNNN.h5 (world rank comm->rank) and fsyncs it; *digest gets its shard digest.
- * With tensor parallelism, sums [3][count] gets the hashes of hash_whole. */
+/* Writes TMPDIR/rank_NNNNN.h5 (world rank comm->rank) and fsyncs it; *digest gets its shard digest,
+ * *rec its manifest record. With tensor parallelism, sums [3][count] gets the hashes of hash_whole. */
 static int write_rank_file(const char *tmpdir, zt_state_view *sv, zt_comm *comm, long step, const char *run_id,
-                           uint32_t *digest, uint32_t *sums, zt_err *err) {
+                           uint32_t *digest, ck_file_record *rec, uint32_t *sums, zt_err *err) {
     char name[32], path[CK_PATHCAP], why[CK_WHYCAP];
     const zt_param_table *table = sv->table;
     ck_rank_file_name(name, sizeof name, comm->rank);
@@ -163,12 +150,13 @@ static int write_rank_file(const char *tmpdir, zt_state_view *sv, zt_comm *comm,
         nchs[v] = n ? (n + C - 1) / C : 0;
     }
     for (int v = 0; v < 3 && !rc; v++)
-        rc = write_vector(f, path, v, sv, stage, crc[v], &chunk[v], sums ? sums + (size_t)v * table->count : NULL, err);
+        rc = write_vector(f, path, v, sv, stage, crc[v], &chunk[v], sums ? sums + (size_t)v * table->count : NULL, rec, err);
     if (!rc) *digest = ck_shard_digest(sv->lay.lo, sv->lay.hi, step, run_id, chunk, crc, nchs);
     for (int v = 0; v < 3; v++) free(crc[v]);
     if (f >= 0 && H5Fclose(f) < 0 && !rc) rc = zt_fail(err, "%s: cannot close: %s", path, ck_h5_why(why));
     sv->be->host_free(stage);
     if (!rc) rc = ck_fsync_path(path, err);
+    if (!rc) rc = ck_file_digest(path, rec, err);
     return rc;
 }
 
@@ -432,6 +420,17 @@ static int write_index(const char *path, const zt_param_table *whole, const ck_p
     return rc;
 }
 
+/* TMP/manifest (checkpoint_manifest.c): the index's size and CRC, and the rank files' records */
+static int write_manifest(const char *tmp, const char *idx, const ck_file_record *files, int world, zt_err *err) {
+    ck_file_record index = {0};
+    char path[CK_PATHCAP];
+    if (ck_file_digest(idx, &index, err) || ck_path_join(path, sizeof path, tmp, CK_MANIFEST, err)) return -1;
+    char *text = ck_manifest_text(&index, files, world);
+    int rc = write_bytes(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
 /* ================================================================ publish and prune */
 
 static int write_latest(const char *dir, const char *name, zt_err *err) {
@@ -464,10 +463,12 @@ static int publish_dir(const char *dir, const char *tmp, const char *final, zt_e
 }
 
 /* The run id in step directory P's index.h5 (malloc'ed; "" for format version 1, which has
- * none), or NULL when the index cannot be read. */
+ * none), or NULL when the index cannot be read — or fails the step's manifest: no damaged byte
+ * reaches HDF5 here either (a damaged older step is kept and not counted, never parsed). */
 static char *saved_run_id(const char *p) {
     char idx[CK_PATHCAP];
-    if (ck_path_join(idx, sizeof idx, p, "index.h5", NULL)) return NULL;
+    zt_err damaged;
+    if (ck_path_join(idx, sizeof idx, p, "index.h5", NULL) || ck_manifest_check(p, &damaged) < 0) return NULL;
     hid_t fapl = ck_file_access();
     hid_t f = H5Fopen(idx, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
@@ -611,14 +612,26 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, con
     /* phase 2: every rank writes and syncs its file */
     sv->be->synchronize();
     uint32_t digest = 0, *sums = tp > 1 ? zt_xcalloc((size_t)3 * count, sizeof *sums) : NULL;
-    rc = write_rank_file(tmp, sv, c, st->step, cd->run_id, &digest, sums, err);
+    ck_file_record mine = {0};
+    rc = write_rank_file(tmp, sv, c, st->step, cd->run_id, &digest, &mine, sums, err);
     /* every rank learns every shard's digest, each tp rank's shard and the tp ranks' hashes of their
-     * whole tensors (exact in doubles: 32-bit values, and sums of fewer than 2^21 of them), and how
-     * many ranks failed to write their file: one collective between the steps, not two (the failing
-     * rank's message travels only when there is one) */
-    size_t n_sums = tp > 1 ? (size_t)3 * tp * count : 0, n = (size_t)c->world + (size_t)tp + n_sums + 1;
+     * whole tensors (exact in doubles: 32-bit values, and sums of fewer than 2^21 of them), how
+     * many ranks failed to write their file, and each file's manifest record (sizes and offsets below
+     * 2^53): one collective between the steps, not two (the failing rank's message travels only when
+     * there is one) */
+    enum { REC_DOUBLES = 3 + 2 * CK_MAX_EXTENTS };
+    size_t n_sums = tp > 1 ? (size_t)3 * tp * count : 0;
+    size_t n = (size_t)c->world + (size_t)tp + n_sums + 1 + (size_t)REC_DOUBLES * c->world;
     double *all = zt_xcalloc(n, sizeof *all), *shards = all + c->world, *hashes = shards + tp;
-    double *failed = hashes + n_sums;
+    double *failed = hashes + n_sums, *recs = failed + 1;
+    double *my_rec = recs + (size_t)REC_DOUBLES * c->rank;
+    my_rec[0] = (double)mine.bytes;
+    my_rec[1] = mine.crc;
+    my_rec[2] = mine.n_ext;
+    for (int e = 0; e < mine.n_ext; e++) {
+        my_rec[3 + 2 * e] = (double)mine.ext_off[e];
+        my_rec[4 + 2 * e] = (double)mine.ext_len[e];
+    }
     all[c->rank] = digest;
     *failed = rc != 0;
     if (lay->rank == 0) shards[table->tp_rank] = (double)lay->shard;
@@ -633,6 +646,17 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, con
     }
     uint32_t *shard_crc = zt_xcalloc((size_t)c->world, sizeof *shard_crc);
     for (int r = 0; r < c->world; r++) shard_crc[r] = (uint32_t)all[r];
+    ck_file_record *files = zt_xcalloc((size_t)c->world, sizeof *files);
+    for (int r = 0; r < c->world; r++) {
+        const double *x = recs + (size_t)REC_DOUBLES * r;
+        files[r].bytes = (uint64_t)x[0];
+        files[r].crc = (uint32_t)x[1];
+        files[r].n_ext = (int)x[2];
+        for (int e = 0; e < files[r].n_ext && e < CK_MAX_EXTENTS; e++) {
+            files[r].ext_off[e] = (uint64_t)x[3 + 2 * e];
+            files[r].ext_len[e] = (uint64_t)x[4 + 2 * e];
+        }
+    }
     size_t tp_shard[ZT_MAX_TP] = {0};
     for (int t = 0; t < tp; t++) tp_shard[t] = (size_t)shards[t];
     /* the same sums on every rank: the same outcome, no agreement needed */
@@ -655,10 +679,12 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, con
         snprintf(m.run_id, sizeof m.run_id, "%s", cd->run_id);
         lineage_of_save(cd, &m);
         if (!rc) rc = write_index(idx, whole, &part, &m, st, shard_crc, err);
+        if (!rc) rc = write_manifest(tmp, idx, files, c->world, err);
         ck_partition_free(&part);
         zt_param_table_free(&whole_built);
     }
     free(shard_crc);
+    free(files);
     /* phase 4: rank 0 renames the complete step directory into place; phase 5: `latest` names it.
      * Phases 3-5 are rank 0's alone, each only after the one before succeeded, so the ranks agree
      * once on the three: they return after `latest` names the step or with the phase that failed. */

@@ -296,14 +296,6 @@ int zt_hf_read_model_shape(const char *dir, zt_gpt2_shape *shape, zt_err *err) {
     return rc;
 }
 
-/* The first non-finite value of X[0, n), or n: weights with a NaN or inf would train, sample and
- * evaluate to NaN, so a load names the element instead. */
-static size_t first_nonfinite(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
-    return n;
-}
-
 static void param_shape_str(char *buf, size_t n, const zt_param_info *p) {
     int64_t s[2] = {p->shape[0], p->shape[1]};
     shape_str(buf, n, s, p->ndim);
@@ -357,7 +349,7 @@ static int load_params(weights *w, const zt_param_table *table, float *flat, zt_
             return zt_fail(err, "%s: tensor %s has dtype %s, zerotrain reads F32, BF16 and F16", s->file->path, s->name,
                            s->t->dtype_name);
         if (zt_st_read_f32(s->file, s->t, flat + p->offset, err)) return -1;
-        size_t bad = first_nonfinite(flat + p->offset, p->numel);
+        size_t bad = zt_first_nonfinite(flat + p->offset, p->numel); /* a NaN would train, sample and evaluate to NaN */
         if (bad < p->numel)
             return zt_fail(err, "%s: tensor %s holds %g at element %zu (weights must be finite)", s->file->path, s->name,
                            (double)flat[p->offset + bad], bad);

@@ -63,6 +63,10 @@ int zt_test_hook_stop_after_init(int rank) { return hook_is("ZEROTRAIN_INJECT_ST
 
 int zt_test_hook_tp_diverge(int tp_rank) { return hook_is("ZEROTRAIN_INJECT_TP_DIVERGE", tp_rank); }
 
+int zt_test_hook_save_nan(int rank) { return hook_is("ZEROTRAIN_INJECT_SAVE_NAN", rank); }
+
+int zt_test_hook_load_stall(void) { return hook_on("ZEROTRAIN_INJECT_LOAD_STALL"); }
+
 int zt_test_hook_blas_fallback(void) { return hook_on("ZEROTRAIN_INJECT_BLAS_FALLBACK"); }
 
 int zt_test_hook_own_comm_order(void) { return hook_on("ZEROTRAIN_INJECT_OWN_COMM_ORDER"); }

@@ -66,6 +66,11 @@
  *   ZEROTRAIN_INJECT_SKIP_ROLLBACK=1 a speculation the step rejects is kept as if accepted, as a rollback
  *                                    that skipped its restore would: the bug the exactness tests must
  *                                    turn into other losses (test/t_super_offload.py)
+ *   ZEROTRAIN_INJECT_SAVE_NAN=R      data-parallel rank R's saved master copy has a NaN as its first element,
+ *                                    put in after the save's finite-state check and checksummed, as a
+ *                                    broken writer would: what every load must refuse (test/t_checkpoint_fuzz.py)
+ *   ZEROTRAIN_INJECT_LOAD_STALL=1    a resume's checkpoint load never ends (as one stuck on its file system):
+ *                                    a stop signal must still end the rank (test/t_checkpoint_fuzz.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -96,6 +101,12 @@ int zt_test_hook_stop_after_init(int rank);
 
 /* 1 when ZEROTRAIN_INJECT_STOP_IN_FINALIZE is `rank`. */
 int zt_test_hook_stop_in_finalize(int rank);
+
+/* 1 when ZEROTRAIN_INJECT_LOAD_STALL is set (not "0"). */
+int zt_test_hook_load_stall(void);
+
+/* 1 when ZEROTRAIN_INJECT_SAVE_NAN is `rank`. */
+int zt_test_hook_save_nan(int rank);
 
 /* 1 when ZEROTRAIN_INJECT_TP_DIVERGE is `tp_rank`. */
 int zt_test_hook_tp_diverge(int tp_rank);

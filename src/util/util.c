@@ -303,6 +303,12 @@ void zt_suggest(const char *word, const char *const *cands, int n, char *out, si
     else out[0] = '\0';
 }
 
+size_t zt_first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
 char *zt_read_file(const char *path, size_t *len, zt_err *err) { return zt_read_file_max(path, ZT_READ_FILE_MAX, len, err); }
 
 /* seconds a pipe or device may go without data while read (ZEROTRAIN_PIPE_TIMEOUT, default 30) */

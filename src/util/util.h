@@ -25,6 +25,10 @@ void zt_print_error(const zt_err *err);
 char *zt_escape(const void *text, size_t n, char *buf, size_t cap);
 char *zt_escape_str(const char *s, char *buf, size_t cap);
 
+/* The first non-finite element of x[0, n), or n: what a load or a save of weights and states refuses
+ * (naming the element), since a NaN would train, sample and evaluate to NaN. */
+size_t zt_first_nonfinite(const float *x, size_t n);
+
 /* malloc/calloc that abort with a message: out-of-host-memory is not a recoverable input error. */
 void *zt_xmalloc(size_t bytes);
 void *zt_xcalloc(size_t count, size_t size);
