@@ -27,6 +27,7 @@ echo "PASS sanitize_build ($((SECONDS - start)) s)"
 reports=$PWD/$san/reports
 rm -rf "$reports" && mkdir -p "$reports"
 export ZEROTRAIN_BIN=$PWD/$san/zerotrain ZEROTRAIN_SANITIZE_REPORTS=$reports
+export ZT_FUZZ_SECONDS=${ZT_FUZZ_SECONDS:-15} # the fuzz test already ran its full box on the release build
 export ASAN_OPTIONS="detect_leaks=0:exitcode=86:log_path=$reports/asan:abort_on_error=0"
 export UBSAN_OPTIONS="halt_on_error=1:exitcode=86:print_stacktrace=1"
 for t in ${SANITIZE_TESTS:-t_config_errors.sh t_sample.py t_checkpoint_faults.py t_checkpoint_fuzz.py t_tokenizer_ref.py t_estimate.py t_interval.py t_cli_help.py}; do
