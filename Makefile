@@ -114,7 +114,10 @@ SOAK_SEED ?= 1
 soak: all
 	@scripts/soak --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) $(SOAK_ARGS)
 
-demo: all
+# the demo needs ./zerotrain alone: not the test and bench programs, nor the CUDA library (loaded only
+# when a command asks for a GPU; a later `make` builds it beside the same binary)
+demo:
+	@$(MAKE) --no-print-directory CUDA_LIB= $(BIN)
 	@scripts/demo.sh
 
 # the commands under AddressSanitizer and UBSan (test/t_sanitize.sh: its own build in build/sanitize,

@@ -338,12 +338,13 @@ with tempfile.TemporaryDirectory() as tmp:
     ztlib.check(p.returncode == 0 and "note: wandb is not supported" in p.stdout, "config_wandb_enabled_note",
                 p.stdout[-500:] + p.stderr[-500:])
     # the effective config names the monitors and loads back to the same text
-    p = ztlib.run(["train", CFG] + sets("train_iters=1", f"tensorboard={{enabled: true, output_path: {tmp}/e}}"))
+    p = ztlib.run(["train", CFG] + sets("train_iters=1", "print_config=true",
+                                        f"tensorboard={{enabled: true, output_path: {tmp}/e}}"))
     eff = p.stdout.split("effective config (configs/tiny.yaml):\n", 1)[-1].split("\nmodel: GPT-2", 1)[0]
     eff_file = os.path.join(tmp, "eff.yaml")
     with open(eff_file, "w") as f:
         f.write(eff)
-    p2 = ztlib.run(["train", eff_file, "--set", "train_iters=1"])
+    p2 = ztlib.run(["train", eff_file, "--set", "train_iters=1", "--set", "print_config=true"])
     eff2 = p2.stdout.split(f"effective config ({eff_file}):\n", 1)[-1].split("\nmodel: GPT-2", 1)[0]
     ztlib.check(p.returncode == 0 and f'tensorboard:\n  enabled: true\n  output_path: "{tmp}/e"\n  job_name: '
                 '"DeepSpeedJobName"\ncsv_monitor:\n  enabled: false' in eff and

@@ -136,6 +136,7 @@ typedef struct zt_config {
     char *metrics_file;
     int wall_clock_breakdown;
     int memory_breakdown;      /* memory per category with each step line */
+    int print_config;          /* the whole effective config at start, not the one-line summary */
     char *trace_file;
     int trace_nvml_ms;         /* 0 = off: the NVML sampler's period (io/trace_nvml.h) */
     zt_monitor_config tensorboard, csv_monitor;

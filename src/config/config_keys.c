@@ -347,6 +347,8 @@ const zt_keydef zt_config_keys[] = {
         .help = "per-step times of each phase"),
     KEY("memory_breakdown", K_BOOL, memory_breakdown, .def = 0, .flags = E,
         .help = "memory per category with each step line"),
+    KEY("print_config", K_BOOL, print_config, .def = 0, .flags = E,
+        .help = "print the whole effective config at start (default: one line; `zerotrain config` prints it)"),
     KEY("trace", K_STR, trace_file, .flags = E, .help = "Chrome trace per rank"),
     KEY("trace_nvml_ms", K_INT, trace_nvml_ms, .def = 0, .lo = 0, .hi = 3600000, .flags = E,
         .help = "NVML samples into the trace every this many ms; 0 = off"),
