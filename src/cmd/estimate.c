@@ -173,8 +173,8 @@ static int predict_ratio(const char *path, const char *hw, char **sets, int n_se
 static int print_step_time(const char *path, const char *hw, const zt_hw_profile *prof, char **sets, int n_sets,
                            long ranks, const zt_twin_window *twin) {
     if (ranks != 1) {
-        printf("\npredicted step time on %s: one rank only so far (`zerotrain predict` with --ranks N is to come)\n",
-               prof->name);
+        printf("\npredicted step time on %s: estimate prices one rank; for %ld ranks: zerotrain predict %s --hw %s "
+               "--ranks %ld\n", prof->name, ranks, path, hw, ranks);
         return 0;
     }
     zt_err err = {{0}};
