@@ -15,6 +15,7 @@
 #include "cmd/help.h"
 #include "io/hf.h"
 #include "cmd/sample.h"
+#include "util/test_hooks.h"
 
 static zt_checkpoint_reader *open_checkpoint(const char *path, zt_err *err) {
     char sd[4096];
@@ -131,6 +132,7 @@ int zt_cmd_info(int argc, char **argv) {
     zt_err err = {{0}};
     if (argc < 2) return zt_help_missing("info", "CHECKPOINT");
     if (argc > 2 || argv[1][0] == '-') return zt_help_bad_argument("info", argv[argc > 2 && argv[1][0] != '-' ? 2 : 1], NULL);
+    while (zt_test_hook_load_stall(0)) pause(); /* a read stuck on its file system (run --restarts' health check) */
     zt_checkpoint_reader *r = open_checkpoint(argv[1], &err);
     if (!r) { zt_print_error(&err); return 1; }
     const zt_checkpoint_meta *m = zt_checkpoint_reader_meta(r);

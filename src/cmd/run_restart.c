@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io/checkpoint.h"
 #include "util/util.h"
 
 #define ZT_DISK_FULL_TRIES 3       /* attempts in a row that end on a full disk before giving up ... */
@@ -42,7 +43,7 @@
 #define ZT_PROBE_TIMEOUT_DEFAULT 20 /* seconds a host gets to answer the probe (ZEROTRAIN_PROBE_TIMEOUT) ... */
 #define ZT_PROBE_FACTOR 4.0         /* ... or, once a host has answered, this many times the slowest answer ... */
 #define ZT_PROBE_FLOOR 2.0          /* ... and at least this many seconds */
-#define ZT_CHECK_TIMEOUT 600       /* seconds for `config` or `info` (info reads a whole checkpoint) */
+#define ZT_CHECK_TIMEOUT 600       /* seconds for `config` (`info` reads a whole checkpoint: zt_checkpoint_read_bound) */
 
 static int contains(const char *s, const char *word) { return strstr(s, word) != NULL; }
 
@@ -215,7 +216,7 @@ int zt_capture(const char *const *argv, double timeout_s, char *out, size_t cap)
     if (timed_out) zt_kill_tree(pid); /* mpirun starts its rsh agents in sessions of their own */
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    if (timed_out) return -1;
+    if (timed_out) return -2;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -375,11 +376,18 @@ int zt_remove_mpi_segments(const char *dir, unsigned long jobid) {
     return removed;
 }
 
-/* `zerotrain info PATH` passes: every checksum of the checkpoint verifies */
+/* `zerotrain info PATH`: 1 when it passes (every checksum of the checkpoint verifies), 0 when it
+ * fails, -1 when it did not finish within the bound for the checkpoint's size (one line says so): a
+ * stuck file system, which says nothing about the checkpoint's bytes */
 static int checkpoint_good(const char *self, const char *path) {
     const char *argv[] = {self, "info", path, NULL};
-    char out[8192];
-    return zt_capture(argv, ZT_CHECK_TIMEOUT, out, sizeof out) == 0;
+    char out[8192], step_dir[4096], why[200];
+    double bound = zt_checkpoint_read_bound(path, step_dir, sizeof step_dir, why, sizeof why);
+    int rc = zt_capture(argv, bound > 0 ? bound : 1e9, out, sizeof out);
+    if (rc == -2)
+        fprintf(stderr, "zerotrain run: `zerotrain info %s` did not finish in %g s (%s): its file system may be stuck; "
+                        "not taken as damaged\n", step_dir[0] ? step_dir : path, bound, why);
+    return rc == -2 ? -1 : rc == 0;
 }
 
 /* the step `latest` of ckdir names (-1: none) */
@@ -394,7 +402,8 @@ static long latest_step(const char *ckdir) {
     return u ? atol(u + 1) : -1;
 }
 
-/* The newest step_N of ckdir below `below` that `info` verifies, into path; 0, or -1 when none. */
+/* The newest step_N of ckdir below `below` that `info` verifies, into path; 0, -1 when none, -2 when
+ * a check did not finish (checkpoint_good). */
 static int older_good(const char *self, const char *ckdir, long below, char *path, size_t cap) {
     for (;;) {
         DIR *d = opendir(ckdir);
@@ -413,7 +422,8 @@ static int older_good(const char *self, const char *ckdir, long below, char *pat
         closedir(d);
         if (best < 0) return -1;
         snprintf(path, cap, "%s/%s", ckdir, name);
-        if (checkpoint_good(self, path)) return 0;
+        int good = checkpoint_good(self, path);
+        if (good) return good > 0 ? 0 : -2;
         below = best;
     }
 }
@@ -625,9 +635,22 @@ void zt_restart_decide(const zt_restart_job *job, const zt_attempt *a, zt_restar
     }
     /* the checkpoint it would resume from: only when the attempt never trained (a corrupt `latest`
      * fails the resume, before any step) */
-    if (ckdir[0] && plan->latest_step >= 0 && !a->steps && !checkpoint_good(job->self, ckdir)) {
+    int latest_good = ckdir[0] && plan->latest_step >= 0 && !a->steps ? checkpoint_good(job->self, ckdir) : 1;
+    if (latest_good < 0) { /* the resume's own load is bounded the same way (train.c) */
+        size_t used = strlen(plan->cause);
+        snprintf(plan->cause + used, sizeof plan->cause - used, "; `zerotrain info` of latest (step %ld) did not "
+                 "finish: resuming from it as it is", plan->latest_step);
+    }
+    if (!latest_good) {
         char older[4000];
-        if (older_good(job->self, ckdir, plan->latest_step, older, sizeof older)) {
+        int found = older_good(job->self, ckdir, plan->latest_step, older, sizeof older);
+        if (found == -2) { /* the resume itself takes the newest step that verifies (checkpoint.h) */
+            size_t used = strlen(plan->cause);
+            snprintf(plan->cause + used, sizeof plan->cause - used, "; latest (step %ld) fails `zerotrain info`, "
+                     "checking older steps did not finish: the resume picks the newest that verifies", plan->latest_step);
+            return;
+        }
+        if (found) {
             plan->give_up = 1;
             snprintf(plan->kind, sizeof plan->kind, "corrupt-checkpoint");
             snprintf(plan->cause, sizeof plan->cause, "%s/latest (step %ld) fails `zerotrain info` and no older "

@@ -90,8 +90,8 @@ unsigned long zt_tree_mpi_jobid(pid_t root);
 int zt_remove_mpi_segments(const char *dir, unsigned long jobid);
 
 /* Runs argv with stdout and stderr captured into out (NUL-terminated, cut at cap); SIGKILL to the
- * whole tree after timeout_s. Returns the exit status, 128+signal, or -1 when it could not start
- * or timed out. */
+ * whole tree after timeout_s. Returns the exit status, 128+signal, -1 when it could not start, or
+ * -2 when it timed out. */
 int zt_capture(const char *const *argv, double timeout_s, char *out, size_t cap);
 
 #endif

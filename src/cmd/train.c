@@ -141,7 +141,12 @@ static int maybe_resume(trainer *t, zt_err *err) {
     zt_config *cfg = &t->cfg;
     const char *path = cfg->resume_mode == ZT_RESUME_PATH ? cfg->resume_path : cfg->checkpoint_dir;
     if (cfg->resume_mode == ZT_RESUME_NEVER || !path) return 0;
-    char step_dir[4096];
+    char step_dir[4096], why[200], phase[4200];
+    /* verifying and loading it read every byte: bounded by its size (a stuck file system ends the rank) */
+    double bound = zt_checkpoint_read_bound(path, step_dir, sizeof step_dir, why, sizeof why);
+    const char *base = strrchr(step_dir, '/');
+    snprintf(phase, sizeof phase, "resume load of %s", base ? base + 1 : step_dir[0] ? step_dir : path);
+    zt_watchdog_phase(phase, bound, why, 1);
     int found = zt_checkpoint_resolve_verified_shared(t->comm, path, step_dir, sizeof step_dir, err);
     if (found < 0) return -1;
     if (found == 0) {
@@ -151,8 +156,8 @@ static int maybe_resume(trainer *t, zt_err *err) {
     zt_train_state st;
     zt_checkpoint_meta meta;
     loading_checkpoint = 1;
-    if (zt_test_hook_load_stall()) { /* a load that never ends: what a stop signal must still end */
-        zt_info("resume: loading %s (stalled by ZEROTRAIN_INJECT_LOAD_STALL)", step_dir);
+    if (zt_test_hook_load_stall(t->comm->rank)) { /* a load that never ends: what a stop signal must still end */
+        zt_info("resume: loading %s (stalled by ZEROTRAIN_INJECT_LOAD_STALL; bounded at %g s: %s)", step_dir, bound, why);
         if (stop_requested) _exit(ZT_EXIT_PREEMPTED); /* one that came just before: this load would never end */
         for (;;) pause();
     }
@@ -716,9 +721,13 @@ int zt_train_observed(int argc, char **argv, const zt_train_observer *obs) {
     t.comm = zt_comm_mpi(NULL, &err);
     zt_log_set_rank(t.comm->rank);
     install_stop_handlers(); /* a signal during start-up stops after the first step, with a save */
+    /* every phase before the first step is bounded on each rank, also on a rank alone (watchdog.h) */
+    zt_watchdog_phase("start-up (reading the config, opening the data)", zt_mpi_phase_timeout(), "ZEROTRAIN_MPI_TIMEOUT", 0);
     int rc = setup(&t, argc, argv, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
     zt_watchdog_start(t.cfg.comm_timeout, t.comm->rank, t.comm->world);
+    zt_watchdog_phase("start-up (the checkpoint directory, the session: memory, device, comms)",
+                      zt_watchdog_startup_timeout(), "ZEROTRAIN_STARTUP_TIMEOUT", 0);
     /* the checkpoint directory belongs to this run from now on: a second run on it stops here */
     if (t.cfg.checkpoint_dir) {
         if (zt_checkpoint_dir_open(&t.ckdir, t.cfg.checkpoint_dir, t.comm, &err)) {
@@ -748,6 +757,7 @@ int zt_train_observed(int argc, char **argv, const zt_train_observer *obs) {
         zt_loss_scaler_off(&t.scaler);
     rc = maybe_resume(&t, &err);
     if (zt_fail_together(t.comm, rc, &err)) goto done_fail;
+    zt_watchdog_phase("start-up (the metrics and monitor files)", zt_watchdog_startup_timeout(), "ZEROTRAIN_STARTUP_TIMEOUT", 0);
     if (t.cfg.metrics_file && t.comm->rank == 0) { /* a resumed run appends to its metrics */
         long cut = 0; /* after the last whole line: a run stopped by a full disk may have left half a record */
         rc = zt_mkdir_parent(t.cfg.metrics_file, &err);
@@ -765,6 +775,7 @@ int zt_train_observed(int argc, char **argv, const zt_train_observer *obs) {
     size_t n = (size_t)t.cfg.train_micro_batch_size_per_gpu * t.cfg.seq_len;
     t.inputs = zt_xcalloc(n, sizeof(int));
     t.targets = zt_xcalloc(n, sizeof(int));
+    zt_watchdog_phase(NULL, 0, NULL, 0); /* the steps' collectives are comm_timeout's */
     rc = run(&t);
     zt_session_close(&t.s);
     free(t.recent_loss);

@@ -5,7 +5,8 @@
  * ends the process should even that not return. The registered device probes (one per device comm:
  * a world comm and group comms alike) are called under a mutex that zt_watchdog_unwatch also takes,
  * so a comm never goes away while it is being probed (or aborted: the mutex is held from the report
- * to the end of the process). */
+ * to the end of the process). A pre-step phase (zt_watchdog_phase) is published the same way, its
+ * words under a mutex of their own. */
 #include "comm/watchdog.h"
 
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,7 +41,12 @@ static struct {
     int watching;
     atomic_int last_probe;
     atomic_long probes; /* probe calls so far */
-} wd = {.probe_mu = PTHREAD_MUTEX_INITIALIZER, .last_probe = 2};
+    /* the pre-step phase in progress (zt_watchdog_phase; limit <= 0: none); its words under phase_mu */
+    pthread_mutex_t phase_mu;
+    char phase_what[192], phase_why[256];
+    _Atomic double phase_limit, phase_since;
+    atomic_int phase_bounds_waits;
+} wd = {.probe_mu = PTHREAD_MUTEX_INITIALIZER, .phase_mu = PTHREAD_MUTEX_INITIALIZER, .last_probe = 2};
 
 /* The roll (zt_watchdog_roll): one record per rank in a file every rank can read. Each watchdog
  * tick stamps this rank's record; a stopped or frozen process stamps nothing (its watchdog thread
@@ -221,7 +228,7 @@ static double stale_after(double poll) { return 2 * poll + 1.0; }
 
 /* `stopped`: name_late_peers's words for the peers whose stamps are late ("" when none are) */
 static void report_wait(const char *what, size_t bytes, int ranks, long seq, double waited, const char *stopped) {
-    char how[768], subject[160], group[40];
+    char how[1200], subject[160], group[40];
     int others = (ranks > 0 ? ranks : wd.world) - 1;
     snprintf(how, sizeof how, "made no progress for %.0fs (waiting on the other %d rank%s%s%s; comm_timeout %gs)",
              waited, others, others == 1 ? "" : "s", group_words(group, sizeof group, ranks), stopped,
@@ -284,6 +291,26 @@ static void check_device(double now, double resumed, double timeout, long seen) 
     pthread_mutex_unlock(&wd.probe_mu);
 }
 
+/* the pre-step phase against its limit: past it, one line and the job goes down. A rank waiting in a
+ * collective is left to the wait's check, where one runs (its line names the peers it waits on): the
+ * phase's line is for the rank that is stuck itself. */
+static void check_phase(double now, double resumed, long seen) {
+    double limit = atomic_load(&wd.phase_limit), since = atomic_load(&wd.phase_since);
+    int wait_checked = atomic_load(&wd.what) && atomic_load(&wd.timeout) > 0;
+    if (limit <= 0 || wait_checked || now - (since > resumed ? since : resumed) <= limit ||
+        continued_since(seen))
+        return;
+    char subject[200], how[400];
+    pthread_mutex_lock(&wd.phase_mu);
+    int current = atomic_load(&wd.phase_since) == since && atomic_load(&wd.phase_limit) > 0; /* not moved on meanwhile */
+    snprintf(subject, sizeof subject, "%s", wd.phase_what);
+    snprintf(how, sizeof how, "did not finish in %g s (%s)", limit, wd.phase_why);
+    pthread_mutex_unlock(&wd.phase_mu);
+    if (!current) return;
+    pthread_mutex_lock(&wd.probe_mu); /* as report_wait: held until the process ends */
+    report_and_abort(subject, how);
+}
+
 static void *watch(void *arg) {
     (void)arg;
     sigset_t cont;
@@ -293,10 +320,11 @@ static void *watch(void *arg) {
     double last = zt_now(), resumed = 0, resumed_unix = 0;
     long seen = atomic_load(&continued);
     while (!atomic_load(&wd.stop)) {
-        double timeout = atomic_load(&wd.timeout);
-        /* checks a few times per timeout, at least once a second: a hang is reported at most
-         * timeout + min(timeout/4, 1s) after its wait began */
-        double poll = timeout > 0 && timeout < 4 ? timeout / 4 : 1.0;
+        double timeout = atomic_load(&wd.timeout), phase_limit = atomic_load(&wd.phase_limit);
+        /* checks a few times per timeout (or phase limit, the shorter), at least once a second: a hang
+         * is reported at most timeout + min(timeout/4, 1s) after its wait began */
+        double shortest = timeout > 0 && (phase_limit <= 0 || timeout < phase_limit) ? timeout : phase_limit;
+        double poll = shortest > 0 && shortest < 4 ? shortest / 4 : 1.0;
         sleep_seconds(poll);
         long count = atomic_load(&continued);
         double now = zt_now();
@@ -308,6 +336,7 @@ static void *watch(void *arg) {
             resumed_unix = zt_unix_time();
         }
         last = now;
+        check_phase(now, resumed, seen);
         if (timeout <= 0) continue;
         stamp_roll();
         check_device(now, resumed, timeout, seen);
@@ -323,16 +352,26 @@ static void *watch(void *arg) {
          * is reported without waiting out the timeout, which is left for what the roll cannot see (a
          * peer on another host, a silent network) and for a peer that is only slow. Silences count
          * from this process's own return when it was away itself. */
-        char stopped[512];
+        char stopped[800];
         int n_stopped = name_late_peers(stopped, sizeof stopped, stale_after(poll), resumed_unix);
-        if ((waited > timeout || (n_stopped > 0 && waited > poll)) && !continued_since(seen))
+        /* within a phase that may take longer (a peer reading its part of a big checkpoint), the phase's
+         * limit bounds the wait, and its line names the phase */
+        double limit = atomic_load(&wd.phase_bounds_waits) && phase_limit > timeout ? phase_limit : timeout;
+        if (limit > timeout && waited > limit) {
+            size_t used = strlen(stopped);
+            pthread_mutex_lock(&wd.phase_mu);
+            snprintf(stopped + used, sizeof stopped - used, "; within %s, bounded at %g s (%s)", wd.phase_what, limit,
+                     wd.phase_why);
+            pthread_mutex_unlock(&wd.phase_mu);
+        }
+        if ((waited > limit || (n_stopped > 0 && waited > poll)) && !continued_since(seen))
             report_wait(what, bytes, ranks, seq, waited, stopped);
     }
     return NULL;
 }
 
 static void start_thread(void) {
-    if (wd.running || atomic_load(&wd.timeout) <= 0) return;
+    if (wd.running || (atomic_load(&wd.timeout) <= 0 && atomic_load(&wd.phase_limit) <= 0)) return;
     atomic_store(&wd.stop, 0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -353,6 +392,22 @@ void zt_watchdog_start(double timeout_s, int rank, int world) {
     int watching = wd.watching;
     pthread_mutex_unlock(&wd.probe_mu);
     if (world >= 2 || watching) start_thread();
+}
+
+double zt_watchdog_startup_timeout(void) {
+    const char *env = getenv("ZEROTRAIN_STARTUP_TIMEOUT");
+    return env && *env ? atof(env) : ZT_STARTUP_TIMEOUT_DEFAULT;
+}
+
+void zt_watchdog_phase(const char *what, double limit_s, const char *why, int bounds_waits) {
+    pthread_mutex_lock(&wd.phase_mu);
+    atomic_store(&wd.phase_bounds_waits, what && bounds_waits);
+    snprintf(wd.phase_what, sizeof wd.phase_what, "%s", what ? what : "");
+    snprintf(wd.phase_why, sizeof wd.phase_why, "%s", why ? why : "");
+    atomic_store(&wd.phase_since, zt_now());
+    atomic_store(&wd.phase_limit, what ? limit_s : 0.0);
+    pthread_mutex_unlock(&wd.phase_mu);
+    if (what && limit_s > 0) start_thread(); /* also on one rank: its own read can hang */
 }
 
 void zt_watchdog_watch(const zt_watchdog_probe *p) {

@@ -1,4 +1,5 @@
-/* watchdog.h — the hang watchdog: no collective waits forever.
+/* watchdog.h — the hang watchdog: no collective waits forever, and no phase before the first step
+ * (start-up, the resume's load) lasts past its bound (zt_watchdog_phase, below).
  *
  * A rank whose peer hangs (SIGSTOP, a host whose packets are silently dropped, a deadlock) would
  * otherwise sit in MPI_Wait forever: MPI notices dead processes, not stopped ones or a silent
@@ -62,6 +63,23 @@ void zt_watchdog_stop(void);
  * one the kernel shows running or sleeping. Rank 0 removes
  * the file at the end, every rank on its exit paths (util.h: zt_scratch_register). */
 void zt_watchdog_roll(const char *tag);
+/* A phase before the first step (start-up, the resume's load) begins: `what` names it in the line
+ * ("resume load of step_00000040"; copied), limit_s bounds it (<= 0: unbounded). Past limit_s this
+ * rank ends the job with one line
+ *   zerotrain: error: rank R (host H): <what> did not finish in Ss (<why>); aborting the job
+ * (`why` says where the bound comes from; copied). A phase is no collective: a rank stuck in its own
+ * file read ends itself, also alone (the thread then starts on one rank too), not only through the
+ * peers that wait on it. With bounds_waits, a collective wait within the phase is bounded by its
+ * limit where that is longer than comm_timeout (the resume's load: a peer still reading its part of
+ * a big checkpoint is no hang). A phase ends where the next begins; what == NULL ends the last one
+ * (before the first step). */
+void zt_watchdog_phase(const char *what, double limit_s, const char *why, int bounds_waits);
+/* Seconds start-up may take once the config is read (the checkpoint directory, the session's memory,
+ * device and comms): ZEROTRAIN_STARTUP_TIMEOUT (default ZT_STARTUP_TIMEOUT_DEFAULT, as `run
+ * --restarts` waits for the ranks' banner; 0: unbounded). */
+#define ZT_STARTUP_TIMEOUT_DEFAULT 600.0
+double zt_watchdog_startup_timeout(void);
+
 /* A blocking wait on collective `what` (a string literal) of `bytes` over a comm of `ranks` ranks
  * (the job's or a group's) begins / ends. Not nested. */
 void zt_watchdog_enter(const char *what, size_t bytes, int ranks);

@@ -171,6 +171,16 @@ int zt_checkpoint_resolve_shared(zt_comm *comm, const char *path, char *step_dir
  * directly is taken as it is (its load reports the damage). */
 int zt_checkpoint_resolve_verified_shared(zt_comm *comm, const char *path, char *step_dir, size_t cap, zt_err *err);
 
+/* How long reading the checkpoint PATH names (zt_checkpoint_resolve's step directory, into step_dir;
+ * "" when none) may take, in seconds: ZT_CKPT_READ_FLOOR plus its files' bytes at ZT_CKPT_READ_RATE,
+ * a rate one reader on a busy shared file system still makes. A healthy resume or `zerotrain info`
+ * stays far inside it; one stuck on its file system passes it. ZEROTRAIN_LOAD_TIMEOUT=S sets S
+ * seconds instead (0: unbounded). `why` gets where the bound comes from, for the line ("1.50 GiB at
+ * 20 MB/s + 120 s floor; ZEROTRAIN_LOAD_TIMEOUT sets it"). Reads `latest` and directory entries only. */
+#define ZT_CKPT_READ_RATE 20e6   /* bytes/s */
+#define ZT_CKPT_READ_FLOOR 120.0 /* seconds: start-up, HDF5's opens, a cold metadata server */
+double zt_checkpoint_read_bound(const char *path, char *step_dir, size_t cap, char *why, size_t why_cap);
+
 /* Collective over COMM (every rank of the job). Loads STEP_DIR into SV (the engine's state view), whatever world size,
  * stage and tensor-parallel size saved it: each rank reads only the ranges it now holds (master/m/v of
  * [opt_lo, opt_hi); parameters of [0, total) at stages 0-2, of its shard at stage 3) of its local vector

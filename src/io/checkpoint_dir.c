@@ -332,3 +332,24 @@ int zt_checkpoint_resolve_verified_shared(zt_comm *comm, const char *path, char 
     if (found) zt_share_text(comm, 0, step_dir, cap);
     return found;
 }
+
+double zt_checkpoint_read_bound(const char *path, char *step_dir, size_t cap, char *why, size_t why_cap) {
+    zt_err ignored;
+    if (zt_checkpoint_resolve(path, step_dir, cap, &ignored) != 1) step_dir[0] = 0;
+    const char *env = getenv("ZEROTRAIN_LOAD_TIMEOUT");
+    if (env && *env) {
+        snprintf(why, why_cap, "ZEROTRAIN_LOAD_TIMEOUT");
+        return atof(env);
+    }
+    double bytes = 0; /* the step directory's files: what a load or `info` reads (the 16-bit export's folder is not) */
+    DIR *d = step_dir[0] ? opendir(step_dir) : NULL;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) bytes += (double)st.st_size;
+    }
+    if (d) closedir(d);
+    char size[32];
+    snprintf(why, why_cap, "%s at %.0f MB/s + %.0f s floor; ZEROTRAIN_LOAD_TIMEOUT sets it",
+             zt_format_bytes(bytes, size, sizeof size), ZT_CKPT_READ_RATE / 1e6, ZT_CKPT_READ_FLOOR);
+    return ZT_CKPT_READ_FLOOR + bytes / ZT_CKPT_READ_RATE;
+}

@@ -65,7 +65,11 @@ int zt_test_hook_tp_diverge(int tp_rank) { return hook_is("ZEROTRAIN_INJECT_TP_D
 
 int zt_test_hook_save_nan(int rank) { return hook_is("ZEROTRAIN_INJECT_SAVE_NAN", rank); }
 
-int zt_test_hook_load_stall(void) { return hook_on("ZEROTRAIN_INJECT_LOAD_STALL"); }
+int zt_test_hook_load_stall(int rank) {
+    const char *v = getenv("ZEROTRAIN_INJECT_LOAD_STALL");
+    if (v && !strncmp(v, "rank:", 5)) return strtol(v + 5, NULL, 10) == rank;
+    return hook_on("ZEROTRAIN_INJECT_LOAD_STALL");
+}
 
 int zt_test_hook_blas_fallback(void) { return hook_on("ZEROTRAIN_INJECT_BLAS_FALLBACK"); }
 

@@ -70,7 +70,10 @@
  *                                    put in after the save's finite-state check and checksummed, as a
  *                                    broken writer would: what every load must refuse (test/t_checkpoint_fuzz.py)
  *   ZEROTRAIN_INJECT_LOAD_STALL=1    a resume's checkpoint load never ends (as one stuck on its file system):
- *                                    a stop signal must still end the rank (test/t_checkpoint_fuzz.py)
+ *                                    a stop signal must still end the rank (test/t_checkpoint_fuzz.py), and
+ *                                    so must the load's bound, ZEROTRAIN_LOAD_TIMEOUT; `zerotrain info`
+ *                                    never ends either: run --restarts' health check must; =rank:R stalls
+ *                                    rank R's load alone, while the others wait on it (test/t_load_bounds.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -102,8 +105,8 @@ int zt_test_hook_stop_after_init(int rank);
 /* 1 when ZEROTRAIN_INJECT_STOP_IN_FINALIZE is `rank`. */
 int zt_test_hook_stop_in_finalize(int rank);
 
-/* 1 when ZEROTRAIN_INJECT_LOAD_STALL is set (not "0"). */
-int zt_test_hook_load_stall(void);
+/* 1 when ZEROTRAIN_INJECT_LOAD_STALL is set (not "0"), or is "rank:R" with R `rank`. */
+int zt_test_hook_load_stall(int rank);
 
 /* 1 when ZEROTRAIN_INJECT_SAVE_NAN is `rank`. */
 int zt_test_hook_save_nan(int rank);
