@@ -129,7 +129,7 @@ ztlib.check(rc not in (0, None) and elapsed < LONG / 2 and early and set(early) 
 p = ztlib.run(["train", tiny, "--set", "train_iters=1", "--set", "comm_timeout=-1"])
 ztlib.check(p.returncode != 0 and "comm_timeout" in p.stderr and p.stderr.count("\n") == 1,
             "comm_timeout_negative_rejected", p.stderr)
-p, rows = ztlib.train(tiny, ["train_iters=2"], ranks=2)
+p, rows = ztlib.train(tiny, ["train_iters=2", "print_config=true"], ranks=2)
 ztlib.check(p.returncode == 0 and re.search(r"^comm_timeout: 600$", p.stdout, re.M) is not None,
             "comm_timeout_default_600", p.stdout[-300:])
 # a healthy run with a short timeout (and a checkpoint save in the middle) is not killed
