@@ -622,14 +622,12 @@ static void print_banner(trainer *t) {
     zt_session *s = &t->s;
     char kernels[512];
     zt_info("%s", zt_blas_core_line(kernels, sizeof kernels));
-    if (cfg->print_config) {
-        zt_info("zerotrain: effective config (%s):\n%s", cfg->source_path, cfg->effective_text);
-    } else { /* ~130 lines before step 1 would hide what matters: one line says where the whole text is */
-        int lines = 0;
-        for (const char *c = cfg->effective_text; c && *c; c++) lines += *c == '\n';
+    int lines = 0; /* ~130 lines before step 1 would hide what matters: one line says where the whole text is */
+    for (const char *c = cfg->effective_text; c && *c; c++) lines += *c == '\n';
+    if (cfg->print_config) zt_info("zerotrain: effective config (%s):\n%s", cfg->source_path, cfg->effective_text);
+    else
         zt_info("zerotrain: config %s (effective config: %d lines; print_config: true prints it here, `zerotrain config` "
                 "with the same arguments alone, and every checkpoint keeps it: `zerotrain info`)", cfg->source_path, lines);
-    }
     zt_info("model: GPT-2 L%d H%d C%d V%d (%.2fM parameters), T %d; backend %s, %d rank%s, ZeRO stage %d",
             s->shape.n_layer, s->shape.n_head, s->shape.n_embd, s->shape.vocab_size, s->whole.total / 1e6,
             cfg->seq_len, s->be->name, t->comm->world, t->comm->world > 1 ? "s" : "", cfg->zero_stage);
