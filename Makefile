@@ -30,10 +30,11 @@ ZT_CFLAGS := $(OPT) -march=$(MARCH) -Isrc -std=gnu11 -fopenmp -Wall -Wextra -Wer
 LDLIBS  := -lopenblas -lyaml -lpcre2-8 -luring -lm $(HDF5_LIBS)
 
 # src/<part>/: the library every program links (engine, model, backend, comm, io, config, util);
-# src/cmd/: the commands, linked into ./zerotrain only. Includes are written from src/: "io/hf.h".
-LIB_SRCS := $(filter-out src/cmd/% src/backend/backend_cuda_absent.c src/backend/backend_cuda_loader.c src/comm/comm_nccl_loader.c src/comm/comm_nccl_absent.c,$(wildcard src/*/*.c))
+# src/cmd/: the commands, and src/selftest/: the selftest's harness (a floor below the commands),
+# linked into ./zerotrain only. Includes are written from src/: "io/hf.h".
+LIB_SRCS := $(filter-out src/cmd/% src/selftest/% src/backend/backend_cuda_absent.c src/backend/backend_cuda_loader.c src/comm/comm_nccl_loader.c src/comm/comm_nccl_absent.c,$(wildcard src/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
-CMD_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/cmd/*.c))
+CMD_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/cmd/*.c src/selftest/*.c))
 
 ifeq ($(CUDA),1)
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))

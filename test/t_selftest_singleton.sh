@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # t_selftest_singleton.sh — the selftest's hang check spawns a child that must start MPI as a
-# singleton of its own (src/cmd/selftest_watchdog.c). On a machine without ssh (the lent GPU
+# singleton of its own (src/selftest/selftest_watchdog.c). On a machine without ssh (the lent GPU
 # machines), Open MPI 4.1's default launcher ends a singleton's daemon unless it is told to launch
 # nothing remote; such a machine's own configuration says so in an OMPI_MCA_* variable, which the
 # child once lost with the job's variables (the first H200 run of gpu-check). Here, in a mount

@@ -230,8 +230,9 @@ static inline void zt_backend_bind_thread(const zt_backend *be) {
  * (MPI_COMM_TYPE_SHARED) once zt_mpi_init has run, else the launcher's variables
  * (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, LOCAL_RANK), else 0. The GPU a rank
  * opens (the CUDA backend, the simulated one with ZEROTRAIN_SIM_DEVICES) is this modulo the count.
- * Defined by comm/comm_mpi.c, which knows MPI; declared here, below it, for the backends. */
+ * node_rank.c; comm/comm_mpi.c, which knows MPI, sets MPI's numbering after MPI_Init. */
 int zt_node_local_rank(void);
+void zt_node_local_rank_set(int rank);
 
 /* The backends compiled into this binary. zt_backend_cuda(dtype) returns the CUDA backend computing
  * in dtype (ZT_BF16 or ZT_F16; both tables share one device, its streams and its memory), or NULL

@@ -3,7 +3,8 @@
  * every path the CUDA backend takes (device buffers, 16-bit compute, copy lanes, overlap_step,
  * parameter offload feeding gather buffers, the device comm) runs — and breaks loudly — in
  * `make test` on machines without a GPU. It is not a performance device. This file is the device:
- * its memory space, lanes, copies and start; the ops are backend_sim_ops.c's (sim_internal.h joins
+ * its memory space, lanes, copies and start; the ops, and zt_backend_sim that hands out their
+ * table, are backend_sim_ops.c's, written on this file and not called by it (sim_internal.h joins
  * the two).
  *
  * What it enforces, and how:
@@ -191,6 +192,20 @@ static void sim_release(void *p) {
     size_t in_use = g_mem.used;
     pthread_mutex_unlock(&g_mem.lock);
     report_memory(in_use);
+}
+
+/* ZEROTRAIN_SIM_OP_TIMES: the lane thread's CPU time in widening and in rounding operands (the ops
+ * add to it, backend_sim_ops.c), taken by the lane loop for the op table */
+static __thread double t_widen_cpu, t_round_cpu;
+double sim_thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+void sim_operand_cpu_add(double widen, double round) { t_widen_cpu += widen, t_round_cpu += round; }
+void sim_operand_cpu_take(double *widen, double *round) {
+    *widen = t_widen_cpu, *round = t_round_cpu;
+    t_widen_cpu = t_round_cpu = 0;
 }
 
 /* Threads other than the one that made the device call bind_thread before using the table, as on
@@ -651,7 +666,6 @@ static void sim_start(void) {
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigaction(SIGSEGV, &sa, NULL);
 
-    sim_ops_start();
     const char *jit = getenv("ZEROTRAIN_SIM_JITTER");
     unsigned long long seed = jit && *jit ? strtoull(jit, NULL, 10) : 0;
     static const unsigned max_delay_us[N_LANES] = {200, 100, 100, 400}; /* copy_ahead's lane the slowest: it must be waited for */
@@ -669,13 +683,9 @@ static void sim_start(void) {
     }
 }
 
-const zt_backend *zt_backend_sim(zt_dtype dtype, const char **why) {
+const char *sim_device_open(int *device, int *device_count) {
     pthread_once(&g_once, sim_start);
     t_bound = 1; /* the thread that asks for the device uses it, as zt_backend_cuda's caller does */
-    if (why) *why = g_why;
-    if (g_why) return NULL;
-    zt_backend *table = sim_op_table(dtype);
-    table->device = g_device;
-    table->device_count = g_device_count;
-    return table;
+    *device = g_device, *device_count = g_device_count;
+    return g_why;
 }

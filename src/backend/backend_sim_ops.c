@@ -3,7 +3,9 @@
  * the item its cost on the hardware profile (sim_clock.h) and queues it on the stream; run there,
  * the item widens its 16-bit arguments to fp32, calls the CPU backend's fp32 op (the math) and rounds
  * what the op wrote back to bf16 or fp16, to nearest-even, as the CUDA kernels keep 16-bit storage
- * and compute in fp32. The per-dtype thunks fill the two op tables. */
+ * and compute in fp32. The per-dtype thunks fill the two op tables; zt_backend_sim opens the device
+ * and hands out the table of a dtype. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,18 +45,6 @@ static float *scratch(int slot, size_t n) {
     return t_scratch[slot].f;
 }
 
-/* ZEROTRAIN_SIM_OP_TIMES: the lane thread's CPU time in widening and in rounding, for the op table */
-static __thread double t_widen_cpu, t_round_cpu;
-double sim_thread_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-void sim_operand_cpu_take(double *widen, double *round) {
-    *widen = t_widen_cpu, *round = t_round_cpu;
-    t_widen_cpu = t_round_cpu = 0;
-}
-
 static float *w16(wide *w, void *shadow, size_t n, int write) {
     if (!shadow) return NULL;
     for (int j = 0; j < w->k; j++)
@@ -67,7 +57,7 @@ static float *w16(wide *w, void *shadow, size_t n, int write) {
     float *f = scratch(w->k, n);
     zt_cpu_to_f32(f, shadow, n, w->dt);
     w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write, 1, n, n};
-    if (timed) t_widen_cpu += sim_thread_cpu() - c0;
+    if (timed) sim_operand_cpu_add(sim_thread_cpu() - c0, 0);
     return f;
 }
 
@@ -95,7 +85,7 @@ static void w16_done(wide *w) {
                                 w->t[j].f + r * w->t[j].ld, w->t[j].cols, w->dt);
         if (w->t[j].f != t_scratch[j].f) free(w->t[j].f); /* a kept scratch stays for the next op */
     }
-    if (timed) t_round_cpu += sim_thread_cpu() - c0;
+    if (timed) sim_operand_cpu_add(0, sim_thread_cpu() - c0);
 }
 
 /* How an op's run uses an operand, which sets what the sim spends on it besides the math: a 16-bit
@@ -704,6 +694,18 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
 SIM_THUNKS(bf16, ZT_BF16)
 SIM_THUNKS(f16, ZT_F16)
 
-void sim_ops_start(void) { g_cpu = zt_backend_cpu(); }
+static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
+static void sim_ops_start(void) { g_cpu = zt_backend_cpu(); }
 
-zt_backend *sim_op_table(zt_dtype dtype) { return dtype == ZT_F16 ? &sim_f16 : &sim_bf16; }
+/* The backend: the device opened (backend_sim.c), then the op table of the dtype on it */
+const zt_backend *zt_backend_sim(zt_dtype dtype, const char **why) {
+    int device = 0, device_count = 0;
+    const char *fault = sim_device_open(&device, &device_count);
+    if (why) *why = fault;
+    if (fault) return NULL;
+    pthread_once(&g_ops_once, sim_ops_start);
+    zt_backend *table = dtype == ZT_F16 ? &sim_f16 : &sim_bf16;
+    table->device = device;
+    table->device_count = device_count;
+    return table;
+}

@@ -21,16 +21,7 @@
 
 #include <stddef.h>
 
-/* The widest SIMD a kernel family uses, or a CPU (with its OS) runs; ordered. */
-typedef enum { ZT_SIMD_SSE = 0, ZT_SIMD_AVX = 1, ZT_SIMD_AVX2 = 2, ZT_SIMD_AVX512 = 3 } zt_simd;
-
-/* "SSE", "AVX", "AVX2+FMA", "AVX-512" */
-const char *zt_simd_name(zt_simd s);
-
-/* This CPU's widest level, from cpuid and the OS's saved register state (libgcc's
- * __builtin_cpu_supports): AVX-512 = F, BW, DQ, VL and CD (what OpenBLAS's SkylakeX kernels use);
- * AVX2 = AVX2 and FMA. *amd (may be NULL) gets 1 on an AMD CPU. */
-zt_simd zt_cpu_simd(int *amd);
+#include "backend/cpu_simd.h" /* zt_simd: a core's level and the CPU's */
 
 /* The SIMD level of an OpenBLAS core's kernels (case-insensitive name, as openblas_get_corename()
  * or OPENBLAS_CORETYPE spell it); -1 for a name this table does not know (a newer library). */

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend/blas_core.h"
+#include "backend/cpu_simd.h"
 #include "backend/opmath.h"
 
 #define EXP_LO -87.0f

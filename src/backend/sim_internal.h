@@ -1,6 +1,7 @@
 /* sim_internal.h — private to the simulated GPU (backend_sim.c, backend_sim_ops.c): the item a lane
  * runs, what the device side offers the ops (checked device pointers, the stream) and the memory
- * entries of the op table, and what the ops side offers the device (its start, the two tables). */
+ * entries of the op table. The device is the lower of the two: the ops (and zt_backend_sim, which
+ * hands out their table) are written on it, and it calls nothing of theirs. */
 #ifndef ZT_SIM_INTERNAL_H
 #define ZT_SIM_INTERNAL_H
 
@@ -29,12 +30,13 @@ struct sim_item {
     sim_item *next;
 };
 
-/* ZEROTRAIN_SIM_OP_TIMES (sim_clock.h): the calling thread's CPU time, and the parts of it a lane
- * spent widening and rounding operands since the last take */
-double sim_thread_cpu(void);
-void sim_operand_cpu_take(double *widen, double *round);
-
 /* backend_sim.c: the device (memory space, lanes, copies) */
+
+/* ZEROTRAIN_SIM_OP_TIMES (sim_clock.h): the calling thread's CPU time, and the parts of it a lane
+ * spent widening and rounding operands (the ops add them) since the last take */
+double sim_thread_cpu(void);
+void sim_operand_cpu_add(double widen, double round);
+void sim_operand_cpu_take(double *widen, double *round);
 
 /* The shadow address of [p, p + bytes) for op `op`'s argument `arg`, after checking that the range
  * lies inside one live allocation (else the run stops, the op and argument named); NULL stays NULL. */
@@ -61,12 +63,10 @@ unsigned long long sim_mark(void);
 void sim_wait_mark(unsigned long long mark);
 void sim_bind_thread(void);
 void sim_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* The device started (once: memory space, lanes) and bound to the calling thread; its index among
+ * ZEROTRAIN_SIM_DEVICES and their count. NULL, or why the device cannot start (then no table is
+ * handed out). zt_backend_sim (backend_sim_ops.c) hands out the op table on it. */
+const char *sim_device_open(int *device, int *device_count);
 
-/* backend_sim_ops.c: the ops */
-
-/* once, from the device's start: the CPU backend whose fp32 ops do the math */
-void sim_ops_start(void);
-/* the op table of a compute dtype (bf16 unless ZT_F16); its device fields are the caller's to set */
-zt_backend *sim_op_table(zt_dtype dtype);
 
 #endif

@@ -117,14 +117,6 @@ static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
     return rc;
 }
 
-/* "DIR/latest is step_N" / "no checkpoint yet" / "no checkpoint.dir": where a stopped run resumes */
-void train_describe_latest(const trainer *t, char *buf, size_t cap) {
-    if (!t->cfg.checkpoint_dir) snprintf(buf, cap, "no checkpoint.dir is set, nothing was saved");
-    else if (t->last_saved_step > 0)
-        snprintf(buf, cap, "%s/latest is step_%08ld", t->cfg.checkpoint_dir, t->last_saved_step);
-    else snprintf(buf, cap, "no checkpoint of this run in %s yet", t->cfg.checkpoint_dir);
-}
-
 /* Whether step directory STEP_DIR lies in directory DIR (both resolved: symlinks and ./ alike). */
 static int step_is_in(const char *step_dir, const char *dir) {
     char parent[4096], a[PATH_MAX], b[PATH_MAX];

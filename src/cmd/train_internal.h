@@ -3,6 +3,8 @@
 #ifndef ZT_TRAIN_INTERNAL_H
 #define ZT_TRAIN_INTERNAL_H
 
+#include <stdio.h>
+
 #include "cmd/commands.h"
 #include "config/config.h"
 #include "engine/loss_scale.h"
@@ -95,8 +97,14 @@ int guard_verdict(trainer *t, const step_record *rec);
 /* action rollback: back to the newest good checkpoint; 0, or 1 with the error line printed */
 int guard_roll_back(trainer *t, const step_record *rec, const step_plan *p);
 
-/* train.c: "DIR/latest is step_N" / "no checkpoint yet" / "no checkpoint.dir": where a stopped run
- * resumes */
-void train_describe_latest(const trainer *t, char *buf, size_t cap);
+/* "DIR/latest is step_N" / "no checkpoint yet" / "no checkpoint.dir": where a stopped run resumes,
+ * for the loop's and the guard's stop lines. Here, read from the trainer's state alone, so that the
+ * guard (below the loop in train.c) does not call back into the loop. */
+static inline void train_describe_latest(const trainer *t, char *buf, size_t cap) {
+    if (!t->cfg.checkpoint_dir) snprintf(buf, cap, "no checkpoint.dir is set, nothing was saved");
+    else if (t->last_saved_step > 0)
+        snprintf(buf, cap, "%s/latest is step_%08ld", t->cfg.checkpoint_dir, t->last_saved_step);
+    else snprintf(buf, cap, "no checkpoint of this run in %s yet", t->cfg.checkpoint_dir);
+}
 
 #endif

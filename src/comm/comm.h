@@ -118,8 +118,8 @@ void zt_mpi_finalize(void);
 /* Ends the whole job with status (MPI_Abort when world > 1, exit otherwise). */
 void zt_mpi_abort(int status);
 int zt_mpi_world_rank(void);
-/* zt_node_local_rank (this process's rank on its machine) is defined in comm_mpi.c and declared in
- * backend/backend.h, where the device backends that choose their GPU by it see it. */
+/* zt_node_local_rank (this process's rank on its machine) is backend/backend.h's, where the device
+ * backends that choose their GPU by it see it; zt_mpi_init tells it MPI's numbering. */
 int zt_mpi_world_size(void);
 
 /* Data-parallel comm over MPI for the given backend (device buffers are host memory on the CPU

@@ -253,24 +253,6 @@ static void deadline_disarm(void) {
     deadline.running = 0;
 }
 
-/* this rank among the job's ranks on its machine (MPI_COMM_TYPE_SHARED), once MPI is initialised */
-static int g_node_local_rank = -1;
-
-/* the launchers' own numbering: Open MPI, Slurm, MPICH/Intel MPI, torchrun */
-static int local_rank_from_env(void) {
-    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const char *s = getenv(names[i]);
-        if (s && *s && atoi(s) >= 0) return atoi(s);
-    }
-    return 0;
-}
-
-int zt_node_local_rank(void) {
-    if (g_node_local_rank >= 0 && !zt_test_hook_local_rank_from_env()) return g_node_local_rank;
-    return local_rank_from_env();
-}
-
 int zt_mpi_init(int *argc, char ***argv, zt_err *err) {
     int provided = 0;
     deadline_arm("MPI_Init");
@@ -283,7 +265,9 @@ int zt_mpi_init(int *argc, char ***argv, zt_err *err) {
      * rank variable (a plain hostfile, another MPI's mpiexec) still gives each its own GPU */
     MPI_Comm node;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-        MPI_Comm_rank(node, &g_node_local_rank);
+        int local = 0;
+        MPI_Comm_rank(node, &local);
+        zt_node_local_rank_set(local); /* the backends' device choice (backend/node_rank.c) */
         MPI_Comm_free(&node);
     }
     if (zt_test_hook_stop_after_init(zt_mpi_world_rank())) raise(SIGSTOP);

@@ -162,31 +162,6 @@ static void record(loader *L, const char *path, const yaml_node_t *n, int is_aut
     where_of(L, n, path, r->where, sizeof r->where);
 }
 
-/* index of the latest record of path, -1 if never set */
-int zt_loader_rec_index(const loader *L, const char *path) {
-    for (int i = L->nrec - 1; i >= 0; i--)
-        if (!strcmp(L->recs[i].path, path)) return i;
-    return -1;
-}
-
-/* "WHERE: msg" at the latest of recs[0..n) that set path, else at the file (or "config") */
-static int fail_at_rec(const zt_posrec *recs, int n, const char *source, const char *path, zt_err *err,
-                       const char *msg) {
-    for (int i = n - 1; i >= 0; i--)
-        if (!strcmp(recs[i].path, path)) return zt_fail(err, "%s: %s", recs[i].where, msg);
-    return zt_fail(err, "%s: %s: %s", source ? source : "config", path, msg);
-}
-
-/* Cross-key error at where `path` was last set. */
-int zt_fail_rec(const loader *L, const char *path, const char *fmt, ...) {
-    char m[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m, sizeof m, fmt, ap);
-    va_end(ap);
-    return fail_at_rec(L->recs, L->nrec, L->cfg->source_path, path, L->err, m);
-}
-
 int zt_config_was_set(const zt_config *cfg, const char *path) {
     for (int i = 0; i < cfg->n_set_at; i++)
         if (!strcmp(cfg->set_at[i].path, path)) return 1;
@@ -199,7 +174,7 @@ int zt_config_fail_key(const zt_config *cfg, const char *path, zt_err *err, cons
     va_start(ap, fmt);
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
-    return fail_at_rec(cfg->set_at, cfg->n_set_at, cfg->source_path, path, err, m);
+    return zt_fail_at_rec(cfg->set_at, cfg->n_set_at, cfg->source_path, path, err, m);
 }
 
 /* whether list (paths, each ending in a newline) holds path itself (exact) or path or a section above it */

@@ -167,10 +167,6 @@ int zt_config_load(zt_config *cfg, const char *path, char *const *overrides, int
  * it starts any rank (and must not read the config itself: it may be a pipe the ranks read). A
  * `KEY=null` of an unknown key passes (it may remove a key the file has). 0, or -1 with the line. */
 int zt_config_check_overrides(char *const *overrides, int n_overrides, zt_err *err);
-/* a config file larger, or nested deeper, is refused before it is parsed (a real one is a few KB,
- * 4 levels deep) */
-#define ZT_CONFIG_MAX_BYTES ((size_t)16 << 20)
-#define ZT_CONFIG_MAX_DEPTH 64
 /* An error about key `path` found after loading (a size, a memory limit): "FILE:LINE:COL: path: MSG"
  * at the place the key was last set, "--set KEY: MSG" for an override, "FILE: path: MSG" for a key
  * left at its default. Returns -1. */

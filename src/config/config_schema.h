@@ -1,7 +1,8 @@
 /* config_schema.h — internal to the config module (config.c, config_keys.c, config_checks.c,
- * config_deepspeed.c): the shape of one key declaration, the key table, what the table derives
- * (defaults, effective text, key lookup, near-miss suggestions) and the loader state that the
- * DeepSpeed rules and the cross-key checks read. Nothing outside the config module includes this. */
+ * config_deepspeed.c, config_records.c): the shape of one key declaration, the key table, what the
+ * table derives (defaults, effective text, key lookup, near-miss suggestions) and the loader state
+ * that the DeepSpeed rules and the cross-key checks read. Nothing outside the config module
+ * includes this. */
 #ifndef ZT_CONFIG_SCHEMA_H
 #define ZT_CONFIG_SCHEMA_H
 
@@ -132,8 +133,11 @@ typedef struct zt_loader {
     int overrides_only; /* zt_config_check_overrides: no file, so `KEY=null` may remove a file key we cannot see */
 } zt_loader;
 
-/* index of the latest record of path, -1 if never set */
+/* config_records.c: index of the latest record of path, -1 if never set */
 int zt_loader_rec_index(const zt_loader *L, const char *path);
+/* "WHERE: msg" at the latest of recs[0..n) that set path, else at the file source (or "config") */
+int zt_fail_at_rec(const zt_posrec *recs, int n, const char *source, const char *path, zt_err *err,
+                   const char *msg);
 /* error at where path was last set: "WHERE: MSG" */
 int zt_fail_rec(const zt_loader *L, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -2,7 +2,6 @@
  * limits every config file has (ZT_CONFIG_MAX_BYTES, ZT_CONFIG_MAX_DEPTH checked on the event
  * stream before the tree is built) and libyaml's problems as FILE:LINE:COL; and a `--set KEY=VALUE`
  * split and its VALUE read as YAML. What the nodes mean (keys, types, ranges) is config.c's. */
-#include "config/config.h"
 #include "config/yaml_read.h"
 
 #include <ctype.h>

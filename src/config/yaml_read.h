@@ -1,5 +1,6 @@
 /* yaml_read.h — the config module's YAML reading, for the other files of the module that read YAML
- * of their own shape (hw_profile.c): the same limits, the same error positions as a config file.
+ * of their own shape (hw_profile.c): the same limits (its own, below config.c, which includes
+ * this), the same error positions as a config file.
  * Reading is yaml_read.c's; zt_yaml_number and zt_yaml_describe are config.c's (they share its
  * classification of plain scalars). */
 #ifndef ZT_YAML_READ_H
@@ -8,6 +9,11 @@
 #include <yaml.h>
 
 #include "util/util.h"
+
+/* a config file larger, or nested deeper, is refused before it is parsed (a real one is a few KB,
+ * 4 levels deep) */
+#define ZT_CONFIG_MAX_BYTES ((size_t)16 << 20)
+#define ZT_CONFIG_MAX_DEPTH 64
 
 /* Reads PATH as one YAML document: refuses a file over ZT_CONFIG_MAX_BYTES or nested deeper than
  * ZT_CONFIG_MAX_DEPTH before parsing it, a syntax error as "PATH:LINE:COL: problem", and a second

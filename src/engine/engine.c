@@ -51,22 +51,6 @@ static void *engine_dev_alloc(zt_engine *e, size_t bytes, int category) {
     return facts_dev_alloc(&e->facts, bytes, category);
 }
 
-void *facts_host_alloc(const engine_facts *f, size_t bytes, int pinned, int category) {
-    if (bytes == 0) bytes = 64;
-    void *p;
-    if (pinned) p = f->be->host_alloc(bytes);
-    else p = zt_clock_bulk_alloc(bytes); /* zero-filled; address space only when the clock only costs */
-    if (p) f->mem->host[category] += bytes;
-    if (p && pinned) *f->host_pinned_bytes += bytes;
-    return p;
-}
-
-void facts_host_free(const engine_facts *f, void *p, int pinned) {
-    if (!p) return;
-    if (pinned) f->be->host_free(p);
-    else zt_clock_bulk_free(p);
-}
-
 /* Compute-dtype values of n shard elements from host memory into the offloaded parameters at shard
  * offset off: the host shard (offload_param cpu) or the parameter swap file (nvme). */
 static void engine_params_store(zt_engine *e, size_t off, const void *src, size_t n) {

@@ -7,6 +7,7 @@
 #define ZT_ENGINE_FACTS_H
 
 #include "engine/engine.h"
+#include "util/clock.h" /* zt_clock_bulk_alloc */
 
 typedef struct engine_facts {
     const zt_backend *be;
@@ -43,10 +44,23 @@ static inline void *facts_at(const engine_facts *f, const void *base, size_t ele
     return (char *)base + elems * facts_esz(f);
 }
 
-/* host memory counted in the engine's account (engine.c): page-locked transfer memory from the
- * backend when pinned */
-void *facts_host_alloc(const engine_facts *f, size_t bytes, int pinned, int category);
-void facts_host_free(const engine_facts *f, void *p, int pinned);
+/* host memory counted in the engine's account: page-locked transfer memory from the backend when
+ * pinned. Here with the facts, as facts_dev_alloc is, so that the parts that allocate through them
+ * (twin_flow.c, grads_lane.c) need nothing of engine.c, which opens them. */
+static inline void *facts_host_alloc(const engine_facts *f, size_t bytes, int pinned, int category) {
+    if (bytes == 0) bytes = 64;
+    void *p;
+    if (pinned) p = f->be->host_alloc(bytes);
+    else p = zt_clock_bulk_alloc(bytes); /* zero-filled; address space only when the clock only costs */
+    if (p) f->mem->host[category] += bytes;
+    if (p && pinned) *f->host_pinned_bytes += bytes;
+    return p;
+}
+static inline void facts_host_free(const engine_facts *f, void *p, int pinned) {
+    if (!p) return;
+    if (pinned) f->be->host_free(p);
+    else zt_clock_bulk_free(p);
+}
 
 /* host Adam over n elements from t0 to t1 on the trace's host Adam lane, named `what`, with a marker
  * for the casts fused in it (engine_trace.c); nothing without a trace */

@@ -11,7 +11,7 @@
 
 #include <stdio.h>
 
-#include "comm/comm.h" /* zt_node_local_rank */
+#include "backend/backend.h" /* zt_node_local_rank */
 #include "io/trace_nvml.h"
 #include "util/clock.h"
 

@@ -115,11 +115,6 @@ static void host_buf_free(twin_host *t, void *p, int transfer) { facts_host_free
  * (offload_param: nothing goes up), else into a compute-dtype buffer for the H2D lane — needed on
  * 16-bit backends, and with NVMe (the fp32 master is only in a staging buffer while its group is
  * updated). Only the fp32 backends' in-memory master is itself the H2D source. */
-int twin_has_out_buffer(const engine_facts *f) {
-    if (f->off.param_device == ZT_PARAM_ON_NVME) return 1; /* written to the parameter swap file after the update */
-    return f->off.param_device == ZT_PARAM_ON_DEVICE && (f->be->compute_dtype != ZT_F32 || f->off.nvme_path);
-}
-
 
 /* the fp32 master is the H2D source (the fp32 backends' in-memory master): pinned with the transfer buffers */
 static int master_is_transfer(const twin_host *t) { return t->f.be->compute_dtype == ZT_F32 && !t->b.params_on_host; }

@@ -8,6 +8,7 @@
 
 #include "backend/cpu_adam.h"
 #include "engine/engine_facts.h"
+#include "engine/twin_ratio.h" /* twin_choose_ratio, twin_has_out_buffer */
 
 typedef struct twin_host twin_host;
 typedef struct twin_flow twin_flow; /* one update's host lanes */
@@ -44,8 +45,6 @@ int twin_open_nvme(twin_host *t, zt_err *err);
 int twin_init_master(twin_host *t, size_t off, size_t n, const float *init, zt_err *err);
 /* the pieces those values are best given in (NVMe: whole groups of the swap file), elements */
 size_t twin_init_piece(const twin_host *t);
-/* whether the host part has a buffer for its updated compute-dtype parameters (twin_alloc) */
-int twin_has_out_buffer(const engine_facts *f);
 
 /* The host part's state of `which`, elements [off, off + n) from the split, through an fp32 host
  * buffer (from host memory or NVMe, as of step `step`); the span in host memory that holds element
@@ -108,14 +107,5 @@ void twin_grads_land(twin_host *t, size_t off, const void *src, size_t n, int fl
 double twin_grads_sumsq(twin_host *t, size_t off, size_t n);
 void twin_grads_poison(twin_host *t);
 
-/* twin_ratio.c: the speculation window in host-part elements: offload_optimizer.speculation_window /
- * 12 B, or with 0 (auto) what host memory still holds for this rank beside everything else (as ratio
- * auto counts it), at most n */
-size_t twin_speculation_elems(const engine_facts *e, size_t n);
-
-/* twin_ratio.c: ratio auto (collective): *ratio in [0, 1] and which bound decided it; -1 with err set,
- * on every rank, when no ratio fits both the device and the host memory */
-enum { TWIN_BOUND_SPEED, TWIN_BOUND_DEVICE, TWIN_BOUND_HOST };
-int twin_choose_ratio(const engine_facts *e, double *ratio, int *bound, zt_err *err);
 
 #endif

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu_adam.h"
-#include "engine/twin_flow.h"
+#include "engine/twin_ratio.h"
 #include "util/clock.h"
 
 #define MIB 1048576.0
@@ -58,7 +58,12 @@ static double mem_available(void) {
     return kib >= 0 ? kib * 1024.0 : -1;
 }
 
-/* The speculation window (twin_flow.h). Auto: this rank's share of the free host memory (as ratio auto
+int twin_has_out_buffer(const engine_facts *f) {
+    if (f->off.param_device == ZT_PARAM_ON_NVME) return 1; /* written to the parameter swap file after the update */
+    return f->off.param_device == ZT_PARAM_ON_DEVICE && (f->be->compute_dtype != ZT_F32 || f->off.nvme_path);
+}
+
+/* The speculation window (twin_ratio.h). Auto: this rank's share of the free host memory (as ratio auto
  * counts it below, or of host_memory when that is set), less host_reserve, less the host part's own
  * bytes (not allocated yet: twin_open calls this), 12 B an element. Collective where it asks the
  * ranks how many share the machine: every rank with offload on calls it. */

@@ -1,6 +1,7 @@
 /* monitor.c — see monitor.h: opens the enabled monitors and turns a step's metrics into tagged
  * scalars for them. */
 #include "io/monitor.h"
+#include "io/monitor_writers.h"
 
 #include <errno.h>
 #include <math.h>

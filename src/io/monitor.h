@@ -35,33 +35,7 @@ zt_monitor *zt_monitor_open(const zt_config *cfg, long resume_samples, zt_err *e
 int zt_monitor_step(zt_monitor *m, const zt_step_metrics *s, zt_err *err);
 void zt_monitor_close(zt_monitor *m);
 
-/* ---- the two writers, used by monitor.c (and test_monitor.c) ---- */
-
-/* one scalar of a step */
-typedef struct zt_scalar {
-    const char *tag;
-    double value;
-} zt_scalar;
-
 /* output_path/job_name (either may be NULL), created with parents; caller frees */
 char *zt_monitor_dir(const zt_monitor_config *mc, zt_err *err);
-
-typedef struct zt_tb_writer zt_tb_writer;
-/* Creates DIR/events.out.tfevents.<unix time>.<hostname>.<pid>, writes the file_version record
- * and a SessionLog START at start_step. */
-zt_tb_writer *zt_tb_open(const char *dir, long start_step, zt_err *err);
-/* One Event at step with a Summary of simple_value scalars, in one write; -1 on a write error
- * (errno says why). */
-int zt_tb_write(zt_tb_writer *w, long step, const zt_scalar *v, int n);
-const char *zt_tb_path(const zt_tb_writer *w);
-void zt_tb_close(zt_tb_writer *w);
-/* TFRecord's masked CRC-32C of bytes */
-uint32_t zt_crc32c_masked(const void *data, size_t n);
-
-typedef struct zt_csv_writer zt_csv_writer;
-/* DeepSpeed's csv_monitor in DIR: one file per tag; rows after keep_upto (the step column) are dropped */
-zt_csv_writer *zt_csv_open(const char *dir, long keep_upto, zt_err *err);
-int zt_csv_write(zt_csv_writer *w, long step, const zt_scalar *v, int n);
-void zt_csv_close(zt_csv_writer *w);
 
 #endif

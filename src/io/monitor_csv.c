@@ -6,7 +6,7 @@
  * of our CSV files in the directory (Train_Samples_*.csv with a "step," header; nothing else is
  * touched) keeps its header and only the rows up to the resume point; a last row without its line
  * end (a full disk, a kill while writing) is cut, so appended rows start on a line of their own. */
-#include "io/monitor.h"
+#include "io/monitor_writers.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -10,7 +10,7 @@
  *     SessionLog:  1 status (enum, START = 1)
  * The first record carries file_version "brain.Event:2", which is what makes TensorBoard honour a
  * SessionLog START: it drops what it read at or after that step (the steps a resumed run redoes). */
-#include "io/monitor.h"
+#include "io/monitor_writers.h"
 
 #include "io/checkpoint.h"
 

@@ -1,6 +1,8 @@
-/* selftest.h — op-by-op comparison of a device backend against the CPU reference backend.
- * `zerotrain selftest` (zt_cmd_selftest in commands.h) runs it; the pieces are exported so that
- * later parts of the selftest (training steps, NCCL vs MPI) can reuse the tally and the helpers. */
+/* selftest.h — the selftest harness: a device backend checked against the CPU reference backend,
+ * op by op (selftest_ops.c), in training (selftest_train.c) and in its comms (selftest_comm.c,
+ * selftest_watchdog.c), with the tally and the test buffers they share (selftest_util.c), and the
+ * op timings of `--bench` (selftest_bench.c). `zerotrain selftest` (src/cmd/selftest.c, on the
+ * floor above) reads the arguments and runs them. */
 #ifndef ZT_SELFTEST_H
 #define ZT_SELFTEST_H
 
@@ -33,6 +35,10 @@ double zt_selftest_rel_err(const float *a, const float *b, size_t n);
 /* Every op of the table on random inputs (rounded to the device's 16-bit type, bf16 for fp32, so
  * both backends see the same numbers). */
 void zt_selftest_ops(zt_selftest *st);
+
+/* The tiny GPT-2's 20 training steps on st->dev against the CPU trajectory (selftest_train.c);
+ * skipped under mpirun with more than one rank. */
+void zt_selftest_training(zt_selftest *st);
 
 /* NCCL collectives (device buffers) against the MPI ones (host buffers) on random per-rank data.
  * Needs st->dev to be the CUDA backend; with a single rank both are one-rank communicators. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd/selftest.h"
+#include "selftest/selftest.h"
 #include "comm/comm.h"
 #include "util/util.h"
 

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cmd/selftest.h"
+#include "selftest/selftest.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "comm/watchdog.h"

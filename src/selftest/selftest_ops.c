@@ -30,10 +30,9 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
-#include "cmd/commands.h"
 #include "config/config.h"
 #include "engine/session.h"
-#include "cmd/selftest.h"
+#include "selftest/selftest.h"
 #include "util/util.h"
 
 /* ---------------------------------------------------------------- helpers */
