@@ -17,7 +17,7 @@ works are; estimate's step times are predictions, deterministic, and are checked
     (its LM head), one at 1 changes nothing, and a bad one is refused with its position;
   - estimate --hw prints the config's own predicted step time, equal to predict's; with the optimizer
     on the host it predicts auto and six ratios of the window that fits, auto's equal to predict's,
-    and names the fastest of them; more than one rank says it is one rank only so far; an unknown
+    and names the fastest of them; more than one rank points to `predict --ranks N`; an unknown
     profile is refused naming it."""
 import os
 import re
@@ -165,7 +165,8 @@ ztlib.check(all(swept[i][1] < swept[i + 1][1] for i in range(len(swept) - 1)),
             "estimate_hw_sweep_slower_as_more_goes_to_the_host", str(swept))
 
 p = ztlib.run(["estimate", cfg, "--ranks", "2", "--hw", "h100-sxm"], timeout=600)
-ztlib.check(p.returncode == 0 and "one rank only so far" in p.stdout, "estimate_hw_one_rank_only", p.stdout[-300:])
+ztlib.check(p.returncode == 0 and "estimate prices one rank; for 2 ranks: zerotrain predict" in p.stdout
+            and "--ranks 2" in p.stdout, "estimate_hw_one_rank_only", p.stdout[-300:])
 p = ztlib.run(["estimate", cfg, "--ranks", "1", "--hw", "b200"])
 ztlib.check(p.returncode == 1 and "no b200.yaml" in p.stderr, "estimate_hw_unknown_profile", p.stderr[-300:])
 
