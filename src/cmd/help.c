@@ -177,10 +177,20 @@ static const command_help *find(const char *name) {
     return NULL;
 }
 
+static void print_synopsis(FILE *f, const command_help *c) {
+    for (int i = 0; i < 3 && c->synopsis[i]; i++) fprintf(f, "%s%s\n", i ? "       " : "usage: ", c->synopsis[i]);
+}
+
+/* "--seq-len T": an option as its synopsis writes it */
+static const char *option_head(const option_help *o, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s%s%s", o->flag, o->arg ? " " : "", o->arg ? o->arg : "");
+    return buf;
+}
+
 void zt_help_usage(FILE *f, const char *cmd) {
     const command_help *c = find(cmd);
     if (!c) return;
-    for (int i = 0; i < 3 && c->synopsis[i]; i++) fprintf(f, "%s%s\n", i ? "       " : "usage: ", c->synopsis[i]);
+    print_synopsis(f, c);
     fprintf(f, "(zerotrain %s --help for more)\n", cmd);
 }
 
@@ -191,16 +201,13 @@ static void print_exits(FILE *f, const command_help *c) {
 
 static void print_command(FILE *f, const command_help *c) {
     fprintf(f, "zerotrain %s — %s\n\n", c->name, c->summary);
-    for (int i = 0; i < 3 && c->synopsis[i]; i++) fprintf(f, "%s%s\n", i ? "       " : "usage: ", c->synopsis[i]);
+    print_synopsis(f, c);
     fprintf(f, "\n%s\n", c->about);
     if (c->options[0].flag) {
         fprintf(f, "\noptions:\n");
-        for (int i = 0; i < 16 && c->options[i].flag; i++) {
-            char head[64];
-            snprintf(head, sizeof head, "%s%s%s", c->options[i].flag, c->options[i].arg ? " " : "",
-                     c->options[i].arg ? c->options[i].arg : "");
-            fprintf(f, "  %-30s %s\n", head, c->options[i].text);
-        }
+        char head[64];
+        for (int i = 0; i < 16 && c->options[i].flag; i++)
+            fprintf(f, "  %-30s %s\n", option_head(&c->options[i], head, sizeof head), c->options[i].text);
     }
     fprintf(f, "\nexamples:\n");
     for (int i = 0; i < 4 && c->examples[i]; i++) fprintf(f, "  %s\n", c->examples[i]);
@@ -231,9 +238,9 @@ static void print_markdown(FILE *f) {
         fprintf(f, "```\n\n%s\n\n", c->about);
         if (c->options[0].flag) {
             fprintf(f, "| option | meaning |\n|---|---|\n");
+            char head[64];
             for (int k = 0; k < 16 && c->options[k].flag; k++)
-                fprintf(f, "| `%s%s%s` | %s |\n", c->options[k].flag, c->options[k].arg ? " " : "",
-                        c->options[k].arg ? c->options[k].arg : "", c->options[k].text);
+                fprintf(f, "| `%s` | %s |\n", option_head(&c->options[k], head, sizeof head), c->options[k].text);
             fprintf(f, "\n");
         }
         fprintf(f, "<!-- not run: examples; the files they name stand for yours, zerotrain for ./zerotrain -->\n```\n");
@@ -274,7 +281,7 @@ int zt_help_answer(int argc, char **argv, int *rc) {
 /* SUGGESTION: " (did you mean '--y'?)" for the option of C nearest to ARG (util's zt_suggest), or "";
  * 1 when ARG is one of C's options */
 static int nearest_option(const command_help *c, const char *arg, char *suggestion, size_t cap) {
-    static char flags[16][4][32];
+    char flags[16][4][32]; /* the candidates' text, while zt_suggest reads them */
     const char *cands[64];
     int n = 0, known = 0;
     for (int i = 0; c && i < 16 && c->options[i].flag; i++) {

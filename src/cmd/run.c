@@ -40,13 +40,15 @@
 
 #include "cmd/commands.h"
 #include "cmd/run_restart.h"
+#include "comm/watchdog.h"
 #include "config/config.h"
 #include "util/util.h"
 
 #define ZT_EXIT_PREEMPTED 99      /* train's status after a signal and a saved checkpoint */
 #define ZT_STOP_GRACE_DEFAULT 120 /* seconds the ranks get to save after the first signal */
 #define ZT_SSH_CONNECT_TIMEOUT 30 /* seconds for ssh to reach a hostfile host (ZEROTRAIN_SSH_TIMEOUT) */
-#define ZT_STARTUP_TIMEOUT 600    /* seconds for the ranks to start, with --restarts (ZEROTRAIN_STARTUP_TIMEOUT) */
+/* seconds for the ranks to start, with --restarts (ZEROTRAIN_STARTUP_TIMEOUT): the ranks' own start-up bound */
+#define ZT_STARTUP_TIMEOUT ((long)ZT_STARTUP_TIMEOUT_DEFAULT)
 #define ZT_LAUNCHER_GRACE 15      /* seconds for the launcher to exit once the job failed (ZEROTRAIN_LAUNCHER_GRACE) */
 
 static int on_path(const char *prog) {

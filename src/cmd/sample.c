@@ -89,10 +89,10 @@ int zt_generate(zt_session *s, const int *prompt, int n_prompt, const zt_sample_
         memcpy(window, ctx + start, (size_t)len * sizeof *window);
         zt_gpt2_forward(&gen, &s->src, window, NULL, 0.0f);
         zt_gpt2_logits_row(&gen, len - 1, logits); /* collective under tensor parallelism */
-        int bad = 0; /* a non-finite logit would pick token 0 forever (argmax of NaNs): every rank sees the same row */
-        while (bad < V && isfinite(logits[bad])) bad++;
-        if (bad < V) {
-            rc = zt_fail(err, "the model's logits are not finite (%g for token %d at generated token %d): its weights "
+        /* a non-finite logit would pick token 0 forever (argmax of NaNs): every rank sees the same row */
+        size_t bad = zt_first_nonfinite(logits, (size_t)V);
+        if (bad < (size_t)V) {
+            rc = zt_fail(err, "the model's logits are not finite (%g for token %zu at generated token %d): its weights "
                               "or activations overflow", (double)logits[bad], bad, k + 1);
             break;
         }

@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/checkpoint_common.h"
 #include "util/crc32c.h"
 
 #define MANIFEST_HEAD "zerotrain checkpoint manifest 1\n"
@@ -113,7 +114,7 @@ char *ck_manifest_text(const ck_file_record *index, const ck_file_record *ranks,
     record_line(&b, "index.h5", index);
     for (int r = 0; r < world; r++) {
         char name[32];
-        snprintf(name, sizeof name, "rank_%05d.h5", r);
+        ck_rank_file_name(name, sizeof name, r);
         record_line(&b, name, &ranks[r]);
     }
     zt_sb_printf(&b, MANIFEST_TAIL "%08x\n", zt_crc32c(0, b.p, b.n));
@@ -147,9 +148,8 @@ static int parse_record(const char **p, const char *name, ck_file_record *r) {
 int ck_manifest_read(const char *step_dir, ck_file_record *index, ck_file_record **ranks, int *world, zt_err *err) {
     *ranks = NULL;
     *world = 0;
-    char path[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", step_dir, CK_MANIFEST) >= sizeof path)
-        return zt_fail(err, "%s: path too long", step_dir);
+    char path[CK_PATHCAP];
+    if (ck_path_join(path, sizeof path, step_dir, CK_MANIFEST, err)) return -1;
     struct stat st;
     if (lstat(path, &st) && errno == ENOENT) return 0;
     size_t n = 0;
@@ -170,7 +170,7 @@ int ck_manifest_read(const char *step_dir, ck_file_record *index, ck_file_record
     int cap = 0;
     while (!rc && p < text + body) {
         char name[32];
-        snprintf(name, sizeof name, "rank_%05d.h5", *world);
+        ck_rank_file_name(name, sizeof name, *world);
         if (*world == cap) {
             cap = cap ? 2 * cap : 8;
             *ranks = zt_xrealloc(*ranks, (size_t)cap * sizeof **ranks);
@@ -188,13 +188,11 @@ int ck_manifest_check(const char *step_dir, zt_err *err) {
     ck_file_record index, *ranks = NULL;
     int world = 0, has = ck_manifest_read(step_dir, &index, &ranks, &world, err);
     if (has <= 0) return has;
-    char path[4096];
-    int rc = snprintf(path, sizeof path, "%s/index.h5", step_dir) >= (int)sizeof path ? zt_fail(err, "%s: path too long", step_dir)
-                                                                                      : ck_file_verify(path, &index, err);
+    char path[CK_PATHCAP], name[32];
+    int rc = ck_path_join(path, sizeof path, step_dir, "index.h5", err) || ck_file_verify(path, &index, err);
     for (int r = 0; r < world && !rc; r++) {
-        if ((size_t)snprintf(path, sizeof path, "%s/rank_%05d.h5", step_dir, r) >= sizeof path)
-            rc = zt_fail(err, "%s: path too long", step_dir);
-        else rc = ck_file_verify(path, &ranks[r], err);
+        ck_rank_file_name(name, sizeof name, r);
+        rc = ck_path_join(path, sizeof path, step_dir, name, err) || ck_file_verify(path, &ranks[r], err);
     }
     free(ranks);
     return rc ? -1 : 1;

@@ -285,15 +285,22 @@ static int check_config_against(weights *w, const zt_gpt2_shape *s, const char *
     return 0;
 }
 
-int zt_hf_read_model_shape(const char *dir, zt_gpt2_shape *shape, zt_err *err) {
-    if (zt_hf_read_config(dir, shape, err)) return -1;
-    weights w;
-    if (weights_open(&w, dir, err)) return -1;
+/* Opens the weights at PATH and checks them against S, the shape DIR/config.json gives: 0 with W
+ * open, or -1 with W closed. */
+static int weights_open_checked(weights *w, const char *path, const char *dir, const zt_gpt2_shape *s, zt_err *err) {
+    if (weights_open(w, path, err)) return -1;
     char *config_path = zt_path_join(dir, "config.json");
-    int rc = check_config_against(&w, shape, config_path, err);
+    int rc = check_config_against(w, s, config_path, err);
     free(config_path);
-    weights_close(&w);
+    if (rc) weights_close(w);
     return rc;
+}
+
+int zt_hf_read_model_shape(const char *dir, zt_gpt2_shape *shape, zt_err *err) {
+    weights w;
+    if (zt_hf_read_config(dir, shape, err) || weights_open_checked(&w, dir, dir, shape, err)) return -1;
+    weights_close(&w);
+    return 0;
 }
 
 static void param_shape_str(char *buf, size_t n, const zt_param_info *p) {
@@ -391,11 +398,8 @@ int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param
         return zt_fail(err, "%s/config.json: n_positions %d differs from model.n_positions %d (wpe shapes must match)",
                        dir, theirs.n_positions, shape->n_positions);
     weights w;
-    if (weights_open(&w, path, err)) return -1;
-    char *config_path = zt_path_join(dir, "config.json");
-    int rc = check_config_against(&w, &theirs, config_path, err);
-    if (!rc) rc = load_params(&w, table, out, err);
-    free(config_path);
+    if (weights_open_checked(&w, path, dir, &theirs, err)) return -1;
+    int rc = load_params(&w, table, out, err);
     weights_close(&w);
     return rc;
 }
