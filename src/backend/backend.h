@@ -123,6 +123,35 @@ typedef struct zt_backend {
     /* dqkv overwritten; datt is scratch of att's size (contents undefined afterwards) */
     void (*attention_backward)(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
                                int B, int T, int C, int NH);
+    /* The Llama family's attention: grouped-query (Ainslie et al. 2023). qkv rows [B,T,(NH+2NKV)HD] hold
+     * q (NH heads) | k (NKV heads) | v (NKV heads), each head HD wide; query head h reads key/value head
+     * h / (NH / NKV) (NKV divides NH; NKV = NH is multi-head, 1 multi-query), never a repeated copy of
+     * K/V. out [B,T,NH HD]; att as attention_forward's ([B,NH,T,T] elements, backend-private). Causal,
+     * scale 1/sqrt(HD). With NKV = NH and HD = C/NH it is attention_forward exactly (bit for bit). */
+    void (*attention_gqa_forward)(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int HD);
+    /* dqkv [B,T,(NH+2NKV)HD] overwritten (dk, dv summed over the query heads that share them) */
+    void (*attention_gqa_backward)(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B,
+                                   int T, int NH, int NKV, int HD);
+    /* RMSNorm (Zhang & Sennrich 2019), per row of C, statistics in fp32:
+     *   rstd = 1 / sqrt(mean(x^2) + eps),  out = x rstd w   (saves rstd [N] for backward) */
+    void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C);
+    /* with xh = x rstd, dxh = dout w:  dinp += rstd (dxh - xh mean(dxh xh)),  dw += sum_rows dout xh
+     * (both accumulate, as layernorm_backward) */
+    void (*rmsnorm_backward)(void *dinp, void *dw, const void *dout, const void *inp, const void *w, const float *rstd,
+                             int N, int C);
+    /* Rotary position embedding (Su et al. 2021, Hugging Face's rotate_half layout), in place on the q and k
+     * heads of qkv rows [B,T,(NH+2NKV)HD] (v untouched). cos_sin is fp32 [T, HD] on the device: row t holds
+     * cos(t f_i) at i and sin(t f_i) at HD/2 + i, i < HD/2. Per head, pair (x_i, x_{i+HD/2}) at position t:
+     *   forward  (x_i c - x_{i+HD/2} s,  x_{i+HD/2} c + x_i s)
+     *   inverse  (x_i c + x_{i+HD/2} s,  x_{i+HD/2} c - x_i s)   (the transpose: backward of forward)
+     * computed in fp32, rounded once into the compute dtype. */
+    void (*rope)(void *qkv, const float *cos_sin, int B, int T, int NH, int NKV, int HD, int inverse);
+    /* SwiGLU (Shazeer 2020): inp [N, 2I] holds gate | up per row; out [N, I] = silu(gate) up, silu(x) = x
+     * sigmoid(x) */
+    void (*swiglu_forward)(void *out, const void *inp, int N, int I);
+    /* dinp [N, 2I] (overwrites): dgate = dout up silu'(gate), dup = dout silu(gate);
+     * silu'(x) = sigmoid(x) (1 + x (1 - sigmoid(x))) */
+    void (*swiglu_backward)(void *dinp, const void *inp, const void *dout, int N, int I);
     void (*gelu_forward)(void *out, const void *inp, size_t n);
     /* dinp = gelu'(inp) * dout (overwrites; dinp may alias dout) */
     void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n);

@@ -17,10 +17,37 @@
 #define ZT_MAX_PARAMS (1LL << 44) /* parameters a model may have: 17.6 T, far past any run, far below overflow */
 #define ZT_MAX_TP 64 /* tensor-parallel ranks at most (a node's GPUs, with room) */
 
+/* The architecture's family (Hugging Face's model_type). GPT-2: learned positions, LayerNorm, GELU MLP,
+ * biases everywhere, tied embeddings, Conv1D weights [in, out]. The Llama family (llama, qwen2,
+ * mistral): rotary positions, RMSNorm, SwiGLU MLP, grouped-query attention, nn.Linear weights
+ * [out, in], no biases but where the keys ask (qwen2: q/k/v always), embeddings tied or not. */
+typedef enum { ZT_MODEL_GPT2 = 0, ZT_MODEL_LLAMA, ZT_MODEL_QWEN2, ZT_MODEL_MISTRAL } zt_model_type;
+
 typedef struct zt_gpt2_shape {
     int n_layer, n_head, n_embd, vocab_size, n_positions;
     int padded_vocab; /* logits row stride: vocab_size rounded up to 128 (never visible outside) */
+    /* the Llama family's parts (all zero for GPT-2: a shape written {L, H, C, V, P, 0} is GPT-2's) */
+    zt_model_type model_type;
+    int n_kv_head;       /* num_key_value_heads (0: n_head) */
+    int intermediate;    /* intermediate_size: the SwiGLU MLP's width */
+    int untied;          /* tie_word_embeddings false: an lm_head of its own */
+    int qkv_bias, o_bias, mlp_bias; /* biases of q/k/v, o_proj, the MLP's three linears */
+    float rope_theta, rms_norm_eps;
+    /* rope_scaling of rope_type llama3 (rope_factor 0: none) */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max;
+    int sliding_window;  /* mistral's (0: none); seq_len must not pass it */
 } zt_gpt2_shape;
+
+static inline int zt_shape_is_llama(const zt_gpt2_shape *s) { return s->model_type != ZT_MODEL_GPT2; }
+static inline int zt_shape_kv_heads(const zt_gpt2_shape *s) { return s->n_kv_head > 0 ? s->n_kv_head : s->n_head; }
+static inline int zt_shape_head_dim(const zt_gpt2_shape *s) { return s->n_embd / s->n_head; }
+/* the MLP's hidden width: 4 C for GPT-2 */
+static inline int zt_shape_ffn(const zt_gpt2_shape *s) { return zt_shape_is_llama(s) ? s->intermediate : 4 * s->n_embd; }
+/* the q|k|v row width: 3 C for GPT-2 */
+static inline int zt_shape_qkv(const zt_gpt2_shape *s) {
+    return (s->n_head + 2 * zt_shape_kv_heads(s)) * zt_shape_head_dim(s);
+}
 
 /* Tensor parallelism (Megatron-LM's split of GPT-2 over tp ranks): how a rank's tensor is cut from
  * the whole one. A tensor is seen as rows x columns ([in, out] for Conv1D weights, [1, n] for 1-D ones):
