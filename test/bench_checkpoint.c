@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     zt_comm *comm = zt_comm_mpi(NULL, &err);
     zt_log_set_rank(1); /* quiet: the bench prints its own lines */
     const char *dir = argc > 1 ? argv[1] : "build/bench_checkpoint.tmp";
-    zt_gpt2_shape shape = {12, 12, 768, 50257, 1024, 50304};
+    zt_gpt2_shape shape = {.n_layer = 12, .n_head = 12, .n_embd = 768, .vocab_size = 50257, .n_positions = 1024, .padded_vocab = 50304};
     zt_param_table table;
     zt_engine e;
     if (zt_gpt2_param_table(&table, &shape, &err)) { zt_print_error(&err); return 1; }

@@ -36,7 +36,7 @@ static float value(int k, size_t i, int g) {
 }
 
 static zt_gpt2_shape tiny_shape(int n_layer, int n_embd) {
-    zt_gpt2_shape s = {n_layer, 2, n_embd, 1000, 32, 0};
+    zt_gpt2_shape s = {.n_layer = n_layer, .n_head = 2, .n_embd = n_embd, .vocab_size = 1000, .n_positions = 32, .padded_vocab = 0};
     s.padded_vocab = (s.vocab_size + 127) / 128 * 128;
     return s;
 }

@@ -15,7 +15,7 @@
 #include "check.h"
 
 enum { B = 2, T = 8 };
-static const zt_gpt2_shape SHAPE = {3, 2, 16, 97, 16, 128};
+static const zt_gpt2_shape SHAPE = {.n_layer = 3, .n_head = 2, .n_embd = 16, .vocab_size = 97, .n_positions = 16, .padded_vocab = 128};
 
 typedef struct { zt_engine e; zt_gpt2 m; zt_param_source src; zt_param_table table; } rig;
 
@@ -62,7 +62,7 @@ static void check_rng_jump(void) {
 /* The threaded init (pieces of 2^20 values, each from a jumped RNG) equals one sequential stream
  * in parameter order: wte of V 50257 x C 32 spans two pieces. */
 static void check_init_matches_sequential(void) {
-    zt_gpt2_shape shape = {1, 2, 32, 50257, 64, 50304};
+    zt_gpt2_shape shape = {.n_layer = 1, .n_head = 2, .n_embd = 32, .vocab_size = 50257, .n_positions = 64, .padded_vocab = 50304};
     zt_param_table t;
     zt_err err = {{0}};
     if (zt_gpt2_param_table(&t, &shape, &err)) {
@@ -89,7 +89,7 @@ static void check_init_matches_sequential(void) {
  * an odd length that cut tensors, rows and the threads' pieces give the whole init's values, and a
  * tensor-parallel rank's ranges give its part of them (rows, column pieces, wte's padding rows). */
 static void check_init_ranges_match_whole(void) {
-    zt_gpt2_shape shape = {2, 2, 32, 50257, 64, 50304};
+    zt_gpt2_shape shape = {.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 50257, .n_positions = 64, .padded_vocab = 50304};
     zt_param_table whole, part;
     zt_err err = {{0}};
     if (zt_gpt2_param_table(&whole, &shape, &err)) {

@@ -146,12 +146,12 @@ typedef struct zt_backend {
      *   inverse  (x_i c + x_{i+HD/2} s,  x_{i+HD/2} c - x_i s)   (the transpose: backward of forward)
      * computed in fp32, rounded once into the compute dtype. */
     void (*rope)(void *qkv, const float *cos_sin, int B, int T, int NH, int NKV, int HD, int inverse);
-    /* SwiGLU (Shazeer 2020): inp [N, 2I] holds gate | up per row; out [N, I] = silu(gate) up, silu(x) = x
+    /* SwiGLU (Shazeer 2020): inp [N, 2H] holds gate | up per row; out [N, H] = silu(gate) up, silu(x) = x
      * sigmoid(x) */
-    void (*swiglu_forward)(void *out, const void *inp, int N, int I);
-    /* dinp [N, 2I] (overwrites): dgate = dout up silu'(gate), dup = dout silu(gate);
+    void (*swiglu_forward)(void *out, const void *inp, int N, int H);
+    /* dinp [N, 2H] (overwrites): dgate = dout up silu'(gate), dup = dout silu(gate);
      * silu'(x) = sigmoid(x) (1 + x (1 - sigmoid(x))) */
-    void (*swiglu_backward)(void *dinp, const void *inp, const void *dout, int N, int I);
+    void (*swiglu_backward)(void *dinp, const void *inp, const void *dout, int N, int H);
     void (*gelu_forward)(void *out, const void *inp, size_t n);
     /* dinp = gelu'(inp) * dout (overwrites; dinp may alias dout) */
     void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n);

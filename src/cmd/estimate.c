@@ -325,9 +325,13 @@ int zt_cmd_estimate(int argc, char **argv) {
                       host_per_rank, grads_host);
     for (int i = 0; i < n; i++) biggest = rows[i].device > biggest ? rows[i].device : biggest;
     unit u = biggest >= 1073741824.0 ? (unit){"GiB", 1073741824.0} : (unit){"MiB", 1048576.0};
-    printf("zerotrain estimate: %s — GPT-2 L%d H%d C%d V%d, %.2fM parameters, micro-batch %d x T %d, %s "
+    char family[64] = "GPT-2";
+    if (zt_shape_is_llama(&shape))
+        snprintf(family, sizeof family, "%s KV%d I%d", zt_model_type_name(shape.model_type), zt_shape_kv_heads(&shape),
+                 shape.intermediate);
+    printf("zerotrain estimate: %s — %s L%d H%d C%d V%d, %.2fM parameters (%zu), micro-batch %d x T %d, %s "
            "activations %.2f %s/rank (checkpointing %s)\n",
-           path, shape.n_layer, shape.n_head, shape.n_embd, shape.vocab_size, whole_total / 1e6,
+           path, family, shape.n_layer, shape.n_head, shape.n_embd, shape.vocab_size, whole_total / 1e6, (size_t)whole_total,
            cfg.train_micro_batch_size_per_gpu, cfg.seq_len, fp32 ? "fp32" : "bf16", in(u, acts), u.name,
            cfg.ckpt_enabled ? "on" : "off");
     char nvme_s[64] = "not limited (--nvme-size)";

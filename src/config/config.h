@@ -35,6 +35,12 @@ typedef struct zt_config {
 
     /* model */
     int n_layer, n_head, n_embd, vocab_size, n_positions;
+    /* the Llama family (model_type 1 llama, 2 qwen2, 3 mistral; 0 gpt2), Hugging Face's names */
+    int model_type, n_kv_head, intermediate_size, tie_word_embeddings; /* tie: -1 the family's */
+    int attention_bias, mlp_bias, sliding_window;
+    float rope_theta, rms_norm_eps;
+    int rope_type, rope_original_max; /* rope_scaling: rope_type 1 llama3 */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     char *init_from;     /* Hugging Face model.safetensors path or NULL */
 
     /* data */

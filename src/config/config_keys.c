@@ -41,6 +41,8 @@ static const zt_enumval accum_dtypes[] = {{"fp32", ZT_ACCUM_FP32}, {"bf16", ZT_A
 static const zt_enumval resume_modes[] = {{"auto", ZT_RESUME_AUTO}, {"never", ZT_RESUME_NEVER}, {NULL, 0}};
 static const zt_enumval guard_actions[] = {{"stop", ZT_GUARD_STOP}, {"skip", ZT_GUARD_SKIP}, {"off", ZT_GUARD_OFF}, {"rollback", ZT_GUARD_ROLLBACK},
                                            {NULL, 0}};
+static const zt_enumval model_types[] = {{"gpt2", 0}, {"llama", 1}, {"qwen2", 2}, {"mistral", 3}, {NULL, 0}};
+static const zt_enumval rope_types[] = {{"none", 0}, {"default", 0}, {"llama3", 1}, {NULL, 0}};
 /* names DeepSpeed knows that zerotrain refuses as "not supported" rather than "expected ..." */
 static const char *const ds_optimizers[] = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb", "Lamb", "Lion",
                                             "Adagrad", "MuAdam", "MuAdamW", "MuSGD", "CPUAdam", NULL};
@@ -57,7 +59,39 @@ const zt_keydef zt_config_keys[] = {
     KEY("model.n_positions", K_INT, n_positions, .def = 1024, .lo = 1, .hi = INF, .flags = E,
         .help = "learned position embeddings; >= data.seq_len"),
     KEY("model.init_from", K_STR, init_from, .flags = E,
-        .help = "Hugging Face GPT-2 model.safetensors to start from (fine-tuning)"),
+        .help = "Hugging Face model folder or model.safetensors to start from (fine-tuning)"),
+    KEY("model.model_type", K_ENUM, model_type, .def = 0, .flags = E, .ev = model_types,
+        .help = "the architecture: gpt2, or the Llama family (llama, qwen2, mistral: rotary positions, RMSNorm, "
+                "SwiGLU, grouped-query attention)"),
+    KEY("model.num_key_value_heads", K_INT, n_kv_head, .def = 0, .lo = 0, .hi = INF, .flags = E | F_NULL_DEFAULT,
+        .help = "key/value heads (Llama family; must divide n_head: 1 multi-query, n_head multi-head); 0 / null = "
+                "n_head"),
+    KEY("model.intermediate_size", K_INT, intermediate_size, .def = 0, .lo = 0, .hi = INF, .flags = E,
+        .help = "the SwiGLU MLP's width (Llama family; required there)"),
+    KEY("model.rope_theta", K_FLOAT, rope_theta, .def = 10000, .lo = 0, .hi = INF, .lo_excl = 1, .flags = E,
+        .help = "rotary embeddings' base (Llama family)"),
+    KEY("model.rms_norm_eps", K_FLOAT, rms_norm_eps, .def = 1e-6, .lo = 0, .hi = 1, .lo_excl = 1, .flags = E,
+        .help = "RMSNorm's epsilon (Llama family)"),
+    KEY("model.tie_word_embeddings", K_BOOL, tie_word_embeddings, .def = -1, .flags = E | F_NULL_DEFAULT,
+        .def_shown = "null",
+        .help = "the LM head is the token embedding (Llama family; null = false, Hugging Face's default; gpt2 is always "
+                "tied)"),
+    KEY("model.attention_bias", K_BOOL, attention_bias, .def = 0, .flags = E,
+        .help = "biases on q, k, v and o_proj (Llama's key; qwen2 has q/k/v biases always)"),
+    KEY("model.mlp_bias", K_BOOL, mlp_bias, .def = 0, .flags = E, .help = "biases on the MLP's linears (Llama family)"),
+    KEY("model.sliding_window", K_INT, sliding_window, .def = 0, .lo = 0, .hi = INF, .flags = E | F_NULL_DEFAULT,
+        .help = "mistral's attention window; data.seq_len must not pass it (0 / null: none)"),
+    SEC("model.rope_scaling", .help = "Llama 3's rotary scaling (rope_type llama3)"),
+    KEY("model.rope_scaling.rope_type", K_ENUM, rope_type, .def = 0, .flags = E, .ev = rope_types,
+        .help = "none, or llama3 (long wavelengths divided by factor, short ones kept, the band between blended)"),
+    KEY("model.rope_scaling.factor", K_FLOAT, rope_factor, .def = 8, .lo = 1, .hi = INF, .flags = E,
+        .help = "llama3 scaling: the factor"),
+    KEY("model.rope_scaling.low_freq_factor", K_FLOAT, rope_low_freq_factor, .def = 1, .lo = 0, .hi = INF,
+        .lo_excl = 1, .flags = E, .help = "llama3 scaling: wavelengths past original / low_freq_factor are scaled"),
+    KEY("model.rope_scaling.high_freq_factor", K_FLOAT, rope_high_freq_factor, .def = 4, .lo = 0, .hi = INF,
+        .lo_excl = 1, .flags = E, .help = "llama3 scaling: wavelengths below original / high_freq_factor are kept"),
+    KEY("model.rope_scaling.original_max_position_embeddings", K_INT, rope_original_max, .def = 8192, .lo = 1,
+        .hi = INF, .flags = E, .help = "llama3 scaling: the context the model was first trained at"),
 
     SEC("data"),
     KEY("data.train", K_STR, train_glob, .flags = E, .help = "training token shards (a glob); required by train"),
@@ -556,7 +590,10 @@ void zt_key_put_value(zt_sb *b, const zt_keydef *d, const zt_config *c) {
     }
     switch (d->kind) {
     case K_INT: zt_sb_printf(b, "%d", *(const int *)f); break;
-    case K_BOOL: zt_sb_printf(b, "%s", *(const int *)f ? "true" : "false"); break;
+    case K_BOOL:
+        if ((d->flags & F_NULL_DEFAULT) && *(const int *)f == (int)d->def) zt_sb_printf(b, "null");
+        else zt_sb_printf(b, "%s", *(const int *)f ? "true" : "false");
+        break;
     case K_LONG: zt_sb_printf(b, "%ld", *(const long *)f); break;
     case K_U64: zt_sb_printf(b, "%llu", *(const unsigned long long *)f); break;
     case K_FLOAT: put_float(b, *(const float *)f); break;

@@ -35,7 +35,26 @@ zt_act_ckpt zt_act_ckpt_of(const zt_config *cfg) {
 }
 
 zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
-    zt_gpt2_shape s = {cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->n_positions, 0};
+    zt_gpt2_shape s = {.n_layer = cfg->n_layer, .n_head = cfg->n_head, .n_embd = cfg->n_embd,
+                       .vocab_size = cfg->vocab_size, .n_positions = cfg->n_positions};
+    if (cfg->model_type != ZT_MODEL_GPT2) {
+        s.model_type = (zt_model_type)cfg->model_type;
+        s.n_kv_head = cfg->n_kv_head;
+        s.intermediate = cfg->intermediate_size;
+        s.untied = !(cfg->tie_word_embeddings > 0); /* null: Hugging Face's default for the family, untied */
+        s.qkv_bias = cfg->attention_bias || s.model_type == ZT_MODEL_QWEN2;
+        s.o_bias = cfg->attention_bias;
+        s.mlp_bias = cfg->mlp_bias;
+        s.rope_theta = cfg->rope_theta;
+        s.rms_norm_eps = cfg->rms_norm_eps;
+        s.sliding_window = cfg->sliding_window;
+        if (cfg->rope_type == 1) {
+            s.rope_factor = cfg->rope_factor;
+            s.rope_low_freq_factor = cfg->rope_low_freq_factor;
+            s.rope_high_freq_factor = cfg->rope_high_freq_factor;
+            s.rope_original_max = cfg->rope_original_max;
+        }
+    }
     s.padded_vocab = (int)(((int64_t)cfg->vocab_size + 127) / 128 * 128); /* past INT_MAX: the table refuses the shape */
     return s;
 }

@@ -220,7 +220,8 @@ static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
     m->step = v[0]; m->tokens_seen = v[1]; m->adam_t = v[2];
     m->world_size = (int)v[3]; m->zero_stage = (int)v[4];
     m->total = (size_t)v[5]; m->shard = (size_t)v[6];
-    zt_gpt2_shape s = {(int)v[7], (int)v[8], (int)v[9], (int)v[10], (int)v[11], 0};
+    zt_gpt2_shape s = {.n_layer = (int)v[7], .n_head = (int)v[8], .n_embd = (int)v[9], .vocab_size = (int)v[10],
+                       .n_positions = (int)v[11]};
     s.padded_vocab = (s.vocab_size + 127) / 128 * 128;
     m->shape = s;
     if ((rc = ck_get_str(f, "config", &m->config_text)) == -2) return attr_fail(err, path, "attribute config", rc);

@@ -1,16 +1,24 @@
-/* gpt2.c — GPT-2's forward and backward (see gpt2.h), block by block, tiled or whole; the activation
- * buffers and checkpointing. The parameter table and init are gpt2_params.c's.
+/* gpt2.c — the model's forward and backward (see gpt2.h): its blocks with the family's parts (GPT-2's
+ * LayerNorm, Conv1D linears, learned positions and GELU; the Llama family's RMSNorm, nn.Linear
+ * weights, rotary q/k, grouped-query attention and SwiGLU), the token embedding, the final norm, the
+ * LM head (tied to the embedding, or an untied lm_head), the cross-entropy; the activation buffers and
+ * checkpointing; the rotary angles. The parameter table and init are gpt2_params.c's.
  *
- * Per block l (pre-LayerNorm transformer, Radford et al. 2019):
+ * res_0 = wte[tokens] (+ wpe), res_{l+1} = block_l(res_l), lnf = norm(res_L), logits = lnf W_head^T
+ * (W_head = wte when tied), loss = mean cross-entropy. GPT-2 block l (pre-LayerNorm, Radford et al. 2019):
  *   ln1  = LN(res_l)                 qkv  = ln1 Wqkv + bqkv          atty = attention(qkv)
  *   res2 = res_l + atty Wproj + bproj ln2  = LN(res2)                fch  = ln2 Wfc + bfc
  *   fchg = gelu(fch)                 res_{l+1} = res2 + fchg Wfcproj + bfcproj
- * then lnf = LN(res_L), logits = lnf wte^T, loss = mean cross-entropy.
+ * Llama-family block l (Touvron et al. 2023), weights [out, in]:
+ *   ln1  = RMSNorm(res_l)            qkv  = ln1 [Wq; Wk; Wv]^T (+ b)  q, k rotated by position
+ *   atty = gqa_attention(qkv)        res2 = res_l + atty Wo^T (+ bo) ln2  = RMSNorm(res2)
+ *   fch  = ln2 [Wgate; Wup]^T (+ b)  fchg = silu(gate) up            res_{l+1} = res2 + fchg Wdown^T (+ b)
  *
- * Tensor parallelism (tp ranks, Megatron-LM's split): Wqkv and Wfc are column-parallel (a rank computes
- * its NH/tp heads and 4C/tp MLP columns), Wproj and Wfcproj row-parallel: their outputs are partial sums,
- * all-reduced over the group (forward), as are the input gradients of the column-parallel linears
- * (backward) — 4 all-reduces of N*C per block. wte is vocabulary-parallel: the lookup is all-reduced
+ * Tensor parallelism (tp ranks, Megatron-LM's split): in each block q|k|v and the MLP's up-projection
+ * are column-parallel (a rank computes its NH/tp heads and its MLP columns), the output and down
+ * projections row-parallel: their outputs are partial sums, all-reduced over the group (forward), as
+ * are the input gradients of the column-parallel linears (backward) — 4 all-reduces of N*C per block
+ * wte (and an untied LM head) is vocabulary-parallel: the lookup is all-reduced
  * before wpe is added, the LM head gives each rank its vocabulary's logits, the cross-entropy combines
  * per-row statistics all-gathered from every rank, and the LM head's input gradient is all-reduced.
  *
@@ -43,44 +51,6 @@
 
 /* ---------------------------------------------------------------- buffers */
 
-static size_t esz(const zt_gpt2 *m) { return m->elem_size; }
-static void *at(const zt_gpt2 *m, const void *base, size_t elems) { return (char *)base + elems * esz(m); }
-
-/* offsets of one layer slot's activations, in compute-dtype elements */
-typedef struct { size_t ln1, qkv, atty, att, res2, ln2, fch, fchg, total; } slot_layout;
-
-/* With tensor parallelism a rank's attention and MLP activations are its heads' and its columns'
- * (Ch = C / tp wide); LayerNorm outputs and residuals are whole. */
-static slot_layout layout_of(const zt_gpt2 *m) {
-    size_t N = (size_t)m->B * m->T, C = m->shape.n_embd, Ch = C / m->tp_size;
-    size_t att = (size_t)m->B * (m->shape.n_head / m->tp_size) * m->T * m->T;
-    slot_layout s;
-    s.ln1 = 0;
-    s.qkv = s.ln1 + N * C;
-    s.atty = s.qkv + 3 * N * Ch;
-    s.att = s.atty + N * Ch;
-    s.res2 = s.att + att;
-    s.ln2 = s.res2 + N * C;
-    s.fch = s.ln2 + N * C;
-    s.fchg = s.fch + 4 * N * Ch;
-    s.total = s.fchg + 4 * N * Ch;
-    return s;
-}
-
-/* gradient scratch: dres [NC] | dsmall [NC] | dbig [max(4NC/tp, NC)] | datt [B NH/tp T T] */
-typedef struct { size_t dres, dsmall, dbig, datt, total; } scratch_layout;
-
-static scratch_layout scratch_of(const zt_gpt2 *m) {
-    size_t N = (size_t)m->B * m->T, C = m->shape.n_embd, big = 4 * N * C / m->tp_size;
-    scratch_layout s;
-    s.dres = 0;
-    s.dsmall = N * C;
-    s.dbig = 2 * N * C;
-    s.datt = s.dbig + (big > N * C ? big : N * C);
-    s.total = s.datt + (size_t)m->B * (m->shape.n_head / m->tp_size) * m->T * m->T;
-    return s;
-}
-
 /* the tiled forward's fp32 accumulator: the widest linear's output, the MLP's [N, 4C/tp] */
 static size_t tile_acc_elems(const zt_gpt2 *m) { return (size_t)m->B * m->T * (4 * (size_t)m->shape.n_embd / m->tp_size); }
 
@@ -103,6 +73,12 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
     if (T > shape->n_positions) return zt_fail(err, "seq_len %d exceeds model.n_positions %d", T, shape->n_positions);
     if (shape->n_head % m->tp_size)
         return zt_fail(err, "tensor_parallel.tp_size %d must divide model.n_head %d", m->tp_size, shape->n_head);
+    if (shape->sliding_window > 0 && T > shape->sliding_window)
+        return zt_fail(err, "seq_len %d exceeds model.sliding_window %d (attention over a window is not built: every "
+                            "position sees all before it)", T, shape->sliding_window);
+    if (zt_shape_is_llama(shape) && ckpt.tiles > 1)
+        return zt_fail(err, "zero_optimization.tiled_linear is not built for the Llama family yet (model.model_type "
+                            "%s): leave in_splits at 1", zt_model_type_name(shape->model_type));
     m->recompute = recompute;
     int keep = recompute ? (number_checkpoints > 0 ? number_checkpoints : L) : 1;
     m->segment_layers = recompute ? (L + keep - 1) / keep : L;
@@ -135,12 +111,16 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
     m->scratch_bytes = m->scratch_elems * e + 2 * N * sizeof(int) + (m->tp_size > 1 ? (m->tp_size + 1) * 3 * N * sizeof(float) : 0);
     if (ckpt.tiles > 1) m->scratch_bytes += tile_acc_elems(m) * sizeof(float);
     if (m->tp_size > 1) m->scratch_bytes += (size_t)m->tp_size * Vp * e; /* logits_whole */
+    if (zt_shape_is_llama(shape)) m->scratch_bytes += (size_t)T * zt_shape_head_dim(shape) * sizeof(float); /* rope_cs */
     return 0;
 }
 
 int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape, const zt_param_table *table,
                    zt_comm *tp, int B, int T, zt_act_ckpt ckpt, zt_err *err) {
     if (zt_gpt2_plan(m, shape, B, T, ckpt, table->tp_size, zt_dtype_size(be->compute_dtype), err)) return -1;
+    if (zt_shape_is_llama(shape) && (!be->rmsnorm_forward || !be->rope || !be->swiglu_forward || !be->attention_gqa_forward))
+        return zt_fail(err, "the %s backend has no Llama-family ops yet (model.model_type %s)", be->name,
+                       zt_model_type_name(shape->model_type));
     m->be = be;
     m->table = table;
     m->tp = table->tp_size > 1 ? tp : NULL;
@@ -168,6 +148,13 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
         return zt_fail(err, "out of %s memory for the tiled linears' fp32 accumulator (%.1f MiB)", be->name,
                        (double)(tile_acc_elems(m) * sizeof(float)) / 1048576.0);
     }
+    if (zt_shape_is_llama(shape)) { /* the rotary angles' cos and sin, fp32, made once on the host */
+        size_t bytes = (size_t)T * zt_shape_head_dim(shape) * sizeof(float);
+        float *cs = zt_xmalloc(bytes);
+        zt_rope_table(shape, T, cs);
+        if ((m->rope_cs = be->alloc(bytes))) be->copy(m->rope_cs, cs, bytes, ZT_H2D);
+        free(cs);
+    }
     if (m->tp) {
         m->xent_stats = be->alloc(3 * N * sizeof(float));
         m->xent_all = be->alloc((size_t)m->tp_size * 3 * N * sizeof(float));
@@ -184,7 +171,8 @@ int zt_gpt2_create(zt_gpt2 *m, const zt_backend *be, const zt_gpt2_shape *shape,
                        (double)m->act_host_bytes / 1048576.0);
     }
     if (!m->tokens || !m->targets || !m->residual || !m->layer_acts || !m->layer_stats || !m->lnf ||
-        !m->lnf_stats || !m->logits || !m->losses || !m->scratch || (m->tp && (!m->xent_stats || !m->xent_all || !m->logits_whole))) {
+        !m->lnf_stats || !m->logits || !m->losses || !m->scratch || (m->tp && (!m->xent_stats || !m->xent_all || !m->logits_whole)) ||
+        (zt_shape_is_llama(shape) && !m->rope_cs)) {
         zt_gpt2_destroy(m);
         return zt_fail(err, "out of %s memory for activations (%.1f MiB needed for B=%d T=%d)", be->name,
                        (double)(m->act_bytes + sc.total * e) / 1048576.0, B, T);
@@ -196,7 +184,7 @@ void zt_gpt2_destroy(zt_gpt2 *m) {
     if (!m->be) return;
     void *bufs[] = {m->tokens, m->targets, m->residual, m->layer_acts, m->layer_stats, m->lnf,
                     m->lnf_stats, m->logits, m->losses, m->scratch, m->xent_stats, m->xent_all, m->logits_whole,
-                    m->dev_ckpt, m->tile_acc};
+                    m->dev_ckpt, m->tile_acc, m->rope_cs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) m->be->free(bufs[i]);
     if (m->host_ckpt) m->be->host_free(m->host_ckpt);
@@ -205,42 +193,6 @@ void zt_gpt2_destroy(zt_gpt2 *m) {
 }
 
 /* ---------------------------------------------------------------- one block */
-
-typedef struct { void *p[P_PER_BLOCK]; } block_params;
-
-static block_params block_params_at(const zt_gpt2 *m, int layer, void *segment_base) {
-    block_params bp;
-    const zt_param_info *first = &m->table->params[2 + P_PER_BLOCK * layer];
-    size_t lo = m->table->segment_lo[zt_segment_of_block(m->table, layer)];
-    for (int i = 0; i < P_PER_BLOCK; i++) bp.p[i] = at(m, segment_base, first[i].offset - lo);
-    return bp;
-}
-
-typedef struct { void *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fchg; float *mean1, *rstd1, *mean2, *rstd2; } layer_acts;
-
-static layer_acts layer_acts_of(const zt_gpt2 *m, int layer) {
-    int slot = layer % m->segment_layers;
-    slot_layout sl = layout_of(m);
-    void *base = at(m, m->layer_acts, (size_t)slot * sl.total);
-    size_t N = (size_t)m->B * m->T;
-    float *stats = m->layer_stats + (size_t)slot * 4 * N;
-    layer_acts a = {at(m, base, sl.ln1), at(m, base, sl.qkv), at(m, base, sl.atty), at(m, base, sl.att),
-                    at(m, base, sl.res2), at(m, base, sl.ln2), at(m, base, sl.fch), at(m, base, sl.fchg),
-                    stats, stats + N, stats + 2 * N, stats + 3 * N};
-    return a;
-}
-
-static void *residual_at(const zt_gpt2 *m, int l) {
-    return at(m, m->residual, (size_t)(l % m->residual_slots) * m->B * m->T * m->shape.n_embd);
-}
-
-/* Tensor parallelism's one collective: the tp ranks' partial sums of a whole [N, C] activation (Megatron's g
- * after a row-parallel linear in forward, f after a column-parallel linear's input gradient in backward).
- * Every rank gets the same bits, so what is computed from the result (LayerNorms, residuals, the
- * replicated parameters' gradients) stays identical across the group. */
-static void tp_allreduce(zt_gpt2 *m, void *buf, size_t count) {
-    if (m->tp) m->tp->wait(m->tp, m->tp->allreduce_sum(m->tp, buf, count, m->be->compute_dtype));
-}
 
 /* recv = every tp rank's `count` elements in rank order, this rank's from send (which may be its place in recv) */
 static void tp_allgather(zt_gpt2 *m, const void *send, void *recv, size_t count, zt_dtype t) {
@@ -285,48 +237,145 @@ static void ckpt_get(zt_gpt2 *m, int l) {
     if (m->partition_activations) tp_allgather(m, slot, residual_at(m, l), chunk, m->be->compute_dtype);
 }
 
-/* A rank computes its heads (NH / tp) and its MLP columns (4C / tp): Ch = C / tp. The row-parallel
- * linears' biases are added once, by tp rank 0, into the partial sums. */
+/* ---------------------------------------------------------------- whole model */
+
+/* ---------------------------------------------------------------- one block: the family's parts */
+typedef struct { void *p[P_PER_BLOCK]; } block_params;
+
+static block_params block_params_at(const zt_gpt2 *m, int layer, void *segment_base) {
+    block_params bp;
+    const zt_param_info *first = zt_block_params(m->table, layer);
+    size_t lo = m->table->segment_lo[zt_segment_of_block(m->table, layer)];
+    for (int i = 0; i < P_PER_BLOCK; i++) {
+        int k = m->table->block_role[i];
+        bp.p[i] = k >= 0 ? at(m, segment_base, first[k].offset - lo) : NULL;
+    }
+    return bp;
+}
+
+
+/* The block's parts, chosen by the family (gpt2.h): the norm (LayerNorm, or RMSNorm whose mean slot
+ * stays unused and which has no bias), the linears' weight layout (Conv1D [in, out], or nn.Linear
+ * [out, in]: w_transposed), rotary positions on q and k, the attention (multi-head, or grouped-query),
+ * the MLP (GELU fused into the up-projection, or SwiGLU after it). */
+
+static void norm_forward(const zt_gpt2 *m, void *out, float *mean, float *rstd, const void *in, const void *w,
+                         const void *b) {
+    int N = m->B * m->T, C = m->shape.n_embd;
+    if (llama(m)) m->be->rmsnorm_forward(out, rstd, in, w, m->shape.rms_norm_eps, N, C);
+    else m->be->layernorm_forward(out, mean, rstd, in, w, b, N, C);
+}
+
+static void norm_backward(const zt_gpt2 *m, void *dinp, void *dw, void *db, const void *dout, const void *in,
+                          const void *w, const float *mean, const float *rstd) {
+    int N = m->B * m->T, C = m->shape.n_embd;
+    if (llama(m)) m->be->rmsnorm_backward(dinp, dw, dout, in, w, rstd, N, C);
+    else m->be->layernorm_backward(dinp, dw, db, dout, in, w, mean, rstd, N, C);
+}
+
+/* out[N, OC] = in[N, IN] W + bias in the family's weight layout */
+static void linear_forward(const zt_gpt2 *m, void *out, const void *in, const void *w, const void *bias, size_t IN,
+                           size_t OC) {
+    m->be->matmul_forward(out, in, w, bias, m->B * m->T, (int)IN, (int)OC, llama(m), (int)OC);
+}
+
+static void linear_backward(const zt_gpt2 *m, void *din, void *dw, void *dbias, const void *dout, const void *in,
+                            const void *w, size_t IN, size_t OC) {
+    m->be->matmul_backward(din, dw, dbias, dout, in, w, m->B * m->T, (int)IN, (int)OC, llama(m), (int)OC);
+}
+
+/* causal self-attention over this rank's heads, q and k rotated first (the rotated qkv is what backward reads) */
+static void attention_forward(const zt_gpt2 *m, void *out, void *att, void *qkv) {
+    int B = m->B, T = m->T, NHh = m->shape.n_head / m->tp_size;
+    if (!llama(m)) {
+        m->be->attention_forward(out, att, qkv, B, T, m->shape.n_embd / m->tp_size, NHh);
+        return;
+    }
+    int KVh = zt_shape_kv_heads(&m->shape) / m->tp_size, HD = zt_shape_head_dim(&m->shape);
+    m->be->rope(qkv, m->rope_cs, B, T, NHh, KVh, HD, 0);
+    m->be->attention_gqa_forward(out, att, qkv, B, T, NHh, KVh, HD);
+}
+
+/* dqkv = d(q|k|v before the rotation) */
+static void attention_backward(const zt_gpt2 *m, void *dqkv, void *datt, const void *dout, const void *qkv,
+                               const void *att) {
+    int B = m->B, T = m->T, NHh = m->shape.n_head / m->tp_size;
+    if (!llama(m)) {
+        m->be->attention_backward(dqkv, datt, dout, qkv, att, B, T, m->shape.n_embd / m->tp_size, NHh);
+        return;
+    }
+    int KVh = zt_shape_kv_heads(&m->shape) / m->tp_size, HD = zt_shape_head_dim(&m->shape);
+    m->be->attention_gqa_backward(dqkv, datt, dout, qkv, att, B, T, NHh, KVh, HD);
+    m->be->rope(dqkv, m->rope_cs, B, T, NHh, KVh, HD, 1); /* a rotation's gradient: the inverse rotation */
+}
+
+/* the MLP's up-projection and activation: GPT-2 fch = ln2 Wfc + b, fchg = gelu(fch) (fused); SwiGLU
+ * fch = ln2 [Wgate; Wup]^T + b (gate | up), fchg = silu(gate) up */
+static void mlp_up_forward(const zt_gpt2 *m, void *fchg, void *fch, const void *ln2, const void *w, const void *b) {
+    int N = m->B * m->T, C = m->shape.n_embd;
+    if (!llama(m)) {
+        m->be->matmul_forward_gelu(fchg, fch, ln2, w, b, N, C, (int)ffn_hidden(m));
+        return;
+    }
+    linear_forward(m, fch, ln2, w, b, (size_t)C, ffn_up(m));
+    m->be->swiglu_forward(fchg, fch, N, (int)ffn_hidden(m));
+}
+
+/* the MLP's backward from dres = d(res_{l+1}) to dsmall = d(ln2) */
+static void mlp_backward(const zt_gpt2 *m, const block_params *bp, const block_params *gp, const layer_acts *a,
+                         void *dsmall, const void *dres) {
+    scratch_layout sc = scratch_of(m);
+    void *dbig = at(m, m->scratch, sc.dbig);
+    int N = m->B * m->T, C = m->shape.n_embd, H = (int)ffn_hidden(m);
+    if (!llama(m)) { /* res_{l+1} = res2 + gelu(ln2 Wfc + bfc) Wfcproj + bfcproj */
+        m->be->matmul_backward_dgelu(dbig, gp->p[P_FCPROJW], gp->p[P_FCPROJB], dres, a->fchg, bp->p[P_FCPROJW], a->fch,
+                                     N, H, C);
+    } else { /* res_{l+1} = res2 + swiglu(ln2 Wgu^T + bgu) Wdown^T + bdown */
+        void *dmid = at(m, m->scratch, sc.dmid);
+        linear_backward(m, dmid, gp->p[P_FCPROJW], gp->p[P_FCPROJB], dres, a->fchg, bp->p[P_FCPROJW], (size_t)H,
+                        (size_t)C);
+        m->be->swiglu_backward(dbig, a->fch, dmid, N, H);
+    }
+    linear_backward(m, dsmall, gp->p[P_FCW], gp->p[P_FCB], dbig, a->ln2, bp->p[P_FCW], (size_t)C, ffn_up(m));
+}
+
+/* A rank computes its heads (NH / tp) and its MLP columns: Ch = C / tp. The row-parallel linears'
+ * biases are added once, by tp rank 0, into the partial sums. */
 static void block_forward(zt_gpt2 *m, int l, const block_params *bp) {
     const zt_backend *be = m->be;
-    int B = m->B, T = m->T, C = m->shape.n_embd, N = B * T, tp = m->tp_size;
-    int Ch = C / tp, NHh = m->shape.n_head / tp, adds_bias = m->tp_rank == 0;
+    int N = m->B * m->T, C = m->shape.n_embd, Ch = C / m->tp_size, adds_bias = m->tp_rank == 0;
     layer_acts a = layer_acts_of(m, l);
     void *in = residual_at(m, l), *out = residual_at(m, l + 1);
-    be->layernorm_forward(a.ln1, a.mean1, a.rstd1, in, bp->p[P_LN1W], bp->p[P_LN1B], N, C);
-    be->matmul_forward(a.qkv, a.ln1, bp->p[P_QKVW], bp->p[P_QKVB], N, C, 3 * Ch, 0, 3 * Ch);
-    be->attention_forward(a.atty, a.att, a.qkv, B, T, Ch, NHh);
-    be->matmul_forward(a.res2, a.atty, bp->p[P_PROJW], adds_bias ? bp->p[P_PROJB] : NULL, N, Ch, C, 0, C);
+    norm_forward(m, a.ln1, a.mean1, a.rstd1, in, bp->p[P_LN1W], bp->p[P_LN1B]);
+    linear_forward(m, a.qkv, a.ln1, bp->p[P_QKVW], bp->p[P_QKVB], (size_t)C, qkv_width(m));
+    attention_forward(m, a.atty, a.att, a.qkv);
+    linear_forward(m, a.res2, a.atty, bp->p[P_PROJW], adds_bias ? bp->p[P_PROJB] : NULL, (size_t)Ch, (size_t)C);
     tp_allreduce(m, a.res2, (size_t)N * C);
     be->accumulate(a.res2, in, (size_t)N * C);
-    be->layernorm_forward(a.ln2, a.mean2, a.rstd2, a.res2, bp->p[P_LN2W], bp->p[P_LN2B], N, C);
-    be->matmul_forward_gelu(a.fchg, a.fch, a.ln2, bp->p[P_FCW], bp->p[P_FCB], N, C, 4 * Ch);
-    be->matmul_forward(out, a.fchg, bp->p[P_FCPROJW], adds_bias ? bp->p[P_FCPROJB] : NULL, N, 4 * Ch, C, 0, C);
+    norm_forward(m, a.ln2, a.mean2, a.rstd2, a.res2, bp->p[P_LN2W], bp->p[P_LN2B]);
+    mlp_up_forward(m, a.fchg, a.fch, a.ln2, bp->p[P_FCW], bp->p[P_FCB]);
+    linear_forward(m, out, a.fchg, bp->p[P_FCPROJW], adds_bias ? bp->p[P_FCPROJB] : NULL, ffn_hidden(m), (size_t)C);
     tp_allreduce(m, out, (size_t)N * C);
     be->accumulate(out, a.res2, (size_t)N * C);
 }
 
 /* dres holds d(res_{l+1}) on entry and d(res_l) on return. */
 static void block_backward(zt_gpt2 *m, int l, const block_params *bp, const block_params *gp) {
-    const zt_backend *be = m->be;
-    int B = m->B, T = m->T, C = m->shape.n_embd, N = B * T, Ch = C / m->tp_size, NHh = m->shape.n_head / m->tp_size;
+    int N = m->B * m->T, C = m->shape.n_embd, Ch = C / m->tp_size;
     layer_acts a = layer_acts_of(m, l);
     scratch_layout sc = scratch_of(m);
     void *dres = at(m, m->scratch, sc.dres), *dsmall = at(m, m->scratch, sc.dsmall);
     void *dbig = at(m, m->scratch, sc.dbig), *datt = at(m, m->scratch, sc.datt);
     void *in = residual_at(m, l);
-    /* MLP: res_{l+1} = res2 + gelu(ln2 Wfc + bfc) Wfcproj + bfcproj */
-    be->matmul_backward_dgelu(dbig, gp->p[P_FCPROJW], gp->p[P_FCPROJB], dres, a.fchg, bp->p[P_FCPROJW], a.fch, N,
-                              4 * Ch, C);
-    be->matmul_backward(dsmall, gp->p[P_FCW], gp->p[P_FCB], dbig, a.ln2, bp->p[P_FCW], N, C, 4 * Ch, 0, 4 * Ch);
+    mlp_backward(m, bp, gp, &a, dsmall, dres);
     tp_allreduce(m, dsmall, (size_t)N * C);
-    be->layernorm_backward(dres, gp->p[P_LN2W], gp->p[P_LN2B], dsmall, a.res2, bp->p[P_LN2W], a.mean2, a.rstd2, N, C);
-    /* attention: res2 = res_l + attention(ln1 Wqkv + bqkv) Wproj + bproj */
-    be->matmul_backward(dsmall, gp->p[P_PROJW], gp->p[P_PROJB], dres, a.atty, bp->p[P_PROJW], N, Ch, C, 0, C);
-    be->attention_backward(dbig, datt, dsmall, a.qkv, a.att, B, T, Ch, NHh);
-    be->matmul_backward(dsmall, gp->p[P_QKVW], gp->p[P_QKVB], dbig, a.ln1, bp->p[P_QKVW], N, C, 3 * Ch, 0, 3 * Ch);
+    norm_backward(m, dres, gp->p[P_LN2W], gp->p[P_LN2B], dsmall, a.res2, bp->p[P_LN2W], a.mean2, a.rstd2);
+    /* attention: res2 = res_l + attention(rope(ln1 Wqkv + bqkv)) Wproj + bproj */
+    linear_backward(m, dsmall, gp->p[P_PROJW], gp->p[P_PROJB], dres, a.atty, bp->p[P_PROJW], (size_t)Ch, (size_t)C);
+    attention_backward(m, dbig, datt, dsmall, a.qkv, a.att);
+    linear_backward(m, dsmall, gp->p[P_QKVW], gp->p[P_QKVB], dbig, a.ln1, bp->p[P_QKVW], (size_t)C, qkv_width(m));
     tp_allreduce(m, dsmall, (size_t)N * C);
-    be->layernorm_backward(dres, gp->p[P_LN1W], gp->p[P_LN1B], dsmall, in, bp->p[P_LN1W], a.mean1, a.rstd1, N, C);
+    norm_backward(m, dres, gp->p[P_LN1W], gp->p[P_LN1B], dsmall, in, bp->p[P_LN1W], a.mean1, a.rstd1);
 }
 
 /* ---------------------------------------------------------------- one block, tile by tile */
@@ -410,7 +459,7 @@ static void tiled_linear_backward(tile_walk *w, int j, void *din, const void *do
 }
 
 static tile_walk tile_walk_of(zt_gpt2 *m, const zt_param_source *src, int l) {
-    tile_walk w = {m, src, &m->table->params[2 + P_PER_BLOCK * l], zt_segment_of_block(m->table, l), m->table->tiles,
+    tile_walk w = {m, src, zt_block_params(m->table, l), zt_segment_of_block(m->table, l), m->table->tiles,
                    -1, NULL, NULL};
     return w;
 }
@@ -471,14 +520,6 @@ static void tiled_block_backward(zt_gpt2 *m, const zt_param_source *src, int l, 
     tile_hold(&w, -1, 1, 0);
 }
 
-/* ---------------------------------------------------------------- whole model */
-
-/* segment s's parameters, asking for the next one ahead */
-static void *acquire(const zt_param_source *src, int segment) {
-    void *p = src->acquire(src->ctx, segment);
-    if (src->prefetch) src->prefetch(src->ctx, segment + 1);
-    return p;
-}
 
 /* block l's forward: the block one segment, or tile by tile; prefetch as acquire() does */
 static void run_block_forward(zt_gpt2 *m, const zt_param_source *src, int l, int prefetch) {
@@ -509,6 +550,7 @@ static void run_block_backward(zt_gpt2 *m, const zt_param_source *src, int l, in
 
 
 
+
 /* The tied embedding, segment by segment (one segment unless stage 3 cuts it in row blocks; see
  * gpt2.h): the token lookup, and the LM head logits[:, lo:hi) = lnf wte[lo:hi]^T per block. */
 /* Vocabulary-parallel (tensor parallelism): a rank looks up the tokens of its own vocabulary rows (ids
@@ -522,12 +564,13 @@ static void embedding_forward(zt_gpt2 *m, const zt_param_source *src) {
         int lo, hi;
         zt_embed_segment_rows(t, k, &lo, &hi);
         void *seg = acquire(src, k);
-        void *wpe = k == E - 1 ? at(m, seg, t->params[1].offset - t->segment_lo[k]) : NULL; /* added last */
+        /* wpe rides with the last segment, added last (rotary positions: none) */
+        void *wpe = k == E - 1 && t->wpe >= 0 ? at(m, seg, t->params[t->wpe].offset - t->segment_lo[k]) : NULL;
         lo += m->vocab_lo, hi += m->vocab_lo;
         m->be->embedding_forward(res0, m->tokens, seg, lo, hi, m->tp ? NULL : wpe, B, T, C);
-        if (wpe && m->tp) {
+        if (k == E - 1 && m->tp) {
             tp_allreduce(m, res0, (size_t)B * T * C);
-            m->be->embedding_forward(res0, m->tokens, NULL, 0, 0, wpe, B, T, C); /* no rows: adds wpe */
+            if (wpe) m->be->embedding_forward(res0, m->tokens, NULL, 0, 0, wpe, B, T, C); /* no rows: adds wpe */
         }
         src->release(src->ctx, k);
     }
@@ -572,10 +615,17 @@ static void embedding_backward(zt_gpt2 *m, const zt_param_source *src, const voi
         int lo, hi;
         zt_embed_segment_rows(t, k, &lo, &hi);
         void *g = src->grads(src->ctx, k);
-        void *gwpe = k == E - 1 ? at(m, g, t->params[1].offset - t->segment_lo[k]) : NULL;
+        void *gwpe = k == E - 1 && t->wpe >= 0 ? at(m, g, t->params[t->wpe].offset - t->segment_lo[k]) : NULL;
         m->be->embedding_backward(g, lo + m->vocab_lo, hi + m->vocab_lo, gwpe, dres, m->tokens, m->B, m->T, m->shape.n_embd);
         src->grads_done(src->ctx, k);
     }
+}
+
+/* the untied LM head's weight (or its gradient) in the final norm's segment `base`; NULL: tied */
+static void *untied_head(const zt_gpt2 *m, void *base) {
+    const zt_param_table *t = m->table;
+    if (t->lm_head < 0) return NULL;
+    return at(m, base, t->params[t->lm_head].offset - t->segment_lo[zt_segment_of_lnf(t)]);
 }
 
 /* Cross-entropy over the logits. Vocabulary-parallel under tensor parallelism: each rank's row
@@ -609,9 +659,13 @@ float zt_gpt2_forward(zt_gpt2 *m, const zt_param_source *src, const int *tokens,
         if (zt_test_hook_extra_sync()) be->synchronize(); /* a needless wait: test/t_predict.py */
     }
     void *lnf = acquire(src, LNF);
-    be->layernorm_forward(m->lnf, m->lnf_stats, m->lnf_stats + N, residual_at(m, L), lnf, at(m, lnf, C), N, C);
+    norm_forward(m, m->lnf, m->lnf_stats, m->lnf_stats + N, residual_at(m, L), lnf, llama(m) ? NULL : at(m, lnf, C));
+    void *head = untied_head(m, lnf);
+    if (head) /* the untied LM head rides with the final norm */
+        be->matmul_forward(m->logits, m->lnf, head, NULL, N, C, m->table->params[m->table->lm_head].shape[0], 1,
+                           m->logits_stride);
     src->release(src->ctx, LNF);
-    lm_head_forward(m, src);
+    if (!head) lm_head_forward(m, src);
     if (!targets) return 0.0f;
 
     /* with dloss != 0 the fused kernel also leaves d(loss)/d(logits) in place of the logits */
@@ -661,13 +715,19 @@ void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src) {
     scratch_layout sc = scratch_of(m);
     void *dres = at(m, m->scratch, sc.dres), *dsmall = at(m, m->scratch, sc.dsmall);
 
-    /* LM head (tied): logits = lnf wte^T; m->logits holds dlogits from the forward */
-    lm_head_backward(m, src, dsmall, at(m, m->scratch, sc.dbig));
+    /* LM head: logits = lnf wte^T (tied) or lnf W_head^T; m->logits holds dlogits from the forward */
+    if (m->table->lm_head < 0) lm_head_backward(m, src, dsmall, at(m, m->scratch, sc.dbig));
     void *lnf = src->acquire(src->ctx, LNF);
     void *glnf = src->grads(src->ctx, LNF);
+    void *head = untied_head(m, lnf);
+    if (head) {
+        be->matmul_backward(dsmall, untied_head(m, glnf), NULL, m->logits, m->lnf, head, N, C,
+                            m->table->params[m->table->lm_head].shape[0], 1, m->logits_stride);
+        tp_allreduce(m, dsmall, (size_t)N * C);
+    }
     be->memset_zero(dres, (size_t)N * C * esz(m));
-    be->layernorm_backward(dres, glnf, at(m, glnf, C), dsmall, residual_at(m, L), lnf, m->lnf_stats,
-                           m->lnf_stats + N, N, C);
+    norm_backward(m, dres, glnf, llama(m) ? NULL : at(m, glnf, C), dsmall, residual_at(m, L), lnf, m->lnf_stats,
+                  m->lnf_stats + N);
     src->release(src->ctx, LNF);
     src->grads_done(src->ctx, LNF);
 
@@ -683,4 +743,33 @@ void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src) {
         seg_end = seg_start;
     }
     embedding_backward(m, src, dres);
+}
+
+/* f_i = theta^(-2i/HD) in fp32, as torch computes 1 / theta ** (arange(0, HD, 2).float() / HD); Llama 3's
+ * scaling (rope_type llama3) works on the wavelength 2 pi / f_i against the original context P0:
+ * wavelengths past P0 / low_freq_factor are divided by factor, those below P0 / high_freq_factor kept,
+ * between them s = (P0 / wavelength - low) / (high - low) blends f (1 - s) f / factor + s f. */
+void zt_rope_table(const zt_gpt2_shape *s, int T, float *cs) {
+    int HD = zt_shape_head_dim(s), half = HD / 2;
+    float *f = zt_xmalloc((size_t)half * sizeof *f);
+    for (int i = 0; i < half; i++) {
+        f[i] = 1.0f / powf(s->rope_theta, (float)(2 * i) / (float)HD);
+        if (s->rope_factor > 0) {
+            double P0 = s->rope_original_max, lo = s->rope_low_freq_factor, hi = s->rope_high_freq_factor;
+            double wavelength = 2.0 * M_PI / f[i], fi = f[i];
+            if (wavelength > P0 / lo) fi = fi / s->rope_factor;
+            else if (wavelength >= P0 / hi) {
+                double sm = (P0 / wavelength - lo) / (hi - lo);
+                fi = (1.0 - sm) * fi / s->rope_factor + sm * fi;
+            }
+            f[i] = (float)fi;
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            float angle = (float)t * f[i]; /* fp32, as Hugging Face's position x frequency product */
+            cs[(size_t)t * HD + i] = cosf(angle);
+            cs[(size_t)t * HD + half + i] = sinf(angle);
+        }
+    free(f);
 }

@@ -15,6 +15,7 @@
 #include "util/util.h"
 
 #define ZT_MAX_PARAMS (1LL << 44) /* parameters a model may have: 17.6 T, far past any run, far below overflow */
+#define ZT_BLOCK_ROLES 12 /* the parts a block may have (gpt2_internal.h) */
 #define ZT_MAX_TP 64 /* tensor-parallel ranks at most (a node's GPUs, with room) */
 
 /* The architecture's family (Hugging Face's model_type). GPT-2: learned positions, LayerNorm, GELU MLP,
@@ -59,6 +60,10 @@ static inline int zt_shape_qkv(const zt_gpt2_shape *s) {
  *           mlp.c_fc: one piece), for the weight and its bias alike. */
 typedef enum { ZT_TP_WHOLE, ZT_TP_ROWS, ZT_TP_COLUMNS } zt_tp_split;
 
+/* How a tensor starts: N(0, 0.02), the residual projections' N(0, 0.02 / sqrt(2 L)) (GPT-2's), ones
+ * (norm weights), zeros (biases). */
+typedef enum { ZT_INIT_NORMAL, ZT_INIT_RESIDUAL, ZT_INIT_ONE, ZT_INIT_ZERO } zt_param_init;
+
 /* One named tensor of the flat parameter vector. */
 typedef struct zt_param_info {
     char name[64];       /* Hugging Face GPT2LMHeadModel name, e.g. transformer.h.0.attn.c_attn.weight */
@@ -71,6 +76,7 @@ typedef struct zt_param_info {
     int full_shape[2];   /* the whole tensor's shape (= shape unless split) */
     zt_tp_split split;   /* see zt_tp_split */
     int split_lo, split_pieces, split_stride;
+    zt_param_init init;  /* how init fills it */
 } zt_param_info;
 
 /* a tensor as rows x columns (1-D: one row) */
@@ -111,6 +117,12 @@ typedef struct zt_param_table {
     int n_embed_segments;    /* E */
     int embed_rows;          /* vocabulary rows per embedding segment (the last may have fewer) */
     size_t *segment_lo;      /* [n_segments + 1]; segment s is [segment_lo[s], segment_lo[s+1]) */
+    /* where the parts are, by table index: the learned positions (GPT-2's wpe; -1: rotary), block 0's
+     * first tensor and the tensors per block, each block part's place in a block (block_role, -1:
+     * absent; gpt2_internal.h names the parts), the final norm's weight, an untied LM head (-1: tied
+     * to the token embedding, entry 0) */
+    int wpe, block_first, block_size, final_norm, lm_head;
+    signed char block_role[ZT_BLOCK_ROLES];
 } zt_param_table;
 
 int zt_gpt2_param_table(zt_param_table *table, const zt_gpt2_shape *shape, zt_err *err);
@@ -234,6 +246,7 @@ typedef struct zt_gpt2 {
     float *host_losses;     /* [N] host copy */
     void *scratch;          /* gradient scratch, see gpt2.c */
     float *tile_acc;        /* tiled linears: the forward's fp32 sum of the tiles [N, 4C/tp] (NULL untiled) */
+    float *rope_cs;         /* the Llama family: rotary cos | sin per position, fp32 [T, head_dim] (zt_rope_table) */
     size_t scratch_elems;
 } zt_gpt2;
 
@@ -257,6 +270,17 @@ void zt_gpt2_backward(zt_gpt2 *m, const zt_param_source *src);
  * (out: vocab_size floats). Under tensor parallelism each rank holds only its vocabulary's logits, so
  * this is collective over the tp group: every tp rank must call it, and all get the same row. */
 void zt_gpt2_logits_row(zt_gpt2 *m, int row, float *out);
+
+/* Hugging Face's model_type of a family: "gpt2", "llama", "qwen2", "mistral" */
+static inline const char *zt_model_type_name(zt_model_type t) {
+    static const char *const names[] = {"gpt2", "llama", "qwen2", "mistral"};
+    return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
+}
+/* The rotary angles for positions 0..T-1, fp32 [T, head_dim]: row t holds cos(t f_i) at i and sin(t f_i)
+ * at head_dim/2 + i, f_i = rope_theta^(-2i / head_dim) (fp32, as Hugging Face computes them), with
+ * Llama 3's rope_scaling when rope_factor > 0 (long wavelengths divided by the factor, short ones kept,
+ * the band between blended). */
+void zt_rope_table(const zt_gpt2_shape *shape, int T, float *cos_sin);
 
 /* FLOPs of one training step's forward+backward per token (6N + attention), PaLM appendix B style */
 double zt_gpt2_flops_per_token(const zt_gpt2_shape *shape, int T);

@@ -1,0 +1,71 @@
+"""t_llama_table.py — the Llama family's parameter table (issue 50, part 1) against transformers'.
+
+For tiny Llama (grouped-query, untied), Llama with attention_bias, Qwen2 (q/k/v biases, tied) and
+Mistral configs, `zerotrain estimate` sizes exactly as many parameters as transformers'
+LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM of the same config holds. Shapes zerotrain
+cannot build are refused in one line naming the key: num_key_value_heads not dividing n_head, a
+missing intermediate_size, a tensor-parallel size that does not divide the key/value heads. The Llama block's forward and backward are in gpt2_block.c; their CPU and GPU ops land
+with the next part (the equivalence tests against transformers come with them)."""
+import os
+import re
+import tempfile
+
+import ztlib
+
+ztlib.use_pypi_env("transformers")
+
+import transformers  # noqa: E402
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,  # noqa: E402
+                          Qwen2Config, Qwen2ForCausalLM)
+
+transformers.logging.set_verbosity_error()
+check = ztlib.check
+tmp = tempfile.mkdtemp(prefix="zt_llama_")
+L, H, KV, C, I, V, P = 2, 4, 2, 64, 176, 320, 128
+
+
+def yaml(name, model):
+    path = os.path.join(tmp, name + ".yaml")
+    with open(path, "w") as f:
+        f.write("model: {%s}\ndata: {seq_len: 32}\ntrain_micro_batch_size_per_gpu: 2\n" % model)
+    return path
+
+
+def estimate(path, *extra):
+    return ztlib.run(["estimate", path, "--ranks", "1"] + list(extra), timeout=60)
+
+
+base = f"n_layer: {L}, n_head: {H}, num_key_value_heads: {KV}, n_embd: {C}, intermediate_size: {I}, " \
+       f"vocab_size: {V}, n_positions: {P}"
+common = dict(hidden_size=C, intermediate_size=I, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=KV,
+              vocab_size=V, max_position_embeddings=P)
+cases = [
+    ("llama", "model_type: llama, " + base, LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=False))),
+    ("llama_bias", "model_type: llama, attention_bias: true, " + base,
+     LlamaForCausalLM(LlamaConfig(**common, attention_bias=True, tie_word_embeddings=False))),
+    ("qwen2_tied", "model_type: qwen2, tie_word_embeddings: true, " + base,
+     Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=True))),
+    ("mistral_mqa", "model_type: mistral, " + base.replace(f"num_key_value_heads: {KV}", "num_key_value_heads: 1"),
+     MistralForCausalLM(MistralConfig(**dict(common, num_key_value_heads=1), tie_word_embeddings=False))),
+]
+for name, model, ref in cases:
+    r = estimate(yaml(name, model))
+    m = re.search(r"parameters \((\d+)\)", r.stdout)
+    want = sum(p.numel() for p in ref.parameters())
+    check(r.returncode == 0 and m and int(m.group(1)) == want, f"{name}: estimate sizes transformers' {want} parameters",
+          (r.stdout + r.stderr)[-400:])
+    check(f"{name.split('_')[0]} KV" in r.stdout, f"{name}: estimate names the family", r.stdout[:300])
+
+refusals = [
+    ("kv_not_dividing", "model_type: llama, " + base.replace(f"num_key_value_heads: {KV}", "num_key_value_heads: 3"),
+     (), "model.num_key_value_heads 3 must divide model.n_head 4"),
+    ("no_intermediate", "model_type: llama, " + base.replace(f"intermediate_size: {I}", "intermediate_size: 0"),
+     (), "model.intermediate_size 0 must be positive"),
+    ("tp_not_dividing_kv", "model_type: llama, " + base, ("--tp", "4"), "must divide model.num_key_value_heads 2"),
+]
+for name, model, extra, want in refusals:
+    r = ztlib.run(["estimate", yaml(name, model), "--ranks", "4"] + list(extra), timeout=60)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    check(r.returncode != 0 and want in r.stderr and len(lines) <= 3, f"refusal {name}: one line naming the key",
+          f"rc {r.returncode}: {r.stderr[-400:]}")
+ztlib.finish()
