@@ -41,7 +41,7 @@ CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS   ?= -O3 -std=c++17 -Isrc -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC -Werror all-warnings -ccbin g++
 # the kernels are written once for a 16-bit type and compiled twice: bf16 and fp16 (cuda_common.cuh)
-CUDA_DTYPE_SRCS := cuda/kernels.cu cuda/gemm.cu cuda/attention.cu
+CUDA_DTYPE_SRCS := cuda/kernels.cu cuda/gemm.cu cuda/attention.cu cuda/llama_kernels.cu
 CUDA_SRCS   := $(filter-out $(CUDA_DTYPE_SRCS),$(wildcard cuda/*.cu))
 BACKEND_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.bf16.o) \
                 $(CUDA_DTYPE_SRCS:%.cu=$(BUILD)/%.f16.o)

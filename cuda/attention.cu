@@ -1,8 +1,14 @@
 /* attention.cu — fused causal self-attention for the CUDA backend (flash-attention-2 style):
  * tiled over 64 queries x 64 keys, online softmax in fp32, 16-bit tensor cores (mma.sync m16n8k16,
- * fp32 accumulation; the same code serves bf16 and fp16), reading q, k, v straight from the
- * [B,T,3C] qkv layout. No T x T matrix is ever stored. Head sizes 32 and 64 take this path; anything else (and ZT_ATTN=naive) uses the
- * GEMM + softmax path of gemm.cu.
+ * fp32 accumulation; the same code serves bf16 and fp16), reading q, k, v straight from the qkv rows.
+ * No T x T matrix is ever stored. Head sizes 32 and 64 take this path; anything else (and
+ * ZT_ATTN=naive) uses the GEMM + softmax path of gemm.cu.
+ *
+ * Grouped-query attention (backend.h's attention_gqa_*): qkv rows [B,T,(NH+2NKV)HD] hold q (NH heads)
+ * | k (NKV heads) | v (NKV heads); query head h reads kv head h / G, G = NH / NKV, straight from its
+ * columns (K/V are never repeated in memory). Multi-head attention (attention_forward/backward, qkv
+ * [B,T,3C]) is the case NKV = NH, HD = C / NH: the same kernels, the same addresses, the same
+ * arithmetic, so its results are what they were before GQA existed, bit for bit.
  *
  * The `att` buffer of the op table is backend-private scratch here (the engine allocates B*NH*T*T
  * elements for it and only hands it from forward to backward). The flash path stores in it:
@@ -10,8 +16,10 @@
  *                       lse2 = max_j(s_j) + log2(sum_j 2^(s_j - max)),  s_j = (q.k_j) * scale * log2(e)
  *   o[B*NH*T*hs] 16-bit  a copy of the forward output, head-major, for D = rowsum(dO * O).
  * Backward recomputes P = 2^(s - lse2) tile by tile. It is deterministic (no atomics): one kernel
- * owns a key tile and loops over query tiles for dK, dV; another owns a query tile and loops
- * over key tiles for dQ (S and dP are computed twice; 7 tile GEMMs instead of 5).
+ * owns a key tile of one kv head and loops over the G query heads sharing it (in order) and, for
+ * each, over the query tiles at or after it for dK, dV (the G heads' sums meet in the registers, so
+ * dK, dV are rounded once); another owns a query tile and loops over key tiles for dQ (S and dP are
+ * computed twice; 7 tile GEMMs instead of 5).
  *
  * Math (per head, scale = 1/sqrt(hs)):  P = softmax(scale Q K^T) (causal), O = P V;
  *   dV = P^T dO;  dP = dO V^T;  D_i = sum_j P_ij dP_ij = dO_i . O_i;  dS = P * (dP - D);
@@ -152,24 +160,26 @@ __device__ __forceinline__ void fa_store(zt16 *dst, size_t ld, const float acc[H
 }
 
 /* ================================================================ forward */
-/* grid (query tiles, B*NH); the longest (last) query tiles are scheduled first */
+/* grid (query tiles, B*NH); the longest (last) query tiles are scheduled first. Query head h of
+ * batch row b reads kv head h / (NH / NKV); C = NH * HS is the width of out's rows. */
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS) k_flash_fwd(zt16 *out, float *lse2, zt16 *ocopy, const zt16 *qkv, int T,
-                                                          int NH, float sl2) {
+                                                          int NH, int NKV, float sl2) {
     constexpr int LDS = HS + 8, TS = FA_TILE * LDS;
     __shared__ __align__(16) zt16 sm[5 * TS];
     zt16 *sQ = sm, *sK = sm + TS, *sV = sm + 3 * TS; /* K, V double-buffered */
     int nq = (T + FA_TILE - 1) / FA_TILE;
     int qt = nq - 1 - (int)blockIdx.x;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
     int C = NH * HS;
-    size_t ld = (size_t)3 * C;
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
     const zt16 *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const zt16 *kbase = qkv + (size_t)b * T * ld + (size_t)(NH + kh) * HS, *vbase = kbase + (size_t)NKV * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 
     fa_load_tile<HS>(sQ, base, qt * FA_TILE, T, ld);
-    fa_load_tile<HS>(sK, base + C, 0, T, ld);
-    fa_load_tile<HS>(sV, base + 2 * C, 0, T, ld);
+    fa_load_tile<HS>(sK, kbase, 0, T, ld);
+    fa_load_tile<HS>(sV, vbase, 0, T, ld);
     fa_commit();
 
     uint32_t qf[HS / 16][4];
@@ -182,8 +192,8 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash_fwd(zt16 *out, float *lse2
     for (int j = 0; j <= qt; j++) {
         int buf = j & 1;
         if (j < qt) { /* prefetch the next key tile into the other buffer */
-            fa_load_tile<HS>(sK + (buf ^ 1) * TS, base + C, (j + 1) * FA_TILE, T, ld);
-            fa_load_tile<HS>(sV + (buf ^ 1) * TS, base + 2 * C, (j + 1) * FA_TILE, T, ld);
+            fa_load_tile<HS>(sK + (buf ^ 1) * TS, kbase, (j + 1) * FA_TILE, T, ld);
+            fa_load_tile<HS>(sV + (buf ^ 1) * TS, vbase, (j + 1) * FA_TILE, T, ld);
         }
         fa_commit();
         fa_wait<1>();
@@ -271,29 +281,34 @@ __global__ void k_flash_bwd_dot(float *D, const zt16 *dout, const zt16 *ocopy, i
     if (row < rows && part == 0) D[row] = acc;
 }
 
-/* dK, dV for one key tile (grid (key tiles, B*NH)); loops over the query tiles at or after it */
+/* dK, dV for one key tile of one kv head (grid (key tiles, B*NKV)): loops over the G = NH/NKV query
+ * heads that read it, in order, and for each over the query tiles at or after the key tile. The
+ * (head, query tile) pairs are one flat sequence `it`, so the double buffering runs across heads. */
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dkv(zt16 *dqkv, const zt16 *qkv, const zt16 *dout,
                                                               const float *lse2, const float *D, int T, int NH,
-                                                              float sl2, float scale) {
+                                                              int NKV, float sl2, float scale) {
     constexpr int LDS = HS + 8, TS = FA_TILE * LDS;
     __shared__ __align__(16) zt16 sm[4 * TS];
     __shared__ float sL[FA_TILE], sD[FA_TILE];
     zt16 *sQ = sm, *sdO = sm + 2 * TS; /* each double-buffered: [buf][TS] */
     int nq = (T + FA_TILE - 1) / FA_TILE;
     int kt = blockIdx.x; /* tile 0 has the most work: launched first */
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int G = NH / NKV;
+    int bk = blockIdx.y, b = bk / NKV, kh = bk % NKV, h0 = kh * G; /* query heads h0 .. h0+G-1 */
     int C = NH * HS;
-    size_t ld = (size_t)3 * C;
-    const zt16 *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
-    const zt16 *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    const zt16 *row = qkv + (size_t)b * T * ld;
+    const zt16 *qbase = row + (size_t)h0 * HS; /* query head h0 + j at qbase + j * HS */
+    const zt16 *kbase = row + (size_t)(NH + kh) * HS, *vbase = kbase + (size_t)NKV * HS;
+    const zt16 *dbase = dout + (size_t)b * T * C + (size_t)h0 * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 
-    /* K and V of this tile go through buffer 1 into registers; query tile kt goes to buffer 0 */
-    fa_load_tile<HS>(sQ + TS, base + C, kt * FA_TILE, T, ld);
-    fa_load_tile<HS>(sdO + TS, base + 2 * C, kt * FA_TILE, T, ld);
+    /* K and V of this tile go through buffer 1 into registers; head h0's query tile kt goes to buffer 0 */
+    fa_load_tile<HS>(sQ + TS, kbase, kt * FA_TILE, T, ld);
+    fa_load_tile<HS>(sdO + TS, vbase, kt * FA_TILE, T, ld);
     fa_commit();
-    fa_load_tile<HS>(sQ, base, kt * FA_TILE, T, ld);
+    fa_load_tile<HS>(sQ, qbase, kt * FA_TILE, T, ld);
     fa_load_tile<HS>(sdO, dbase, kt * FA_TILE, T, (size_t)C);
     fa_commit();
     fa_wait<1>();
@@ -310,17 +325,21 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dkv(zt16 *dqkv, const 
         for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0.0f;
     int k0 = kt * FA_TILE + warp * 16 + g, k1 = k0 + 8;
 
-    for (int i = kt; i < nq; i++) {
-        int buf = (i - kt) & 1;
-        if (i + 1 < nq) {
-            fa_load_tile<HS>(sQ + (buf ^ 1) * TS, base, (i + 1) * FA_TILE, T, ld);
-            fa_load_tile<HS>(sdO + (buf ^ 1) * TS, dbase, (i + 1) * FA_TILE, T, (size_t)C);
+    int span = nq - kt, n_it = G * span; /* query tiles per head; (head, tile) pairs */
+    for (int it = 0; it < n_it; it++) {
+        int buf = it & 1;
+        int j = it / span, i = kt + it % span; /* query head h0 + j, query tile i */
+        if (it + 1 < n_it) {
+            int jn = (it + 1) / span, in = kt + (it + 1) % span;
+            fa_load_tile<HS>(sQ + (buf ^ 1) * TS, qbase + (size_t)jn * HS, in * FA_TILE, T, ld);
+            fa_load_tile<HS>(sdO + (buf ^ 1) * TS, dbase + (size_t)jn * HS, in * FA_TILE, T, (size_t)C);
         }
         fa_commit();
+        size_t bh = (size_t)b * NH + h0 + j;
         if (threadIdx.x < FA_TILE) {
             int q = i * FA_TILE + threadIdx.x;
-            sL[threadIdx.x] = q < T ? lse2[(size_t)bh * T + q] : 0.0f;
-            sD[threadIdx.x] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+            sL[threadIdx.x] = q < T ? lse2[bh * T + q] : 0.0f;
+            sD[threadIdx.x] = q < T ? D[bh * T + q] : 0.0f;
         }
         fa_wait<1>();
         __syncthreads();
@@ -348,25 +367,27 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dkv(zt16 *dqkv, const 
         __syncthreads();
     }
     int row0 = kt * FA_TILE + warp * 16;
-    zt16 *dst = dqkv + (size_t)b * T * ld + (size_t)h * HS;
-    fa_store<HS>(dst + C, ld, dk, row0, T, scale, scale, lane);
-    fa_store<HS>(dst + 2 * C, ld, dv, row0, T, 1.0f, 1.0f, lane);
+    fa_store<HS>(dqkv + (size_t)b * T * ld + (size_t)(NH + kh) * HS, ld, dk, row0, T, scale, scale, lane);
+    fa_store<HS>(dqkv + (size_t)b * T * ld + (size_t)(NH + NKV + kh) * HS, ld, dv, row0, T, 1.0f, 1.0f, lane);
 }
 
-/* dQ for one query tile (grid (query tiles, B*NH)); loops over the key tiles at or before it */
+/* dQ for one query tile of one query head (grid (query tiles, B*NH)); loops over the key tiles at or
+ * before it, of kv head h / (NH / NKV) */
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dq(zt16 *dqkv, const zt16 *qkv, const zt16 *dout,
                                                              const float *lse2, const float *D, int T, int NH,
-                                                             float sl2, float scale) {
+                                                             int NKV, float sl2, float scale) {
     constexpr int LDS = HS + 8, TS = FA_TILE * LDS;
     __shared__ __align__(16) zt16 sm[4 * TS];
     zt16 *sK = sm, *sV = sm + 2 * TS; /* each double-buffered */
     int nq = (T + FA_TILE - 1) / FA_TILE;
     int qt = nq - 1 - (int)blockIdx.x;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, kh = h / (NH / NKV);
     int C = NH * HS;
-    size_t ld = (size_t)3 * C;
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
     const zt16 *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const zt16 *kbase = qkv + (size_t)b * T * ld + (size_t)(NH + kh) * HS;
+    int voff = NKV * HS; /* v's columns after k's (an int offset: one register fewer than a pointer) */
     const zt16 *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 
@@ -374,8 +395,8 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dq(zt16 *dqkv, const z
     fa_load_tile<HS>(sK + TS, base, qt * FA_TILE, T, ld);
     fa_load_tile<HS>(sV + TS, dbase, qt * FA_TILE, T, (size_t)C);
     fa_commit();
-    fa_load_tile<HS>(sK, base + C, 0, T, ld);
-    fa_load_tile<HS>(sV, base + 2 * C, 0, T, ld);
+    fa_load_tile<HS>(sK, kbase, 0, T, ld);
+    fa_load_tile<HS>(sV, kbase + voff, 0, T, ld);
     fa_commit();
     fa_wait<1>();
     __syncthreads();
@@ -394,8 +415,8 @@ __global__ void __launch_bounds__(FA_THREADS) k_flash_bwd_dq(zt16 *dqkv, const z
     for (int j = 0; j <= qt; j++) {
         int buf = j & 1;
         if (j < qt) {
-            fa_load_tile<HS>(sK + (buf ^ 1) * TS, base + C, (j + 1) * FA_TILE, T, ld);
-            fa_load_tile<HS>(sV + (buf ^ 1) * TS, base + 2 * C, (j + 1) * FA_TILE, T, ld);
+            fa_load_tile<HS>(sK + (buf ^ 1) * TS, kbase, (j + 1) * FA_TILE, T, ld);
+            fa_load_tile<HS>(sV + (buf ^ 1) * TS, kbase + voff, (j + 1) * FA_TILE, T, ld);
         }
         fa_commit();
         fa_wait<1>();
@@ -436,32 +457,38 @@ static int fa_mode = -1; /* -1 unknown, 0 naive forced (ZT_ATTN=naive), 1 flash 
 /* The flash path is taken for head sizes 32 and 64 when att is large enough to hold lse2 and the
  * o copy (T >= hs + 2 or so) and qkv/att are 16-byte aligned. Forward and backward ask with the
  * same (qkv, att, shape), so they always agree on the meaning of att. */
-static bool fa_usable(const void *att, const void *qkv, int B, int T, int C, int NH) {
+static bool fa_usable(const void *att, const void *qkv, int B, int T, int NH, int hs) {
     if (fa_mode < 0) {
         const char *e = getenv("ZT_ATTN");
         fa_mode = (e && !strcmp(e, "naive")) ? 0 : 1;
     }
-    if (!fa_mode || NH <= 0 || C % NH) return false;
-    int hs = C / NH;
+    if (!fa_mode) return false;
     if (hs != 32 && hs != 64) return false;
     size_t need = fa_ocopy_offset(B, NH, T) + (size_t)B * NH * T * hs * sizeof(zt16);
     size_t have = (size_t)B * NH * T * T * sizeof(zt16);
     return need <= have && zt_aligned16(att) && zt_aligned16(qkv);
 }
 
+/* the head counts every entry needs: NH, NKV, HD positive and NKV dividing NH */
+static void gqa_check_heads(const char *op, int NH, int NKV, int HD) {
+    if (NH <= 0 || NKV <= 0 || HD <= 0 || NH % NKV)
+        zt_cuda_fatal(op, "heads: NH, NKV, HD must be positive and NKV must divide NH", __FILE__, __LINE__);
+}
+
 template <int HS>
-static void fa_forward(void *out, void *att, const void *qkv, int B, int T, int NH) {
+static void fa_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV) {
     float *lse2 = (float *)att;
     zt16 *ocopy = (zt16 *)((char *)att + fa_ocopy_offset(B, NH, T));
     float sl2 = (1.0f / sqrtf((float)HS)) * 1.4426950408889634f;
     dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
-    k_flash_fwd<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((zt16 *)out, lse2, ocopy, (const zt16 *)qkv, T, NH, sl2);
+    k_flash_fwd<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((zt16 *)out, lse2, ocopy, (const zt16 *)qkv, T, NH, NKV,
+                                                          sl2);
     ZT_LAUNCH_CHECK("attention_forward(flash)");
 }
 
 template <int HS>
 static void fa_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B, int T,
-                        int NH) {
+                        int NH, int NKV) {
     const float *lse2 = (const float *)att;
     const zt16 *ocopy = (const zt16 *)((const char *)att + fa_ocopy_offset(B, NH, T));
     float *D = (float *)datt; /* B*NH*T floats: fits in datt (B*NH*T*T 16-bit) since fa_usable held */
@@ -470,37 +497,53 @@ static void fa_backward(void *dqkv, void *datt, const void *dout, const void *qk
     k_flash_bwd_dot<HS><<<(unsigned)((threads + 255) / 256), 256, 0, g_zt.stream>>>(D, (const zt16 *)dout, ocopy, B,
                                                                                     T, NH);
     ZT_LAUNCH_CHECK("attention_backward(flash D)");
-    dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * NH));
-    k_flash_bwd_dkv<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((zt16 *)dqkv, (const zt16 *)qkv, (const zt16 *)dout, lse2,
-                                                              D, T, NH, sl2, scale);
+    unsigned tiles = (unsigned)((T + FA_TILE - 1) / FA_TILE);
+    k_flash_bwd_dkv<HS><<<dim3(tiles, (unsigned)(B * NKV)), FA_THREADS, 0, g_zt.stream>>>(
+        (zt16 *)dqkv, (const zt16 *)qkv, (const zt16 *)dout, lse2, D, T, NH, NKV, sl2, scale);
     ZT_LAUNCH_CHECK("attention_backward(flash dk dv)");
-    k_flash_bwd_dq<HS><<<grid, FA_THREADS, 0, g_zt.stream>>>((zt16 *)dqkv, (const zt16 *)qkv, (const zt16 *)dout, lse2, D,
-                                                             T, NH, sl2, scale);
+    k_flash_bwd_dq<HS><<<dim3(tiles, (unsigned)(B * NH)), FA_THREADS, 0, g_zt.stream>>>(
+        (zt16 *)dqkv, (const zt16 *)qkv, (const zt16 *)dout, lse2, D, T, NH, NKV, sl2, scale);
     ZT_LAUNCH_CHECK("attention_backward(flash dq)");
 }
 
-void zt_cu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+void zt_cu_attention_gqa_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int HD) {
     if (B <= 0 || T <= 0) return;
-    if (!fa_usable(att, qkv, B, T, C, NH)) {
-        zt_cu_attention_forward_naive(out, att, qkv, B, T, C, NH);
+    gqa_check_heads("attention_forward", NH, NKV, HD);
+    if (!fa_usable(att, qkv, B, T, NH, HD)) {
+        zt_cu_attention_forward_naive(out, att, qkv, B, T, NH, NKV, HD);
         return;
     }
     if (!zt_aligned16(out)) zt_cuda_fatal("attention_forward", "out must be 16-byte aligned", __FILE__, __LINE__);
-    if (C / NH == 64) fa_forward<64>(out, att, qkv, B, T, NH);
-    else fa_forward<32>(out, att, qkv, B, T, NH);
+    if (HD == 64) fa_forward<64>(out, att, qkv, B, T, NH, NKV);
+    else fa_forward<32>(out, att, qkv, B, T, NH, NKV);
+}
+
+void zt_cu_attention_gqa_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B,
+                                  int T, int NH, int NKV, int HD) {
+    if (B <= 0 || T <= 0) return;
+    gqa_check_heads("attention_backward", NH, NKV, HD);
+    if (!fa_usable(att, qkv, B, T, NH, HD)) {
+        zt_cu_attention_backward_naive(dqkv, datt, dout, qkv, att, B, T, NH, NKV, HD);
+        return;
+    }
+    if (!zt_aligned16(dqkv) || !zt_aligned16(dout) || !zt_aligned16(datt))
+        zt_cuda_fatal("attention_backward", "dqkv, dout and datt must be 16-byte aligned", __FILE__, __LINE__);
+    if (HD == 64) fa_backward<64>(dqkv, datt, dout, qkv, att, B, T, NH, NKV);
+    else fa_backward<32>(dqkv, datt, dout, qkv, att, B, T, NH, NKV);
+}
+
+/* multi-head attention: qkv [B,T,3C] is the GQA layout with NKV = NH heads of C / NH */
+void zt_cu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+    if (B <= 0 || T <= 0) return;
+    if (NH <= 0 || C % NH) zt_cuda_fatal("attention_forward", "C must be a multiple of NH", __FILE__, __LINE__);
+    zt_cu_attention_gqa_forward(out, att, qkv, B, T, NH, NH, C / NH);
 }
 
 void zt_cu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B, int T,
                               int C, int NH) {
     if (B <= 0 || T <= 0) return;
-    if (!fa_usable(att, qkv, B, T, C, NH)) {
-        zt_cu_attention_backward_naive(dqkv, datt, dout, qkv, att, B, T, C, NH);
-        return;
-    }
-    if (!zt_aligned16(dqkv) || !zt_aligned16(dout) || !zt_aligned16(datt))
-        zt_cuda_fatal("attention_backward", "dqkv, dout and datt must be 16-byte aligned", __FILE__, __LINE__);
-    if (C / NH == 64) fa_backward<64>(dqkv, datt, dout, qkv, att, B, T, NH);
-    else fa_backward<32>(dqkv, datt, dout, qkv, att, B, T, NH);
+    if (NH <= 0 || C % NH) zt_cuda_fatal("attention_backward", "C must be a multiple of NH", __FILE__, __LINE__);
+    zt_cu_attention_gqa_backward(dqkv, datt, dout, qkv, att, B, T, NH, NH, C / NH);
 }
 
 } // namespace ZT_CU_NS

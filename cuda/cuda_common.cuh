@@ -3,7 +3,7 @@
  * type and 16-byte vector helpers, warp reductions, and the declarations of every op.
  *
  * Conventions: every `void *` tensor is in the 16-bit compute dtype `zt16`, every `float *` is fp32.
- * kernels.cu, gemm.cu and attention.cu are written once for `zt16` and compiled twice (see the
+ * kernels.cu, gemm.cu, attention.cu and llama_kernels.cu are written once for `zt16` and compiled twice (see the
  * Makefile): with ZT_CU_FP16=0 zt16 is __nv_bfloat16 and their code lives in namespace zt_cu_bf16,
  * with ZT_CU_FP16=1 it is __half in namespace zt_cu_f16. Each namespace's fill_ops() puts its
  * kernels into an op table; backend_cuda.cu (compiled once) owns the device, the streams and
@@ -188,7 +188,8 @@ void zt_cu_adamw(float *master, float *m, float *v, const void *grad, void *para
 double zt_cu_sumsq(const void *x, size_t n);
 void zt_cu_scale(void *x, float s, size_t n);
 /* deterministic column sums over N rows of a row-major [N, C] 16-bit matrix with row stride ld:
- * db[c] += sum_i dout[i,c]; with inp/mean/rstd also dw[c] += sum_i dout[i,c] * xhat[i,c]. */
+ * db[c] += sum_i dout[i,c] (db may be NULL); with inp/mean/rstd also dw[c] += sum_i dout[i,c] * xhat[i,c],
+ * xhat = (inp - mean) rstd, or inp rstd with mean NULL (RMSNorm). */
 void zt_cu_colsum(void *dw, void *db, const zt16 *dout, int ld, const zt16 *inp, const float *mean,
                   const float *rstd, int N, int C);
 /* out[i, c] += bias[c] for a row-major [N, C] matrix with row stride ld (GEMM fallback path, add_bias) */
@@ -211,16 +212,31 @@ void zt_cu_gemm_f32(float *c, const void *a, const void *b, int M, int N, int K,
                     int trans_a, int trans_b, float beta);
 void zt_cu_round_bias(void *out, const float *acc, const void *bias, int N, int OC, int ld);
 void zt_cu_bias_grad(void *dbias, const void *dout, int N, int OC, int ld);
-/* the GEMM + softmax attention (any head size; att holds the probabilities) */
-void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
+/* the GEMM + softmax attention (any head size; att holds the probabilities), grouped-query layout
+ * (qkv rows (NH+2NKV)hs wide; NKV = NH is GPT-2's [B,T,3C]) */
+void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs);
 void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
-                                    int B, int T, int C, int NH);
+                                    int B, int T, int NH, int NKV, int hs);
 void zt_cu_gemm_release(void);
 
-/* attention.cu: flash attention for head sizes 32/64, else the naive path (att is private scratch) */
+/* attention.cu: flash attention for head sizes 32/64, else the naive path (att is private scratch);
+ * the multi-head entries are the grouped-query ones with NKV = NH, HD = C / NH */
 void zt_cu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
 void zt_cu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
                               int B, int T, int C, int NH);
+void zt_cu_attention_gqa_forward(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int HD);
+void zt_cu_attention_gqa_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B,
+                                  int T, int NH, int NKV, int HD);
+
+/* llama_kernels.cu: the Llama family's row and elementwise ops (RMSNorm, rotary embedding, SwiGLU),
+ * and fill_llama_ops, which fill_ops calls: the table entries of those and of grouped-query attention */
+void zt_cu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, float eps, int N, int C);
+void zt_cu_rmsnorm_backward(void *dinp, void *dw, const void *dout, const void *inp, const void *w, const float *rstd,
+                            int N, int C);
+void zt_cu_rope(void *qkv, const float *cos_sin, int B, int T, int NH, int NKV, int HD, int inverse);
+void zt_cu_swiglu_forward(void *out, const void *inp, int N, int inter);
+void zt_cu_swiglu_backward(void *dinp, const void *inp, const void *dout, int N, int inter);
+void fill_llama_ops(zt_backend *b);
 
 } // namespace ZT_CU_NS
 

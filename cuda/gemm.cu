@@ -16,13 +16,17 @@
  * cublasGemmStridedBatchedEx (and a separate bias kernel), so odd shapes still work.
  *
  * Attention, naive path (attention.cu's flash kernels are used instead for head sizes 32 and 64;
- * this path is the fallback and what ZT_ATTN=naive selects). qkv [B,T,3C], heads interleaved:
- *   forward:  permute q,k,v to [B,NH,T,hs] (scratch); S = q k^T in fp32 (scratch, processed in
- *             chunks of heads to bound memory); att = causal softmax(S / sqrt(hs)) in fp32, stored
- *             16-bit with zeros above the diagonal; y = att v; un-permute y into out [B,T,C].
+ * this path is the fallback and what ZT_ATTN=naive selects). qkv rows [B,T,(NH+2NKV)hs] hold q (NH
+ * heads) | k (NKV) | v (NKV), query head h using kv head h / G, G = NH / NKV (GPT-2: NKV = NH, 3C):
+ *   forward:  permute q,k,v to [B,NH,T,hs] (scratch; with G > 1 each kv head copied for its G query
+ *             heads: this fallback pays the repeated K/V the flash path avoids); S = q k^T in fp32
+ *             (scratch, processed in chunks of heads to bound memory); att = causal softmax(S /
+ *             sqrt(hs)) in fp32, stored 16-bit with zeros above the diagonal; y = att v; un-permute
+ *             y into out [B,T,NH hs].
  *   backward: dy = permute(dout); dv = att^T dy; dA = dy v^T in fp32 (chunked scratch);
  *             dS = att * (dA - rowsum(att * dA)) / sqrt(hs) stored 16-bit in datt;
- *             dq = dS k; dk = dS^T q; scatter dq|dk|dv into dqkv (overwrite). */
+ *             dq = dS k; dk = dS^T q (per query head); scatter dq into dqkv and, per kv head, the sum
+ *             of its G query heads' dk, dv in fp32, in head order (overwrite). */
 #include "cuda_common.cuh"
 #include <cstring>
 
@@ -321,10 +325,12 @@ void zt_cu_matmul_backward_dgelu(void *dinp, void *dw, void *dbias, const void *
 }
 
 /* ================================================================ attention kernels */
-/* qkv [B,T,3,NH,hs] -> q,k,v [B,NH,T,hs]; one thread per (b,h,t,d) */
-__global__ void k_permute_qkv(zt16 *q, zt16 *k, zt16 *v, const zt16 *qkv, int B, int T, int NH, int hs) {
+/* qkv [B,T,(NH+2NKV)hs] -> q,k,v [B,NH,T,hs] (query head h's k, v: kv head h / (NH/NKV)); one
+ * thread per (b,h,t,d) */
+__global__ void k_permute_qkv(zt16 *q, zt16 *k, zt16 *v, const zt16 *qkv, int B, int T, int NH, int NKV, int hs) {
     size_t total = (size_t)B * NH * T * hs;
-    int C = NH * hs;
+    size_t ld = (size_t)(NH + 2 * NKV) * hs;
+    int G = NH / NKV;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         int d = (int)(i % hs);
         size_t r = i / hs;
@@ -332,25 +338,39 @@ __global__ void k_permute_qkv(zt16 *q, zt16 *k, zt16 *v, const zt16 *qkv, int B,
         r /= T;
         int h = (int)(r % NH);
         int b = (int)(r / NH);
-        size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
-        q[i] = qkv[src];
-        k[i] = qkv[src + C];
-        v[i] = qkv[src + 2 * C];
+        const zt16 *row = qkv + ((size_t)b * T + t) * ld;
+        size_t kc = (size_t)(NH + h / G) * hs + d;
+        q[i] = row[(size_t)h * hs + d];
+        k[i] = row[kc];
+        v[i] = row[kc + (size_t)NKV * hs];
     }
 }
-/* dq,dk,dv [B,NH,T,hs] -> dqkv [B,T,3C]; one thread per element of dqkv (covers every element) */
+/* dq,dk,dv [B,NH,T,hs] -> dqkv [B,T,(NH+2NKV)hs]; one thread per element of dqkv (covers every
+ * element). A kv head's dk (dv) is the sum of its G query heads' in fp32, in head order, rounded once
+ * (the first term starts the sum: with G = 1 it is the one value, bit for bit). */
 __global__ void k_unpermute_dqkv(zt16 *dqkv, const zt16 *dq, const zt16 *dk, const zt16 *dv, int B, int T, int NH,
-                                 int hs) {
-    int C = NH * hs;
-    size_t total = (size_t)B * T * 3 * C;
+                                 int NKV, int hs) {
+    int W = (NH + 2 * NKV) * hs, G = NH / NKV;
+    size_t total = (size_t)B * T * W;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        int c3 = (int)(i % (3 * C));
-        size_t bt = i / (3 * C);
+        int col = (int)(i % W);
+        size_t bt = i / W;
         int t = (int)(bt % T), b = (int)(bt / T);
-        int which = c3 / C, c = c3 % C, h = c / hs, d = c % hs;
-        size_t src = (((size_t)b * NH + h) * T + t) * hs + d;
-        const zt16 *s = which == 0 ? dq : which == 1 ? dk : dv;
-        dqkv[i] = s[src];
+        int head = col / hs, d = col % hs;
+        if (head < NH) {
+            dqkv[i] = dq[(((size_t)b * NH + head) * T + t) * hs + d];
+            continue;
+        }
+        const zt16 *s = head < NH + NKV ? dk : dv;
+        int kh = head < NH + NKV ? head - NH : head - NH - NKV;
+        size_t stride = (size_t)T * hs, src = (((size_t)b * NH + (size_t)kh * G) * T + t) * hs + d;
+        if (G == 1) {
+            dqkv[i] = s[src];
+            continue;
+        }
+        float acc = zt_ld(s + src);
+        for (int j = 1; j < G; j++) acc += zt_ld(s + src + j * stride);
+        dqkv[i] = zt_to16(acc);
     }
 }
 /* [B,NH,T,hs] <-> [B,T,C]: dir 0: y -> out (un-permute), dir 1: out -> y (permute) */
@@ -408,15 +428,15 @@ static int att_chunk(int BH, int T) {
     return (int)n;
 }
 
-void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B, int T, int NH, int NKV, int hs) {
     if (B <= 0 || T <= 0) return;
-    int hs = C / NH, BH = B * NH;
-    size_t nqkv = (size_t)B * T * C; /* elements of each of q, k, v */
+    int BH = B * NH;
+    size_t nqkv = (size_t)B * T * NH * hs; /* elements of each of q, k, v (k, v repeated per query head) */
     zt16 *q = (zt16 *)zt_scratch(ZT_SCR_ATT_QKV, 3 * nqkv * sizeof(zt16));
     zt16 *k = q + nqkv, *v = k + nqkv;
     zt16 *y = (zt16 *)zt_scratch(ZT_SCR_ATT_Y, nqkv * sizeof(zt16));
     zt16 *A = (zt16 *)att;
-    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const zt16 *)qkv, B, T, NH, hs);
+    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const zt16 *)qkv, B, T, NH, NKV, hs);
     ZT_LAUNCH_CHECK("attention_forward(permute)");
     float scale = 1.0f / sqrtf((float)hs);
     long long sqk = (long long)T * hs, stt = (long long)T * T;
@@ -438,10 +458,10 @@ void zt_cu_attention_forward_naive(void *out, void *att, const void *qkv, int B,
 }
 
 void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att,
-                              int B, int T, int C, int NH) {
+                                    int B, int T, int NH, int NKV, int hs) {
     if (B <= 0 || T <= 0) return;
-    int hs = C / NH, BH = B * NH;
-    size_t nqkv = (size_t)B * T * C;
+    int BH = B * NH;
+    size_t nqkv = (size_t)B * T * NH * hs;
     zt16 *q = (zt16 *)zt_scratch(ZT_SCR_ATT_QKV, 3 * nqkv * sizeof(zt16));
     zt16 *k = q + nqkv, *v = k + nqkv;
     zt16 *dy = (zt16 *)zt_scratch(ZT_SCR_ATT_Y, nqkv * sizeof(zt16));
@@ -449,7 +469,7 @@ void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, co
     zt16 *dk = dq + nqkv, *dv = dk + nqkv;
     const zt16 *A = (const zt16 *)att;
     zt16 *dS = (zt16 *)datt;
-    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const zt16 *)qkv, B, T, NH, hs);
+    k_permute_qkv<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(q, k, v, (const zt16 *)qkv, B, T, NH, NKV, hs);
     ZT_LAUNCH_CHECK("attention_backward(permute qkv)");
     k_permute_heads<<<zt_blocks(nqkv, 256), 256, 0, g_zt.stream>>>(dy, (zt16 *)dout, B, T, NH, hs, 0);
     ZT_LAUNCH_CHECK("attention_backward(permute dout)");
@@ -472,7 +492,8 @@ void zt_cu_attention_backward_naive(void *dqkv, void *datt, const void *dout, co
     /* dq[T,hs] = dS[T,T] k[T,hs];  dk[T,hs] = dS^T[T,T] q[T,hs] */
     gemm_rm(false, false, T, hs, T, dS, T, stt, k, hs, sqk, dq, ZT_CUDA_R_16, hs, sqk, BH, 1.0f, 0.0f, NULL);
     gemm_rm(true, false, T, hs, T, dS, T, stt, q, hs, sqk, dk, ZT_CUDA_R_16, hs, sqk, BH, 1.0f, 0.0f, NULL);
-    k_unpermute_dqkv<<<zt_blocks(3 * nqkv, 256), 256, 0, g_zt.stream>>>((zt16 *)dqkv, dq, dk, dv, B, T, NH, hs);
+    size_t ndqkv = (size_t)B * T * (NH + 2 * NKV) * hs;
+    k_unpermute_dqkv<<<zt_blocks(ndqkv, 256), 256, 0, g_zt.stream>>>((zt16 *)dqkv, dq, dk, dv, B, T, NH, NKV, hs);
     ZT_LAUNCH_CHECK("attention_backward(unpermute)");
 }
 

@@ -393,7 +393,7 @@ void zt_cu_layernorm_backward(void *dinp, void *dw, void *db, const void *dout, 
 /* ================================================================ column sums (dw, db, dbias) */
 /* Stage 1: block (32 x 8 threads) owns 32 column groups of W columns (W = 8 with 16-byte loads,
  * else 1) and the rows i = y*8 + ty (mod nsplit*8); it writes its fp32 column sums to
- * part_b[y][c] (and part_w[y][c] = sum dout * xhat for LayerNorm). nsplit depends on the shape
+ * part_b[y][c] (and part_w[y][c] = sum dout * xhat for LayerNorm, RMSNorm). nsplit depends on the shape
  * only, so the summation order (and the result) is the same on every GPU. */
 #define ZT_COLSUM_TY 8
 template <bool LN, int W>
@@ -411,7 +411,7 @@ __global__ void k_colsum_partial(float *part_w, float *part_b, const zt16 *dout,
                 zt16x8 d = *reinterpret_cast<const zt16x8 *>(dout + (size_t)i * ld + c0);
                 zt16x8 x;
                 float m = 0.0f, rs = 0.0f;
-                if (LN) x = *reinterpret_cast<const zt16x8 *>(inp + (size_t)i * C + c0), m = mean[i], rs = rstd[i];
+                if (LN) x = *reinterpret_cast<const zt16x8 *>(inp + (size_t)i * C + c0), m = mean ? mean[i] : 0.0f, rs = rstd[i];
 #pragma unroll
                 for (int e = 0; e < W; e++) {
                     float dd = zt_f(d.v[e]);
@@ -421,7 +421,7 @@ __global__ void k_colsum_partial(float *part_w, float *part_b, const zt16 *dout,
             } else {
                 float dd = zt_ld(dout + (size_t)i * ld + c0);
                 ab[0] += dd;
-                if (LN) aw[0] += dd * ((zt_ld(inp + (size_t)i * C + c0) - mean[i]) * rstd[i]);
+                if (LN) aw[0] += dd * ((zt_ld(inp + (size_t)i * C + c0) - (mean ? mean[i] : 0.0f)) * rstd[i]);
             }
         }
     }
@@ -790,6 +790,7 @@ void fill_ops(zt_backend *b) {
     b->adamw = zt_cu_adamw;
     b->sumsq = zt_cu_sumsq;
     b->scale = zt_cu_scale;
+    fill_llama_ops(b); /* RMSNorm, rotary embedding, SwiGLU, grouped-query attention (llama_kernels.cu) */
 }
 
 } // namespace ZT_CU_NS

@@ -1,6 +1,6 @@
 /* selftest.h — the selftest harness: a device backend checked against the CPU reference backend,
- * op by op (selftest_ops.c), in training (selftest_train.c) and in its comms (selftest_comm.c,
- * selftest_watchdog.c), with the tally and the test buffers they share (selftest_util.c), and the
+ * op by op (selftest_ops.c; the Llama family's ops in selftest_llama_ops.c), in training
+ * (selftest_train.c) and in its comms (selftest_comm.c, selftest_watchdog.c), with the tally and the test buffers they share (selftest_util.c), and the
  * op timings of `--bench` (selftest_bench.c). `zerotrain selftest` (src/cmd/selftest.c, on the
  * floor above) reads the arguments and runs them. */
 #ifndef ZT_SELFTEST_H
@@ -35,6 +35,9 @@ double zt_selftest_rel_err(const float *a, const float *b, size_t n);
 /* Every op of the table on random inputs (rounded to the device's 16-bit type, bf16 for fp32, so
  * both backends see the same numbers). */
 void zt_selftest_ops(zt_selftest *st);
+/* The Llama family's ops (grouped-query attention, RMSNorm, rope, SwiGLU; selftest_llama_ops.c), the
+ * last part of zt_selftest_ops, with its random stream; an entry either backend lacks is skipped. */
+void zt_selftest_llama_ops(zt_selftest *st, zt_rng *rng);
 
 /* The tiny GPT-2's 20 training steps on st->dev against the CPU trajectory (selftest_train.c);
  * skipped under mpirun with more than one rank. */

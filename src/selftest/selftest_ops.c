@@ -740,5 +740,6 @@ void zt_selftest_ops(zt_selftest *st) {
     test_xent_nan(st, 101, 0);
     test_adamw(st, &rng);
     test_sumsq(st, &rng);
+    zt_selftest_llama_ops(st, &rng);
 }
 
