@@ -147,11 +147,11 @@ typedef struct zt_backend {
      * computed in fp32, rounded once into the compute dtype. */
     void (*rope)(void *qkv, const float *cos_sin, int B, int T, int NH, int NKV, int HD, int inverse);
     /* SwiGLU (Shazeer 2020): inp [N, 2I] holds gate | up per row; out [N, I] = silu(gate) up, silu(x) = x
-     * sigmoid(x) */
-    void (*swiglu_forward)(void *out, const void *inp, int N, int I);
+     * sigmoid(x). I is the parameter `inter` (not `I`: <complex.h>, which cblas.h includes, defines I) */
+    void (*swiglu_forward)(void *out, const void *inp, int N, int inter);
     /* dinp [N, 2I] (overwrites): dgate = dout up silu'(gate), dup = dout silu(gate);
      * silu'(x) = sigmoid(x) (1 + x (1 - sigmoid(x))) */
-    void (*swiglu_backward)(void *dinp, const void *inp, const void *dout, int N, int I);
+    void (*swiglu_backward)(void *dinp, const void *inp, const void *dout, int N, int inter);
     void (*gelu_forward)(void *out, const void *inp, size_t n);
     /* dinp = gelu'(inp) * dout (overwrites; dinp may alias dout) */
     void (*gelu_backward)(void *dinp, const void *inp, const void *dout, size_t n);
