@@ -5,7 +5,8 @@
  * Every number is the median of several runs after a warm-up. Prints a table and an estimated
  * training step time (the sum of the ops one step runs); always exits 0.
  * Also prints the time of the step's other ops (everything but the matmul rows), the part the
- * OpenBLAS core type does not touch.
+ * OpenBLAS core type does not touch, and the Llama family's ops (RMSNorm, rope, grouped-query
+ * attention, SwiGLU) at the same shape, outside the step estimate.
  * Usage: [BENCH_CLOCK=cpu] bench_ops [reps [L C NH B T]]   (OMP_NUM_THREADS picks the thread count,
  * like the trainer; the shape defaults to GPT-2 124M at B4 T64; `6 384 6 8 128` is
  * configs/bench_small.yaml's) */
@@ -303,6 +304,32 @@ int main(int argc, char **argv) {
     TIME(t, be->adamw(p, m, v, g, p, np, &st));
     row_bytes("adamw", shape, t, 7.0 * 4 * np, 1), ADD(t, 1);
     reps = reps_save;
+
+    /* the Llama family's ops at the same B, T, C, NH (x0: not in GPT-2's step estimate below): grouped
+     * query attention with NKV = NH / 4 (or / 3, / 2) key/value heads, SwiGLU over Llama's width 8C/3
+     * rounded up to 256 */
+    int NKV = NH % 4 == 0 ? NH / 4 : NH % 3 == 0 ? NH / 3 : NH % 2 == 0 ? NH / 2 : NH, HD = C / NH;
+    int FF = (8 * C / 3 + 255) / 256 * 256;
+    float *gu = frand((size_t)N * 2 * FF, 2), *dgu = frand((size_t)N * 2 * FF, 0), *sw = frand((size_t)N * FF, 1);
+    float *cs = frand((size_t)T * HD, 1);
+    printf("\nthe Llama family's ops (not in the step estimate)\n");
+    snprintf(shape, sizeof shape, "N%d C%d", N, C);
+    TIME(t, be->rmsnorm_forward(y, rstd, x, lw, 1e-5f, N, C));
+    row_bytes("rmsnorm_forward", shape, t, 2.0 * NC * 4, 0);
+    TIME(t, be->rmsnorm_backward(dx, dlw, dy, x, lw, rstd, N, C));
+    row_bytes("rmsnorm_backward", shape, t, 4.0 * NC * 4, 0);
+    snprintf(shape, sizeof shape, "B%d T%d NH%d NKV%d HD%d", B, T, NH, NKV, HD);
+    TIME(t, be->rope(qkv, cs, B, T, NH, NKV, HD, 0));
+    row_bytes("rope", shape, t, 2.0 * N * (NH + NKV) * HD * 4 + (double)T * HD * 4, 0);
+    TIME(t, be->attention_gqa_forward(y, att, qkv, B, T, NH, NKV, HD));
+    row_flops("attention_gqa_forward", shape, t, afl, 0);
+    TIME(t, be->attention_gqa_backward(dqkv, datt, dy, qkv, att, B, T, NH, NKV, HD));
+    row_flops("attention_gqa_backward", shape, t, 2 * afl, 0);
+    snprintf(shape, sizeof shape, "N%d I%d", N, FF);
+    TIME(t, be->swiglu_forward(sw, gu, N, FF));
+    row_bytes("swiglu_forward", shape, t, 3.0 * N * FF * 4, 0);
+    TIME(t, be->swiglu_backward(dgu, gu, sw, N, FF));
+    row_bytes("swiglu_backward", shape, t, 5.0 * N * FF * 4, 0);
 
     printf("\nestimated training step (the ops above x their count per step): %.3f s with median times, %.3f s with minimum times\n",
            step, step_min);

@@ -11,6 +11,9 @@
  *     lengths that are not multiples of any vector width, with NaN, infinities and denormals in;
  *   - LayerNorm's row forward, its backward's dx and dw/db, and attention's softmax backward
  *     against the formulas in double, and the same bits on every path;
+ *   - the Llama family's kernels (RMSNorm's row forward, dx and dw; a head's rotary embedding and its
+ *     inverse; SwiGLU and its gradient, with NaN, infinities and large gates in): the same bits on
+ *     every path, and near the formulas in double (SwiGLU within 2^-20 relative of silu's own value);
  *   - the exp row sum depends on the row's values alone: the same row at every float offset of a
  *     64-byte line, in place or not, gives the bits of the documented order (element i into
  *     accumulator i mod 16, then halving), on every path. */
@@ -259,6 +262,103 @@ static void test_exp_sum_values_only(void) {
     free(vals), free(ex), free(buf), free(e);
 }
 
+/* the Llama family's kernels: the same bits on every path, near the formulas in double */
+static double ref_silu(double x) { return x / (1 + exp(-x)); }
+static double ref_silu_grad(double x) {
+    double sg = 1 / (1 + exp(-x));
+    return sg * (1 + x * (1 - sg));
+}
+static void test_llama_kernels(void) {
+    static const int lens[] = {1, 7, 16, 33, 768, 4099};
+    enum { MAXN = 4099, K = 8 };
+    float *x = malloc(MAXN * sizeof(float)), *w = malloc(MAXN * sizeof(float)), *dy = malloc(MAXN * sizeof(float));
+    float *cs = malloc(MAXN * sizeof(float)), *sn = malloc(MAXN * sizeof(float)), *out[3][K], rstd[3];
+    uint32_t s = 11;
+    for (int i = 0; i < MAXN; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = 24.0f * ((float)(s >> 8) / 16777216.0f - 0.5f);
+        w[i] = 1.0f + (float)(s % 977) / 977.0f, dy[i] = (float)((s >> 4) % 1009) / 1009.0f - 0.5f;
+        cs[i] = cosf(0.37f * i), sn[i] = sinf(0.37f * i);
+    }
+    int best = zt_vec_best(), same = 1, near = 1;
+    char why[200] = "";
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int n = lens[li], half = n / 2;
+        for (int p = ZT_VEC_SCALAR; p <= best; p++) {
+            zt_vec_force(p);
+            for (int k = 0; k < K; k++) out[p][k] = calloc(n + 1, sizeof(float));
+            zt_vec_rmsnorm(out[p][0], &rstd[p], x, w, 1e-6f, n);
+            zt_vec_rmsnorm_dx(out[p][1], dy, x, w, rstd[p], n);
+            zt_vec_rmsnorm_dw(out[p][2], dy, x, rstd[p], n);
+            memcpy(out[p][3], x, n * sizeof(float));
+            zt_vec_rope(out[p][3], cs, sn, 0, half);
+            memcpy(out[p][4], out[p][3], n * sizeof(float));
+            zt_vec_rope(out[p][4], cs, sn, 1, half);
+            zt_vec_swiglu(out[p][5], x, dy, n);
+            zt_vec_swiglu_grad(out[p][6], out[p][7], x, dy, w, n);
+        }
+        zt_vec_force(ZT_VEC_BEST);
+        for (int p = ZT_VEC_SCALAR + 1; p <= best; p++)
+            for (int k = 0; k < K; k++)
+                if (memcmp(out[p][k], out[0][k], n * sizeof(float)) || rstd[p] != rstd[0]) {
+                    if (same) snprintf(why, sizeof why, "n %d: output %d of the %s path differs", n, k, zt_vec_name(p));
+                    same = 0;
+                }
+        double ms = 0, sdx = 0;
+        for (int i = 0; i < n; i++) ms += (double)x[i] * x[i];
+        double r = 1 / sqrt(ms / n + 1e-6);
+        for (int i = 0; i < n; i++) sdx += dy[i] * w[i] * x[i] * r;
+        sdx /= n;
+        double err = fabs(rstd[0] / r - 1);
+        for (int i = 0; i < n; i++) {
+            double xh = x[i] * r, g = x[i];
+            err = fmax(err, fabs(out[0][0][i] - xh * w[i]) / 4);
+            err = fmax(err, fabs(out[0][1][i] - r * (dy[i] * w[i] - xh * sdx)) / r);
+            err = fmax(err, fabs(out[0][2][i] - dy[i] * xh));
+            err = fmax(err, fabs(out[0][4][i] - x[i]) / 16); /* the inverse undoes the rotation */
+            err = fmax(err, fabs(out[0][5][i] - ref_silu(g) * dy[i]) / fmax(1, fabs(ref_silu(g) * dy[i])) * 16);
+            err = fmax(err, fabs(out[0][6][i] - w[i] * dy[i] * ref_silu_grad(g)) * 16);
+            err = fmax(err, fabs(out[0][7][i] - w[i] * ref_silu(g)) / fmax(1, fabs(w[i] * ref_silu(g))) * 16);
+        }
+        for (int i = 0; i < half; i++) {
+            double y0 = (double)x[i] * cs[i] - (double)x[half + i] * sn[i], y1 = (double)x[half + i] * cs[i] + (double)x[i] * sn[i];
+            err = fmax(err, (fabs(out[0][3][i] - y0) + fabs(out[0][3][half + i] - y1)) / 16);
+        }
+        if (n % 2) err = fmax(err, out[0][3][n - 1] == x[n - 1] ? 0 : 1); /* past the pairs: untouched */
+        if (near && err > 1e-5) {
+            near = 0;
+            snprintf(why + strlen(why), sizeof why - strlen(why), " n %d: off the double formulas by %.3g", n, err);
+        }
+        for (int p = ZT_VEC_SCALAR; p <= best; p++)
+            for (int k = 0; k < K; k++) free(out[p][k]);
+    }
+    CHECK(same, "rmsnorm, its dx and dw, rope and its inverse, swiglu and its gradient: every path = scalar, bit for bit",
+          "%s", why);
+    CHECK(near, "rmsnorm, rope, swiglu: within 1e-5 of the formulas in double (relative to the values' scale)", "%s", why);
+    /* SwiGLU's edges: a gate past exp's range either way, infinities, NaN (a gate of +inf has a NaN gradient:
+     * inf (1 - sigmoid) is inf 0) */
+    float g[] = {-200.0f, -90.0f, 90.0f, 200.0f, INFINITY, -INFINITY, NAN, 0.0f}, u[8], o[3][8], dg[3][8], du[3][8];
+    for (int i = 0; i < 8; i++) u[i] = 1.5f;
+    int edges_same = 1;
+    for (int p = ZT_VEC_SCALAR; p <= best; p++) { /* a NaN's sign may differ between paths: NaN = NaN here */
+        zt_vec_force(p);
+        zt_vec_swiglu(o[p], g, u, 8);
+        zt_vec_swiglu_grad(dg[p], du[p], g, u, u, 8);
+        for (int i = 0; i < 8; i++)
+            edges_same &= (isnan(o[p][i]) ? isnan(o[0][i]) : !memcmp(&o[p][i], &o[0][i], 4)) &&
+                          (isnan(dg[p][i]) ? isnan(dg[0][i]) : !memcmp(&dg[p][i], &dg[0][i], 4)) &&
+                          (isnan(du[p][i]) ? isnan(du[0][i]) : !memcmp(&du[p][i], &du[0][i], 4));
+    }
+    zt_vec_force(ZT_VEC_BEST);
+    int edges_ok = fabsf(o[0][0]) < 1e-30f && fabsf(o[0][1]) < 1e-30f && o[0][2] == 90.0f * 1.5f &&
+                   o[0][3] == 200.0f * 1.5f && o[0][4] == INFINITY && isnan(o[0][6]) && o[0][7] == 0.0f &&
+                   fabsf(dg[0][0]) < 1e-30f && dg[0][3] == 1.5f * 1.5f && isnan(dg[0][6]);
+    CHECK(edges_same && edges_ok, "swiglu at gates past exp's range, infinite and NaN: finite limits, NaN kept, every path",
+          "same %d; out %g %g %g %g %g %g; dgate %g %g", edges_same, o[0][0], o[0][1], o[0][2], o[0][3], o[0][4],
+          o[0][6], dg[0][0], dg[0][3]);
+    free(x), free(w), free(dy), free(cs), free(sn);
+}
+
 int main(void) {
     test_exp();
     test_gelu();
@@ -266,5 +366,6 @@ int main(void) {
     test_paths_agree();
     test_exp_sum_values_only();
     test_row_kernels();
+    test_llama_kernels();
     return zt_check_exit();
 }

@@ -29,101 +29,7 @@
 
 #include "backend/backend.h"
 #include "check.h"
-
-static const zt_backend *be;
-
-/* ------------------------------------------------------------------ helpers */
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static double urand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / (double)(1ull << 52) - 1.0;
-}
-/* every test buffer is registered here and freed at the end (keeps sanitizer runs clean) */
-static void *owned[4096];
-static int n_owned, owned_is_be[4096];
-static void *own(void *p, int from_be) {
-    if (p && n_owned < 4096) owned_is_be[n_owned] = from_be, owned[n_owned++] = p;
-    return p;
-}
-static void free_all(void) {
-    while (n_owned--) owned_is_be[n_owned] ? be->free(owned[n_owned]) : free(owned[n_owned]);
-}
-static float *falloc(size_t n) { return own(be->alloc(n * sizeof(float) + 4), 1); }
-static float *frand(size_t n, double scale) {
-    float *p = falloc(n);
-    for (size_t i = 0; i < n; i++) p[i] = (float)(scale * urand());
-    return p;
-}
-static double *dalloc(size_t n) { return own(calloc(n + 1, sizeof(double)), 0); }
-static double *todouble(const float *x, size_t n) {
-    double *d = dalloc(n);
-    for (size_t i = 0; i < n; i++) d[i] = x[i];
-    return d;
-}
-static void fill(float *x, size_t n, float v) {
-    for (size_t i = 0; i < n; i++) x[i] = v;
-}
-/* max|got - want| / max|want|  (strided: rows of `cols` values every `ld`) */
-static double relerr_ld(const float *got, const double *want, int rows, int cols, int ld_got, int ld_want) {
-    double num = 0, den = 1e-30;
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) {
-            double g = got[(size_t)i * ld_got + j], w = want[(size_t)i * ld_want + j];
-            double e = fabs(g - w);
-            if (!(e <= num)) num = e; /* NaN propagates */
-            if (fabs(w) > den) den = fabs(w);
-        }
-    return num / den;
-}
-static double relerr(const float *got, const double *want, size_t n) { return relerr_ld(got, want, 1, (int)n, 0, 0); }
-/* (got - base) vs want: for accumulating outputs */
-static double relerr_acc(const float *got, const float *base, const double *want, size_t n) {
-    double *d = calloc(n + 1, sizeof(double)); /* temporary: not registered */
-    for (size_t i = 0; i < n; i++) d[i] = (double)got[i] - (double)base[i];
-    double num = 0, den = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(d[i] - want[i]);
-        if (!(e <= num)) num = e;
-        if (fabs(want[i]) > den) den = fabs(want[i]);
-    }
-    free(d);
-    return num / den;
-}
-static float *fcopy(const float *x, size_t n) {
-    float *p = falloc(n);
-    memcpy(p, x, n * sizeof(float));
-    return p;
-}
-static void check_err(double err, double tol, const char *name) {
-    if (err <= tol) printf("  error %.2g (tolerance %.0g)\n", err, tol);
-    CHECK(err <= tol, name, "normwise error %.3g > %.1g", err, tol);
-}
-#define CHECK_ERR(err, tol, name) check_err((err), (tol), (name))
-
-#define TOL_FWD 1e-5
-#define TOL_BWD 1e-4
-
-/* central finite differences of loss(ctx) with respect to x[0..n) */
-typedef double (*loss_fn)(void *ctx);
-static void fd_grad(loss_fn f, void *ctx, double *x, size_t n, double *g) {
-    for (size_t i = 0; i < n; i++) {
-        double xi = x[i], h = 1e-5 * fmax(1.0, fabs(xi));
-        x[i] = xi + h;
-        double lp = f(ctx);
-        x[i] = xi - h;
-        double lm = f(ctx);
-        x[i] = xi;
-        g[i] = (lp - lm) / (2 * h);
-    }
-}
-static double dot(const double *a, const double *b, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+#include "ops_ref.h" /* be, buffers, errors, finite differences */
 
 /* ------------------------------------------------------------------ embedding */
 
@@ -776,7 +682,8 @@ static const char *det_names[DET_OPS] = {"embedding_forward", "embedding_backwar
                                          "layernorm_backward", "matmul_forward", "matmul_backward",
                                          "matmul w_transposed fwd+bwd", "attention_forward", "attention_backward",
                                          "gelu_forward+backward", "softmax_xent", "adamw", "sumsq"};
-static size_t det_run(const det_inputs *d, int op, float *o) {
+static size_t det_run(const void *ctx, int op, float *o) {
+    const det_inputs *d = ctx;
     int B = d->B, T = d->T, C = d->C, NH = d->NH, V = d->V, Vp = d->Vp, N = B * T;
     size_t nc = (size_t)N * C;
     float *const *in = d->in; /* 0 wte[V,C] 1 wpe 2 x[N,C] 3 dout[N,4C] 4 w[C,4C] 5 bias[4C] 6 qkv[N,3C] 7 dy[N,3C] 8 logits[N,Vp] 9 g[N,4C] */
@@ -832,28 +739,7 @@ static void test_determinism(void) {
     for (int i = 0; i < N; i++) d.tok[i] = (int)((urand() + 1) * 0.5 * 50) % 50; /* many repeats */
     for (int i = 0; i < N; i++) d.tgt[i] = (int)((urand() + 1) * 0.5 * d.V) % d.V;
     size_t cap = 8 * (size_t)N * C + 4 * (size_t)d.V * C + 16 * (size_t)C * C; /* op 11: 4 vectors of 4C^2 */
-    float *ref = falloc(cap), *again = falloc(cap);
-    int threads[3] = {2, 1, 3};
-    for (int op = 0; op < DET_OPS; op++) {
-        char name[128];
-        omp_set_num_threads(2);
-        memset(ref, 0, cap * 4);
-        size_t n = det_run(&d, op, ref);
-        memset(again, 0, cap * 4);
-        det_run(&d, op, again);
-        snprintf(name, sizeof name, "deterministic: %s run twice bit-identical%s%s", det_names[op], *det_tag ? " on " : "", det_tag);
-        CHECK(memcmp(ref, again, n * 4) == 0, name, "outputs differ between two identical runs");
-        int same = 1;
-        for (int k = 1; k < 3; k++) {
-            omp_set_num_threads(threads[k]);
-            memset(again, 0, cap * 4);
-            det_run(&d, op, again);
-            same &= memcmp(ref, again, n * 4) == 0;
-        }
-        snprintf(name, sizeof name, "thread-count independent: %s with 1, 2, 3 OpenMP threads%s%s", det_names[op], *det_tag ? " on " : "", det_tag);
-        CHECK(same, name, "outputs depend on the number of threads");
-    }
-    omp_set_num_threads(2);
+    det_check_ops(det_run, &d, DET_OPS, det_names, cap, det_tag);
 }
 
 /* `test_ops --determinism`: only the run-twice and thread-count checks, their names tagged with

@@ -4,7 +4,8 @@
  * widened 16-bit inputs with its outputs rounded to nearest-even (16-bit storage, fp32 math), with
  * accumulating outputs prefilled and aliased arguments (dlogits = logits, dinp = dout) as the
  * contracts allow. fp32 tensors (LayerNorm statistics, cross-entropy statistics, losses, Adam states)
- * stay fp32. The tiled linears' gemm, add_bias and bias_grad take strided slices: they touch
+ * stay fp32; the Llama family's ops (grouped-query attention, RMSNorm, rope and its inverse, SwiGLU)
+ * likewise. The tiled linears' gemm, add_bias and bias_grad take strided slices: they touch
  * exactly the slice's elements, and the extent checked is the slice's own.
  * Memory: a separate space — a host read of a device buffer faults at once with one line naming
  * it; a host pointer handed to an op, an op running past its buffer, and a freed buffer are each
@@ -16,6 +17,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +319,58 @@ static void ops(void) {
     free(tg);
 }
 
+/* the Llama family's ops: each equal to the CPU's fp32 op on the widened inputs, rounded once */
+static void llama_ops(void) {
+    int B = 2, T = 8, NH = 4, NKV = 2, HD = 8, N = B * T, C = 24, FF = 20, W = (NH + 2 * NKV) * HD;
+    /* every entry filled (the ops and the rest) */
+    const void *const *slot = (const void *const *)&sim->alloc;
+    int n_entries = (int)((sizeof(zt_backend) - offsetof(zt_backend, alloc)) / sizeof(void *)), filled = 1;
+    for (int i = 0; i < n_entries; i++) filled &= slot[i] != NULL;
+    CHECK(filled, dt == ZT_BF16 ? "sim_bf16_every_entry_non_null" : "sim_fp16_every_entry_non_null", "a NULL entry");
+    /* RMSNorm forward, backward accumulating dinp and dw */
+    pair x = make((size_t)N * C, 2), w = make(C, 1), out = make((size_t)N * C, 1), rstd = make32(N, 0);
+    cpu->rmsnorm_forward(out.h, rstd.h, x.h, w.h, 1e-5f, N, C);
+    sim->rmsnorm_forward(out.d, rstd.d, x.d, w.d, 1e-5f, N, C);
+    same16("rmsnorm_forward", out);
+    same32("rmsnorm_forward_rstd", rstd);
+    pair dx = make((size_t)N * C, 1), dw = make(C, 1);
+    cpu->rmsnorm_backward(dx.h, dw.h, out.h, x.h, w.h, rstd.h, N, C);
+    sim->rmsnorm_backward(dx.d, dw.d, out.d, x.d, w.d, rstd.d, N, C);
+    same16("rmsnorm_backward_dinp", dx);
+    same16("rmsnorm_backward_dw", dw);
+    /* rope forward, then its inverse, on q|k|v rows (v must come back as it was) */
+    pair qkv = make((size_t)N * W, 2), cs = make32((size_t)T * HD, 1);
+    cpu->rope(qkv.h, cs.h, B, T, NH, NKV, HD, 0);
+    sim->rope(qkv.d, cs.d, B, T, NH, NKV, HD, 0);
+    same16("rope_forward", qkv);
+    cpu->rope(qkv.h, cs.h, B, T, NH, NKV, HD, 1);
+    sim->rope(qkv.d, cs.d, B, T, NH, NKV, HD, 1);
+    same16("rope_inverse", qkv);
+    /* grouped-query attention: backward recomputes the probabilities the forward used */
+    pair att = make((size_t)B * NH * T * T, 0), ao = make((size_t)N * NH * HD, 0), g = make((size_t)N * NH * HD, 1);
+    float *att32 = calloc((size_t)B * NH * T * T, 4), *datt32 = calloc((size_t)B * NH * T * T, 4);
+    cpu->attention_gqa_forward(ao.h, att32, qkv.h, B, T, NH, NKV, HD);
+    sim->attention_gqa_forward(ao.d, att.d, qkv.d, B, T, NH, NKV, HD);
+    same16("attention_gqa_forward", ao);
+    pair dqkv = make((size_t)N * W, 1), datt = make((size_t)B * NH * T * T, 0);
+    cpu->attention_gqa_backward(dqkv.h, datt32, g.h, qkv.h, att32, B, T, NH, NKV, HD);
+    sim->attention_gqa_backward(dqkv.d, datt.d, g.d, qkv.d, att.d, B, T, NH, NKV, HD);
+    same16("attention_gqa_backward", dqkv);
+    free(att32);
+    free(datt32);
+    /* SwiGLU forward and backward (overwrites) */
+    pair gu = make((size_t)N * 2 * FF, 4), so = make((size_t)N * FF, 0), sd = make((size_t)N * FF, 1);
+    pair dgu = make((size_t)N * 2 * FF, 1);
+    cpu->swiglu_forward(so.h, gu.h, N, FF);
+    sim->swiglu_forward(so.d, gu.d, N, FF);
+    same16("swiglu_forward", so);
+    cpu->swiglu_backward(dgu.h, gu.h, sd.h, N, FF);
+    sim->swiglu_backward(dgu.d, gu.d, sd.d, N, FF);
+    same16("swiglu_backward", dgu);
+    pair all[] = {x, w, out, rstd, dx, dw, qkv, cs, att, ao, g, dqkv, datt, gu, so, sd, dgu};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+}
+
 /* runs fn in a child with stderr captured; returns its stderr and how it ended */
 static char *in_child(void (*fn)(void *), void *arg, int *status) {
     int fd[2];
@@ -614,6 +668,7 @@ int main(void) {
         CHECK(sim->compute_dtype == dt && !sim->memory_is_host, k ? "sim_fp16_table" : "sim_bf16_table", "dtype %d",
               sim->compute_dtype);
         ops();
+        llama_ops();
         tiled_ops();
         tiled_forward_rounding();
         ordering();

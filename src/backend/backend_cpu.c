@@ -6,22 +6,26 @@
  * call, stealing cycles from the OpenMP region that follows). So this backend sets OpenBLAS to
  * ONE thread once and does all parallelism with OpenMP: a large SGEMM is cut into column (or row)
  * panels whose boundaries depend on the shape only, each one a single-threaded cblas_sgemm that
- * one thread computes whole (see gemm_plan); attention runs one head per
- * OpenMP thread. Measured on the 2-core Zen build machine the split SGEMM is as fast as OpenBLAS's
- * own threading; on a 2-core AVX-512 Xeon (SkylakeX kernels) a few % slower at GPT-2 124M's
- * shapes, the price of bits that do not depend on the thread count (test/bench_ops.c prints both).
+ * one thread computes whole (see gemm_plan); attention runs one head per OpenMP thread
+ * (grouped-query attention's backward then one key/value head per thread for dK, dV). Measured on
+ * the 2-core Zen build machine the split SGEMM is as fast as OpenBLAS's own threading; on a 2-core
+ * AVX-512 Xeon (SkylakeX kernels) a few % slower at GPT-2 124M's shapes, the price of bits that do not depend on the thread count (test/bench_ops.c prints both).
  *
  * Determinism. Every op gives bit-identical results run to run, and — because no reduction is
  * ever split across threads — also for any OpenMP thread count:
  *   - SGEMM panels split only M or N, never K, so each output element is one kernel's sum, and
  *     the same call computes it whatever the thread count (gemm_plan);
- *   - column reductions (dbias, LayerNorm dw/db, dwpe, dwte) are parallel over columns, each
+ *   - column reductions (dbias, LayerNorm dw/db, RMSNorm dw, dwpe, dwte) are parallel over columns, each
  *     column summing its rows in row order;
  *   - row reductions (LayerNorm statistics and its backward's row means, the softmaxes' sums,
  *     forward and backward) run inside one thread, in cpu_kernels.c's fixed order, the same on
  *     every SIMD path; the row maxima with `omp simd reduction(max)` (exact in any order);
+ *   - grouped-query attention's dK and dV of a key/value head sum its query heads in order, inside
+ *     one thread;
  *   - sumsq sums fixed 4096-element chunks, then the chunk sums in order.
- * Loops use schedule(static) throughout. */
+ * Loops use schedule(static) throughout.
+ * The Llama family's other ops (RMSNorm, rotary embedding, SwiGLU) are cpu_llama_ops.c's, by the same
+ * rules; grouped-query attention is here, GPT-2's attention being its case NKV = NH. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -31,6 +35,7 @@
 #include "backend/backend.h"
 #include "backend/cpu_adam.h"
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_llama_ops.h"
 
 /* The vector math (GELU and its derivative, the softmaxes' exp row sums and attention's softmax
  * backward, LayerNorm's rows, the sum of squares) is cpu_kernels.c's, at the CPU's widest SIMD; it
@@ -310,20 +315,33 @@ static void cpu_round_bias(void *out_, const float *acc, const void *bias_, int 
 
 /* ------------------------------------------------------------------ attention */
 
+/* Grouped-query attention (backend.h): qkv rows of W = (NH + 2 NKV) HD hold q | k | v; query head h
+ * reads key/value head h / (NH / NKV). GPT-2's attention is the case NKV = NH, HD = C / NH: the same
+ * SGEMM calls on the same pointers, so its bits are those this code gave before it was generalised. */
+typedef struct {
+    int W, G;        /* qkv's row width; query heads per key/value head */
+    size_t k0, v0;   /* offsets of the k and v parts inside a row */
+} gqa_layout;
+static gqa_layout gqa_layout_of(int NH, int NKV, int HD) {
+    return (gqa_layout){(NH + 2 * NKV) * HD, NH / NKV, (size_t)NH * HD, (size_t)(NH + NKV) * HD};
+}
+
 /* One (b,h) per OpenMP iteration; each head's SGEMMs run single-threaded, reading q, k and v
- * in place from qkv with row stride 3C. The full T x T score matrix is computed and the part
+ * in place from qkv with row stride W. The full T x T score matrix is computed and the part
  * above the diagonal is then overwritten with exact zeros. */
-static void cpu_attention_forward(void *out_, void *att_, const void *qkv_, int B, int T, int C, int NH) {
+static void cpu_attention_gqa_forward(void *out_, void *att_, const void *qkv_, int B, int T, int NH, int NKV, int HD) {
     float *out = out_, *att = att_;
     const float *qkv = qkv_;
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
+    gqa_layout L = gqa_layout_of(NH, NKV, HD);
+    int ldo = NH * HD;
+    float scale = 1.0f / sqrtf((float)HD);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        int b = bh / NH, h = bh % NH, kvh = h / L.G;
+        const float *row0 = qkv + (size_t)b * T * L.W, *q = row0 + h * HD;
+        const float *k = row0 + L.k0 + kvh * HD, *v = row0 + L.v0 + kvh * HD;
         float *a = att + (size_t)bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, q, L.W, k, L.W, 0.0f, a, T);
         for (int t = 0; t < T; t++) { /* causal softmax of row t over j <= t */
             float *row = a + (size_t)t * T, mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -332,38 +350,66 @@ static void cpu_attention_forward(void *out_, void *att_, const void *qkv_, int 
             for (int j = 0; j <= t; j++) row[j] *= inv;
             for (int j = t + 1; j < T; j++) row[j] = 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
-                    out + (size_t)b * T * C + h * hs, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, a, T, v, L.W, 0.0f,
+                    out + (size_t)b * T * ldo + h * HD, ldo);
     }
 }
 
-static void cpu_attention_backward(void *dqkv_, void *datt_, const void *dout_, const void *qkv_, const void *att_, int B,
-                                   int T, int C, int NH) {
+/* Two passes. First one (b,h) per iteration: datt = dy V^T, the softmax backward into dpre (kept in
+ * datt), dQ = dpre K. Then one (b, key/value head) per iteration: dV = sum_g att_g^T dy_g and
+ * dK = sum_g dpre_g^T Q_g over the group's query heads g in order (the first SGEMM writes, the next
+ * ones add): no two threads write one dK/dV, and each element's sum has a fixed order. */
+static void cpu_attention_gqa_backward(void *dqkv_, void *datt_, const void *dout_, const void *qkv_, const void *att_,
+                                       int B, int T, int NH, int NKV, int HD) {
     float *dqkv = dqkv_, *datt = datt_;
     const float *dout = dout_, *qkv = qkv_, *att = att_;
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        size_t qo = (size_t)b * T * C3 + h * hs;
-        const float *q = qkv + qo, *k = q + C, *v = q + 2 * C;
-        float *dq = dqkv + qo, *dk = dq + C, *dv = dq + 2 * C;
-        const float *a = att + (size_t)bh * T * T, *dy = dout + (size_t)b * T * C + h * hs;
-        float *da = datt + (size_t)bh * T * T;
-        /* datt = dy V^T;  dV = att^T dy */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, da, T);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);
-        /* softmax backward, scaled: dpre = att * (datt - sum_j att*datt) * scale (0 above the diagonal) */
-        for (int t = 0; t < T; t++) {
-            float *dr = da + (size_t)t * T;
-            zt_vec_softmax_backward(dr, a + (size_t)t * T, scale, (size_t)t + 1);
-            memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+    gqa_layout L = gqa_layout_of(NH, NKV, HD);
+    int ldo = NH * HD;
+    float scale = 1.0f / sqrtf((float)HD);
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH, kvh = h / L.G;
+            size_t r0 = (size_t)b * T * L.W;
+            const float *v = qkv + r0 + L.v0 + kvh * HD, *k = qkv + r0 + L.k0 + kvh * HD;
+            const float *a = att + (size_t)bh * T * T, *dy = dout + (size_t)b * T * ldo + h * HD;
+            float *da = datt + (size_t)bh * T * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dy, ldo, v, L.W, 0.0f, da, T);
+            /* softmax backward, scaled: dpre = att * (datt - sum_j att*datt) * scale (0 above the diagonal) */
+            for (int t = 0; t < T; t++) {
+                float *dr = da + (size_t)t * T;
+                zt_vec_softmax_backward(dr, a + (size_t)t * T, scale, (size_t)t + 1);
+                memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, da, T, k, L.W, 0.0f,
+                        dqkv + r0 + h * HD, L.W);
         }
-        /* dQ = dpre K;  dK = dpre^T Q */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k, C3, 0.0f, dq, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3, 0.0f, dk, C3);
+#pragma omp for schedule(static)
+        for (int bk = 0; bk < B * NKV; bk++) {
+            int b = bk / NKV, kvh = bk % NKV;
+            size_t r0 = (size_t)b * T * L.W;
+            float *dk = dqkv + r0 + L.k0 + kvh * HD, *dv = dqkv + r0 + L.v0 + kvh * HD;
+            for (int g = 0; g < L.G; g++) {
+                int h = kvh * L.G + g;
+                size_t bh = (size_t)b * NH + h;
+                const float *a = att + bh * T * T, *da = datt + bh * T * T, *q = qkv + r0 + h * HD;
+                const float *dy = dout + (size_t)b * T * ldo + h * HD;
+                float beta = g ? 1.0f : 0.0f;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, a, T, dy, ldo, beta, dv, L.W);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, da, T, q, L.W, beta, dk, L.W);
+            }
+        }
     }
+}
+
+/* GPT-2's attention: the grouped-query one with a key/value head per query head */
+static void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
+    cpu_attention_gqa_forward(out, att, qkv, B, T, NH, NH, C / NH);
+}
+static void cpu_attention_backward(void *dqkv, void *datt, const void *dout, const void *qkv, const void *att, int B,
+                                   int T, int C, int NH) {
+    cpu_attention_gqa_backward(dqkv, datt, dout, qkv, att, B, T, NH, NH, C / NH);
 }
 
 /* ------------------------------------------------------------------ pointwise */
@@ -615,6 +661,13 @@ static const zt_backend cpu_backend = {
     .matmul_backward_dgelu = cpu_matmul_backward_dgelu,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .attention_gqa_forward = cpu_attention_gqa_forward,
+    .attention_gqa_backward = cpu_attention_gqa_backward,
+    .rmsnorm_forward = zt_cpu_rmsnorm_forward,
+    .rmsnorm_backward = zt_cpu_rmsnorm_backward,
+    .rope = zt_cpu_rope,
+    .swiglu_forward = zt_cpu_swiglu_forward,
+    .swiglu_backward = zt_cpu_swiglu_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .residual_forward = cpu_residual_forward,

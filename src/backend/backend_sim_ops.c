@@ -3,8 +3,9 @@
  * the item its cost on the hardware profile (sim_clock.h) and queues it on the stream; run there,
  * the item widens its 16-bit arguments to fp32, calls the CPU backend's fp32 op (the math) and rounds
  * what the op wrote back to bf16 or fp16, to nearest-even, as the CUDA kernels keep 16-bit storage
- * and compute in fp32. The per-dtype thunks fill the two op tables; zt_backend_sim opens the device
- * and hands out the table of a dtype. */
+ * and compute in fp32 (sim_operands.c: the widened copies and their price). The per-dtype thunks fill
+ * the two op tables, the Llama family's entries being backend_sim_llama.c's; zt_backend_sim opens the
+ * device and hands out the table of a dtype. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,116 +17,10 @@
 #include "backend/sim_internal.h"
 #include "util/util.h"
 
-/* ------------------------------------------------------------------ 16-bit tensors inside an op */
-
-static const zt_backend *g_cpu; /* the math */
-
-/* The fp32 copies of an op's 16-bit arguments: one per distinct buffer (aliased arguments share
- * theirs, as the ops' contracts allow), written back rounded when the op may have written them:
- * rows x cols elements with row stride ld (a whole tensor is one row of n). */
-typedef struct {
-    struct { void *shadow; float *f; size_t n; int write; size_t rows, cols, ld; } t[8];
-    int k;
-    zt_dtype dt;
-} wide;
-
-/* Each lane thread keeps the fp32 copies of its ops' operands between ops, one per operand slot (up
- * to SCRATCH_KEEP bytes each; larger ones are allocated per op): a fresh copy per op page-faulted on
- * every use, so an op's cost depended on what the allocator had at hand, which the virtual clock
- * cannot price (calibrate measures operands in a loop where the allocator hands the same memory back). */
-#define SCRATCH_KEEP ((size_t)64 << 20)
-static __thread struct { float *f; size_t cap; } t_scratch[8];
-static float *scratch(int slot, size_t n) {
-    size_t bytes = (n ? n : 1) * sizeof(float);
-    if (bytes > SCRATCH_KEEP) return zt_xmalloc(bytes);
-    if (t_scratch[slot].cap < bytes) {
-        free(t_scratch[slot].f);
-        t_scratch[slot].f = zt_xmalloc(bytes), t_scratch[slot].cap = bytes;
-    }
-    return t_scratch[slot].f;
-}
-
-static float *w16(wide *w, void *shadow, size_t n, int write) {
-    if (!shadow) return NULL;
-    for (int j = 0; j < w->k; j++)
-        if (w->t[j].shadow == shadow && w->t[j].n >= n) {
-            w->t[j].write |= write;
-            return w->t[j].f;
-        }
-    int timed = sim_clock_op_times_on(); /* a thread-CPU clock read costs a system call: only for the op table */
-    double c0 = timed ? sim_thread_cpu() : 0;
-    float *f = scratch(w->k, n);
-    zt_cpu_to_f32(f, shadow, n, w->dt);
-    w->t[w->k++] = (typeof(w->t[0])){shadow, f, n, write, 1, n, n};
-    if (timed) sim_operand_cpu_add(sim_thread_cpu() - c0, 0);
-    return f;
-}
-
-/* elements a matrix of rows x cols with row stride ld spans from its first: the last row ends at
- * its cols-th element, not at ld (a column slice may end before its buffer's last full row) */
-static size_t span(long rows, long cols, long ld) { return rows > 0 && cols > 0 ? (size_t)(rows - 1) * ld + cols : 0; }
-
-/* w16 for a strided matrix (a column slice of a wider one): widened over its span, but only its own
- * rows x cols elements are written back, so the rest of each row (another tile's columns) stays bit
- * for bit as it was */
-static float *w16_rows(wide *w, void *shadow, long rows, long cols, long ld, int write) {
-    float *f = w16(w, shadow, span(rows, cols, ld), write);
-    for (int j = 0; write && j < w->k; j++)
-        if (w->t[j].f == f) w->t[j].rows = (size_t)rows, w->t[j].cols = (size_t)cols, w->t[j].ld = (size_t)ld;
-    return f;
-}
-
-static void w16_done(wide *w) {
-    int timed = sim_clock_op_times_on();
-    double c0 = timed ? sim_thread_cpu() : 0;
-    for (int j = 0; j < w->k; j++) {
-        if (w->t[j].write)
-            for (size_t r = 0; r < w->t[j].rows; r++)
-                zt_cpu_from_f32((char *)w->t[j].shadow + r * w->t[j].ld * zt_dtype_size(w->dt),
-                                w->t[j].f + r * w->t[j].ld, w->t[j].cols, w->dt);
-        if (w->t[j].f != t_scratch[j].f) free(w->t[j].f); /* a kept scratch stays for the next op */
-    }
-    if (timed) sim_operand_cpu_add(0, sim_thread_cpu() - c0);
-}
-
-/* How an op's run uses an operand, which sets what the sim spends on it besides the math: a 16-bit
- * tensor it widens to fp32 (IN16), one it widens and rounds back because the op writes it (OUT16),
- * or one it uses as it is (AS_IS: fp32 tensors, tokens, and every operand of the conversions and
- * AdamW, which work on their buffers in place). The flag is the run's w16 `write` argument, said at
- * queue time so the virtual clock can price it. */
-enum { AS_IS, IN16, OUT16 };
-
-/* it->p[slot] = the shadow of [p, p + bytes) (sim_dev's checks), and its widening and rounding added
- * to the item's operand cost; an operand aliasing an earlier slot's buffer is widened once (w16) */
-static void operand(sim_item *it, int slot, int use, const void *p, size_t bytes, const char *op, const char *arg) {
-    it->p[slot] = sim_dev(p, bytes, op, arg);
-    if (!it->p[slot] || use == AS_IS) return;
-    int aliased = 0;
-    for (int j = 0; j < slot; j++) aliased |= it->p[j] == it->p[slot];
-    double widened = aliased ? 0 : (double)bytes, rounded = use == OUT16 ? (double)bytes : 0;
-    it->operand_cost += sim_cost_operands(widened, rounded);
-    it->widened += widened, it->rounded += rounded;
-}
-
-#define E(n) ((size_t)(n) * zt_dtype_size(dt)) /* bytes of n compute-dtype elements (dt in scope) */
-#define F(n) ((size_t)(n) * sizeof(float))
-
 /* ------------------------------------------------------------------ ops
  * Each entry checks and translates its pointers on the caller's thread, then queues a closure that
- * widens, calls the CPU backend's op and rounds. The dtype travels in i[8]. */
-
-#define OP_BEGIN(it) wide w_ = {.dt = (zt_dtype)(it)->i[8]}
-#define OP_END() w16_done(&w_)
-
-static void run_to_compute(sim_item *it);
-static void run_to_f32(sim_item *it);
-static void run_adamw(sim_item *it);
-static sim_item *op_item(sim_fn run, zt_dtype dt, const char *name) {
-    sim_item *it = sim_item_new(run);
-    it->i[8] = dt;
-    it->name = name;
-    return it;
-}
+ * widens, calls the CPU backend's op and rounds (sim_operands.c: the 16-bit operands). The dtype
+ * travels in i[8]. */
 
 static void run_to_compute(sim_item *it) { zt_cpu_from_f32(it->p[0], it->p[1], it->n, (zt_dtype)it->i[8]); }
 static void run_to_f32(sim_item *it) { zt_cpu_to_f32(it->p[0], it->p[1], it->n, (zt_dtype)it->i[8]); }
@@ -133,62 +28,62 @@ static void run_to_f32(sim_item *it) { zt_cpu_to_f32(it->p[0], it->p[1], it->n, 
 static void run_embedding_forward(sim_item *it) {
     OP_BEGIN(it);
     long B = it->i[2], T = it->i[3], C = it->i[4], lo = it->i[0], hi = it->i[1];
-    g_cpu->embedding_forward(w16(&w_, it->p[0], B * T * C, 1), it->p[1], w16(&w_, it->p[2], (hi - lo) * C, 0), (int)lo,
-                             (int)hi, w16(&w_, it->p[3], T * C, 0), (int)B, (int)T, (int)C);
+    sim_cpu_math->embedding_forward(sim_w16(&w_, it->p[0], B * T * C, 1), it->p[1], sim_w16(&w_, it->p[2], (hi - lo) * C, 0), (int)lo,
+                             (int)hi, sim_w16(&w_, it->p[3], T * C, 0), (int)B, (int)T, (int)C);
     OP_END();
 }
 static void run_embedding_backward(sim_item *it) {
     OP_BEGIN(it);
     long B = it->i[2], T = it->i[3], C = it->i[4], lo = it->i[0], hi = it->i[1];
-    g_cpu->embedding_backward(w16(&w_, it->p[0], (hi - lo) * C, 1), (int)lo, (int)hi, w16(&w_, it->p[1], T * C, 1),
-                              w16(&w_, it->p[2], B * T * C, 0), it->p[3], (int)B, (int)T, (int)C);
+    sim_cpu_math->embedding_backward(sim_w16(&w_, it->p[0], (hi - lo) * C, 1), (int)lo, (int)hi, sim_w16(&w_, it->p[1], T * C, 1),
+                              sim_w16(&w_, it->p[2], B * T * C, 0), it->p[3], (int)B, (int)T, (int)C);
     OP_END();
 }
 static void run_layernorm_forward(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], C = it->i[1];
-    g_cpu->layernorm_forward(w16(&w_, it->p[0], N * C, 1), it->p[1], it->p[2], w16(&w_, it->p[3], N * C, 0),
-                             w16(&w_, it->p[4], C, 0), w16(&w_, it->p[5], C, 0), (int)N, (int)C);
+    sim_cpu_math->layernorm_forward(sim_w16(&w_, it->p[0], N * C, 1), it->p[1], it->p[2], sim_w16(&w_, it->p[3], N * C, 0),
+                             sim_w16(&w_, it->p[4], C, 0), sim_w16(&w_, it->p[5], C, 0), (int)N, (int)C);
     OP_END();
 }
 static void run_layernorm_backward(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], C = it->i[1];
-    g_cpu->layernorm_backward(w16(&w_, it->p[0], N * C, 1), w16(&w_, it->p[1], C, 1), w16(&w_, it->p[2], C, 1),
-                              w16(&w_, it->p[3], N * C, 0), w16(&w_, it->p[4], N * C, 0), w16(&w_, it->p[5], C, 0),
+    sim_cpu_math->layernorm_backward(sim_w16(&w_, it->p[0], N * C, 1), sim_w16(&w_, it->p[1], C, 1), sim_w16(&w_, it->p[2], C, 1),
+                              sim_w16(&w_, it->p[3], N * C, 0), sim_w16(&w_, it->p[4], N * C, 0), sim_w16(&w_, it->p[5], C, 0),
                               it->p[6], it->p[7], (int)N, (int)C);
     OP_END();
 }
 static void run_matmul_forward(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], C = it->i[1], OC = it->i[2], wt = it->i[3], ld = it->i[4];
-    g_cpu->matmul_forward(w16_rows(&w_, it->p[0], N, OC, ld, 1), w16(&w_, it->p[1], N * C, 0),
-                          w16(&w_, it->p[2], C * OC, 0), w16(&w_, it->p[3], OC, 0), (int)N, (int)C, (int)OC, (int)wt,
+    sim_cpu_math->matmul_forward(sim_w16_rows(&w_, it->p[0], N, OC, ld, 1), sim_w16(&w_, it->p[1], N * C, 0),
+                          sim_w16(&w_, it->p[2], C * OC, 0), sim_w16(&w_, it->p[3], OC, 0), (int)N, (int)C, (int)OC, (int)wt,
                           (int)ld);
     OP_END();
 }
 static void run_matmul_backward(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], C = it->i[1], OC = it->i[2], wt = it->i[3], ld = it->i[4];
-    g_cpu->matmul_backward(w16(&w_, it->p[0], N * C, 1), w16(&w_, it->p[1], C * OC, 1), w16(&w_, it->p[2], OC, 1),
-                           w16(&w_, it->p[3], (N - 1) * ld + OC, 0), w16(&w_, it->p[4], N * C, 0),
-                           w16(&w_, it->p[5], C * OC, 0), (int)N, (int)C, (int)OC, (int)wt, (int)ld);
+    sim_cpu_math->matmul_backward(sim_w16(&w_, it->p[0], N * C, 1), sim_w16(&w_, it->p[1], C * OC, 1), sim_w16(&w_, it->p[2], OC, 1),
+                           sim_w16(&w_, it->p[3], (N - 1) * ld + OC, 0), sim_w16(&w_, it->p[4], N * C, 0),
+                           sim_w16(&w_, it->p[5], C * OC, 0), (int)N, (int)C, (int)OC, (int)wt, (int)ld);
     OP_END();
 }
 static void run_matmul_forward_gelu(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], C = it->i[1], OC = it->i[2];
-    g_cpu->matmul_forward_gelu(w16(&w_, it->p[0], N * OC, 1), w16(&w_, it->p[1], N * OC, 1),
-                               w16(&w_, it->p[2], N * C, 0), w16(&w_, it->p[3], C * OC, 0), w16(&w_, it->p[4], OC, 0),
+    sim_cpu_math->matmul_forward_gelu(sim_w16(&w_, it->p[0], N * OC, 1), sim_w16(&w_, it->p[1], N * OC, 1),
+                               sim_w16(&w_, it->p[2], N * C, 0), sim_w16(&w_, it->p[3], C * OC, 0), sim_w16(&w_, it->p[4], OC, 0),
                                (int)N, (int)C, (int)OC);
     OP_END();
 }
 static void run_matmul_backward_dgelu(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], C = it->i[1], OC = it->i[2];
-    g_cpu->matmul_backward_dgelu(w16(&w_, it->p[0], N * C, 1), w16(&w_, it->p[1], C * OC, 1), w16(&w_, it->p[2], OC, 1),
-                                 w16(&w_, it->p[3], N * OC, 0), w16(&w_, it->p[4], N * C, 0),
-                                 w16(&w_, it->p[5], C * OC, 0), w16(&w_, it->p[6], N * C, 0), (int)N, (int)C, (int)OC);
+    sim_cpu_math->matmul_backward_dgelu(sim_w16(&w_, it->p[0], N * C, 1), sim_w16(&w_, it->p[1], C * OC, 1), sim_w16(&w_, it->p[2], OC, 1),
+                                 sim_w16(&w_, it->p[3], N * OC, 0), sim_w16(&w_, it->p[4], N * C, 0),
+                                 sim_w16(&w_, it->p[5], C * OC, 0), sim_w16(&w_, it->p[6], N * C, 0), (int)N, (int)C, (int)OC);
     OP_END();
 }
 /* Attention keeps nothing in att (the CUDA flash path keeps its own statistics there): backward
@@ -197,7 +92,7 @@ static void run_attention_forward(sim_item *it) {
     OP_BEGIN(it);
     long B = it->i[0], T = it->i[1], C = it->i[2], NH = it->i[3];
     float *att = zt_xmalloc(F(B * NH * T * T));
-    g_cpu->attention_forward(w16(&w_, it->p[0], B * T * C, 1), att, w16(&w_, it->p[2], B * T * 3 * C, 0), (int)B,
+    sim_cpu_math->attention_forward(sim_w16(&w_, it->p[0], B * T * C, 1), att, sim_w16(&w_, it->p[2], B * T * 3 * C, 0), (int)B,
                              (int)T, (int)C, (int)NH);
     free(att);
     OP_END();
@@ -207,9 +102,9 @@ static void run_attention_backward(sim_item *it) {
     long B = it->i[0], T = it->i[1], C = it->i[2], NH = it->i[3];
     float *att = zt_xmalloc(F(B * NH * T * T)), *datt = zt_xmalloc(F(B * NH * T * T)),
           *out = zt_xmalloc(F(B * T * C));
-    float *qkv = w16(&w_, it->p[3], B * T * 3 * C, 0);
-    g_cpu->attention_forward(out, att, qkv, (int)B, (int)T, (int)C, (int)NH);
-    g_cpu->attention_backward(w16(&w_, it->p[0], B * T * 3 * C, 1), datt, w16(&w_, it->p[2], B * T * C, 0), qkv, att,
+    float *qkv = sim_w16(&w_, it->p[3], B * T * 3 * C, 0);
+    sim_cpu_math->attention_forward(out, att, qkv, (int)B, (int)T, (int)C, (int)NH);
+    sim_cpu_math->attention_backward(sim_w16(&w_, it->p[0], B * T * 3 * C, 1), datt, sim_w16(&w_, it->p[2], B * T * C, 0), qkv, att,
                               (int)B, (int)T, (int)C, (int)NH);
     free(att);
     free(datt);
@@ -218,62 +113,62 @@ static void run_attention_backward(sim_item *it) {
 }
 static void run_gelu_forward(sim_item *it) {
     OP_BEGIN(it);
-    g_cpu->gelu_forward(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), it->n);
+    sim_cpu_math->gelu_forward(sim_w16(&w_, it->p[0], it->n, 1), sim_w16(&w_, it->p[1], it->n, 0), it->n);
     OP_END();
 }
 static void run_gelu_backward(sim_item *it) {
     OP_BEGIN(it);
-    g_cpu->gelu_backward(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), w16(&w_, it->p[2], it->n, 0),
+    sim_cpu_math->gelu_backward(sim_w16(&w_, it->p[0], it->n, 1), sim_w16(&w_, it->p[1], it->n, 0), sim_w16(&w_, it->p[2], it->n, 0),
                          it->n);
     OP_END();
 }
 static void run_residual_forward(sim_item *it) {
     OP_BEGIN(it);
-    g_cpu->residual_forward(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), w16(&w_, it->p[2], it->n, 0),
+    sim_cpu_math->residual_forward(sim_w16(&w_, it->p[0], it->n, 1), sim_w16(&w_, it->p[1], it->n, 0), sim_w16(&w_, it->p[2], it->n, 0),
                             it->n);
     OP_END();
 }
 static void run_accumulate(sim_item *it) {
     OP_BEGIN(it);
-    g_cpu->accumulate(w16(&w_, it->p[0], it->n, 1), w16(&w_, it->p[1], it->n, 0), it->n);
+    sim_cpu_math->accumulate(sim_w16(&w_, it->p[0], it->n, 1), sim_w16(&w_, it->p[1], it->n, 0), it->n);
     OP_END();
 }
 static void run_scale(sim_item *it) {
     OP_BEGIN(it);
-    g_cpu->scale(w16(&w_, it->p[0], it->n, 1), it->f, it->n);
+    sim_cpu_math->scale(sim_w16(&w_, it->p[0], it->n, 1), it->f, it->n);
     OP_END();
 }
 static void run_softmax_xent(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], V = it->i[1], Vp = it->i[2];
-    float *logits = w16(&w_, it->p[2], N * Vp, 0);
-    g_cpu->softmax_xent(it->p[0], w16(&w_, it->p[1], N * Vp, 1), logits, it->p[3], (int)N, (int)V, (int)Vp, it->f);
+    float *logits = sim_w16(&w_, it->p[2], N * Vp, 0);
+    sim_cpu_math->softmax_xent(it->p[0], sim_w16(&w_, it->p[1], N * Vp, 1), logits, it->p[3], (int)N, (int)V, (int)Vp, it->f);
     OP_END();
 }
 static void run_xent_partial(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], Vl = it->i[1], Vp = it->i[2], lo = it->i[3];
-    g_cpu->xent_partial(it->p[0], w16(&w_, it->p[1], N * Vp, 0), it->p[2], (int)N, (int)Vl, (int)Vp, (int)lo);
+    sim_cpu_math->xent_partial(it->p[0], sim_w16(&w_, it->p[1], N * Vp, 0), it->p[2], (int)N, (int)Vl, (int)Vp, (int)lo);
     OP_END();
 }
 static void run_xent_parallel(sim_item *it) {
     OP_BEGIN(it);
     long tp = it->i[0], N = it->i[1], Vl = it->i[2], Vp = it->i[3], lo = it->i[4];
-    float *logits = w16(&w_, it->p[2], N * Vp, 0);
-    g_cpu->xent_parallel(it->p[0], w16(&w_, it->p[1], N * Vp, 1), logits, it->p[3], it->p[4], (int)tp, (int)N, (int)Vl,
+    float *logits = sim_w16(&w_, it->p[2], N * Vp, 0);
+    sim_cpu_math->xent_parallel(it->p[0], sim_w16(&w_, it->p[1], N * Vp, 1), logits, it->p[3], it->p[4], (int)tp, (int)N, (int)Vl,
                          (int)Vp, (int)lo, it->f);
     OP_END();
 }
-/* the tiled linears: every matrix is a strided slice, see w16_rows; c in compute dtype (c16), or the
+/* the tiled linears: every matrix is a strided slice, see sim_w16_rows; c in compute dtype (c16), or the
  * tiled forward's fp32 accumulator, used as it is (never rounded here) */
 static void run_gemm_widened(sim_item *it, int c16) {
     OP_BEGIN(it);
     long M = it->i[0], N = it->i[1], K = it->i[2], lda = it->i[3], ldb = it->i[4], ldc = it->i[5], ta = it->i[6],
          tb = it->i[7];
-    float *a = w16_rows(&w_, it->p[1], ta ? K : M, ta ? M : K, lda, 0);
-    float *b = w16_rows(&w_, it->p[2], tb ? N : K, tb ? K : N, ldb, 0);
-    float *c = c16 ? w16_rows(&w_, it->p[0], M, N, ldc, 1) : it->p[0];
-    g_cpu->gemm(c, a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc, (int)ta, (int)tb, it->f);
+    float *a = sim_w16_rows(&w_, it->p[1], ta ? K : M, ta ? M : K, lda, 0);
+    float *b = sim_w16_rows(&w_, it->p[2], tb ? N : K, tb ? K : N, ldb, 0);
+    float *c = c16 ? sim_w16_rows(&w_, it->p[0], M, N, ldc, 1) : it->p[0];
+    sim_cpu_math->gemm(c, a, b, (int)M, (int)N, (int)K, (int)lda, (int)ldb, (int)ldc, (int)ta, (int)tb, it->f);
     OP_END();
 }
 static void run_gemm(sim_item *it) { run_gemm_widened(it, 1); }
@@ -281,20 +176,20 @@ static void run_gemm_f32(sim_item *it) { run_gemm_widened(it, 0); }
 static void run_round_bias(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], OC = it->i[1], ld = it->i[2];
-    g_cpu->round_bias(w16_rows(&w_, it->p[0], N, OC, ld, 1), it->p[1], w16(&w_, it->p[2], OC, 0), (int)N, (int)OC,
+    sim_cpu_math->round_bias(sim_w16_rows(&w_, it->p[0], N, OC, ld, 1), it->p[1], sim_w16(&w_, it->p[2], OC, 0), (int)N, (int)OC,
                       (int)ld);
     OP_END();
 }
 static void run_add_bias(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], OC = it->i[1], ld = it->i[2];
-    g_cpu->add_bias(w16_rows(&w_, it->p[1], N, OC, ld, 1), w16(&w_, it->p[0], OC, 0), (int)N, (int)OC, (int)ld);
+    sim_cpu_math->add_bias(sim_w16_rows(&w_, it->p[1], N, OC, ld, 1), sim_w16(&w_, it->p[0], OC, 0), (int)N, (int)OC, (int)ld);
     OP_END();
 }
 static void run_bias_grad(sim_item *it) {
     OP_BEGIN(it);
     long N = it->i[0], OC = it->i[1], ld = it->i[2];
-    g_cpu->bias_grad(w16(&w_, it->p[0], OC, 1), w16_rows(&w_, it->p[1], N, OC, ld, 0), (int)N, (int)OC, (int)ld);
+    sim_cpu_math->bias_grad(sim_w16(&w_, it->p[0], OC, 1), sim_w16_rows(&w_, it->p[1], N, OC, ld, 0), (int)N, (int)OC, (int)ld);
     OP_END();
 }
 static void run_adamw(sim_item *it) {
@@ -303,7 +198,7 @@ static void run_adamw(sim_item *it) {
 }
 static void run_sumsq(sim_item *it) {
     OP_BEGIN(it);
-    it->result = g_cpu->sumsq(w16(&w_, it->p[0], it->n, 0), it->n);
+    it->result = sim_cpu_math->sumsq(sim_w16(&w_, it->p[0], it->n, 0), it->n);
     OP_END();
 }
 
@@ -312,22 +207,13 @@ static void gemm_cost(sim_item *it, zt_dtype dt, double M, double N, double K) {
     it->cost += sim_cost_gemm(dt, M, N, K);
     it->flops += 2.0 * M * N * K;
 }
-/* causal attention over B sequences of T: QK^T and PV are 4 T^2 C FLOPs per sequence, half of
- * them under the mask; backward is costed at `factor` times forward (flash attention recomputes
- * the scores: 2.5) */
-static void attention_cost(sim_item *it, zt_dtype dt, double B, double T, double C, double factor) {
-    double flops = factor * 2.0 * B * T * T * C;
-    it->cost += sim_cost_attention(dt, flops);
-    it->flops += flops;
-}
-
 /* The entries. Shapes go to i[], pointers through sim_dev() with the extent the op reads or writes. */
 /* fp32 <-> compute dtype: dst_bytes and src_bytes are the extents on each side */
 static void q_convert(zt_dtype dt, sim_fn run, const char *op, void *dst, size_t dst_bytes, const void *src,
                       size_t src_bytes, size_t n) {
-    sim_item *it = op_item(run, dt, op);
-    operand(it, 0, AS_IS, dst, dst_bytes, op, "dst");
-    operand(it, 1, AS_IS, src, src_bytes, op, "src");
+    sim_item *it = sim_op_item(run, dt, op);
+    sim_operand(it, 0, AS_IS, dst, dst_bytes, op, "dst");
+    sim_operand(it, 1, AS_IS, src, src_bytes, op, "src");
     it->n = n;
     it->cost = sim_cost_bytes((double)(dst_bytes + src_bytes));
     sim_enqueue(it);
@@ -338,12 +224,12 @@ static void q_convert(zt_dtype dt, sim_fn run, const char *op, void *dst, size_t
 static void q_embedding_forward(zt_dtype dt, void *out, const int *tokens, const void *wte, int lo, int hi,
                                 const void *wpe, int B, int T, int C) {
     const char *op = "embedding_forward";
-    sim_item *it = op_item(run_embedding_forward, dt, "embedding_forward");
+    sim_item *it = sim_op_item(run_embedding_forward, dt, "embedding_forward");
     size_t BT = (size_t)B * T;
-    operand(it, 0, OUT16, out, E(BT * C), op, "out");
-    operand(it, 1, AS_IS, tokens, BT * sizeof(int), op, "tokens");
-    operand(it, 2, IN16, wte, E((size_t)(hi - lo) * C), op, "wte");
-    operand(it, 3, IN16, wpe, E((size_t)T * C), op, "wpe");
+    sim_operand(it, 0, OUT16, out, E(BT * C), op, "out");
+    sim_operand(it, 1, AS_IS, tokens, BT * sizeof(int), op, "tokens");
+    sim_operand(it, 2, IN16, wte, E((size_t)(hi - lo) * C), op, "wte");
+    sim_operand(it, 3, IN16, wpe, E((size_t)T * C), op, "wpe");
     it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
     it->cost = sim_cost_bytes(3.0 * E(BT * C));
     sim_enqueue(it);
@@ -351,12 +237,12 @@ static void q_embedding_forward(zt_dtype dt, void *out, const int *tokens, const
 static void q_embedding_backward(zt_dtype dt, void *dwte, int lo, int hi, void *dwpe, const void *dout,
                                  const int *tokens, int B, int T, int C) {
     const char *op = "embedding_backward";
-    sim_item *it = op_item(run_embedding_backward, dt, "embedding_backward");
+    sim_item *it = sim_op_item(run_embedding_backward, dt, "embedding_backward");
     size_t BT = (size_t)B * T;
-    operand(it, 0, OUT16, dwte, E((size_t)(hi - lo) * C), op, "dwte");
-    operand(it, 1, OUT16, dwpe, E((size_t)T * C), op, "dwpe");
-    operand(it, 2, IN16, dout, E(BT * C), op, "dout");
-    operand(it, 3, AS_IS, tokens, BT * sizeof(int), op, "tokens");
+    sim_operand(it, 0, OUT16, dwte, E((size_t)(hi - lo) * C), op, "dwte");
+    sim_operand(it, 1, OUT16, dwpe, E((size_t)T * C), op, "dwpe");
+    sim_operand(it, 2, IN16, dout, E(BT * C), op, "dout");
+    sim_operand(it, 3, AS_IS, tokens, BT * sizeof(int), op, "tokens");
     it->i[0] = lo, it->i[1] = hi, it->i[2] = B, it->i[3] = T, it->i[4] = C;
     it->cost = sim_cost_bytes(3.0 * E(BT * C) + (dwpe ? 2.0 * E((size_t)T * C) : 0));
     sim_enqueue(it);
@@ -364,14 +250,14 @@ static void q_embedding_backward(zt_dtype dt, void *dwte, int lo, int hi, void *
 static void q_layernorm_forward(zt_dtype dt, void *out, float *mean, float *rstd, const void *inp, const void *w,
                                 const void *b, int N, int C) {
     const char *op = "layernorm_forward";
-    sim_item *it = op_item(run_layernorm_forward, dt, "layernorm_forward");
+    sim_item *it = sim_op_item(run_layernorm_forward, dt, "layernorm_forward");
     size_t NC = (size_t)N * C;
-    operand(it, 0, OUT16, out, E(NC), op, "out");
-    operand(it, 1, AS_IS, mean, F(N), op, "mean");
-    operand(it, 2, AS_IS, rstd, F(N), op, "rstd");
-    operand(it, 3, IN16, inp, E(NC), op, "inp");
-    operand(it, 4, IN16, w, E(C), op, "w");
-    operand(it, 5, IN16, b, E(C), op, "b");
+    sim_operand(it, 0, OUT16, out, E(NC), op, "out");
+    sim_operand(it, 1, AS_IS, mean, F(N), op, "mean");
+    sim_operand(it, 2, AS_IS, rstd, F(N), op, "rstd");
+    sim_operand(it, 3, IN16, inp, E(NC), op, "inp");
+    sim_operand(it, 4, IN16, w, E(C), op, "w");
+    sim_operand(it, 5, IN16, b, E(C), op, "b");
     it->i[0] = N, it->i[1] = C;
     it->cost = sim_cost_bytes(2.0 * E(NC));
     sim_enqueue(it);
@@ -379,16 +265,16 @@ static void q_layernorm_forward(zt_dtype dt, void *out, float *mean, float *rstd
 static void q_layernorm_backward(zt_dtype dt, void *dinp, void *dw, void *db, const void *dout, const void *inp,
                                  const void *w, const float *mean, const float *rstd, int N, int C) {
     const char *op = "layernorm_backward";
-    sim_item *it = op_item(run_layernorm_backward, dt, "layernorm_backward");
+    sim_item *it = sim_op_item(run_layernorm_backward, dt, "layernorm_backward");
     size_t NC = (size_t)N * C;
-    operand(it, 0, OUT16, dinp, E(NC), op, "dinp");
-    operand(it, 1, OUT16, dw, E(C), op, "dw");
-    operand(it, 2, OUT16, db, E(C), op, "db");
-    operand(it, 3, IN16, dout, E(NC), op, "dout");
-    operand(it, 4, IN16, inp, E(NC), op, "inp");
-    operand(it, 5, IN16, w, E(C), op, "w");
-    operand(it, 6, AS_IS, mean, F(N), op, "mean");
-    operand(it, 7, AS_IS, rstd, F(N), op, "rstd");
+    sim_operand(it, 0, OUT16, dinp, E(NC), op, "dinp");
+    sim_operand(it, 1, OUT16, dw, E(C), op, "dw");
+    sim_operand(it, 2, OUT16, db, E(C), op, "db");
+    sim_operand(it, 3, IN16, dout, E(NC), op, "dout");
+    sim_operand(it, 4, IN16, inp, E(NC), op, "inp");
+    sim_operand(it, 5, IN16, w, E(C), op, "w");
+    sim_operand(it, 6, AS_IS, mean, F(N), op, "mean");
+    sim_operand(it, 7, AS_IS, rstd, F(N), op, "rstd");
     it->i[0] = N, it->i[1] = C;
     it->cost = sim_cost_bytes(4.0 * E(NC));
     sim_enqueue(it);
@@ -396,11 +282,11 @@ static void q_layernorm_backward(zt_dtype dt, void *dinp, void *dw, void *db, co
 static void q_matmul_forward(zt_dtype dt, void *out, const void *inp, const void *w, const void *bias, int N, int C,
                              int OC, int wt, int ld) {
     const char *op = "matmul_forward";
-    sim_item *it = op_item(run_matmul_forward, dt, "matmul_forward");
-    operand(it, 0, OUT16, out, E(span(N, OC, ld)), op, "out");
-    operand(it, 1, IN16, inp, E((size_t)N * C), op, "inp");
-    operand(it, 2, IN16, w, E((size_t)C * OC), op, "w");
-    operand(it, 3, IN16, bias, E(OC), op, "bias");
+    sim_item *it = sim_op_item(run_matmul_forward, dt, "matmul_forward");
+    sim_operand(it, 0, OUT16, out, E(sim_span(N, OC, ld)), op, "out");
+    sim_operand(it, 1, IN16, inp, E((size_t)N * C), op, "inp");
+    sim_operand(it, 2, IN16, w, E((size_t)C * OC), op, "w");
+    sim_operand(it, 3, IN16, bias, E(OC), op, "bias");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
     gemm_cost(it, dt, N, OC, C);
     sim_enqueue(it);
@@ -408,13 +294,13 @@ static void q_matmul_forward(zt_dtype dt, void *out, const void *inp, const void
 static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
                               const void *w, int N, int C, int OC, int wt, int ld) {
     const char *op = "matmul_backward";
-    sim_item *it = op_item(run_matmul_backward, dt, "matmul_backward");
-    operand(it, 0, OUT16, dinp, E((size_t)N * C), op, "dinp");
-    operand(it, 1, OUT16, dw, E((size_t)C * OC), op, "dw");
-    operand(it, 2, OUT16, dbias, E(OC), op, "dbias");
-    operand(it, 3, IN16, dout, E((size_t)(N - 1) * ld + OC), op, "dout");
-    operand(it, 4, IN16, inp, E((size_t)N * C), op, "inp");
-    operand(it, 5, IN16, w, E((size_t)C * OC), op, "w");
+    sim_item *it = sim_op_item(run_matmul_backward, dt, "matmul_backward");
+    sim_operand(it, 0, OUT16, dinp, E((size_t)N * C), op, "dinp");
+    sim_operand(it, 1, OUT16, dw, E((size_t)C * OC), op, "dw");
+    sim_operand(it, 2, OUT16, dbias, E(OC), op, "dbias");
+    sim_operand(it, 3, IN16, dout, E((size_t)(N - 1) * ld + OC), op, "dout");
+    sim_operand(it, 4, IN16, inp, E((size_t)N * C), op, "inp");
+    sim_operand(it, 5, IN16, w, E((size_t)C * OC), op, "w");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC, it->i[3] = wt, it->i[4] = ld;
     if (dinp) gemm_cost(it, dt, N, C, OC);
     /* dW in the orientation the math runs it: dW [OC, C] = dout^T inp when w is stored transposed
@@ -427,12 +313,12 @@ static void q_matmul_backward(zt_dtype dt, void *dinp, void *dw, void *dbias, co
 static void q_matmul_forward_gelu(zt_dtype dt, void *out, void *pre, const void *inp, const void *w, const void *bias,
                                   int N, int C, int OC) {
     const char *op = "matmul_forward_gelu";
-    sim_item *it = op_item(run_matmul_forward_gelu, dt, "matmul_forward_gelu");
-    operand(it, 0, OUT16, out, E((size_t)N * OC), op, "out");
-    operand(it, 1, OUT16, pre, E((size_t)N * OC), op, "pre");
-    operand(it, 2, IN16, inp, E((size_t)N * C), op, "inp");
-    operand(it, 3, IN16, w, E((size_t)C * OC), op, "w");
-    operand(it, 4, IN16, bias, E(OC), op, "bias");
+    sim_item *it = sim_op_item(run_matmul_forward_gelu, dt, "matmul_forward_gelu");
+    sim_operand(it, 0, OUT16, out, E((size_t)N * OC), op, "out");
+    sim_operand(it, 1, OUT16, pre, E((size_t)N * OC), op, "pre");
+    sim_operand(it, 2, IN16, inp, E((size_t)N * C), op, "inp");
+    sim_operand(it, 3, IN16, w, E((size_t)C * OC), op, "w");
+    sim_operand(it, 4, IN16, bias, E(OC), op, "bias");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC;
     gemm_cost(it, dt, N, OC, C);
     it->cost += sim_cost_bytes(E((size_t)N * OC)); /* the epilogue writes pre as well */
@@ -441,14 +327,14 @@ static void q_matmul_forward_gelu(zt_dtype dt, void *out, void *pre, const void 
 static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbias, const void *dout, const void *inp,
                                     const void *w, const void *gelu_pre, int N, int C, int OC) {
     const char *op = "matmul_backward_dgelu";
-    sim_item *it = op_item(run_matmul_backward_dgelu, dt, "matmul_backward_dgelu");
-    operand(it, 0, OUT16, dinp, E((size_t)N * C), op, "dinp");
-    operand(it, 1, OUT16, dw, E((size_t)C * OC), op, "dw");
-    operand(it, 2, OUT16, dbias, E(OC), op, "dbias");
-    operand(it, 3, IN16, dout, E((size_t)N * OC), op, "dout");
-    operand(it, 4, IN16, inp, E((size_t)N * C), op, "inp");
-    operand(it, 5, IN16, w, E((size_t)C * OC), op, "w");
-    operand(it, 6, IN16, gelu_pre, E((size_t)N * C), op, "gelu_pre");
+    sim_item *it = sim_op_item(run_matmul_backward_dgelu, dt, "matmul_backward_dgelu");
+    sim_operand(it, 0, OUT16, dinp, E((size_t)N * C), op, "dinp");
+    sim_operand(it, 1, OUT16, dw, E((size_t)C * OC), op, "dw");
+    sim_operand(it, 2, OUT16, dbias, E(OC), op, "dbias");
+    sim_operand(it, 3, IN16, dout, E((size_t)N * OC), op, "dout");
+    sim_operand(it, 4, IN16, inp, E((size_t)N * C), op, "inp");
+    sim_operand(it, 5, IN16, w, E((size_t)C * OC), op, "w");
+    sim_operand(it, 6, IN16, gelu_pre, E((size_t)N * C), op, "gelu_pre");
     it->i[0] = N, it->i[1] = C, it->i[2] = OC;
     gemm_cost(it, dt, N, C, OC);
     gemm_cost(it, dt, C, OC, N);
@@ -457,34 +343,34 @@ static void q_matmul_backward_dgelu(zt_dtype dt, void *dinp, void *dw, void *dbi
 }
 static void q_attention_forward(zt_dtype dt, void *out, void *att, const void *qkv, int B, int T, int C, int NH) {
     const char *op = "attention_forward";
-    sim_item *it = op_item(run_attention_forward, dt, "attention_forward");
-    operand(it, 0, OUT16, out, E((size_t)B * T * C), op, "out");
-    operand(it, 1, AS_IS, att, E((size_t)B * NH * T * T), op, "att");
-    operand(it, 2, IN16, qkv, E((size_t)B * T * 3 * C), op, "qkv");
+    sim_item *it = sim_op_item(run_attention_forward, dt, "attention_forward");
+    sim_operand(it, 0, OUT16, out, E((size_t)B * T * C), op, "out");
+    sim_operand(it, 1, AS_IS, att, E((size_t)B * NH * T * T), op, "att");
+    sim_operand(it, 2, IN16, qkv, E((size_t)B * T * 3 * C), op, "qkv");
     it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
-    attention_cost(it, dt, B, T, C, 1.0);
+    sim_attention_cost(it, dt, B, T, C, 1.0);
     sim_enqueue(it);
 }
 static void q_attention_backward(zt_dtype dt, void *dqkv, void *datt, const void *dout, const void *qkv,
                                  const void *att, int B, int T, int C, int NH) {
     const char *op = "attention_backward";
-    sim_item *it = op_item(run_attention_backward, dt, "attention_backward");
-    operand(it, 0, OUT16, dqkv, E((size_t)B * T * 3 * C), op, "dqkv");
-    operand(it, 1, AS_IS, datt, E((size_t)B * NH * T * T), op, "datt");
-    operand(it, 2, IN16, dout, E((size_t)B * T * C), op, "dout");
-    operand(it, 3, IN16, qkv, E((size_t)B * T * 3 * C), op, "qkv");
-    operand(it, 4, AS_IS, att, E((size_t)B * NH * T * T), op, "att");
+    sim_item *it = sim_op_item(run_attention_backward, dt, "attention_backward");
+    sim_operand(it, 0, OUT16, dqkv, E((size_t)B * T * 3 * C), op, "dqkv");
+    sim_operand(it, 1, AS_IS, datt, E((size_t)B * NH * T * T), op, "datt");
+    sim_operand(it, 2, IN16, dout, E((size_t)B * T * C), op, "dout");
+    sim_operand(it, 3, IN16, qkv, E((size_t)B * T * 3 * C), op, "qkv");
+    sim_operand(it, 4, AS_IS, att, E((size_t)B * NH * T * T), op, "att");
     it->i[0] = B, it->i[1] = T, it->i[2] = C, it->i[3] = NH;
-    attention_cost(it, dt, B, T, C, 2.5);
+    sim_attention_cost(it, dt, B, T, C, 2.5);
     sim_enqueue(it);
 }
 /* pointwise ops over n elements with up to three tensors */
 static void q_pointwise(zt_dtype dt, sim_fn run, const char *op, const void *a, const void *b, const void *c, size_t n,
                         float f) {
-    sim_item *it = op_item(run, dt, op);
-    operand(it, 0, OUT16, a, E(n), op, "arg 1");
-    operand(it, 1, IN16, b, E(n), op, "arg 2");
-    operand(it, 2, IN16, c, E(n), op, "arg 3");
+    sim_item *it = sim_op_item(run, dt, op);
+    sim_operand(it, 0, OUT16, a, E(n), op, "arg 1");
+    sim_operand(it, 1, IN16, b, E(n), op, "arg 2");
+    sim_operand(it, 2, IN16, c, E(n), op, "arg 3");
     it->n = n;
     it->f = f;
     it->cost = sim_cost_bytes((double)E(n) * ((a != NULL) + (b != NULL) + (c != NULL) + 1));
@@ -493,11 +379,11 @@ static void q_pointwise(zt_dtype dt, sim_fn run, const char *op, const void *a, 
 static void q_softmax_xent(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets, int N,
                            int V, int Vp, float dloss) {
     const char *op = "softmax_xent";
-    sim_item *it = op_item(run_softmax_xent, dt, "softmax_xent");
-    operand(it, 0, AS_IS, losses, F(N), op, "losses");
-    operand(it, 1, OUT16, dlogits, E((size_t)N * Vp), op, "dlogits");
-    operand(it, 2, IN16, logits, E((size_t)N * Vp), op, "logits");
-    operand(it, 3, AS_IS, targets, (size_t)N * sizeof(int), op, "targets");
+    sim_item *it = sim_op_item(run_softmax_xent, dt, "softmax_xent");
+    sim_operand(it, 0, AS_IS, losses, F(N), op, "losses");
+    sim_operand(it, 1, OUT16, dlogits, E((size_t)N * Vp), op, "dlogits");
+    sim_operand(it, 2, IN16, logits, E((size_t)N * Vp), op, "logits");
+    sim_operand(it, 3, AS_IS, targets, (size_t)N * sizeof(int), op, "targets");
     it->i[0] = N, it->i[1] = V, it->i[2] = Vp;
     it->f = dloss;
     it->cost = sim_cost_xent(2.0 * E((size_t)N * Vp));
@@ -506,10 +392,10 @@ static void q_softmax_xent(zt_dtype dt, float *losses, void *dlogits, const void
 static void q_xent_partial(zt_dtype dt, float *stats, const void *logits, const int *targets, int N, int Vl, int Vp,
                            int vocab_lo) {
     const char *op = "xent_partial";
-    sim_item *it = op_item(run_xent_partial, dt, "xent_partial");
-    operand(it, 0, AS_IS, stats, F(3 * (size_t)N), op, "stats");
-    operand(it, 1, IN16, logits, E((size_t)N * Vp), op, "logits");
-    operand(it, 2, AS_IS, targets, (size_t)N * sizeof(int), op, "targets");
+    sim_item *it = sim_op_item(run_xent_partial, dt, "xent_partial");
+    sim_operand(it, 0, AS_IS, stats, F(3 * (size_t)N), op, "stats");
+    sim_operand(it, 1, IN16, logits, E((size_t)N * Vp), op, "logits");
+    sim_operand(it, 2, AS_IS, targets, (size_t)N * sizeof(int), op, "targets");
     it->i[0] = N, it->i[1] = Vl, it->i[2] = Vp, it->i[3] = vocab_lo;
     it->cost = sim_cost_xent((double)E((size_t)N * Vp));
     sim_enqueue(it);
@@ -517,12 +403,12 @@ static void q_xent_partial(zt_dtype dt, float *stats, const void *logits, const 
 static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const void *logits, const int *targets,
                             const float *stats_all, int tp, int N, int Vl, int Vp, int vocab_lo, float dloss) {
     const char *op = "xent_parallel";
-    sim_item *it = op_item(run_xent_parallel, dt, "xent_parallel");
-    operand(it, 0, AS_IS, losses, F(N), op, "losses");
-    operand(it, 1, OUT16, dlogits, E((size_t)N * Vp), op, "dlogits");
-    operand(it, 2, IN16, logits, E((size_t)N * Vp), op, "logits");
-    operand(it, 3, AS_IS, targets, (size_t)N * sizeof(int), op, "targets");
-    operand(it, 4, AS_IS, stats_all, F(3 * (size_t)tp * N), op, "stats_all");
+    sim_item *it = sim_op_item(run_xent_parallel, dt, "xent_parallel");
+    sim_operand(it, 0, AS_IS, losses, F(N), op, "losses");
+    sim_operand(it, 1, OUT16, dlogits, E((size_t)N * Vp), op, "dlogits");
+    sim_operand(it, 2, IN16, logits, E((size_t)N * Vp), op, "logits");
+    sim_operand(it, 3, AS_IS, targets, (size_t)N * sizeof(int), op, "targets");
+    sim_operand(it, 4, AS_IS, stats_all, F(3 * (size_t)tp * N), op, "stats_all");
     it->i[0] = tp, it->i[1] = N, it->i[2] = Vl, it->i[3] = Vp, it->i[4] = vocab_lo;
     it->f = dloss;
     it->cost = sim_cost_xent(2.0 * E((size_t)N * Vp));
@@ -531,10 +417,10 @@ static void q_xent_parallel(zt_dtype dt, float *losses, void *dlogits, const voi
 /* gemm and gemm_f32: C = op(A) op(B) (+ beta C), C in compute dtype or fp32 (c_elem bytes) */
 static void q_gemm_into(sim_fn run, const char *op, zt_dtype dt, void *c, size_t c_elem, const void *a, const void *b,
                         int M, int N, int K, int lda, int ldb, int ldc, int ta, int tb, float beta) {
-    sim_item *it = op_item(run, dt, op);
-    operand(it, 0, c_elem == sizeof(float) ? AS_IS : OUT16, c, c_elem * span(M, N, ldc), op, "c");
-    operand(it, 1, IN16, a, E(ta ? span(K, M, lda) : span(M, K, lda)), op, "a");
-    operand(it, 2, IN16, b, E(tb ? span(N, K, ldb) : span(K, N, ldb)), op, "b");
+    sim_item *it = sim_op_item(run, dt, op);
+    sim_operand(it, 0, c_elem == sizeof(float) ? AS_IS : OUT16, c, c_elem * sim_span(M, N, ldc), op, "c");
+    sim_operand(it, 1, IN16, a, E(ta ? sim_span(K, M, lda) : sim_span(M, K, lda)), op, "a");
+    sim_operand(it, 2, IN16, b, E(tb ? sim_span(N, K, ldb) : sim_span(K, N, ldb)), op, "b");
     it->i[0] = M, it->i[1] = N, it->i[2] = K, it->i[3] = lda, it->i[4] = ldb, it->i[5] = ldc, it->i[6] = ta,
     it->i[7] = tb;
     it->f = beta;
@@ -551,41 +437,41 @@ static void q_gemm_f32(zt_dtype dt, float *c, const void *a, const void *b, int 
 }
 static void q_round_bias(zt_dtype dt, void *out, const float *acc, const void *bias, int N, int OC, int ld) {
     const char *op = "round_bias";
-    sim_item *it = op_item(run_round_bias, dt, op);
-    operand(it, 0, OUT16, out, E(span(N, OC, ld)), op, "out");
-    operand(it, 1, AS_IS, acc, F((size_t)N * OC), op, "acc");
-    operand(it, 2, IN16, bias, E(OC), op, "bias");
+    sim_item *it = sim_op_item(run_round_bias, dt, op);
+    sim_operand(it, 0, OUT16, out, E(sim_span(N, OC, ld)), op, "out");
+    sim_operand(it, 1, AS_IS, acc, F((size_t)N * OC), op, "acc");
+    sim_operand(it, 2, IN16, bias, E(OC), op, "bias");
     it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
-    it->cost = sim_cost_bytes((double)N * OC * 4.0 + E(span(N, OC, ld))); /* the fp32 sums in, the output out */
+    it->cost = sim_cost_bytes((double)N * OC * 4.0 + E(sim_span(N, OC, ld))); /* the fp32 sums in, the output out */
     sim_enqueue(it);
 }
 /* add_bias and bias_grad: the same shapes, a bias [OC] (p[0]) and a strided [N, OC] slice (p[1]) */
 static void q_bias(zt_dtype dt, sim_fn run, const char *op, const void *bias, const void *rows, int N, int OC, int ld,
                    const char *bias_arg, const char *rows_arg) {
-    sim_item *it = op_item(run, dt, op);
-    operand(it, 0, run == run_bias_grad ? OUT16 : IN16, bias, E(OC), op, bias_arg);
-    operand(it, 1, run == run_add_bias ? OUT16 : IN16, rows, E(span(N, OC, ld)), op, rows_arg);
+    sim_item *it = sim_op_item(run, dt, op);
+    sim_operand(it, 0, run == run_bias_grad ? OUT16 : IN16, bias, E(OC), op, bias_arg);
+    sim_operand(it, 1, run == run_add_bias ? OUT16 : IN16, rows, E(sim_span(N, OC, ld)), op, rows_arg);
     it->i[0] = N, it->i[1] = OC, it->i[2] = ld;
-    it->cost = sim_cost_bytes(2.0 * E(span(N, OC, ld)));
+    it->cost = sim_cost_bytes(2.0 * E(sim_span(N, OC, ld)));
     sim_enqueue(it);
 }
 static void q_adamw(zt_dtype dt, float *master, float *m, float *v, const void *grad, void *params_out, size_t n,
                     const zt_adam_step *step) {
     const char *op = "adamw";
-    sim_item *it = op_item(run_adamw, dt, "adamw");
-    operand(it, 0, AS_IS, master, F(n), op, "master");
-    operand(it, 1, AS_IS, m, F(n), op, "m");
-    operand(it, 2, AS_IS, v, F(n), op, "v");
-    operand(it, 3, AS_IS, grad, E(n), op, "grad");
-    operand(it, 4, AS_IS, params_out, E(n), op, "params_out");
+    sim_item *it = sim_op_item(run_adamw, dt, "adamw");
+    sim_operand(it, 0, AS_IS, master, F(n), op, "master");
+    sim_operand(it, 1, AS_IS, m, F(n), op, "m");
+    sim_operand(it, 2, AS_IS, v, F(n), op, "v");
+    sim_operand(it, 3, AS_IS, grad, E(n), op, "grad");
+    sim_operand(it, 4, AS_IS, params_out, E(n), op, "params_out");
     it->n = n;
     it->step = *step;
     it->cost = sim_cost_bytes((double)n * (24 + 2 * zt_dtype_size(dt))); /* read and write master, m, v; grad in, params out */
     sim_enqueue(it);
 }
 static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
-    sim_item *it = op_item(run_sumsq, dt, "sumsq");
-    operand(it, 0, IN16, x, E(n), "sumsq", "x");
+    sim_item *it = sim_op_item(run_sumsq, dt, "sumsq");
+    sim_operand(it, 0, IN16, x, E(n), "sumsq", "x");
     it->n = n;
     it->cost = sim_cost_bytes((double)E(n));
     sim_stream_run_and_wait(it); /* returns a host value: waits for the stream, as the CUDA sumsq */
@@ -629,6 +515,27 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
     }                                                                                                                  \
     static void attention_backward_##SFX(void *dq, void *da, const void *d, const void *q, const void *a, int B,       \
                                          int T, int C, int NH) { q_attention_backward(DTYPE, dq, da, d, q, a, B, T, C, NH); } \
+    static void attention_gqa_forward_##SFX(void *o, void *a, const void *q, int B, int T, int NH, int NKV, int HD) {  \
+        sim_q_attention_gqa_forward(DTYPE, o, a, q, B, T, NH, NKV, HD);                                                \
+    }                                                                                                                  \
+    static void attention_gqa_backward_##SFX(void *dq, void *da, const void *d, const void *q, const void *a, int B,   \
+                                             int T, int NH, int NKV, int HD) {                                         \
+        sim_q_attention_gqa_backward(DTYPE, dq, da, d, q, a, B, T, NH, NKV, HD);                                       \
+    }                                                                                                                  \
+    static void rmsnorm_forward_##SFX(void *o, float *r, const void *i, const void *w, float eps, int N, int C) {      \
+        sim_q_rmsnorm_forward(DTYPE, o, r, i, w, eps, N, C);                                                           \
+    }                                                                                                                  \
+    static void rmsnorm_backward_##SFX(void *di, void *dw, const void *d, const void *i, const void *w,                \
+                                       const float *r, int N, int C) {                                                 \
+        sim_q_rmsnorm_backward(DTYPE, di, dw, d, i, w, r, N, C);                                                       \
+    }                                                                                                                  \
+    static void rope_##SFX(void *q, const float *cs, int B, int T, int NH, int NKV, int HD, int inv) {                 \
+        sim_q_rope(DTYPE, q, cs, B, T, NH, NKV, HD, inv);                                                              \
+    }                                                                                                                  \
+    static void swiglu_forward_##SFX(void *o, const void *i, int N, int n) { sim_q_swiglu_forward(DTYPE, o, i, N, n); }\
+    static void swiglu_backward_##SFX(void *di, const void *i, const void *d, int N, int n) {                          \
+        sim_q_swiglu_backward(DTYPE, di, i, d, N, n);                                                                  \
+    }                                                                                                                  \
     static void gelu_forward_##SFX(void *o, const void *i, size_t n) {                                                 \
         q_pointwise(DTYPE, run_gelu_forward, "gelu_forward", o, i, NULL, n, 0);                                        \
     }                                                                                                                  \
@@ -684,6 +591,9 @@ static double q_sumsq(zt_dtype dt, const void *x, size_t n) {
         .matmul_forward = matmul_forward_##SFX, .matmul_backward = matmul_backward_##SFX,                              \
         .matmul_forward_gelu = matmul_forward_gelu_##SFX, .matmul_backward_dgelu = matmul_backward_dgelu_##SFX,        \
         .attention_forward = attention_forward_##SFX, .attention_backward = attention_backward_##SFX,                  \
+        .attention_gqa_forward = attention_gqa_forward_##SFX, .attention_gqa_backward = attention_gqa_backward_##SFX,  \
+        .rmsnorm_forward = rmsnorm_forward_##SFX, .rmsnorm_backward = rmsnorm_backward_##SFX, .rope = rope_##SFX,      \
+        .swiglu_forward = swiglu_forward_##SFX, .swiglu_backward = swiglu_backward_##SFX,                              \
         .gelu_forward = gelu_forward_##SFX, .gelu_backward = gelu_backward_##SFX,                                      \
         .residual_forward = residual_forward_##SFX, .accumulate = accumulate_##SFX,                                    \
         .softmax_xent = softmax_xent_##SFX, .xent_partial = xent_partial_##SFX, .xent_parallel = xent_parallel_##SFX,  \
@@ -695,7 +605,7 @@ SIM_THUNKS(bf16, ZT_BF16)
 SIM_THUNKS(f16, ZT_F16)
 
 static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
-static void sim_ops_start(void) { g_cpu = zt_backend_cpu(); }
+static void sim_ops_start(void) { sim_cpu_math = zt_backend_cpu(); }
 
 /* The backend: the device opened (backend_sim.c), then the op table of the dtype on it */
 const zt_backend *zt_backend_sim(zt_dtype dtype, const char **why) {

@@ -1,6 +1,7 @@
 /* cpu_kernels.c — the CPU backend's vector math (see cpu_kernels.h): exp, GELU and its gradient,
  * the exp row sums of the softmaxes, the softmax backward of attention, LayerNorm forward and
- * backward by rows, and the sum of squares, each at the CPU's widest SIMD.
+ * backward by rows, and the sum of squares, each at the CPU's widest SIMD; for the Llama family RMSNorm's
+ * rows forward and backward, the rotary embedding of a head, SwiGLU and its gradient.
  *
  * Why not libm. The binary is built for x86-64-v2 (SSE4), so glibc's vector tanhf and expf run 4
  * lanes wide, and its scalar ones one: GELU ran at ~9 GB/s and softmax + cross-entropy at ~4 GB/s
@@ -199,6 +200,68 @@ static inline __attribute__((always_inline)) void softmax_backward_loop(float *d
     for (i = 0; i < n; i++) d[i] = a[i] * (d[i] - s) * scale;
 }
 
+/* RMSNorm of one row: the mean of squares in the fixed order, rstd, y = (x rstd) w */
+static inline __attribute__((always_inline)) void rmsnorm_loop(float *y, float *rstd, const float *x, const float *w,
+                                                               float eps, size_t n) {
+    float acc[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+#pragma omp simd
+        for (int j = 0; j < 16; j++) acc[j] += x[i + j] * x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += x[i] * x[i];
+    float r = zt_rmsnorm_rstd(combine16(acc) / (float)n, eps);
+#pragma omp simd
+    for (i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+    *rstd = r;
+}
+/* RMSNorm backward of one row: with dxhat = dy w and xhat = x rstd, the row mean of dxhat xhat, then
+ * dx += zt_rmsnorm_dx(...) */
+static inline __attribute__((always_inline)) void rmsnorm_dx_loop(float *dx, const float *dy, const float *x,
+                                                                  const float *w, float r, size_t n) {
+    float acc[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+#pragma omp simd
+        for (int j = 0; j < 16; j++) acc[j] += dy[i + j] * w[i + j] * (x[i + j] * r);
+    for (int j = 0; i < n; i++, j++) acc[j] += dy[i] * w[i] * (x[i] * r);
+    float m = combine16(acc) / (float)n;
+#pragma omp simd
+    for (i = 0; i < n; i++) dx[i] += zt_rmsnorm_dx(dy[i] * w[i], x[i] * r, r, m);
+}
+/* one row's share of RMSNorm's dw (element-wise: the rows' order is the caller's) */
+static inline __attribute__((always_inline)) void rmsnorm_dw_loop(float *dw, const float *dy, const float *x, float r,
+                                                                  size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) dw[i] += dy[i] * (x[i] * r);
+}
+/* one head's rotary embedding in place: pairs (x[i], x[half + i]) rotated by (cos[i], sign sin[i]) */
+static inline __attribute__((always_inline)) void rope_loop(float *x, const float *cos, const float *sin, float sign,
+                                                            size_t half) {
+#pragma omp simd
+    for (size_t i = 0; i < half; i++) {
+        float y0, y1;
+        zt_rope_pair(&y0, &y1, x[i], x[half + i], cos[i], sign * sin[i]);
+        x[i] = y0;
+        x[half + i] = y1;
+    }
+}
+/* SwiGLU of n elements: out = silu(gate) up */
+static inline __attribute__((always_inline)) void swiglu_loop(float *out, const float *gate, const float *up,
+                                                              size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) out[i] = zt_silu_e(gate[i], exp_core(-gate[i])) * up[i];
+}
+/* its gradient: dgate = dout up silu'(gate), dup = dout silu(gate) (gate and up read before either is written) */
+static inline __attribute__((always_inline)) void swiglu_grad_loop(float *dgate, float *dup, const float *gate,
+                                                                   const float *up, const float *dout, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], u = up[i], d = dout[i], e = exp_core(-g);
+        dgate[i] = d * u * zt_silu_grad_e(g, e);
+        dup[i] = d * zt_silu_e(g, e);
+    }
+}
+
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,prefer-vector-width=512")))
 #define AVX2 __attribute__((target("avx2,fma")))
 #define PATHS(ret, name, params, args, loop)                      \
@@ -216,6 +279,17 @@ PATHS(void, vlayernorm_dx, (float *dx, const float *dy, const float *x, const fl
 PATHS(void, vlayernorm_dwdb, (float *dw, float *db, const float *dy, const float *x, float m, float r, size_t n),
       (dw, db, dy, x, m, r, n), layernorm_dwdb_loop)
 PATHS(void, vsoftmax_backward, (float *d, const float *a, float scale, size_t n), (d, a, scale, n), softmax_backward_loop)
+PATHS(void, vrmsnorm, (float *y, float *rstd, const float *x, const float *w, float eps, size_t n),
+      (y, rstd, x, w, eps, n), rmsnorm_loop)
+PATHS(void, vrmsnorm_dx, (float *dx, const float *dy, const float *x, const float *w, float r, size_t n),
+      (dx, dy, x, w, r, n), rmsnorm_dx_loop)
+PATHS(void, vrmsnorm_dw, (float *dw, const float *dy, const float *x, float r, size_t n), (dw, dy, x, r, n),
+      rmsnorm_dw_loop)
+PATHS(void, vrope, (float *x, const float *cos, const float *sin, float sign, size_t half), (x, cos, sin, sign, half),
+      rope_loop)
+PATHS(void, vswiglu, (float *out, const float *gate, const float *up, size_t n), (out, gate, up, n), swiglu_loop)
+PATHS(void, vswiglu_grad, (float *dgate, float *dup, const float *gate, const float *up, const float *dout, size_t n),
+      (dgate, dup, gate, up, dout, n), swiglu_grad_loop)
 
 /* ------------------------------------------------------------------ which path */
 
@@ -255,4 +329,20 @@ void zt_vec_layernorm_dwdb(float *dw, float *db, const float *dy, const float *x
 }
 void zt_vec_softmax_backward(float *d, const float *a, float scale, size_t n) {
     DISPATCH(vsoftmax_backward, (d, a, scale, n));
+}
+void zt_vec_rmsnorm(float *y, float *rstd, const float *x, const float *w, float eps, size_t n) {
+    DISPATCH(vrmsnorm, (y, rstd, x, w, eps, n));
+}
+void zt_vec_rmsnorm_dx(float *dx, const float *dy, const float *x, const float *w, float rstd, size_t n) {
+    DISPATCH(vrmsnorm_dx, (dx, dy, x, w, rstd, n));
+}
+void zt_vec_rmsnorm_dw(float *dw, const float *dy, const float *x, float rstd, size_t n) {
+    DISPATCH(vrmsnorm_dw, (dw, dy, x, rstd, n));
+}
+void zt_vec_rope(float *x, const float *cos, const float *sin, int inverse, size_t half) {
+    DISPATCH(vrope, (x, cos, sin, inverse ? -1.0f : 1.0f, half));
+}
+void zt_vec_swiglu(float *out, const float *gate, const float *up, size_t n) { DISPATCH(vswiglu, (out, gate, up, n)); }
+void zt_vec_swiglu_grad(float *dgate, float *dup, const float *gate, const float *up, const float *dout, size_t n) {
+    DISPATCH(vswiglu_grad, (dgate, dup, gate, up, dout, n));
 }

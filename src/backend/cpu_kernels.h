@@ -1,6 +1,6 @@
 /* cpu_kernels.h — the CPU backend's vector math at the CPU's widest SIMD: the exp row sums
  * (the softmaxes), attention's softmax backward, LayerNorm's rows forward and backward, GELU and
- * its gradient, the sum of squares.
+ * its gradient, the sum of squares; the Llama family's RMSNorm rows, rotary embedding and SwiGLU.
  *
  * Each kernel has three paths, chosen once at run time from cpuid (zt_cpu_simd): AVX-512 (16
  * lanes), AVX2+FMA (8 lanes), and plain C whose fused multiply-adds are fmaf() calls. The paths
@@ -49,5 +49,20 @@ void zt_vec_layernorm_dx(float *dx, const float *dy, const float *x, const float
 void zt_vec_layernorm_dwdb(float *dw, float *db, const float *dy, const float *x, float mean, float rstd, size_t n);
 /* softmax backward of one row of n: s = sum_j a[j] d[j], then d[j] = a[j] (d[j] - s) scale */
 void zt_vec_softmax_backward(float *d, const float *a, float scale, size_t n);
+/* RMSNorm of one row of n (opmath.h's formulas): rstd = 1/sqrt(mean(x^2) + eps), y[i] = x[i] rstd w[i] */
+void zt_vec_rmsnorm(float *y, float *rstd, const float *x, const float *w, float eps, size_t n);
+/* its backward of one row: dx[i] += rstd (dxhat_i - xhat_i mean(dxhat xhat)), dxhat = dy w, xhat = x rstd */
+void zt_vec_rmsnorm_dx(float *dx, const float *dy, const float *x, const float *w, float rstd, size_t n);
+/* one row's share of RMSNorm's dw: dw[i] += dy[i] xhat_i */
+void zt_vec_rmsnorm_dw(float *dw, const float *dy, const float *x, float rstd, size_t n);
+
+/* Element-wise (no sums: any split of a range gives the same bits). */
+/* one head's rotary embedding in place (zt_rope_pair): the pairs (x[i], x[half + i]), i < half, rotated
+ * by cos[i], sin[i], or by the inverse angle when inverse */
+void zt_vec_rope(float *x, const float *cos, const float *sin, int inverse, size_t half);
+/* out[i] = silu(gate[i]) up[i] (zt_silu_e with this file's exp) */
+void zt_vec_swiglu(float *out, const float *gate, const float *up, size_t n);
+/* dgate[i] = dout[i] up[i] silu'(gate[i]), dup[i] = dout[i] silu(gate[i]) (dgate may be gate, dup up) */
+void zt_vec_swiglu_grad(float *dgate, float *dup, const float *gate, const float *up, const float *dout, size_t n);
 
 #endif

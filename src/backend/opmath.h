@@ -41,6 +41,34 @@ ZT_HD float zt_layernorm_dx(float dnorm, float xhat, float rstd, float dnorm_mea
     return rstd * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
 }
 
+/* RMSNorm (Zhang & Sennrich 2019), eps from the model (rms_norm_eps):
+ *   rstd = 1 / sqrt(mean(x^2) + eps),  xhat = x rstd,  y = xhat w   (the product in that order)
+ * backward for one row, dxhat_i = dy_i w_i:  dx_i = rstd (dxhat_i - xhat_i mean(dxhat xhat)) */
+ZT_HD float zt_rmsnorm_rstd(float mean_sq, float eps) { return 1.0f / sqrtf(mean_sq + eps); }
+ZT_HD float zt_rmsnorm_dx(float dxhat, float xhat, float rstd, float dxhat_xhat_mean) {
+    return rstd * (dxhat - xhat * dxhat_xhat_mean);
+}
+
+/* Rotary embedding of one pair (x0, x1) = (x_i, x_{i+HD/2}) by the angle whose cosine and sine are c, s:
+ *   (x0 c - x1 s,  x1 c + x0 s), each a fused multiply-add of the other product, so the CPU's vector
+ *   paths and the GPU compute the same bits. The inverse rotation is this one with -s (exact). */
+ZT_HD void zt_rope_pair(float *y0, float *y1, float x0, float x1, float c, float s) {
+    *y0 = fmaf(x0, c, -(x1 * s));
+    *y1 = fmaf(x1, c, x0 * s);
+}
+
+/* SiLU (Elfwing et al. 2018; SwiGLU's gate), from e = exp(-x):
+ *   sigmoid(x) = 1 / (1 + e),  silu(x) = x sigmoid(x),  silu'(x) = sigmoid(x) (1 + x (1 - sigmoid(x)))
+ * The _e forms take the exp from the caller (the CPU's own vector exp, backend/cpu_kernels.c); zt_silu and
+ * zt_silu_grad use expf. Very negative x: e is inf or huge, sigmoid 0 or tiny, silu -0 or tiny. */
+ZT_HD float zt_silu_e(float x, float e) { return x * (1.0f / (1.0f + e)); }
+ZT_HD float zt_silu_grad_e(float x, float e) {
+    float s = 1.0f / (1.0f + e);
+    return s * (1.0f + x * (1.0f - s));
+}
+ZT_HD float zt_silu(float x) { return zt_silu_e(x, expf(-x)); }
+ZT_HD float zt_silu_grad(float x) { return zt_silu_grad_e(x, expf(-x)); }
+
 /* AdamW (Loshchilov & Hutter 2019, decoupled weight decay), one element, bias-corrected:
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   p = p - lr * ( (m / bc1) / (sqrt(v / bc2) + eps) + wd * p ),  bc_k = 1 - b_k^t
