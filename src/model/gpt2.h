@@ -27,7 +27,7 @@ typedef enum { ZT_MODEL_GPT2 = 0, ZT_MODEL_LLAMA, ZT_MODEL_QWEN2, ZT_MODEL_MISTR
 typedef struct zt_gpt2_shape {
     int n_layer, n_head, n_embd, vocab_size, n_positions;
     int padded_vocab; /* logits row stride: vocab_size rounded up to 128 (never visible outside) */
-    /* the Llama family's parts (all zero for GPT-2: a shape written {L, H, C, V, P, 0} is GPT-2's) */
+    /* the Llama family's parts (all zero for GPT-2: a shape that names only the five fields above is GPT-2's) */
     zt_model_type model_type;
     int n_kv_head;       /* num_key_value_heads (0: n_head) */
     int intermediate;    /* intermediate_size: the SwiGLU MLP's width */
