@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cmd/commands.h"
+#include "engine/init_from.h"
 #include "cmd/help.h"
 #include "config/config.h"
 #include "engine/config_sizes.h"
@@ -51,6 +52,7 @@ int zt_cmd_config(int argc, char **argv) {
     int rc = zt_config_load(&cfg, path, sets, n_sets, &err);
     free(sets);
     const zt_backend *be = NULL;
+    if (!rc) rc = zt_config_adopt_init_from(&cfg, &err);
     if (!rc) rc = zt_config_check_batch(&cfg, (int)ranks, &err);
     if (!rc) rc = (be = zt_pick_backend(&cfg, &err)) ? 0 : -1;
     if (!rc) {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "model/gpt2.h"
+#include "engine/init_from.h"
 #include "cmd/commands.h"
 #include "cmd/help.h"
 #include "comm/comm.h"
@@ -280,6 +281,7 @@ int zt_cmd_estimate(int argc, char **argv) {
     int rc = zt_config_load(&cfg, path, sets, n_sets, &err);
     if (!rc && tp > 0) cfg.tp_size = (int)tp;
     tp = cfg.tp_size;
+    if (!rc) rc = zt_config_adopt_init_from(&cfg, &err);
     if (!rc) rc = zt_config_check_batch(&cfg, (int)ranks, &err);
     if (rc) {
         zt_print_error(&err);
@@ -325,10 +327,8 @@ int zt_cmd_estimate(int argc, char **argv) {
                       host_per_rank, grads_host);
     for (int i = 0; i < n; i++) biggest = rows[i].device > biggest ? rows[i].device : biggest;
     unit u = biggest >= 1073741824.0 ? (unit){"GiB", 1073741824.0} : (unit){"MiB", 1048576.0};
-    char family[64] = "GPT-2";
-    if (zt_shape_is_llama(&shape))
-        snprintf(family, sizeof family, "%s KV%d I%d", zt_model_type_name(shape.model_type), zt_shape_kv_heads(&shape),
-                 shape.intermediate);
+    char family[64];
+    zt_shape_family(&shape, family, sizeof family);
     printf("zerotrain estimate: %s — %s L%d H%d C%d V%d, %.2fM parameters (%zu), micro-batch %d x T %d, %s "
            "activations %.2f %s/rank (checkpointing %s)\n",
            path, family, shape.n_layer, shape.n_head, shape.n_embd, shape.vocab_size, whole_total / 1e6, (size_t)whole_total,

@@ -64,7 +64,7 @@ static const command_help commands[] = {
     {"sample", "generate text from a model",
      {"zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S]",
       "                 [--vocab DIR] [--print-ids] [--device D]"},
-     "MODEL is a checkpoint directory, a step directory or a Hugging Face GPT-2 directory.",
+     "MODEL is a checkpoint directory, a step directory or a Hugging Face directory (GPT-2, Llama, Qwen2, Mistral).",
      {{"--prompt", "TEXT", "text to continue (default: <|endoftext|>, a fresh document)"},
       {"--max-tokens", "N", "tokens to generate (default 64)"},
       {"--temperature", "F", "softmax temperature, 0 = greedy (default 1.0)"},

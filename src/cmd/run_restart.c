@@ -49,7 +49,7 @@ static int contains(const char *s, const char *word) { return strstr(s, word) !=
 
 static void scan_line(zt_attempt *a, const char *line) {
     if (!strncmp(line, "step ", 5) && strchr(line, '/') && contains(line, "| loss")) a->steps++;
-    if (!strncmp(line, "model: GPT-2", 12)) a->started = 1; /* the banner: every rank is up */
+    if (!strncmp(line, "model: ", 7)) a->started = 1; /* the banner ("model: GPT-2 L12 ..."): every rank is up */
     if (contains(line, "checkpoint: saved") || contains(line, "checkpoint saved")) a->saves++;
     /* Open MPI: "mpirun noticed that process rank 1 with PID 123 on node x exited on signal 9 (Killed)." */
     const char *sig = strstr(line, "exited on signal ");

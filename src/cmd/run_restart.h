@@ -9,7 +9,7 @@
 
 /* What one attempt's output (the ranks' and the launcher's stdout and stderr) said. */
 typedef struct zt_attempt {
-    int started;          /* the banner ("model: GPT-2 ..."): every rank got through start-up */
+    int started;          /* the banner ("model: GPT-2 ...", "model: llama ..."): every rank got through start-up */
     int start_timeout;    /* run stopped the launch: no banner within ZEROTRAIN_STARTUP_TIMEOUT */
     long steps;           /* training-step lines: the attempt got past start-up and resume */
     long saves;           /* "checkpoint saved" lines: progress a restart keeps */

@@ -148,7 +148,7 @@ static float *weights_from_checkpoint(const char *step_dir, zt_gpt2_shape *shape
 }
 
 /* A config for running a model on one rank, stage 0: MODEL is a zerotrain checkpoint (directory or
- * step directory) or a Hugging Face GPT-2 directory. Collective: rank 0 decides which for every
+ * step directory) or a Hugging Face directory of a family zerotrain trains. Collective: rank 0 decides which for every
  * rank (ranks whose file system caches differ still read the same step). */
 static int model_from_dir(zt_comm *comm, const char *dir, zt_config *cfg, float **weights, int T, int device,
                           zt_err *err) {
@@ -167,11 +167,7 @@ static int model_from_dir(zt_comm *comm, const char *dir, zt_config *cfg, float 
         return -1;
     }
     zt_config_defaults(cfg);
-    cfg->n_layer = shape.n_layer;
-    cfg->n_head = shape.n_head;
-    cfg->n_embd = shape.n_embd;
-    cfg->vocab_size = shape.vocab_size;
-    cfg->n_positions = shape.n_positions;
+    zt_shape_to_config(&shape, cfg);
     cfg->seq_len = T > 0 ? T : shape.n_positions;
     cfg->device = device;
     if (cfg->seq_len > shape.n_positions) {

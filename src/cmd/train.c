@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backend/blas_core.h"
+#include "engine/init_from.h"
 #include "io/checkpoint.h"
 #include "engine/mem_report.h"
 #include "cmd/commands.h"
@@ -588,7 +589,7 @@ static int setup(trainer *t, int argc, char **argv, zt_err *err) {
     zt_config_free(&t->cfg); /* zt_config_load fills the defaults itself */
     int rc = zt_config_load(&t->cfg, path, sets, n_sets, err);
     free(sets);
-    if (rc) return -1;
+    if (rc || zt_config_adopt_init_from(&t->cfg, err)) return -1;
     if (zt_config_check_batch(&t->cfg, t->comm->world, err)) return -1;
     const zt_backend *be = zt_pick_backend(&t->cfg, err); /* the checks `zerotrain config` also runs */
     if (!be || zt_config_check_sizes(&t->cfg, t->comm->world, be, err)) return -1;
@@ -620,8 +621,9 @@ static void print_banner(trainer *t) {
     else
         zt_info("zerotrain: config %s (effective config: %d lines; print_config: true prints it here, `zerotrain config` "
                 "with the same arguments alone, and every checkpoint keeps it: `zerotrain info`)", cfg->source_path, lines);
-    zt_info("model: GPT-2 L%d H%d C%d V%d (%.2fM parameters), T %d; backend %s, %d rank%s, ZeRO stage %d",
-            s->shape.n_layer, s->shape.n_head, s->shape.n_embd, s->shape.vocab_size, s->whole.total / 1e6,
+    char family[64];
+    zt_info("model: %s L%d H%d C%d V%d (%.2fM parameters), T %d; backend %s, %d rank%s, ZeRO stage %d",
+            zt_shape_family(&s->shape, family, sizeof family), s->shape.n_layer, s->shape.n_head, s->shape.n_embd, s->shape.vocab_size, s->whole.total / 1e6,
             cfg->seq_len, s->be->name, t->comm->world, t->comm->world > 1 ? "s" : "", cfg->zero_stage);
     if (s->tp_size > 1)
         zt_info("tensor parallel: %d ranks a group (%.2fM parameters a rank), %d data-parallel group%s", s->tp_size,

@@ -162,6 +162,11 @@ static void record(loader *L, const char *path, const yaml_node_t *n, int is_aut
     where_of(L, n, path, r->where, sizeof r->where);
 }
 
+void zt_config_refresh_text(zt_config *cfg) {
+    free(cfg->effective_text);
+    cfg->effective_text = zt_config_effective_text(cfg);
+}
+
 int zt_config_was_set(const zt_config *cfg, const char *path) {
     for (int i = 0; i < cfg->n_set_at; i++)
         if (!strcmp(cfg->set_at[i].path, path)) return 1;

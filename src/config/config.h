@@ -178,6 +178,8 @@ int zt_config_check_overrides(char *const *overrides, int n_overrides, zt_err *e
  * left at its default. Returns -1. */
 int zt_config_fail_key(const zt_config *cfg, const char *path, zt_err *err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Regenerates effective_text after a caller changed fields (the model section model.init_from gives). */
+void zt_config_refresh_text(zt_config *cfg);
 /* whether the file or an override set key `path` */
 int zt_config_was_set(const zt_config *cfg, const char *path);
 /* DeepSpeed's batch rule: train_batch_size == micro * accumulation * world_size, deriving the one

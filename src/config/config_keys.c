@@ -59,7 +59,7 @@ const zt_keydef zt_config_keys[] = {
     KEY("model.n_positions", K_INT, n_positions, .def = 1024, .lo = 1, .hi = INF, .flags = E,
         .help = "learned position embeddings; >= data.seq_len"),
     KEY("model.init_from", K_STR, init_from, .flags = E,
-        .help = "Hugging Face model folder or model.safetensors to start from (fine-tuning)"),
+        .help = "Hugging Face model folder (or its model.safetensors) to start from (fine-tuning): the model keys come from its config.json"),
     KEY("model.model_type", K_ENUM, model_type, .def = 0, .flags = E, .ev = model_types,
         .help = "the architecture: gpt2, or the Llama family (llama, qwen2, mistral: rotary positions, RMSNorm, "
                 "SwiGLU, grouped-query attention)"),

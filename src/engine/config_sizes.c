@@ -94,11 +94,6 @@ static int check_stage3(const zt_config *cfg, int world, const zt_gpt2_shape *sh
 
 int zt_config_check_sizes(const zt_config *cfg, int world, const zt_backend *be, zt_err *err) {
     zt_gpt2_shape shape = zt_shape_from_config(cfg);
-    /* the checkpoint index records GPT-2's shape only: a Llama-family checkpoint would resume, export
-     * and sample as the wrong model, so none is written until the index records the family */
-    if (zt_shape_is_llama(&shape) && cfg->checkpoint_dir)
-        return zt_fail(err, "checkpoint.dir: checkpoints of a Llama-family model (model.model_type %s) are not built "
-                            "yet; set checkpoint.dir: null", zt_model_type_name(shape.model_type));
     if (check_activations(cfg, &shape, be, err)) return -1;
     if (cfg->zero_stage == 3 && check_stage3(cfg, world, &shape, err)) return -1;
     return 0;

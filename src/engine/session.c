@@ -59,6 +59,32 @@ zt_gpt2_shape zt_shape_from_config(const zt_config *cfg) {
     return s;
 }
 
+void zt_shape_to_config(const zt_gpt2_shape *s, zt_config *cfg) {
+    cfg->n_layer = s->n_layer;
+    cfg->n_head = s->n_head;
+    cfg->n_embd = s->n_embd;
+    cfg->vocab_size = s->vocab_size;
+    cfg->n_positions = s->n_positions;
+    cfg->model_type = (int)s->model_type;
+    if (!zt_shape_is_llama(s)) return;
+    cfg->n_kv_head = zt_shape_kv_heads(s);
+    cfg->intermediate_size = s->intermediate;
+    cfg->tie_word_embeddings = !s->untied;
+    /* Qwen2's q/k/v biases come with the family; attention_bias is Llama's q/k/v and o_proj together */
+    cfg->attention_bias = s->o_bias;
+    cfg->mlp_bias = s->mlp_bias;
+    cfg->rope_theta = s->rope_theta;
+    cfg->rms_norm_eps = s->rms_norm_eps;
+    cfg->sliding_window = s->sliding_window;
+    cfg->rope_type = s->rope_factor > 0;
+    if (s->rope_factor > 0) {
+        cfg->rope_factor = s->rope_factor;
+        cfg->rope_low_freq_factor = s->rope_low_freq_factor;
+        cfg->rope_high_freq_factor = s->rope_high_freq_factor;
+        cfg->rope_original_max = s->rope_original_max;
+    }
+}
+
 /* Device buffers never reach MPI (Debian's Open MPI is not CUDA-aware): a group of one rank needs no
  * comm at all; larger groups use NCCL, or — when NCCL is absent or refuses on any rank (the simulated
  * device, several ranks on one GPU) — collectives staged through host memory. Collective over every

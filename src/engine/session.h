@@ -34,6 +34,8 @@ typedef struct zt_session {
 /* Picks the backend from cfg->device (auto: CUDA when usable, else CPU). */
 const zt_backend *zt_pick_backend(const zt_config *cfg, zt_err *err);
 zt_gpt2_shape zt_shape_from_config(const zt_config *cfg);
+/* The inverse: CFG's model keys set to describe SHAPE (zt_shape_from_config(cfg) gives SHAPE back). */
+void zt_shape_to_config(const zt_gpt2_shape *shape, zt_config *cfg);
 /* The model's activation checkpointing settings of a config. */
 zt_act_ckpt zt_act_ckpt_of(const zt_config *cfg);
 

@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include "io/checkpoint_common.h"
 
+#include "io/hf_config.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -66,6 +68,41 @@ uint32_t ck_shard_digest(size_t lo, size_t hi, long step, const char *run_id, co
     return d;
 }
 
+int ck_put_model(hid_t f, const zt_gpt2_shape *shape) {
+    if (ck_put_str(f, "model", zt_model_type_name(shape->model_type))) return -1;
+    if (!zt_shape_is_llama(shape)) return 0;
+    zt_sb text = {0};
+    zt_hf_config_text(shape, "float32", 0, &text);
+    int rc = ck_put_str(f, "model_config", text.p);
+    free(text.p);
+    return rc;
+}
+
+int ck_get_model(hid_t f, const char *path, zt_gpt2_shape *shape, zt_err *err) {
+    char *family = NULL, *text = NULL;
+    int rc = ck_get_str(f, "model", &family);
+    if (rc == -2) return zt_fail(err, "%s: damaged: cannot read attribute model", path);
+    if (rc || !strcmp(family, "gpt2")) { /* absent: saved before the Llama family, a GPT-2 */
+        free(family);
+        return 0;
+    }
+    zt_gpt2_shape numbers = *shape;
+    char name[CK_PATHCAP + 32];
+    snprintf(name, sizeof name, "%s: attribute model_config", path);
+    if (ck_get_str(f, "model_config", &text))
+        rc = zt_fail(err, "%s: a %s checkpoint without its model_config attribute", path, family);
+    else if (zt_hf_config_parse_text(text, strlen(text), name, shape, err))
+        rc = -1;
+    else if (strcmp(zt_model_type_name(shape->model_type), family) ||
+             shape->n_layer != numbers.n_layer || shape->n_head != numbers.n_head || shape->n_embd != numbers.n_embd ||
+             shape->vocab_size != numbers.vocab_size || shape->n_positions != numbers.n_positions)
+        rc = zt_fail(err, "%s: attribute model_config describes another model than the attributes model (%s) and n_layer "
+                          "... n_positions", path, family);
+    free(family);
+    free(text);
+    return rc;
+}
+
 uint32_t ck_meta_digest(const zt_checkpoint_meta *m, const zt_train_state *st, const uint32_t *shard_crc) {
     char text[1024];
     const zt_gpt2_shape *s = &m->shape;
@@ -81,6 +118,16 @@ uint32_t ck_meta_digest(const zt_checkpoint_meta *m, const zt_train_state *st, c
     uint32_t d = zt_crc32c(0, text, (size_t)len < sizeof text ? (size_t)len : sizeof text - 1);
     const char *cfg = m->config_text ? m->config_text : "";
     d = zt_crc32c(d, cfg, strlen(cfg));
+    if (zt_shape_is_llama(s)) { /* the family's shape, exactly (%a), whatever text holds it (GPT-2's digest is unchanged) */
+        len = snprintf(text, sizeof text,
+                       " model_type=%d n_kv_head=%d intermediate=%d untied=%d bias=%d,%d,%d rope_theta=%a rms_norm_eps=%a "
+                       "rope_scaling=%a,%a,%a,%d sliding_window=%d",
+                       (int)s->model_type, zt_shape_kv_heads(s), s->intermediate, s->untied, s->qkv_bias, s->o_bias,
+                       s->mlp_bias, (double)s->rope_theta, (double)s->rms_norm_eps, (double)s->rope_factor,
+                       (double)s->rope_low_freq_factor, (double)s->rope_high_freq_factor, s->rope_original_max,
+                       s->sliding_window);
+        d = zt_crc32c(d, text, (size_t)len);
+    }
     for (int r = 0; r < m->world_size; r++) {
         unsigned char b[4] = {(unsigned char)shard_crc[r], (unsigned char)(shard_crc[r] >> 8),
                               (unsigned char)(shard_crc[r] >> 16), (unsigned char)(shard_crc[r] >> 24)};

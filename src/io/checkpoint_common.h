@@ -7,7 +7,11 @@
  *                   rank file from another save (another run, another step) is refused
  *   metadata digest CRC32C over the index's metadata, trainer state, run id, config and shard
  *                   digests, and with tensor parallelism (version 3) tensor_parallel and tp_shard
- *                   (index.h5's metadata_crc32c): an edited step or data position is refused */
+ *                   (index.h5's metadata_crc32c): an edited step or data position is refused;
+ *                   for the Llama family also the model_config attribute's text
+ * The model: attribute `model` names the family (gpt2, llama, qwen2, mistral); GPT-2's shape is the
+ * five numbers n_layer ... n_positions, the Llama family's is also `model_config`, the config.json
+ * text export writes (hf_config.h), read back with the same parser. */
 #ifndef ZT_CHECKPOINT_COMMON_H
 #define ZT_CHECKPOINT_COMMON_H
 
@@ -36,6 +40,9 @@ uint32_t ck_shard_digest(size_t lo, size_t hi, long step, const char *run_id, co
 /* "VECTOR of TENSOR (element I)": where flat element `flat` of vector `which` belongs in table t */
 void ck_name_element(const zt_param_table *t, int which, size_t flat, char *buf, size_t cap);
 /* digest of an index's metadata (format version 2) */
+/* the index's model attributes (see above), written / read (into *SHAPE, whose five numbers are set) */
+int ck_put_model(hid_t f, const zt_gpt2_shape *shape);
+int ck_get_model(hid_t f, const char *path, zt_gpt2_shape *shape, zt_err *err);
 uint32_t ck_meta_digest(const zt_checkpoint_meta *m, const zt_train_state *st, const uint32_t *shard_crc);
 
 /* ---- HDF5: errors are reported by us, with the reason HDF5 gives */

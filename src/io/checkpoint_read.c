@@ -223,6 +223,7 @@ static int read_meta(zt_checkpoint_reader *r, zt_err *err) {
     zt_gpt2_shape s = {.n_layer = (int)v[7], .n_head = (int)v[8], .n_embd = (int)v[9], .vocab_size = (int)v[10],
                        .n_positions = (int)v[11]};
     s.padded_vocab = (s.vocab_size + 127) / 128 * 128;
+    if (ck_get_model(f, path, &s, err)) return -1;
     m->shape = s;
     if ((rc = ck_get_str(f, "config", &m->config_text)) == -2) return attr_fail(err, path, "attribute config", rc);
     if (!m->config_text) m->config_text = zt_xstrdup("");

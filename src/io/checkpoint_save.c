@@ -350,7 +350,7 @@ static int fill_index(hid_t f, const zt_param_table *whole, const ck_partition *
              ck_put_i64(f, "step", m->step) || ck_put_i64(f, "tokens_seen", m->tokens_seen) ||
              ck_put_i64(f, "world_size", m->world_size) || ck_put_i64(f, "zero_stage", m->zero_stage) ||
              ck_put_u64(f, "total", m->total) || ck_put_u64(f, "shard", m->shard) || ck_put_i64(f, "adam_t", m->adam_t) ||
-             ck_put_str(f, "config", m->config_text) || ck_put_str(f, "model", "gpt2") ||
+             ck_put_str(f, "config", m->config_text) || ck_put_model(f, shape) ||
              ck_put_i64(f, "n_layer", shape->n_layer) || ck_put_i64(f, "n_head", shape->n_head) ||
              ck_put_i64(f, "n_embd", shape->n_embd) || ck_put_i64(f, "vocab_size", shape->vocab_size) ||
              ck_put_i64(f, "n_positions", shape->n_positions) || ck_put_str(f, "run_id", m->run_id) ||

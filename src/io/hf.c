@@ -1,5 +1,5 @@
-/* hf.c — Hugging Face GPT-2 directories (see hf.h): config.json, the mapping between zerotrain's
- * parameter table and GPT2LMHeadModel's tensor names over one safetensors file or an index of
+/* hf.c — Hugging Face model directories (see hf.h): config.json (hf_config.c), the mapping between zerotrain's
+ * parameter table and the family's Hugging Face tensor names over one safetensors file or an index of
  * shards, and the files an exported directory holds (weights, configs, tokenizer). The file format
  * itself is hf_safetensors.c. */
 #define _GNU_SOURCE
@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/hf_config.h"
 #include "io/hf_safetensors.h"
 #include "util/json.h"
 #include "io/tokenizer.h"
@@ -49,67 +50,11 @@ int zt_hf_probe(const char *dir) {
 
 /* ---------------------------------------------------------------- config.json */
 
-/* 0 and *OUT set; 1 when KEY is absent or null (an error when REQUIRED); -1 on a bad value */
-static int config_int(const zt_json *root, const char *key, int *out, int required, const char *path, zt_err *err) {
-    const zt_json *v = zt_json_get(root, key);
-    if (!v || v->type == ZT_JSON_NULL) {
-        if (required) return zt_fail(err, "%s: missing \"%s\" (a GPT-2 config.json has it)", path, key);
-        return 1;
-    }
-    if (!v->is_uint || v->u < 1 || v->u > INT_MAX)
-        return zt_fail(err, "%s:%d:%d: \"%s\" must be a positive integer", path, v->line, v->col, key);
-    *out = (int)v->u;
-    return 0;
-}
-
-/* Fails with "PATH:LINE:COL: KEY is VALUE, WHY" for a value zerotrain does not implement. */
-static int config_unsupported(const char *path, const zt_json *v, const char *key, const char *why, zt_err *err) {
-    char value[96];
-    if (v->type == ZT_JSON_STRING) snprintf(value, sizeof value, "\"%.80s\"", v->str);
-    else if (v->type == ZT_JSON_NUMBER) snprintf(value, sizeof value, "%g", v->number);
-    else if (v->type == ZT_JSON_BOOL) snprintf(value, sizeof value, "%s", v->boolean ? "true" : "false");
-    else snprintf(value, sizeof value, "%s", zt_json_type_name(v->type));
-    return zt_fail(err, "%s:%d:%d: %s is %s, %s", path, v->line, v->col, key, value, why);
-}
-
-static int check_config(const zt_json *root, const char *path, zt_gpt2_shape *s, zt_err *err) {
-    if (root->type != ZT_JSON_OBJECT) return zt_fail(err, "%s: not a config.json (the top level is not a JSON object)", path);
-    const zt_json *v = zt_json_get(root, "model_type");
-    if (v && !(v->type == ZT_JSON_STRING && strcmp(v->str, "gpt2") == 0))
-        return config_unsupported(path, v, "model_type", "zerotrain reads GPT-2 (\"gpt2\") models", err);
-    memset(s, 0, sizeof *s);
-    if (config_int(root, "n_layer", &s->n_layer, 1, path, err) < 0 || config_int(root, "n_head", &s->n_head, 1, path, err) < 0 ||
-        config_int(root, "n_embd", &s->n_embd, 1, path, err) < 0 ||
-        config_int(root, "vocab_size", &s->vocab_size, 1, path, err) < 0)
-        return -1;
-    int r = config_int(root, "n_positions", &s->n_positions, 0, path, err);
-    if (r == 1) r = config_int(root, "n_ctx", &s->n_positions, 0, path, err);
-    if (r < 0) return -1;
-    if (r == 1) return zt_fail(err, "%s: missing \"n_positions\" (or \"n_ctx\")", path);
-    if (s->n_embd % s->n_head) return zt_fail(err, "%s: n_embd %d is not a multiple of n_head %d", path, s->n_embd, s->n_head);
-    if ((v = zt_json_get(root, "activation_function")) &&
-        !(v->type == ZT_JSON_STRING && (strcmp(v->str, "gelu_new") == 0 || strcmp(v->str, "gelu_pytorch_tanh") == 0)))
-        return config_unsupported(path, v, "activation_function",
-                                  "zerotrain implements only \"gelu_new\" (GELU, tanh approximation)", err);
-    if ((v = zt_json_get(root, "layer_norm_epsilon")) && !(v->type == ZT_JSON_NUMBER && fabs(v->number - 1e-5) <= 1e-12))
-        return config_unsupported(path, v, "layer_norm_epsilon", "zerotrain implements only 1e-05", err);
-    if ((v = zt_json_get(root, "n_inner")) && v->type != ZT_JSON_NULL && !(v->is_uint && v->u == 4 * (uint64_t)s->n_embd))
-        return config_unsupported(path, v, "n_inner", "zerotrain's MLP is 4 * n_embd wide (null)", err);
-    if ((v = zt_json_get(root, "scale_attn_by_inverse_layer_idx")) && v->type == ZT_JSON_BOOL && v->boolean)
-        return config_unsupported(path, v, "scale_attn_by_inverse_layer_idx", "which zerotrain does not implement", err);
-    if ((v = zt_json_get(root, "scale_attn_weights")) && v->type == ZT_JSON_BOOL && !v->boolean)
-        return config_unsupported(path, v, "scale_attn_weights", "which zerotrain does not implement", err);
-    if ((v = zt_json_get(root, "tie_word_embeddings")) && v->type == ZT_JSON_BOOL && !v->boolean)
-        return config_unsupported(path, v, "tie_word_embeddings", "not supported (zerotrain ties the LM head to wte)", err);
-    s->padded_vocab = (int)(((int64_t)s->vocab_size + 127) / 128 * 128);
-    return 0;
-}
-
 int zt_hf_read_config(const char *dir, zt_gpt2_shape *shape, zt_err *err) {
     char *path = zt_path_join(dir, "config.json");
     zt_json root;
     int rc = zt_json_read_file(path, &root, err);
-    if (!rc) rc = check_config(&root, path, shape, err);
+    if (!rc) rc = zt_hf_config_parse(&root, path, shape, err);
     zt_json_free(&root);
     free(path);
     return rc;
@@ -252,36 +197,44 @@ static src_tensor *find_either(weights *w, const char *bare) {
 
 /* Checks the numbers config.json gives (S) against the tensors W's headers hold, before anything is
  * sized from them: a config.json is a small text file anyone edits, the weights are what the model is.
- * wte is [vocab_size, n_embd] (or the tied lm_head), wpe [n_positions, n_embd], and the blocks are
- * h.0 ... h.(n_layer - 1). One line naming the tensor (or the blocks) and both sides. */
+ * The token embedding is [vocab_size, hidden] (or the tied lm_head), GPT-2's wpe [n_positions, n_embd],
+ * and the blocks are h.0 ... h.(n_layer - 1) (the Llama family's model.layers.N). One line naming the
+ * tensor (or the blocks) and both sides. */
 static int check_config_against(weights *w, const zt_gpt2_shape *s, const char *config_path, zt_err *err) {
+    int llama = zt_shape_is_llama(s);
+    const char *family = llama ? zt_model_type_name(s->model_type) : "GPT-2";
     const struct { const char *name, *alt; int64_t d0; const char *k0; } want[2] = {
-        {"wte.weight", "lm_head.weight", s->vocab_size, "vocab_size"}, {"wpe.weight", NULL, s->n_positions, "n_positions"}};
+        {llama ? "model.embed_tokens.weight" : "wte.weight", "lm_head.weight", s->vocab_size, "vocab_size"},
+        {"wpe.weight", NULL, s->n_positions, "n_positions"}};
     char a[96], b[96];
-    for (int i = 0; i < 2; i++) {
-        src_tensor *t = find_either(w, want[i].name);
+    for (int i = 0; i < 2 - llama; i++) {
+        src_tensor *t = llama ? find(w, want[i].name) : find_either(w, want[i].name);
         if (!t && want[i].alt) t = find(w, want[i].alt);
-        if (!t) return zt_fail(err, "%s: no tensor transformer.%s (a GPT-2's weights hold it)", w->where, want[i].name);
+        if (!t) return zt_fail(err, "%s: no tensor %s%s (a %s's weights hold it)", w->where, llama ? "" : "transformer.",
+                               want[i].name, family);
         int64_t need[2] = {want[i].d0, s->n_embd};
         if (t->t->ndim != 2 || t->t->shape[0] != need[0] || t->t->shape[1] != need[1]) {
             shape_str(a, sizeof a, t->t->shape, t->t->ndim);
             shape_str(b, sizeof b, need, 2);
-            return zt_fail(err, "%s does not match %s: tensor %s is %s there, the config's %s and n_embd make it %s",
-                           config_path, t->file->path, t->name, a, want[i].k0, b);
+            return zt_fail(err, "%s does not match %s: tensor %s is %s there, the config's %s and %s make it %s",
+                           config_path, t->file->path, t->name, a, want[i].k0, llama ? "hidden_size" : "n_embd", b);
         }
     }
-    long blocks = 0; /* 1 + the highest N of the tensors named h.N.* */
+    const char *block = llama ? "model.layers." : "h.";
+    size_t block_len = strlen(block);
+    long blocks = 0; /* 1 + the highest N of the tensors named h.N.* (model.layers.N.*) */
     for (int i = 0; i < w->count; i++) {
         const char *n = w->tensors[i].name;
-        if (!strncmp(n, "transformer.", 12)) n += 12;
-        if (strncmp(n, "h.", 2) || n[2] < '0' || n[2] > '9') continue;
+        if (!llama && !strncmp(n, "transformer.", 12)) n += 12;
+        if (strncmp(n, block, block_len) || n[block_len] < '0' || n[block_len] > '9') continue;
         char *end;
-        long l = strtol(n + 2, &end, 10);
+        long l = strtol(n + block_len, &end, 10);
         if (*end == '.' && l < INT_MAX && l + 1 > blocks) blocks = l + 1;
     }
     if (blocks != s->n_layer)
-        return zt_fail(err, "%s does not match %s: n_layer is %d, the weights hold %ld blocks (transformer.h.0 to "
-                            "transformer.h.%ld)", config_path, w->where, s->n_layer, blocks, blocks - 1);
+        return zt_fail(err, "%s does not match %s: %s is %d, the weights hold %ld blocks (%s%s0 to %s%s%ld)", config_path,
+                       w->where, llama ? "num_hidden_layers" : "n_layer", s->n_layer, blocks, llama ? "" : "transformer.",
+                       block, llama ? "" : "transformer.", block, blocks - 1);
     return 0;
 }
 
@@ -315,24 +268,24 @@ static int shape_matches(const zt_st_tensor *t, const zt_param_info *p) {
     return 1;
 }
 
+/* buffers a state dict may carry that are not parameters: GPT-2's causal masks, the rotary frequencies */
 static int is_ignored_buffer(const char *name) {
-    return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+    return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") || ends_with(name, ".rotary_emb.inv_freq");
 }
 
 /* Reads every parameter of TABLE from W into FLAT (see zt_hf_load for the name rules). */
 static int load_params(weights *w, const zt_param_table *table, float *flat, zt_err *err) {
     char a[96], b[96];
-    const zt_param_info *wte = NULL;
-    for (int i = 0; i < table->count; i++)
-        if (ends_with(table->params[i].name, "wte.weight")) wte = &table->params[i];
-    src_tensor *lm_head = find(w, "lm_head.weight");
+    /* a tied head is the token embedding (entry 0): a file may still hold it as lm_head.weight */
+    const zt_param_info *wte = table->lm_head < 0 ? &table->params[0] : NULL;
+    src_tensor *lm_head = wte ? find(w, "lm_head.weight") : NULL;
     if (lm_head) {
         lm_head->used = 1;
         if (wte && !shape_matches(lm_head->t, wte)) {
             shape_str(a, sizeof a, lm_head->t->shape, lm_head->t->ndim);
             param_shape_str(b, sizeof b, wte);
-            return zt_fail(err, "%s: tensor lm_head.weight has shape %s, but zerotrain ties it to wte, which the config makes %s",
-                           lm_head->file->path, a, b);
+            return zt_fail(err, "%s: tensor lm_head.weight has shape %s, but the head is tied to %s, which the config makes %s",
+                           lm_head->file->path, a, wte->name, b);
         }
     }
     for (int i = 0; i < table->count; i++) {
@@ -363,8 +316,9 @@ static int load_params(weights *w, const zt_param_table *table, float *flat, zt_
     }
     for (int i = 0; i < w->count; i++)
         if (!w->tensors[i].used && !is_ignored_buffer(w->tensors[i].name))
-            return zt_fail(err, "%s: unexpected tensor %s (not a parameter of the GPT-2 the config describes: n_layer %d)",
-                           w->tensors[i].file->path, w->tensors[i].name, table->n_layer);
+            return zt_fail(err, "%s: unexpected tensor %s (not a parameter of the model the config describes: %d layers%s)",
+                           w->tensors[i].file->path, w->tensors[i].name, table->n_layer,
+                           table->lm_head < 0 && !strcmp(w->tensors[i].name, "lm_head.weight") ? ", tied head" : "");
     return 0;
 }
 
@@ -388,15 +342,25 @@ int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param
     }
     zt_gpt2_shape theirs;
     if (zt_hf_read_config(dir, &theirs, err)) return -1;
-    if (theirs.n_layer != shape->n_layer || theirs.n_head != shape->n_head || theirs.n_embd != shape->n_embd ||
-        theirs.vocab_size != shape->vocab_size || theirs.n_positions < shape->n_positions)
-        return zt_fail(err, "%s/config.json: model.init_from is GPT-2 L%d H%d C%d V%d P%d, the config asks for "
-                            "L%d H%d C%d V%d P%d", dir, theirs.n_layer, theirs.n_head, theirs.n_embd,
-                       theirs.vocab_size, theirs.n_positions, shape->n_layer, shape->n_head, shape->n_embd,
-                       shape->vocab_size, shape->n_positions);
-    if (theirs.n_positions != shape->n_positions)
-        return zt_fail(err, "%s/config.json: n_positions %d differs from model.n_positions %d (wpe shapes must match)",
-                       dir, theirs.n_positions, shape->n_positions);
+    if (!zt_shape_is_llama(&theirs) && !zt_shape_is_llama(shape)) {
+        if (theirs.n_layer != shape->n_layer || theirs.n_head != shape->n_head || theirs.n_embd != shape->n_embd ||
+            theirs.vocab_size != shape->vocab_size || theirs.n_positions < shape->n_positions)
+            return zt_fail(err, "%s/config.json: model.init_from is GPT-2 L%d H%d C%d V%d P%d, the config asks for "
+                                "L%d H%d C%d V%d P%d", dir, theirs.n_layer, theirs.n_head, theirs.n_embd,
+                           theirs.vocab_size, theirs.n_positions, shape->n_layer, shape->n_head, shape->n_embd,
+                           shape->vocab_size, shape->n_positions);
+        if (theirs.n_positions != shape->n_positions)
+            return zt_fail(err, "%s/config.json: n_positions %d differs from model.n_positions %d (wpe shapes must match)",
+                           dir, theirs.n_positions, shape->n_positions);
+    } else {
+        /* rotary positions: the run may use a shorter context than the model was built for */
+        zt_gpt2_shape same = theirs;
+        if (zt_shape_is_llama(&theirs) && shape->n_positions <= theirs.n_positions) same.n_positions = shape->n_positions;
+        const char *key = zt_hf_config_mismatch(&same, shape);
+        if (key)
+            return zt_fail(err, "%s/config.json: model.init_from is a %s model that differs from the config's model "
+                                "section in %s", dir, zt_model_type_name(theirs.model_type), key);
+    }
     weights w;
     if (weights_open_checked(&w, path, dir, &theirs, err)) return -1;
     int rc = load_params(&w, table, out, err);
@@ -410,43 +374,15 @@ int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param
 static int eos_id(const zt_gpt2_shape *s) { return s->vocab_size > ZT_TOKEN_EOT ? ZT_TOKEN_EOT : s->vocab_size - 1; }
 
 static int write_configs(const char *dir, const zt_gpt2_shape *s, const char *torch_dtype, zt_err *err) {
-    char text[2048];
+    zt_sb text = {0};
     int eos = eos_id(s);
-    int n = snprintf(text, sizeof text,
-                     "{\n"
-                     "  \"activation_function\": \"gelu_new\",\n"
-                     "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-                     "  \"attn_pdrop\": 0.0,\n"
-                     "  \"bos_token_id\": %d,\n"
-                     "  \"embd_pdrop\": 0.0,\n"
-                     "  \"eos_token_id\": %d,\n"
-                     "  \"initializer_range\": 0.02,\n"
-                     "  \"layer_norm_epsilon\": 1e-05,\n"
-                     "  \"model_type\": \"gpt2\",\n"
-                     "  \"n_ctx\": %d,\n"
-                     "  \"n_embd\": %d,\n"
-                     "  \"n_head\": %d,\n"
-                     "  \"n_inner\": null,\n"
-                     "  \"n_layer\": %d,\n"
-                     "  \"n_positions\": %d,\n"
-                     "  \"reorder_and_upcast_attn\": false,\n"
-                     "  \"resid_pdrop\": 0.0,\n"
-                     "  \"scale_attn_by_inverse_layer_idx\": false,\n"
-                     "  \"scale_attn_weights\": true,\n"
-                     "  \"summary_activation\": null,\n"
-                     "  \"summary_first_dropout\": 0.0,\n"
-                     "  \"summary_proj_to_labels\": true,\n"
-                     "  \"summary_type\": \"cls_index\",\n"
-                     "  \"summary_use_proj\": true,\n"
-                     "  \"tie_word_embeddings\": true,\n"
-                     "  \"torch_dtype\": \"%s\",\n"
-                     "  \"use_cache\": true,\n"
-                     "  \"vocab_size\": %d\n"
-                     "}\n",
-                     eos, eos, s->n_positions, s->n_embd, s->n_head, s->n_layer, s->n_positions, torch_dtype, s->vocab_size);
-    if (zt_file_write_all(dir, "config.json", text, (size_t)n, err)) return -1;
-    n = snprintf(text, sizeof text, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d\n}\n", eos, eos);
-    return zt_file_write_all(dir, "generation_config.json", text, (size_t)n, err);
+    zt_hf_config_text(s, torch_dtype, eos, &text);
+    int rc = zt_file_write_all(dir, "config.json", text.p, strlen(text.p), err);
+    free(text.p);
+    if (rc) return -1;
+    char gen[128];
+    int n = snprintf(gen, sizeof gen, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d\n}\n", eos, eos);
+    return zt_file_write_all(dir, "generation_config.json", gen, (size_t)n, err);
 }
 
 int zt_hf_save(const char *dir, const zt_param_table *table, const zt_gpt2_shape *shape, zt_hf_read_fn read_tensor,

@@ -1,13 +1,14 @@
-/* hf.h — Hugging Face GPT-2 directories, read and written without external libraries, so a
- * zerotrain model loads in transformers (GPT2LMHeadModel / AutoTokenizer / pipeline) as is, and a
- * Hugging Face GPT-2 (e.g. the "gpt2" hub directory, or any save_pretrained output, sharded or not)
- * loads into zerotrain.
+/* hf.h — Hugging Face model directories, read and written without external libraries, so a
+ * zerotrain model loads in transformers (AutoModelForCausalLM / AutoTokenizer / pipeline) as is, and a
+ * Hugging Face model (any save_pretrained output, sharded or not) loads into zerotrain: GPT-2
+ * (GPT2LMHeadModel) and the Llama family (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM),
+ * config.json read and written by hf_config.h.
  *
  * A directory holds config.json and either model.safetensors or model.safetensors.index.json
  * ({"metadata": {...}, "weight_map": {"tensor": "shard file", ...}}) with the shards beside it;
- * an exported one also generation_config.json and the tokenizer: vocab.json, merges.txt,
- * tokenizer_config.json, special_tokens_map.json. Weights are read and written one tensor at a
- * time (hf_safetensors.h): memory stays bounded by the largest tensor, never by the files. */
+ * an exported one also generation_config.json and, for a GPT-2 vocabulary, the tokenizer: vocab.json,
+ * merges.txt, tokenizer_config.json, special_tokens_map.json. Weights are read and written one tensor
+ * at a time (hf_safetensors.h): memory stays bounded by the largest tensor, never by the files. */
 #ifndef ZT_HF_H
 #define ZT_HF_H
 
@@ -17,14 +18,11 @@
 #include "model/gpt2.h"
 #include "util/util.h"
 
-/* Reads DIR/config.json: n_layer, n_head, n_embd, vocab_size and n_positions (n_ctx when
- * n_positions is absent). activation_function must be gelu_new / gelu_pytorch_tanh (or absent),
- * layer_norm_epsilon 1e-5 (or absent), n_inner null or 4 n_embd, and the attention variants
- * zerotrain does not implement (scale_attn_by_inverse_layer_idx, scale_attn_weights false) off;
- * anything else is an error naming the file and key. padded_vocab = vocab_size rounded up to 128. */
+/* Reads DIR/config.json into SHAPE (zt_hf_config_parse: the family from model_type, absent = gpt2;
+ * what zerotrain cannot honour is an error naming the file and key). */
 int zt_hf_read_config(const char *dir, zt_gpt2_shape *shape, zt_err *err);
 /* zt_hf_read_config, then its numbers checked against the headers of the weights beside it (wte,
- * wpe, the blocks h.0 ... h.(n_layer - 1)): what a command sizes a model from, so that nothing is
+ * GPT-2's wpe, the blocks h.0 ... h.(n_layer - 1) or model.layers.N): what a command sizes a model from, so that nothing is
  * allocated from a config.json its weights contradict (one line naming the tensor and both shapes). */
 int zt_hf_read_model_shape(const char *dir, zt_gpt2_shape *shape, zt_err *err);
 
@@ -32,8 +30,8 @@ int zt_hf_read_model_shape(const char *dir, zt_gpt2_shape *shape, zt_err *err);
  * model.safetensors, else its model.safetensors.index.json and the shards it names), a .safetensors
  * file, or an index .json file. A shard the index names that is missing or truncated, or that
  * lacks a tensor the index puts in it, is an error naming the shard. Names match with or without
- * the "transformer." prefix; attn.bias / attn.masked_bias buffers are ignored; lm_head.weight,
- * when present, must have wte's shape (the head is tied to wte, its data is not read). Any other tensor in the file is an error
+ * the "transformer." prefix; attn.bias / attn.masked_bias / rotary_emb.inv_freq buffers are ignored; a tied
+ * model's lm_head.weight, when present, must have the embedding's shape (its data is not read). Any other tensor in the file is an error
  * (it means the config and the weights disagree). F32, BF16 and F16 are converted to fp32; a
  * non-finite value is an error naming the file, the tensor and the element.
  * Errors name the file and the tensor. */
@@ -42,8 +40,8 @@ int zt_hf_load(const char *path, const zt_param_table *table, float *flat, zt_er
 /* Fetches TABLE's flat fp32 values [offset, offset + n) into OUT; returns 0, or non-zero on failure. */
 typedef int (*zt_hf_read_fn)(void *ctx, size_t offset, size_t n, float *out);
 
-/* Writes DIR/model.safetensors (tensors named as GPT2LMHeadModel's state dict, with the
- * "transformer." prefix, no lm_head.weight since it is tied; __metadata__ {"format": "pt"}),
+/* Writes DIR/model.safetensors (tensors named as the family's state dict: GPT-2's with the
+ * "transformer." prefix; lm_head.weight only when untied; __metadata__ {"format": "pt"}),
  * DIR/config.json and DIR/generation_config.json (and removes a model.safetensors.index.json left
  * by an earlier sharded model there). DTYPE is "F32", "BF16" or "F16" (round to nearest even). Creates DIR when
  * missing. Each file is written to a temporary name, fsync'ed and renamed, so a crash never leaves a
@@ -63,8 +61,8 @@ int zt_hf_save_tokenizer(const char *dir, const char *vocab_dir, const zt_gpt2_s
 /* 1 when DIR holds config.json and model.safetensors or model.safetensors.index.json, else 0. */
 int zt_hf_probe(const char *dir);
 
-/* Loads a Hugging Face GPT-2 (PATH = its directory, model.safetensors or the index file) into OUT after checking its
- * config.json against SHAPE. */
+/* Loads a Hugging Face model (PATH = its directory, model.safetensors or the index file) into OUT after checking its
+ * config.json against SHAPE (a Llama-family SHAPE may have a shorter n_positions). */
 int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,
                     zt_err *err);
 

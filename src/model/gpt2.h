@@ -10,6 +10,7 @@
 #define ZT_GPT2_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "util/util.h"
@@ -275,6 +276,12 @@ void zt_gpt2_logits_row(zt_gpt2 *m, int row, float *out);
 static inline const char *zt_model_type_name(zt_model_type t) {
     static const char *const names[] = {"gpt2", "llama", "qwen2", "mistral"};
     return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
+}
+/* the family as banners name it: "GPT-2", or e.g. "llama KV8 I8192" (key/value heads, MLP width) */
+static inline const char *zt_shape_family(const zt_gpt2_shape *s, char *buf, size_t cap) {
+    if (!zt_shape_is_llama(s)) snprintf(buf, cap, "GPT-2");
+    else snprintf(buf, cap, "%s KV%d I%d", zt_model_type_name(s->model_type), zt_shape_kv_heads(s), s->intermediate);
+    return buf;
 }
 /* The rotary angles for positions 0..T-1, fp32 [T, head_dim]: row t holds cos(t f_i) at i and sin(t f_i)
  * at head_dim/2 + i, f_i = rope_theta^(-2i / head_dim) (fp32, as Hugging Face computes them), with
