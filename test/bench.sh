@@ -19,6 +19,9 @@ done
 echo "== training step time (CPU backend, fp32, $threads threads)"
 OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_train.py | tee "$out/bench_train.txt"
 
+echo "== a Llama-shaped model's step (121M, B4 T64) against PyTorch's LlamaForCausalLM on the same threads (goal >= 2x)"
+/usr/bin/python3 test/bench_llama_cpu.py | tee "$out/bench_llama_cpu.txt"
+
 echo "== trace overhead: the same runs with and without the Chrome trace (goal <= 2% of the step)"
 OMP_NUM_THREADS=$threads /usr/bin/python3 test/bench_trace.py
 
