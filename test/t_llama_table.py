@@ -4,8 +4,10 @@ For tiny Llama (grouped-query, untied), Llama with attention_bias, Qwen2 (q/k/v 
 Mistral configs, `zerotrain estimate` sizes exactly as many parameters as transformers'
 LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM of the same config holds. Shapes zerotrain
 cannot build are refused in one line naming the key: num_key_value_heads not dividing n_head, a
-missing intermediate_size, a tensor-parallel size that does not divide the key/value heads. A Llama trains on the CPU and the simulated GPU, and ZeRO stages 1-3 on 2 ranks and tensor
-parallelism 2 give the single-rank losses. Logits, gradients, import, export and checkpoints against
+missing intermediate_size, a tensor-parallel size that does not divide the key/value heads. A Llama trains on the CPU and the simulated GPU, and ZeRO stages 1-3 on 2 ranks, stages 0 and 3
+on 4, tensor parallelism 2, optimizer offload (ratio 1 and Twin-Flow 0.5), ZeRO-Infinity (parameters
+on the host or NVMe, the optimizer on NVMe) and activation checkpointing (plain, and partitioned to
+the CPU) give the single-rank losses. Logits, gradients, import, export and checkpoints against
 transformers are test/t_llama_hf.py."""
 import os
 import re
@@ -84,8 +86,23 @@ for kv, extra in ((1, []), (2, [])):
         continue
     check(base[-1] < base[0] - 0.2, f"llama kv{kv}: learns", f"losses {base[:1]} -> {base[-1:]}")
     runs = [(f"stage{st}_ranks2", [f"zero_optimization.stage={st}"], 2) for st in (1, 2, 3)]
-    if kv == 2:
-        runs.append(("tp2", ["tensor_parallel.tp_size=2"], 2))
+    if kv == 2:  # the other engine settings once, on the grouped-query model
+        nvme = os.path.join(tmp, "nvme")
+        os.makedirs(nvme, exist_ok=True)
+        runs += [("tp2", ["tensor_parallel.tp_size=2"], 2),
+                 ("stage0_ranks4", ["zero_optimization.stage=0"], 4),
+                 ("stage3_ranks4", ["zero_optimization.stage=3"], 4),
+                 ("stage2_offload_cpu", ["zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"], 2),
+                 ("stage2_twin_flow_0.5", ["zero_optimization.stage=2",
+                                           "zero_optimization.offload_optimizer={device: cpu, ratio: 0.5}"], 2),
+                 ("stage3_param_cpu_optimizer_nvme", ["zero_optimization.stage=3", "zero_optimization.offload_param.device=cpu",
+                                                      f"zero_optimization.offload_optimizer={{device: nvme, nvme_path: {nvme}}}"],
+                  2),
+                 ("stage3_param_nvme", ["zero_optimization.stage=3",
+                                        f"zero_optimization.offload_param={{device: nvme, nvme_path: {nvme}}}"], 1),
+                 ("act_ckpt", ["activation_checkpointing.enabled=true"], 0),
+                 ("act_ckpt_partitioned_cpu", ["zero_optimization.stage=3", "activation_checkpointing={enabled: true, "
+                                               "partition_activations: true, cpu_checkpointing: true}"], 2)]
     for name, more, ranks in runs:
         p, rows = ztlib.train(cfg, sets + more, ranks=ranks)
         got = ztlib.losses(rows)
