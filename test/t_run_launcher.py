@@ -5,7 +5,8 @@
   - every argument reaches `train`, also past the 126 the launcher used to keep;
   - Ctrl-C (SIGINT) or SIGTERM to `zerotrain run`: the ranks finish their step, write a checkpoint
     (a 2-rank model whose save outlasts Open MPI's one-second kill delay), and `run` exits 99 with
-    the checkpoint complete (`zerotrain info` verifies it) and no rank left running;
+    the checkpoint complete (`zerotrain info` verifies it), no rank left running and none of mpirun's
+    "non-zero exit code" notices (a clean stop is no failure; a failed job keeps them);
   - a rank run by hand (`zerotrain train`) takes SIGINT as SIGTERM: it saves and exits 99;
   - a second signal stops at once (exit 1, one line, nothing left running, `latest` untouched), and
     so does a save that outlasts ZEROTRAIN_STOP_GRACE."""
@@ -112,10 +113,18 @@ for sig, extra in ((signal.SIGINT, slow_save), (signal.SIGTERM, big)):
     info = ztlib.run(["info", ck], timeout=120)
     leftovers = ztlib.processes_with(ck)
     tmps = [d for d in os.listdir(ck) if d.startswith(".tmp")] if os.path.isdir(ck) else ["no dir"]
+    banner = [x for x in ("non-zero exit code", "non-zero status") if x in err]  # mpirun's: a clean stop is none
     ztlib.check(proc.returncode == 99 and latest_of(ck) and info.returncode == 0 and not leftovers and not tmps
-                and "checkpoint saved" in out + err, name,
+                and "checkpoint saved" in out + err and not banner, name,
+                f"mpirun's failure notice {banner}; "
                 f"rc {proc.returncode}, latest {latest_of(ck)}, info rc {info.returncode} {info.stderr[-300:]}, "
                 f"left running {leftovers}, tmp {tmps}; " + err[-800:])
+
+# ---- a failed job keeps the launcher's notice of it (only a clean stop's is dropped)
+p = ztlib.run(["run", "-n", "2", tiny, "--set", f"data.train={tmp}/no_such_shard_*.bin"], timeout=120)
+ztlib.check(p.returncode not in (0, 99) and "no token shard" in p.stderr and
+            ("non-zero exit code" in p.stderr or "non-zero status" in p.stderr), "run_failure_keeps_mpirun_notice",
+            f"rc {p.returncode}: {p.stderr[-600:]}")
 
 # ---- a rank run by hand takes SIGINT as SIGTERM: saves and exits 99
 ck = os.path.join(tmp, "alone_ck")

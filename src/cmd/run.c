@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "cmd/commands.h"
+#include "cmd/launcher_notes.h"
 #include "cmd/run_restart.h"
 #include "comm/watchdog.h"
 #include "config/config.h"
@@ -218,10 +219,12 @@ static double env_seconds(const char *name, long lo, long fallback) {
 static double end_by(double planned, double t) { return planned > 0 && planned < t ? planned : t; }
 
 /* Output of the launcher passed on to this process's stdout and stderr, each line also read by the
- * attempt's scanner (--restarts only: without it the launcher writes to the terminal itself). */
+ * attempt's scanner (--restarts only: without it the launcher writes its stdout to the terminal
+ * itself); its stderr always comes through here, for the notices of a clean stop (launcher_notes.h). */
 typedef struct relay {
-    int fd[2]; /* read ends of the launcher's stdout and stderr pipes; -1 once closed */
+    int fd[2]; /* read ends of the launcher's stdout and stderr pipes; -1 once closed (or not piped) */
     zt_attempt *seen;
+    zt_launcher_notes notes;
 } relay;
 
 /* Passes on what is there, waiting up to wait_ms for something; 0 once both pipes are at EOF. */
@@ -246,20 +249,26 @@ static int relay_some(relay *r, int wait_ms) {
             r->fd[i] = -1;
             continue;
         }
-        for (ssize_t off = 0; off < k;) { /* on, even when this process's own output is gone */
-            ssize_t w = write(i + 1, chunk + off, (size_t)(k - off));
+        if (i == 1) zt_launcher_notes_feed(&r->notes, chunk, (size_t)k);
+        for (ssize_t off = 0; i == 0 && off < k;) { /* on, even when this process's own output is gone */
+            ssize_t w = write(1, chunk + off, (size_t)(k - off));
             if (w <= 0 && errno != EINTR) break;
             if (w > 0) off += w;
         }
-        zt_attempt_scan(r->seen, i, chunk, (size_t)k);
+        if (r->seen) zt_attempt_scan(r->seen, i, chunk, (size_t)k);
     }
     return r->fd[0] >= 0 || r->fd[1] >= 0;
 }
 
-static void relay_close(relay *r) {
+/* CLEAN_STOP: the job ended with ZT_EXIT_PREEMPTED (the launcher's notices of it are dropped) */
+static void relay_end(relay *r, int clean_stop) {
     for (int i = 0; i < 2; i++)
         if (r->fd[i] >= 0) close(r->fd[i]);
+    r->fd[0] = r->fd[1] = -1;
+    zt_launcher_notes_end(&r->notes, clean_stop);
 }
+
+static void relay_close(relay *r) { relay_end(r, 0); }
 
 /* Ends what the launcher left behind: processes it started that outlived it (an rsh agent still
  * waiting for a host when mpirun gave up) were handed to this process (a child subreaper, set in
@@ -328,9 +337,9 @@ static void grow_stop(grow_watch *g) {
  * MPI job id goes to *jobid once a rank shows it. With grow, the attempt may end itself to grow back
  * (grow_watch). Returns this process's exit status. */
 static int launch_and_wait_for(const char **cmd, zt_attempt *seen, grow_watch *grow, unsigned long *jobid) {
-    relay r = {{-1, -1}, seen};
+    relay r = {{-1, -1}, seen, {.out_fd = 2}};
     int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
-    if (seen && (pipe2(out_pipe, O_CLOEXEC) || pipe2(err_pipe, O_CLOEXEC))) {
+    if ((seen && pipe2(out_pipe, O_CLOEXEC)) || pipe2(err_pipe, O_CLOEXEC)) {
         fprintf(stderr, "zerotrain: error: cannot make a pipe for %s: %s\n", cmd[0], strerror(errno));
         return 1;
     }
@@ -352,20 +361,18 @@ static int launch_and_wait_for(const char **cmd, zt_attempt *seen, grow_watch *g
         /* in a background process group a read of the terminal would stop the launcher */
         int null_fd = open("/dev/null", O_RDONLY);
         if (null_fd >= 0) dup2(null_fd, 0);
-        if (seen) {
-            dup2(out_pipe[1], 1);
-            dup2(err_pipe[1], 2);
-        }
+        if (seen) dup2(out_pipe[1], 1);
+        dup2(err_pipe[1], 2);
         execvp(cmd[0], (char *const *)cmd);
         fprintf(stderr, "zerotrain: error: cannot start %s (is it installed and on PATH?)\n", cmd[0]);
         _exit(127);
     }
     if (seen) {
         close(out_pipe[1]);
-        close(err_pipe[1]);
         r.fd[0] = out_pipe[0];
-        r.fd[1] = err_pipe[0];
     }
+    close(err_pipe[1]);
+    r.fd[1] = err_pipe[0];
     setpgid(child, child); /* also here, so the group exists before any signal is passed on */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -475,7 +482,7 @@ static int launch_and_wait_for(const char **cmd, zt_attempt *seen, grow_watch *g
                     last_signal == SIGINT ? "interrupted" : "terminated", grace);
             kill(child, SIGUSR1);
         }
-        if (!seen || !relay_some(&r, 50)) {
+        if (!relay_some(&r, 50)) {
             struct timespec nap = {0, 50 * 1000 * 1000};
             nanosleep(&nap, NULL);
         }
@@ -483,9 +490,9 @@ static int launch_and_wait_for(const char **cmd, zt_attempt *seen, grow_watch *g
     reap_strays();
     /* the rest of the output: to EOF, or until it stops coming (a rank the launcher lost may
      * still hold the pipe open) */
-    for (double until = zt_now() + 2; seen && zt_now() < until && relay_some(&r, 100);) {}
-    relay_close(&r);
+    for (double until = zt_now() + 2; zt_now() < until && relay_some(&r, 100);) {}
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    relay_end(&r, code == ZT_EXIT_PREEMPTED);
     if (seen && WIFSIGNALED(status)) seen->launcher_signal = WTERMSIG(status);
     if (forwarded && code == ZT_EXIT_PREEMPTED) return ZT_EXIT_PREEMPTED;
     if (forwarded) {
