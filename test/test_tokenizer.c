@@ -166,7 +166,7 @@ static void test_cases(const zt_tokenizer *tok) {
     int hw[2] = {15496, 995};
     n = zt_tokenizer_decode(tok, hw, 2, buf, 4);
     CHECK(n == 11 && memcmp(buf, "Hell", 4) == 0, "decode_cut_short_returns_full_length", "got %zu", n);
-    CHECK(zt_tokenizer_vocab_size() == 50257, "vocab_size", "%d", zt_tokenizer_vocab_size());
+    CHECK(zt_tokenizer_vocab_size(tok) == 50257, "vocab_size", "%d", zt_tokenizer_vocab_size(tok));
 }
 
 static void test_random_roundtrip(const zt_tokenizer *tok) {

@@ -1,8 +1,10 @@
-/* cmd_tokenize.c — `zerotrain tokenize`: text files -> llm.c token shards (GPT-2 BPE).
+/* cmd_tokenize.c — `zerotrain tokenize`: text files -> llm.c token shards (byte-level BPE: GPT-2 or a tokenizer.json).
  *
  *   zerotrain tokenize [--vocab DIR] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]
  *
- * Each INPUT is one document; documents are joined with <|endoftext|> (50256) BETWEEN them (none
+ * --vocab is a GPT-2 vocabulary folder or a Hugging Face tokenizer.json (or a folder with one; see
+ * io/tokenizer.h). Each INPUT is one document; documents are joined with <|endoftext|> (50256 in
+ * GPT-2's; a tokenizer.json's <|endoftext|>, <|end_of_text|> or </s>) BETWEEN them (none
  * before the first or after the last, so a single input's tokens are exactly its text's tokens —
  * tiny Shakespeare starts 5962, 22307, 25, 198). The first floor(F * total) tokens (default
  * F = 0.1; llm.c's tinyshakespeare split also takes val from the head) go to PREFIX_val.bin, the
@@ -70,6 +72,7 @@ typedef struct sink {
     zt_shard_writer shard; /* the train shard being filled, when shard_open */
     int shard_open;
     size_t n_shards, total;
+    int eot;              /* the id that joins documents */
     uint16_t *stage;
     char **written;
     size_t n_written, cap_written;
@@ -132,7 +135,7 @@ static int write_all_fd(int fd, const void *buf, size_t n) {
 static int sink_put(sink *k, const int *ids, size_t n, int eot_first, zt_err *err) {
     for (size_t i = 0; i < n || eot_first;) {
         size_t m = 0;
-        if (eot_first) { k->stage[m++] = ZT_TOKEN_EOT; eot_first = 0; }
+        if (eot_first) { k->stage[m++] = (uint16_t)k->eot; eot_first = 0; }
         while (i < n && m < COPY_TOKENS) k->stage[m++] = (uint16_t)ids[i++];
         k->total += m;
         if (!k->spooled) {
@@ -466,6 +469,17 @@ int zt_cmd_tokenize(int argc, char **argv) {
     zt_tokenizer *tok = zt_tokenizer_load(vocab, &err);
     sink out = {.prefix = prefix, .shard_tokens = (size_t)shard_tokens, .spooled = val_fraction > 0, .spool_fd = -1};
     if (!tok) goto fail;
+    out.eot = zt_tokenizer_eot(tok);
+    if (zt_tokenizer_vocab_size(tok) > 65536) {
+        zt_fail(&err, "%s: a vocabulary of %d tokens does not fit llm.c's token shards (uint16 ids, at most 65536 tokens)",
+                vocab, zt_tokenizer_vocab_size(tok));
+        goto fail;
+    }
+    if (out.eot < 0 && n_inputs > 1) {
+        zt_fail(&err, "%s: no <|endoftext|>, <|end_of_text|> or </s> special token to join %d inputs with (give one input)",
+                vocab, n_inputs);
+        goto fail;
+    }
 
     /* fail before the work when the output folder cannot take files */
     {
