@@ -1,6 +1,6 @@
 /* cmd_tokenize.c — `zerotrain tokenize`: text files -> llm.c token shards (byte-level BPE: GPT-2 or a tokenizer.json).
  *
- *   zerotrain tokenize [--vocab DIR] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]
+ *   zerotrain tokenize [--vocab PATH] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]
  *
  * --vocab is a GPT-2 vocabulary folder or a Hugging Face tokenizer.json (or a folder with one; see
  * io/tokenizer.h). Each INPUT is one document; documents are joined with <|endoftext|> (50256 in
