@@ -76,18 +76,11 @@ def write(name, data):
 
 
 def zt_tokenize(vocab, name, data, env=None, inputs=None):
-    files = inputs or [write(name + ".txt", data)]
-    p = ztlib.run(["tokenize", "--vocab", vocab] + files + ["-o", os.path.join(tmp, name), "--val-fraction", "0"], env=env)
-    if p.returncode != 0:
-        return p.stderr[-400:]
-    return ztlib.read_shard(os.path.join(tmp, name + "_train_000000.bin")).tolist()
+    return ztlib.tokenize_ids(vocab, os.path.join(tmp, name), inputs or [write(name + ".txt", data)], env=env)
 
 
 def first_diff(a, b):
-    if isinstance(a, str):
-        return a
-    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return f"first difference at {k}: zerotrain {a[k:k + 6]} tokenizers {b[k:k + 6]} (lengths {len(a)} {len(b)})"
+    return ztlib.first_diff(a, b, "tokenizers")
 
 
 B2U = ztlib.bytes_to_unicode()

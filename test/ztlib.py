@@ -192,6 +192,22 @@ def read_shard(path):
         return np.frombuffer(f.read(), dtype="<u2")[: header[2]].astype(np.int64)
 
 
+def tokenize_ids(vocab, prefix, files, env=None):
+    """`zerotrain tokenize --vocab VOCAB FILES -o PREFIX --val-fraction 0`: its ids, or its error's tail."""
+    p = run(["tokenize", "--vocab", vocab] + list(files) + ["-o", prefix, "--val-fraction", "0"], env=env)
+    if p.returncode != 0:
+        return p.stderr[-400:]
+    return read_shard(prefix + "_train_000000.bin").tolist()
+
+
+def first_diff(ours, theirs, who):
+    """Where two id lists first differ, for a FAIL line (OURS may be an error message instead)."""
+    if isinstance(ours, str):
+        return ours
+    k = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), min(len(ours), len(theirs)))
+    return f"first difference at {k}: zerotrain {ours[k:k + 6]} {who} {theirs[k:k + 6]} (lengths {len(ours)} {len(theirs)})"
+
+
 def bytes_to_unicode():
     """GPT-2's byte -> printable character alphabet (its encoder.json spells token bytes with it)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
