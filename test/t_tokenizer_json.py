@@ -7,8 +7,9 @@ Compared: ids of the corpus, of a mixed text (scripts, digits, whitespace runs),
 added and special tokens, of the corpus tokenized in small blocks (the streaming cuts), and of files
 with invalid UTF-8 bytes (each valid run as tokenizers encodes it, each bad byte its byte token);
 tokenizers' decode of our ids gives the text back; merges written as pairs load the same; shards
-made with it train, `eval` reads them, and `sample --vocab` decodes as tokenizers does. Malformed
-and unsupported files are refused with one error line naming the file."""
+made with it train, `eval` reads them, and `sample --vocab` decodes as tokenizers does. A vocabulary over
+65536 tokens gets uint32 shards (llm.c's Llama 3 format) that train and eval read. Malformed and
+unsupported files are refused with one error line naming the file."""
 import json
 import os
 import re
@@ -244,11 +245,38 @@ for name, text, want in cases:
           f"refuses_{name}", p.stderr[-400:])
     check(not os.path.exists(os.path.join(tmp, f"bad_{name}_val.bin")), f"refuses_{name}_writes_nothing")
 
-# a vocabulary beyond uint16 shards: refused by tokenize with the size, decoded by sample
-big = variant(lambda j: j["added_tokens"].append({"id": 70000, "content": "<|far|>", "single_word": False, "lstrip": False,
-                                                  "rstrip": False, "normalized": False, "special": True}))
+# a vocabulary beyond uint16 shards (Llama 3's 128256 tokens): uint32 shards, llm.c's Llama 3 format,
+# that train and eval read
+def far_token(j):  # tokenizers takes an added token's id from model.vocab (else it renumbers it)
+    j["model"]["vocab"]["<|far|>"] = 70000
+    j["added_tokens"].append({"id": 70000, "content": "<|far|>", "single_word": False, "lstrip": False, "rstrip": False,
+                              "normalized": False, "special": True})
+
+
+big = variant(far_token)
 bigp = write("big.json", big)
-p = ztlib.run(["tokenize", "--vocab", bigp, text_in, "-o", os.path.join(tmp, "big")])
-check(p.returncode != 0 and "70001 tokens" in p.stderr and p.stderr.count("error") == 1, "tokenize_refuses_vocab_over_65536",
-      p.stderr[-300:])
+big_tok = Tokenizer.from_file(bigp)
+big_text = corpus[:20000].replace("\n\n", "\n<|far|>\n")
+zt = zt_tokenize(bigp, "big", big_text)
+want = big_tok.encode(big_text, add_special_tokens=False).ids
+check(zt == want and 70000 in zt, "uint32_shard_ids_equal_tokenizers", first_diff(zt, want))
+with open(os.path.join(tmp, "big_train_000000.bin"), "rb") as f:
+    head = f.read(8)
+check(head[:4] == (20240801).to_bytes(4, "little") and head[4:8] == (7).to_bytes(4, "little"),
+      "uint32_shard_has_llmc_llama3_header", repr(head))
+p = ztlib.run(["tokenize", "--vocab", bigp, write("big_all.txt", big_text * 3), "-o", os.path.join(tmp, "bigs")])
+check(p.returncode == 0 and ztlib.read_shard(os.path.join(tmp, "bigs_val.bin")).tolist()
+      + ztlib.read_shard(os.path.join(tmp, "bigs_train_000000.bin")).tolist()
+      == big_tok.encode(big_text * 3, add_special_tokens=False).ids, "uint32_val_split_equals_tokenizers", p.stderr[-300:])
+ck32 = os.path.join(tmp, "ck32")
+p, rows = ztlib.train(os.path.join(ztlib.ROOT, "configs", "tiny.yaml"),
+                      ["model.vocab_size=70001", f"data.train={tmp}/bigs_train_*.bin", f"data.val={tmp}/bigs_val.bin",
+                       "train_iters=4", f"checkpoint.dir={ck32}"])
+check(p.returncode == 0 and len(rows) >= 1, "uint32_shards_train", f"rc {p.returncode}\n" + p.stderr[-600:])
+e = ztlib.run(["eval", os.path.join(ck32, "step_00000004"), "--data", os.path.join(tmp, "bigs_val.bin"), "--batches", "2"])
+check(e.returncode == 0 and "val_loss:" in e.stdout, "uint32_shards_eval", e.stdout[-300:] + e.stderr[-400:])
+p, _ = ztlib.train(os.path.join(ztlib.ROOT, "configs", "tiny.yaml"),
+                   [f"model.vocab_size={V}", f"data.train={tmp}/bigs_train_*.bin", "data.val=", "train_iters=2"])
+check(p.returncode != 0 and "70000" in p.stderr and "vocab_size" in p.stderr, "uint32_token_beyond_model_vocab_refused",
+      p.stderr[-400:])
 ztlib.finish()

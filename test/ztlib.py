@@ -185,11 +185,13 @@ def use_pypi_env(*modules):
 
 
 def read_shard(path):
-    """The uint16 tokens of an llm.c token shard (256 int32 header, then the tokens)."""
+    """The tokens of an llm.c token shard (256 int32 header, then the tokens: uint16, or uint32 when
+    the magic is 20240801, llm.c's Llama 3 shards)."""
     import numpy as np
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(1024), dtype="<i4")
-        return np.frombuffer(f.read(), dtype="<u2")[: header[2]].astype(np.int64)
+        dtype = "<u4" if header[0] == 20240801 else "<u2"
+        return np.frombuffer(f.read(), dtype=dtype)[: header[2]].astype(np.int64)
 
 
 def tokenize_ids(vocab, prefix, files, env=None):

@@ -53,7 +53,7 @@ static const command_help commands[] = {
      {"zerotrain tokenize [--vocab PATH] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]"},
      "Several inputs are separate documents, joined by <|endoftext|> (id 50256; a tokenizer.json's <|endoftext|>, "
      "<|end_of_text|> or </s>). The input streams in 1 MiB blocks (bounded memory at any size); the first F of the "
-     "tokens go to PREFIX_val.bin. Shards hold uint16 ids: a vocabulary over 65536 tokens is refused.",
+     "tokens go to PREFIX_val.bin. Shards hold uint16 ids, uint32 for a vocabulary over 65536 tokens (llm.c's Llama 3 shards).",
      {{"--vocab", "PATH", "a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2 style), or a folder with "
                          "tokenizer.json or GPT-2's encoder.json and vocab.bpe (default: $ZEROTRAIN_VOCAB, data/gpt2, or beside the binary)"},
       {"-o, --output", "PREFIX", "writes PREFIX_val.bin and PREFIX_train_000000.bin, ... (required)"},
