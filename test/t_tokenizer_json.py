@@ -1,7 +1,8 @@
 """t_tokenizer_json.py — `zerotrain tokenize`, `sample` and `eval` with a Hugging Face tokenizer.json,
 against the `tokenizers` package (pinned by scripts/install-deps.sh; no downloads). Two tiny byte-level
 BPE tokenizers are trained here on the bundled corpus: GPT-2 style (ByteLevel pre-tokenizer with its
-regex) and Llama 3 style (Split with Llama 3's regex, ByteLevel without, ignore_merges), each with
+regex), Llama 3 style (Split with Llama 3's regex, ByteLevel without, ignore_merges) and Qwen2 style
+(Qwen2's regex, one digit a piece; Qwen2's NFC normalizer is refused, so none here), each with
 special tokens (<|endoftext|>, <|begin_of_text|>, <|end_of_text|>) and a non-special added token.
 Compared: ids of the corpus, of a mixed text (scripts, digits, whitespace runs), of text holding the
 added and special tokens, of the corpus tokenized in small blocks (the streaming cuts), and of files
@@ -29,6 +30,7 @@ check(tokenizers.__version__ == "0.19.1", "tokenizers_is_the_pinned_version", to
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
           r"|\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")  # Qwen2's: one digit a piece
 with open(os.path.join(ztlib.ROOT, "data", "tinyshakespeare.txt"), encoding="utf-8") as f:
     corpus = f.read()
 MIXED = ("Hello world! It's 2024 — naïve café, 東京タワーへ行きました。 Здравствуйте, мир; مرحبا "
@@ -44,7 +46,7 @@ def train_tokenizer(name, style):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(QWEN2 if style == "qwen2" else LLAMA3), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=1200, show_progress=False,
@@ -123,7 +125,7 @@ def hf_bytes_ids(tok, data):
 
 
 env_small_blocks = dict(os.environ, ZEROTRAIN_TOKENIZE_BLOCK="3000")
-for style in ("gpt2", "llama3"):
+for style in ("gpt2", "llama3", "qwen2"):
     tok, path = train_tokenizer(style, style)
     enc = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
     zt = zt_tokenize(path, style + "_corpus", corpus)

@@ -134,18 +134,25 @@ static int write_all_fd(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-/* Token J of the stage: little-endian, as the shards hold them. */
-static void stage_put(sink *k, size_t j, uint32_t id) {
-    uint8_t *b = k->stage + j * (size_t)k->width;
-    for (int i = 0; i < k->width; i++) b[i] = (uint8_t)(id >> (8 * i));
+/* IDS[0..N) into STAGE from token AT on: little-endian, WIDTH bytes each, as the shards hold them. */
+static void stage_ids(uint8_t *stage, int width, size_t at, const int *ids, size_t n) {
+    uint8_t *b = stage + at * (size_t)width;
+    if (width == 2) {
+        for (size_t i = 0; i < n; i++, b += 2) b[0] = (uint8_t)ids[i], b[1] = (uint8_t)(ids[i] >> 8);
+    } else {
+        for (size_t i = 0; i < n; i++, b += 4)
+            b[0] = (uint8_t)ids[i], b[1] = (uint8_t)(ids[i] >> 8), b[2] = (uint8_t)(ids[i] >> 16), b[3] = (uint8_t)(ids[i] >> 24);
+    }
 }
 
 /* One block's ids, in input order. */
 static int sink_put(sink *k, const int *ids, size_t n, int eot_first, zt_err *err) {
     for (size_t i = 0; i < n || eot_first;) {
         size_t m = 0;
-        if (eot_first) { stage_put(k, m++, (uint32_t)k->eot); eot_first = 0; }
-        while (i < n && m < COPY_TOKENS) stage_put(k, m++, (uint32_t)ids[i++]);
+        if (eot_first) { stage_ids(k->stage, k->width, m++, &k->eot, 1); eot_first = 0; }
+        size_t take = n - i < COPY_TOKENS - m ? n - i : COPY_TOKENS - m;
+        stage_ids(k->stage, k->width, m, ids + i, take);
+        m += take, i += take;
         k->total += m;
         if (!k->spooled) {
             if (fill_train(k, k->stage, m, err)) return -1;

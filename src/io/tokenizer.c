@@ -497,6 +497,7 @@ static int encode_plain(zt_encoder *e, const uint8_t *s, size_t len, zt_ids *out
     enc_ws *w = &e->ws;
     pcre2_match_data *md = e->md;
     uint32_t opts = PCRE2_NO_UTF_CHECK | (t->anchored ? 0 : PCRE2_NOTEMPTY);
+    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md); /* md's: the same pointer for every match */
     size_t pos = 0;
     while (pos < len) {
         size_t end = valid_run_end(s, pos, len);
@@ -508,8 +509,8 @@ static int encode_plain(zt_encoder *e, const uint8_t *s, size_t len, zt_ids *out
                 int r = t->jit ? pcre2_jit_match(t->re, sub, slen, off, opts, md, NULL) : -1;
                 if (!t->jit || r == PCRE2_ERROR_JIT_STACKLIMIT) r = pcre2_match(t->re, sub, slen, off, opts, md, NULL);
                 if (r > 0) {
-                    start = pcre2_get_ovector_pointer(md)[0];
-                    stop = pcre2_get_ovector_pointer(md)[1];
+                    start = ov[0];
+                    stop = ov[1];
                 } else if (r == PCRE2_ERROR_NOMATCH) {
                     start = stop = t->anchored ? off : slen; /* anchored: cannot happen (GPT-2's covers every character) */
                 } else {

@@ -53,7 +53,7 @@ struct zt_tokenizer {
     size_t vmap_mask;
     pair_slot *pairs;
     size_t pair_mask;
-    int pair_shift;
+    size_t pair_shift; /* size_t, not int: the merge loop's int stores cannot alias it */
     int eot;           /* the id that joins documents (<|endoftext|> and the like), -1: none */
     int ignore_merges; /* a piece that is a token is that token, unmerged (Llama 3) */
     zt_added_token *added; /* longest first */
@@ -149,7 +149,7 @@ static inline void zt_tok_tables(zt_tokenizer *t, size_t n_vocab, size_t n_merge
     t->pairs = zt_xmalloc(p * sizeof *t->pairs);
     for (size_t i = 0; i < p; i++) t->pairs[i].key = UINT64_MAX;
     t->pair_mask = p - 1;
-    t->pair_shift = 64 - shift;
+    t->pair_shift = (size_t)(64 - shift);
 }
 
 static inline size_t zt_pair_slot_of(const zt_tokenizer *t, uint64_t key) {
