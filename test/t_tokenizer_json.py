@@ -237,7 +237,10 @@ cases = [
     ("unigram", variant(setp(["model", "type"], "Unigram")), "unsupported model type Unigram"),
     ("lstrip", variant(lambda j: j["added_tokens"][0].update(lstrip=True)), "lstrip"),
     ("decoder_metaspace", variant(setp(["decoder"], {"type": "Metaspace"})), "unsupported decoder Metaspace"),
-    ("missing_byte", variant(lambda j: j["model"]["vocab"].pop("Ā")), "no token for the byte 0x00"),
+    ("missing_byte", variant(lambda j: j["model"]["vocab"].update({"ĀĀĀĀĀĀ": j["model"]["vocab"].pop("Ā")})),
+     "no token for the byte 0x00"),
+    ("added_id_renumbered", variant(lambda j: j["added_tokens"][-1].update(id=5000)),
+     r"added_tokens\[3\]: id 5000, but tokenizers numbers this token 1200"),
 ]
 for name, text, want in cases:
     bad = write(name + ".json", text)
@@ -249,8 +252,9 @@ for name, text, want in cases:
 
 # a vocabulary beyond uint16 shards (Llama 3's 128256 tokens): uint32 shards, llm.c's Llama 3 format,
 # that train and eval read
-def far_token(j):  # tokenizers takes an added token's id from model.vocab (else it renumbers it)
+def far_token(j):  # tokenizers takes an added token's id from model.vocab (else it numbers it on from the vocabulary)
     j["model"]["vocab"]["<|far|>"] = 70000
+    j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] != "hello world"]  # it would be 1201 now
     j["added_tokens"].append({"id": 70000, "content": "<|far|>", "single_word": False, "lstrip": False, "rstrip": False,
                               "normalized": False, "special": True})
 

@@ -190,6 +190,7 @@ int zt_tokenizer_json_fill(zt_tokenizer *t, const char *path, zt_err *err) {
     zt_byte_alphabet(b2u, u2b);
     uint32_t *klen = NULL, *kpos = NULL;
     uint8_t *all = NULL, *is_added = NULL;
+    const char **key_of = NULL;
     if (root.type != ZT_JSON_OBJECT) {
         zt_fail(err, "%s:%d:%d: expected a tokenizer.json object, got %s", path, root.line, root.col, zt_json_type_name(root.type));
         goto done;
@@ -236,6 +237,9 @@ int zt_tokenizer_json_fill(zt_tokenizer *t, const char *path, zt_err *err) {
     klen = zt_xcalloc((size_t)t->n_vocab, sizeof *klen);
     kpos = zt_xcalloc((size_t)t->n_vocab, sizeof *kpos);
     is_added = zt_xcalloc((size_t)t->n_vocab, 1);
+    key_of = zt_xcalloc((size_t)t->n_vocab, sizeof *key_of);
+    for (int i = 0; i < vocab->n; i++) key_of[vocab->items[i].u] = vocab->keys[i];
+    long max_added = -1;
     size_t all_cap = 16, all_n = 0;
     for (int i = 0; i < vocab->n; i++) all_cap += strlen(vocab->keys[i]);
     for (int i = 0; i < n_added; i++) all_cap += zt_json_get(&added->items[i], "content")->str_len;
@@ -248,6 +252,15 @@ int zt_tokenizer_json_fill(zt_tokenizer *t, const char *path, zt_err *err) {
             zt_fail(err, "%s:%d:%d: added_tokens[%d]: id %d appears twice", path, a->line, a->col, i, id);
             goto done;
         }
+        /* tokenizers keeps the id of a token model.vocab has; another it numbers on from the vocabulary
+         * (whatever the file says): ids that disagree would encode differently, so they are refused */
+        long numbered = max_added < 0 || max_added < vocab->n ? vocab->n : max_added + 1;
+        if ((!key_of[id] || strcmp(key_of[id], content->str)) && id != numbered) {
+            zt_fail(err, "%s:%d:%d: added_tokens[%d]: id %d, but tokenizers numbers this token %ld (it is not in model.vocab)",
+                    path, a->line, a->col, i, id, numbered);
+            goto done;
+        }
+        if (id > max_added) max_added = id;
         is_added[id] = 1;
         memcpy(all + all_n, content->str, content->str_len);
         klen[id] = (uint32_t)content->str_len;
@@ -320,6 +333,7 @@ done:
     free(klen);
     free(kpos);
     free(is_added);
+    free(key_of);
     free(all);
     zt_json_free(&root);
     return rc;
