@@ -285,4 +285,10 @@ p, _ = ztlib.train(os.path.join(ztlib.ROOT, "configs", "tiny.yaml"),
                    [f"model.vocab_size={V}", f"data.train={tmp}/bigs_train_*.bin", "data.val=", "train_iters=2"])
 check(p.returncode != 0 and "70000" in p.stderr and "vocab_size" in p.stderr, "uint32_token_beyond_model_vocab_refused",
       p.stderr[-400:])
+s = ztlib.run(["sample", step, "--vocab", bigp, "--prompt", "<|far|>", "--max-tokens", "4"])
+check(s.returncode != 0 and "70000" in s.stderr and f"vocab_size {V}" in s.stderr and s.stderr.count("error") == 1,
+      "sample_refuses_prompt_token_beyond_model_vocab", s.stderr[-300:])
+s = ztlib.run(["sample", step, "--vocab", write("nfc.json", variant(setp(["normalizer"], {"type": "NFC"}))), "--prompt", "x"])
+check(s.returncode != 0 and "nfc.json" in s.stderr and "normalizer NFC" in s.stderr and s.stderr.count("error") == 1,
+      "sample_refuses_unsupported_tokenizer_json", s.stderr[-300:])
 ztlib.finish()
