@@ -239,6 +239,8 @@ cases = [
     ("decoder_metaspace", variant(setp(["decoder"], {"type": "Metaspace"})), "unsupported decoder Metaspace"),
     ("missing_byte", variant(lambda j: j["model"]["vocab"].update({"ĀĀĀĀĀĀ": j["model"]["vocab"].pop("Ā")})),
      "no token for the byte 0x00"),
+    ("huge_id", variant(lambda j: j["model"]["vocab"].update({"ĀĀĀĀĀĀ": 3_000_000_000})),
+     r"model.vocab: expected a token id \(an integer 0..16777215\)"),
     ("added_id_renumbered", variant(lambda j: j["added_tokens"][-1].update(id=5000)),
      r"added_tokens\[3\]: id 5000, but tokenizers numbers this token 1200"),
 ]

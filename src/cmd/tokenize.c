@@ -335,7 +335,8 @@ static int read_inputs(pipeline *p, const char **inputs, int n_inputs, size_t bl
                 if (rc) break;
                 if (!at_end) {
                     cut = zt_tokenizer_last_cut(p->tok, b->text, searched, b->len);
-                    searched = b->len >= 3 ? b->len - 3 : 0; /* cuts up to len - 4 are decided */
+                    size_t reach = zt_tokenizer_cut_reach(p->tok); /* cuts up to len - reach are decided */
+                    searched = b->len >= reach - 1 ? b->len - (reach - 1) : 0;
                 }
             }
             if (rc) break;

@@ -585,6 +585,8 @@ static int char_class(const zt_tokenizer *t, const uint8_t *p, size_t n, uint32_
     return r == 2 ? CH_LETTER : r == 1 ? CH_DIGIT : CH_OTHER; /* 2: group 1, \p{L}, matched */
 }
 
+size_t zt_tokenizer_cut_reach(const zt_tokenizer *t) { return t->added_max > 4 ? t->added_max : 4; }
+
 /* Whether an added token's occurrence in S would cover both sides of A (S holds A +- added_max). */
 static int added_spans(const zt_tokenizer *t, const uint8_t *s, size_t a) {
     for (int k = 0; k < t->n_added; k++) {
@@ -608,7 +610,7 @@ static int added_spans(const zt_tokenizer *t, const uint8_t *s, size_t a) {
 size_t zt_tokenizer_last_cut(const zt_tokenizer *t, const char *text, size_t from, size_t len) {
     const uint8_t *s = (const uint8_t *)text;
     pcre2_match_data *md = NULL;
-    size_t cut = 0, reach = t->added_max > 4 ? t->added_max : 4;
+    size_t cut = 0, reach = zt_tokenizer_cut_reach(t);
     for (size_t a = len >= reach ? len - reach : 0; a >= from && a > 0; a--) {
         if ((s[a] & 0xC0) == 0x80) continue; /* inside a character */
         size_t j = a - 1;                    /* where the character before a starts */

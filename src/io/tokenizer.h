@@ -84,14 +84,17 @@ int zt_encoder_encode(zt_encoder *enc, const char *text, size_t len, zt_ids *out
 void zt_encoder_free(zt_encoder *enc);
 
 /* Where a text may be cut so that encoding the two parts on their own gives exactly the ids of
- * the whole: the largest a in [max(FROM, 1), LEN - 4] where the character before a is not White_Space
- * and the one at a is White_Space, or of another class (\p{L}, \p{N}, the rest; an apostrophe
- * and a letter never: "'s"), or either side is an invalid byte. Looks at TEXT[a-R, a+R) only (R = 4, or
- * the longest added token's length), so a cut found in a prefix of a longer text holds for the
- * longer text; an added token never spans a cut. A tokenizer.json's Llama 3 or Qwen2 pattern
- * cuts only after a letter before White_Space, another pattern only at invalid bytes. 0 when there is none (a run
- * of one class, such as a long word or a long run of spaces, has no cut inside it). */
+ * the whole: the largest a in [max(FROM, 1), LEN - R] (R = zt_tokenizer_cut_reach) where the
+ * character before a is not White_Space and the one at a is White_Space, or of another class
+ * (\p{L}, \p{N}, the rest; an apostrophe and a letter never: "'s"), or either side is an invalid
+ * byte; an added token never spans a cut. A tokenizer.json's Llama 3 or Qwen2 pattern cuts only
+ * after a letter before White_Space, another pattern only at invalid bytes. Looks at
+ * TEXT[a-R, a+R) only, so a cut found in a prefix of a longer text holds for the longer text. 0
+ * when there is none (a run of one class, such as a long word or a long run of spaces, has no cut
+ * inside it). */
 size_t zt_tokenizer_last_cut(const zt_tokenizer *tok, const char *text, size_t from, size_t len);
+/* How far zt_tokenizer_last_cut looks on either side of a cut: 4, or the longest added token. */
+size_t zt_tokenizer_cut_reach(const zt_tokenizer *tok);
 
 /* Decodes N ids into OUT (at most CAP bytes written, no NUL added) and returns the full byte
  * length of the decoded text (like snprintf: a result > CAP means OUT was cut short). ZT_TOKEN_EOT

@@ -128,11 +128,14 @@ static int by_length_desc(const void *a, const void *b) {
     return x->len < y->len ? 1 : x->len > y->len ? -1 : x->id - y->id;
 }
 
-/* An id: a JSON integer in [0, 2^31 - 2]. */
+/* the largest id taken (Gemma's vocabulary is 256000): a stray huge id is one line, not a huge allocation */
+#define MAX_TOKEN_ID ((1 << 24) - 1)
+
+/* An id: a JSON integer in [0, MAX_TOKEN_ID]. */
 static int json_id(const zt_json *v, const char *path, const char *what, zt_err *err) {
-    if (v && v->type == ZT_JSON_NUMBER && v->is_uint && v->u < INT32_MAX) return (int)v->u;
+    if (v && v->type == ZT_JSON_NUMBER && v->is_uint && v->u <= MAX_TOKEN_ID) return (int)v->u;
     if (!v) return zt_fail(err, "%s: %s: missing \"id\"", path, what);
-    return zt_fail(err, "%s:%d:%d: %s: expected a token id (a non-negative integer)", path, v->line, v->col, what);
+    return zt_fail(err, "%s:%d:%d: %s: expected a token id (an integer 0..%d)", path, v->line, v->col, what, MAX_TOKEN_ID);
 }
 
 /* A merge's two tokens: "LEFT RIGHT" or ["LEFT", "RIGHT"]. */
