@@ -25,17 +25,11 @@ def zt_tokenize(name, text):
     path = os.path.join(tmp, name + ".txt")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
-    p = ztlib.run(["tokenize", "--vocab", VOCAB, path, "-o", os.path.join(tmp, name), "--val-fraction", "0"])
-    if p.returncode != 0:
-        return p.stderr[-300:]
-    return ztlib.read_shard(os.path.join(tmp, name + "_train_000000.bin")).tolist()
+    return ztlib.tokenize_ids(VOCAB, os.path.join(tmp, name), [path])
 
 
 def first_diff(a, b):
-    if isinstance(a, str):
-        return a
-    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return f"first difference at {k}: zerotrain {a[k:k + 6]} tiktoken {b[k:k + 6]} (lengths {len(a)} {len(b)})"
+    return ztlib.first_diff(a, b, "tiktoken")
 
 
 with open(os.path.join(ztlib.ROOT, "data", "tinyshakespeare.txt"), encoding="utf-8") as f:

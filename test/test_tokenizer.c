@@ -166,7 +166,7 @@ static void test_cases(const zt_tokenizer *tok) {
     int hw[2] = {15496, 995};
     n = zt_tokenizer_decode(tok, hw, 2, buf, 4);
     CHECK(n == 11 && memcmp(buf, "Hell", 4) == 0, "decode_cut_short_returns_full_length", "got %zu", n);
-    CHECK(zt_tokenizer_vocab_size() == 50257, "vocab_size", "%d", zt_tokenizer_vocab_size());
+    CHECK(zt_tokenizer_vocab_size(tok) == 50257, "vocab_size", "%d", zt_tokenizer_vocab_size(tok));
 }
 
 static void test_random_roundtrip(const zt_tokenizer *tok) {
@@ -376,7 +376,7 @@ static void test_shards(const char *tmp) {
     CHECK(stat(path, &st) == 0 && st.st_size == 1024 + 2000, "shard_size", "size %ld", (long)st.st_size);
     CHECK(!dir_has_tmp(tmp), "shard_write_leaves_no_temp", "a .tmp. file is left in %s", tmp);
     size_t n = 0;
-    CHECK(zt_shard_read_header(path, &n, &err) == 0 && n == 1000, "shard_read_header", "n=%zu %s", n, err.msg);
+    CHECK(zt_shard_read_header(path, &n, NULL, &err) == 0 && n == 1000, "shard_read_header", "n=%zu %s", n, err.msg);
     uint16_t *back = zt_shard_load(path, &n, &err);
     CHECK(back && n == 1000 && memcmp(back, tok, sizeof tok) == 0, "shard_load", "%s", back ? "content differs" : err.msg);
     free(back);
@@ -390,32 +390,32 @@ static void test_shards(const char *tmp) {
     snprintf(bad, sizeof bad, "%s/magic.bin", tmp);
     raw[0] ^= 1;
     write_file(bad, raw, len);
-    CHECK(zt_shard_read_header(bad, &n, &err) && contains(err.msg, bad) &&
-              contains(err.msg, "not a token shard (magic 20240521, expected 20240520)"),
+    CHECK(zt_shard_read_header(bad, &n, NULL, &err) && contains(err.msg, bad) &&
+              contains(err.msg, "not a token shard (magic 20240521, expected 20240520, or 20240801 for uint32 tokens)"),
           "shard_wrong_magic", "%s", err.msg);
     raw[0] ^= 1;
     raw[4] = 2;
     snprintf(bad, sizeof bad, "%s/version.bin", tmp);
     write_file(bad, raw, len);
-    CHECK(zt_shard_read_header(bad, &n, &err) && contains(err.msg, bad) && contains(err.msg, "unsupported shard version 2"),
+    CHECK(zt_shard_read_header(bad, &n, NULL, &err) && contains(err.msg, bad) && contains(err.msg, "unsupported shard version 2"),
           "shard_wrong_version", "%s", err.msg);
     raw[4] = 1;
     snprintf(bad, sizeof bad, "%s/trunc.bin", tmp);
     write_file(bad, raw, len - 3);
-    CHECK(zt_shard_read_header(bad, &n, &err) && contains(err.msg, bad) &&
+    CHECK(zt_shard_read_header(bad, &n, NULL, &err) && contains(err.msg, bad) &&
               contains(err.msg, "truncated: header says 1000 tokens (3024 bytes) but file has 3021 bytes"),
           "shard_truncated", "%s", err.msg);
     CHECK(zt_shard_load(bad, &n, &err) == NULL && contains(err.msg, "truncated"), "shard_load_truncated", "%s", err.msg);
     write_file(bad, raw, 100);
-    CHECK(zt_shard_read_header(bad, &n, &err) && contains(err.msg, bad) && contains(err.msg, "truncated"), "shard_truncated_header",
+    CHECK(zt_shard_read_header(bad, &n, NULL, &err) && contains(err.msg, bad) && contains(err.msg, "truncated"), "shard_truncated_header",
           "%s", err.msg);
     free(raw);
     snprintf(bad, sizeof bad, "%s/empty.bin", tmp);
     write_file(bad, "", 0);
-    CHECK(zt_shard_read_header(bad, &n, &err) && contains(err.msg, bad) && contains(err.msg, "empty"), "shard_empty_file", "%s",
+    CHECK(zt_shard_read_header(bad, &n, NULL, &err) && contains(err.msg, bad) && contains(err.msg, "empty"), "shard_empty_file", "%s",
           err.msg);
     snprintf(bad, sizeof bad, "%s/missing.bin", tmp);
-    CHECK(zt_shard_read_header(bad, &n, &err) && contains(err.msg, bad) && contains(err.msg, "cannot open"), "shard_missing_file",
+    CHECK(zt_shard_read_header(bad, &n, NULL, &err) && contains(err.msg, bad) && contains(err.msg, "cannot open"), "shard_missing_file",
           "%s", err.msg);
     snprintf(bad, sizeof bad, "%s/nodir/x.bin", tmp);
     CHECK(zt_shard_write(bad, tok, 10, &err) && contains(err.msg, bad) && access(bad, F_OK) != 0, "shard_write_unwritable", "%s",
@@ -547,7 +547,7 @@ static void test_tokenize_cmd(const zt_tokenizer *tok, const char *tmp) {
           "%s n=%zu", val ? "" : err.msg, n);
     free(val);
     snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
-    CHECK(zt_shard_read_header(path, &n, &err) == 0 && n == 338025 - 33802, "tokenize_corpus_train", "%s n=%zu", err.msg, n);
+    CHECK(zt_shard_read_header(path, &n, NULL, &err) == 0 && n == 338025 - 33802, "tokenize_corpus_train", "%s n=%zu", err.msg, n);
     snprintf(path, sizeof path, "%s_train_000001.bin", prefix);
     CHECK(access(path, F_OK) != 0, "tokenize_corpus_one_shard", "%s exists", path);
 

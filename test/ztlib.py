@@ -185,11 +185,29 @@ def use_pypi_env(*modules):
 
 
 def read_shard(path):
-    """The uint16 tokens of an llm.c token shard (256 int32 header, then the tokens)."""
+    """The tokens of an llm.c token shard (256 int32 header, then the tokens: uint16, or uint32 when
+    the magic is 20240801, llm.c's Llama 3 shards)."""
     import numpy as np
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(1024), dtype="<i4")
-        return np.frombuffer(f.read(), dtype="<u2")[: header[2]].astype(np.int64)
+        dtype = "<u4" if header[0] == 20240801 else "<u2"
+        return np.frombuffer(f.read(), dtype=dtype)[: header[2]].astype(np.int64)
+
+
+def tokenize_ids(vocab, prefix, files, env=None):
+    """`zerotrain tokenize --vocab VOCAB FILES -o PREFIX --val-fraction 0`: its ids, or its error's tail."""
+    p = run(["tokenize", "--vocab", vocab] + list(files) + ["-o", prefix, "--val-fraction", "0"], env=env)
+    if p.returncode != 0:
+        return p.stderr[-400:]
+    return read_shard(prefix + "_train_000000.bin").tolist()
+
+
+def first_diff(ours, theirs, who):
+    """Where two id lists first differ, for a FAIL line (OURS may be an error message instead)."""
+    if isinstance(ours, str):
+        return ours
+    k = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), min(len(ours), len(theirs)))
+    return f"first difference at {k}: zerotrain {ours[k:k + 6]} {who} {theirs[k:k + 6]} (lengths {len(ours)} {len(theirs)})"
 
 
 def bytes_to_unicode():

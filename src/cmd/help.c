@@ -50,10 +50,12 @@ static const command_help commands[] = {
       "zerotrain run -n 16 --hostfile hosts --restarts 5 big.yaml --set checkpoint.dir=/shared/ck"},
      "99 stopped by a signal after the ranks saved a checkpoint"},
     {"tokenize", "turn text files into GPT-2 token shards",
-     {"zerotrain tokenize [--vocab DIR] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]"},
-     "Several inputs are separate documents, joined by <|endoftext|> (id 50256). The input streams in 1 MiB "
-     "blocks (bounded memory at any size); the first F of the tokens go to PREFIX_val.bin.",
-     {{"--vocab", "DIR", "GPT-2 vocabulary folder with encoder.json and vocab.bpe (default: $ZEROTRAIN_VOCAB, data/gpt2, or beside the binary)"},
+     {"zerotrain tokenize [--vocab PATH] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]"},
+     "Several inputs are separate documents, joined by <|endoftext|> (id 50256; a tokenizer.json's <|endoftext|>, "
+     "<|end_of_text|> or </s>). The input streams in 1 MiB blocks (bounded memory at any size); the first F of the "
+     "tokens go to PREFIX_val.bin. Shards hold uint16 ids, uint32 for a vocabulary over 65536 tokens (llm.c's Llama 3 shards).",
+     {{"--vocab", "PATH", "a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2 style), or a folder with "
+                         "tokenizer.json or GPT-2's encoder.json and vocab.bpe (default: $ZEROTRAIN_VOCAB, data/gpt2, or beside the binary)"},
       {"-o, --output", "PREFIX", "writes PREFIX_val.bin and PREFIX_train_000000.bin, ... (required)"},
       {"--val-fraction", "F", "fraction of the tokens, taken from the head, for validation (default 0.1; 0 = none)"},
       {"--shard-tokens", "N", "at most N tokens per train shard (default 100000000)"},
@@ -63,14 +65,14 @@ static const command_help commands[] = {
      NULL},
     {"sample", "generate text from a model",
      {"zerotrain sample MODEL [--prompt TEXT] [--max-tokens N] [--temperature F] [--top-k K] [--seed S]",
-      "                 [--vocab DIR] [--print-ids] [--device D]"},
+      "                 [--vocab PATH] [--print-ids] [--device D]"},
      "MODEL is a checkpoint directory, a step directory or a Hugging Face directory (GPT-2, Llama, Qwen2, Mistral).",
      {{"--prompt", "TEXT", "text to continue (default: <|endoftext|>, a fresh document)"},
       {"--max-tokens", "N", "tokens to generate (default 64)"},
       {"--temperature", "F", "softmax temperature, 0 = greedy (default 1.0)"},
       {"--top-k", "K", "sample among the K likeliest tokens; 1 = greedy, 0 = all (default 40)"},
       {"--seed", "S", "sampling seed (default 1337)"},
-      {"--vocab", "DIR", "GPT-2 vocabulary folder (default: $ZEROTRAIN_VOCAB, data/gpt2, or beside the binary)"},
+      {"--vocab", "PATH", "tokenizer.json or vocabulary folder, as for tokenize (default: $ZEROTRAIN_VOCAB, data/gpt2, or beside the binary)"},
       {"--print-ids", NULL, "print token ids instead of text"},
       DEVICE_OPTION},
      {"zerotrain sample ck --prompt 'ROMEO:' --max-tokens 100", "zerotrain sample hf_gpt2/ --top-k 1 --print-ids"},

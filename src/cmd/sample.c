@@ -112,7 +112,8 @@ void zt_sample_print(zt_session *s, int n_tokens, uint64_t seed) {
     zt_err err = {{0}};
     zt_tokenizer *tok = zt_tokenizer_load(zt_default_vocab_dir(), &err);
     zt_sample_opts o = {n_tokens, 1.0f, 40, seed, NULL, NULL};
-    int eot = ZT_TOKEN_EOT < s->shape.vocab_size ? ZT_TOKEN_EOT : 0;
+    int eot = tok && zt_tokenizer_eot(tok) >= 0 ? zt_tokenizer_eot(tok) : ZT_TOKEN_EOT;
+    if (eot >= s->shape.vocab_size) eot = 0;
     zt_ids ids = {0};
     if (zt_generate(s, &eot, 1, &o, &ids, &err) == 0 && zt_log_rank() == 0) {
         if (tok) {
@@ -394,7 +395,18 @@ int zt_cmd_sample(int argc, char **argv) {
     if (comm->rank == 0) fprintf(stderr, "%s\n", zt_blas_core_line(kernels, sizeof kernels));
     zt_ids ids = {0}, out = {0};
     if (prompt) zt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &err);
-    if (ids.n == 0) zt_ids_push(&ids, ZT_TOKEN_EOT);
+    if (ids.n == 0) zt_ids_push(&ids, zt_tokenizer_eot(tok) >= 0 ? zt_tokenizer_eot(tok) : 0);
+    for (size_t i = 0; i < ids.n; i++)
+        if (ids.data[i] >= s.shape.vocab_size) {
+            if (comm->rank == 0)
+                fprintf(stderr, "zerotrain: error: sample: the prompt's token %d is outside the model's vocabulary (vocab_size %d)\n",
+                        ids.data[i], s.shape.vocab_size);
+            zt_ids_free(&ids);
+            zt_session_close(&s);
+            zt_tokenizer_free(tok);
+            comm->destroy(comm);
+            return 1;
+        }
     text_stream st = {.tok = tok, .print_ids = print_ids, .enabled = comm->rank == 0};
     if (st.enabled && !print_ids && prompt) {
         fputs(prompt, stdout);

@@ -1,13 +1,17 @@
-/* cmd_tokenize.c — `zerotrain tokenize`: text files -> llm.c token shards (GPT-2 BPE).
+/* cmd_tokenize.c — `zerotrain tokenize`: text files -> llm.c token shards (byte-level BPE: GPT-2 or a tokenizer.json).
  *
- *   zerotrain tokenize [--vocab DIR] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]
+ *   zerotrain tokenize [--vocab PATH] INPUT... -o PREFIX [--val-fraction F] [--shard-tokens N] [-j N]
  *
- * Each INPUT is one document; documents are joined with <|endoftext|> (50256) BETWEEN them (none
+ * --vocab is a GPT-2 vocabulary folder or a Hugging Face tokenizer.json (or a folder with one; see
+ * io/tokenizer.h). Each INPUT is one document; documents are joined with <|endoftext|> (50256 in
+ * GPT-2's; a tokenizer.json's <|endoftext|>, <|end_of_text|> or </s>) BETWEEN them (none
  * before the first or after the last, so a single input's tokens are exactly its text's tokens —
  * tiny Shakespeare starts 5962, 22307, 25, 198). The first floor(F * total) tokens (default
  * F = 0.1; llm.c's tinyshakespeare split also takes val from the head) go to PREFIX_val.bin, the
  * rest to PREFIX_train_000000.bin, PREFIX_train_000001.bin, ... of exactly N tokens each but the
  * last (default 100M); a shard boundary falls wherever the count says, inside a document or not.
+ * Shards hold uint16 ids; a vocabulary over 65536 tokens (Llama 3's, Qwen2's) gets uint32 ones,
+ * llm.c's Llama 3 format (shard.h), which training and eval read alike.
  * Every shard is written atomically (temp file + rename); when one fails, the shards this run
  * already wrote are removed again. No MPI: runs on one process.
  *
@@ -18,7 +22,7 @@
  * -j threads (default: the cores this process may run on), one zt_encoder each; one writer thread
  * takes the blocks' ids in input order. With --val-fraction 0 the ids go straight into the train
  * shards, each committed as it fills. Otherwise the split needs the total, known only at the end:
- * the ids go to a spool (2 bytes a token, an unlinked file in PREFIX's folder, so nothing is left
+ * the ids go to a spool (2 bytes a token, 4 with uint32 shards, an unlinked file in PREFIX's folder, so nothing is left
  * behind even by a kill), which at the end is cut into PREFIX_val.bin and the train shards, the
  * spool's disk space freed as it is read. Memory: (threads + 2) blocks of text and their ids, an
  * encoder's piece cache (about 3.5 MiB) a thread, and the vocabulary. Inputs are read as streams
@@ -70,7 +74,9 @@ typedef struct sink {
     zt_shard_writer shard; /* the train shard being filled, when shard_open */
     int shard_open;
     size_t n_shards, total;
-    uint16_t *stage;
+    int eot;              /* the id that joins documents */
+    int width;            /* bytes a token in the shards: 2 (uint16), 4 (a vocabulary over 65536) */
+    uint8_t *stage;       /* COPY_TOKENS tokens as the shards hold them (little-endian, width bytes) */
     char **written;
     size_t n_written, cap_written;
 } sink;
@@ -92,21 +98,21 @@ static int commit_shard(sink *k, zt_shard_writer *w, zt_err *err) {
 }
 
 /* Appends to the train shards: PREFIX_train_%06zu.bin, each committed when it holds shard_tokens. */
-static int fill_train(sink *k, const uint16_t *t, size_t n, zt_err *err) {
+static int fill_train(sink *k, const uint8_t *t, size_t n, zt_err *err) {
     while (n) {
         if (!k->shard_open) {
             char suffix[48];
             snprintf(suffix, sizeof suffix, "_train_%06zu.bin", k->n_shards);
             char *name = shard_name(k->prefix, suffix);
-            int rc = zt_shard_writer_open(&k->shard, name, err);
+            int rc = zt_shard_writer_open(&k->shard, name, k->width, err);
             free(name);
             if (rc) return -1;
             k->shard_open = 1;
             k->n_shards++;
         }
         size_t room = k->shard_tokens - k->shard.n, m = n < room ? n : room;
-        if (zt_shard_writer_append(&k->shard, t, m, err)) { k->shard_open = 0; return -1; }
-        t += m;
+        if (zt_shard_writer_append_le(&k->shard, t, m, err)) { k->shard_open = 0; return -1; }
+        t += m * (size_t)k->width;
         n -= m;
         if (k->shard.n == k->shard_tokens) {
             k->shard_open = 0;
@@ -128,23 +134,30 @@ static int write_all_fd(int fd, const void *buf, size_t n) {
     return 0;
 }
 
+/* IDS[0..N) into STAGE from token AT on: little-endian, WIDTH bytes each, as the shards hold them. */
+static void stage_ids(uint8_t *stage, int width, size_t at, const int *ids, size_t n) {
+    uint8_t *b = stage + at * (size_t)width;
+    if (width == 2) {
+        for (size_t i = 0; i < n; i++, b += 2) b[0] = (uint8_t)ids[i], b[1] = (uint8_t)(ids[i] >> 8);
+    } else {
+        for (size_t i = 0; i < n; i++, b += 4)
+            b[0] = (uint8_t)ids[i], b[1] = (uint8_t)(ids[i] >> 8), b[2] = (uint8_t)(ids[i] >> 16), b[3] = (uint8_t)(ids[i] >> 24);
+    }
+}
+
 /* One block's ids, in input order. */
 static int sink_put(sink *k, const int *ids, size_t n, int eot_first, zt_err *err) {
     for (size_t i = 0; i < n || eot_first;) {
         size_t m = 0;
-        if (eot_first) { k->stage[m++] = ZT_TOKEN_EOT; eot_first = 0; }
-        while (i < n && m < COPY_TOKENS) k->stage[m++] = (uint16_t)ids[i++];
+        if (eot_first) { stage_ids(k->stage, k->width, m++, &k->eot, 1); eot_first = 0; }
+        size_t take = n - i < COPY_TOKENS - m ? n - i : COPY_TOKENS - m;
+        stage_ids(k->stage, k->width, m, ids + i, take);
+        m += take, i += take;
         k->total += m;
         if (!k->spooled) {
             if (fill_train(k, k->stage, m, err)) return -1;
         } else {
-            for (size_t j = 0; j < m; j++) { /* little-endian, as the shards hold them */
-                uint8_t *b = (uint8_t *)&k->stage[j];
-                uint16_t v = k->stage[j];
-                b[0] = (uint8_t)v;
-                b[1] = (uint8_t)(v >> 8);
-            }
-            if (write_all_fd(k->spool_fd, k->stage, m * 2))
+            if (write_all_fd(k->spool_fd, k->stage, m * (size_t)k->width))
                 return zt_fail(err, "%s_val.bin: cannot spool the tokens in its folder (%s)", k->prefix, strerror(errno));
         }
     }
@@ -155,20 +168,16 @@ static int sink_put(sink *k, const int *ids, size_t n, int eot_first, zt_err *er
 static int replay(sink *k, size_t from, size_t n, zt_shard_writer *val, zt_err *err) {
     for (size_t done = 0; done < n;) {
         size_t m = n - done < COPY_TOKENS ? n - done : COPY_TOKENS;
-        off_t off = (off_t)(2 * (from + done));
-        size_t got = 0;
-        while (got < 2 * m) {
-            ssize_t r = pread(k->spool_fd, (char *)k->stage + got, 2 * m - got, off + (off_t)got);
+        size_t w = (size_t)k->width, got = 0;
+        off_t off = (off_t)(w * (from + done));
+        while (got < w * m) {
+            ssize_t r = pread(k->spool_fd, (char *)k->stage + got, w * m - got, off + (off_t)got);
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) return zt_fail(err, "%s_val.bin: cannot read the token spool back (%s)", k->prefix, r ? strerror(errno) : "short");
             got += (size_t)r;
         }
-        fallocate(k->spool_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)(2 * m)); /* best effort */
-        for (size_t j = 0; j < m; j++) {
-            const uint8_t *b = (const uint8_t *)&k->stage[j];
-            k->stage[j] = (uint16_t)(b[0] | (b[1] << 8));
-        }
-        if (val ? zt_shard_writer_append(val, k->stage, m, err) : fill_train(k, k->stage, m, err)) return -1;
+        fallocate(k->spool_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)(w * m)); /* best effort */
+        if (val ? zt_shard_writer_append_le(val, k->stage, m, err) : fill_train(k, k->stage, m, err)) return -1;
         done += m;
     }
     return 0;
@@ -183,7 +192,7 @@ static int sink_finish(sink *k, double val_fraction, zt_err *err) {
     if (n_val > 0) {
         char *name = shard_name(k->prefix, "_val.bin");
         zt_shard_writer val;
-        int rc = zt_shard_writer_open(&val, name, err);
+        int rc = zt_shard_writer_open(&val, name, k->width, err);
         free(name);
         if (rc) return -1;
         if (replay(k, 0, n_val, &val, err)) { zt_shard_writer_abort(&val); return -1; }
@@ -326,7 +335,8 @@ static int read_inputs(pipeline *p, const char **inputs, int n_inputs, size_t bl
                 if (rc) break;
                 if (!at_end) {
                     cut = zt_tokenizer_last_cut(p->tok, b->text, searched, b->len);
-                    searched = b->len >= 3 ? b->len - 3 : 0; /* cuts up to len - 4 are decided */
+                    size_t reach = zt_tokenizer_cut_reach(p->tok); /* cuts up to len - reach are decided */
+                    searched = b->len >= reach - 1 ? b->len - (reach - 1) : 0;
                 }
             }
             if (rc) break;
@@ -466,6 +476,13 @@ int zt_cmd_tokenize(int argc, char **argv) {
     zt_tokenizer *tok = zt_tokenizer_load(vocab, &err);
     sink out = {.prefix = prefix, .shard_tokens = (size_t)shard_tokens, .spooled = val_fraction > 0, .spool_fd = -1};
     if (!tok) goto fail;
+    out.eot = zt_tokenizer_eot(tok);
+    out.width = zt_tokenizer_vocab_size(tok) > 65536 ? 4 : 2;
+    if (out.eot < 0 && n_inputs > 1) {
+        zt_fail(&err, "%s: no <|endoftext|>, <|end_of_text|> or </s> special token to join %d inputs with (give one input)",
+                vocab, n_inputs);
+        goto fail;
+    }
 
     /* fail before the work when the output folder cannot take files */
     {
@@ -493,7 +510,7 @@ int zt_cmd_tokenize(int argc, char **argv) {
         free(name);
         if (out.spool_fd < 0) goto fail;
     }
-    out.stage = zt_xmalloc(COPY_TOKENS * sizeof *out.stage);
+    out.stage = zt_xmalloc(COPY_TOKENS * (size_t)out.width);
 
     double t0 = zt_now();
     size_t total_bytes = 0;
@@ -505,7 +522,7 @@ int zt_cmd_tokenize(int argc, char **argv) {
     if (sink_finish(&out, val_fraction, &err)) goto fail;
     for (size_t k = 0; k < out.n_written; k++) {
         size_t n;
-        zt_shard_read_header(out.written[k], &n, NULL);
+        zt_shard_read_header(out.written[k], &n, NULL, NULL);
         zt_info("  wrote %s (%zu tokens)", out.written[k], n);
     }
     for (size_t s = out.n_shards;; s++) { /* shards a longer earlier run left behind would join a glob */

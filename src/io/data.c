@@ -25,9 +25,12 @@ int zt_dataset_open(zt_dataset *d, const char *pattern, int T, int vocab_size, u
     }
     d->paths = zt_xcalloc(g.gl_pathc, sizeof *d->paths);
     d->first = zt_xcalloc(g.gl_pathc + 1, sizeof *d->first);
+    d->width = zt_xcalloc(g.gl_pathc, sizeof *d->width);
     for (size_t f = 0; f < g.gl_pathc; f++) {
         size_t n = 0;
-        if (zt_shard_read_header(g.gl_pathv[f], &n, err)) goto fail;
+        int width = 2;
+        if (zt_shard_read_header(g.gl_pathv[f], &n, &width, err)) goto fail;
+        d->width[f] = (uint8_t)width;
         d->paths[f] = zt_xstrdup(g.gl_pathv[f]);
         d->n_files++;
         d->n_tokens += n;
@@ -56,7 +59,9 @@ void zt_dataset_close(zt_dataset *d) {
     for (int f = 0; f < d->n_files; f++) free(d->paths[f]);
     free(d->paths);
     free(d->first);
+    free(d->width);
     free(d->scratch);
+    free(d->raw);
     free(d->perm);
     free(d->glob);
     memset(d, 0, sizeof *d);
@@ -78,7 +83,7 @@ static int shard_of(const zt_dataset *d, size_t pos) {
  * kernel how the file is read: POSIX_FADV_RANDOM for training's shuffled windows (no read-ahead
  * around them: a rank reads the pages of its windows only), POSIX_FADV_SEQUENTIAL for in-order
  * batches (a larger read-ahead). */
-static int read_from_shard(zt_dataset *d, int f, size_t at, size_t n, uint16_t *out, int advice, zt_err *err) {
+static int read_from_shard(zt_dataset *d, int f, size_t at, size_t n, uint32_t *out, int advice, zt_err *err) {
     const char *path = d->paths[f];
     if (d->fd_file != f) {
         if (d->fd_file >= 0) close(d->fd);
@@ -92,10 +97,11 @@ static int read_from_shard(zt_dataset *d, int f, size_t at, size_t n, uint16_t *
         posix_fadvise(d->fd, 0, 0, advice); /* only advice: the reads are correct without it */
         d->advice = advice;
     }
-    size_t want = n * sizeof *out, got = 0;
-    off_t offset = (off_t)(ZT_SHARD_HEADER_BYTES + at * sizeof *out);
+    size_t w = d->width[f], want = n * w, got = 0;
+    off_t offset = (off_t)(ZT_SHARD_HEADER_BYTES + at * w);
+    uint8_t *raw = d->raw;
     while (got < want) {
-        ssize_t r = pread(d->fd, (char *)out + got, want - got, offset + (off_t)got);
+        ssize_t r = pread(d->fd, (char *)raw + got, want - got, offset + (off_t)got);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return zt_fail(err, "%s: read error at byte %lld: %s", path, (long long)(offset + (off_t)got), strerror(errno));
         if (r == 0) {
@@ -107,9 +113,10 @@ static int read_from_shard(zt_dataset *d, int f, size_t at, size_t n, uint16_t *
         got += (size_t)r;
     }
     for (size_t i = 0; i < n; i++) {
-        const uint8_t *b = (const uint8_t *)&out[i];
-        out[i] = (uint16_t)(b[0] | (b[1] << 8)); /* little-endian on disk */
-        if (out[i] >= d->vocab_size)
+        const uint8_t *b = raw + i * w; /* little-endian on disk */
+        out[i] = w == 4 ? (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24)
+                        : (uint32_t)(b[0] | (b[1] << 8));
+        if (out[i] >= (uint32_t)d->vocab_size)
             return zt_fail(err, "%s: token %zu is %u, outside the model's vocabulary (vocab_size %d)", path, at + i,
                            out[i], d->vocab_size);
     }
@@ -120,6 +127,7 @@ static int read_from_shard(zt_dataset *d, int f, size_t at, size_t n, uint16_t *
 static int read_tokens(zt_dataset *d, size_t pos, size_t n, int advice, zt_err *err) {
     if (n > d->scratch_cap) {
         d->scratch = zt_xrealloc(d->scratch, n * sizeof *d->scratch);
+        d->raw = zt_xrealloc(d->raw, n * sizeof *d->scratch);
         d->scratch_cap = n;
     }
     for (size_t done = 0; done < n;) {
@@ -151,8 +159,8 @@ static void make_perm(zt_dataset *d, long epoch) {
 /* inputs and targets of n positions from the n + 1 tokens in d->scratch */
 static void split_inputs_targets(const zt_dataset *d, size_t n, int *inputs, int *targets) {
     for (size_t i = 0; i < n; i++) {
-        inputs[i] = d->scratch[i];
-        targets[i] = d->scratch[i + 1];
+        inputs[i] = (int)d->scratch[i];
+        targets[i] = (int)d->scratch[i + 1];
     }
 }
 

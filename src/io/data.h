@@ -4,7 +4,7 @@
  * epoch, addressed by a global sample index, so a global batch is the same sequences whatever the
  * world size and a resumed run continues exactly where it stopped.
  *
- * Memory: the tokens stay in the files. Opening checks every shard's header and size; a window is
+ * Shards of uint16 and uint32 tokens (shard.h) may be mixed. Memory: the tokens stay in the files. Opening checks every shard's header and size; a window is
  * read (pread) when it is used and its tokens are checked against the vocabulary then, so a rank
  * holds only the batch it trains on and reads only the windows it uses, whatever the corpus size.
  * What grows with the corpus is the window order, 4 bytes per window (2 MiB per 1 GiB of tokens
@@ -21,9 +21,11 @@ typedef struct zt_dataset {
     int n_files;
     char **paths;          /* [n_files] */
     size_t *first;         /* [n_files + 1]: index of each shard's first token in the concatenation */
+    uint8_t *width;        /* [n_files]: bytes a token in each shard (2: uint16, 4: uint32) */
     int fd, fd_file;       /* the shard open for reading now (fd_file -1: none) */
     int advice;            /* the posix_fadvise given for fd (random or sequential access), -1 none */
-    uint16_t *scratch;     /* raw tokens of the last read */
+    uint32_t *scratch;     /* tokens of the last read */
+    uint8_t *raw;          /* their bytes as read */
     size_t scratch_cap;
     int vocab_size;
     char *glob;

@@ -428,6 +428,12 @@ int zt_hf_save_tokenizer(const char *dir, const char *vocab_dir, const zt_gpt2_s
     if (!tok) return 1;
     zt_tokenizer_free(tok);
     char *encoder = zt_path_join(vocab_dir, "encoder.json"), *merges = zt_path_join(vocab_dir, "vocab.bpe");
+    if (access(encoder, R_OK) != 0) { /* a tokenizer.json: not written (yet) */
+        zt_fail(why_not, "%s is not GPT-2's encoder.json and vocab.bpe (export writes those only)", vocab_dir);
+        free(encoder);
+        free(merges);
+        return 1;
+    }
     int rc = copy_file(encoder, dir, "vocab.json", err); /* GPT-2's vocab.json and merges.txt are these files */
     if (!rc) rc = copy_file(merges, dir, "merges.txt", err);
     free(encoder);

@@ -65,10 +65,11 @@ static void sync_parent_dir(const char *path) {
     free(dir);
 }
 
-int zt_shard_writer_open(zt_shard_writer *w, const char *path, zt_err *err) {
+int zt_shard_writer_open(zt_shard_writer *w, const char *path, int width, zt_err *err) {
     size_t pl = strlen(path) + 32;
     memset(w, 0, sizeof *w);
     w->fd = -1;
+    w->width = width == 4 ? 4 : 2;
     w->tmp = zt_xmalloc(pl);
     snprintf(w->tmp, pl, "%s.tmp.%ld", path, (long)getpid());
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -80,8 +81,8 @@ int zt_shard_writer_open(zt_shard_writer *w, const char *path, zt_err *err) {
     }
     w->path = zt_xstrdup(path);
     uint8_t header[ZT_SHARD_HEADER_BYTES] = {0}; /* the count goes in at commit */
-    put_le32(header, ZT_SHARD_MAGIC);
-    put_le32(header + 4, ZT_SHARD_VERSION);
+    put_le32(header, w->width == 4 ? ZT_SHARD_MAGIC_U32 : ZT_SHARD_MAGIC);
+    put_le32(header + 4, w->width == 4 ? ZT_SHARD_VERSION_U32 : ZT_SHARD_VERSION);
     if (write_all(w->fd, header, sizeof header) != 0) {
         zt_fail(err, "%s: cannot write (%s)", path, strerror(errno));
         zt_shard_writer_abort(w);
@@ -90,29 +91,29 @@ int zt_shard_writer_open(zt_shard_writer *w, const char *path, zt_err *err) {
     return 0;
 }
 
-int zt_shard_writer_append(zt_shard_writer *w, const uint16_t *tokens, size_t n, zt_err *err) {
+int zt_shard_writer_append_le(zt_shard_writer *w, const uint8_t *tokens, size_t n, zt_err *err) {
     if (n > (size_t)INT32_MAX - w->n) {
         zt_fail(err, "%s: %zu tokens is more than one shard can hold (%d)", w->path, w->n + n, INT32_MAX);
         zt_shard_writer_abort(w);
         return -1;
     }
-    int ok = 1;
-    if (host_is_le()) {
-        ok = write_all(w->fd, tokens, n * sizeof *tokens) == 0;
-    } else {
-        uint8_t buf[1 << 16];
-        for (size_t i = 0; ok && i < n;) {
-            size_t k = 0;
-            for (; i < n && k < sizeof buf; i++, k += 2) { buf[k] = (uint8_t)tokens[i]; buf[k + 1] = (uint8_t)(tokens[i] >> 8); }
-            ok = write_all(w->fd, buf, k) == 0;
-        }
-    }
-    if (!ok) {
+    if (write_all(w->fd, tokens, n * (size_t)w->width) != 0) {
         zt_fail(err, "%s: cannot write (%s)", w->path, strerror(errno));
         zt_shard_writer_abort(w);
         return -1;
     }
     w->n += n;
+    return 0;
+}
+
+int zt_shard_writer_append(zt_shard_writer *w, const uint16_t *tokens, size_t n, zt_err *err) {
+    if (host_is_le()) return zt_shard_writer_append_le(w, (const uint8_t *)tokens, n, err);
+    uint8_t buf[1 << 16];
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; i < n && k < sizeof buf; i++, k += 2) { buf[k] = (uint8_t)tokens[i]; buf[k + 1] = (uint8_t)(tokens[i] >> 8); }
+        if (zt_shard_writer_append_le(w, buf, k / 2, err)) return -1;
+    }
     return 0;
 }
 
@@ -148,12 +149,12 @@ void zt_shard_writer_abort(zt_shard_writer *w) {
 int zt_shard_write(const char *path, const uint16_t *tokens, size_t n, zt_err *err) {
     zt_shard_writer w;
     if (n > (size_t)INT32_MAX) return zt_fail(err, "%s: %zu tokens is more than one shard can hold (%d)", path, n, INT32_MAX);
-    if (zt_shard_writer_open(&w, path, err) || zt_shard_writer_append(&w, tokens, n, err)) return -1;
+    if (zt_shard_writer_open(&w, path, 2, err) || zt_shard_writer_append(&w, tokens, n, err)) return -1;
     return zt_shard_writer_commit(&w, err);
 }
 
 /* Opens and validates; returns the fd positioned after the header, or -1. */
-static int open_checked(const char *path, size_t *n_tokens, zt_err *err) {
+static int open_checked(const char *path, size_t *n_tokens, int *width, zt_err *err) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return zt_fail(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -176,9 +177,12 @@ static int open_checked(const char *path, size_t *n_tokens, zt_err *err) {
         zt_fail(err, "%s: read error: %s", path, strerror(errno));
         goto fail;
     }
-    if (have < 4 || get_le32(header) != ZT_SHARD_MAGIC) {
+    uint32_t magic = have < 4 ? 0 : get_le32(header);
+    if (have < 4 || (magic != ZT_SHARD_MAGIC && magic != ZT_SHARD_MAGIC_U32)) {
         if (have < 4) zt_fail(err, "%s: not a token shard (%zu bytes, too short for a header)", path, size);
-        else zt_fail(err, "%s: not a token shard (magic %d, expected %d)", path, (int32_t)get_le32(header), ZT_SHARD_MAGIC);
+        else
+            zt_fail(err, "%s: not a token shard (magic %d, expected %d, or %d for uint32 tokens)", path, (int32_t)magic,
+                    ZT_SHARD_MAGIC, ZT_SHARD_MAGIC_U32);
         goto fail;
     }
     if (have < sizeof header) {
@@ -186,15 +190,17 @@ static int open_checked(const char *path, size_t *n_tokens, zt_err *err) {
         goto fail;
     }
     int32_t version = (int32_t)get_le32(header + 4), count = (int32_t)get_le32(header + 8);
-    if (version != ZT_SHARD_VERSION) {
-        zt_fail(err, "%s: unsupported shard version %d (expected %d: uint16 GPT-2 tokens)", path, version, ZT_SHARD_VERSION);
+    int w = magic == ZT_SHARD_MAGIC_U32 ? 4 : 2, want_version = w == 4 ? ZT_SHARD_VERSION_U32 : ZT_SHARD_VERSION;
+    if (version != want_version) {
+        zt_fail(err, "%s: unsupported shard version %d (expected %d: %s tokens)", path, version, want_version,
+                w == 4 ? "uint32" : "uint16");
         goto fail;
     }
     if (count < 0) {
         zt_fail(err, "%s: bad token count %d in header", path, count);
         goto fail;
     }
-    size_t want = ZT_SHARD_HEADER_BYTES + 2 * (size_t)count;
+    size_t want = ZT_SHARD_HEADER_BYTES + (size_t)w * (size_t)count;
     if (size < want) {
         zt_fail(err, "%s: truncated: header says %d tokens (%zu bytes) but file has %zu bytes", path, count, want, size);
         goto fail;
@@ -204,25 +210,34 @@ static int open_checked(const char *path, size_t *n_tokens, zt_err *err) {
         goto fail;
     }
     *n_tokens = (size_t)count;
+    *width = w;
     return fd;
 fail:
     close(fd);
     return -1;
 }
 
-int zt_shard_read_header(const char *path, size_t *n_tokens, zt_err *err) {
+int zt_shard_read_header(const char *path, size_t *n_tokens, int *width, zt_err *err) {
     size_t n;
-    int fd = open_checked(path, &n, err);
+    int w;
+    int fd = open_checked(path, &n, &w, err);
     if (fd < 0) return -1;
     close(fd);
     *n_tokens = n;
+    if (width) *width = w;
     return 0;
 }
 
 uint16_t *zt_shard_load(const char *path, size_t *n_tokens, zt_err *err) {
     size_t n;
-    int fd = open_checked(path, &n, err);
+    int w;
+    int fd = open_checked(path, &n, &w, err);
     if (fd < 0) return NULL;
+    if (w != 2) {
+        zt_fail(err, "%s: holds uint32 tokens (expected a uint16 shard)", path);
+        close(fd);
+        return NULL;
+    }
     uint16_t *tokens = zt_xmalloc((n ? n : 1) * sizeof *tokens);
     int r = read_all(fd, tokens, n * sizeof *tokens);
     if (r != 1) {

@@ -1,129 +1,15 @@
 /* tokenizer.c — see tokenizer.h */
 #include "io/tokenizer.h"
 
+#include "io/tokenizer_impl.h"
 #include "util/json.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <stdlib.h>
-#include <string.h>
 
-/* GPT-2's pattern with \s spelled out as Unicode White_Space (see tokenizer.h). Compiled anchored:
- * some alternative always matches at the current position, so anchored matching from the end of
- * the previous match is the same as encoder.py's re.findall. */
-#define WS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
-static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
-
-#define PAIR_BITS 17  /* 131072 slots for 50000 merges */
-#define VMAP_BITS 17  /* 131072 slots for 50256 tokens */
 #define CACHE_MAX_PIECE 48
 #define LINEAR_MAX_PIECE 48 /* longer pieces merge with a heap: O(n log n) instead of O(n^2) */
-/* the most encoder.json or vocab.bpe may hold (GPT-2's are 1.0 MB and 0.5 MB): a file that is
- * /dev/zero or a runaway download fails with one line instead of filling the memory */
-#define VOCAB_FILE_MAX_BYTES (64u << 20)
-
-typedef struct pair_slot {
-    uint64_t key; /* (left << 32) | right; UINT64_MAX = empty */
-    int32_t rank, merged;
-} pair_slot;
-
-struct zt_tokenizer {
-    uint32_t off[ZT_GPT2_VOCAB_SIZE + 1]; /* token id -> [off[id], off[id+1]) in bytes */
-    uint8_t *bytes;
-    int byte_id[256];
-    uint32_t *vmap; /* bytes -> id + 1 (0 = empty), open addressing; excludes ZT_TOKEN_EOT */
-    pair_slot *pairs;
-    pcre2_code *re;
-    pcre2_code *letter_digit; /* (\p{L})|\p{N}: a character's class for zt_tokenizer_last_cut */
-    int jit;
-};
-
-/* ---------------------------------------------------------------- byte <-> unicode alphabet */
-
-/* GPT-2's bytes_to_unicode: bytes 33-126, 161-172, 174-255 are themselves, the other 68 map to
- * U+0100.. in byte order. */
-static void byte_alphabet(int b2u[256], int u2b[324]) {
-    for (int c = 0; c < 324; c++) u2b[c] = -1;
-    int n = 0;
-    for (int b = 0; b < 256; b++) {
-        int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-        b2u[b] = keep ? b : 256 + n++;
-        u2b[b2u[b]] = b;
-    }
-}
-
-/* ---------------------------------------------------------------- hashing */
-
-static inline uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull ^ n;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h ^ (h >> 29);
-}
-
-static inline size_t pair_hash(uint64_t key) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - PAIR_BITS)); }
-
-static inline const pair_slot *pair_find(const zt_tokenizer *t, int left, int right) {
-    uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
-    size_t mask = ((size_t)1 << PAIR_BITS) - 1;
-    for (size_t i = pair_hash(key);; i = (i + 1) & mask) {
-        const pair_slot *s = &t->pairs[i];
-        if (s->key == key) return s;
-        if (s->key == UINT64_MAX) return NULL;
-    }
-}
-
-static int vmap_find(const zt_tokenizer *t, const uint8_t *p, size_t n) {
-    size_t mask = ((size_t)1 << VMAP_BITS) - 1;
-    for (size_t i = hash_bytes(p, n) & mask;; i = (i + 1) & mask) {
-        uint32_t v = t->vmap[i];
-        if (!v) return -1;
-        int id = (int)v - 1;
-        if (t->off[id + 1] - t->off[id] == n && memcmp(t->bytes + t->off[id], p, n) == 0) return id;
-    }
-}
-
-static void vmap_insert(zt_tokenizer *t, int id) {
-    size_t mask = ((size_t)1 << VMAP_BITS) - 1;
-    const uint8_t *p = t->bytes + t->off[id];
-    size_t n = t->off[id + 1] - t->off[id];
-    size_t i = hash_bytes(p, n) & mask;
-    while (t->vmap[i]) i = (i + 1) & mask;
-    t->vmap[i] = (uint32_t)id + 1;
-}
-
-/* ---------------------------------------------------------------- UTF-8 */
-
-/* Length of the valid UTF-8 sequence at p (RFC 3629), or 0 when the byte at p starts none. */
-static inline size_t utf8_valid_len(const uint8_t *p, size_t avail, uint32_t *cp) {
-    uint8_t c = p[0];
-    if (c < 0x80) { if (cp) *cp = c; return 1; }
-    if (c < 0xC2) return 0;
-    if (c < 0xE0) {
-        if (avail < 2 || (p[1] & 0xC0) != 0x80) return 0;
-        if (cp) *cp = ((uint32_t)(c & 0x1F) << 6) | (p[1] & 0x3F);
-        return 2;
-    }
-    if (c < 0xF0) {
-        if (avail < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
-        if (c == 0xE0 && p[1] < 0xA0) return 0; /* overlong */
-        if (c == 0xED && p[1] >= 0xA0) return 0; /* surrogate */
-        if (cp) *cp = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-        return 3;
-    }
-    if (c < 0xF5) {
-        if (avail < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
-        if (c == 0xF0 && p[1] < 0x90) return 0; /* overlong */
-        if (c == 0xF4 && p[1] >= 0x90) return 0; /* > U+10FFFF */
-        if (cp)
-            *cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) | ((uint32_t)(p[2] & 0x3F) << 6) |
-                  (p[3] & 0x3F);
-        return 4;
-    }
-    return 0;
-}
-
 /* End of the run of valid UTF-8 starting at s (s itself when the byte there is invalid). */
 static size_t valid_run_end(const uint8_t *s, size_t pos, size_t len) {
     while (pos < len) {
@@ -135,7 +21,7 @@ static size_t valid_run_end(const uint8_t *s, size_t pos, size_t len) {
         }
         if (pos >= len) break;
         if (s[pos] < 0x80) { pos++; continue; }
-        size_t k = utf8_valid_len(s + pos, len - pos, NULL);
+        size_t k = zt_utf8_valid_len(s + pos, len - pos, NULL);
         if (!k) break;
         pos += k;
     }
@@ -143,25 +29,6 @@ static size_t valid_run_end(const uint8_t *s, size_t pos, size_t len) {
 }
 
 /* ---------------------------------------------------------------- loading */
-
-/* KEY (a token of encoder.json, UTF-8 in GPT-2's byte alphabet) as bytes into OUT (which holds
- * strlen(KEY) bytes: a token never has more bytes than characters); -1 with *BAD set to the first
- * character outside the alphabet. */
-static int token_bytes(const char *key, const int u2b[324], uint8_t *out, size_t *n_out, uint32_t *bad) {
-    size_t n = 0, len = strlen(key);
-    for (size_t i = 0; i < len;) {
-        uint32_t cp;
-        size_t k = utf8_valid_len((const uint8_t *)key + i, len - i, &cp); /* the JSON reader checked the UTF-8 */
-        if (!k || cp >= 324 || u2b[cp] < 0) {
-            *bad = k ? cp : 0xFFFD;
-            return -1;
-        }
-        out[n++] = (uint8_t)u2b[cp];
-        i += k;
-    }
-    *n_out = n;
-    return 0;
-}
 
 static int load_encoder(zt_tokenizer *t, const char *path, const int u2b[324], zt_err *err) {
     zt_json root;
@@ -186,7 +53,7 @@ static int load_encoder(zt_tokenizer *t, const char *path, const int u2b[324], z
             zt_fail(err, "%s:%d:%d: empty token", path, v->key_line, v->key_col);
             goto done;
         }
-        if (token_bytes(root.keys[i], u2b, all + all_n, &kn, &bad)) {
+        if (zt_alphabet_bytes((const uint8_t *)root.keys[i], strlen(root.keys[i]), u2b, all + all_n, &kn, &bad)) {
             zt_fail(err, "%s:%d:%d: token has character U+%04X, which is not in GPT-2's byte alphabet", path, v->key_line,
                     v->key_col, (unsigned)bad);
             goto done;
@@ -216,6 +83,8 @@ static int load_encoder(zt_tokenizer *t, const char *path, const int u2b[324], z
         goto done;
     }
     /* tokens in id order */
+    t->n_vocab = ZT_GPT2_VOCAB_SIZE;
+    t->off = zt_xmalloc((ZT_GPT2_VOCAB_SIZE + 1) * sizeof *t->off);
     t->bytes = zt_xmalloc(all_n + 1);
     size_t o = 0;
     for (int id = 0; id < ZT_GPT2_VOCAB_SIZE; id++) {
@@ -229,15 +98,15 @@ static int load_encoder(zt_tokenizer *t, const char *path, const int u2b[324], z
         goto done;
     }
     for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
-    t->vmap = zt_xcalloc((size_t)1 << VMAP_BITS, sizeof *t->vmap);
+    zt_tok_tables(t, ZT_GPT2_VOCAB_SIZE, 50000);
     for (int id = 0; id < ZT_TOKEN_EOT; id++) {
         const uint8_t *p = t->bytes + t->off[id];
         size_t n = t->off[id + 1] - t->off[id];
-        if (vmap_find(t, p, n) >= 0) {
-            zt_fail(err, "%s: token id %d has the same bytes as id %d", path, id, vmap_find(t, p, n));
+        if (zt_vmap_find(t, p, n) >= 0) {
+            zt_fail(err, "%s: token id %d has the same bytes as id %d", path, id, zt_vmap_find(t, p, n));
             goto done;
         }
-        vmap_insert(t, id);
+        zt_vmap_insert(t, id);
         if (n == 1) t->byte_id[p[0]] = id;
     }
     for (int b = 0; b < 256; b++)
@@ -256,16 +125,8 @@ done:
 
 /* Decodes one vocab.bpe token (GPT-2 alphabet, UTF-8) to bytes and looks up its id. */
 static int merge_token_id(const zt_tokenizer *t, const uint8_t *s, size_t n, const int u2b[324], uint8_t *buf, size_t *bn) {
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t l = utf8_valid_len(s + i, n - i, &cp);
-        if (!l || cp >= 324 || u2b[cp] < 0) return -1;
-        buf[k++] = (uint8_t)u2b[cp];
-        i += l;
-    }
-    *bn = k;
-    return vmap_find(t, buf, k);
+    if (zt_alphabet_bytes(s, n, u2b, buf, bn, NULL)) return -1;
+    return zt_vmap_find(t, buf, *bn);
 }
 
 static int load_merges(zt_tokenizer *t, const char *path, const int u2b[324], zt_err *err) {
@@ -274,9 +135,6 @@ static int load_merges(zt_tokenizer *t, const char *path, const int u2b[324], zt
     char *text = zt_read_file_max(path, VOCAB_FILE_MAX_BYTES, &len, &rerr);
     if (!text) return zt_fail(err, "%s", rerr.msg);
     if (len == 0) { free(text); return zt_fail(err, "%s: empty file (expected GPT-2 BPE merges)", path); }
-    t->pairs = zt_xmalloc(((size_t)1 << PAIR_BITS) * sizeof *t->pairs);
-    for (size_t i = 0; i < ((size_t)1 << PAIR_BITS); i++) t->pairs[i].key = UINT64_MAX;
-    size_t mask = ((size_t)1 << PAIR_BITS) - 1;
     uint8_t buf[3][2048];
     size_t pos = 0, line = 0;
     int rank = 0, rc = -1;
@@ -305,20 +163,14 @@ static int load_merges(zt_tokenizer *t, const char *path, const int u2b[324], zt
         }
         memcpy(buf[2], buf[0], na);
         memcpy(buf[2] + na, buf[1], nb);
-        int m = vmap_find(t, buf[2], na + nb);
+        int m = zt_vmap_find(t, buf[2], na + nb);
         if (m < 0) {
             zt_fail(err, "%s:%zu: the merged token \"%.*s%.*s\" is not in encoder.json", path, line, (int)la, (const char *)s,
                     (int)lb, (const char *)(sp + 1));
             goto done;
         }
-        if (rank >= (1 << (PAIR_BITS - 1))) { zt_fail(err, "%s:%zu: too many merge rules", path, line); goto done; }
-        uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-        size_t i = pair_hash(key);
-        while (t->pairs[i].key != UINT64_MAX && t->pairs[i].key != key) i = (i + 1) & mask;
-        if (t->pairs[i].key == key) { zt_fail(err, "%s:%zu: duplicate merge rule", path, line); goto done; }
-        t->pairs[i].key = key;
-        t->pairs[i].rank = rank++;
-        t->pairs[i].merged = m;
+        if (rank >= (int)(t->pair_mask + 1) / 2) { zt_fail(err, "%s:%zu: too many merge rules", path, line); goto done; }
+        if (zt_pair_put(t, a, b, m, rank++)) { zt_fail(err, "%s:%zu: duplicate merge rule", path, line); goto done; }
     }
     if (rank == 0) { zt_fail(err, "%s: no merge rules", path); goto done; }
     rc = 0;
@@ -327,46 +179,71 @@ done:
     return rc;
 }
 
-int zt_tokenizer_vocab_size(void) { return ZT_GPT2_VOCAB_SIZE; }
+int zt_tokenizer_vocab_size(const zt_tokenizer *t) { return t->n_vocab; }
+
+int zt_tokenizer_eot(const zt_tokenizer *t) { return t->eot; }
 
 void zt_tokenizer_free(zt_tokenizer *t) {
     if (!t) return;
+    free(t->off);
     free(t->bytes);
     free(t->vmap);
     free(t->pairs);
+    free(t->added);
+    free(t->pattern);
     if (t->re) pcre2_code_free(t->re);
     if (t->letter_digit) pcre2_code_free(t->letter_digit);
     free(t);
 }
 
-zt_tokenizer *zt_tokenizer_load(const char *vocab_dir, zt_err *err) {
+/* GPT-2's encoder.json and vocab.bpe in DIR. */
+static int load_gpt2_files(zt_tokenizer *t, const char *dir, zt_err *err) {
     int b2u[256], u2b[324];
-    byte_alphabet(b2u, u2b);
-    zt_tokenizer *t = zt_xcalloc(1, sizeof *t);
-    size_t dl = strlen(vocab_dir);
+    zt_byte_alphabet(b2u, u2b);
+    size_t dl = strlen(dir);
     char *path = zt_xmalloc(dl + 32);
-    snprintf(path, dl + 32, "%s/encoder.json", vocab_dir);
-    if (load_encoder(t, path, u2b, err)) goto fail;
-    snprintf(path, dl + 32, "%s/vocab.bpe", vocab_dir);
-    if (load_merges(t, path, u2b, err)) goto fail;
+    snprintf(path, dl + 32, "%s/encoder.json", dir);
+    int rc = load_encoder(t, path, u2b, err);
+    snprintf(path, dl + 32, "%s/vocab.bpe", dir);
+    if (!rc) rc = load_merges(t, path, u2b, err);
+    free(path);
+    t->eot = ZT_TOKEN_EOT;
+    t->pattern = zt_xstrdup(ZT_GPT2_PATTERN);
+    t->anchored = 1;
+    t->cuts = ZT_CUTS_GPT2;
+    return rc;
+}
+
+zt_tokenizer *zt_tokenizer_load(const char *path, zt_err *err) {
+    zt_tokenizer *t = zt_xcalloc(1, sizeof *t);
+    t->eot = -1;
+    /* a folder (or a missing path not named *.json): its tokenizer.json, else GPT-2's two files */
+    struct stat st;
+    size_t pl = strlen(path);
+    int is_file = stat(path, &st) == 0 ? !S_ISDIR(st.st_mode) : pl >= 5 && !strcmp(path + pl - 5, ".json");
+    char *json = is_file ? zt_xstrdup(path) : zt_xmalloc(pl + 32);
+    if (!is_file) snprintf(json, pl + 32, "%s/tokenizer.json", path);
+    int rc = !is_file && access(json, F_OK) != 0 ? load_gpt2_files(t, path, err) : zt_tokenizer_json_fill(t, json, err);
+    free(json);
+    if (rc) goto fail;
     int ecode;
     PCRE2_SIZE eoff;
-    t->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &ecode,
-                          &eoff, NULL);
-    if (!t->re) {
-        PCRE2_UCHAR buf[256];
-        pcre2_get_error_message(ecode, buf, sizeof buf);
-        zt_fail(err, "tokenizer: cannot compile the GPT-2 pattern at offset %zu: %s", (size_t)eoff, (const char *)buf);
-        goto fail;
+    if (t->pattern) {
+        t->re = pcre2_compile((PCRE2_SPTR)t->pattern, PCRE2_ZERO_TERMINATED,
+                              PCRE2_UTF | PCRE2_UCP | (t->anchored ? PCRE2_ANCHORED : 0), &ecode, &eoff, NULL);
+        if (!t->re) {
+            PCRE2_UCHAR buf[256];
+            pcre2_get_error_message(ecode, buf, sizeof buf);
+            zt_fail(err, "%s: cannot compile the pre-tokenizer's regex at offset %zu: %s", path, (size_t)eoff, (const char *)buf);
+            goto fail;
+        }
+        t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
     }
-    t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
     t->letter_digit = pcre2_compile((PCRE2_SPTR) "(\\p{L})|\\p{N}", PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED,
                                     &ecode, &eoff, NULL);
     if (!t->letter_digit) abort(); /* a constant pattern */
-    free(path);
     return t;
 fail:
-    free(path);
     zt_tokenizer_free(t);
     return NULL;
 }
@@ -486,7 +363,7 @@ static size_t bpe(const zt_tokenizer *t, enc_ws *w, const uint8_t *p, size_t n) 
         while (m > 1) {
             int best = INT32_MAX, merged = -1, L = -1, R = -1;
             for (size_t i = 0; i + 1 < m; i++) {
-                const pair_slot *s = pair_find(t, sym[i], sym[i + 1]);
+                const pair_slot *s = zt_pair_find(t, sym[i], sym[i + 1]);
                 if (s && s->rank < best) { best = s->rank; merged = s->merged; L = sym[i]; R = sym[i + 1]; }
             }
             if (merged < 0) break;
@@ -509,7 +386,7 @@ static size_t bpe(const zt_tokenizer *t, enc_ws *w, const uint8_t *p, size_t n) 
         next[i] = i + 1 < n ? (int)i + 1 : -1;
     }
     for (size_t i = 0; i + 1 < n; i++) {
-        const pair_slot *s = pair_find(t, sym[i], sym[i + 1]);
+        const pair_slot *s = zt_pair_find(t, sym[i], sym[i + 1]);
         if (s) heap_push(w, &hn, ((uint64_t)s->rank << 32) | i);
     }
     while (hn) {
@@ -517,18 +394,18 @@ static size_t bpe(const zt_tokenizer *t, enc_ws *w, const uint8_t *p, size_t n) 
         int rank = (int)(key >> 32), i = (int)(uint32_t)key;
         if (sym[i] < 0 || next[i] < 0) continue;
         int j = next[i];
-        const pair_slot *s = pair_find(t, sym[i], sym[j]);
+        const pair_slot *s = zt_pair_find(t, sym[i], sym[j]);
         if (!s || s->rank != rank) continue; /* stale */
         sym[i] = s->merged;
         sym[j] = -1;
         next[i] = next[j];
         if (next[j] >= 0) prev[next[j]] = i;
         if (prev[i] >= 0) {
-            const pair_slot *q = pair_find(t, sym[prev[i]], sym[i]);
+            const pair_slot *q = zt_pair_find(t, sym[prev[i]], sym[i]);
             if (q) heap_push(w, &hn, ((uint64_t)q->rank << 32) | (uint32_t)prev[i]);
         }
         if (next[i] >= 0) {
-            const pair_slot *q = pair_find(t, sym[i], sym[next[i]]);
+            const pair_slot *q = zt_pair_find(t, sym[i], sym[next[i]]);
             if (q) heap_push(w, &hn, ((uint64_t)q->rank << 32) | (uint32_t)i);
         }
     }
@@ -538,6 +415,10 @@ static size_t bpe(const zt_tokenizer *t, enc_ws *w, const uint8_t *p, size_t n) 
 }
 
 static void encode_piece(const zt_tokenizer *t, enc_ws *w, const uint8_t *p, size_t n, zt_ids *out) {
+    if (t->ignore_merges) {
+        int id = zt_vmap_find(t, p, n);
+        if (id >= 0) { zt_ids_push(out, id); return; }
+    }
     if (n == 1) {
         zt_ids_push(out, t->byte_id[p[0]]);
         return;
@@ -545,7 +426,7 @@ static void encode_piece(const zt_tokenizer *t, enc_ws *w, const uint8_t *p, siz
     uint64_t h = 0;
     size_t slot = 0;
     if (n <= CACHE_MAX_PIECE) {
-        h = hash_bytes(p, n) | 1;
+        h = zt_hash_bytes(p, n) | 1;
         for (slot = h & w->mask;; slot = (slot + 1) & w->mask) {
             cache_slot *c = &w->slots[slot];
             if (!c->hash) break;
@@ -609,32 +490,39 @@ int zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t len, zt_
     return rc;
 }
 
-int zt_encoder_encode(zt_encoder *e, const char *text, size_t len, zt_ids *out, zt_err *err) {
+/* Pre-tokenizes and encodes S[0..LEN), which holds no added token. The pattern's pieces, and with
+ * an unanchored pattern (Hugging Face's Split, "Isolated") the text between them, are pieces. */
+static int encode_plain(zt_encoder *e, const uint8_t *s, size_t len, zt_ids *out, zt_err *err) {
     const zt_tokenizer *t = e->tok;
-    const uint8_t *s = (const uint8_t *)text;
     enc_ws *w = &e->ws;
     pcre2_match_data *md = e->md;
+    uint32_t opts = PCRE2_NO_UTF_CHECK | (t->anchored ? 0 : PCRE2_NOTEMPTY);
+    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md); /* md's: the same pointer for every match */
     size_t pos = 0;
     while (pos < len) {
         size_t end = valid_run_end(s, pos, len);
         const uint8_t *sub = s + pos;
         size_t slen = end - pos, off = 0;
         while (off < slen) {
-            int r = t->jit ? pcre2_jit_match(t->re, sub, slen, off, PCRE2_NO_UTF_CHECK, md, NULL) : -1;
-            if (!t->jit || r == PCRE2_ERROR_JIT_STACKLIMIT) r = pcre2_match(t->re, sub, slen, off, PCRE2_NO_UTF_CHECK, md, NULL);
-            size_t end_piece;
-            if (r > 0) {
-                end_piece = pcre2_get_ovector_pointer(md)[1];
-            } else if (r == PCRE2_ERROR_NOMATCH) {
-                end_piece = off; /* cannot happen (the pattern covers every character); one character then */
-            } else {
-                PCRE2_UCHAR buf[256];
-                pcre2_get_error_message(r, buf, sizeof buf);
-                return zt_fail(err, "tokenizer: regex match failed at byte %zu: %s", pos + off, (const char *)buf);
+            size_t start = off, stop = slen;
+            if (t->re) {
+                int r = t->jit ? pcre2_jit_match(t->re, sub, slen, off, opts, md, NULL) : -1;
+                if (!t->jit || r == PCRE2_ERROR_JIT_STACKLIMIT) r = pcre2_match(t->re, sub, slen, off, opts, md, NULL);
+                if (r > 0) {
+                    start = ov[0];
+                    stop = ov[1];
+                } else if (r == PCRE2_ERROR_NOMATCH) {
+                    start = stop = t->anchored ? off : slen; /* anchored: cannot happen (GPT-2's covers every character) */
+                } else {
+                    PCRE2_UCHAR buf[256];
+                    pcre2_get_error_message(r, buf, sizeof buf);
+                    return zt_fail(err, "tokenizer: regex match failed at byte %zu: %s", pos + off, (const char *)buf);
+                }
             }
-            if (end_piece <= off) end_piece = off + utf8_valid_len(sub + off, slen - off, NULL);
-            encode_piece(t, w, sub + off, end_piece - off, out);
-            off = end_piece;
+            if (start > off) encode_piece(t, w, sub + off, start - off, out);
+            if (stop <= start && start < slen) stop = start + zt_utf8_valid_len(sub + start, slen - start, NULL);
+            if (stop > start) encode_piece(t, w, sub + start, stop - start, out);
+            off = stop > off ? stop : slen;
         }
         pos = end;
         if (pos < len) zt_ids_push(out, t->byte_id[s[pos++]]); /* an invalid byte: its own piece */
@@ -642,12 +530,49 @@ int zt_encoder_encode(zt_encoder *e, const char *text, size_t len, zt_ids *out, 
     return 0;
 }
 
+/* The leftmost, then longest, added token with this NORMALIZED flag in S[0..LEN) (Hugging Face's
+ * leftmost-longest match): its index in t->added with *AT its offset, or -1. */
+static int find_added(const zt_tokenizer *t, const uint8_t *s, size_t len, int normalized, size_t *at) {
+    for (size_t i = 0; i < len; i++) {
+        if (!t->added_first[s[i]]) continue;
+        for (int k = 0; k < t->n_added; k++) { /* longest first: the first that matches is the longest */
+            const zt_added_token *a = &t->added[k];
+            if (a->normalized == normalized && a->len <= len - i && memcmp(s + i, t->bytes + t->off[a->id], a->len) == 0) {
+                *at = i;
+                return k;
+            }
+        }
+    }
+    return -1;
+}
+
+/* Pass 0 splits off the added tokens matched on the raw text (normalized: false), pass 1 those
+ * matched on the normalized text (with no normalizer, the same text), pass 2 pre-tokenizes. */
+static int encode_pass(zt_encoder *e, const uint8_t *s, size_t len, int pass, zt_ids *out, zt_err *err) {
+    const zt_tokenizer *t = e->tok;
+    if (pass == 2 || !t->n_added) return encode_plain(e, s, len, out, err);
+    while (len) {
+        size_t at = len;
+        int k = find_added(t, s, len, pass, &at);
+        if (at && encode_pass(e, s, at, pass + 1, out, err)) return -1;
+        if (k < 0) break;
+        zt_ids_push(out, t->added[k].id);
+        s += at + t->added[k].len;
+        len -= at + t->added[k].len;
+    }
+    return 0;
+}
+
+int zt_encoder_encode(zt_encoder *e, const char *text, size_t len, zt_ids *out, zt_err *err) {
+    return encode_pass(e, (const uint8_t *)text, len, 0, out, err);
+}
+
 /* ---------------------------------------------------------------- cuts for encoding block by block */
 
-/* A character's class as GPT2_PATTERN sees it: \s (White_Space), \p{L}, \p{N}, or the rest. */
+/* A character's class as ZT_GPT2_PATTERN sees it: \s (White_Space), \p{L}, \p{N}, or the rest. */
 enum { CH_SPACE, CH_LETTER, CH_DIGIT, CH_OTHER };
 
-static int is_white_space(uint32_t c) { /* the WS list above */
+static int is_white_space(uint32_t c) { /* ZT_TOK_WS */
     return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
            c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
@@ -660,26 +585,46 @@ static int char_class(const zt_tokenizer *t, const uint8_t *p, size_t n, uint32_
     return r == 2 ? CH_LETTER : r == 1 ? CH_DIGIT : CH_OTHER; /* 2: group 1, \p{L}, matched */
 }
 
-/* Why these cuts are exact (see tokenizer.h): every piece of GPT2_PATTERN is either all White_Space
+size_t zt_tokenizer_cut_reach(const zt_tokenizer *t) { return t->added_max > 4 ? t->added_max : 4; }
+
+/* Whether an added token's occurrence in S would cover both sides of A (S holds A +- added_max). */
+static int added_spans(const zt_tokenizer *t, const uint8_t *s, size_t a) {
+    for (int k = 0; k < t->n_added; k++) {
+        const zt_added_token *tk = &t->added[k];
+        for (size_t b = a >= tk->len - 1 ? a - (tk->len - 1) : 0; b < a; b++)
+            if (memcmp(s + b, t->bytes + t->off[tk->id], tk->len) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Why these cuts are exact (see tokenizer.h): every piece of ZT_GPT2_PATTERN is either all White_Space
  * or an optional U+0020 and then characters of one class (letters, digits, or the rest), except
  * the contractions, an apostrophe and letters. So a non-space character followed by a space
  * character, or by a character of another class (but not an apostrophe followed by a letter), are
  * always in different pieces; the pattern has no lookbehind and its one lookahead, (?!\S), ends
  * only whitespace pieces, so the pieces on either side of such a cut are the same whether the text
- * goes on or stops there. An invalid byte on either side ends a run of valid UTF-8 there anyway. */
+ * goes on or stops there. An invalid byte on either side ends a run of valid UTF-8 there anyway.
+ * Llama 3's and Qwen2's patterns join a non-letter to the letters after it and cut digit runs in
+ * groups, but no piece of theirs holds a letter and then White_Space, so that is their cut. An
+ * added token's text is split off first; a cut never falls inside one. */
 size_t zt_tokenizer_last_cut(const zt_tokenizer *t, const char *text, size_t from, size_t len) {
     const uint8_t *s = (const uint8_t *)text;
     pcre2_match_data *md = NULL;
-    size_t cut = 0;
-    for (size_t a = len >= 4 ? len - 4 : 0; a >= from && a > 0; a--) {
+    size_t cut = 0, reach = zt_tokenizer_cut_reach(t);
+    for (size_t a = len >= reach ? len - reach : 0; a >= from && a > 0; a--) {
         if ((s[a] & 0xC0) == 0x80) continue; /* inside a character */
         size_t j = a - 1;                    /* where the character before a starts */
         while (j > 0 && a - j < 4 && (s[j] & 0xC0) == 0x80) j--;
         uint32_t prev_cp = 0, next_cp = 0;
-        size_t prev_len = utf8_valid_len(s + j, len - j, &prev_cp), next_len = utf8_valid_len(s + a, len - a, &next_cp);
-        if (prev_len != a - j || next_len == 0) { cut = a; break; } /* an invalid byte on one side */
-        int pc = char_class(t, s + j, prev_len, prev_cp, &md), nc = char_class(t, s + a, next_len, next_cp, &md);
-        if (pc != CH_SPACE && (nc == CH_SPACE || (nc != pc && !(prev_cp == '\'' && nc == CH_LETTER)))) { cut = a; break; }
+        size_t prev_len = zt_utf8_valid_len(s + j, len - j, &prev_cp), next_len = zt_utf8_valid_len(s + a, len - a, &next_cp);
+        int ok = prev_len != a - j || next_len == 0; /* an invalid byte on one side */
+        if (!ok && t->cuts != ZT_CUTS_NONE) {
+            int pc = char_class(t, s + j, prev_len, prev_cp, &md), nc = char_class(t, s + a, next_len, next_cp, &md);
+            ok = t->cuts == ZT_CUTS_GPT2
+                     ? pc != CH_SPACE && (nc == CH_SPACE || (nc != pc && !(prev_cp == '\'' && nc == CH_LETTER)))
+                     : pc == CH_LETTER && nc == CH_SPACE;
+        }
+        if (ok && !added_spans(t, s, a)) { cut = a; break; }
     }
     if (md) pcre2_match_data_free(md);
     return cut;
@@ -688,7 +633,7 @@ size_t zt_tokenizer_last_cut(const zt_tokenizer *t, const char *text, size_t fro
 /* ---------------------------------------------------------------- decoding */
 
 const char *zt_tokenizer_token_bytes(const zt_tokenizer *t, int id, size_t *len) {
-    if (id < 0 || id >= ZT_GPT2_VOCAB_SIZE) {
+    if (id < 0 || id >= t->n_vocab) {
         *len = 0;
         return NULL;
     }

@@ -1,5 +1,15 @@
-/* tokenizer.h — GPT-2 byte-level BPE (the "gpt2" encoding of OpenAI's encoder.py and tiktoken),
- * loaded from encoder.json + vocab.bpe (data/gpt2/), with PCRE2 for the pre-tokenizer regex.
+/* tokenizer.h — byte-level BPE: GPT-2's (the "gpt2" encoding of OpenAI's encoder.py and tiktoken)
+ * loaded from encoder.json + vocab.bpe (data/gpt2/), or a Hugging Face tokenizer.json of the same
+ * kind (GPT-2, Llama 3, Qwen2 style: tokenizer_json.c says what it accepts), with PCRE2 for the
+ * pre-tokenizer regex. What follows describes GPT-2's files; a tokenizer.json differs in
+ *   - its pattern: GPT-2's (ByteLevel with use_regex) or its Split regex (\s and \S rewritten to
+ *     White_Space as below), whose matches and the text between them are the pieces;
+ *   - its added tokens (special or not): split off the text before pre-tokenization, leftmost
+ *     and then longest first, those with "normalized": false first, as Hugging Face does; each is
+ *     its own id (so "<|endoftext|>" in the text is the token there);
+ *   - "ignore_merges" (Llama 3): a piece that is in the vocabulary is that token, unmerged;
+ *   - its ids: any vocabulary size (the largest id + 1, added tokens included; gaps decode to
+ *     nothing), and zt_tokenizer_eot is its <|endoftext|>, <|end_of_text|> or </s>, if any.
  *
  * Encoding matches OpenAI's encoder.py (and tiktoken's encode_ordinary) on valid UTF-8 text:
  *   - pre-tokenization by GPT-2's pattern
@@ -48,14 +58,18 @@ typedef struct zt_ids {
 void zt_ids_push(zt_ids *ids, int id);
 void zt_ids_free(zt_ids *ids);
 
-/* Loads VOCAB_DIR/encoder.json and VOCAB_DIR/vocab.bpe. Missing or malformed files fail with a
- * message naming the file and the line:column (encoder.json, read by json.h) or line (vocab.bpe);
- * either file over 64 MiB (GPT-2's are 1.0 and 0.5 MB; /dev/zero) fails unread past the cap. */
-zt_tokenizer *zt_tokenizer_load(const char *vocab_dir, zt_err *err);
+/* Loads PATH: a tokenizer.json file, or a folder with tokenizer.json (preferred) or encoder.json
+ * and vocab.bpe. Missing or malformed files fail with a message naming the file and the
+ * line:column (JSON, read by json.h) or line (vocab.bpe); a tokenizer.json this tokenizer cannot
+ * reproduce (a normalizer, Metaspace, byte_fallback, a model other than BPE) fails with one line
+ * naming the file and what is unsupported; any file over 64 MiB fails unread past the cap. */
+zt_tokenizer *zt_tokenizer_load(const char *path, zt_err *err);
 void zt_tokenizer_free(zt_tokenizer *tok);
 
-/* Always ZT_GPT2_VOCAB_SIZE (a loaded vocabulary must have exactly these ids). */
-int zt_tokenizer_vocab_size(void);
+/* The largest id + 1 (ZT_GPT2_VOCAB_SIZE for GPT-2's files). */
+int zt_tokenizer_vocab_size(const zt_tokenizer *tok);
+/* The id that ends a document (ZT_TOKEN_EOT for GPT-2's files), or -1 when it has none. */
+int zt_tokenizer_eot(const zt_tokenizer *tok);
 
 /* Appends the ids of TEXT[0..LEN) to OUT (which is not cleared). TEXT is read by length, may hold
  * NUL and invalid UTF-8 bytes. Returns 0, or -1 with ERR set (only on an internal regex failure). */
@@ -70,16 +84,21 @@ int zt_encoder_encode(zt_encoder *enc, const char *text, size_t len, zt_ids *out
 void zt_encoder_free(zt_encoder *enc);
 
 /* Where a text may be cut so that encoding the two parts on their own gives exactly the ids of
- * the whole: the largest a in [max(FROM, 1), LEN - 4] where the character before a is not White_Space
- * and the one at a is White_Space, or of another class (\p{L}, \p{N}, the rest; an apostrophe
- * and a letter never: "'s"), or either side is an invalid byte. Looks at TEXT[a-4, a+4) only, so a
- * cut found in a prefix of a longer text holds for the longer text. 0 when there is none (a run
- * of one class, such as a long word or a long run of spaces, has no cut inside it). */
+ * the whole: the largest a in [max(FROM, 1), LEN - R] (R = zt_tokenizer_cut_reach) where the
+ * character before a is not White_Space and the one at a is White_Space, or of another class
+ * (\p{L}, \p{N}, the rest; an apostrophe and a letter never: "'s"), or either side is an invalid
+ * byte; an added token never spans a cut. A tokenizer.json's Llama 3 or Qwen2 pattern cuts only
+ * after a letter before White_Space, another pattern only at invalid bytes. Looks at
+ * TEXT[a-R, a+R) only, so a cut found in a prefix of a longer text holds for the longer text. 0
+ * when there is none (a run of one class, such as a long word or a long run of spaces, has no cut
+ * inside it). */
 size_t zt_tokenizer_last_cut(const zt_tokenizer *tok, const char *text, size_t from, size_t len);
+/* How far zt_tokenizer_last_cut looks on either side of a cut: 4, or the longest added token. */
+size_t zt_tokenizer_cut_reach(const zt_tokenizer *tok);
 
 /* Decodes N ids into OUT (at most CAP bytes written, no NUL added) and returns the full byte
  * length of the decoded text (like snprintf: a result > CAP means OUT was cut short). ZT_TOKEN_EOT
- * decodes to "<|endoftext|>"; ids outside [0, ZT_GPT2_VOCAB_SIZE) decode to nothing. */
+ * decodes to "<|endoftext|>", an added token to its text; ids outside [0, vocab size) decode to nothing. */
 size_t zt_tokenizer_decode(const zt_tokenizer *tok, const int *ids, size_t n, char *out, size_t cap);
 /* The same into a new NUL-terminated buffer (free() it); *len (when not NULL) gets the length. */
 char *zt_tokenizer_decode_alloc(const zt_tokenizer *tok, const int *ids, size_t n, size_t *len);
