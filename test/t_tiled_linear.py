@@ -9,6 +9,9 @@ four linears cut into row tiles, each tile its own segment, gathered, used and r
     memory its allocator reports ("device in use") drops with tiles by what `estimate` predicts for the
     stage-3 row, within 5% (the gather and gradient buffers are sized by the largest segment: a tile,
     not a block);
+  - the Llama family (nn.Linear layout: a row tile is a block of the output's columns, q|k|v and
+    gate|up each one weight) at stages 0 and 3, 2 ranks, tensor parallelism and activation
+    checkpointing gives its untiled run's losses (1e-5; the simulated GPU 1e-3);
   - bad values are refused with the key: out_splits other than 1, in_splits not dividing the rows."""
 import re
 
@@ -55,6 +58,31 @@ p, rows = ztlib.train(cfg, HEADS + tiled(4) + ["device=sim", "zero_optimization.
 got = ztlib.losses(rows)
 d = ztlib.max_rel_diff(got, sim_base) if len(got) == len(sim_base) == 20 else float("inf")
 ztlib.check(p.returncode == 0 and d <= 1e-3, f"sim_tiles4_stage3_matches_untiled (max rel diff {d:.1e})", p.stderr[-800:])
+
+# the Llama family (nn.Linear weights: a row tile is a block of output columns; q|k|v and gate|up one
+# weight each): the untiled Llama run's losses, on the CPU and the simulated GPU
+LLAMA = ["model.model_type=llama", "model.num_key_value_heads=2", "model.intermediate_size=96"]
+p, rows = ztlib.train(cfg, HEADS + LLAMA)
+llama_base = ztlib.losses(rows)
+for name, sets, ranks in (("tiles2_stage0", tiled(2), 0),
+                          ("tiles4_stage3", tiled(4) + ["zero_optimization.stage=3"], 0),
+                          ("tiles2_stage3_ranks2", tiled(2) + ["zero_optimization.stage=3"], 2),
+                          ("tiles2_stage3_tp2", tiled(2) + ["zero_optimization.stage=3", "tensor_parallel.tp_size=2"], 2),
+                          ("tiles2_stage3_act_ckpt", tiled(2) + ["zero_optimization.stage=3",
+                                                                 "activation_checkpointing.enabled=true"], 0)):
+    p, rows = ztlib.train(cfg, HEADS + LLAMA + sets, ranks=ranks)
+    d = ztlib.max_rel_diff(ztlib.losses(rows), llama_base) if len(llama_base) == 20 else float("inf")
+    ztlib.check(p.returncode == 0 and d <= 1e-5, f"llama_{name}_matches_untiled (max rel diff {d:.1e})", p.stderr[-800:])
+p, rows = ztlib.train(cfg, HEADS + LLAMA + ["device=sim", "zero_optimization.stage=3"])
+sim_base = ztlib.losses(rows)
+p, rows = ztlib.train(cfg, HEADS + LLAMA + tiled(4) + ["device=sim", "zero_optimization.stage=3"])
+got = ztlib.losses(rows)
+d = ztlib.max_rel_diff(got, sim_base) if len(got) == len(sim_base) == 20 else float("inf")
+ztlib.check(p.returncode == 0 and d <= 1e-3, f"llama_sim_tiles4_stage3_matches_untiled (max rel diff {d:.1e})",
+            p.stderr[-800:])
+p = ztlib.run(["train", cfg] + sum((["--set", x] for x in HEADS + LLAMA + ["model.intermediate_size=89"] + tiled(4)), []))
+ztlib.check(p.returncode != 0 and "in_splits 4 must divide" in p.stderr and "gate|up 178" in p.stderr,
+            "llama_refused_in_splits_not_dividing_its_rows", p.stderr[-400:])
 
 # memory, measured by the simulated GPU's allocator against estimate
 BIG = ["model.n_layer=4", "model.n_embd=256", "model.n_head=4", "train_batch_size=4", "train_micro_batch_size_per_gpu=4",

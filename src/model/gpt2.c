@@ -51,8 +51,11 @@
 
 /* ---------------------------------------------------------------- buffers */
 
-/* the tiled forward's fp32 accumulator: the widest linear's output, the MLP's [N, 4C/tp] */
-static size_t tile_acc_elems(const zt_gpt2 *m) { return (size_t)m->B * m->T * (4 * (size_t)m->shape.n_embd / m->tp_size); }
+/* the tiled forward's fp32 accumulator: the widest linear's output (GPT-2's MLP [N, 4C/tp]) */
+static size_t tile_acc_elems(const zt_gpt2 *m) {
+    size_t w = ffn_up(m) > qkv_width(m) ? ffn_up(m) : qkv_width(m);
+    return (size_t)m->B * m->T * (w > (size_t)m->shape.n_embd ? w : (size_t)m->shape.n_embd);
+}
 
 /* the segment inputs leave their residual slots for a store (cpu_checkpointing, partition_activations) */
 static int stores_inputs(const zt_gpt2 *m) { return m->cpu_checkpointing || m->partition_activations; }
@@ -76,9 +79,10 @@ int zt_gpt2_plan(zt_gpt2 *m, const zt_gpt2_shape *shape, int B, int T, zt_act_ck
     if (shape->sliding_window > 0 && T > shape->sliding_window)
         return zt_fail(err, "seq_len %d exceeds model.sliding_window %d (attention over a window is not built: every "
                             "position sees all before it)", T, shape->sliding_window);
-    if (zt_shape_is_llama(shape) && ckpt.tiles > 1)
-        return zt_fail(err, "zero_optimization.tiled_linear is not built for the Llama family yet (model.model_type "
-                            "%s): leave in_splits at 1", zt_model_type_name(shape->model_type));
+    int q = zt_shape_qkv(shape) / m->tp_size, up = 2 * zt_shape_ffn(shape) / m->tp_size; /* nn.Linear: row tiles */
+    if (zt_shape_is_llama(shape) && ckpt.tiles > 1 && (q % ckpt.tiles || up % ckpt.tiles || shape->n_embd % ckpt.tiles))
+        return zt_fail(err, "zero_optimization.tiled_linear.in_splits %d must divide a rank's rows of each linear "
+                            "(q|k|v %d, gate|up %d, o_proj and down_proj %d)", ckpt.tiles, q, up, shape->n_embd);
     m->recompute = recompute;
     int keep = recompute ? (number_checkpoints > 0 ? number_checkpoints : L) : 1;
     m->segment_layers = recompute ? (L + keep - 1) / keep : L;
@@ -253,7 +257,6 @@ static block_params block_params_at(const zt_gpt2 *m, int layer, void *segment_b
     return bp;
 }
 
-
 /* The block's parts, chosen by the family (gpt2.h): the norm (LayerNorm, or RMSNorm whose mean slot
  * stays unused and which has no bias), the linears' weight layout (Conv1D [in, out], or nn.Linear
  * [out, in]: w_transposed), rotary positions on q and k, the attention (multi-head, or grouped-query),
@@ -411,31 +414,44 @@ static void tile_hold(tile_walk *w, int seg, int backward, int prefetch) {
     w->gbase = backward ? src->grads(src->ctx, seg) : NULL;
 }
 
-/* tensor i of the block (or element `skip` into it) in the held segment's parameters / gradients */
-static void *tile_param(const tile_walk *w, int i, size_t skip, int grads) {
+/* the block's part `role` (or element `skip` into it) in the held segment's parameters / gradients;
+ * NULL for a part the family lacks */
+static void *tile_param(const tile_walk *w, int role, size_t skip, int grads) {
+    int i = role >= 0 ? w->m->table->block_role[role] : -1;
     size_t lo = w->m->table->segment_lo[w->seg];
-    return at(w->m, grads ? w->gbase : w->base, w->p[i].offset + skip - lo);
+    return i < 0 ? NULL : at(w->m, grads ? w->gbase : w->base, w->p[i].offset + skip - lo);
 }
 
 /* linear j's tile k: holds its segment; *rows = its rows, returns its offset in the weight (elements) */
 static size_t tile_at(tile_walk *w, int j, int k, int backward, int prefetch, int *rows) {
-    const zt_param_info *wt = &w->p[tile_weight[j]];
-    *rows = wt->shape[0] / w->tiles;
+    const zt_param_info *wt = &w->p[w->m->table->block_role[tile_weight[j]]];
+    *rows = zt_linear_rows(w->m->table, w->p, tile_weight[j]) / w->tiles;
     tile_hold(w, w->seg0 + j * w->tiles + k, backward, prefetch);
     return (size_t)k * *rows * wt->shape[1];
 }
 
-/* out[N, OC] = in[N, IN] W + bias, W [IN, OC] in row tiles; bias_index < 0: none (tp ranks but the
- * first). The tiles' products add up in fp32 (m->tile_acc) and the output is rounded once with the
- * bias, as the untiled matmul_forward rounds it: accumulating into the 16-bit output would round it
- * once per tile and once more for the bias. */
+/* linear j's input and output widths: Conv1D's rows are its input, nn.Linear's (fused) rows its output */
+static void tile_dims(const tile_walk *w, int j, int *IN, int *OC) {
+    int rows = zt_linear_rows(w->m->table, w->p, tile_weight[j]);
+    int cols = w->p[w->m->table->block_role[tile_weight[j]]].shape[1];
+    *IN = llama(w->m) ? cols : rows;
+    *OC = llama(w->m) ? rows : cols;
+}
+
+/* out[N, OC] = in[N, IN] W + bias over W's row tiles; bias_index < 0: none (tp ranks but the first).
+ * Conv1D W [IN, OC]: tile k is inputs I_k, out = sum_k in[:, I_k] W_k; nn.Linear W [OC, IN]: tile k is
+ * outputs O_k, out[:, O_k] = in W_k^T. The products land in fp32 (m->tile_acc) and the output is rounded
+ * once with the bias, as the untiled matmul_forward rounds it: accumulating into the 16-bit output
+ * would round it once per tile and once more for the bias. */
 static void tiled_linear_forward(tile_walk *w, int j, void *out, const void *in, int bias_index, int prefetch) {
     zt_gpt2 *m = w->m;
-    int N = m->B * m->T, IN = w->p[tile_weight[j]].shape[0], OC = w->p[tile_weight[j]].shape[1], rows;
+    int N = m->B * m->T, IN, OC, rows;
+    tile_dims(w, j, &IN, &OC);
     for (int k = 0; k < w->tiles; k++) {
         size_t off = tile_at(w, j, k, 0, prefetch, &rows);
-        m->be->gemm_f32(m->tile_acc, at(m, in, (size_t)k * rows), tile_param(w, tile_weight[j], off, 0), N, OC, rows,
-                        IN, OC, OC, 0, 0, k ? 1.0f : 0.0f);
+        const void *wk = tile_param(w, tile_weight[j], off, 0);
+        if (llama(m)) m->be->gemm_f32(m->tile_acc + (size_t)k * rows, in, wk, N, rows, IN, IN, IN, OC, 0, 1, 0.0f);
+        else m->be->gemm_f32(m->tile_acc, at(m, in, (size_t)k * rows), wk, N, OC, rows, IN, OC, OC, 0, 0, k ? 1.0f : 0.0f);
     }
     /* the bias rides with the last tile, still held */
     m->be->round_bias(out, m->tile_acc, bias_index >= 0 ? tile_param(w, bias_index, 0, 0) : NULL, N, OC, OC);
@@ -443,18 +459,26 @@ static void tiled_linear_forward(tile_walk *w, int j, void *out, const void *in,
 
 /* dW += in^T dout and din = dout W^T over the tiles, last first (the gradients of each tile's segment
  * are final when it is let go); dbias += colsum(dout) while the last tile (which holds the bias) is held.
- * The first tile stays held on return (c_attn's holds ln_1). */
+ * nn.Linear's tile k: dW_k += dout[:, O_k]^T in, din += dout[:, O_k] W_k. The first tile stays held on
+ * return (c_attn's holds ln_1). */
 static void tiled_linear_backward(tile_walk *w, int j, void *din, const void *dout, const void *in, int bias_index,
                                   int prefetch) {
     zt_gpt2 *m = w->m;
-    int N = m->B * m->T, IN = w->p[tile_weight[j]].shape[0], OC = w->p[tile_weight[j]].shape[1], rows;
+    int N = m->B * m->T, IN, OC, rows;
+    tile_dims(w, j, &IN, &OC);
     for (int k = w->tiles - 1; k >= 0; k--) {
         size_t off = tile_at(w, j, k, 1, prefetch || k > 0, &rows);
-        if (k == w->tiles - 1) m->be->bias_grad(tile_param(w, bias_index, 0, 1), dout, N, OC, OC);
-        m->be->gemm(tile_param(w, tile_weight[j], off, 1), at(m, in, (size_t)k * rows), dout, rows, OC, N, IN, OC, OC,
-                    1, 0, 1.0f);
-        m->be->gemm(at(m, din, (size_t)k * rows), dout, tile_param(w, tile_weight[j], off, 0), N, rows, OC, OC, OC, IN,
-                    0, 1, 0.0f);
+        void *db = k == w->tiles - 1 ? tile_param(w, bias_index, 0, 1) : NULL;
+        void *dw = tile_param(w, tile_weight[j], off, 1), *wk = tile_param(w, tile_weight[j], off, 0);
+        if (db) m->be->bias_grad(db, dout, N, OC, OC);
+        if (llama(m)) {
+            const void *dk = at(m, dout, (size_t)k * rows);
+            m->be->gemm(dw, dk, in, rows, IN, N, OC, IN, IN, 1, 0, 1.0f);
+            m->be->gemm(din, dk, wk, N, IN, rows, OC, IN, IN, 0, 0, k == w->tiles - 1 ? 0.0f : 1.0f);
+            continue;
+        }
+        m->be->gemm(dw, at(m, in, (size_t)k * rows), dout, rows, OC, N, IN, OC, OC, 1, 0, 1.0f);
+        m->be->gemm(at(m, din, (size_t)k * rows), dout, wk, N, rows, OC, OC, OC, IN, 0, 1, 0.0f);
     }
 }
 
@@ -467,23 +491,22 @@ static tile_walk tile_walk_of(zt_gpt2 *m, const zt_param_source *src, int l) {
 /* block_forward, tile by tile; prefetch: ask for the next segment ahead (not while recomputing) */
 static void tiled_block_forward(zt_gpt2 *m, const zt_param_source *src, int l, int prefetch) {
     const zt_backend *be = m->be;
-    int B = m->B, T = m->T, C = m->shape.n_embd, N = B * T, tp = m->tp_size;
-    int Ch = C / tp, NHh = m->shape.n_head / tp, adds_bias = m->tp_rank == 0, rows;
+    int N = m->B * m->T, C = m->shape.n_embd, adds_bias = m->tp_rank == 0, rows;
     layer_acts a = layer_acts_of(m, l);
     void *in = residual_at(m, l), *out = residual_at(m, l + 1);
     tile_walk w = tile_walk_of(m, src, l);
     tile_at(&w, TL_QKV, 0, 0, prefetch, &rows); /* ln_1 rides with c_attn's first tile */
-    be->layernorm_forward(a.ln1, a.mean1, a.rstd1, in, tile_param(&w, P_LN1W, 0, 0), tile_param(&w, P_LN1B, 0, 0), N, C);
+    norm_forward(m, a.ln1, a.mean1, a.rstd1, in, tile_param(&w, P_LN1W, 0, 0), tile_param(&w, P_LN1B, 0, 0));
     tiled_linear_forward(&w, TL_QKV, a.qkv, a.ln1, P_QKVB, prefetch);
-    be->attention_forward(a.atty, a.att, a.qkv, B, T, Ch, NHh);
+    attention_forward(m, a.atty, a.att, a.qkv);
     tiled_linear_forward(&w, TL_PROJ, a.res2, a.atty, adds_bias ? P_PROJB : -1, prefetch);
     tp_allreduce(m, a.res2, (size_t)N * C);
     be->accumulate(a.res2, in, (size_t)N * C);
     /* ln_2 rides with attn.c_proj's last tile, still held */
-    be->layernorm_forward(a.ln2, a.mean2, a.rstd2, a.res2, tile_param(&w, P_LN2W, 0, 0), tile_param(&w, P_LN2B, 0, 0),
-                          N, C);
+    norm_forward(m, a.ln2, a.mean2, a.rstd2, a.res2, tile_param(&w, P_LN2W, 0, 0), tile_param(&w, P_LN2B, 0, 0));
     tiled_linear_forward(&w, TL_FC, a.fch, a.ln2, P_FCB, prefetch);
-    be->gelu_forward(a.fchg, a.fch, (size_t)N * 4 * Ch);
+    if (llama(m)) be->swiglu_forward(a.fchg, a.fch, N, (int)ffn_hidden(m));
+    else be->gelu_forward(a.fchg, a.fch, (size_t)N * ffn_hidden(m));
     tiled_linear_forward(&w, TL_FCPROJ, out, a.fchg, adds_bias ? P_FCPROJB : -1, prefetch);
     tp_allreduce(m, out, (size_t)N * C);
     be->accumulate(out, a.res2, (size_t)N * C);
@@ -494,32 +517,32 @@ static void tiled_block_forward(zt_gpt2 *m, const zt_param_source *src, int l, i
  * one comes next in backward (its last segment may be asked for ahead) */
 static void tiled_block_backward(zt_gpt2 *m, const zt_param_source *src, int l, int prefetch_past) {
     const zt_backend *be = m->be;
-    int B = m->B, T = m->T, C = m->shape.n_embd, N = B * T, Ch = C / m->tp_size, NHh = m->shape.n_head / m->tp_size;
-    int rows;
+    int N = m->B * m->T, C = m->shape.n_embd, rows;
     layer_acts a = layer_acts_of(m, l);
     scratch_layout sc = scratch_of(m);
     void *dres = at(m, m->scratch, sc.dres), *dsmall = at(m, m->scratch, sc.dsmall);
     void *dbig = at(m, m->scratch, sc.dbig), *datt = at(m, m->scratch, sc.datt);
     tile_walk w = tile_walk_of(m, src, l);
     /* MLP: the down projection's input gradient through the GELU, then the up projection's */
-    tiled_linear_backward(&w, TL_FCPROJ, dbig, dres, a.fchg, P_FCPROJB, 1);
-    be->gelu_backward(dbig, a.fch, dbig, (size_t)N * 4 * Ch);
+    void *dact = llama(m) ? at(m, m->scratch, sc.dmid) : dbig; /* d(fchg) */
+    tiled_linear_backward(&w, TL_FCPROJ, dact, dres, a.fchg, P_FCPROJB, 1);
+    if (llama(m)) be->swiglu_backward(dbig, a.fch, dact, N, (int)ffn_hidden(m));
+    else be->gelu_backward(dbig, a.fch, dbig, (size_t)N * ffn_hidden(m));
     tiled_linear_backward(&w, TL_FC, dsmall, dbig, a.ln2, P_FCB, 1);
     tp_allreduce(m, dsmall, (size_t)N * C);
     tile_at(&w, TL_PROJ, w.tiles - 1, 1, 1, &rows); /* ln_2 rides with attn.c_proj's last tile */
-    be->layernorm_backward(dres, tile_param(&w, P_LN2W, 0, 1), tile_param(&w, P_LN2B, 0, 1), dsmall, a.res2,
-                           tile_param(&w, P_LN2W, 0, 0), a.mean2, a.rstd2, N, C);
+    norm_backward(m, dres, tile_param(&w, P_LN2W, 0, 1), tile_param(&w, P_LN2B, 0, 1), dsmall, a.res2,
+                  tile_param(&w, P_LN2W, 0, 0), a.mean2, a.rstd2);
     /* attention */
     tiled_linear_backward(&w, TL_PROJ, dsmall, dres, a.atty, P_PROJB, 1);
-    be->attention_backward(dbig, datt, dsmall, a.qkv, a.att, B, T, Ch, NHh);
+    attention_backward(m, dbig, datt, dsmall, a.qkv, a.att);
     tiled_linear_backward(&w, TL_QKV, dsmall, dbig, a.ln1, P_QKVB, prefetch_past);
     tp_allreduce(m, dsmall, (size_t)N * C);
     /* ln_1 rides with c_attn's first tile, still held */
-    be->layernorm_backward(dres, tile_param(&w, P_LN1W, 0, 1), tile_param(&w, P_LN1B, 0, 1), dsmall, residual_at(m, l),
-                           tile_param(&w, P_LN1W, 0, 0), a.mean1, a.rstd1, N, C);
+    norm_backward(m, dres, tile_param(&w, P_LN1W, 0, 1), tile_param(&w, P_LN1B, 0, 1), dsmall, residual_at(m, l),
+                  tile_param(&w, P_LN1W, 0, 0), a.mean1, a.rstd1);
     tile_hold(&w, -1, 1, 0);
 }
-
 
 /* block l's forward: the block one segment, or tile by tile; prefetch as acquire() does */
 static void run_block_forward(zt_gpt2 *m, const zt_param_source *src, int l, int prefetch) {
@@ -547,9 +570,6 @@ static void run_block_backward(zt_gpt2 *m, const zt_param_source *src, int l, in
     src->release(src->ctx, s);
     src->grads_done(src->ctx, s);
 }
-
-
-
 
 /* The tied embedding, segment by segment (one segment unless stage 3 cuts it in row blocks; see
  * gpt2.h): the token lookup, and the LM head logits[:, lo:hi) = lnf wte[lo:hi]^T per block. */

@@ -25,6 +25,15 @@ static inline const zt_param_info *zt_block_params(const zt_param_table *t, int 
     return &t->params[t->block_first + t->block_size * layer];
 }
 
+/* the rows of block linear `role`'s weight as one GEMM sees it, in the table's layout: the Llama family
+ * (rotary: no wpe) holds q|k|v and gate|up as one weight of their tensors' rows together */
+static inline int zt_linear_rows(const zt_param_table *t, const zt_param_info *block, int role) {
+    const zt_param_info *w = &block[t->block_role[role]];
+    int fused = t->wpe < 0 ? (role == P_QKVW ? 3 : role == P_FCW ? 2 : 1) : 1, rows = 0;
+    for (int i = 0; i < fused; i++) rows += w[i].shape[0];
+    return rows;
+}
+
 /* ---- the activation buffers' layout and the tensor-parallel sum ---- */
 
 static inline int llama(const zt_gpt2 *m) { return zt_shape_is_llama(&m->shape); }

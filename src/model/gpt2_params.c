@@ -252,11 +252,11 @@ void zt_param_table_tile_linears(zt_param_table *t, int tiles) {
     for (int l = 0; l < L; l++) {
         const zt_param_info *p = zt_block_params(t, l);
         for (int j = 0; j < 4; j++) {
-            const zt_param_info *w = &p[linears[j]];
-            size_t rows = (size_t)w->shape[0] / (size_t)tiles, cols = (size_t)w->shape[1];
+            const zt_param_info *w = &p[t->block_role[linears[j]]];
+            size_t rows = (size_t)zt_linear_rows(t, p, linears[j]) / (size_t)tiles, cols = (size_t)w->shape[1];
             for (int k = 0; k < tiles; k++) lo[E + l * K + j * tiles + k] = w->offset + (size_t)k * rows * cols;
         }
-        lo[E + l * K] = p[P_LN1W].offset; /* ln_1 rides with c_attn's first tile */
+        lo[E + l * K] = p[t->block_role[P_LN1W]].offset; /* ln_1 rides with c_attn's first tile */
     }
     lo[E + L * K] = t->segment_lo[t->n_segments - 1]; /* ln_f */
     lo[E + L * K + 1] = t->total;
