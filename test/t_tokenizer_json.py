@@ -9,7 +9,8 @@ added and special tokens, of the corpus tokenized in small blocks (the streaming
 with invalid UTF-8 bytes (each valid run as tokenizers encodes it, each bad byte its byte token);
 tokenizers' decode of our ids gives the text back; merges written as pairs load the same; shards
 made with it train, `eval` reads them, and `sample --vocab` decodes as tokenizers does. A vocabulary over
-65536 tokens gets uint32 shards (llm.c's Llama 3 format) that train and eval read. Malformed and
+65536 tokens gets uint32 shards (llm.c's Llama 3 format) that train and eval read. `export --vocab`
+copies the tokenizer.json, and transformers' AutoTokenizer reads the folder with the same ids. Malformed and
 unsupported files are refused with one error line naming the file."""
 import json
 import os
@@ -19,7 +20,7 @@ import tempfile
 
 import ztlib
 
-ztlib.use_pypi_env("tokenizers")
+ztlib.use_pypi_env("tokenizers", "transformers")
 
 import tokenizers  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
@@ -191,6 +192,19 @@ check(len(got) == 30 and txt.returncode == 0 and txt.stdout == b"ROMEO:" + want 
       ids.stderr[-300:] + repr(txt.stdout[-200:]) + repr(txt.stderr[-300:]))
 check(tok.decode(got, skip_special_tokens=False) == want.decode("utf-8", "replace"), "sample_text_is_tokenizers_decode",
       repr(want[:80]))
+
+# export copies the tokenizer.json: AutoTokenizer reads the folder as a fast tokenizer with the same ids
+exp = os.path.join(tmp, "export")
+p = ztlib.run(["export", ck, "-o", exp, "--vocab", path])
+try:
+    import transformers
+    transformers.logging.set_verbosity_error()
+    fast = transformers.AutoTokenizer.from_pretrained(exp)
+    same = fast(MIXED, add_special_tokens=False)["input_ids"] == tok.encode(MIXED, add_special_tokens=False).ids
+except Exception as e:  # noqa: BLE001 (the check below says what failed)
+    fast, same = repr(e), False
+check(p.returncode == 0 and os.path.exists(os.path.join(exp, "tokenizer.json")) and same,
+      "export_writes_tokenizer_json_auto_tokenizer_reads", f"{fast} {p.stderr[-400:]}")
 
 # malformed and unsupported files: one error line naming the file
 with open(path, encoding="utf-8") as f:

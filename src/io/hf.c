@@ -418,18 +418,40 @@ static int copy_file(const char *from, const char *dir, const char *name, zt_err
     return rc;
 }
 
-int zt_hf_save_tokenizer(const char *dir, const char *vocab_dir, const zt_gpt2_shape *shape, zt_err *why_not,
-                         zt_err *err) {
-    if (shape->vocab_size < ZT_GPT2_VOCAB_SIZE) {
-        zt_fail(why_not, "the model's vocab_size %d is smaller than GPT-2's %d tokens", shape->vocab_size, ZT_GPT2_VOCAB_SIZE);
+/* PATH's tokenizer.json (PATH the file or its folder) as it is, with the tokenizer_config.json that makes
+ * AutoTokenizer read it as a fast tokenizer */
+static int save_tokenizer_json(const char *dir, const char *path, int tokens, const zt_gpt2_shape *shape,
+                               zt_err *why_not, zt_err *err) {
+    if (tokens > shape->vocab_size) {
+        zt_fail(why_not, "%s has %d tokens, more than the model's vocab_size %d", path, tokens, shape->vocab_size);
         return 1;
     }
-    zt_tokenizer *tok = zt_tokenizer_load(vocab_dir, why_not); /* the vocabulary must be a GPT-2 one */
+    char *json = is_dir(path) ? zt_path_join(path, "tokenizer.json") : zt_xstrdup(path);
+    int rc = copy_file(json, dir, "tokenizer.json", err);
+    free(json);
+    if (rc) return -1;
+    char text[512];
+    int n = snprintf(text, sizeof text,
+                     "{\n  \"clean_up_tokenization_spaces\": false,\n  \"model_max_length\": %d,\n"
+                     "  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n", shape->n_positions);
+    return zt_file_write_all(dir, "tokenizer_config.json", text, (size_t)n, err);
+}
+
+int zt_hf_save_tokenizer(const char *dir, const char *vocab_dir, const zt_gpt2_shape *shape, zt_err *why_not,
+                         zt_err *err) {
+    zt_tokenizer *tok = zt_tokenizer_load(vocab_dir, why_not);
     if (!tok) return 1;
+    int tokens = zt_tokenizer_vocab_size(tok);
     zt_tokenizer_free(tok);
     char *encoder = zt_path_join(vocab_dir, "encoder.json"), *merges = zt_path_join(vocab_dir, "vocab.bpe");
-    if (access(encoder, R_OK) != 0) { /* a tokenizer.json: not written (yet) */
-        zt_fail(why_not, "%s is not GPT-2's encoder.json and vocab.bpe (export writes those only)", vocab_dir);
+    if (!is_dir(vocab_dir) || has_file(vocab_dir, "tokenizer.json") || access(encoder, R_OK) != 0) {
+        /* a tokenizer.json (preferred in a folder, as zt_tokenizer_load does): PreTrainedTokenizerFast reads it */
+        free(encoder);
+        free(merges);
+        return save_tokenizer_json(dir, vocab_dir, tokens, shape, why_not, err);
+    }
+    if (shape->vocab_size < ZT_GPT2_VOCAB_SIZE) {
+        zt_fail(why_not, "the model's vocab_size %d is smaller than GPT-2's %d tokens", shape->vocab_size, ZT_GPT2_VOCAB_SIZE);
         free(encoder);
         free(merges);
         return 1;

@@ -49,12 +49,14 @@ typedef int (*zt_hf_read_fn)(void *ctx, size_t offset, size_t n, float *out);
 int zt_hf_save(const char *dir, const zt_param_table *table, const zt_gpt2_shape *shape, zt_hf_read_fn read_tensor,
                void *ctx, const char *dtype, zt_err *err);
 
-/* Writes the GPT-2 tokenizer into DIR: VOCAB_DIR's encoder.json and vocab.bpe as vocab.json and
- * merges.txt (the same files), tokenizer_config.json and special_tokens_map.json as transformers
+/* Writes the tokenizer at VOCAB_DIR into DIR. GPT-2's encoder.json and vocab.bpe become vocab.json and
+ * merges.txt (the same files), with tokenizer_config.json and special_tokens_map.json as transformers
  * writes them for gpt2 (model_max_length = n_positions; clean_up_tokenization_spaces false, so that
- * decoding gives back the exact text). Returns 0 when written; 1 with WHY_NOT set when it cannot be
- * (no GPT-2 vocabulary in VOCAB_DIR, or a model vocabulary smaller than GPT-2's); -1 with ERR set
- * on a write error. */
+ * decoding gives back the exact text). A Hugging Face tokenizer.json (VOCAB_DIR the file, or a folder
+ * holding one) is copied as it is, with a tokenizer_config.json naming PreTrainedTokenizerFast.
+ * Returns 0 when written; 1 with WHY_NOT set when it cannot be (no tokenizer at VOCAB_DIR, a GPT-2
+ * vocabulary and a model vocabulary smaller than GPT-2's, a tokenizer.json with more tokens than the
+ * model); -1 with ERR set on a write error. */
 int zt_hf_save_tokenizer(const char *dir, const char *vocab_dir, const zt_gpt2_shape *shape, zt_err *why_not,
                          zt_err *err);
 
