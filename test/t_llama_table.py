@@ -4,8 +4,7 @@ For tiny Llama (grouped-query, untied), Llama with attention_bias, Qwen2 (q/k/v 
 Mistral configs, `zerotrain estimate` sizes exactly as many parameters as transformers'
 LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM of the same config holds. Shapes zerotrain
 cannot build are refused in one line naming the key: num_key_value_heads not dividing n_head, a
-missing intermediate_size, a tensor-parallel size that does not divide the key/value heads. A Llama trains on the CPU and the simulated GPU, and ZeRO stages 1-3 on 2 ranks, stages 0 and 3
-on 4, tensor parallelism 2, optimizer offload (ratio 1 and Twin-Flow 0.5), ZeRO-Infinity (parameters
+missing intermediate_size, a tensor-parallel size that does not divide the key/value heads. A Llama trains on the CPU and the simulated GPU, and every ZeRO stage on 2 and 4 ranks, tensor parallelism 2, optimizer offload (ratio 1 and Twin-Flow 0.5), ZeRO-Infinity (parameters
 on the host or NVMe, the optimizer on NVMe) and activation checkpointing (plain, and partitioned to
 the CPU) give the single-rank losses. Logits, gradients, import, export and checkpoints against
 transformers are test/t_llama_hf.py."""
@@ -90,8 +89,8 @@ for kv, extra in ((1, []), (2, [])):
         nvme = os.path.join(tmp, "nvme")
         os.makedirs(nvme, exist_ok=True)
         runs += [("tp2", ["tensor_parallel.tp_size=2"], 2),
-                 ("stage0_ranks4", ["zero_optimization.stage=0"], 4),
-                 ("stage3_ranks4", ["zero_optimization.stage=3"], 4),
+                 ("stage0_ranks2", ["zero_optimization.stage=0"], 2)] + \
+                [(f"stage{st}_ranks4", [f"zero_optimization.stage={st}"], 4) for st in (0, 1, 2, 3)] + [
                  ("stage2_offload_cpu", ["zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"], 2),
                  ("stage2_twin_flow_0.5", ["zero_optimization.stage=2",
                                            "zero_optimization.offload_optimizer={device: cpu, ratio: 0.5}"], 2),
