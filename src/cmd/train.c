@@ -630,6 +630,10 @@ static void print_banner(trainer *t) {
                 cfg->checkpoint_dir, ZT_CKPT_HF_DIR);
     else if (cfg->stage3_gather_16bit_weights_on_model_save)
         zt_info("16-bit model save: asked for, but checkpoint.dir is null, so nothing is saved");
+    const zt_engine_layout *lay = &zt_engine_state_view(s->engine)->lay;
+    if (cfg->ckpt_async_save && cfg->checkpoint_dir) /* rank 0's shard: the largest, or as large as any */
+        zt_info("asynchronous saves: a %.1f MiB host staging buffer per rank holds the snapshot (12 bytes per element "
+                "of its shard) from the first save on", 12.0 * (double)(lay->hi - lay->lo) / 1048576.0);
 }
 
 /* A run never replaces, prunes or moves `latest` away from checkpoints it does not continue:

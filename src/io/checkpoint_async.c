@@ -28,6 +28,7 @@
 #include "io/checkpoint_async.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,7 +121,14 @@ int zt_async_save_begin(zt_async_saver *a, zt_checkpoint_dir *d, const zt_state_
     a->comm = comm;
     atomic_store(&a->done, 0);
     atomic_store(&writing, 1);
-    if (pthread_create(&a->thread, NULL, writer, a)) { /* no thread: write here, as a blocking save does */
+    /* the thread starts with every signal blocked: a stop signal is the training thread's to take, and
+     * never interrupts the write's system calls */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int started = pthread_create(&a->thread, NULL, writer, a) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!started) { /* no thread: write here, as a blocking save does */
         writer(a);
         a->thread = pthread_self();
     }
