@@ -33,12 +33,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "comm/fail_together.h"
 #include "io/checkpoint_common.h"
 #include "io/checkpoint_save.h"
 #include "util/test_hooks.h"
+
+#define WRITER_NICE 10
 
 struct zt_async_saver {
     float *stage;        /* [3][cap]: master, adam_m, adam_v of [lo, hi) */
@@ -84,6 +87,11 @@ static void hold_for_test(long step, int rank) {
 
 static void *writer(void *arg) {
     zt_async_saver *a = arg;
+    /* the writer yields the cores to training (nice +WRITER_NICE, this thread alone): on a CPU the steps
+     * compete with its checksums and copies, and a slower write costs only a later `latest`, until
+     * the next save must wait for it (SCHED_IDLE starved it into those waits on a busy machine:
+     * docs/results/2026-12-07-async-save.md) */
+    setpriority(PRIO_PROCESS, (id_t)gettid(), WRITER_NICE);
     hold_for_test(zt_save_job_step(a->job), a->comm->rank);
     zt_checkpoint_save_write(a->job);
     atomic_store(&a->done, 1);
