@@ -8,6 +8,8 @@ MPI ranks, real HDF5 files and configs/tiny.yaml:
   - every save prints `save step N: blocked B ms, written W ms` and the metrics rows carry
     save_blocked_ms and save_written_ms;
   - resume from an asynchronous checkpoint gives the uninterrupted run's losses exactly;
+  - the divergence guard's rollback while saves are in flight: back to the newest published good
+    checkpoint, the losses of a run that never saw the skipped batches;
   - kill -9 of a rank while a write is in flight (held there by ZEROTRAIN_INJECT_ASYNC_HOLD, waited
     for on its marker file): `latest` still names the previous complete checkpoint, which verifies
     and resumes exactly;
@@ -151,6 +153,27 @@ try:
     with open(os.path.join(ck, "latest"), "w") as f:
         f.write("step_00000006\n")
     resume_exact("resume_from_async_checkpoint_exact", ck, 6, rows_ref, base + [ASYNC])
+
+    # ---- the divergence guard's rollback with saves in flight (t_guard's case: a diverging update at
+    # step 6, seen at step 7): a save in flight completes before the guard acts, a checkpoint counts as
+    # good once published, so the run goes back to the newest published good one (step 4 or 5) and its
+    # losses from there equal a run that never saw the batches it skips
+    m_roll, m_ref = os.path.join(tmp, "rollback.jsonl"), os.path.join(tmp, "rollback_ref.jsonl")
+    r = ztlib.finish_ranked(ztlib.start_ranked(
+        args_of(os.path.join(tmp, "rollback_ck"), ["zero_optimization.stage=2", "divergence_guard.action=rollback",
+                "train_iters=12", "checkpoint.save_interval=1", "checkpoint.keep_last=2", ASYNC], m_roll), 2,
+        env={"ZEROTRAIN_INJECT_LR_SPIKE": "6"}), timeout=300)
+    m = re.search(r"rolls back to step_(\d+).*; (\d+) batches skipped", r.stderr)
+    good, skipped = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    ztlib.check(r.rc == 0 and not r.errors and good in (4, 5) and skipped == 7 - good, "rollback_with_saves_in_flight",
+                r.why())
+    ref = ztlib.finish_ranked(ztlib.start_ranked(
+        args_of(os.path.join(tmp, "rollback_ref_ck"), ["zero_optimization.stage=2", "train_iters=12"], m_ref), 2,
+        env={"ZEROTRAIN_INJECT_SKIP_BATCHES": f"{good}:{skipped}"}), timeout=300)
+    got = [(x["step"], x["loss"]) for x in ztlib.read_metrics(m_roll)][-(12 - good):]
+    want = [(x["step"], x["loss"]) for x in ztlib.read_metrics(m_ref)][-(12 - good):]
+    ztlib.check(ref.rc == 0 and good and got == want and got[0][0] == good + 1, "rollback_with_saves_in_flight_exact",
+                f"{got} vs {want}")
 
     # ---- kill -9 of a rank while a write is in flight: latest stays, and resumes exactly
     hold = os.path.join(tmp, "hold_kill")
