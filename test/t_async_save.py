@@ -3,8 +3,8 @@ MPI ranks, real HDF5 files and configs/tiny.yaml:
   - same bytes: the asynchronous save of a step holds every dataset's bytes and every attribute a
     blocking save of the same step holds (h5py, every file of the step directory), apart from the
     run's identity (run_id, lineage, the effective config's text and the digests over them): 1 rank
-    stage 2, 2 ranks stage 2, 2 ranks stage 3, 2 ranks stage 3 with the optimizer on NVMe (its swap
-    files are copied into the snapshot); the run's losses are those of the blocking run;
+    stage 2, 2 ranks stage 2, 2 ranks stage 3, tensor parallelism 2, 2 ranks stage 3 with the optimizer
+    on NVMe (its swap files are copied into the snapshot); the run's losses are those of the blocking run;
   - every save prints `save step N: blocked B ms, written W ms` and the metrics rows carry
     save_blocked_ms and save_written_ms;
   - resume from an asynchronous checkpoint gives the uninterrupted run's losses exactly;
@@ -114,6 +114,7 @@ try:
     CASES = {"ranks1_stage2": (1, ["zero_optimization.stage=2"]),
              "ranks2_stage2": (2, ["zero_optimization.stage=2"]),
              "ranks2_stage3": (2, ["zero_optimization.stage=3"]),
+             "ranks2_tp2": (2, ["tensor_parallel.tp_size=2"]),  # format version 3: the tp group's whole-tensor check
              "ranks2_stage3_optimizer_nvme": (2, ["zero_optimization.stage=3",
                                                   f"zero_optimization.offload_optimizer={{device: nvme, nvme_path: {nvme}}}",
                                                   "zero_optimization.sub_group_size=100000"])}
