@@ -386,6 +386,49 @@ def kill_started():
             kill_tree(p.pid)
 
 
+def wait_until(cond, proc=None, timeout=RANKED_TIMEOUT):
+    """cond()'s first truthy value, polled until it comes, PROC (a Popen) ends or TIMEOUT passes
+    (a hang fails the case, not the suite); else None. A state waited on, not a clock."""
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        if proc is not None and proc.poll() is not None:
+            return cond() or None
+        time.sleep(0.02)
+    return None
+
+
+def wait_for_files(paths, proc=None):
+    """True once every one of PATHS exists (wait_until)"""
+    return bool(wait_until(lambda: all(os.path.exists(p) for p in paths), proc))
+
+
+def wait_for_text(path, text, proc=None):
+    """True once file PATH holds TEXT (wait_until)"""
+    return bool(wait_until(lambda: text in read_text(path), proc))
+
+
+def can_mount_tmpfs(parent):
+    """whether this process may mount a tmpfs (root)"""
+    try:
+        with Tmpfs("size=64k", parent):
+            return True
+    except (subprocess.CalledProcessError, OSError):
+        return False
+
+
+def clean_up(tmp):
+    """a test's `finally`: kills the runs still going, unmounts what it mounted under TMP, removes TMP"""
+    kill_started()
+    for line in open("/proc/mounts"):
+        if line.split()[1].startswith(tmp):
+            subprocess.run(["umount", "-l", line.split()[1]], check=False)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def info(path):
     return finish_ranked(start_ranked(["info", path], ranks=0))
 

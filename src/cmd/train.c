@@ -94,30 +94,6 @@ static double evaluate(trainer *t, int *failed) {
     return acc[0] / acc[1];
 }
 
-static int save_checkpoint(trainer *t, long step, long samples, zt_err *err) {
-    zt_train_state st = {0};
-    st.step = step;
-    st.data_samples = samples;
-    st.tokens_seen = samples * (long)t->cfg.seq_len;
-    st.loss_scale = t->scaler.scale;
-    st.loss_scale_good_steps = (int)t->scaler.good_steps;
-    st.hysteresis_left = t->scaler.hysteresis_left;
-    int rc = zt_checkpoint_save(&t->ckdir, zt_engine_state_view(t->s.engine), t->comm, &t->s.shape, &st, t->cfg.effective_text, t->cfg.keep_last, err);
-    if (!rc) { /* latest now, whatever the 16-bit export below does; good once the next step passes */
-        t->last_saved_step = step;
-        if (step > t->good_step) {
-            t->unconfirmed = zt_xrealloc(t->unconfirmed, (size_t)(t->n_unconfirmed + 1) * sizeof *t->unconfirmed);
-            t->unconfirmed[t->n_unconfirmed++] = step;
-        }
-    }
-    /* DeepSpeed's 16-bit model save, beside the checkpoint: 16 bits as the run computes (fp16 with
-     * fp16.enabled, else bf16 — also on the CPU backend, which computes in fp32) */
-    if (!rc && t->cfg.stage3_gather_16bit_weights_on_model_save)
-        rc = zt_checkpoint_export_16bit(&t->ckdir, step, t->cfg.fp16_enabled ? "F16" : "BF16", zt_default_vocab_dir(),
-                                        t->comm, err);
-    return rc;
-}
-
 /* Whether step directory STEP_DIR lies in directory DIR (both resolved: symlinks and ./ alike). */
 static int step_is_in(const char *step_dir, const char *dir) {
     char parent[4096], a[PATH_MAX], b[PATH_MAX];
@@ -449,6 +425,7 @@ static int record_step(trainer *t, const step_plan *p, const step_record *rec, z
         zt_comm_bytes_json(t->metrics, "comm", bytes_per_rank, t->comm->world);
         if (tp_bytes_per_rank) zt_comm_bytes_json(t->metrics, "tp_comm", tp_bytes_per_rank, t->comm->world);
         if (!isnan(rec->val_loss)) fprintf(t->metrics, ", \"val_loss\": %.9g", rec->val_loss);
+        train_save_metrics(t, t->metrics);
         fprintf(t->metrics, "}\n");
         if (fflush(t->metrics) || ferror(t->metrics)) {
             free(gathered);
@@ -484,7 +461,7 @@ static int stop_on_write_error(trainer *t, const step_record *rec, zt_err *why) 
     int saved = -1;
     zt_err save_err = {{0}};
     if (t->cfg.checkpoint_dir && t->last_saved_step != rec->step)
-        saved = save_checkpoint(t, rec->step, rec->samples_done, &save_err);
+        saved = train_save(t, rec->step, rec->samples_done, 1, &save_err);
     train_describe_latest(t, latest, sizeof latest);
     zt_err err = {{0}};
     if (saved == 0) zt_fail(&err, "%s; the run stops after a last checkpoint: %s", why->msg, latest);
@@ -530,6 +507,11 @@ static int run(trainer *t) {
         int event = t->comm->agree_max(t->comm, rec.guard ? EVENT_GUARD + rec.guard : wrc ? EVENT_WRITE_FAILED
                                                 : stop_requested ? EVENT_STOP : 0);
         rec.guard = event > EVENT_GUARD ? event - EVENT_GUARD : GUARD_OK;
+        zt_err serr = {{0}}; /* a save in flight completes here once written (first, for any event) */
+        if (train_save_boundary(t, event != 0, &serr)) {
+            if (t->comm->rank == 0) zt_print_error(&serr);
+            return 1;
+        }
         int verdict = guard_verdict(t, &rec); /* before any save: a diverged state is never saved */
         if (verdict == 1) return 1;
         if (verdict == 2) {
@@ -550,7 +532,7 @@ static int run(trainer *t) {
         int stop = event == EVENT_STOP;
         if (cfg->checkpoint_dir && (due(rec.step, cfg->save_interval) || last || stop)) {
             zt_err err = {{0}};
-            if (save_checkpoint(t, rec.step, rec.samples_done, &err)) {
+            if (train_save(t, rec.step, rec.samples_done, last || stop, &err)) {
                 if (t->comm->rank == 0) zt_print_error(&err);
                 return 1;
             }
@@ -650,6 +632,10 @@ static void print_banner(trainer *t) {
                 cfg->checkpoint_dir, ZT_CKPT_HF_DIR);
     else if (cfg->stage3_gather_16bit_weights_on_model_save)
         zt_info("16-bit model save: asked for, but checkpoint.dir is null, so nothing is saved");
+    const zt_engine_layout *lay = &zt_engine_state_view(s->engine)->lay;
+    if (cfg->ckpt_async_save && cfg->checkpoint_dir) /* rank 0's shard: the largest, or as large as any */
+        zt_info("asynchronous saves: a %.1f MiB host staging buffer per rank holds the snapshot (12 bytes per element "
+                "of its shard) from the first save on", 12.0 * (double)(lay->hi - lay->lo) / 1048576.0);
 }
 
 /* A run never replaces, prunes or moves `latest` away from checkpoints it does not continue:
@@ -769,6 +755,7 @@ int zt_train_observed(int argc, char **argv, const zt_train_observer *obs) {
     t.targets = zt_xcalloc(n, sizeof(int));
     zt_watchdog_phase(NULL, 0, NULL, 0); /* the steps' collectives are comm_timeout's */
     rc = run(&t);
+    train_save_end(&t); /* its writer reads the engine's table */
     zt_session_close(&t.s);
     free(t.recent_loss);
     free(t.unconfirmed);

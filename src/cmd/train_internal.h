@@ -32,6 +32,9 @@ typedef struct trainer {
     zt_engine_nvme nvme_counted; /* NVMe traffic already put in a step record: each step reports what
                                     came after (the host part's I/O may run on between steps) */
     long last_saved_step;  /* checkpoint.dir/latest as this run left it: its save, or the step resumed there (0 = none) */
+    struct zt_async_saver *saver; /* checkpoint.async_save: the save in flight and its staging buffer (train_save.c) */
+    double save_begin_s;   /* how long the asynchronous save in flight blocked as it began */
+    struct { long step; double blocked_ms, written_ms; int pending; } save_report; /* for the next metrics row */
     /* divergence guard: the accepted steps' recent losses (loss_spike), skips in a row, rollbacks */
     double *recent_loss;
     int n_recent, recent_pos, skips_in_row, rollbacks;
@@ -96,6 +99,18 @@ int guard_after_step(const trainer *t, const step_record *rec);
 int guard_verdict(trainer *t, const step_record *rec);
 /* action rollback: back to the newest good checkpoint; 0, or 1 with the error line printed */
 int guard_roll_back(trainer *t, const step_record *rec, const step_plan *p);
+
+/* Checkpoint saves (train_save.c). Collective, every rank at the same step. train_save: saves STEP
+ * (samples: the data position after it), waiting first for a save in flight; asynchronous with
+ * checkpoint.async_save unless LAST (the run's end, a stop, a last attempt: blocking). 0, or -1 with
+ * err on every rank. train_save_boundary: at each step boundary, completes a save in flight whose
+ * write ended on every rank (WAIT: waits for it). train_save_metrics: the last save's fields for the
+ * metrics row (rank 0). train_save_end: drops a save still in flight uncompleted (a run ending on an
+ * error; `latest` stays), before the engine closes. */
+int train_save(trainer *t, long step, long samples, int last, zt_err *err);
+int train_save_boundary(trainer *t, int wait, zt_err *err);
+void train_save_metrics(trainer *t, FILE *f);
+void train_save_end(trainer *t);
 
 /* "DIR/latest is step_N" / "no checkpoint yet" / "no checkpoint.dir": where a stopped run resumes,
  * for the loop's and the guard's stop lines. Here, read from the trainer's state alone, so that the

@@ -123,6 +123,7 @@ typedef struct zt_config {
     char *resume_path;
     int ckpt_overwrite;        /* resume: never may start over in a directory holding checkpoints */
     int ckpt_allow_unverified; /* format-version-1 checkpoints (no metadata checksum) may load */
+    int ckpt_async_save;       /* saves snapshot to host memory and write on a thread (io/checkpoint_save.h) */
 
     /* divergence guard (train.c) */
     int guard_action;          /* ZT_GUARD_* */

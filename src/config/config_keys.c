@@ -346,6 +346,11 @@ const zt_keydef zt_config_keys[] = {
         .help = "resume: never may start over in a directory that holds checkpoints (and replace them)"),
     KEY("checkpoint.allow_unverified", K_BOOL, ckpt_allow_unverified, .def = 0, .flags = E,
         .help = "load format-version-1 checkpoints, whose metadata carries no checksum"),
+    KEY("checkpoint.async_save", K_BOOL, ckpt_async_save, .def = 0, .flags = E,
+        .help = "a save blocks training only to copy this rank's master weights and Adam moments into host memory "
+                "(12 bytes per element of its shard, held while the write lasts); a writer thread writes the files "
+                "beside the next steps, and `latest` moves at the first step boundary after every rank has written "
+                "(PyTorch's async_save)"),
     DSKEY("checkpoint.tag_validation"), DSKEY("checkpoint.load_universal"),
     DSKEY("checkpoint.use_node_local_storage"), DSKEY("checkpoint.parallel_write"),
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "comm/fail_together.h"
+#include "io/checkpoint_async.h"
 
 /* Device buffers of the cpu backend are host memory: fp32 parameters are read in place. */
 static int host_memory(const zt_backend *be) { return be->memory_is_host; }
@@ -191,7 +192,9 @@ int zt_checkpoint_load(const char *step_dir, zt_state_view *sv, const zt_gpt2_sh
     ck_h5_quiet q = ck_h5_silence();
     double t0 = zt_now();
     if (meta) memset(meta, 0, sizeof *meta);
-    int rc = load_local(step_dir, sv, shape, st, meta, allow_unverified, err);
+    int rc = zt_async_save_writing() /* the writer thread owns HDF5 until its save is finished */
+                 ? zt_fail(err, "%s: not loaded while an asynchronous save is writing (a bug)", step_dir)
+                 : load_local(step_dir, sv, shape, st, meta, allow_unverified, err);
     rc = zt_agree(comm, rc, err);
     if (rc && meta) zt_checkpoint_meta_free(meta);
     if (!rc) zt_info("checkpoint: loaded %s in %.2f s", step_dir, zt_now() - t0);

@@ -6,6 +6,8 @@
  * offload, in host memory or on NVMe) into a host staging buffer of at most CK_STAGE_ELEMS elements, checksums it and
  * hands it to HDF5 in large contiguous writes with no fill values and no filters.
  * Errors carry the operating system's reason where HDF5 has one ("No space left on device").
+ * The save runs in three phases (checkpoint_save.h: start, write, complete), so that an asynchronous
+ * save (checkpoint_async.c) runs write on a thread; zt_checkpoint_save is the three in a row.
  * With tensor parallelism the index maps the whole tensors onto every tp rank's files (map_tensor),
  * and the tensors every tp rank holds whole are checked bit-identical across the tp group (hash_whole). */
 #define _GNU_SOURCE
@@ -22,6 +24,7 @@
 
 #include "comm/fail_together.h"
 #include "io/checkpoint_manifest.h"
+#include "io/checkpoint_save.h"
 #include "util/test_hooks.h"
 
 /* ================================================================ rank files */
@@ -581,39 +584,93 @@ static int check_whole_tensors(const zt_param_table *t, const double *sums, int 
     return 0;
 }
 
-int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, const zt_gpt2_shape *shape,
-                       const zt_train_state *st, const char *config_text, int keep_last, zt_err *err) {
+/* One save between its phases (checkpoint_save.h): what start decided, and what write left for complete. */
+struct zt_save_job {
+    zt_checkpoint_dir *cd;
+    zt_state_view sv; /* what write reads: the engine's view, or checkpoint_async.c's snapshot of it */
+    zt_comm *c;
+    zt_gpt2_shape shape;
+    zt_train_state st;
+    const char *config_text;
+    int keep_last, made; /* made: rank 0 made tmp (removed again unless published) */
+    char name[64], tmp[CK_PATHCAP], final[CK_PATHCAP], idx[CK_PATHCAP];
+    double t0, written_s;
+    /* write's outcome */
+    int rc;
+    zt_err err;
+    uint32_t digest, *sums;
+    ck_file_record mine;
+};
+
+static void job_free(zt_save_job *j) {
+    if (j->made) ck_rmtree(j->tmp);
+    free(j->sums);
+    free(j);
+}
+
+long zt_save_job_step(const zt_save_job *j) { return j->st.step; }
+double zt_save_job_written_seconds(const zt_save_job *j) { return j->written_s; }
+
+zt_save_job *zt_checkpoint_save_start(zt_checkpoint_dir *cd, const zt_state_view *sv, zt_comm *c, const zt_gpt2_shape *shape,
+                                      const zt_train_state *st, const char *config_text, int keep_last, zt_err *err) {
     ck_h5_quiet q = ck_h5_silence();
-    double t0 = zt_now();
+    zt_save_job *j = zt_xcalloc(1, sizeof *j);
+    *j = (zt_save_job){.cd = cd, .sv = *sv, .c = c, .shape = *shape, .st = *st, .config_text = config_text,
+                       .keep_last = keep_last, .t0 = zt_now()};
     const zt_engine_layout *lay = &sv->lay;
     const zt_param_table *table = sv->table;
-    int tp = table->tp_size, count = table->count;
+    int tp = table->tp_size;
     const char *dir = cd->path;
-    char name[64], tmp[CK_PATHCAP], final[CK_PATHCAP], idx[CK_PATHCAP];
-    snprintf(name, sizeof name, "step_%08ld", st->step);
-    int rc = ck_path_join(final, sizeof final, dir, name, err);
-    if (!rc && (size_t)snprintf(tmp, sizeof tmp, "%s/.tmp_%s.%s", dir, name, cd->run_id) >= sizeof tmp)
+    snprintf(j->name, sizeof j->name, "step_%08ld", st->step);
+    int rc = ck_path_join(j->final, sizeof j->final, dir, j->name, err);
+    if (!rc && (size_t)snprintf(j->tmp, sizeof j->tmp, "%s/.tmp_%s.%s", dir, j->name, cd->run_id) >= sizeof j->tmp)
         rc = zt_fail(err, "%s: path too long", dir);
-    if (!rc) rc = ck_path_join(idx, sizeof idx, tmp, "index.h5", err);
+    if (!rc) rc = ck_path_join(j->idx, sizeof j->idx, j->tmp, "index.h5", err);
     /* the files are named by world rank: the layout must be the one the index describes */
     if (!rc && (c->world != lay->world * tp || c->rank != lay->rank * tp + table->tp_rank))
         rc = zt_fail(err, "checkpoint: rank %d of %d is not data-parallel rank %d of %d, tensor-parallel rank %d of %d "
                           "(world rank = data-parallel rank x tp + tp rank)", c->rank, c->world, lay->rank, lay->world,
                      table->tp_rank, tp);
     /* phase 1: rank 0 makes an empty temporary directory (removing what failed saves left) */
-    int made = 0;
     if (!rc) rc = zt_checkpoint_dir_check(cd, err); /* the directory is still this run's */
     if (!rc && c->rank == 0) {
-        ck_rmtree(tmp); /* this run's own earlier failure at the same step */
-        if (mkdir(tmp, 0777)) rc = zt_fail(err, "%s: cannot create directory: %s", tmp, strerror(errno));
-        made = !rc;
+        ck_rmtree(j->tmp); /* this run's own earlier failure at the same step */
+        if (mkdir(j->tmp, 0777)) rc = zt_fail(err, "%s: cannot create directory: %s", j->tmp, strerror(errno));
+        j->made = !rc;
     }
-    if (zt_agree(c, rc, err)) goto fail;
-    /* phase 2: every rank writes and syncs its file */
-    sv->be->synchronize();
-    uint32_t digest = 0, *sums = tp > 1 ? zt_xcalloc((size_t)3 * count, sizeof *sums) : NULL;
-    ck_file_record mine = {0};
-    rc = write_rank_file(tmp, sv, c, st->step, cd->run_id, &digest, &mine, sums, err);
+    ck_h5_restore(q);
+    if (zt_agree(c, rc, err)) {
+        job_free(j);
+        return NULL;
+    }
+    sv->be->synchronize(); /* the state the view reads is the step's */
+    return j;
+}
+
+void zt_checkpoint_save_write(zt_save_job *j) {
+    ck_h5_quiet q = ck_h5_silence(); /* HDF5's error handler is per thread (a thread-safe build) */
+    double t = zt_now();
+    int tp = j->sv.table->tp_size;
+    j->sums = tp > 1 ? zt_xcalloc((size_t)3 * j->sv.table->count, sizeof *j->sums) : NULL;
+    j->rc = write_rank_file(j->tmp, &j->sv, j->c, j->st.step, j->cd->run_id, &j->digest, &j->mine, j->sums, &j->err);
+    j->written_s = zt_now() - t;
+    ck_h5_restore(q);
+}
+
+void zt_checkpoint_save_abandon(zt_save_job *j) {
+    if (j) job_free(j);
+}
+
+int zt_checkpoint_save_complete(zt_save_job *j, zt_err *err) {
+    ck_h5_quiet q = ck_h5_silence();
+    zt_comm *c = j->c;
+    zt_checkpoint_dir *cd = j->cd;
+    const zt_state_view *sv = &j->sv;
+    const zt_engine_layout *lay = &sv->lay;
+    const zt_param_table *table = sv->table;
+    const zt_train_state *st = &j->st;
+    int tp = table->tp_size, count = table->count, rc = j->rc;
+    if (rc) *err = j->err;
     /* every rank learns every shard's digest, each tp rank's shard and the tp ranks' hashes of their
      * whole tensors (exact in doubles: 32-bit values, and sums of fewer than 2^21 of them), how
      * many ranks failed to write their file, and each file's manifest record (sizes and offsets below
@@ -625,19 +682,19 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, con
     double *all = zt_xcalloc(n, sizeof *all), *shards = all + c->world, *hashes = shards + tp;
     double *failed = hashes + n_sums, *recs = failed + 1;
     double *my_rec = recs + (size_t)REC_DOUBLES * c->rank;
-    my_rec[0] = (double)mine.bytes;
-    my_rec[1] = mine.crc;
-    my_rec[2] = mine.n_ext;
-    for (int e = 0; e < mine.n_ext; e++) {
-        my_rec[3 + 2 * e] = (double)mine.ext_off[e];
-        my_rec[4 + 2 * e] = (double)mine.ext_len[e];
+    const ck_file_record *mine = &j->mine;
+    my_rec[0] = (double)mine->bytes;
+    my_rec[1] = mine->crc;
+    my_rec[2] = mine->n_ext;
+    for (int e = 0; e < mine->n_ext; e++) {
+        my_rec[3 + 2 * e] = (double)mine->ext_off[e];
+        my_rec[4 + 2 * e] = (double)mine->ext_len[e];
     }
-    all[c->rank] = digest;
+    all[c->rank] = j->digest;
     *failed = rc != 0;
     if (lay->rank == 0) shards[table->tp_rank] = (double)lay->shard;
-    for (int v = 0; v < 3 && sums; v++)
-        for (int i = 0; i < count; i++) hashes[((size_t)v * tp + table->tp_rank) * count + i] = sums[(size_t)v * count + i];
-    free(sums);
+    for (int v = 0; v < 3 && j->sums; v++)
+        for (int i = 0; i < count; i++) hashes[((size_t)v * tp + table->tp_rank) * count + i] = j->sums[(size_t)v * count + i];
     if (c->world > 1) c->allreduce_host_double(c, all, (int)n);
     if (*failed > 0) { /* every rank saw the count: every rank takes this branch */
         free(all);
@@ -667,19 +724,19 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, con
     if (!rc && c->rank == 0) {
         zt_param_table whole_built = {0};
         ck_partition part = {0};
-        rc = zt_gpt2_param_table(&whole_built, shape, err) || ck_partition_make(&part, shape, c->world, tp, tp_shard, err)
-                 ? -1 : 0;
+        rc = zt_gpt2_param_table(&whole_built, &j->shape, err) ||
+                     ck_partition_make(&part, &j->shape, c->world, tp, tp_shard, err) ? -1 : 0;
         /* tp 1: the engine's own table (its segments), as checkpoints have always recorded it */
         const zt_param_table *whole = tp == 1 ? table : &whole_built;
         whole_total = whole->total;
         zt_checkpoint_meta m = {tp > 1 ? ZT_CKPT_VERSION_TP : ZT_CKPT_VERSION, st->step, st->tokens_seen,
-                                sv->steps, c->world, lay->stage, whole->total, tp_shard[0], *shape,
-                                (char *)(config_text ? config_text : ""), "", tp, {0}, {{0}}, 0};
+                                sv->steps, c->world, lay->stage, whole->total, tp_shard[0], j->shape,
+                                (char *)(j->config_text ? j->config_text : ""), "", tp, {0}, {{0}}, 0};
         memcpy(m.tp_shard, tp_shard, sizeof tp_shard);
         snprintf(m.run_id, sizeof m.run_id, "%s", cd->run_id);
         lineage_of_save(cd, &m);
-        if (!rc) rc = write_index(idx, whole, &part, &m, st, shard_crc, err);
-        if (!rc) rc = write_manifest(tmp, idx, files, c->world, err);
+        if (!rc) rc = write_index(j->idx, whole, &part, &m, st, shard_crc, err);
+        if (!rc) rc = write_manifest(j->tmp, j->idx, files, c->world, err);
         ck_partition_free(&part);
         zt_param_table_free(&whole_built);
     }
@@ -689,21 +746,30 @@ int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, con
      * Phases 3-5 are rank 0's alone, each only after the one before succeeded, so the ranks agree
      * once on the three: they return after `latest` names the step or with the phase that failed. */
     if (!rc && c->rank == 0) {
-        rc = publish_dir(dir, tmp, final, err);
+        rc = publish_dir(cd->path, j->tmp, j->final, err);
         if (!rc) {
-            made = 0;
-            rc = write_latest(dir, name, err);
+            j->made = 0;
+            rc = write_latest(cd->path, j->name, err);
         }
     }
     if (zt_agree(c, rc, err)) goto fail;
     /* then the oldest are pruned (failures there only warn) */
-    if (c->rank == 0) prune(cd, name, keep_last);
-    double dt = zt_now() - t0, bytes = 12.0 * (double)whole_total;
-    zt_info("checkpoint: saved %s (%.2f GB in %.2f s, %.2f GB/s)", final, bytes / 1e9, dt, bytes / 1e9 / dt);
+    if (c->rank == 0) prune(cd, j->name, j->keep_last);
+    double dt = zt_now() - j->t0, bytes = 12.0 * (double)whole_total;
+    zt_info("checkpoint: saved %s (%.2f GB in %.2f s, %.2f GB/s)", j->final, bytes / 1e9, dt, bytes / 1e9 / dt);
     ck_h5_restore(q);
+    job_free(j);
     return 0;
 fail:
-    if (made) ck_rmtree(tmp);
     ck_h5_restore(q);
+    job_free(j);
     return -1;
+}
+
+int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, const zt_gpt2_shape *shape,
+                       const zt_train_state *st, const char *config_text, int keep_last, zt_err *err) {
+    zt_save_job *j = zt_checkpoint_save_start(cd, sv, c, shape, st, config_text, keep_last, err);
+    if (!j) return -1;
+    zt_checkpoint_save_write(j);
+    return zt_checkpoint_save_complete(j, err);
 }

@@ -63,6 +63,13 @@ int zt_test_hook_stop_after_init(int rank) { return hook_is("ZEROTRAIN_INJECT_ST
 
 int zt_test_hook_tp_diverge(int tp_rank) { return hook_is("ZEROTRAIN_INJECT_TP_DIVERGE", tp_rank); }
 
+const char *zt_test_hook_async_hold(long step) {
+    const char *v = getenv("ZEROTRAIN_INJECT_ASYNC_HOLD");
+    char *end;
+    long s = v ? strtol(v, &end, 10) : -1;
+    return v && end != v && *end == ':' && end[1] && s == step ? end + 1 : NULL;
+}
+
 int zt_test_hook_save_nan(int rank) { return hook_is("ZEROTRAIN_INJECT_SAVE_NAN", rank); }
 
 int zt_test_hook_load_stall(int rank) {

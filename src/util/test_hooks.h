@@ -74,6 +74,11 @@
  *                                    so must the load's bound, ZEROTRAIN_LOAD_TIMEOUT; `zerotrain info`
  *                                    never ends either: run --restarts' health check must; =rank:R stalls
  *                                    rank R's load alone, while the others wait on it (test/t_load_bounds.py)
+ *   ZEROTRAIN_INJECT_ASYNC_HOLD=S:PATH  the asynchronous write of step S's checkpoint (checkpoint.async_save), on
+ *                                    every rank, creates PATH.rankR (R the world rank: the write is in
+ *                                    flight) and then waits until PATH exists before writing anything: a
+ *                                    test kills or stops a rank mid-write, waiting on files, not clocks
+ *                                    (test/t_async_save.py)
  * Nothing else in the program reads ZEROTRAIN_INJECT_*. */
 #ifndef ZT_TEST_HOOKS_H
 #define ZT_TEST_HOOKS_H
@@ -107,6 +112,9 @@ int zt_test_hook_stop_in_finalize(int rank);
 
 /* 1 when ZEROTRAIN_INJECT_LOAD_STALL is set (not "0"), or is "rank:R" with R `rank`. */
 int zt_test_hook_load_stall(int rank);
+
+/* ZEROTRAIN_INJECT_ASYNC_HOLD's PATH when its step is `step`, else NULL (a pointer into the environment). */
+const char *zt_test_hook_async_hold(long step);
 
 /* 1 when ZEROTRAIN_INJECT_SAVE_NAN is `rank`. */
 int zt_test_hook_save_nan(int rank);
