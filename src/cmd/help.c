@@ -136,10 +136,14 @@ static const command_help commands[] = {
       {"--tp", "T", "a tensor-parallel rank's profile: the real step as T processes (1 or 2; default 1)"}},
      {"zerotrain calibrate -o here.yaml --dir /nvme"}, NULL},
     {"interval", "the checkpoint interval that loses the least time (Young/Daly)",
-     {"zerotrain interval --mtbf SECONDS (--save-seconds C | LOG...) [--step-seconds T] [--restart-seconds R]"},
-     "LOG: train logs whose `checkpoint: saved` and step lines give the save and step times.",
+     {"zerotrain interval --mtbf SECONDS (--save-seconds C [--write-seconds W] | LOG...) [--step-seconds T] "
+      "[--restart-seconds R]"},
+     "LOG: train logs whose `save step N: blocked B ms, written W ms` lines (else `checkpoint: saved` lines) and step "
+     "lines give the save and step times; an asynchronous save costs its blocked time, and a failure during its "
+     "write loses it too.",
      {{"--mtbf", "SECONDS", "mean time between failures (required)"},
       {"--save-seconds", "C", "seconds one save blocks training"},
+      {"--write-seconds", "W", "seconds from a save's start until it is complete (asynchronous saves; default C)"},
       {"--step-seconds", "T", "seconds per step, to give the interval in steps"},
       {"--restart-seconds", "R", "seconds a restart costs, for the expected goodput"}},
      {"zerotrain interval --mtbf 86400 --save-seconds 30 --step-seconds 1.2", "zerotrain interval --mtbf 43200 run.log"},

@@ -9,10 +9,13 @@
  * the better of the two when saves are not small next to M, and is the one advised.
  *
  * C and T can come from a run's own log (what `zerotrain train` or `run` printed): the mean of its
- * "checkpoint: saved ... in X s" lines and of its step lines' milliseconds; the interval is then
- * also given in steps, as checkpoint.save_interval. The expected goodput at that interval (the share
- * of wall time spent on steps that survive) counts the restart's own time R too:
- * 1 - C/tau - (tau/2 + R)/M, to first order. */
+ * "save step N: blocked B ms, written W ms" lines' B (a log from before them: of its "checkpoint:
+ * saved ... in X s" lines) and of its step lines' milliseconds; the interval is then also given in
+ * steps, as checkpoint.save_interval. An asynchronous save (checkpoint.async_save) blocks training for
+ * B only, so C = B; but it is complete W after it began, and a failure in between loses it too: a
+ * failure costs tau/2 + (W - C) of work on average, which moves no optimum (a constant) but lowers the
+ * goodput. The expected goodput at that interval (the share of wall time spent on steps that survive)
+ * counts the restart's own time R too: 1 - C/tau - (tau/2 + (W - C) + R)/M, to first order. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,12 +34,28 @@ static int parse_seconds(const char *text, double *out) {
     return 0;
 }
 
-/* Adds a log's save seconds and step milliseconds to the sums; -1 when it cannot be read. */
-static int read_log(const char *path, double *save_sum, long *saves, double *step_ms_sum, long *steps) {
+/* what the logs say: the saves' blocked and written seconds ("save step" lines), the older "checkpoint:
+ * saved" lines' seconds, the steps' milliseconds */
+typedef struct {
+    double blocked_sum, written_sum, save_sum, step_ms_sum;
+    long reported, saves, steps;
+} log_sums;
+
+/* Adds a log's figures to the sums; -1 when it cannot be read. */
+static int read_log(const char *path, log_sums *ls) {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     char line[4096];
+    double *save_sum = &ls->save_sum, *step_ms_sum = &ls->step_ms_sum;
+    long *saves = &ls->saves, *steps = &ls->steps;
     while (fgets(line, sizeof line, f)) {
+        double b, w;
+        const char *r = strstr(line, "save step ");
+        if (r && sscanf(r, "save step %*d: blocked %lf ms, written %lf ms", &b, &w) == 2) {
+            ls->blocked_sum += b / 1e3;
+            ls->written_sum += w / 1e3;
+            ls->reported++;
+        }
         const char *s = strstr(line, "checkpoint: saved ");
         const char *in = s ? strstr(s, " GB in ") : NULL;
         if (in) {
@@ -58,13 +77,14 @@ static int read_log(const char *path, double *save_sum, long *saves, double *ste
 }
 
 int zt_cmd_interval(int argc, char **argv) {
-    double mtbf = 0, save = 0, step = 0, restart = 0, save_sum = 0, step_ms_sum = 0;
-    long saves = 0, steps = 0;
+    double mtbf = 0, save = 0, write = 0, step = 0, restart = 0;
+    log_sums ls = {0};
     int n_logs = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double *target = !strcmp(a, "--mtbf")              ? &mtbf
                          : !strcmp(a, "--save-seconds")    ? &save
+                         : !strcmp(a, "--write-seconds")   ? &write
                          : !strcmp(a, "--step-seconds")    ? &step
                          : !strcmp(a, "--restart-seconds") ? &restart
                                                            : NULL;
@@ -78,7 +98,7 @@ int zt_cmd_interval(int argc, char **argv) {
         } else if (a[0] == '-') {
             return zt_help_bad_argument("interval", a, NULL);
         } else {
-            if (read_log(a, &save_sum, &saves, &step_ms_sum, &steps)) {
+            if (read_log(a, &ls)) {
                 fprintf(stderr, "zerotrain: error: interval: %.200s: cannot read the log\n", a);
                 return 2;
             }
@@ -89,16 +109,21 @@ int zt_cmd_interval(int argc, char **argv) {
         fprintf(stderr, "zerotrain: error: interval: --mtbf SECONDS (the mean time between failures) is required\n");
         return 2;
     }
-    char source[128] = "given";
-    if (!save && saves) {
-        save = save_sum / saves;
-        snprintf(source, sizeof source, "the mean of %ld save%s in the log%s", saves, saves > 1 ? "s" : "",
-                 n_logs > 1 ? "s" : "");
+    char source[160] = "given";
+    const char *logs = n_logs > 1 ? "s" : "";
+    if (!save && ls.reported) { /* the save lines of today's trainer: what a save blocked, when it was complete */
+        save = ls.blocked_sum / ls.reported;
+        if (!write) write = ls.written_sum / ls.reported;
+        snprintf(source, sizeof source, "the mean blocked time of %ld save%s in the log%s", ls.reported,
+                 ls.reported > 1 ? "s" : "", logs);
+    } else if (!save && ls.saves) {
+        save = ls.save_sum / ls.saves;
+        snprintf(source, sizeof source, "the mean of %ld save%s in the log%s", ls.saves, ls.saves > 1 ? "s" : "", logs);
     }
-    if (!step && steps) step = step_ms_sum / steps / 1000.0;
+    if (!step && ls.steps) step = ls.step_ms_sum / ls.steps / 1000.0;
     if (!save) {
         fprintf(stderr, "zerotrain: error: interval: no save time: give --save-seconds C, or a log with "
-                        "\"checkpoint: saved\" lines\n");
+                        "\"save step\" or \"checkpoint: saved\" lines\n");
         return 2;
     }
     double young = sqrt(2 * save * mtbf), daly = mtbf;
@@ -106,10 +131,18 @@ int zt_cmd_interval(int argc, char **argv) {
         double x = sqrt(save / (2 * mtbf));
         daly = young * (1 + x / 3 + x * x / 9) - save;
     }
-    double goodput = 1 - save / daly - (daly / 2 + restart) / mtbf;
+    /* at most one asynchronous save is in flight: a save due while the last still writes waits for it,
+     * so saving more often than a write takes gains nothing */
+    int back_to_back = write > daly;
+    if (back_to_back) daly = write;
+    double lag = write > save ? write - save : 0; /* an asynchronous save's write beyond what it blocked */
+    double goodput = 1 - save / daly - (daly / 2 + lag + restart) / mtbf;
     printf("save time C = %.4g s (%s), mean time between failures M = %.4g s\n", save, source, mtbf);
+    if (lag > 0)
+        printf("write time W = %.4g s: a save is complete %.4g s after it blocked, and a failure then loses it too\n",
+               write, lag);
     printf("young interval: %.4g s\n", young);
-    printf("daly interval: %.4g s (advised)\n", daly);
+    printf("daly interval: %.4g s (advised%s)\n", daly, back_to_back ? ": a save's write, since one waits for the last" : "");
     if (step > 0) {
         long every = lround(daly / step);
         printf("checkpoint.save_interval: %ld (a step takes %.4g s)\n", every < 1 ? 1 : every, step);
