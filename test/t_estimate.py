@@ -170,6 +170,13 @@ for m in ratio_rows:
     check(near(float(m[4]) * MiB, want_dev) and near(float(m[5]) * MiB, want_host)
           and near(want_dev, dev0 - r * (dev0 - dev1), 0.02 * MiB) and near(want_host, r * host1, 0.02 * MiB),
           f"estimate_ratio_{r}_stage{stage}_row", f"{m[0]}; want device {want_dev / MiB:.2f} host {want_host / MiB:.2f}")
+# ---- checkpoint.async_save: every row's host total holds the snapshot of the shard, 12 B an element
+_, plain = estimate("--set", "checkpoint.dir=/tmp/zt_estimate_ck")[:2]
+p, async_rows = estimate("--set", "checkpoint.dir=/tmp/zt_estimate_ck", "--set", "checkpoint.async_save=true")[:2]
+diffs = [async_rows[k]["host"] - plain[k]["host"] for k in plain if k in async_rows]
+check(p.returncode == 0 and len(diffs) == len(plain) > 5 and all(near(d, 12 * shard) for d in diffs)
+      and "checkpoint.async_save:" in p.stdout, "estimate_counts_the_async_save_staging",
+      f"{[round(d / MiB, 2) for d in diffs]} want {12 * shard / MiB:.2f} MiB; " + p.stdout[:600])
 for bad in ("1.5", "0", "0.3,", "x"):
     p = ztlib.run(["estimate", "configs/tiny.yaml", "--ranks", "2", "--ratio", bad])
     check(p.returncode == 2 and f"bad value '{bad}' for --ratio" in p.stderr, f"estimate_ratio_refuses_{bad}", p.stderr[-300:])

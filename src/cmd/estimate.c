@@ -127,6 +127,8 @@ static int plan_rows(row *rows, const zt_config *cfg, const zt_param_table *tabl
     }
     for (int i = 0; i < n; i++) /* cpu_checkpointing's kept block inputs (the host-optimizer rows have them) */
         if (!strcmp(rows[i].optimizer, "device") || !strcmp(rows[i].optimizer, "nvme")) rows[i].host += host_acts;
+    if (cfg->ckpt_async_save && cfg->checkpoint_dir) /* every row's saves snapshot the shard into host memory */
+        for (int i = 0; i < n; i++) rows[i].host += zt_async_save_staging_bytes(shard);
     return n;
 }
 
@@ -338,6 +340,10 @@ int zt_cmd_estimate(int argc, char **argv) {
     if (nvme_size >= 0) snprintf(nvme_s, sizeof nvme_s, "%.1f %s/rank", in(u, nvme_per_rank), u.name);
     printf("%ld ranks (%ld per node); device %.1f %s/rank, host %.1f %s/rank, NVMe %s\n", ranks, per_node,
            in(u, device_mem), u.name, in(u, host_per_rank), u.name, nvme_s);
+    if (cfg.ckpt_async_save && cfg.checkpoint_dir)
+        printf("checkpoint.async_save: %.2f %s/rank of host staging for the snapshot (12 B per element of the shard), "
+               "in every row's host total\n",
+               in(u, zt_async_save_staging_bytes(zt_zero_shard(table.total, (int)dp, ZT_SHARD_ALIGN))), u.name);
     if (tp > 1)
         printf("tensor parallel %ld: %.2fM parameters a rank (Ψ below), ZeRO over %ld data-parallel rank%s (N below)\n",
                tp, table.total / 1e6, dp, dp > 1 ? "s" : "");

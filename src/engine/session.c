@@ -208,6 +208,8 @@ int zt_session_open(zt_session *s, const zt_config *cfg, zt_comm *comm, const fl
      * the activations and scratch where device memory is host memory, and 1 GiB for checkpoint
      * staging (64 MiB), MPI and the runtimes (the data, and imported weights, are in use already) */
     double host_reserve = (gpu ? 0.0 : (double)(plan.act_bytes + plan.scratch_bytes)) + 1073741824.0;
+    if (cfg->ckpt_async_save && cfg->checkpoint_dir) /* the asynchronous saves' snapshot of the shard */
+        host_reserve += zt_async_save_staging_bytes(zt_zero_shard(s->table.total, s->dp_world, ZT_SHARD_ALIGN));
     zt_param_table_tile_linears(&s->table, cfg->tiled_in_splits);
     zt_param_table_split_embedding(&s->table, zt_engine_embedding_rows(&s->table, &eo));
     /* On a GPU the offload buffers are pinned whatever pin_memory says: copy_async, copy_ahead and

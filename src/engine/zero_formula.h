@@ -87,6 +87,10 @@ static inline double zt_zero3_gather_bytes(size_t P, size_t embed_elems, size_t 
  * gradient on fp32 backends whose master is the parameter upload itself). */
 #define ZT_TWIN_HOST_BYTES 16
 
+/* checkpoint.async_save's host staging buffer: the snapshot of a rank's shard of fp32 master, m and v
+ * (io/checkpoint_async.c), 12 B an element */
+static inline double zt_async_save_staging_bytes(size_t shard) { return 12.0 * (double)shard; }
+
 /* ZeRO-Infinity optimizer offload to NVMe (engine_infinity.c): the K Ψ/N bytes of optimizer state
  * live on NVMe in groups of G = min(sub_group_size, Ψ/N) elements (rounded up to 2048); the host
  * stages min(BUFFER_COUNT, groups) groups of 12 B per element (fp32 master + m + v). */
