@@ -33,7 +33,7 @@ typedef struct trainer {
                                     came after (the host part's I/O may run on between steps) */
     long last_saved_step;  /* checkpoint.dir/latest as this run left it: its save, or the step resumed there (0 = none) */
     struct zt_async_saver *saver; /* checkpoint.async_save: the save in flight and its staging buffer (train_save.c) */
-    double save_begin_s;   /* how long the asynchronous save in flight blocked as it began */
+    double save_begin_s;   /* how long the asynchronous save in flight has blocked so far */
     struct { long step; double blocked_ms, written_ms; int pending; } save_report; /* for the next metrics row */
     /* divergence guard: the accepted steps' recent losses (loss_spike), skips in a row, rollbacks */
     double *recent_loss;

@@ -5,9 +5,9 @@
  *
  * Each save prints `save step N: blocked B ms, written W ms` when `latest` names it. B is how long
  * training stood still for it; W how long its files took to write. A blocking save: B = W, the whole
- * save. An asynchronous one: B = the snapshot and start, plus, at the boundary that completes it,
- * any wait for its writer thread and the completion (index, rename, `latest`); W = the writer
- * thread's write plus that completion. The next metrics row (the next step's) carries save_step,
+ * save. An asynchronous one: B = the snapshot and start, plus the boundaries that move it on (the
+ * gather once every rank's write ended, the agreement once rank 0's thread published it) and any wait
+ * for its thread; W = the time from the snapshot until `latest` names it. The next metrics row (the next step's) carries save_step,
  * save_blocked_ms and save_written_ms; a save after the last row (the run's end) is in its line only.
  * The run's last save, a save on a stop signal and the last attempt after a writer failed are blocking
  * (after waiting for the one in flight): the process exits only with its saves complete. */
@@ -50,13 +50,23 @@ static int finish_in_flight(trainer *t, zt_err *err) {
     int rc = zt_async_save_finish(t->saver, &written, &waited, err);
     double at_boundary = zt_now() - t0;
     if (rc) return -1;
-    report(t, step, t->save_begin_s + at_boundary, written + at_boundary - waited);
+    report(t, step, t->save_begin_s + at_boundary, written);
     return completed(t, step, err);
 }
 
 int train_save_boundary(trainer *t, int wait, zt_err *err) {
     if (!zt_async_save_in_flight(t->saver)) return 0;
     if (!wait && !zt_async_save_poll(t->saver)) return 0;
+    if (!wait) { /* the next part: after the write the gather (rank 0 publishes beside the steps), then the end */
+        long step = zt_async_save_step(t->saver);
+        double t0 = zt_now(), written = 0;
+        int complete = 0, rc = zt_async_save_advance(t->saver, &complete, &written, err);
+        t->save_begin_s += zt_now() - t0;
+        if (rc) return -1;
+        if (!complete) return 0;
+        report(t, step, t->save_begin_s, written);
+        return completed(t, step, err);
+    }
     if (wait && !zt_async_save_written(t->saver)) /* rank 0's: a stop, a divergence or the run's end waits */
         zt_info("save step %ld: waiting for its write to end", zt_async_save_step(t->saver));
     return finish_in_flight(t, err);

@@ -11,10 +11,13 @@
  *
  * Completion, deadlock-free across ranks: the ranks start a save together (start is collective), so
  * every rank knows at the same steps that a save is in flight. At each step boundary while one is,
- * every rank calls zt_async_save_poll: one agree_max of "my write is still running", reached by every
- * rank because whether it is called depends on collectively agreed state only. When no rank's write
- * runs any more, every rank joins its (ended) thread and completes, collectively, at that same
- * boundary. zt_async_save_finish waits for this rank's own thread (local, no MPI) and then completes:
+ * every rank calls zt_async_save_poll: one agree_max of "my thread's part is still running", reached
+ * by every rank because whether it is called depends on collectively agreed state only. When no
+ * rank's write runs any more, every rank joins its (ended) thread and gathers the digests and manifest
+ * records (collective) at that same boundary, and rank 0 hands the index, the manifest, the rename
+ * and `latest` to its thread again (publish); at the boundary where the poll finds that done too, the
+ * ranks agree on its outcome and rank 0 prunes (finish). So training stands still for the snapshot,
+ * one gather and one agreement, not for rank 0's index and fsyncs. zt_async_save_finish waits for this rank's own thread (local, no MPI) and then completes:
  * every rank calls it at the same boundary (a save due while one is in flight, the run's end, a stop
  * signal, a divergence the guard acts on). A rank never waits for another rank's thread except inside
  * those collectives, and the writer thread never calls MPI, so a rank that dies mid-write ends the
@@ -52,7 +55,9 @@ struct zt_async_saver {
     zt_save_job *job;    /* the save in flight (NULL: none) */
     zt_comm *comm;
     pthread_t thread;
-    atomic_int done;     /* the thread's write has ended */
+    atomic_int done;     /* the thread's part has ended: the write, then rank 0's publish */
+    int publishing;      /* every rank's file is written and gathered; rank 0's thread publishes */
+    double begun_at, written_s; /* when the save began; its write's seconds */
 };
 
 static atomic_int writing = 0;
@@ -85,6 +90,15 @@ static void hold_for_test(long step, int rank) {
     while (access(path, F_OK)) usleep(10000);
 }
 
+/* rank 0's index, manifest, rename and `latest`, beside the steps */
+static void *publisher(void *arg) {
+    zt_async_saver *a = arg;
+    setpriority(PRIO_PROCESS, (id_t)gettid(), WRITER_NICE);
+    zt_checkpoint_save_publish(a->job);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
 static void *writer(void *arg) {
     zt_async_saver *a = arg;
     /* the writer yields the cores to training (nice +WRITER_NICE, this thread alone): on a CPU the steps
@@ -96,6 +110,23 @@ static void *writer(void *arg) {
     zt_checkpoint_save_write(a->job);
     atomic_store(&a->done, 1);
     return NULL;
+}
+
+/* FN on a thread of its own (or here, without one, as a blocking save runs it); `writing` until joined */
+static void start_thread(zt_async_saver *a, void *(*fn)(void *)) {
+    atomic_store(&a->done, 0);
+    atomic_store(&writing, 1);
+    /* the thread starts with every signal blocked: a stop signal is the training thread's to take, and
+     * never interrupts the write's system calls */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int started = pthread_create(&a->thread, NULL, fn, a) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!started) {
+        fn(a);
+        a->thread = pthread_self();
+    }
 }
 
 int zt_async_save_begin(zt_async_saver *a, zt_checkpoint_dir *d, const zt_state_view *sv, zt_comm *comm,
@@ -127,19 +158,9 @@ int zt_async_save_begin(zt_async_saver *a, zt_checkpoint_dir *d, const zt_state_
     a->job = zt_checkpoint_save_start(d, &snap, comm, shape, st, config_text, keep_last, err);
     if (!a->job) return -1;
     a->comm = comm;
-    atomic_store(&a->done, 0);
-    atomic_store(&writing, 1);
-    /* the thread starts with every signal blocked: a stop signal is the training thread's to take, and
-     * never interrupts the write's system calls */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int started = pthread_create(&a->thread, NULL, writer, a) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!started) { /* no thread: write here, as a blocking save does */
-        writer(a);
-        a->thread = pthread_self();
-    }
+    a->publishing = 0;
+    a->begun_at = zt_now();
+    start_thread(a, writer);
     return 0;
 }
 
@@ -151,17 +172,48 @@ int zt_async_save_poll(zt_async_saver *a) {
 
 static void join_writer(zt_async_saver *a) {
     if (!pthread_equal(a->thread, pthread_self())) pthread_join(a->thread, NULL);
+    a->thread = pthread_self(); /* joined: a second join is none */
     atomic_store(&writing, 0);
+}
+
+/* the ranks' files are written (this rank's thread joined): gather (collective), then rank 0's publish on
+ * its thread (NOW: here) */
+static int gathered(zt_async_saver *a, int now, zt_err *err) {
+    a->written_s = zt_save_job_written_seconds(a->job);
+    if (zt_checkpoint_save_gather(a->job, err)) {
+        a->job = NULL;
+        return -1;
+    }
+    a->publishing = 1;
+    if (a->comm->rank != 0) atomic_store(&a->done, 1); /* nothing to publish here */
+    else if (now) publisher(a);
+    else start_thread(a, publisher);
+    return 0;
+}
+
+/* published on rank 0 (thread joined): the collective finish */
+static int finished(zt_async_saver *a, double *written_s, zt_err *err) {
+    zt_save_job *j = a->job;
+    a->job = NULL;
+    a->publishing = 0;
+    *written_s = zt_now() - a->begun_at; /* from the snapshot until `latest` names it */
+    return zt_checkpoint_save_finish(j, err);
+}
+
+int zt_async_save_advance(zt_async_saver *a, int *complete, double *written_s, zt_err *err) {
+    join_writer(a);
+    *complete = a->publishing;
+    if (!a->publishing) return gathered(a, 0, err);
+    return finished(a, written_s, err);
 }
 
 int zt_async_save_finish(zt_async_saver *a, double *written_s, double *waited_s, zt_err *err) {
     double t0 = zt_now();
     join_writer(a);
     *waited_s = zt_now() - t0;
-    zt_save_job *j = a->job;
-    a->job = NULL;
-    *written_s = zt_save_job_written_seconds(j);
-    return zt_checkpoint_save_complete(j, err);
+    if (!a->publishing && gathered(a, 1, err)) return -1;
+    join_writer(a);
+    return finished(a, written_s, err);
 }
 
 void zt_async_saver_free(zt_async_saver *a) {

@@ -26,13 +26,19 @@ int zt_async_save_begin(zt_async_saver *a, zt_checkpoint_dir *d, const zt_state_
 int zt_async_save_in_flight(const zt_async_saver *a);
 long zt_async_save_step(const zt_async_saver *a); /* the step of the save in flight */
 /* Collective, called by every rank at the same step boundary while a save is in flight: 1 when the
- * write has ended on every rank (then zt_async_save_finish returns without waiting), 0 otherwise. */
+ * part running beside the steps (the write, then rank 0's publish) has ended on every rank (then
+ * zt_async_save_advance may be called), 0 otherwise. */
 int zt_async_save_poll(zt_async_saver *a);
+/* Collective, after a poll said 1: the next part. After the write: the gather, and rank 0's publish
+ * begins on its thread (*complete 0). After the publish: the save completes (*complete 1, *written_s
+ * its seconds from the snapshot until `latest` named it). 0, or -1 on every rank (err; the save is
+ * over). */
+int zt_async_save_advance(zt_async_saver *a, int *complete, double *written_s, zt_err *err);
 /* This rank's write has ended (local: the others' may not have). */
 int zt_async_save_written(const zt_async_saver *a);
-/* Collective, while a save is in flight: waits for this rank's write, then completes the save
- * (zt_checkpoint_save_complete). 0 or -1 on every rank (err). *written_s gets the write's seconds,
- * *waited_s how long this call waited for it. */
+/* Collective, while a save is in flight: waits for this rank's thread, then completes the save (what
+ * is left of gather, publish and finish, here). 0 or -1 on every rank (err). *written_s gets its
+ * seconds from the snapshot until `latest` named it, *waited_s how long this call waited for the thread. */
 int zt_async_save_finish(zt_async_saver *a, double *written_s, double *waited_s, zt_err *err);
 /* Whether this process's writer thread may be inside HDF5 now: a reader must not open HDF5 files. */
 int zt_async_save_writing(void);

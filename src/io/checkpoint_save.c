@@ -600,11 +600,18 @@ struct zt_save_job {
     zt_err err;
     uint32_t digest, *sums;
     ck_file_record mine;
+    /* gather's: every rank's shard digest and manifest record, each tp rank's shard (rank 0 publishes
+     * with them); publish's outcome in rc and err */
+    uint32_t *shard_crc;
+    ck_file_record *files;
+    size_t tp_shard[ZT_MAX_TP], whole_total;
 };
 
 static void job_free(zt_save_job *j) {
     if (j->made) ck_rmtree(j->tmp);
     free(j->sums);
+    free(j->shard_crc);
+    free(j->files);
     free(j);
 }
 
@@ -661,14 +668,11 @@ void zt_checkpoint_save_abandon(zt_save_job *j) {
     if (j) job_free(j);
 }
 
-int zt_checkpoint_save_complete(zt_save_job *j, zt_err *err) {
-    ck_h5_quiet q = ck_h5_silence();
+int zt_checkpoint_save_gather(zt_save_job *j, zt_err *err) {
     zt_comm *c = j->c;
-    zt_checkpoint_dir *cd = j->cd;
     const zt_state_view *sv = &j->sv;
     const zt_engine_layout *lay = &sv->lay;
     const zt_param_table *table = sv->table;
-    const zt_train_state *st = &j->st;
     int tp = table->tp_size, count = table->count, rc = j->rc;
     if (rc) *err = j->err;
     /* every rank learns every shard's digest, each tp rank's shard and the tp ranks' hashes of their
@@ -699,52 +703,67 @@ int zt_checkpoint_save_complete(zt_save_job *j, zt_err *err) {
     if (*failed > 0) { /* every rank saw the count: every rank takes this branch */
         free(all);
         zt_agree(c, rc, err);
-        goto fail;
+        job_free(j);
+        return -1;
     }
-    uint32_t *shard_crc = zt_xcalloc((size_t)c->world, sizeof *shard_crc);
-    for (int r = 0; r < c->world; r++) shard_crc[r] = (uint32_t)all[r];
-    ck_file_record *files = zt_xcalloc((size_t)c->world, sizeof *files);
+    j->shard_crc = zt_xcalloc((size_t)c->world, sizeof *j->shard_crc);
+    for (int r = 0; r < c->world; r++) j->shard_crc[r] = (uint32_t)all[r];
+    j->files = zt_xcalloc((size_t)c->world, sizeof *j->files);
     for (int r = 0; r < c->world; r++) {
         const double *x = recs + (size_t)REC_DOUBLES * r;
-        files[r].bytes = (uint64_t)x[0];
-        files[r].crc = (uint32_t)x[1];
-        files[r].n_ext = (int)x[2];
-        for (int e = 0; e < files[r].n_ext && e < CK_MAX_EXTENTS; e++) {
-            files[r].ext_off[e] = (uint64_t)x[3 + 2 * e];
-            files[r].ext_len[e] = (uint64_t)x[4 + 2 * e];
+        j->files[r].bytes = (uint64_t)x[0];
+        j->files[r].crc = (uint32_t)x[1];
+        j->files[r].n_ext = (int)x[2];
+        for (int e = 0; e < j->files[r].n_ext && e < CK_MAX_EXTENTS; e++) {
+            j->files[r].ext_off[e] = (uint64_t)x[3 + 2 * e];
+            j->files[r].ext_len[e] = (uint64_t)x[4 + 2 * e];
         }
     }
-    size_t tp_shard[ZT_MAX_TP] = {0};
-    for (int t = 0; t < tp; t++) tp_shard[t] = (size_t)shards[t];
+    for (int t = 0; t < tp; t++) j->tp_shard[t] = (size_t)shards[t];
     /* the same sums on every rank: the same outcome, no agreement needed */
     rc = tp > 1 ? check_whole_tensors(table, hashes, tp, err) : 0;
     free(all);
+    if (rc) {
+        job_free(j);
+        return -1;
+    }
+    j->whole_total = lay->total; /* tp 1; else the whole model's (rank 0's publish sets it), for the message */
+    return 0;
+}
+
+void zt_checkpoint_save_publish(zt_save_job *j) {
+    ck_h5_quiet q = ck_h5_silence();
+    zt_comm *c = j->c;
+    zt_checkpoint_dir *cd = j->cd;
+    const zt_state_view *sv = &j->sv;
+    const zt_param_table *table = sv->table;
+    const zt_train_state *st = &j->st;
+    int tp = table->tp_size, rc = 0;
+    zt_err *err = &j->err;
     /* phase 3: rank 0 writes the index */
-    size_t whole_total = lay->total; /* tp 1; else the whole model's, for the index and the message */
-    if (!rc && c->rank == 0) {
+    if (c->rank == 0) {
         zt_param_table whole_built = {0};
         ck_partition part = {0};
         rc = zt_gpt2_param_table(&whole_built, &j->shape, err) ||
-                     ck_partition_make(&part, &j->shape, c->world, tp, tp_shard, err) ? -1 : 0;
+                     ck_partition_make(&part, &j->shape, c->world, tp, j->tp_shard, err) ? -1 : 0;
         /* tp 1: the engine's own table (its segments), as checkpoints have always recorded it */
         const zt_param_table *whole = tp == 1 ? table : &whole_built;
-        whole_total = whole->total;
+        j->whole_total = whole->total;
         zt_checkpoint_meta m = {tp > 1 ? ZT_CKPT_VERSION_TP : ZT_CKPT_VERSION, st->step, st->tokens_seen,
-                                sv->steps, c->world, lay->stage, whole->total, tp_shard[0], j->shape,
+                                sv->steps, c->world, sv->lay.stage, whole->total, j->tp_shard[0], j->shape,
                                 (char *)(j->config_text ? j->config_text : ""), "", tp, {0}, {{0}}, 0};
-        memcpy(m.tp_shard, tp_shard, sizeof tp_shard);
+        memcpy(m.tp_shard, j->tp_shard, sizeof j->tp_shard);
         snprintf(m.run_id, sizeof m.run_id, "%s", cd->run_id);
         lineage_of_save(cd, &m);
-        if (!rc) rc = write_index(j->idx, whole, &part, &m, st, shard_crc, err);
-        if (!rc) rc = write_manifest(j->tmp, j->idx, files, c->world, err);
+        if (!rc) rc = write_index(j->idx, whole, &part, &m, st, j->shard_crc, err);
+        if (!rc) rc = write_manifest(j->tmp, j->idx, j->files, c->world, err);
         ck_partition_free(&part);
         zt_param_table_free(&whole_built);
     }
-    free(shard_crc);
-    free(files);
     /* phase 4: rank 0 renames the complete step directory into place; phase 5: `latest` names it.
      * Phases 3-5 are rank 0's alone, each only after the one before succeeded, so the ranks agree
-     * once on the three: they return after `latest` names the step or with the phase that failed. */
+     * once on the three (finish): they return after `latest` names the step or with the phase that
+     * failed. */
     if (!rc && c->rank == 0) {
         rc = publish_dir(cd->path, j->tmp, j->final, err);
         if (!rc) {
@@ -752,18 +771,35 @@ int zt_checkpoint_save_complete(zt_save_job *j, zt_err *err) {
             rc = write_latest(cd->path, j->name, err);
         }
     }
-    if (zt_agree(c, rc, err)) goto fail;
+    j->rc = rc;
+    ck_h5_restore(q);
+}
+
+int zt_checkpoint_save_finish(zt_save_job *j, zt_err *err) {
+    zt_comm *c = j->c;
+    zt_checkpoint_dir *cd = j->cd;
+    if (j->rc) *err = j->err;
+    if (zt_agree(c, j->rc, err)) {
+        job_free(j);
+        return -1;
+    }
     /* then the oldest are pruned (failures there only warn) */
     if (c->rank == 0) prune(cd, j->name, j->keep_last);
-    double dt = zt_now() - j->t0, bytes = 12.0 * (double)whole_total;
+    double dt = zt_now() - j->t0, bytes = 12.0 * (double)j->whole_total;
     zt_info("checkpoint: saved %s (%.2f GB in %.2f s, %.2f GB/s)", j->final, bytes / 1e9, dt, bytes / 1e9 / dt);
-    ck_h5_restore(q);
     job_free(j);
     return 0;
-fail:
+}
+
+int zt_checkpoint_save_complete(zt_save_job *j, zt_err *err) {
+    ck_h5_quiet q = ck_h5_silence();
+    int rc = zt_checkpoint_save_gather(j, err);
+    if (!rc) {
+        zt_checkpoint_save_publish(j);
+        rc = zt_checkpoint_save_finish(j, err);
+    }
     ck_h5_restore(q);
-    job_free(j);
-    return -1;
+    return rc;
 }
 
 int zt_checkpoint_save(zt_checkpoint_dir *cd, zt_state_view *sv, zt_comm *c, const zt_gpt2_shape *shape,

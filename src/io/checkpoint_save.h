@@ -8,8 +8,9 @@
  *             so it may run on a thread of its own; nothing else may call HDF5 meanwhile (training
  *             does not: checkpoints are HDF5's only user between saves, checkpoint_async.c)
  *   complete  collective: the ranks agree that every rank wrote its file (and share its digest and
- *             manifest record); rank 0 writes the index and the manifest, renames the step directory
- *             into place and moves `latest` atomically, then prunes. Any rank's failure (in write or
+ *             manifest record: gather); rank 0 writes the index and the manifest, renames the step
+ *             directory into place and moves `latest` atomically (publish: rank 0's alone, on any
+ *             thread); the ranks agree on that, then rank 0 prunes (finish). Any rank's failure (in write or
  *             here) is every rank's -1, with `latest` and the last complete checkpoint untouched.
  * zt_checkpoint_save (checkpoint.h) is the three in a row: a blocking save. */
 #ifndef ZT_CHECKPOINT_SAVE_H
@@ -28,8 +29,17 @@ zt_save_job *zt_checkpoint_save_start(zt_checkpoint_dir *d, const zt_state_view 
 /* This rank's file; its outcome stays in the job for complete. Any thread; no MPI. */
 void zt_checkpoint_save_write(zt_save_job *j);
 /* Collective, after write on every rank. 0 on every rank once `latest` names the step, or -1 on
- * every rank with the first failing rank's message. Frees the job either way. */
+ * every rank with the first failing rank's message. Frees the job either way. It is these three: */
 int zt_checkpoint_save_complete(zt_save_job *j, zt_err *err);
+/* Collective: every rank wrote its file (digests and manifest records shared), 0; else -1 on every
+ * rank, the job freed. */
+int zt_checkpoint_save_gather(zt_save_job *j, zt_err *err);
+/* Rank 0's index, manifest, rename and `latest` (other ranks: nothing), its outcome kept in the job
+ * for finish. Any thread; no MPI; HDF5 (the writer thread's rule: nothing else in HDF5 meanwhile). */
+void zt_checkpoint_save_publish(zt_save_job *j);
+/* Collective, after publish: the ranks agree on rank 0's outcome, rank 0 prunes; 0, or -1 on every
+ * rank. Frees the job. */
+int zt_checkpoint_save_finish(zt_save_job *j, zt_err *err);
 /* This rank alone, for a run that ends without completing (an error elsewhere): frees the job (rank 0
  * removes the temporary directory; a rank killed first leaves it for the next run to remove). */
 void zt_checkpoint_save_abandon(zt_save_job *j);
