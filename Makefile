@@ -27,7 +27,7 @@ HDF5_LIBS   := $(shell pkg-config --libs hdf5-serial 2>/dev/null || echo -lhdf5)
 # the project's own flags live in ZT_CFLAGS so that `make CFLAGS=...` adds to them, never replaces them
 ZT_CFLAGS := $(OPT) -march=$(MARCH) -Isrc -std=gnu11 -fopenmp -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP \
              $(HDF5_CFLAGS) $(CFLAGS)
-LDLIBS  := -lopenblas -lyaml -lpcre2-8 -luring -lm $(HDF5_LIBS)
+LDLIBS  := -lopenblas -lyaml -lpcre2-8 -lutf8proc -luring -lm $(HDF5_LIBS)
 
 # src/<part>/: the library every program links (engine, model, backend, comm, io, config, util);
 # src/cmd/: the commands, and src/selftest/: the selftest's harness (a floor below the commands),

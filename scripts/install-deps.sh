@@ -14,6 +14,7 @@ packages=(
   libopenblas-dev          # SGEMM (cblas)
   libyaml-dev              # config parser
   libpcre2-dev             # GPT-2 pre-tokenizer regex
+  libutf8proc-dev          # NFC normalizer of a tokenizer.json (Qwen2)
   libhdf5-dev hdf5-tools   # checkpoints (h5dump for tests)
   liburing-dev             # asynchronous I/O of the NVMe swap files (io_uring)
   libopenmpi-dev openmpi-bin

@@ -2,8 +2,11 @@
 against the `tokenizers` package (pinned by scripts/install-deps.sh; no downloads). Two tiny byte-level
 BPE tokenizers are trained here on the bundled corpus: GPT-2 style (ByteLevel pre-tokenizer with its
 regex), Llama 3 style (Split with Llama 3's regex, ByteLevel without, ignore_merges) and Qwen2 style
-(Qwen2's regex, one digit a piece; Qwen2's NFC normalizer is refused, so none here), each with
-special tokens (<|endoftext|>, <|begin_of_text|>, <|end_of_text|>) and a non-special added token.
+(Qwen2's regex, one digit a piece), each with special tokens (<|endoftext|>, <|begin_of_text|>,
+<|end_of_text|>) and a non-special added token; and Qwen2 style with Qwen2's NFC normalizer, compared
+on decomposed text (combining marks, Hangul jamo, marks to reorder, a composition exclusion), on
+added tokens normalized and not beside decomposed characters, in small blocks, and with invalid
+UTF-8 bytes between decomposed characters.
 Compared: ids of the corpus, of a mixed text (scripts, digits, whitespace runs), of text holding the
 added and special tokens, of the corpus tokenized in small blocks (the streaming cuts), and of files
 with invalid UTF-8 bytes (each valid run as tokenizers encodes it, each bad byte its byte token);
@@ -11,19 +14,20 @@ tokenizers' decode of our ids gives the text back; merges written as pairs load 
 made with it train, `eval` reads them, and `sample --vocab` decodes as tokenizers does. A vocabulary over
 65536 tokens gets uint32 shards (llm.c's Llama 3 format) that train and eval read. `export --vocab`
 copies the tokenizer.json, and transformers' AutoTokenizer reads the folder with the same ids. Malformed and
-unsupported files are refused with one error line naming the file."""
+unsupported files (NFD, NFKC, a Sequence of NFC and more) are refused with one error line naming the file."""
 import json
 import os
 import re
 import subprocess
 import tempfile
+import unicodedata
 
 import ztlib
 
 ztlib.use_pypi_env("tokenizers", "transformers")
 
 import tokenizers  # noqa: E402
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
 check = ztlib.check
 tmp = tempfile.mkdtemp(prefix="zt_tokjson_")
@@ -41,8 +45,10 @@ SPECIAL = ("<|begin_of_text|>ROMEO: hello world, said he<|endoftext|><|end_of_te
            "x<|begin_of_text|><|begin_of_text|>  hello world\n<|endoftext")
 
 
-def train_tokenizer(name, style):
+def train_tokenizer(name, style, nfc=False, texts=()):
     tok = Tokenizer(models.BPE())
+    if nfc:
+        tok.normalizer = normalizers.NFC()
     if style == "gpt2":
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
@@ -53,7 +59,7 @@ def train_tokenizer(name, style):
     trainer = trainers.BpeTrainer(vocab_size=1200, show_progress=False,
                                   special_tokens=["<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([corpus], trainer)
+    tok.train_from_iterator([corpus, *texts], trainer)
     tok.add_tokens(["hello world"])  # an added token that is not special (normalized: true)
     path = os.path.join(tmp, name + ".json")
     tok.save(path)
@@ -167,6 +173,60 @@ for style in ("gpt2", "llama3", "qwen2"):
     zt = zt_tokenize(pairs, style + "_pairs", MIXED)
     check(zt == enc(MIXED), f"{style}_pair_merges_equal", first_diff(zt, enc(MIXED)))
 
+# Qwen2's NFC normalizer: tokenizers splits off the "normalized": false added tokens on the raw text,
+# normalizes the rest, matches the "normalized": true ones on that, then pre-tokenizes
+DECOMPOSED = ("cafe\u0301 e\u0301 A\u030a \u1100\u1161\u11a8 \u1100\u1161 \u1112\u1161\u11ab\u1100\u1173\u11af "
+              "q\u0307\u0323 x\u0323\u0307 \u212b \u0958\n\u0958 o\u0308\u0304 already: café Å 각 한글 naïve ")
+NFC_TRAIN = [DECOMPOSED * 20, unicodedata.normalize("NFC", DECOMPOSED) * 40, "\u0958\n" * 3000]
+nfc_tok, nfc_path = train_tokenizer("qwen2_nfc", "qwen2", nfc=True, texts=NFC_TRAIN)
+nfc_tok.add_tokens([AddedToken("e\u0301x", normalized=False), AddedToken("café", normalized=True)])
+nfc_tok.save(nfc_path)
+nfc_tok = Tokenizer.from_file(nfc_path)
+with open(nfc_path, encoding="utf-8") as f:
+    nfc_json = json.load(f)
+check(nfc_json["normalizer"] == {"type": "NFC"}, "nfc_tokenizer_json_has_qwen2s_normalizer", repr(nfc_json["normalizer"]))
+plain_json = dict(nfc_json, normalizer=None)
+plain_tok = Tokenizer.from_str(json.dumps(plain_json))
+enc = lambda text: nfc_tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+check(unicodedata.normalize("NFC", DECOMPOSED) != DECOMPOSED and enc(DECOMPOSED) != plain_tok.encode(DECOMPOSED).ids,
+      "nfc_normalization_matters_here")
+NFC_ADDED = ("cafe\u0301 e\u0301x e\u0301\u0301x éx caf<|endoftext|>e\u0301 cafe<|endoftext|>\u0301 "
+             "<|begin_of_text|>A\u030a\u1100<|end_of_text|>\u1161 hello world\u0301 cafe\u0301x\n")
+nfc_cases = [("corpus", corpus), ("decomposed", DECOMPOSED), ("composed", unicodedata.normalize("NFC", DECOMPOSED)),
+             ("mixed", MIXED), ("added", NFC_ADDED)]
+for name, text in nfc_cases:
+    zt = zt_tokenize(nfc_path, "nfc_" + name, text)
+    want = enc(text)
+    check(zt == want, f"nfc_{name}_ids_equal_tokenizers", first_diff(zt, want))
+check(nfc_tok.token_to_id("café") in enc(NFC_ADDED) and nfc_tok.token_to_id("e\u0301x") in enc(NFC_ADDED),
+      "nfc_added_tokens_both_kinds_matched")
+# small blocks: cuts before White_Space hold on the normalized text (U+0958 before a newline becomes a mark)
+strewn = "".join(line + ("\u0958" if i % 3 == 0 else " cafe\u0301" if i % 5 == 0 else "<|end_of_text|>" if i % 7 == 0
+                         else "e\u0301x" if i % 11 == 0 else "") + "\n" for i, line in enumerate(corpus[:200000].split("\n")))
+zt = zt_tokenize(nfc_path, "nfc_blocks", strewn, env=env_small_blocks)
+want = enc(strewn)
+check(zt == want, "nfc_small_blocks_ids_equal_tokenizers", first_diff(zt, want))
+# every letter before White_Space is U+0958, whose NFC ends with a mark that joins the newline's piece
+check(enc("\u0958\n") != enc("\u0958") + enc("\n"), "nfc_mark_and_newline_are_one_piece_here")
+words = "".join(w + "\u0958\n" for w in corpus[:60000].split())
+zt = zt_tokenize(nfc_path, "nfc_blocks_qa", words, env=env_small_blocks)
+want = enc(words)
+check(zt == want, "nfc_small_blocks_before_a_composition_exclusion", first_diff(zt, want))
+raw = ("e".encode() + b"\xff" + "\u0301A\u030a".encode() + b"\xcc" + "\u0301\u1100\u1161".encode() + b"\x80\xc3"
+       + "\u11a8 cafe\u0301\u0301 e\u0301x".encode() + b"\xed\xa0\x80" + "q\u0307\u0323".encode() + b"\xe1\x84")
+zt = zt_tokenize(nfc_path, "nfc_invalid", raw)
+want = hf_bytes_ids(nfc_tok, raw)
+check(zt == want, "nfc_invalid_utf8_between_decomposed_ids", first_diff(zt, want))
+seq = write("nfc_sequence.json", json.dumps(dict(nfc_json, normalizer={"type": "Sequence", "normalizers": [{"type": "NFC"}]}),
+                                            ensure_ascii=False))
+zt = zt_tokenize(seq, "nfc_sequence", NFC_ADDED)
+want = Tokenizer.from_file(seq).encode(NFC_ADDED, add_special_tokens=False).ids
+check(zt == want and want == enc(NFC_ADDED), "nfc_sequence_of_nfc_equals_tokenizers", first_diff(zt, want))
+# decoding is not normalized: the ids of decomposed text are the bytes of its NFC
+zt = zt_tokenize(nfc_path, "nfc_decoded", DECOMPOSED)
+back = token_bytes(nfc_tok, zt) if not isinstance(zt, str) else b""
+check(back == unicodedata.normalize("NFC", DECOMPOSED).encode(), "nfc_ids_decode_to_the_nfc_text", repr(back[:60]))
+
 # shards made with a tokenizer.json train; eval reads them; sample decodes with --vocab
 tok, path = train_tokenizer("train", "llama3")
 V = tok.get_vocab_size()
@@ -244,7 +304,15 @@ cases = [
     ("missing_model", variant(drop(["model"])), '"model"'),
     ("bad_merge_token", variant(lambda j: j["model"]["merges"].insert(3, "Zq9 xx")), r"model.merges\[3\]: token"),
     ("bad_merge_form", variant(lambda j: j["model"]["merges"].insert(0, "abc")), r"model.merges\[0\]: expected"),
-    ("normalizer_nfc", variant(setp(["normalizer"], {"type": "NFC"})), "unsupported normalizer NFC"),
+    ("normalizer_nfd", variant(setp(["normalizer"], {"type": "NFD"})), "unsupported normalizer NFD"),
+    ("normalizer_nfkc", variant(setp(["normalizer"], {"type": "NFKC"})), "unsupported normalizer NFKC"),
+    ("normalizer_lowercase", variant(setp(["normalizer"], {"type": "Lowercase"})), "unsupported normalizer Lowercase"),
+    ("normalizer_sequence", variant(setp(["normalizer"], {"type": "Sequence", "normalizers": [{"type": "NFC"},
+                                                                                              {"type": "Lowercase"}]})),
+     r"unsupported normalizer Sequence \(supported: \[NFC\]\)"),
+    ("normalized_token_not_nfc", variant(lambda j: (j.update(normalizer={"type": "NFC"}),
+                                                   j["added_tokens"][-1].update(content="e\u0301!"))),
+     "not NFC"),
     ("metaspace", variant(setp(["pre_tokenizer"], {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
                                                    "split": True})), "unsupported pre_tokenizer Metaspace"),
     ("byte_fallback", variant(setp(["model", "byte_fallback"], True)), "byte_fallback"),
@@ -304,7 +372,7 @@ check(p.returncode != 0 and "70000" in p.stderr and "vocab_size" in p.stderr, "u
 s = ztlib.run(["sample", step, "--vocab", bigp, "--prompt", "<|far|>", "--max-tokens", "4"])
 check(s.returncode != 0 and "70000" in s.stderr and f"vocab_size {V}" in s.stderr and s.stderr.count("error") == 1,
       "sample_refuses_prompt_token_beyond_model_vocab", s.stderr[-300:])
-s = ztlib.run(["sample", step, "--vocab", write("nfc.json", variant(setp(["normalizer"], {"type": "NFC"}))), "--prompt", "x"])
-check(s.returncode != 0 and "nfc.json" in s.stderr and "normalizer NFC" in s.stderr and s.stderr.count("error") == 1,
+s = ztlib.run(["sample", step, "--vocab", write("nfd.json", variant(setp(["normalizer"], {"type": "NFD"}))), "--prompt", "x"])
+check(s.returncode != 0 and "nfd.json" in s.stderr and "normalizer NFD" in s.stderr and s.stderr.count("error") == 1,
       "sample_refuses_unsupported_tokenizer_json", s.stderr[-300:])
 ztlib.finish()

@@ -5,6 +5,7 @@
 #include "util/json.h"
 
 #include <sys/stat.h>
+#include <utf8proc.h>
 #include <unistd.h>
 
 
@@ -26,6 +27,45 @@ static size_t valid_run_end(const uint8_t *s, size_t pos, size_t len) {
         pos += k;
     }
     return pos;
+}
+
+/* Whether S[0..LEN) has a byte NFC could change (ZT_NFC_FIRST_LEAD or above). */
+static int may_change_under_nfc(const uint8_t *s, size_t len) {
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (!(w & 0x8080808080808080ull)) continue; /* ASCII */
+        for (size_t k = 0; k < 8; k++)
+            if (s[i + k] >= ZT_NFC_FIRST_LEAD) return 1;
+    }
+    for (; i < len; i++)
+        if (s[i] >= ZT_NFC_FIRST_LEAD) return 1;
+    return 0;
+}
+
+/* Hugging Face's NFC normalizer (utf8proc's NFC) of S[0..LEN) appended to *BUF's first N bytes
+ * (room grown to *CAP): each valid UTF-8 run normalized alone, each invalid byte kept where it is
+ * (NFC ends a run with a whole character and starts one with a lead byte, so the invalid bytes
+ * stay the same runs). Returns the new length. */
+static size_t nfc_append(const uint8_t *s, size_t len, uint8_t **buf, size_t *cap, size_t n) {
+    for (size_t pos = 0; pos < len;) {
+        size_t end = valid_run_end(s, pos, len), run = end - pos;
+        uint8_t *nfc = NULL;
+        utf8proc_ssize_t m = may_change_under_nfc(s + pos, run)
+                                 ? utf8proc_map(s + pos, (utf8proc_ssize_t)run, &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE)
+                                 : -1;
+        if (nfc && m < 0) abort(); /* a valid run: only out of memory fails */
+        const uint8_t *src = nfc ? nfc : s + pos;
+        size_t got = nfc ? (size_t)m : run, need = n + got + (end < len);
+        if (need > *cap) *buf = zt_xrealloc(*buf, *cap = need + need / 2 + 64);
+        memcpy(*buf + n, src, got);
+        n += got;
+        free(nfc);
+        if (end < len) (*buf)[n++] = s[end]; /* an invalid byte */
+        pos = end + (end < len);
+    }
+    return n;
 }
 
 /* ---------------------------------------------------------------- loading */
@@ -462,11 +502,15 @@ struct zt_encoder {
     const zt_tokenizer *tok;
     enc_ws ws;
     pcre2_match_data *md;
+    uint8_t *nfc; /* the normalized text of the part encode_pass is on */
+    size_t nfc_cap;
 };
 
 static zt_encoder *encoder_new(const zt_tokenizer *t, size_t text_len) {
     zt_encoder *e = zt_xmalloc(sizeof *e);
     e->tok = t;
+    e->nfc = NULL;
+    e->nfc_cap = 0;
     ws_init(&e->ws, text_len);
     e->md = pcre2_match_data_create_from_pattern(t->re, NULL);
     if (!e->md) abort();
@@ -479,6 +523,7 @@ void zt_encoder_free(zt_encoder *e) {
     if (!e) return;
     pcre2_match_data_free(e->md);
     ws_free(&e->ws);
+    free(e->nfc);
     free(e);
 }
 
@@ -546,10 +591,16 @@ static int find_added(const zt_tokenizer *t, const uint8_t *s, size_t len, int n
     return -1;
 }
 
-/* Pass 0 splits off the added tokens matched on the raw text (normalized: false), pass 1 those
- * matched on the normalized text (with no normalizer, the same text), pass 2 pre-tokenizes. */
+/* Pass 0 splits off the added tokens matched on the raw text (normalized: false), pass 1
+ * normalizes what is between them (NFC, or nothing without a normalizer) and splits off those
+ * matched on the normalized text, pass 2 pre-tokenizes: tokenizers' AddedVocabulary order. */
 static int encode_pass(zt_encoder *e, const uint8_t *s, size_t len, int pass, zt_ids *out, zt_err *err) {
     const zt_tokenizer *t = e->tok;
+    if (pass == 0 && !t->n_added) pass = 1; /* nothing to split off the raw text */
+    if (pass == 1 && t->nfc && may_change_under_nfc(s, len)) {
+        len = nfc_append(s, len, &e->nfc, &e->nfc_cap, 0);
+        s = e->nfc; /* pass 2 reads it; the next pass 1 rewrites it */
+    }
     if (pass == 2 || !t->n_added) return encode_plain(e, s, len, out, err);
     while (len) {
         size_t at = len;
@@ -587,14 +638,40 @@ static int char_class(const zt_tokenizer *t, const uint8_t *p, size_t n, uint32_
 
 size_t zt_tokenizer_cut_reach(const zt_tokenizer *t) { return t->added_max > 4 ? t->added_max : 4; }
 
-/* Whether an added token's occurrence in S would cover both sides of A (S holds A +- added_max). */
-static int added_spans(const zt_tokenizer *t, const uint8_t *s, size_t a) {
+/* Whether an added token's occurrence in S[0..LEN) would cover both sides of A; only those
+ * with "normalized" NORMALIZED, or (-1) all. */
+static int added_spans(const zt_tokenizer *t, const uint8_t *s, size_t len, size_t a, int normalized) {
     for (int k = 0; k < t->n_added; k++) {
         const zt_added_token *tk = &t->added[k];
-        for (size_t b = a >= tk->len - 1 ? a - (tk->len - 1) : 0; b < a; b++)
+        if (normalized >= 0 && tk->normalized != normalized) continue;
+        for (size_t b = a >= tk->len - 1 ? a - (tk->len - 1) : 0; b < a && b + tk->len <= len; b++)
             if (memcmp(s + b, t->bytes + t->off[tk->id], tk->len) == 0) return 1;
     }
     return 0;
+}
+
+/* With NFC, whether the cut at A (a White_Space character there: a starter NFC never joins to
+ * what is before, so the two sides normalize apart) holds on the normalized text too: the
+ * character before it there is still a letter (NFC may compose it with the one before, or split
+ * it: U+0958 becomes U+0915 U+093C, a mark) for the letter-space cut, and no "normalized" added
+ * token spans it. A window of 32 bytes and two added tokens before A is normalized: the last
+ * character's composition reaches back one starter. */
+static int nfc_cut_holds(const zt_tokenizer *t, const uint8_t *s, size_t len, size_t a, pcre2_match_data **md) {
+    size_t back = 32 + 2 * (size_t)t->added_max, w = a > back ? a - back : 0, cap = 0;
+    while (w < a && (s[w] & 0xC0) == 0x80) w++;
+    uint8_t *buf = NULL;
+    size_t nb = nfc_append(s + w, a - w, &buf, &cap, 0), j = nb ? nb - 1 : 0;
+    while (j > 0 && (buf[j] & 0xC0) == 0x80) j--;
+    uint32_t cp = 0;
+    size_t cl = nb ? zt_utf8_valid_len(buf + j, nb - j, &cp) : 0;
+    int ok = t->cuts != ZT_CUTS_LETTER_SPACE || (cl && char_class(t, buf + j, cl, cp, md) == CH_LETTER);
+    if (ok) {
+        size_t after = len - a < zt_tokenizer_cut_reach(t) ? len - a : zt_tokenizer_cut_reach(t);
+        size_t n = nfc_append(s + a, after, &buf, &cap, nb);
+        ok = !added_spans(t, buf, n, nb, 1);
+    }
+    free(buf);
+    return ok;
 }
 
 /* Why these cuts are exact (see tokenizer.h): every piece of ZT_GPT2_PATTERN is either all White_Space
@@ -606,7 +683,8 @@ static int added_spans(const zt_tokenizer *t, const uint8_t *s, size_t a) {
  * goes on or stops there. An invalid byte on either side ends a run of valid UTF-8 there anyway.
  * Llama 3's and Qwen2's patterns join a non-letter to the letters after it and cut digit runs in
  * groups, but no piece of theirs holds a letter and then White_Space, so that is their cut. An
- * added token's text is split off first; a cut never falls inside one. */
+ * added token's text is split off first; a cut never falls inside one. With an NFC normalizer a
+ * cut is only before White_Space, and it must hold on the normalized text too (nfc_cut_holds). */
 size_t zt_tokenizer_last_cut(const zt_tokenizer *t, const char *text, size_t from, size_t len) {
     const uint8_t *s = (const uint8_t *)text;
     pcre2_match_data *md = NULL;
@@ -620,11 +698,12 @@ size_t zt_tokenizer_last_cut(const zt_tokenizer *t, const char *text, size_t fro
         int ok = prev_len != a - j || next_len == 0; /* an invalid byte on one side */
         if (!ok && t->cuts != ZT_CUTS_NONE) {
             int pc = char_class(t, s + j, prev_len, prev_cp, &md), nc = char_class(t, s + a, next_len, next_cp, &md);
-            ok = t->cuts == ZT_CUTS_GPT2
-                     ? pc != CH_SPACE && (nc == CH_SPACE || (nc != pc && !(prev_cp == '\'' && nc == CH_LETTER)))
+            ok = t->cuts == ZT_CUTS_GPT2 /* with NFC only before White_Space: a mark may join the character before */
+                     ? pc != CH_SPACE && (nc == CH_SPACE || (!t->nfc && nc != pc && !(prev_cp == '\'' && nc == CH_LETTER)))
                      : pc == CH_LETTER && nc == CH_SPACE;
+            if (ok && t->nfc) ok = nfc_cut_holds(t, s, len, a, &md);
         }
-        if (ok && !added_spans(t, s, a)) { cut = a; break; }
+        if (ok && !added_spans(t, s, len, a, -1)) { cut = a; break; }
     }
     if (md) pcre2_match_data_free(md);
     return cut;

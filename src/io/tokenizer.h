@@ -8,6 +8,8 @@
  *     and then longest first, those with "normalized": false first, as Hugging Face does; each is
  *     its own id (so "<|endoftext|>" in the text is the token there);
  *   - "ignore_merges" (Llama 3): a piece that is in the vocabulary is that token, unmerged;
+ *   - an NFC normalizer (Qwen2's, by libutf8proc): applied after the "normalized": false added
+ *     tokens are split off, before the "normalized": true ones are matched;
  *   - its ids: any vocabulary size (the largest id + 1, added tokens included; gaps decode to
  *     nothing), and zt_tokenizer_eot is its <|endoftext|>, <|end_of_text|> or </s>, if any.
  *
@@ -61,7 +63,7 @@ void zt_ids_free(zt_ids *ids);
 /* Loads PATH: a tokenizer.json file, or a folder with tokenizer.json (preferred) or encoder.json
  * and vocab.bpe. Missing or malformed files fail with a message naming the file and the
  * line:column (JSON, read by json.h) or line (vocab.bpe); a tokenizer.json this tokenizer cannot
- * reproduce (a normalizer, Metaspace, byte_fallback, a model other than BPE) fails with one line
+ * reproduce (a normalizer other than NFC, Metaspace, byte_fallback, a model other than BPE) fails with one line
  * naming the file and what is unsupported; any file over 64 MiB fails unread past the cap. */
 zt_tokenizer *zt_tokenizer_load(const char *path, zt_err *err);
 void zt_tokenizer_free(zt_tokenizer *tok);

@@ -13,6 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* No byte of a character below U+0300 (the first combining mark) is 0xCC or above, and every
+ * such character is a starter NFC leaves as it is and never joins to the one before: text
+ * without such a byte is its own NFC. */
+#define ZT_NFC_FIRST_LEAD 0xCC
+
 /* the most a vocabulary file may hold (GPT-2's encoder.json is 1.0 MB, Llama 3's tokenizer.json
  * 9 MB): a file that is /dev/zero or a runaway download fails with one line instead of filling
  * the memory */
@@ -56,6 +61,7 @@ struct zt_tokenizer {
     size_t pair_shift; /* size_t, not int: the merge loop's int stores cannot alias it */
     int eot;           /* the id that joins documents (<|endoftext|> and the like), -1: none */
     int ignore_merges; /* a piece that is a token is that token, unmerged (Llama 3) */
+    int nfc;           /* the normalizer is NFC (Qwen2's): what the raw added tokens leave is normalized */
     zt_added_token *added; /* longest first */
     int n_added;
     uint32_t added_max;     /* the longest added token's length in bytes */

@@ -3,7 +3,8 @@
  *
  * Accepted: "model" {"type": "BPE", "vocab": {token: id}, "merges": ["a b", ...] or [["a", "b"], ...],
  * "ignore_merges", no dropout, no byte_fallback, no subword prefix or suffix}; "added_tokens"
- * (special or not, "normalized" either way, no lstrip/rstrip/single_word); "normalizer" null;
+ * (special or not, "normalized" either way, no lstrip/rstrip/single_word); "normalizer" null, NFC
+ * or a Sequence of NFC alone (Qwen2's; a "normalized" added token's content must be NFC already);
  * "pre_tokenizer" ByteLevel (add_prefix_space false) or Sequence [Split {Regex, "Isolated"},
  * ByteLevel {use_regex false}]; "decoder" ByteLevel or null. "post_processor" is not applied (ids
  * are Hugging Face's with add_special_tokens=False). Anything else is refused with one line naming
@@ -11,6 +12,8 @@
  * Face's would train a model on the wrong ids without a word. */
 #include "io/tokenizer_impl.h"
 #include "util/json.h"
+
+#include <utf8proc.h>
 
 /* The Split regexes Llama 3 and Qwen2 ship, as tokenizer.json spells them: they get cuts */
 static const char *const LETTER_SPACE_CUT_PATTERNS[] = {
@@ -101,10 +104,21 @@ static int load_pre_tokenizer(zt_tokenizer *t, const zt_json *pre, const char *p
     return 0;
 }
 
+/* "normalizer": null, NFC (Qwen2's), or a Sequence holding only NFC. */
+static int load_normalizer(zt_tokenizer *t, const zt_json *norm, const char *path, zt_err *err) {
+    if (!norm || norm->type == ZT_JSON_NULL) return 0;
+    const char *ty = type_of(norm);
+    const zt_json *seq = ty && !strcmp(ty, "Sequence") ? zt_json_get(norm, "normalizers") : NULL;
+    if (seq && seq->type == ZT_JSON_ARRAY && seq->n == 1) norm = &seq->items[0], ty = type_of(norm);
+    else if (seq) return unsupported(err, path, seq, "normalizer Sequence", "(supported: [NFC])");
+    if (!ty || strcmp(ty, "NFC")) return unsupported(err, path, norm, "normalizer", ty);
+    t->nfc = 1;
+    return 0;
+}
+
 /* The parts beside the model: only what Hugging Face's byte-level BPE has there. */
-static int check_pipeline(const zt_json *root, const char *path, zt_err *err) {
-    const zt_json *norm = zt_json_get(root, "normalizer");
-    if (norm && norm->type != ZT_JSON_NULL) return unsupported(err, path, norm, "normalizer", type_of(norm));
+static int check_pipeline(zt_tokenizer *t, const zt_json *root, const char *path, zt_err *err) {
+    if (load_normalizer(t, zt_json_get(root, "normalizer"), path, err)) return -1;
     const zt_json *dec = zt_json_get(root, "decoder");
     if (dec && dec->type != ZT_JSON_NULL && (!type_of(dec) || strcmp(type_of(dec), "ByteLevel")))
         return unsupported(err, path, dec, "decoder", type_of(dec));
@@ -121,6 +135,13 @@ static int check_pipeline(const zt_json *root, const char *path, zt_err *err) {
         if (v && v->type == ZT_JSON_STRING && v->str_len) return unsupported(err, path, v, "BPE option", affix[i]);
     }
     return 0;
+}
+
+static int is_nfc(const zt_json *s) {
+    uint8_t *nfc = utf8proc_NFC((const uint8_t *)s->str);
+    int same = nfc && !strcmp((const char *)nfc, s->str);
+    free(nfc);
+    return same;
 }
 
 static int by_length_desc(const void *a, const void *b) {
@@ -198,7 +219,7 @@ int zt_tokenizer_json_fill(zt_tokenizer *t, const char *path, zt_err *err) {
         zt_fail(err, "%s:%d:%d: expected a tokenizer.json object, got %s", path, root.line, root.col, zt_json_type_name(root.type));
         goto done;
     }
-    if (check_pipeline(&root, path, err)) goto done;
+    if (check_pipeline(t, &root, path, err)) goto done;
     const zt_json *model = zt_json_get(&root, "model"), *vocab = zt_json_get(model, "vocab");
     const zt_json *merges = zt_json_get(model, "merges"), *added = zt_json_get(&root, "added_tokens");
     if (!vocab || vocab->type != ZT_JSON_OBJECT || vocab->n == 0) {
@@ -270,8 +291,12 @@ int zt_tokenizer_json_fill(zt_tokenizer *t, const char *path, zt_err *err) {
         kpos[id] = (uint32_t)all_n;
         all_n += content->str_len;
         const zt_json *norm = zt_json_get(a, "normalized");
-        t->added[t->n_added++] = (zt_added_token){.id = id, .normalized = !norm || norm->type != ZT_JSON_BOOL || norm->boolean,
-                                                  .len = (uint32_t)content->str_len};
+        int normalized = !norm || norm->type != ZT_JSON_BOOL || norm->boolean;
+        if (normalized && t->nfc && !is_nfc(content)) { /* tokenizers would match its NFC, which decodes otherwise */
+            unsupported(err, path, a, "added token", "with \"normalized\": true whose content is not NFC");
+            goto done;
+        }
+        t->added[t->n_added++] = (zt_added_token){.id = id, .normalized = normalized, .len = (uint32_t)content->str_len};
         t->added_first[(uint8_t)content->str[0]] = 1;
         if (content->str_len > t->added_max) t->added_max = (uint32_t)content->str_len;
         const zt_json *special = zt_json_get(a, "special");
