@@ -17,6 +17,7 @@ copies the tokenizer.json, and transformers' AutoTokenizer reads the folder with
 unsupported files (NFD, NFKC, a Sequence of NFC and more) are refused with one error line naming the file."""
 import json
 import os
+import random
 import re
 import subprocess
 import tempfile
@@ -192,8 +193,15 @@ check(unicodedata.normalize("NFC", DECOMPOSED) != DECOMPOSED and enc(DECOMPOSED)
       "nfc_normalization_matters_here")
 NFC_ADDED = ("cafe\u0301 e\u0301x e\u0301\u0301x éx caf<|endoftext|>e\u0301 cafe<|endoftext|>\u0301 "
              "<|begin_of_text|>A\u030a\u1100<|end_of_text|>\u1161 hello world\u0301 cafe\u0301x\n")
+# characters NFC changes or joins (marks of several classes, jamo, a compatibility ideograph, Greek
+# with its tonos, a composition exclusion) among ones it leaves, in a fixed random order
+POOL = ("a e o A q x \n\u0301\u0308\u0304\u0323\u0307\u0327\u030a\u093c\u1100\u1161\u11a8\u1112\u11ab\uac00\uac01"
+        "\uf900\u03ac\u03b1\u0958\u0915\u212b\u2000\u0b47\u0b3e\u0dd9\u0dcf\u4e00\u00e9ab").split(" ")
+POOL = [c for w in POOL for c in (w if len(w) > 1 else [w])] + [" "] * 6
+rng = random.Random(7)
+RANDOM_MIX = "".join(rng.choice(POOL) for _ in range(30000))
 nfc_cases = [("corpus", corpus), ("decomposed", DECOMPOSED), ("composed", unicodedata.normalize("NFC", DECOMPOSED)),
-             ("mixed", MIXED), ("added", NFC_ADDED)]
+             ("mixed", MIXED), ("added", NFC_ADDED), ("random_mix", RANDOM_MIX)]
 for name, text in nfc_cases:
     zt = zt_tokenize(nfc_path, "nfc_" + name, text)
     want = enc(text)

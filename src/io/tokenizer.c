@@ -44,25 +44,49 @@ static int may_change_under_nfc(const uint8_t *s, size_t len) {
     return 0;
 }
 
+/* Whether NFC leaves CP as it is whatever is around it, and never joins it to the character before
+ * (so the text before it and from it on normalize apart): a starter without a decomposition that
+ * is no mark (the second character of every composition is a mark, or a Hangul vowel or final
+ * jamo). Below U+0300 every character is (ZT_NFC_FIRST_LEAD). */
+static int nfc_inert(uint32_t cp) {
+    if (cp < 0x300) return 1;
+    if ((cp >= 0x1161 && cp <= 0x1175) || (cp >= 0x11A8 && cp <= 0x11C2)) return 0;
+    const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+    return p->combining_class == 0 && p->decomp_seqindex == UINT16_MAX && p->category != UTF8PROC_CATEGORY_MN &&
+           p->category != UTF8PROC_CATEGORY_MC && p->category != UTF8PROC_CATEGORY_ME;
+}
+
+static void buf_append(uint8_t **buf, size_t *cap, size_t *n, const uint8_t *p, size_t len) {
+    if (*n + len > *cap) *buf = zt_xrealloc(*buf, *cap = *n + len + (*n + len) / 2 + 64);
+    memcpy(*buf + *n, p, len);
+    *n += len;
+}
+
 /* Hugging Face's NFC normalizer (utf8proc's NFC) of S[0..LEN) appended to *BUF's first N bytes
  * (room grown to *CAP): each valid UTF-8 run normalized alone, each invalid byte kept where it is
  * (NFC ends a run with a whole character and starts one with a lead byte, so the invalid bytes
- * stay the same runs). Returns the new length. */
+ * stay the same runs). Only what lies between inert characters (nfc_inert) goes through utf8proc,
+ * with the inert character before it: the one it may compose with. Returns the new length. */
 static size_t nfc_append(const uint8_t *s, size_t len, uint8_t **buf, size_t *cap, size_t n) {
     for (size_t pos = 0; pos < len;) {
-        size_t end = valid_run_end(s, pos, len), run = end - pos;
-        uint8_t *nfc = NULL;
-        utf8proc_ssize_t m = may_change_under_nfc(s + pos, run)
-                                 ? utf8proc_map(s + pos, (utf8proc_ssize_t)run, &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE)
-                                 : -1;
-        if (nfc && m < 0) abort(); /* a valid run: only out of memory fails */
-        const uint8_t *src = nfc ? nfc : s + pos;
-        size_t got = nfc ? (size_t)m : run, need = n + got + (end < len);
-        if (need > *cap) *buf = zt_xrealloc(*buf, *cap = need + need / 2 + 64);
-        memcpy(*buf + n, src, got);
-        n += got;
-        free(nfc);
-        if (end < len) (*buf)[n++] = s[end]; /* an invalid byte */
+        size_t end = valid_run_end(s, pos, len), done = pos, prev = pos;
+        for (size_t i = may_change_under_nfc(s + pos, end - pos) ? pos : end; i < end;) {
+            uint32_t cp = 0;
+            if (s[i] < 0x80) { prev = i++; continue; }
+            size_t l = zt_utf8_valid_len(s + i, end - i, &cp);
+            if (nfc_inert(cp)) { prev = i; i += l; continue; }
+            size_t from = i > pos ? prev : pos, to = i + l; /* [from, to): the inert character before, the rest up to the next */
+            while (to < end && (l = zt_utf8_valid_len(s + to, end - to, &cp)) && !nfc_inert(cp)) to += l;
+            buf_append(buf, cap, &n, s + done, from - done);
+            uint8_t *nfc = NULL;
+            utf8proc_ssize_t m = utf8proc_map(s + from, (utf8proc_ssize_t)(to - from), &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (m < 0) abort(); /* a valid run: only out of memory fails */
+            buf_append(buf, cap, &n, nfc, (size_t)m);
+            free(nfc);
+            done = prev = i = to;
+        }
+        buf_append(buf, cap, &n, s + done, end - done);
+        if (end < len) buf_append(buf, cap, &n, s + end, 1); /* an invalid byte */
         pos = end + (end < len);
     }
     return n;
