@@ -5,8 +5,8 @@ regex), Llama 3 style (Split with Llama 3's regex, ByteLevel without, ignore_mer
 (Qwen2's regex, one digit a piece), each with special tokens (<|endoftext|>, <|begin_of_text|>,
 <|end_of_text|>) and a non-special added token; and Qwen2 style with Qwen2's NFC normalizer, compared
 on decomposed text (combining marks, Hangul jamo, marks to reorder, a composition exclusion), on
-added tokens normalized and not beside decomposed characters, in small blocks, and with invalid
-UTF-8 bytes between decomposed characters.
+added tokens normalized and not beside decomposed characters, in small blocks (also GPT-2's pattern
+with NFC: a letter and the mark after it), and with invalid UTF-8 bytes between decomposed characters.
 Compared: ids of the corpus, of a mixed text (scripts, digits, whitespace runs), of text holding the
 added and special tokens, of the corpus tokenized in small blocks (the streaming cuts), and of files
 with invalid UTF-8 bytes (each valid run as tokenizers encodes it, each bad byte its byte token);
@@ -220,6 +220,13 @@ words = "".join(w + "\u0958\n" for w in corpus[:60000].split())
 zt = zt_tokenize(nfc_path, "nfc_blocks_qa", words, env=env_small_blocks)
 want = enc(words)
 check(zt == want, "nfc_small_blocks_before_a_composition_exclusion", first_diff(zt, want))
+# GPT-2's pattern with NFC: a letter and a mark after it are of two classes, but one character
+gpt2_nfc, gpt2_nfc_path = train_tokenizer("gpt2_nfc", "gpt2", nfc=True, texts=NFC_TRAIN)
+marks = "".join(w + ("e\u0301" if i % 2 else "A\u030a") + (" " if i % 40 == 0 else "")
+                for i, w in enumerate(corpus[:60000].split()))
+zt = zt_tokenize(gpt2_nfc_path, "gpt2_nfc_blocks", marks, env=env_small_blocks)
+want = gpt2_nfc.encode(marks, add_special_tokens=False).ids
+check(zt == want, "nfc_gpt2_pattern_small_blocks_letter_then_mark", first_diff(zt, want))
 raw = ("e".encode() + b"\xff" + "\u0301A\u030a".encode() + b"\xcc" + "\u0301\u1100\u1161".encode() + b"\x80\xc3"
        + "\u11a8 cafe\u0301\u0301 e\u0301x".encode() + b"\xed\xa0\x80" + "q\u0307\u0323".encode() + b"\xe1\x84")
 zt = zt_tokenize(nfc_path, "nfc_invalid", raw)
