@@ -40,6 +40,10 @@ uint32_t ck_shard_digest(size_t lo, size_t hi, long step, const char *run_id, co
 /* "VECTOR of TENSOR (element I)": where flat element `flat` of vector `which` belongs in table t */
 void ck_name_element(const zt_param_table *t, int which, size_t flat, char *buf, size_t cap);
 /* digest of an index's metadata (format version 2) */
+/* keep_last after a save (checkpoint_dir.c): of the complete step directories of this run's lineage, the
+ * newest keep_last stay, and KEEP (the step just saved) and cd->keep_step whatever their age; other
+ * runs' steps stay and do not count. Rank 0's; failures only warn. */
+void ck_prune(zt_checkpoint_dir *cd, const char *keep, int keep_last);
 /* the index's model attributes (see above), written / read (into *SHAPE, whose five numbers are set) */
 int ck_put_model(hid_t f, const zt_gpt2_shape *shape);
 int ck_get_model(hid_t f, const char *path, zt_gpt2_shape *shape, zt_err *err);

@@ -1,4 +1,5 @@
-/* checkpoint_dir.c — who owns a checkpoint directory, and which step directory a path names.
+/* checkpoint_dir.c — who owns a checkpoint directory, which step directory a path names, and which old
+ * steps keep_last removes after a save (ck_prune).
  *
  * Ownership: rank 0 of a run holds flock(LOCK_EX) on DIR itself (where the file system locks
  * directories: local ones do, NFS does not) and on DIR/.lock, from zt_checkpoint_dir_open to the end
@@ -352,4 +353,78 @@ double zt_checkpoint_read_bound(const char *path, char *step_dir, size_t cap, ch
     snprintf(why, why_cap, "%s at %.0f MB/s + %.0f s floor; ZEROTRAIN_LOAD_TIMEOUT sets it",
              zt_format_bytes(bytes, size, sizeof size), ZT_CKPT_READ_RATE / 1e6, ZT_CKPT_READ_FLOOR);
     return ZT_CKPT_READ_FLOOR + bytes / ZT_CKPT_READ_RATE;
+}
+
+/* ================================================================ keep_last's pruning */
+
+/* The run id in step directory P's index.h5 (malloc'ed; "" for format version 1, which has
+ * none), or NULL when the index cannot be read — or fails the step's manifest: no damaged byte
+ * reaches HDF5 here either (a damaged older step is kept and not counted, never parsed). */
+static char *saved_run_id(const char *p) {
+    char idx[CK_PATHCAP];
+    zt_err damaged;
+    if (ck_path_join(idx, sizeof idx, p, "index.h5", NULL) || ck_manifest_check(p, &damaged) < 0) return NULL;
+    hid_t fapl = ck_file_access();
+    hid_t f = H5Fopen(idx, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (f < 0) return NULL;
+    char *run_id = NULL;
+    if (ck_get_str(f, "run_id", &run_id) == -1) run_id = zt_xstrdup(""); /* format version 1: no run id */
+    H5Fclose(f);
+    return run_id;
+}
+
+/* Whether keep_last counts and may remove step directory P: one this run saved, or one a run of its
+ * lineage saved (zt_checkpoint_dir), or any with checkpoint.overwrite. Another run's steps, and a
+ * step whose index cannot be read, are neither removed nor counted. */
+static int in_lineage(const zt_checkpoint_dir *cd, const char *p) {
+    if (cd->prune_any) return 1;
+    char *run_id = saved_run_id(p);
+    int ours = run_id && !strcmp(run_id, cd->run_id);
+    for (int i = 0; run_id && !ours && i < cd->n_lineage; i++) ours = !strcmp(run_id, cd->lineage[i]);
+    free(run_id);
+    return ours;
+}
+
+/* keep_last: of the complete step directories of this run's lineage (in_lineage), the newest
+ * keep_last stay; of the older ones, all go except KEEP (the one just saved) and cd->keep_step (the
+ * newest good checkpoint: train.c), which stay whatever their age. Other runs' step directories stay
+ * and do not count; when they make more than keep_last stay, an info line says so, once a run. */
+void ck_prune(zt_checkpoint_dir *cd, const char *keep, int keep_last) {
+    if (keep_last <= 0) return;
+    ck_step_entry *s;
+    int n = ck_list_steps(cd->path, &s), mine = 0, others = 0, first_other = -1;
+    char *ours = zt_xcalloc((size_t)n + 1, 1), p[CK_PATHCAP];
+    for (int i = 0; i < n; i++) {
+        ours[i] = !ck_path_join(p, sizeof p, cd->path, s[i].name, NULL) && in_lineage(cd, p);
+        mine += ours[i];
+        if (!ours[i] && others++ == 0) first_other = i;
+    }
+    int stay = mine;
+    for (int i = 0, older = mine - keep_last; i < n && older > 0; i++) {
+        if (!ours[i]) continue;
+        older--;
+        if (!strcmp(s[i].name, keep) || (cd->keep_step > 0 && s[i].step == cd->keep_step)) continue;
+        /* renamed out of the listing first: a run killed while removing it (a kill -9 right after
+         * `latest` moved) leaves a .tmp_ entry, which the next run removes, not a torn step directory */
+        char gone[CK_PATHCAP];
+        if (ck_path_join(p, sizeof p, cd->path, s[i].name, NULL) ||
+            (size_t)snprintf(gone, sizeof gone, "%s/.tmp_pruned_%s.%s", cd->path, s[i].name, cd->run_id) >= sizeof gone)
+            continue;
+        if (rename(p, gone)) {
+            zt_warn("checkpoint: cannot remove old %s: %s", p, strerror(errno));
+            continue;
+        }
+        stay--;
+        if (ck_rmtree(gone)) zt_warn("checkpoint: cannot remove old %s (was %s): %s", gone, p, strerror(errno));
+    }
+    if (others > 0 && stay + others > keep_last && !cd->told_kept_others) {
+        cd->told_kept_others = 1;
+        zt_info("checkpoint: keep_last %d leaves %d step director%s outside this run's lineage in %s (oldest %s; saved "
+                "by runs it does not descend from, or unreadable): neither counted nor removed (remove them by hand, "
+                "or start over there with checkpoint.overwrite)", keep_last, others, others > 1 ? "ies" : "y", cd->path,
+                s[first_other].name);
+    }
+    free(ours);
+    free(s);
 }

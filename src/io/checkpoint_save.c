@@ -434,7 +434,7 @@ static int write_manifest(const char *tmp, const char *idx, const ck_file_record
     return rc;
 }
 
-/* ================================================================ publish and prune */
+/* ================================================================ publish (keep_last's prune: checkpoint_dir.c) */
 
 static int write_latest(const char *dir, const char *name, zt_err *err) {
     char tmp[CK_PATHCAP], dst[CK_PATHCAP], line[64];
@@ -465,35 +465,6 @@ static int publish_dir(const char *dir, const char *tmp, const char *final, zt_e
     return ck_fsync_path(dir, err);
 }
 
-/* The run id in step directory P's index.h5 (malloc'ed; "" for format version 1, which has
- * none), or NULL when the index cannot be read — or fails the step's manifest: no damaged byte
- * reaches HDF5 here either (a damaged older step is kept and not counted, never parsed). */
-static char *saved_run_id(const char *p) {
-    char idx[CK_PATHCAP];
-    zt_err damaged;
-    if (ck_path_join(idx, sizeof idx, p, "index.h5", NULL) || ck_manifest_check(p, &damaged) < 0) return NULL;
-    hid_t fapl = ck_file_access();
-    hid_t f = H5Fopen(idx, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
-    if (f < 0) return NULL;
-    char *run_id = NULL;
-    if (ck_get_str(f, "run_id", &run_id) == -1) run_id = zt_xstrdup(""); /* format version 1: no run id */
-    H5Fclose(f);
-    return run_id;
-}
-
-/* Whether keep_last counts and may remove step directory P: one this run saved, or one a run of its
- * lineage saved (zt_checkpoint_dir), or any with checkpoint.overwrite. Another run's steps, and a
- * step whose index cannot be read, are neither removed nor counted. */
-static int in_lineage(const zt_checkpoint_dir *cd, const char *p) {
-    if (cd->prune_any) return 1;
-    char *run_id = saved_run_id(p);
-    int ours = run_id && !strcmp(run_id, cd->run_id);
-    for (int i = 0; run_id && !ours && i < cd->n_lineage; i++) ours = !strcmp(run_id, cd->lineage[i]);
-    free(run_id);
-    return ours;
-}
-
 /* The lineage this save records: this run, then the runs it descends from (a version-1 ancestor
  * has no run id to record), the oldest dropped beyond ZT_CKPT_LINEAGE_MAX. */
 static void lineage_of_save(const zt_checkpoint_dir *cd, zt_checkpoint_meta *m) {
@@ -501,49 +472,6 @@ static void lineage_of_save(const zt_checkpoint_dir *cd, zt_checkpoint_meta *m) 
     m->n_lineage = 1;
     for (int i = 0; i < cd->n_lineage && m->n_lineage < ZT_CKPT_LINEAGE_MAX; i++)
         if (cd->lineage[i][0]) memcpy(m->lineage[m->n_lineage++], cd->lineage[i], sizeof m->lineage[0]);
-}
-
-/* keep_last: of the complete step directories of this run's lineage (in_lineage), the newest
- * keep_last stay; of the older ones, all go except KEEP (the one just saved) and cd->keep_step (the
- * newest good checkpoint: train.c), which stay whatever their age. Other runs' step directories stay
- * and do not count; when they make more than keep_last stay, an info line says so, once a run. */
-static void prune(zt_checkpoint_dir *cd, const char *keep, int keep_last) {
-    if (keep_last <= 0) return;
-    ck_step_entry *s;
-    int n = ck_list_steps(cd->path, &s), mine = 0, others = 0, first_other = -1;
-    char *ours = zt_xcalloc((size_t)n + 1, 1), p[CK_PATHCAP];
-    for (int i = 0; i < n; i++) {
-        ours[i] = !ck_path_join(p, sizeof p, cd->path, s[i].name, NULL) && in_lineage(cd, p);
-        mine += ours[i];
-        if (!ours[i] && others++ == 0) first_other = i;
-    }
-    int stay = mine;
-    for (int i = 0, older = mine - keep_last; i < n && older > 0; i++) {
-        if (!ours[i]) continue;
-        older--;
-        if (!strcmp(s[i].name, keep) || (cd->keep_step > 0 && s[i].step == cd->keep_step)) continue;
-        /* renamed out of the listing first: a run killed while removing it (a kill -9 right after
-         * `latest` moved) leaves a .tmp_ entry, which the next run removes, not a torn step directory */
-        char gone[CK_PATHCAP];
-        if (ck_path_join(p, sizeof p, cd->path, s[i].name, NULL) ||
-            (size_t)snprintf(gone, sizeof gone, "%s/.tmp_pruned_%s.%s", cd->path, s[i].name, cd->run_id) >= sizeof gone)
-            continue;
-        if (rename(p, gone)) {
-            zt_warn("checkpoint: cannot remove old %s: %s", p, strerror(errno));
-            continue;
-        }
-        stay--;
-        if (ck_rmtree(gone)) zt_warn("checkpoint: cannot remove old %s (was %s): %s", gone, p, strerror(errno));
-    }
-    if (others > 0 && stay + others > keep_last && !cd->told_kept_others) {
-        cd->told_kept_others = 1;
-        zt_info("checkpoint: keep_last %d leaves %d step director%s outside this run's lineage in %s (oldest %s; saved "
-                "by runs it does not descend from, or unreadable): neither counted nor removed (remove them by hand, "
-                "or start over there with checkpoint.overwrite)", keep_last, others, others > 1 ? "ies" : "y", cd->path,
-                s[first_other].name);
-    }
-    free(ours);
-    free(s);
 }
 
 int zt_checkpoint_set_aside(const zt_checkpoint_dir *cd, const long *steps, int n, long good, zt_err *err) {
@@ -784,7 +712,7 @@ int zt_checkpoint_save_finish(zt_save_job *j, zt_err *err) {
         return -1;
     }
     /* then the oldest are pruned (failures there only warn) */
-    if (c->rank == 0) prune(cd, j->name, j->keep_last);
+    if (c->rank == 0) ck_prune(cd, j->name, j->keep_last);
     double dt = zt_now() - j->t0, bytes = 12.0 * (double)j->whole_total;
     zt_info("checkpoint: saved %s (%.2f GB in %.2f s, %.2f GB/s)", j->final, bytes / 1e9, dt, bytes / 1e9 / dt);
     job_free(j);
