@@ -46,8 +46,6 @@ static int read_log(const char *path, log_sums *ls) {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     char line[4096];
-    double *save_sum = &ls->save_sum, *step_ms_sum = &ls->step_ms_sum;
-    long *saves = &ls->saves, *steps = &ls->steps;
     while (fgets(line, sizeof line, f)) {
         double b, w;
         const char *r = strstr(line, "save step ");
@@ -59,8 +57,8 @@ static int read_log(const char *path, log_sums *ls) {
         const char *s = strstr(line, "checkpoint: saved ");
         const char *in = s ? strstr(s, " GB in ") : NULL;
         if (in) {
-            *save_sum += atof(in + 7);
-            (*saves)++;
+            ls->save_sum += atof(in + 7);
+            ls->saves++;
         }
         /* "step    12/100 ( 12%) | loss ... | 470.5 ms | ..." */
         if (!strncmp(line, "step ", 5) && strstr(line, "| loss")) {
@@ -68,8 +66,8 @@ static int read_log(const char *path, log_sums *ls) {
             if (!ms) continue;
             const char *bar = ms;
             while (bar > line && *bar != '|') bar--;
-            *step_ms_sum += atof(bar + 1);
-            (*steps)++;
+            ls->step_ms_sum += atof(bar + 1);
+            ls->steps++;
         }
     }
     fclose(f);

@@ -4,7 +4,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "engine/session.h"
 #include "io/hf.h"
@@ -37,20 +36,10 @@ static double field_of(const zt_config *c, const struct model_key *k) {
     return k->is_float ? (double)*(const float *)p : (double)*(const int *)p;
 }
 
-/* the directory holding config.json: PATH itself, or the folder of its model.safetensors / index file */
-static void folder_of(const char *path, char *dir, size_t cap) {
-    struct stat st;
-    snprintf(dir, cap, "%s", path);
-    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return;
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else snprintf(dir, cap, ".");
-}
-
 int zt_config_adopt_init_from(zt_config *cfg, zt_err *err) {
     if (!cfg->init_from) return 0;
     char dir[4096];
-    folder_of(cfg->init_from, dir, sizeof dir);
+    zt_hf_folder_of(cfg->init_from, dir, sizeof dir);
     zt_gpt2_shape theirs;
     if (zt_hf_read_model_shape(dir, &theirs, err)) return -1;
     zt_config folder = *cfg; /* the folder's model over the config's other keys (no strings are freed) */

@@ -330,16 +330,19 @@ int zt_hf_load(const char *path, const zt_param_table *table, float *flat, zt_er
     return rc;
 }
 
-int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,
-                    zt_err *err) {
-    /* PATH is the directory, or model.safetensors / the index file inside it (config.json beside it) */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
+void zt_hf_folder_of(const char *path, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s", path);
     if (!is_dir(dir) && (ends_with(dir, ".safetensors") || ends_with(dir, ".json"))) {
         char *slash = strrchr(dir, '/');
         if (slash) *slash = '\0';
-        else snprintf(dir, sizeof dir, ".");
+        else snprintf(dir, cap, ".");
     }
+}
+
+int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,
+                    zt_err *err) {
+    char dir[4096];
+    zt_hf_folder_of(path, dir, sizeof dir);
     zt_gpt2_shape theirs;
     if (zt_hf_read_config(dir, &theirs, err)) return -1;
     if (!zt_shape_is_llama(&theirs) && !zt_shape_is_llama(shape)) {

@@ -63,6 +63,9 @@ int zt_hf_save_tokenizer(const char *dir, const char *vocab_dir, const zt_gpt2_s
 /* 1 when DIR holds config.json and model.safetensors or model.safetensors.index.json, else 0. */
 int zt_hf_probe(const char *dir);
 
+/* The folder holding config.json for PATH: PATH itself, or the folder of the model.safetensors or index
+ * .json file PATH names. */
+void zt_hf_folder_of(const char *path, char *dir, size_t cap);
 /* Loads a Hugging Face model (PATH = its directory, model.safetensors or the index file) into OUT after checking its
  * config.json against SHAPE (a Llama-family SHAPE may have a shorter n_positions). */
 int zt_hf_init_from(const char *path, const zt_gpt2_shape *shape, const zt_param_table *table, float *out,
